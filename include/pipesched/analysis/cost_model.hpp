@@ -1,0 +1,36 @@
+// The cost-model concept: how long an action takes, how many bytes (or memory units) it
+// adds or frees, and how long its output takes to reach another rank.
+#pragma once
+
+#include <concepts>
+
+#include "pipesched/core/action.hpp"
+#include "pipesched/core/placement.hpp"
+#include "pipesched/core/problem.hpp"
+
+namespace pipesched {
+
+//! What a cost model may look at besides the action: the problem and the placement.
+struct CostContext {
+  const Problem& problem;
+  const Placement& placement;
+  int wgrad_parts = 1;  //!< pieces each weight-gradient W is cut into (W parts 0..n-1)
+};
+
+//! A cost model answers three questions about an action `a` (never an Overlap or Idle:
+//! the simulator splits an Overlap into its halves and gives Idle no time):
+//! - `duration(ctx, a)`: time it occupies its rank (SendX / RecvX: the rank's own share of
+//!   the transfer, usually 0);
+//! - `memory_delta(ctx, a, checkpointed)`: memory it adds (> 0) or frees (< 0);
+//!   `checkpointed` is true when the schedule recomputes this unit (an R exists), so its
+//!   F keeps only the boundary and its R adds the rest;
+//! - `transfer_time(ctx, a)`: for a producer `a` (F or B/I), the time from its end until its
+//!   output is usable on the neighbouring stage's rank.
+template <class C>
+concept cost_model = requires(const C& c, const CostContext& ctx, const Action& a, bool ckpt) {
+  { c.duration(ctx, a) } -> std::convertible_to<double>;
+  { c.memory_delta(ctx, a, ckpt) } -> std::convertible_to<double>;
+  { c.transfer_time(ctx, a) } -> std::convertible_to<double>;
+};
+
+}  // namespace pipesched

@@ -1,0 +1,393 @@
+// The dependency graph of a schedule and the in-order replay that validation (dry run,
+// deadlock detection) and simulation (timing, memory) share.
+//
+// Every non-idle action gets a flat index. Its dependencies follow DESIGN.md:
+//   F(s,m,k)   after F(s-1,m,k) and F(s,m,k-1)
+//   B/I(s,m,k) after F(s,m,k), B/I(s+1,m,k), B/I(s,m,k+1), and R(s,m,k) when there is one
+//   W(s,m,k)   after I(s,m,k)
+//   R(s,m,k)   after F(s,m,k)
+// In a compute-only schedule a dependency on another rank is a direct edge (the data is
+// sent when produced and waited for when needed: exactly the dry run of the schedule
+// lowered to sends and receives, with buffered sends). In a schedule with communication
+// actions a cross-rank dependency must go through a receive earlier in the consumer's
+// list, the receive depends on the matching send, and the send on its producer.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "pipesched/core/schedule.hpp"
+
+namespace pipesched::detail {
+
+//! Where an action sits: rank and position in that rank's list.
+struct ActionRef {
+  int rank = -1;
+  int position = -1;
+};
+
+//! A rule broken while building the graph (the graph drops the offending edge).
+struct GraphIssue {
+  ActionRef at;
+  std::string rule;
+  std::string message;
+};
+
+//! Flat-indexed actions with dependency and dependent lists (CSR).
+class DependencyGraph {
+ public:
+  static constexpr int none = -1;
+
+  explicit DependencyGraph(const Schedule& s) : schedule_(&s) { build(); }
+
+  const Schedule& schedule() const noexcept { return *schedule_; }
+  int size() const noexcept { return static_cast<int>(refs_.size()); }
+  const ActionRef& ref(int a) const { return refs_[a]; }
+  const Action& action(int a) const {
+    return schedule_->ranks[refs_[a].rank][refs_[a].position];
+  }
+  //! Flat index of the action at (rank, position), or none for an idle slot.
+  int index(int rank, int position) const { return flat_of_[rank][position]; }
+  //! Flat indices of the rank's non-idle actions, in list order.
+  const std::vector<int>& rank_actions(int rank) const { return rank_order_[rank]; }
+  //! Dependencies of a (flat indices).
+  std::span<const int> deps(int a) const {
+    return {dep_list_.data() + dep_begin_[a], dep_list_.data() + dep_begin_[a + 1]};
+  }
+  std::span<const int> dependents(int a) const {
+    return {out_list_.data() + out_begin_[a], out_list_.data() + out_begin_[a + 1]};
+  }
+  //! Problems met while building (out-of-range index, dependency later on the same rank,
+  //! missing receive, ...). Validation reports them; simulation refuses a graph with any.
+  const std::vector<GraphIssue>& issues() const noexcept { return issues_; }
+
+  //! Producer lookups (flat index or none) by unit key.
+  int forward_of(int s, int m, int k) const { return lookup(f_, s, m, k); }
+  int input_backward_of(int s, int m, int k) const { return lookup(bi_, s, m, k); }
+  int recompute_of(int s, int m, int k) const { return lookup(r_, s, m, k); }
+
+  //! True when (s, m, k) is inside the problem.
+  bool in_range(int s, int m, int k) const {
+    const Problem& p = schedule_->problem;
+    return s >= 0 && s < p.stages && m >= 0 && m < p.microbatches && k >= 0 && k < p.slices;
+  }
+
+ private:
+  std::size_t key(int s, int m, int k) const {
+    const Problem& p = schedule_->problem;
+    return (static_cast<std::size_t>(s) * p.microbatches + m) * p.slices + k;
+  }
+  int lookup(const std::vector<int>& table, int s, int m, int k) const {
+    return in_range(s, m, k) ? table[key(s, m, k)] : none;
+  }
+
+  void build() {
+    const Schedule& s = *schedule_;
+    const Problem& p = s.problem;
+    const int nranks = s.rank_count();
+    const std::size_t units =
+        p.stages > 0 && p.microbatches > 0 && p.slices > 0
+            ? static_cast<std::size_t>(p.stages) * p.microbatches * p.slices
+            : 0;
+    f_.assign(units, none);
+    bi_.assign(units, none);
+    r_.assign(units, none);
+    send_f_.assign(units, none);
+    recv_f_.assign(units, none);
+    send_b_.assign(units, none);
+    recv_b_.assign(units, none);
+    flat_of_.assign(nranks, {});
+    rank_order_.assign(nranks, {});
+
+    // Pass 1: flat indices and producer tables (first occurrence wins; duplicates are the
+    // validator's business, not the graph's).
+    for (int r = 0; r < nranks; ++r) {
+      flat_of_[r].assign(s.ranks[r].size(), none);
+      for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+        const Action& a = s.ranks[r][i];
+        if (a.kind == OpKind::Idle) continue;
+        int id = static_cast<int>(refs_.size());
+        refs_.push_back({r, i});
+        flat_of_[r][i] = id;
+        rank_order_[r].push_back(id);
+        auto record = [&](std::vector<int>& table, int st, int mb, int sl) {
+          if (in_range(st, mb, sl) && table[key(st, mb, sl)] == none) table[key(st, mb, sl)] = id;
+        };
+        switch (a.kind) {
+          case OpKind::F: record(f_, a.stage, a.microbatch, a.slice); break;
+          case OpKind::B:
+          case OpKind::I: record(bi_, a.stage, a.microbatch, a.slice); break;
+          case OpKind::R: record(r_, a.stage, a.microbatch, a.slice); break;
+          case OpKind::SendF: record(send_f_, a.stage, a.microbatch, a.slice); break;
+          case OpKind::RecvF: record(recv_f_, a.stage, a.microbatch, a.slice); break;
+          case OpKind::SendB: record(send_b_, a.stage, a.microbatch, a.slice); break;
+          case OpKind::RecvB: record(recv_b_, a.stage, a.microbatch, a.slice); break;
+          case OpKind::Overlap:
+            record(f_, a.stage, a.microbatch, a.slice);
+            record(bi_, a.b_stage, a.b_microbatch, a.b_slice);
+            break;
+          default: break;
+        }
+      }
+    }
+
+    // Pass 2: dependency edges.
+    const bool explicit_comm = s.has_comm();
+    dep_begin_.assign(refs_.size() + 1, 0);
+    std::vector<int> deps;
+    for (int id = 0; id < size(); ++id) {
+      dep_begin_[id] = static_cast<int>(dep_list_.size());
+      const Action& a = action(id);
+      deps.clear();
+      if (a.kind == OpKind::Overlap) {
+        add_compute_deps(id, a.forward_half(), explicit_comm, deps);
+        add_compute_deps(id, a.backward_half(), explicit_comm, deps);
+      } else if (is_comm(a.kind)) {
+        add_comm_deps(id, a, deps);
+      } else {
+        add_compute_deps(id, a, explicit_comm, deps);
+      }
+      for (int d : deps) {
+        bool seen = false;
+        for (int j = dep_begin_[id]; j < static_cast<int>(dep_list_.size()); ++j)
+          seen = seen || dep_list_[j] == d;
+        if (!seen) dep_list_.push_back(d);
+      }
+    }
+    dep_begin_[refs_.size()] = static_cast<int>(dep_list_.size());
+
+    // Reverse edges.
+    out_begin_.assign(refs_.size() + 1, 0);
+    for (int d : dep_list_) ++out_begin_[d + 1];
+    for (std::size_t i = 1; i < out_begin_.size(); ++i) out_begin_[i] += out_begin_[i - 1];
+    out_list_.assign(dep_list_.size(), 0);
+    std::vector<int> fill(out_begin_.begin(), out_begin_.end() - 1);
+    for (int id = 0; id < size(); ++id)
+      for (int d : deps_of_raw(id)) out_list_[fill[d]++] = id;
+  }
+
+  std::span<const int> deps_of_raw(int a) const {
+    return {dep_list_.data() + dep_begin_[a], dep_list_.data() + dep_begin_[a + 1]};
+  }
+
+  // A dependency of `id` on the producer `dep` (flat index or none). Same rank: the
+  // producer must be earlier in the list. Other rank: direct edge, or through a receive.
+  void need(int id, int dep, const Action& consumer, const Action& wanted, bool explicit_comm,
+            OpKind recv_kind, const std::vector<int>& recv_table, int rs, int rm, int rk,
+            std::vector<int>& out) {
+    if (dep == none || dep == id) return;  // missing producers are reported by the validator
+    const ActionRef& me = refs_[id];
+    const ActionRef& them = refs_[dep];
+    if (them.rank == me.rank) {
+      if (them.position > me.position)
+        issues_.push_back({me, "order",
+                           to_string(consumer) + " at rank " + std::to_string(me.rank) +
+                               " position " + std::to_string(me.position) + " needs " +
+                               to_string(wanted) + ", which comes later on the same rank (position " +
+                               std::to_string(them.position) + "); " + rule_text(consumer.kind)});
+      else
+        out.push_back(dep);
+      return;
+    }
+    if (!explicit_comm) {
+      out.push_back(dep);
+      return;
+    }
+    int recv = in_range(rs, rm, rk) ? recv_table[key(rs, rm, rk)] : none;
+    if (recv == none || refs_[recv].rank != me.rank || refs_[recv].position > me.position) {
+      Action r = Action::make(recv_kind, rs, rm, rk);
+      issues_.push_back({me, "missing-receive",
+                         to_string(consumer) + " at rank " + std::to_string(me.rank) +
+                             " position " + std::to_string(me.position) + " needs " +
+                             to_string(wanted) + " from rank " + std::to_string(them.rank) +
+                             ", but no " + to_string(r) + " comes before it on rank " +
+                             std::to_string(me.rank) +
+                             "; a schedule with communication must receive cross-rank inputs "
+                             "before using them."});
+      return;
+    }
+    out.push_back(recv);
+  }
+
+  static std::string rule_text(OpKind k) {
+    switch (k) {
+      case OpKind::F: return "a forward runs after the previous stage's and the previous slice's forward.";
+      case OpKind::B:
+      case OpKind::I:
+        return "a backward runs after its forward (and its recompute), the next stage's backward "
+               "and the next slice's backward.";
+      case OpKind::W: return "a weight-gradient W runs after its input-gradient I.";
+      case OpKind::R: return "a recompute R runs after its forward and before its backward.";
+      default: return "a send runs after the action that produces what it sends.";
+    }
+  }
+
+  void add_compute_deps(int id, const Action& a, bool explicit_comm, std::vector<int>& out) {
+    const int S = schedule_->problem.stages;
+    const int K = schedule_->problem.slices;
+    const int s = a.stage, m = a.microbatch, k = a.slice;
+    if (!in_range(s, m, k)) return;
+    auto F = [&](int st, int sl) { return Action::make(OpKind::F, st, m, sl); };
+    auto BI = [&](int st, int sl) {
+      Action x = Action::make(OpKind::B, st, m, sl);
+      return x;
+    };
+    switch (a.kind) {
+      case OpKind::F:
+        if (s > 0)
+          need(id, lookup(f_, s - 1, m, k), a, F(s - 1, k), explicit_comm, OpKind::RecvF, recv_f_, s,
+               m, k, out);
+        if (k > 0) need(id, lookup(f_, s, m, k - 1), a, F(s, k - 1), false, OpKind::RecvF, recv_f_, s, m, k, out);
+        break;
+      case OpKind::B:
+      case OpKind::I:
+        need(id, lookup(f_, s, m, k), a, F(s, k), false, OpKind::RecvF, recv_f_, s, m, k, out);
+        if (int r = lookup(r_, s, m, k); r != none)
+          need(id, r, a, Action::make(OpKind::R, s, m, k), false, OpKind::RecvF, recv_f_, s, m, k,
+               out);
+        if (s + 1 < S)
+          need(id, lookup(bi_, s + 1, m, k), a, BI(s + 1, k), explicit_comm, OpKind::RecvB, recv_b_,
+               s, m, k, out);
+        if (k + 1 < K)
+          need(id, lookup(bi_, s, m, k + 1), a, BI(s, k + 1), false, OpKind::RecvB, recv_b_, s, m, k,
+               out);
+        break;
+      case OpKind::W:
+        need(id, lookup(bi_, s, m, k), a, Action::make(OpKind::I, s, m, k), false, OpKind::RecvB,
+             recv_b_, s, m, k, out);
+        break;
+      case OpKind::R:
+        need(id, lookup(f_, s, m, k), a, F(s, k), false, OpKind::RecvF, recv_f_, s, m, k, out);
+        break;
+      default: break;
+    }
+  }
+
+  // Sends depend on their producer (same rank, earlier); receives on the matching send.
+  void add_comm_deps(int id, const Action& a, std::vector<int>& out) {
+    const int s = a.stage, m = a.microbatch, k = a.slice;
+    if (!in_range(s, m, k)) return;
+    const ActionRef& me = refs_[id];
+    switch (a.kind) {
+      case OpKind::SendF:
+        need(id, lookup(f_, s, m, k), a, Action::make(OpKind::F, s, m, k), false, OpKind::RecvF,
+             recv_f_, s, m, k, out);
+        break;
+      case OpKind::SendB:
+        need(id, lookup(bi_, s, m, k), a, Action::make(OpKind::B, s, m, k), false, OpKind::RecvB,
+             recv_b_, s, m, k, out);
+        break;
+      case OpKind::RecvF:
+      case OpKind::RecvB: {
+        const bool fwd = a.kind == OpKind::RecvF;
+        const int from = fwd ? s - 1 : s + 1;
+        int send = lookup(fwd ? send_f_ : send_b_, from, m, k);
+        if (send == none) {
+          Action want = Action::make(fwd ? OpKind::SendF : OpKind::SendB, from, m, k);
+          issues_.push_back({me, "unmatched-comm",
+                             to_string(a) + " at rank " + std::to_string(me.rank) + " position " +
+                                 std::to_string(me.position) + " has no matching " +
+                                 to_string(want) + " on any rank; every receive needs the send "
+                                 "of the neighbouring stage."});
+          return;
+        }
+        out.push_back(send);
+        break;
+      }
+      default: break;
+    }
+  }
+
+  const Schedule* schedule_;
+  std::vector<ActionRef> refs_;
+  std::vector<std::vector<int>> flat_of_;
+  std::vector<std::vector<int>> rank_order_;
+  std::vector<int> f_, bi_, r_, send_f_, recv_f_, send_b_, recv_b_;
+  std::vector<int> dep_begin_, dep_list_, out_begin_, out_list_;
+  std::vector<GraphIssue> issues_;
+};
+
+//! Outcome of replaying every rank's list in order.
+struct ReplayResult {
+  bool complete = true;
+  //! For each rank, the position in its list where it stopped (list size when done).
+  std::vector<int> stuck_at;
+};
+
+//! Runs every rank's list in order: a rank's next action runs once all its dependencies
+//! have run. Calls `on_run(flat index)` for each action in an order consistent with both
+//! the rank orders and the dependencies (a topological order). Linear in actions + edges.
+template <class OnRun>
+ReplayResult replay(const DependencyGraph& g, OnRun&& on_run) {
+  const Schedule& s = g.schedule();
+  const int nranks = s.rank_count();
+  std::vector<int> remaining(g.size());
+  for (int a = 0; a < g.size(); ++a) remaining[a] = static_cast<int>(g.deps(a).size());
+  std::vector<int> next(nranks, 0);  // index into rank_actions(r)
+  std::vector<int> work;
+  work.reserve(nranks);
+  for (int r = 0; r < nranks; ++r) work.push_back(r);
+  std::vector<char> queued(nranks, 1);
+  while (!work.empty()) {
+    int r = work.back();
+    work.pop_back();
+    queued[r] = 0;
+    const auto& order = g.rank_actions(r);
+    while (next[r] < static_cast<int>(order.size()) && remaining[order[next[r]]] == 0) {
+      int a = order[next[r]++];
+      on_run(a);
+      for (int d : g.dependents(a)) {
+        if (--remaining[d] == 0) {
+          int dr = g.ref(d).rank;
+          if (dr != r && !queued[dr] && g.rank_actions(dr)[next[dr]] == d) {
+            queued[dr] = 1;
+            work.push_back(dr);
+          }
+        }
+      }
+    }
+  }
+  ReplayResult res;
+  res.stuck_at.resize(nranks);
+  for (int r = 0; r < nranks; ++r) {
+    const auto& order = g.rank_actions(r);
+    if (next[r] < static_cast<int>(order.size())) {
+      res.complete = false;
+      res.stuck_at[r] = g.ref(order[next[r]]).position;
+    } else {
+      res.stuck_at[r] = static_cast<int>(s.ranks[r].size());
+    }
+  }
+  return res;
+}
+
+//! "deadlock: ..." with, for every rank that cannot finish, where it is stuck and which
+//! unfinished actions (on which rank and position) it waits for.
+inline std::string describe_deadlock(const DependencyGraph& g, const ReplayResult& res) {
+  const Schedule& s = g.schedule();
+  std::string detail;
+  for (int r = 0; r < s.rank_count(); ++r) {
+    int pos = res.stuck_at[r];
+    if (pos >= static_cast<int>(s.ranks[r].size())) continue;
+    int a = g.index(r, pos);
+    std::string waits;
+    for (int d : g.deps(a)) {
+      const ActionRef& dr = g.ref(d);
+      if (res.stuck_at[dr.rank] <= dr.position) {  // d has not run
+        if (!waits.empty()) waits += " and ";
+        waits += to_string(g.action(d)) + " (rank " + std::to_string(dr.rank) + " position " +
+                 std::to_string(dr.position) + ")";
+      }
+    }
+    detail += "\n  rank " + std::to_string(r) + " is stuck at position " + std::to_string(pos) +
+              " (" + to_string(s.ranks[r][pos]) + "), waiting for " +
+              (waits.empty() ? std::string("nothing it can name") : waits);
+  }
+  return "deadlock: no rank can make progress while actions remain; each rank runs its list in "
+         "order and waits for what it needs:" +
+         detail;
+}
+
+}  // namespace pipesched::detail

@@ -1,0 +1,212 @@
+// Named devices and model shapes for TransformerCost, with the published figures they come
+// from. Figures that no datasheet gives (latencies, GEMM efficiency, node sizes of consumer
+// machines) are marked as assumptions; set your own DeviceSpec fields to override them.
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/core/error.hpp"
+
+namespace pipesched::presets {
+
+//! A device under its preset name, with a one-line description.
+struct DevicePreset {
+  std::string name;
+  std::string description;
+  DeviceSpec device;
+};
+
+//! A model shape under its preset name, with a one-line description.
+struct ModelPreset {
+  std::string name;
+  std::string description;
+  ModelShape model;
+};
+
+namespace detail {
+
+inline constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+
+// Assumptions shared by every device preset (no datasheet gives them):
+// - large GEMMs reach 75 % of the dense peak; a GEMM reaches half of that when its ideal
+//   time is 2 µs, about one kernel launch, so half_flops = peak × 2 µs;
+// - small-message latency 5 µs over NVLink, 10 µs over PCIe or between nodes.
+// Capacities: the datasheets' "80 GB" etc. are binary sizes (nvidia-smi reports 81920 MiB
+// for an A100 80GB), so they are taken as GiB.
+inline constexpr double max_efficiency = 0.75;
+inline constexpr double half_time = 2e-6;
+inline constexpr double nvlink_latency = 5e-6;
+inline constexpr double pcie_latency = 10e-6;
+inline constexpr double network_latency = 10e-6;
+
+inline DeviceSpec device(std::string name, double peak, double bandwidth, double capacity,
+                         double link, double link_latency, int per_node, double node_link) {
+  DeviceSpec d;
+  d.name = std::move(name);
+  d.peak_flops = peak;
+  d.memory_bandwidth = bandwidth;
+  d.memory_bytes = capacity;
+  d.link_bandwidth = link;
+  d.link_latency = link_latency;
+  d.ranks_per_node = per_node;
+  d.node_link_bandwidth = node_link;
+  d.node_link_latency = network_latency;
+  d.max_efficiency = max_efficiency;
+  d.half_flops = peak * half_time;
+  return d;
+}
+
+inline std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+template <class Preset>
+std::string known_names(const std::vector<Preset>& list) {
+  std::string names;
+  for (const Preset& p : list)
+    names += (names.empty() ? "" : ", ") + p.name;
+  return names;
+}
+
+}  // namespace detail
+
+//! The device presets: h100, h200, a100-80gb, a100-40gb, rtx-4090.
+inline const std::vector<DevicePreset>& devices() {
+  using detail::device;
+  using detail::gib;
+  static const std::vector<DevicePreset> list = {
+      // NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16 tensor 1,979 TFLOP/s with
+      // sparsity, so 989.4 dense; 80 GB HBM3 at 3.35 TB/s; NVLink 900 GB/s total, i.e.
+      // 450 GB/s each way. HGX / DGX H100: 8 GPUs per node, one 400 Gb/s (50 GB/s)
+      // ConnectX-7 NDR InfiniBand port per GPU (DGX H100 user guide).
+      {"h100",
+       "NVIDIA H100 SXM5 80GB: 989 TFLOP/s BF16, 3.35 TB/s, NVLink 450 GB/s/dir, 8 per node, "
+       "400 Gb/s IB",
+       device("h100", 989.4e12, 3.35e12, 80 * gib, 450e9, detail::nvlink_latency, 8, 50e9)},
+      // NVIDIA H200 Tensor Core GPU datasheet (SXM): same tensor cores as H100 (BF16 1,979
+      // TFLOP/s with sparsity, 989.4 dense); 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s total.
+      // HGX H200: 8 GPUs per node, 400 Gb/s InfiniBand per GPU.
+      {"h200",
+       "NVIDIA H200 SXM 141GB: 989 TFLOP/s BF16, 4.8 TB/s, NVLink 450 GB/s/dir, 8 per node, "
+       "400 Gb/s IB",
+       device("h200", 989.4e12, 4.8e12, 141 * gib, 450e9, detail::nvlink_latency, 8, 50e9)},
+      // NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): BF16 tensor 312 TFLOP/s dense
+      // (624 with sparsity); 80 GB HBM2e at 2,039 GB/s; NVLink 600 GB/s total, 300 each way.
+      // DGX A100: 8 GPUs per node, one 200 Gb/s (25 GB/s) HDR InfiniBand port per GPU.
+      {"a100-80gb",
+       "NVIDIA A100 SXM4 80GB: 312 TFLOP/s BF16, 2.04 TB/s, NVLink 300 GB/s/dir, 8 per node, "
+       "200 Gb/s IB",
+       device("a100-80gb", 312e12, 2039e9, 80 * gib, 300e9, detail::nvlink_latency, 8, 25e9)},
+      // Same datasheet (SXM4 40GB): 312 TFLOP/s BF16 dense; 40 GB HBM2 at 1,555 GB/s; links
+      // as the 80GB part (DGX A100 40GB).
+      {"a100-40gb",
+       "NVIDIA A100 SXM4 40GB: 312 TFLOP/s BF16, 1.56 TB/s, NVLink 300 GB/s/dir, 8 per node, "
+       "200 Gb/s IB",
+       device("a100-40gb", 312e12, 1555e9, 40 * gib, 300e9, detail::nvlink_latency, 8, 25e9)},
+      // NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): 165.2 TFLOP/s dense
+      // FP16 / BF16 tensor with FP32 accumulate (what mixed-precision training uses; 330.3
+      // with FP16 accumulate); 24 GB GDDR6X, 384-bit at 21 Gb/s = 1,008 GB/s. No NVLink:
+      // PCIe 4.0 x16 = 16 GT/s × 16 lanes × 128/130 / 8 = 31.5 GB/s each way (GeForce cards
+      // lack peer-to-peer, so real transfers go through host memory and are slower).
+      // Assumption: 8 GPUs per server and one 100 Gb/s (12.5 GB/s) network port per node.
+      {"rtx-4090",
+       "NVIDIA GeForce RTX 4090 24GB: 165 TFLOP/s BF16, 1.01 TB/s, PCIe 4.0 x16 31.5 GB/s/dir, "
+       "8 per node, 100 Gb/s network",
+       device("rtx-4090", 165.2e12, 1008e9, 24 * gib, 31.5e9, detail::pcie_latency, 8, 12.5e9)},
+  };
+  return list;
+}
+
+//! The model presets: gpt3-1.3b, gpt3-13b, llama2-7b, llama2-13b, llama2-34b. All with
+//! microbatch_size 1, 16-bit activations and flash attention; change the copy you get.
+inline const std::vector<ModelPreset>& models() {
+  auto gpt3 = [](int layers, int hidden, int heads) {
+    // Brown et al. 2020 ("Language Models are Few-Shot Learners"), Sec. 2.1: d_ff = 4 ·
+    // d_model, context n_ctx = 2048 for every size, the GPT-2 byte-level BPE vocabulary of
+    // 50,257 tokens (Radford et al. 2019); a plain GELU MLP.
+    ModelShape m;
+    m.layers = layers;
+    m.hidden = hidden;
+    m.heads = heads;
+    m.sequence = 2048;
+    m.vocabulary = 50257;
+    return m;
+  };
+  auto llama2 = [](int layers, int hidden, int heads, int kv_heads, int ffn) {
+    // Touvron et al. 2023 ("Llama 2: Open Foundation and Fine-Tuned Chat Models"), Table 1
+    // and Sec. 2.2: 4k context, SwiGLU MLP, grouped-query attention for 34B and 70B; the
+    // released configs (meta-llama/Llama-2-*-hf config.json): vocabulary 32,000.
+    ModelShape m;
+    m.layers = layers;
+    m.hidden = hidden;
+    m.heads = heads;
+    m.kv_heads = kv_heads;
+    m.ffn_hidden = ffn;
+    m.gated_mlp = true;
+    m.sequence = 4096;
+    m.vocabulary = 32000;
+    return m;
+  };
+  static const std::vector<ModelPreset> list = {
+      // Brown et al. 2020, Table 2.1, "GPT-3 XL": 24 layers, d_model 2048, 24 heads of size
+      // 128. 24 × 128 ≠ 2048, so the table cannot be taken literally; this keeps the head
+      // size 128 (16 heads). Heads only change the attention-score memory without flash.
+      {"gpt3-1.3b", "GPT-3 XL 1.3B: 24 layers, h 2048, 16 heads, s 2048, V 50257 (Brown 2020)",
+       gpt3(24, 2048, 16)},
+      // Brown et al. 2020, Table 2.1, "GPT-3 13B": 40 layers, 40 heads of size 128; the
+      // table's d_model 5140 is a misprint for 40 × 128 = 5120.
+      {"gpt3-13b", "GPT-3 13B: 40 layers, h 5120, 40 heads, s 2048, V 50257 (Brown 2020)",
+       gpt3(40, 5120, 40)},
+      // meta-llama/Llama-2-7b-hf config.json: 32 layers, hidden 4096, 32 heads,
+      // intermediate 11008.
+      {"llama2-7b",
+       "Llama 2 7B: 32 layers, h 4096, 32 heads, SwiGLU f 11008, s 4096, V 32000 (Touvron 2023)",
+       llama2(32, 4096, 32, 0, 11008)},
+      // meta-llama/Llama-2-13b-hf config.json: 40 layers, hidden 5120, 40 heads,
+      // intermediate 13824.
+      {"llama2-13b",
+       "Llama 2 13B: 40 layers, h 5120, 40 heads, SwiGLU f 13824, s 4096, V 32000 (Touvron 2023)",
+       llama2(40, 5120, 40, 0, 13824)},
+      // Llama 2 34B is described in Touvron et al. 2023 (Table 1: GQA, 4k context) but was
+      // not released. Its shape is taken from Code Llama 34B (Rozière et al. 2023, "Code
+      // Llama", initialised from that model; codellama/CodeLlama-34b-hf config.json):
+      // 48 layers, hidden 8192, 64 heads, 8 key/value heads, intermediate 22016,
+      // vocabulary 32000; the context is Llama 2's 4096, not Code Llama's 16k fine-tuning.
+      {"llama2-34b",
+       "Llama 2 34B (unreleased; Code Llama 34B shape): 48 layers, h 8192, 64 heads, 8 KV heads, "
+       "SwiGLU f 22016, s 4096, V 32000",
+       llama2(48, 8192, 64, 8, 22016)},
+  };
+  return list;
+}
+
+//! The device preset called `name` (case-insensitive). Throws invalid_problem listing the
+//! known names when there is none.
+inline DeviceSpec find_device(std::string_view name) {
+  const std::string key = detail::lower(name);
+  for (const DevicePreset& p : devices())
+    if (p.name == key) return p.device;
+  throw invalid_problem("unknown device '" + std::string(name) +
+                        "'; known devices: " + detail::known_names(devices()) + ".");
+}
+
+//! The model preset called `name` (case-insensitive). Throws invalid_problem listing the
+//! known names when there is none.
+inline ModelShape find_model(std::string_view name) {
+  const std::string key = detail::lower(name);
+  for (const ModelPreset& p : models())
+    if (p.name == key) return p.model;
+  throw invalid_problem("unknown model '" + std::string(name) +
+                        "'; known models: " + detail::known_names(models()) + ".");
+}
+
+}  // namespace pipesched::presets

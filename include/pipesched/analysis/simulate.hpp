@@ -1,0 +1,167 @@
+// Time-and-memory simulation of a schedule under a cost model.
+//
+// Each rank runs its list in order. An action starts at max(the rank is free, every
+// dependency has finished, plus the transfer time when the dependency is on another rank);
+// a receive in a schedule with communication starts when the data has arrived. Makespan is
+// the last end; bubble ratio = 1 − Σ busy / (ranks × makespan). Memory: the running sum of
+// memory deltas along each rank's list (a forward's activations count from its start, a
+// backward frees at its end); the per-rank peak is its maximum.
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/detail/graph.hpp"
+#include "pipesched/analysis/uniform_cost.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/schedule.hpp"
+
+namespace pipesched {
+
+//! When an action ran in the simulation.
+struct ActionTiming {
+  double start = 0;
+  double end = 0;
+};
+
+//! One point of a rank's memory curve: from `time` on, the rank holds `value`.
+struct MemoryPoint {
+  double time = 0;
+  double value = 0;
+};
+
+//! Per-rank figures.
+struct RankSummary {
+  double busy = 0;         //!< time spent computing (and in the rank's share of transfers)
+  double idle = 0;         //!< makespan − busy
+  double peak_memory = 0;  //!< largest held memory along the list
+  double end = 0;          //!< when the rank's last action ends
+  std::vector<MemoryPoint> memory;  //!< the memory curve, in time order
+};
+
+//! What `simulate` computes.
+struct SimulationResult {
+  bool deadlock = false;
+  std::string deadlock_report;  //!< which rank waits for what, when deadlock
+  double makespan = 0;
+  double bubble_ratio = 0;
+  double peak_memory_max = 0;  //!< max over ranks of peak_memory
+  std::vector<RankSummary> ranks;
+  //! timing[r][i] for the action at rank r, position i (idle slots: start = end).
+  std::vector<std::vector<ActionTiming>> timing;
+};
+
+namespace detail {
+
+inline bool is_checkpointed(const DependencyGraph& g, const Action& a) {
+  return g.recompute_of(a.stage, a.microbatch, a.slice) != DependencyGraph::none;
+}
+
+}  // namespace detail
+
+//! Simulates `s` under `cost`. Throws invalid_schedule if `s` breaks a structural rule
+//! the simulation cannot proceed without (a dependency later on the same rank, a missing
+//! receive); a deadlock is reported in the result, not thrown. Linear in actions.
+template <cost_model Cost>
+SimulationResult simulate(const Schedule& s, const Cost& cost) {
+  detail::DependencyGraph g(s);
+  if (!g.issues().empty())
+    throw invalid_schedule("cannot simulate schedule '" + s.name + "': " +
+                           g.issues().front().message);
+  int parts = 1;
+  for (const auto& list : s.ranks)
+    for (const Action& a : list)
+      if (a.kind == OpKind::W) parts = std::max(parts, a.part + 1);
+  const CostContext ctx{s.problem, s.placement, parts};
+
+  SimulationResult res;
+  const int nranks = s.rank_count();
+  res.ranks.assign(nranks, {});
+  res.timing.resize(nranks);
+  for (int r = 0; r < nranks; ++r) res.timing[r].assign(s.ranks[r].size(), {});
+  std::vector<double> end(g.size(), 0.0);
+  std::vector<double> free_at(nranks, 0.0);
+  std::vector<double> held(nranks, 0.0);
+  std::vector<int> last_pos(nranks, -1);  // last simulated position, to time idle slots
+
+  auto duration = [&](const Action& a) -> double {
+    if (a.kind == OpKind::Overlap)
+      return static_cast<double>(cost.duration(ctx, a.forward_half())) +
+             static_cast<double>(cost.duration(ctx, a.backward_half()));
+    if (a.kind == OpKind::Idle) return 0.0;
+    return cost.duration(ctx, a);
+  };
+  // Memory added at the start and freed at the end of an action.
+  auto memory = [&](const Action& a, double& grow, double& shrink) {
+    grow = shrink = 0;
+    auto one = [&](const Action& x) {
+      double d = cost.memory_delta(ctx, x, detail::is_checkpointed(g, x));
+      (d >= 0 ? grow : shrink) += d;
+    };
+    if (a.kind == OpKind::Overlap) {
+      one(a.forward_half());
+      one(a.backward_half());
+    } else if (is_compute(a.kind)) {
+      one(a);
+    }
+  };
+
+  detail::ReplayResult rr = detail::replay(g, [&](int id) {
+    const detail::ActionRef& ref = g.ref(id);
+    const Action& a = g.action(id);
+    const int r = ref.rank;
+    double start = free_at[r];
+    for (int d : g.deps(id)) {
+      const detail::ActionRef& dref = g.ref(d);
+      double ready = end[d];
+      if (dref.rank != r) ready += cost.transfer_time(ctx, g.action(d));
+      start = std::max(start, ready);
+    }
+    const double dur = duration(a);
+    end[id] = start + dur;
+    free_at[r] = end[id];
+    // Idle slots between the previous action and this one take no time.
+    for (int p = last_pos[r] + 1; p < ref.position; ++p) res.timing[r][p] = {start, start};
+    last_pos[r] = ref.position;
+    res.timing[r][ref.position] = {start, end[id]};
+    RankSummary& rs = res.ranks[r];
+    rs.busy += dur;  // transfers count with their share on the rank (0 in the built-in models)
+    double grow, shrink;
+    memory(a, grow, shrink);
+    if (grow != 0) {
+      held[r] += grow;
+      rs.memory.push_back({start, held[r]});
+      rs.peak_memory = std::max(rs.peak_memory, held[r]);
+    }
+    if (shrink != 0) {
+      held[r] += shrink;
+      rs.memory.push_back({end[id], held[r]});
+    }
+    rs.end = std::max(rs.end, end[id]);
+  });
+
+  if (!rr.complete) {
+    res.deadlock = true;
+    res.deadlock_report = detail::describe_deadlock(g, rr);
+  }
+  double busy = 0;
+  for (int r = 0; r < nranks; ++r) {
+    res.makespan = std::max(res.makespan, res.ranks[r].end);
+    busy += res.ranks[r].busy;
+    for (int p = last_pos[r] + 1; p < static_cast<int>(s.ranks[r].size()); ++p)
+      res.timing[r][p] = {free_at[r], free_at[r]};
+  }
+  for (int r = 0; r < nranks; ++r) {
+    res.ranks[r].idle = res.makespan - res.ranks[r].busy;
+    res.peak_memory_max = std::max(res.peak_memory_max, res.ranks[r].peak_memory);
+  }
+  res.bubble_ratio = res.makespan > 0 ? 1.0 - busy / (nranks * res.makespan) : 0.0;
+  return res;
+}
+
+//! Simulates under UniformCost defaults (f = 1, b = 2, w = 1, r = 1, comm = 0).
+inline SimulationResult simulate(const Schedule& s) { return simulate(s, UniformCost{}); }
+
+}  // namespace pipesched

@@ -1,0 +1,77 @@
+// UniformCost: every microbatch costs the same; time and memory in abstract units.
+#pragma once
+
+#include <string>
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/core/error.hpp"
+
+namespace pipesched {
+
+//! Durations for one microbatch through one rank's whole share of the model, split evenly
+//! over its V chunks and K slices (each (chunk, slice) unit takes 1/(V·K) of them). Memory
+//! in units of one microbatch's activations of one rank's whole share (= 1.0).
+struct UniformCost {
+  double f = 1.0;         //!< forward
+  double b = 2.0;         //!< full backward (I takes b − w, W takes w)
+  double w = 1.0;         //!< weight-gradient part of the backward
+  double r = 1.0;         //!< recompute (usually = f)
+  double comm = 0.0;      //!< time for one message between ranks
+  double boundary = 0.05; //!< share of a unit's activations a checkpointed forward keeps
+  double w_memory = 0.0;  //!< share of a unit's activations kept from I until its W
+
+  //! Throws invalid_problem naming the first parameter out of range.
+  void check() const {
+    auto bad = [](const char* name, double v, const char* want) {
+      throw invalid_problem(std::string("cost parameter ") + name + " = " + std::to_string(v) +
+                            " is out of range; " + want + ".");
+    };
+    if (!(f >= 0)) bad("f", f, "need f >= 0");
+    if (!(b >= 0)) bad("b", b, "need b >= 0");
+    if (!(w >= 0 && w <= b)) bad("w", w, "need 0 <= w <= b (I takes b - w)");
+    if (!(r >= 0)) bad("r", r, "need r >= 0");
+    if (!(comm >= 0)) bad("comm", comm, "need comm >= 0");
+    if (!(boundary >= 0 && boundary <= 1)) bad("boundary", boundary, "need 0 <= boundary <= 1");
+    if (!(w_memory >= 0 && w_memory <= 1)) bad("w_memory", w_memory, "need 0 <= w_memory <= 1");
+  }
+
+  //! Share of a rank's work one (stage, slice) unit carries: 1 / (chunks · slices).
+  static double unit_share(const CostContext& ctx) {
+    const int stages = ctx.placement.stages() > 0 ? ctx.placement.stages() : ctx.problem.stages;
+    const double chunks = static_cast<double>(stages) / ctx.problem.ranks;
+    return 1.0 / (chunks * ctx.problem.slices);
+  }
+
+  double duration(const CostContext& ctx, const Action& a) const {
+    const double u = unit_share(ctx);
+    switch (a.kind) {
+      case OpKind::F: return f * u;
+      case OpKind::B: return b * u;
+      case OpKind::I: return (b - w) * u;
+      case OpKind::W: return w * u / parts(ctx);
+      case OpKind::R: return r * u;
+      default: return 0.0;
+    }
+  }
+
+  double memory_delta(const CostContext& ctx, const Action& a, bool checkpointed) const {
+    const double u = unit_share(ctx);
+    switch (a.kind) {
+      case OpKind::F: return (checkpointed ? boundary : 1.0) * u;
+      case OpKind::R: return (1.0 - boundary) * u;
+      case OpKind::B: return -u;
+      case OpKind::I: return -(1.0 - w_memory) * u;
+      case OpKind::W: return -w_memory * u / parts(ctx);
+      default: return 0.0;
+    }
+  }
+
+  double transfer_time(const CostContext&, const Action&) const { return comm; }
+
+ private:
+  static double parts(const CostContext& ctx) { return ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1; }
+};
+
+static_assert(cost_model<UniformCost>);
+
+}  // namespace pipesched

@@ -1,0 +1,115 @@
+// The unit of every schedule: an action (forward, backward, recompute, send, ...)
+// on one stage, microbatch and slice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace pipesched {
+
+//! What an action does. The compute kinds follow DESIGN: `F` forward, `B` full backward,
+//! `I` backward for inputs only, `W` backward for weights only, `R` recompute of a
+//! checkpointed forward. `SendF`/`RecvF` move a forward activation, `SendB`/`RecvB` an
+//! input gradient. `Overlap` runs one forward and one full backward together (DualPipe).
+//! `Idle` is an explicit empty slot in a rank's list (a blank cell in PyTorch's CSV).
+enum class OpKind : std::uint8_t { F, B, I, W, R, SendF, RecvF, SendB, RecvB, Overlap, Idle };
+
+inline constexpr int op_kind_count = 11;
+
+//! Short name of a kind as used in action strings (`F`, `B`, `SEND_F`, `OVERLAP_F_B`, ...).
+constexpr std::string_view to_string(OpKind k) noexcept {
+  switch (k) {
+    case OpKind::F: return "F";
+    case OpKind::B: return "B";
+    case OpKind::I: return "I";
+    case OpKind::W: return "W";
+    case OpKind::R: return "R";
+    case OpKind::SendF: return "SEND_F";
+    case OpKind::RecvF: return "RECV_F";
+    case OpKind::SendB: return "SEND_B";
+    case OpKind::RecvB: return "RECV_B";
+    case OpKind::Overlap: return "OVERLAP_F_B";
+    case OpKind::Idle: return "IDLE";
+  }
+  return "?";
+}
+
+//! True for the kinds that compute (F, B, I, W, R, Overlap).
+constexpr bool is_compute(OpKind k) noexcept {
+  return k == OpKind::F || k == OpKind::B || k == OpKind::I || k == OpKind::W ||
+         k == OpKind::R || k == OpKind::Overlap;
+}
+//! True for SendF, RecvF, SendB, RecvB.
+constexpr bool is_comm(OpKind k) noexcept {
+  return k == OpKind::SendF || k == OpKind::RecvF || k == OpKind::SendB || k == OpKind::RecvB;
+}
+//! True for the kinds that propagate a gradient to the previous stage (B and I).
+constexpr bool is_input_backward(OpKind k) noexcept { return k == OpKind::B || k == OpKind::I; }
+
+//! One step of a rank's list. `stage`, `microbatch`, `slice` and `part` locate it; an
+//! `Overlap` holds its forward half in those fields and its backward half in `b_*`.
+struct Action {
+  OpKind kind = OpKind::Idle;
+  int stage = 0;
+  int microbatch = 0;
+  int slice = 0;
+  int part = 0;  //!< which piece of a split weight-gradient (W) computation
+  int b_stage = 0;       //!< Overlap only: stage of the backward half
+  int b_microbatch = 0;  //!< Overlap only: microbatch of the backward half
+  int b_slice = 0;       //!< Overlap only: slice of the backward half
+
+  //! An explicit idle slot.
+  static constexpr Action idle() noexcept { return Action{}; }
+  //! A compute or communication action.
+  static constexpr Action make(OpKind kind, int stage, int microbatch, int slice = 0,
+                               int part = 0) noexcept {
+    return Action{kind, stage, microbatch, slice, part};
+  }
+  //! A forward `f` and a full backward `b` run together.
+  static constexpr Action overlap(const Action& f, const Action& b) noexcept {
+    return Action{OpKind::Overlap, f.stage, f.microbatch, f.slice, 0,
+                  b.stage,         b.microbatch, b.slice};
+  }
+  //! The forward half of an Overlap.
+  constexpr Action forward_half() const noexcept {
+    return Action::make(OpKind::F, stage, microbatch, slice);
+  }
+  //! The backward half of an Overlap.
+  constexpr Action backward_half() const noexcept {
+    return Action::make(OpKind::B, b_stage, b_microbatch, b_slice);
+  }
+
+  friend constexpr bool operator==(const Action& a, const Action& b) noexcept {
+    if (a.kind != b.kind) return false;
+    if (a.kind == OpKind::Idle) return true;
+    if (a.kind == OpKind::Overlap)
+      return a.stage == b.stage && a.microbatch == b.microbatch && a.slice == b.slice &&
+             a.b_stage == b.b_stage && a.b_microbatch == b.b_microbatch && a.b_slice == b.b_slice;
+    return a.stage == b.stage && a.microbatch == b.microbatch && a.slice == b.slice &&
+           a.part == b.part;
+  }
+};
+
+//! The action in pipesched's action-string form: PyTorch's exact form (`2F0`, `0I1`,
+//! `3SEND_F1`, `(0F7;7B3)OVERLAP_F_B`) when it uses no extension, plus a slice suffix `.k`
+//! when slice != 0 and a part suffix `:j` when part != 0 (`2W0.3:1`). Idle is "".
+inline std::string to_string(const Action& a) {
+  auto unit = [](int stage, OpKind kind, int mb, int slice, int part) {
+    std::string s = std::to_string(stage);
+    s += to_string(kind);
+    s += std::to_string(mb);
+    if (slice != 0) s += "." + std::to_string(slice);
+    if (part != 0) s += ":" + std::to_string(part);
+    return s;
+  };
+  switch (a.kind) {
+    case OpKind::Idle: return {};
+    case OpKind::Overlap:
+      return "(" + unit(a.stage, OpKind::F, a.microbatch, a.slice, 0) + ";" +
+             unit(a.b_stage, OpKind::B, a.b_microbatch, a.b_slice, 0) + ")OVERLAP_F_B";
+    default: return unit(a.stage, a.kind, a.microbatch, a.slice, a.part);
+  }
+}
+
+}  // namespace pipesched

@@ -1,0 +1,55 @@
+// Schedule: the problem, the placement, and each rank's ordered list of actions.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "pipesched/core/action.hpp"
+#include "pipesched/core/placement.hpp"
+#include "pipesched/core/problem.hpp"
+
+namespace pipesched {
+
+//! Per-rank ordered action lists for one training step. `problem.stages` always equals
+//! `placement.stages()`. A list may hold explicit idle slots (`OpKind::Idle`).
+struct Schedule {
+  std::string name;      //!< where it came from: a generator name, a file name, ...
+  Problem problem;       //!< ranks, stages, microbatches, slices
+  Placement placement;   //!< stage → rank
+  std::vector<std::vector<Action>> ranks;  //!< ranks[r] = rank r's actions in order
+
+  //! Number of ranks (== problem.ranks).
+  int rank_count() const noexcept { return static_cast<int>(ranks.size()); }
+
+  //! Actions over all ranks, idle slots not counted.
+  std::size_t action_count() const noexcept {
+    std::size_t n = 0;
+    for (const auto& list : ranks)
+      for (const Action& a : list) n += a.kind != OpKind::Idle;
+    return n;
+  }
+
+  //! True when some rank's list holds SendF/RecvF/SendB/RecvB.
+  bool has_comm() const noexcept {
+    for (const auto& list : ranks)
+      for (const Action& a : list)
+        if (is_comm(a.kind)) return true;
+    return false;
+  }
+
+  //! True when some action splits the backward (I or W).
+  bool has_split_backward() const noexcept {
+    for (const auto& list : ranks)
+      for (const Action& a : list)
+        if (a.kind == OpKind::I || a.kind == OpKind::W) return true;
+    return false;
+  }
+
+  //! Same problem, placement and lists (the name is not compared).
+  friend bool operator==(const Schedule& a, const Schedule& b) noexcept {
+    return a.problem == b.problem && a.placement == b.placement && a.ranks == b.ranks;
+  }
+};
+
+}  // namespace pipesched

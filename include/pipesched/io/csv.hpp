@@ -1,0 +1,309 @@
+// PyTorch's schedule CSV (torch.distributed.pipelining): one row per rank, one cell per
+// action in execution order, an empty cell for an idle slot. Reading infers the problem and
+// the placement from the actions; writing gives PyTorch's exact bytes. See docs/formats.md.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <istream>
+#include <iterator>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipesched/core/action.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/placement.hpp"
+#include "pipesched/core/problem.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/io/action_string.hpp"
+
+namespace pipesched {
+
+namespace detail::io {
+
+//! Readers refuse ranks, stages, microbatches or slices beyond this count: the file is
+//! surely wrong, and taking it would allocate per-stage tables of absurd size.
+inline constexpr int max_io_count = 1 << 20;
+
+//! One line of an input, without its terminator, and its 1-based number.
+struct InputLine {
+  std::string_view text;
+  int number = 0;
+};
+
+//! Splits `content` at `\n`, dropping the `\r` of a `\r\n`. A final terminator ends the last
+//! line rather than starting an empty one.
+inline std::vector<InputLine> split_lines(std::string_view content) {
+  std::vector<InputLine> lines;
+  std::size_t start = 0;
+  int number = 1;
+  while (start < content.size()) {
+    std::size_t nl = content.find('\n', start);
+    std::size_t stop = nl == std::string_view::npos ? content.size() : nl;
+    std::string_view text = content.substr(start, stop - start);
+    if (!text.empty() && text.back() == '\r') text.remove_suffix(1);
+    lines.push_back({text, number++});
+    if (nl == std::string_view::npos) break;
+    start = nl + 1;
+  }
+  return lines;
+}
+
+//! "<source>: line L, column C: " — the prefix of every file-reading error message.
+inline std::string where(const std::string& source, int line, int column) {
+  std::string s = source + ": line " + std::to_string(line);
+  if (column > 0) s += ", column " + std::to_string(column);
+  return s + ": ";
+}
+
+//! Reads an action token found at `line`, `column` of `source`; throws parse_error there.
+inline Action parse_action_at(std::string_view token, const std::string& source, int line,
+                              int column) {
+  ActionParse r = try_parse_action(token);
+  if (!r.ok)
+    throw parse_error(where(source, line, column) + "cannot read action " +
+                          quote_token(trim(token)) + ": " + r.error.problem + ".",
+                      line, column);
+  return r.action;
+}
+
+//! The last path component, used as a schedule's name.
+inline std::string file_name_of(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  return name.empty() ? path : name;
+}
+
+//! The whole content of the file at `path`; throws pipesched::error naming the path and the
+//! operating system's reason when it cannot be read.
+inline std::string read_file(const std::string& path) {
+  auto fail = [&](int err) {
+    throw error("cannot read schedule file \"" + path + "\": " + std::strerror(err) + ".");
+  };
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) fail(errno != 0 ? errno : EIO);
+  std::string content;
+  char buffer[1 << 14];
+  for (;;) {
+    std::size_t n = std::fread(buffer, 1, sizeof buffer, f);
+    content.append(buffer, n);
+    if (n < sizeof buffer) break;
+  }
+  if (std::ferror(f)) {
+    int err = errno != 0 ? errno : EIO;
+    std::fclose(f);
+    fail(err);
+  }
+  std::fclose(f);
+  return content;
+}
+
+//! Writes `content` to the file at `path`, replacing it; throws pipesched::error naming the
+//! path and the operating system's reason on failure.
+inline void write_file(const std::string& path, std::string_view content) {
+  auto fail = [&](int err) {
+    throw error("cannot write schedule file \"" + path + "\": " + std::strerror(err) + ".");
+  };
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) fail(errno != 0 ? errno : EIO);
+  std::size_t n = std::fwrite(content.data(), 1, content.size(), f);
+  int err = n != content.size() ? (errno != 0 ? errno : EIO) : 0;
+  if (std::fclose(f) != 0 && err == 0) err = errno != 0 ? errno : EIO;
+  if (err != 0) fail(err);
+}
+
+//! Everything left in `in`; throws pipesched::error when the stream fails while reading.
+inline std::string read_stream(std::istream& in, const std::string& source) {
+  std::string content{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) throw error("cannot read " + source + ": the input stream failed while reading.");
+  return content;
+}
+
+//! Writes `text` to `out`; throws pipesched::error when the stream fails.
+inline void write_stream(std::ostream& out, const std::string& text, const char* what) {
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!out) throw error(std::string("cannot write the ") + what + ": the output stream failed.");
+}
+
+//! One CSV cell: its text (quotes removed) and the 1-based column of its first character.
+struct CsvCell {
+  std::string text;
+  int column = 0;
+};
+
+//! Splits one line into cells. A cell that starts with `"` is quoted as Python's csv module
+//! writes it (`""` inside stands for `"`), which is how a row holding one idle slot appears.
+inline std::vector<CsvCell> split_cells(std::string_view line, const std::string& source,
+                                        int line_number) {
+  std::vector<CsvCell> cells;
+  if (line.empty()) return cells;  // a row with no actions, as Python's csv reads it
+  std::size_t pos = 0;
+  for (;;) {
+    CsvCell cell;
+    cell.column = static_cast<int>(pos) + 1;
+    if (pos < line.size() && line[pos] == '"') {
+      std::size_t i = pos + 1;
+      bool closed = false;
+      while (i < line.size()) {
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            cell.text += '"';
+            i += 2;
+            continue;
+          }
+          closed = true;
+          ++i;
+          break;
+        }
+        cell.text += line[i++];
+      }
+      if (!closed)
+        throw parse_error(where(source, line_number, cell.column) +
+                              "the quoted cell has no closing '\"' on this line; close it, or "
+                              "write the action without quotes.",
+                          line_number, cell.column);
+      if (i < line.size() && line[i] != ',')
+        throw parse_error(where(source, line_number, static_cast<int>(i) + 1) + "found '" +
+                              line[i] +
+                              "' after a quoted cell; expected ',' or the end of the row.",
+                          line_number, static_cast<int>(i) + 1);
+      pos = i;
+    } else {
+      std::size_t comma = line.find(',', pos);
+      std::size_t stop = comma == std::string_view::npos ? line.size() : comma;
+      std::string_view raw = line.substr(pos, stop - pos);
+      // Point at the action itself, not at blanks before it.
+      std::size_t lead = 0;
+      while (lead < raw.size() && is_blank(raw[lead]))
+        ++lead;
+      if (lead < raw.size()) cell.column += static_cast<int>(lead);
+      cell.text = std::string(raw);
+      pos = stop;
+    }
+    cells.push_back(std::move(cell));
+    if (pos >= line.size()) break;
+    ++pos;                     // the ','
+    if (pos == line.size()) {  // a trailing ',' ends with one more (idle) cell
+      cells.push_back({std::string(), static_cast<int>(pos) + 1});
+      break;
+    }
+  }
+  return cells;
+}
+
+//! Reads CSV text; `name` names the schedule and prefixes error messages.
+inline Schedule read_csv_content(std::string_view content, std::string name) {
+  std::vector<InputLine> lines = split_lines(content);
+  if (lines.empty())
+    throw parse_error(name +
+                          ": the CSV is empty; expected one row of actions per rank, e.g. "
+                          "\"0F0,0B0\".",
+                      0, 0);
+  Schedule s;
+  s.name = name;
+  int max_stage = -1, max_microbatch = -1, max_slice = -1;
+  std::vector<int> first_row_of_stage;
+  auto note = [&](int stage, int microbatch, int slice, int row, int line, int column) {
+    auto too_many = [&](const char* what, int value) {
+      throw parse_error(where(name, line, column) + what + " " + std::to_string(value) +
+                            " is beyond what pipesched reads (indices below " +
+                            std::to_string(max_io_count) + "); check the file.",
+                        line, column);
+    };
+    if (stage >= max_io_count) too_many("stage", stage);
+    if (microbatch >= max_io_count) too_many("microbatch", microbatch);
+    if (slice >= max_io_count) too_many("slice", slice);
+    max_stage = std::max(max_stage, stage);
+    max_microbatch = std::max(max_microbatch, microbatch);
+    max_slice = std::max(max_slice, slice);
+    if (static_cast<int>(first_row_of_stage.size()) <= stage)
+      first_row_of_stage.resize(static_cast<std::size_t>(stage) + 1, -1);
+    if (first_row_of_stage[stage] < 0) first_row_of_stage[stage] = row;
+  };
+  for (const InputLine& line : lines) {
+    int row = static_cast<int>(s.ranks.size());
+    std::vector<Action>& list = s.ranks.emplace_back();
+    for (const CsvCell& cell : split_cells(line.text, name, line.number)) {
+      if (trim(cell.text).empty()) {
+        list.push_back(Action::idle());
+        continue;
+      }
+      Action a = parse_action_at(cell.text, name, line.number, cell.column);
+      note(a.stage, a.microbatch, a.slice, row, line.number, cell.column);
+      if (a.kind == OpKind::Overlap)
+        note(a.b_stage, a.b_microbatch, a.b_slice, row, line.number, cell.column);
+      list.push_back(a);
+    }
+  }
+  if (max_stage < 0)
+    throw parse_error(name +
+                          ": the CSV holds no actions, only empty cells; expected at least "
+                          "one action such as 0F0.",
+                      0, 0);
+  int ranks = static_cast<int>(s.ranks.size());
+  std::vector<int> rank_of_stage(first_row_of_stage);
+  for (int st = 0; st < static_cast<int>(rank_of_stage.size()); ++st)
+    if (rank_of_stage[st] < 0) rank_of_stage[st] = st % ranks;
+  s.problem = Problem{.ranks = ranks,
+                      .stages = max_stage + 1,
+                      .microbatches = max_microbatch + 1,
+                      .slices = max_slice + 1};
+  s.placement = Placement::from_map(std::move(rank_of_stage), ranks);
+  return s;
+}
+
+}  // namespace detail::io
+
+//! Reads PyTorch's schedule CSV: row r is rank r's actions in order, an empty cell is an
+//! idle slot. The problem and placement are inferred: ranks = rows; stages, microbatches and
+//! slices = the largest index used + 1 (both halves of an overlap count); stage s belongs
+//! to the first row where an action of s appears, or to rank s mod ranks when none does.
+//! A stage that also appears in other rows is read as written (validation reports it).
+//! Accepts `\n` and `\r\n` line endings. Throws parse_error naming the line, the column of
+//! the cell's first character, the bad token and what was expected; `name` becomes the
+//! schedule's name and prefixes messages.
+inline Schedule read_csv(std::istream& in, std::string name = "csv") {
+  std::string content = detail::io::read_stream(in, name);
+  return detail::io::read_csv_content(content, std::move(name));
+}
+
+//! Reads the CSV file at `path` (see read_csv); the schedule is named after the file.
+//! Throws pipesched::error naming the path and the reason when the file cannot be read.
+inline Schedule read_csv_file(const std::string& path) {
+  return detail::io::read_csv_content(detail::io::read_file(path), detail::io::file_name_of(path));
+}
+
+//! The CSV text of `s`: each rank's actions joined by `,` (an idle slot is an empty cell,
+//! trailing ones kept), one row per rank, each ending in `\n`. A row holding one idle slot
+//! alone is written `""` as Python's csv module does, so that it reads back as one cell.
+//! Placement and problem sizes are not stored: read_csv infers them again. Throws
+//! invalid_schedule for an action that has no string form (see format_action).
+inline std::string to_csv(const Schedule& s) {
+  std::string out;
+  for (const auto& list : s.ranks) {
+    if (list.size() == 1 && list.front().kind == OpKind::Idle) {
+      out += "\"\"\n";
+      continue;
+    }
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (i != 0) out += ',';
+      out += format_action(list[i]);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+//! Writes to_csv(s) to `out`; throws pipesched::error when the stream fails.
+inline void write_csv(std::ostream& out, const Schedule& s) {
+  detail::io::write_stream(out, to_csv(s), "CSV schedule");
+}
+
+}  // namespace pipesched

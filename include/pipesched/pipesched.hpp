@@ -1,0 +1,25 @@
+// pipesched: pipeline-parallel training schedules as composable C++20 policies.
+// The umbrella header: everything that builds with a plain C++ compiler. CUDA, NCCL and MPI
+// parts live in their own headers and are never included from here.
+#pragma once
+
+#include "pipesched/core/action.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/placement.hpp"
+#include "pipesched/core/problem.hpp"
+#include "pipesched/core/schedule.hpp"
+
+#include "pipesched/policy/policy.hpp"
+
+#include "pipesched/schedule/registry.hpp"
+
+#include "pipesched/pass/lower_communication.hpp"
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/uniform_cost.hpp"
+#include "pipesched/analysis/validate.hpp"
+
+#include "pipesched/io/action_string.hpp"
+#include "pipesched/io/csv.hpp"
+#include "pipesched/io/text.hpp"

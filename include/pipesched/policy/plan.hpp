@@ -1,0 +1,185 @@
+// plan<Knobs...>: policies from the five families, in any order, completed with defaults,
+// checked at compile time, and turned into a Schedule by the order's generator.
+#pragma once
+
+#include <climits>
+#include <string>
+#include <type_traits>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/problem.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/policy/checkpoint.hpp"
+#include "pipesched/policy/family.hpp"
+#include "pipesched/policy/generate.hpp"
+#include "pipesched/policy/order.hpp"
+#include "pipesched/policy/placement.hpp"
+#include "pipesched/policy/slicing.hpp"
+#include "pipesched/policy/wgrad.hpp"
+
+namespace pipesched {
+
+//! True when `T` is a policy of any family.
+template <class T>
+inline constexpr bool is_policy_v =
+    is_order_v<T> || is_placement_v<T> || is_checkpoint_v<T> || is_slicing_v<T> || is_wgrad_v<T>;
+//! A policy of any family: what plan<...> accepts as a knob.
+template <class T>
+concept policy = is_policy_v<T>;
+
+namespace detail {
+
+//! The first of `Knobs` for which `Is<K>::value` holds, else `Default`.
+template <template <class> class Is, class Default, class... Knobs>
+struct FirstKnob {
+  using type = Default;
+};
+template <template <class> class Is, class Default, class First, class... Rest>
+struct FirstKnob<Is, Default, First, Rest...> {
+  using type = typename std::conditional_t<Is<First>::value, std::type_identity<First>,
+                                           FirstKnob<Is, Default, Rest...>>::type;
+};
+
+//! How many of `Knobs` satisfy `Is`.
+template <template <class> class Is, class... Knobs>
+inline constexpr int knob_count_v = (0 + ... + (Is<Knobs>::value ? 1 : 0));
+
+//! The knobs of a plan sorted into families, with defaults for the missing ones. The
+//! placement and weight-gradient defaults depend on the order, so the order comes first.
+template <class... Knobs>
+struct PlanKnobs {
+  static constexpr bool all_policies = (true && ... && is_policy_v<Knobs>);
+  static constexpr int orders = knob_count_v<is_order, Knobs...>;
+  static constexpr int placements = knob_count_v<is_placement, Knobs...>;
+  static constexpr int checkpoints = knob_count_v<is_checkpoint, Knobs...>;
+  static constexpr int slicings = knob_count_v<is_slicing, Knobs...>;
+  static constexpr int wgrads = knob_count_v<is_wgrad, Knobs...>;
+  static constexpr bool well_formed = all_policies && orders <= 1 && placements <= 1 &&
+                                      checkpoints <= 1 && slicings <= 1 && wgrads <= 1;
+
+  using order_t = typename FirstKnob<is_order, pipesched::order::OneFOneB, Knobs...>::type;
+  using placement_t =
+      typename FirstKnob<is_placement, typename order_t::default_placement, Knobs...>::type;
+  using checkpoint_t =
+      typename FirstKnob<is_checkpoint, pipesched::checkpoint::None, Knobs...>::type;
+  using slicing_t = typename FirstKnob<is_slicing, pipesched::slicing::Whole, Knobs...>::type;
+  using wgrad_t = typename FirstKnob<is_wgrad, typename order_t::default_wgrad, Knobs...>::type;
+
+  using Rule = pipesched::order::PlacementRule;
+  static constexpr Rule rule = order_t::placement_rule;
+  static constexpr bool linear_ok =
+      rule != Rule::Linear ||
+      (placement_t::chunks == 1 && placement_t::kind != PlacementKind::VShape);
+  static constexpr bool looped_ok =
+      rule != Rule::Looped || placement_t::kind != PlacementKind::VShape;
+  static constexpr bool v_shape_ok =
+      rule != Rule::VShape2 ||
+      (placement_t::kind == PlacementKind::VShape && placement_t::chunks == 2);
+  static constexpr bool wgrad_ok = !order_t::needs_split_wgrad || wgrad_t::splits;
+};
+
+}  // namespace detail
+
+//! A schedule described by policies. `Knobs` holds at most one policy from each of the
+//! families order::, placement::, checkpoint::, slicing:: and wgrad::, in any order; a
+//! missing family takes its default: order::OneFOneB; the order's natural placement
+//! (Linear, Interleaved<2> for Interleaved1F1B and LoopedBFS, VShape<2> for ZeroBubbleV
+//! and DualPipeV); checkpoint::None; slicing::Whole; wgrad::Split for the Zero Bubble
+//! orders and DualPipeV, wgrad::Fused otherwise. A knob that is no policy, two knobs of
+//! one family, or a combination the order cannot run fail to compile with a message that
+//! says how to fix them.
+template <class... Knobs>
+struct plan {
+ private:
+  using Knobs_ = detail::PlanKnobs<Knobs...>;
+
+  static_assert(Knobs_::all_policies,
+                "pipesched::plan: every knob must be a policy from order::, placement::, "
+                "checkpoint::, slicing:: or wgrad::; run-time numbers such as microbatches "
+                "belong in the Problem passed to generate()");
+  static_assert(Knobs_::orders <= 1,
+                "pipesched::plan: two order:: policies given; pass at most one");
+  static_assert(Knobs_::placements <= 1,
+                "pipesched::plan: two placement:: policies given; pass at most one");
+  static_assert(Knobs_::checkpoints <= 1,
+                "pipesched::plan: two checkpoint:: policies given; pass at most one");
+  static_assert(Knobs_::slicings <= 1,
+                "pipesched::plan: two slicing:: policies given; pass at most one");
+  static_assert(Knobs_::wgrads <= 1,
+                "pipesched::plan: two wgrad:: policies given; pass at most one");
+
+  // The combination checks are only meaningful once every knob is a single policy; they
+  // stay quiet otherwise so that a bad knob produces one message, not several.
+  static_assert(!Knobs_::well_formed || Knobs_::wgrad_ok,
+                "pipesched::plan: a Zero Bubble order (order::ZeroBubbleH1, ZeroBubbleH2, "
+                "ZeroBubbleV) fills its bubbles with deferred weight gradients and cannot use "
+                "wgrad::Fused; pass wgrad::Split or leave wgrad out");
+  static_assert(!Knobs_::well_formed || Knobs_::v_shape_ok,
+                "pipesched::plan: order::ZeroBubbleV and order::DualPipeV run on two chunks per "
+                "rank in a V-shape and need placement::VShape<2>; pass it or leave placement out");
+  static_assert(!Knobs_::well_formed || Knobs_::linear_ok,
+                "pipesched::plan: this order (order::GPipe, OneFOneB, ZeroBubbleH1, ZeroBubbleH2) "
+                "runs one stage per rank and needs placement::Linear; pass it or leave placement "
+                "out, or use order::Interleaved1F1B or LoopedBFS for several chunks per rank");
+  static_assert(!Knobs_::well_formed || Knobs_::looped_ok,
+                "pipesched::plan: order::Interleaved1F1B and order::LoopedBFS loop over chunks "
+                "and cannot run on a V-shape placement; pass placement::Interleaved<V> or leave "
+                "placement out, or use order::ZeroBubbleV or DualPipeV for a V-shape");
+
+ public:
+  using order = typename Knobs_::order_t;            //!< which schedule family
+  using placement = typename Knobs_::placement_t;    //!< stages per rank and their shape
+  using checkpoint = typename Knobs_::checkpoint_t;  //!< which forwards are recomputed
+  using slicing = typename Knobs_::slicing_t;        //!< how sequences are cut
+  using wgrad = typename Knobs_::wgrad_t;            //!< fused or split backward
+
+  //! "1f1b, linear (1 chunk per rank), checkpoint none, slicing whole, wgrad fused".
+  static std::string describe() {
+    return std::string(order::name) + ", " + std::string(placement::name) + " (" +
+           std::to_string(placement::chunks) + (placement::chunks == 1 ? " chunk" : " chunks") +
+           " per rank), checkpoint " + std::string(checkpoint::name) + ", slicing " +
+           std::string(slicing::name) + ", wgrad " + std::string(wgrad::name);
+  }
+
+  //! The schedule for `p`. `p.stages` = 0 becomes ranks × the placement's chunks per rank;
+  //! any other value must equal that. Throws invalid_problem naming the field, its value
+  //! and the accepted one when `p` does not fit the plan, and whatever the order's
+  //! generator throws (e.g. too few microbatches).
+  static Schedule generate(Problem p) {
+    const std::string who = "plan<" + describe() + ">";
+    try {
+      p.check();
+    } catch (const invalid_problem& e) {
+      throw invalid_problem(who + ": " + e.what());
+    }
+    if (p.ranks > INT_MAX / placement::chunks)
+      throw invalid_problem(who + ": ranks = " + std::to_string(p.ranks) + " times " +
+                            std::to_string(placement::chunks) +
+                            " chunks per rank overflows the stage count; use fewer ranks.");
+    const int stages = p.ranks * placement::chunks;
+    if (p.stages == 0) {
+      p.stages = stages;
+    } else if (p.stages != stages) {
+      throw invalid_problem(who + ": stages = " + std::to_string(p.stages) +
+                            " does not fit the placement on ranks = " + std::to_string(p.ranks) +
+                            "; expected stages = " + std::to_string(stages) + " (ranks × " +
+                            std::to_string(placement::chunks) +
+                            " chunks per rank), or 0 to derive it.");
+    }
+    if (p.slices != slicing::slices)
+      throw invalid_problem(
+          who + ": slices = " + std::to_string(p.slices) + " does not fit slicing " +
+          std::string(slicing::name) + ", which schedules " + std::to_string(slicing::slices) +
+          " slice(s) per microbatch; use slices = " + std::to_string(slicing::slices) + ".");
+
+    Schedule s = detail::OrderGenerator<order>::run(p, detail::wgrad_mode_v<wgrad>);
+    // The plan promises its placement; a generator that built another map would make
+    // every later pass, simulation and execution silently wrong.
+    if (!(s.placement == placement::build(p.ranks)))
+      throw invalid_schedule(who + ": generator returned placement " + s.placement.describe() +
+                             " instead of " + placement::build(p.ranks).describe() + ".");
+    return s;
+  }
+};
+
+}  // namespace pipesched

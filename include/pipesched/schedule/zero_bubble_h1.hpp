@@ -1,0 +1,54 @@
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): the backward split into
+// an input gradient I (on the critical path) and a weight gradient W (deferred into what
+// would be bubbles), with 1F1B's limit on forwards in flight.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/placement.hpp"
+#include "pipesched/core/problem.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/greedy.hpp"
+
+namespace pipesched::schedule {
+namespace detail {
+
+//! Checks and resolves a problem for a Zero Bubble generator on a linear placement.
+inline Problem resolve_zero_bubble_linear(Problem p, WGradMode wgrad, const char* generator) {
+  check_problem(p, generator);
+  require_split_backward(wgrad, generator, "1f1b");
+  p = resolve_problem(p, 1, generator);
+  require_whole_sequences(p, generator);
+  if (p.stages != p.ranks)
+    throw invalid_problem(
+        std::string(generator) + ": stages = " + std::to_string(p.stages) +
+        " does not fit its linear placement with ranks = " + std::to_string(p.ranks) +
+        "; use stages = " + std::to_string(p.ranks) + " (one stage per rank) or 0.");
+  return p;
+}
+
+}  // namespace detail
+
+//! ZB-H1 on a linear placement (stage s on rank s), compute-only lists of F, I and W. Rank r of
+//! p keeps at most p − r microbatches whose I has not run, as 1F1B does, so its F/I order is
+//! 1F1B's; each W is deferred until the rank would otherwise wait, and the rest run at the end.
+//! With unit durations (F = I = W = 1, no communication latency) the makespan is 3M + p − 1
+//! for M >= p microbatches (bubble (p − 1)/(3M + p − 1)); for M < p it is 2p + 2M − 1, because
+//! the last rank's limit of one forward in flight makes it alternate F and I, which spaces the
+//! backward chains two apart. Needs `wgrad` Split, `stages == ranks` (or 0) and `slices == 1`;
+//! throws invalid_problem otherwise.
+inline Schedule zero_bubble_h1(Problem p, WGradMode wgrad = WGradMode::Split) {
+  constexpr const char* generator = "zb-h1";
+  p = detail::resolve_zero_bubble_linear(p, wgrad, generator);
+  std::vector<int> limit(static_cast<std::size_t>(p.ranks));
+  for (int r = 0; r < p.ranks; ++r)
+    limit[static_cast<std::size_t>(r)] = p.ranks - r;
+  return detail::greedy_schedule(generator, p, Placement::linear(p.ranks), std::move(limit));
+}
+
+}  // namespace pipesched::schedule

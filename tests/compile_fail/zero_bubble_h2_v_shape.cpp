@@ -1,0 +1,9 @@
+// expect: runs one stage per rank and needs placement::Linear
+#include "pipesched/policy/plan.hpp"
+
+using namespace pipesched;
+using Plan = plan<order::ZeroBubbleH2, placement::VShape<2>>;
+
+int main() {
+  return Plan::generate(Problem{.ranks = 2}).rank_count();
+}

@@ -1,0 +1,364 @@
+// plan<...>: policy traits, defaults, knob order, compile-time combination rules seen from
+// the accepted side, and generate() for every order.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include "pipesched/policy/policy.hpp"
+#include "pipesched/schedule/registry.hpp"
+
+namespace pipesched {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// Traits
+
+struct NotAPolicy {};
+struct RefinedOrder : order::OneFOneB {};  // a refined policy stays in its family
+
+template <class T>
+int families() {
+  return int{is_order_v<T>} + int{is_placement_v<T>} + int{is_checkpoint_v<T>} +
+         int{is_slicing_v<T>} + int{is_wgrad_v<T>};
+}
+
+// Every type in `Ts` is in the family `Is` and in no other.
+template <template <class> class Is, class... Ts>
+void expect_family() {
+  (
+      [] {
+        SCOPED_TRACE(std::string(Ts::name));
+        EXPECT_TRUE(Is<Ts>::value);
+        EXPECT_EQ(families<Ts>(), 1);
+        EXPECT_TRUE(policy<Ts>);
+      }(),
+      ...);
+}
+
+TEST(PolicyTraits, EveryTagBelongsToExactlyOneFamily) {
+  expect_family<is_order, order::GPipe, order::OneFOneB, order::Interleaved1F1B, order::LoopedBFS,
+                order::ZeroBubbleH1, order::ZeroBubbleH2, order::ZeroBubbleV, order::DualPipeV,
+                RefinedOrder>();
+  expect_family<is_placement, placement::Linear, placement::Interleaved<1>,
+                placement::Interleaved<3>, placement::VShape<>, placement::VShape<4>>();
+  expect_family<is_checkpoint, checkpoint::None>();
+  expect_family<is_slicing, slicing::Whole>();
+  expect_family<is_wgrad, wgrad::Fused, wgrad::Split>();
+  // The concepts say the same as the traits.
+  EXPECT_TRUE(order_policy<order::DualPipeV>);
+  EXPECT_TRUE(placement_policy<placement::VShape<>>);
+  EXPECT_TRUE(checkpoint_policy<checkpoint::None>);
+  EXPECT_TRUE(slicing_policy<slicing::Whole>);
+  EXPECT_TRUE(wgrad_policy<wgrad::Split>);
+  EXPECT_FALSE(order_policy<wgrad::Split>);
+  EXPECT_FALSE(placement_policy<order::ZeroBubbleV>);
+}
+
+TEST(PolicyTraits, OtherTypesAreNoPolicies) {
+  EXPECT_EQ(families<int>(), 0);
+  EXPECT_EQ(families<NotAPolicy>(), 0);
+  EXPECT_EQ(families<Problem>(), 0);
+  EXPECT_EQ(families<Schedule>(), 0);
+  EXPECT_EQ((families<std::integral_constant<int, 2>>()), 0);
+  // Qualified and reference forms, and the family tags themselves, are not knobs.
+  EXPECT_EQ(families<const order::GPipe>(), 0);
+  EXPECT_EQ(families<volatile wgrad::Split>(), 0);
+  EXPECT_EQ(families<order::GPipe&>(), 0);
+  EXPECT_EQ(families<order::GPipe*>(), 0);
+  EXPECT_EQ(families<detail::OrderTag>(), 0);
+  EXPECT_EQ(families<detail::PlacementTag>(), 0);
+  EXPECT_FALSE(policy<void>);
+}
+
+TEST(PolicyTraits, OrderNamesAreDistinctAndKnownToTheRegistry) {
+  const std::vector<std::string_view> names = {
+      order::GPipe::name,       order::OneFOneB::name,     order::Interleaved1F1B::name,
+      order::LoopedBFS::name,   order::ZeroBubbleH1::name, order::ZeroBubbleH2::name,
+      order::ZeroBubbleV::name, order::DualPipeV::name};
+  EXPECT_EQ(std::set<std::string_view>(names.begin(), names.end()).size(), names.size());
+  for (std::string_view n : names) {
+    SCOPED_TRACE(std::string(n));
+    EXPECT_NO_THROW(find_generator(n));
+  }
+}
+
+TEST(PolicyTraits, PlacementPoliciesBuildTheCoreMaps) {
+  for (int ranks : {1, 2, 3, 5}) {
+    SCOPED_TRACE("ranks = " + std::to_string(ranks));
+    EXPECT_EQ(placement::Linear::build(ranks), Placement::linear(ranks));
+    EXPECT_EQ(placement::Interleaved<1>::build(ranks), Placement::linear(ranks));
+    EXPECT_EQ(placement::Interleaved<3>::build(ranks), Placement::interleaved(ranks, 3));
+    EXPECT_EQ(placement::VShape<>::build(ranks), Placement::v_shape(ranks, 2));
+    EXPECT_EQ(placement::VShape<4>::build(ranks), Placement::v_shape(ranks, 4));
+    // The compile-time kind and chunk count describe what build() returns.
+    EXPECT_EQ(placement::Linear::build(ranks).kind(), placement::Linear::kind);
+    EXPECT_EQ(placement::Interleaved<1>::build(ranks).kind(), placement::Interleaved<1>::kind);
+    EXPECT_EQ(placement::Interleaved<3>::build(ranks).kind(), placement::Interleaved<3>::kind);
+    EXPECT_EQ(placement::VShape<4>::build(ranks).kind(), placement::VShape<4>::kind);
+    EXPECT_EQ(placement::Interleaved<3>::build(ranks).chunks(), placement::Interleaved<3>::chunks);
+    EXPECT_EQ(placement::VShape<4>::build(ranks).chunks(), placement::VShape<4>::chunks);
+  }
+  EXPECT_EQ(placement::VShape<>::chunks, 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// Defaults, per order: (order, default placement, default wgrad).
+
+template <class Order, class DefaultPlacement, class DefaultWGrad>
+struct OrderCase {
+  using order = Order;
+  using placement = DefaultPlacement;
+  using wgrad = DefaultWGrad;
+};
+
+using OrderCases =
+    ::testing::Types<OrderCase<order::GPipe, placement::Linear, wgrad::Fused>,
+                     OrderCase<order::OneFOneB, placement::Linear, wgrad::Fused>,
+                     OrderCase<order::Interleaved1F1B, placement::Interleaved<2>, wgrad::Fused>,
+                     OrderCase<order::LoopedBFS, placement::Interleaved<2>, wgrad::Fused>,
+                     OrderCase<order::ZeroBubbleH1, placement::Linear, wgrad::Split>,
+                     OrderCase<order::ZeroBubbleH2, placement::Linear, wgrad::Split>,
+                     OrderCase<order::ZeroBubbleV, placement::VShape<2>, wgrad::Split>,
+                     OrderCase<order::DualPipeV, placement::VShape<2>, wgrad::Split>>;
+
+template <class Case>
+class PlanPerOrder : public ::testing::Test {};
+TYPED_TEST_SUITE(PlanPerOrder, OrderCases);
+
+TYPED_TEST(PlanPerOrder, MissingKnobsTakeTheOrdersDefaults) {
+  using Order = typename TypeParam::order;
+  using P = plan<Order>;
+  EXPECT_TRUE((std::is_same_v<typename P::order, Order>));
+  EXPECT_TRUE((std::is_same_v<typename P::placement, typename TypeParam::placement>));
+  EXPECT_TRUE((std::is_same_v<typename P::wgrad, typename TypeParam::wgrad>));
+  EXPECT_TRUE((std::is_same_v<typename P::checkpoint, checkpoint::None>));
+  EXPECT_TRUE((std::is_same_v<typename P::slicing, slicing::Whole>));
+}
+
+TYPED_TEST(PlanPerOrder, DefaultsAgreeWithTheGeneratorRegistry) {
+  using Order = typename TypeParam::order;
+  const GeneratorInfo& g = find_generator(Order::name);
+  EXPECT_EQ(g.placement, TypeParam::placement::kind);
+  EXPECT_EQ(g.default_chunks, TypeParam::placement::chunks);
+  EXPECT_EQ(g.default_wgrad, TypeParam::wgrad::splits ? WGradMode::Split : WGradMode::Fused);
+  EXPECT_EQ(g.fused, !Order::needs_split_wgrad);
+}
+
+// One forward and one backward (B, or I and W) for every stage and microbatch, each on the
+// rank that holds its stage. Overlap counts as its two halves.
+void expect_complete(const Schedule& s, bool split) {
+  const int stages = s.problem.stages;
+  const int microbatches = s.problem.microbatches;
+  std::map<std::tuple<OpKind, int, int>, int> seen;
+  for (int r = 0; r < s.rank_count(); ++r) {
+    for (const Action& a : s.ranks[static_cast<std::size_t>(r)]) {
+      std::vector<Action> parts = {a};
+      if (a.kind == OpKind::Overlap) parts = {a.forward_half(), a.backward_half()};
+      for (const Action& x : parts) {
+        ASSERT_TRUE(is_compute(x.kind)) << "rank " << r << " holds " << to_string(x.kind);
+        ASSERT_GE(x.stage, 0);
+        ASSERT_LT(x.stage, stages);
+        EXPECT_EQ(s.placement.rank_of(x.stage), r) << to_string(x.kind) << " of stage " << x.stage;
+        ++seen[{x.kind, x.stage, x.microbatch}];
+      }
+    }
+  }
+  for (int st = 0; st < stages; ++st) {
+    for (int m = 0; m < microbatches; ++m) {
+      SCOPED_TRACE("stage " + std::to_string(st) + ", microbatch " + std::to_string(m));
+      EXPECT_EQ((seen[{OpKind::F, st, m}]), 1);
+      const int b = seen[{OpKind::B, st, m}];
+      const int i = seen[{OpKind::I, st, m}];
+      const int w = seen[{OpKind::W, st, m}];
+      EXPECT_TRUE((b == 1 && i == 0 && w == 0) || (b == 0 && i == 1 && w == 1))
+          << "B " << b << ", I " << i << ", W " << w;
+      if (!split) {
+        EXPECT_EQ(b, 1);
+      }
+    }
+  }
+}
+
+// The run-time generator an order stands for, called directly.
+template <class Order>
+Schedule direct(Problem p, WGradMode mode) {
+  return find_generator(Order::name).generate(p, mode);
+}
+
+TYPED_TEST(PlanPerOrder, GenerateMatchesTheGeneratorOnAGrid) {
+  using Order = typename TypeParam::order;
+  using P = plan<Order>;
+  const WGradMode mode = P::wgrad::splits ? WGradMode::Split : WGradMode::Fused;
+  for (int ranks : {1, 2, 3, 4}) {
+    for (int factor : {2, 4}) {
+      const Problem p{.ranks = ranks, .microbatches = factor * ranks};
+      SCOPED_TRACE(P::describe() + ", ranks = " + std::to_string(ranks) +
+                   ", microbatches = " + std::to_string(p.microbatches));
+      const Schedule s = P::generate(p);
+      EXPECT_EQ(s.name, Order::name);
+      EXPECT_EQ(s.problem.stages, ranks * P::placement::chunks);
+      EXPECT_EQ(s.placement, P::placement::build(ranks));
+      EXPECT_EQ(s.rank_count(), ranks);
+      EXPECT_EQ(s, direct<Order>(p, mode));
+      EXPECT_EQ(s.has_split_backward(), P::wgrad::splits);
+      expect_complete(s, P::wgrad::splits);
+      // Giving the stage count the plan derives changes nothing.
+      Problem explicit_stages = p;
+      explicit_stages.stages = ranks * P::placement::chunks;
+      EXPECT_EQ(P::generate(explicit_stages), s);
+    }
+  }
+}
+
+TYPED_TEST(PlanPerOrder, WrongStageCountIsRefusedWithTheExpectedValue) {
+  using P = plan<typename TypeParam::order>;
+  const int chunks = P::placement::chunks;
+  const Problem p{.ranks = 4, .stages = 4 * chunks + 4, .microbatches = 16};
+  try {
+    P::generate(p);
+    FAIL() << "stages = " << p.stages << " was accepted";
+  } catch (const invalid_problem& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("stages = " + std::to_string(p.stages)), std::string::npos) << what;
+    EXPECT_NE(what.find("expected stages = " + std::to_string(4 * chunks)), std::string::npos)
+        << what;
+  }
+}
+
+TYPED_TEST(PlanPerOrder, GeneratorErrorsReachTheCaller) {
+  // One microbatch on 3 ranks is too few for DualPipeV and odd for Interleaved 1F1B; the
+  // others accept it. Either way plan and generator agree.
+  using Order = typename TypeParam::order;
+  using P = plan<Order>;
+  const Problem p{.ranks = 3, .microbatches = 1};
+  Problem resolved = p;
+  resolved.stages = 3 * P::placement::chunks;
+  const WGradMode mode = P::wgrad::splits ? WGradMode::Split : WGradMode::Fused;
+  bool direct_threw = false;
+  try {
+    direct<Order>(resolved, mode);
+  } catch (const invalid_problem&) {
+    direct_threw = true;
+  }
+  if (direct_threw) {
+    EXPECT_THROW(P::generate(p), invalid_problem);
+  } else {
+    EXPECT_EQ(P::generate(p), direct<Order>(resolved, mode));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Explicit knobs, in any order.
+
+TEST(Plan, NoKnobsIsOneFOneB) {
+  EXPECT_TRUE((std::is_same_v<plan<>::order, order::OneFOneB>));
+  EXPECT_TRUE((std::is_same_v<plan<>::placement, placement::Linear>));
+  EXPECT_TRUE((std::is_same_v<plan<>::wgrad, wgrad::Fused>));
+  EXPECT_TRUE((std::is_same_v<plan<>::checkpoint, checkpoint::None>));
+  EXPECT_TRUE((std::is_same_v<plan<>::slicing, slicing::Whole>));
+  EXPECT_EQ(plan<>::describe(),
+            "1f1b, linear (1 chunk per rank), checkpoint none, slicing "
+            "whole, wgrad fused");
+}
+
+template <class P>
+void expect_full_interleaved_plan() {
+  SCOPED_TRACE(P::describe());
+  EXPECT_TRUE((std::is_same_v<typename P::order, order::Interleaved1F1B>));
+  EXPECT_TRUE((std::is_same_v<typename P::placement, placement::Interleaved<4>>));
+  EXPECT_TRUE((std::is_same_v<typename P::checkpoint, checkpoint::None>));
+  EXPECT_TRUE((std::is_same_v<typename P::slicing, slicing::Whole>));
+  EXPECT_TRUE((std::is_same_v<typename P::wgrad, wgrad::Split>));
+}
+
+TEST(Plan, KnobsInAnyOrderGiveTheSamePlan) {
+  using O = order::Interleaved1F1B;
+  using L = placement::Interleaved<4>;
+  using C = checkpoint::None;
+  using S = slicing::Whole;
+  using W = wgrad::Split;
+  expect_full_interleaved_plan<plan<O, L, C, S, W>>();
+  expect_full_interleaved_plan<plan<W, S, C, L, O>>();
+  expect_full_interleaved_plan<plan<L, O, W, C, S>>();
+  expect_full_interleaved_plan<plan<C, W, O, S, L>>();
+  expect_full_interleaved_plan<plan<S, L, W, O, C>>();
+  expect_full_interleaved_plan<plan<L, W, O>>();  // the rest defaults to the same
+  EXPECT_EQ((plan<W, L, O>::generate(Problem{.ranks = 2, .microbatches = 4})),
+            (plan<O, L, W>::generate(Problem{.ranks = 2, .microbatches = 4})));
+}
+
+TEST(Plan, ExplicitKnobsOverrideTheDefaults) {
+  EXPECT_TRUE((std::is_same_v<plan<order::DualPipeV, wgrad::Fused>::wgrad, wgrad::Fused>));
+  EXPECT_TRUE((std::is_same_v<plan<wgrad::Split>::wgrad, wgrad::Split>));
+  EXPECT_TRUE((std::is_same_v<plan<wgrad::Split>::order, order::OneFOneB>));
+  EXPECT_TRUE(
+      (std::is_same_v<plan<placement::Linear, order::LoopedBFS>::placement, placement::Linear>));
+  EXPECT_TRUE((std::is_same_v<plan<order::GPipe, placement::Interleaved<1>>::placement,
+                              placement::Interleaved<1>>));
+  EXPECT_TRUE((std::is_same_v<plan<RefinedOrder>::order, RefinedOrder>));
+  EXPECT_TRUE((std::is_same_v<plan<RefinedOrder>::placement, placement::Linear>));
+}
+
+// Non-default placements and weight-gradient modes reach the generator.
+template <class P>
+void expect_generates(const Problem& p, PlacementKind kind, int chunks) {
+  SCOPED_TRACE(P::describe());
+  const Schedule s = P::generate(p);
+  EXPECT_EQ(s.placement.kind(), kind);
+  EXPECT_EQ(s.placement.chunks(), chunks);
+  EXPECT_EQ(s.problem.stages, p.ranks * chunks);
+  EXPECT_EQ(s.has_split_backward(), P::wgrad::splits);
+  expect_complete(s, P::wgrad::splits);
+}
+
+TEST(Plan, OtherPlacementsAndWGradModesReachTheGenerator) {
+  const Problem p{.ranks = 3, .microbatches = 6};
+  expect_generates<plan<order::Interleaved1F1B, placement::Interleaved<3>>>(
+      p, PlacementKind::Interleaved, 3);
+  expect_generates<plan<order::Interleaved1F1B, placement::Linear, wgrad::Split>>(
+      p, PlacementKind::Linear, 1);
+  expect_generates<plan<order::LoopedBFS, placement::Interleaved<4>>>(p, PlacementKind::Interleaved,
+                                                                      4);
+  expect_generates<plan<order::GPipe, placement::Interleaved<1>, wgrad::Split>>(
+      p, PlacementKind::Linear, 1);
+  expect_generates<plan<order::OneFOneB, wgrad::Split>>(p, PlacementKind::Linear, 1);
+  expect_generates<plan<order::DualPipeV, wgrad::Fused>>(p, PlacementKind::VShape, 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// Problems the plan refuses before calling the generator.
+
+void expect_invalid_problem(const std::function<void()>& f,
+                            const std::vector<std::string>& fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no invalid_problem thrown";
+  } catch (const invalid_problem& e) {
+    const std::string what = e.what();
+    for (const std::string& x : fragments)
+      EXPECT_NE(what.find(x), std::string::npos) << "'" << x << "' missing from: " << what;
+  }
+}
+
+TEST(Plan, RefusesProblemsThatDoNotFit) {
+  using Looped = plan<order::LoopedBFS>;
+  expect_invalid_problem([] { Looped::generate(Problem{.ranks = 4, .stages = 6}); },
+                         {"stages = 6", "ranks = 4", "expected stages = 8", "0"});
+  expect_invalid_problem([] { plan<>::generate(Problem{.ranks = 0}); }, {"ranks = 0", "1f1b"});
+  expect_invalid_problem([] { plan<>::generate(Problem{.ranks = 2, .microbatches = 0}); },
+                         {"microbatches = 0"});
+  expect_invalid_problem([] { plan<>::generate(Problem{.ranks = 2, .slices = 4}); },
+                         {"slices = 4", "whole", "slices = 1"});
+  expect_invalid_problem([] { Looped::generate(Problem{.ranks = INT_MAX}); },
+                         {"ranks = " + std::to_string(INT_MAX), "overflow"});
+}
+
+}  // namespace
+}  // namespace pipesched

@@ -1,0 +1,613 @@
+// The pipesched command: explore schedules without writing code.
+//
+//   pipesched list
+//   pipesched generate --schedule NAME --ranks P --microbatches M [...] [--format csv|text] [-o FILE]
+//   pipesched validate FILE
+//   pipesched simulate (--schedule NAME ... | FILE) [--cost k=v,...] [--model M --device D] [--json]
+//   pipesched render   (--schedule NAME ... | FILE) [--svg FILE] [--trace FILE] [--text]
+//   pipesched convert IN OUT
+//
+// Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "pipesched/analysis/presets.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/io/svg.hpp"
+#include "pipesched/io/text_grid.hpp"
+#include "pipesched/io/trace.hpp"
+#include "pipesched/pipesched.hpp"
+
+namespace ps = pipesched;
+
+namespace {
+
+constexpr int exit_ok = 0;
+constexpr int exit_invalid = 1;
+constexpr int exit_usage = 2;
+
+//! Bad usage or unreadable input: reported on stderr, exit code 2.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+//! The schedule breaks a rule: exit code 1.
+struct invalid_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------------------------------
+// Argument parsing: options with a value (--name VALUE or --name=VALUE), switches and
+// positionals, checked against what each subcommand accepts.
+
+struct OptionSpec {
+  std::string name;   // "--ranks"
+  bool takes_value;   // false for switches
+  std::string help;   // one line for --help
+  std::string value_name = "";
+};
+
+struct Args {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> positionals;
+  bool has(const std::string& k) const { return values.count(k) != 0; }
+  std::string get(const std::string& k, const std::string& def = "") const {
+    auto it = values.find(k);
+    return it == values.end() ? def : it->second;
+  }
+};
+
+Args parse_args(const std::string& command, const std::vector<std::string>& argv,
+                const std::vector<OptionSpec>& specs, std::size_t max_positionals) {
+  Args a;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    std::string arg = argv[i];
+    if (arg.size() > 1 && arg[0] == '-' && arg != "-") {
+      std::string name = arg, value;
+      bool inline_value = false;
+      if (auto eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
+        name = arg.substr(0, eq);
+        value = arg.substr(eq + 1);
+        inline_value = true;
+      }
+      const OptionSpec* spec = nullptr;
+      for (const auto& s : specs)
+        if (s.name == name) spec = &s;
+      if (!spec) {
+        std::string known;
+        for (const auto& s : specs) known += (known.empty() ? "" : ", ") + s.name;
+        throw usage_error("pipesched " + command + ": unknown option '" + name +
+                          "'; it accepts " + known + " (see pipesched " + command + " --help)");
+      }
+      if (a.has(spec->name))
+        throw usage_error("pipesched " + command + ": option " + spec->name +
+                          " given twice; give it once");
+      if (spec->takes_value) {
+        if (!inline_value) {
+          if (i + 1 >= argv.size())
+            throw usage_error("pipesched " + command + ": option " + spec->name + " needs a " +
+                              (spec->value_name.empty() ? "value" : spec->value_name));
+          value = argv[++i];
+        }
+        a.values[spec->name] = value;
+      } else {
+        if (inline_value)
+          throw usage_error("pipesched " + command + ": option " + spec->name +
+                            " takes no value");
+        a.values[spec->name] = "1";
+      }
+    } else {
+      a.positionals.push_back(arg);
+    }
+  }
+  if (a.positionals.size() > max_positionals)
+    throw usage_error("pipesched " + command + ": unexpected argument '" +
+                      a.positionals[max_positionals] + "' (see pipesched " + command +
+                      " --help)");
+  return a;
+}
+
+int parse_int(const std::string& option, const std::string& text, int lo, int hi) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi)
+    throw usage_error(option + " needs a whole number from " + std::to_string(lo) + " to " +
+                      std::to_string(hi) + ", got '" + text + "'");
+  return static_cast<int>(v);
+}
+
+double parse_double(const std::string& what, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v))
+    throw usage_error(what + " needs a number, got '" + text + "'");
+  return v;
+}
+
+std::string help_text(const std::string& usage, const std::string& about,
+                      const std::vector<OptionSpec>& specs) {
+  std::string out = "usage: " + usage + "\n\n" + about + "\n";
+  if (!specs.empty()) out += "\noptions:\n";
+  for (const auto& s : specs) {
+    std::string left = "  " + s.name + (s.takes_value ? " " + s.value_name : "");
+    if (left.size() < 28) left.resize(28, ' ');
+    else left += "  ";
+    out += left + s.help + "\n";
+  }
+  return out;
+}
+
+bool wants_help(const std::vector<std::string>& argv) {
+  for (const auto& a : argv)
+    if (a == "--help" || a == "-h") return true;
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------
+// Getting a schedule: from a generator or from a file.
+
+const std::vector<OptionSpec> schedule_options = {
+    {"--schedule", true, "generator name (see pipesched list)", "NAME"},
+    {"--ranks", true, "pipeline ranks P", "P"},
+    {"--microbatches", true, "microbatches per step M", "M"},
+    {"--chunks", true, "stages per rank V (interleaved-1f1b, looped-bfs; default 2)", "V"},
+    {"--wgrad", true, "backward: fused (B) or split (I then W); default: the schedule's",
+     "fused|split"},
+};
+
+ps::Schedule generated_schedule(const std::string& command, const Args& a) {
+  if (!a.has("--schedule"))
+    throw usage_error("pipesched " + command + ": give --schedule NAME (see pipesched list) or a "
+                      "schedule FILE");
+  const ps::GeneratorInfo& g = [&]() -> const ps::GeneratorInfo& {
+    try {
+      return ps::find_generator(a.get("--schedule"));
+    } catch (const ps::invalid_problem& e) {
+      throw usage_error(e.what());
+    }
+  }();
+  if (!a.has("--ranks") || !a.has("--microbatches"))
+    throw usage_error("pipesched " + command + ": --schedule needs --ranks P and --microbatches M");
+  ps::Problem p;
+  p.ranks = parse_int("--ranks", a.get("--ranks"), 1, 65536);
+  p.microbatches = parse_int("--microbatches", a.get("--microbatches"), 1, 1 << 20);
+  if (a.has("--chunks")) {
+    int v = parse_int("--chunks", a.get("--chunks"), 1, 1024);
+    p.stages = p.ranks * v;
+  }
+  ps::WGradMode wgrad = g.default_wgrad;
+  if (a.has("--wgrad")) {
+    std::string w = a.get("--wgrad");
+    if (w == "fused") wgrad = ps::WGradMode::Fused;
+    else if (w == "split") wgrad = ps::WGradMode::Split;
+    else throw usage_error("--wgrad takes fused or split, got '" + w + "'");
+  }
+  try {
+    return g.generate(p, wgrad);
+  } catch (const ps::invalid_problem& e) {
+    throw usage_error(e.what());
+  }
+}
+
+ps::Schedule file_schedule(const std::string& path) {
+  try {
+    return ps::read_schedule_file(path);
+  } catch (const ps::error& e) {
+    throw usage_error(e.what());
+  }
+}
+
+ps::Schedule get_schedule(const std::string& command, const Args& a) {
+  const bool from_gen = a.has("--schedule") || a.has("--ranks") || a.has("--microbatches") ||
+                        a.has("--chunks") || a.has("--wgrad");
+  if (!a.positionals.empty()) {
+    if (from_gen)
+      throw usage_error("pipesched " + command + ": give either a schedule FILE or --schedule "
+                        "NAME with its options, not both");
+    return file_schedule(a.positionals[0]);
+  }
+  return generated_schedule(command, a);
+}
+
+void require_valid(const ps::Schedule& s) {
+  ps::ValidationReport rep = ps::check(s);
+  if (!rep.ok())
+    throw invalid_error("schedule '" + s.name + "' is invalid (" +
+                        std::to_string(rep.violations.size()) + " problem" +
+                        (rep.violations.size() == 1 ? "" : "s") + "):\n" + rep.summary());
+}
+
+// ---------------------------------------------------------------------------------------
+// Cost models from the command line.
+
+const std::vector<OptionSpec> cost_options = {
+    {"--cost", true,
+     "UniformCost parameters, e.g. f=1,b=2,w=1,r=1,comm=0,boundary=0.05,w_memory=0", "K=V,..."},
+    {"--model", true, "TransformerCost model preset (see pipesched list)", "NAME"},
+    {"--device", true, "TransformerCost device preset (see pipesched list)", "NAME"},
+    {"--sequence", true, "sequence length for --model (default: the preset's)", "N"},
+    {"--microbatch-size", true, "sequences per microbatch for --model (default 1)", "B"},
+};
+
+ps::UniformCost parse_uniform_cost(const std::string& text) {
+  ps::UniformCost c;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw usage_error("--cost: '" + item + "' is not KEY=VALUE; keys are f, b, w, r, comm, "
+                        "boundary, w_memory");
+    std::string k = item.substr(0, eq);
+    double v = parse_double("--cost " + k, item.substr(eq + 1));
+    if (k == "f") c.f = v;
+    else if (k == "b") c.b = v;
+    else if (k == "w") c.w = v;
+    else if (k == "r") c.r = v;
+    else if (k == "comm") c.comm = v;
+    else if (k == "boundary") c.boundary = v;
+    else if (k == "w_memory") c.w_memory = v;
+    else
+      throw usage_error("--cost: unknown key '" + k + "'; keys are f, b, w, r, comm, boundary, "
+                        "w_memory");
+  }
+  try {
+    c.check();
+  } catch (const ps::invalid_problem& e) {
+    throw usage_error(std::string("--cost: ") + e.what());
+  }
+  return c;
+}
+
+using AnyCost = std::variant<ps::UniformCost, ps::TransformerCost>;
+
+AnyCost get_cost(const Args& a) {
+  const bool transformer = a.has("--model") || a.has("--device");
+  if (transformer && a.has("--cost"))
+    throw usage_error("give either --cost (UniformCost) or --model and --device "
+                      "(TransformerCost), not both");
+  if (!transformer) {
+    if (a.has("--sequence") || a.has("--microbatch-size"))
+      throw usage_error("--sequence and --microbatch-size need --model and --device");
+    return parse_uniform_cost(a.get("--cost"));
+  }
+  if (!a.has("--model") || !a.has("--device"))
+    throw usage_error("TransformerCost needs both --model NAME and --device NAME (see pipesched "
+                      "list)");
+  try {
+    ps::ModelShape m = ps::presets::find_model(a.get("--model"));
+    if (a.has("--sequence")) m.sequence = parse_int("--sequence", a.get("--sequence"), 1, 1 << 24);
+    if (a.has("--microbatch-size"))
+      m.microbatch_size = parse_int("--microbatch-size", a.get("--microbatch-size"), 1, 1 << 16);
+    ps::TransformerCost c{m, ps::presets::find_device(a.get("--device")), {}};
+    return c;
+  } catch (const ps::invalid_problem& e) {
+    throw usage_error(e.what());
+  }
+}
+
+ps::SimulationResult run_simulation(const ps::Schedule& s, const AnyCost& cost) {
+  try {
+    return std::visit([&](const auto& c) { return ps::simulate(s, c); }, cost);
+  } catch (const ps::invalid_problem& e) {
+    throw usage_error(e.what());
+  }
+}
+
+bool is_transformer(const AnyCost& c) { return std::holds_alternative<ps::TransformerCost>(c); }
+
+// ---------------------------------------------------------------------------------------
+// Output helpers.
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    unsigned char c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void write_output(const std::string& path, const std::string& content) {
+  if (path.empty() || path == "-") {
+    std::cout << content;
+    return;
+  }
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw usage_error("cannot write '" + path + "': " + std::strerror(errno));
+  f << content;
+  if (!f.flush()) throw usage_error("cannot write '" + path + "': " + std::strerror(errno));
+}
+
+// ---------------------------------------------------------------------------------------
+// Subcommands.
+
+int cmd_list(const std::vector<std::string>& argv) {
+  if (wants_help(argv)) {
+    std::cout << help_text("pipesched list",
+                           "Lists the schedules, placements, policies and cost-model presets.", {});
+    return exit_ok;
+  }
+  parse_args("list", argv, {}, 0);
+  std::printf("schedules (--schedule):\n");
+  for (const auto& g : ps::generators())
+    std::printf("  %-18s %s [%s%s; wgrad: %s%s%s]\n", std::string(g.name).c_str(),
+                std::string(g.summary).c_str(), ps::to_string(g.placement),
+                g.chunks_vary ? ", --chunks" : "", g.fused ? "fused" : "",
+                g.fused && g.split ? "|" : "", g.split ? "split" : "");
+  std::printf("\nplacements:\n");
+  std::printf("  %-18s %s\n", "linear", "one stage per rank: stage s on rank s");
+  std::printf("  %-18s %s\n", "interleaved", "looped: rank r holds stages r, r+p, r+2p, ...");
+  std::printf("  %-18s %s\n", "v-shape", "zig-zag: rank r holds stages r and 2p-1-r (and so on)");
+  std::printf("\ncheckpoint policies:\n");
+  std::printf("  %-18s %s\n", "none", "keep every activation until its backward");
+  std::printf("\nslicing policies:\n");
+  std::printf("  %-18s %s\n", "whole", "whole sequences (one slice per microbatch)");
+  std::printf("\nwgrad policies (--wgrad):\n");
+  std::printf("  %-18s %s\n", "fused", "one backward action B");
+  std::printf("  %-18s %s\n", "split", "input gradient I, then weight gradient W (Zero Bubble)");
+  std::printf("\nmodels (--model):\n");
+  for (const auto& m : ps::presets::models())
+    std::printf("  %-18s %s\n", m.name.c_str(), m.description.c_str());
+  std::printf("\ndevices (--device):\n");
+  for (const auto& d : ps::presets::devices())
+    std::printf("  %-18s %s\n", d.name.c_str(), d.description.c_str());
+  return exit_ok;
+}
+
+int cmd_generate(const std::vector<std::string>& argv) {
+  std::vector<OptionSpec> specs = schedule_options;
+  specs.push_back({"--format", true, "output form: csv (PyTorch's) or text (default csv)",
+                   "csv|text"});
+  specs.push_back({"--comm", false, "lower to explicit SEND/RECV actions"});
+  specs.push_back({"-o", true, "write to FILE instead of standard output", "FILE"});
+  if (wants_help(argv)) {
+    std::cout << help_text("pipesched generate --schedule NAME --ranks P --microbatches M "
+                           "[--chunks V] [--wgrad fused|split] [--format csv|text] [--comm] [-o FILE]",
+                           "Generates a schedule, validates it and writes it.", specs);
+    return exit_ok;
+  }
+  Args a = parse_args("generate", argv, specs, 0);
+  ps::Schedule s = generated_schedule("generate", a);
+  if (a.has("--comm")) s = ps::lower_communication(s);
+  require_valid(s);
+  std::string format = a.get("--format", "csv");
+  if (format != "csv" && format != "text")
+    throw usage_error("--format takes csv or text, got '" + format + "'");
+  write_output(a.get("-o"), format == "csv" ? ps::to_csv(s) : ps::to_text(s));
+  return exit_ok;
+}
+
+int cmd_validate(const std::vector<std::string>& argv) {
+  if (wants_help(argv)) {
+    std::cout << help_text("pipesched validate FILE",
+                           "Checks a schedule file (PyTorch CSV or pipesched text): every unit "
+                           "computed once,\nindices in range, each stage on one rank, dependency "
+                           "order, matched sends and\nreceives, and no deadlock. Exit 0 when "
+                           "valid, 1 when not, 2 when unreadable.",
+                           {});
+    return exit_ok;
+  }
+  Args a = parse_args("validate", argv, {}, 1);
+  if (a.positionals.empty()) throw usage_error("pipesched validate: give a schedule FILE");
+  ps::Schedule s = file_schedule(a.positionals[0]);
+  require_valid(s);
+  std::printf("%s: valid — %d ranks, %d stages (%s), %d microbatches, %d slice%s, %zu actions%s\n",
+              a.positionals[0].c_str(), s.problem.ranks, s.problem.stages,
+              s.placement.describe().c_str(), s.problem.microbatches, s.problem.slices,
+              s.problem.slices == 1 ? "" : "s", s.action_count(),
+              s.has_comm() ? " with communication" : "");
+  return exit_ok;
+}
+
+int cmd_simulate(const std::vector<std::string>& argv) {
+  std::vector<OptionSpec> specs = schedule_options;
+  specs.insert(specs.end(), cost_options.begin(), cost_options.end());
+  specs.push_back({"--json", false, "print one JSON object (schema: docs/cli.md)"});
+  if (wants_help(argv)) {
+    std::cout << help_text(
+        "pipesched simulate (--schedule NAME --ranks P --microbatches M ... | FILE) "
+        "[--cost K=V,...] [--model NAME --device NAME] [--json]",
+        "Simulates time and memory. UniformCost (default f=1,b=2,w=1,r=1,comm=0,boundary=0.05)\n"
+        "measures time in units of one forward and memory in microbatches of activations;\n"
+        "TransformerCost (--model, --device) in seconds and bytes.",
+        specs);
+    return exit_ok;
+  }
+  Args a = parse_args("simulate", argv, specs, 1);
+  AnyCost cost = get_cost(a);
+  ps::Schedule s = get_schedule("simulate", a);
+  require_valid(s);
+  ps::SimulationResult r = run_simulation(s, cost);
+  const bool tc = is_transformer(cost);
+  if (a.has("--json")) {
+    std::string j = "{";
+    j += "\"schedule\":" + json_string(s.name);
+    j += ",\"problem\":{\"ranks\":" + std::to_string(s.problem.ranks) +
+         ",\"stages\":" + std::to_string(s.problem.stages) +
+         ",\"microbatches\":" + std::to_string(s.problem.microbatches) +
+         ",\"slices\":" + std::to_string(s.problem.slices) + "}";
+    j += ",\"placement\":" + json_string(s.placement.describe());
+    j += ",\"actions\":" + std::to_string(s.action_count());
+    j += ",\"time_unit\":" + json_string(tc ? "seconds" : "units");
+    j += ",\"memory_unit\":" + json_string(tc ? "bytes" : "microbatches");
+    j += ",\"deadlock\":" + std::string(r.deadlock ? "true" : "false");
+    j += ",\"makespan\":" + json_number(r.makespan);
+    j += ",\"bubble_ratio\":" + json_number(r.bubble_ratio);
+    j += ",\"peak_memory_max\":" + json_number(r.peak_memory_max);
+    j += ",\"ranks\":[";
+    for (int i = 0; i < s.rank_count(); ++i) {
+      const auto& rk = r.ranks[i];
+      j += (i ? "," : "") + std::string("{\"rank\":") + std::to_string(i) +
+           ",\"busy\":" + json_number(rk.busy) + ",\"idle\":" + json_number(rk.idle) +
+           ",\"peak_memory\":" + json_number(rk.peak_memory) + "}";
+    }
+    j += "]}\n";
+    std::cout << j;
+  } else {
+    const char* tu = tc ? "s" : "";
+    std::printf("%s: %d ranks, %d stages (%s), %d microbatches, %zu actions\n", s.name.c_str(),
+                s.problem.ranks, s.problem.stages, s.placement.describe().c_str(),
+                s.problem.microbatches, s.action_count());
+    std::printf("makespan %.6g%s, bubble %.2f%%, max peak memory %.6g %s\n", r.makespan, tu,
+                100 * r.bubble_ratio, r.peak_memory_max, tc ? "bytes" : "microbatches");
+    std::printf("%6s %14s %14s %16s\n", "rank", "busy", "idle", "peak memory");
+    for (int i = 0; i < s.rank_count(); ++i)
+      std::printf("%6d %14.6g %14.6g %16.6g\n", i, r.ranks[i].busy, r.ranks[i].idle,
+                  r.ranks[i].peak_memory);
+  }
+  if (r.deadlock) {
+    std::fprintf(stderr, "%s\n", r.deadlock_report.c_str());
+    return exit_invalid;
+  }
+  return exit_ok;
+}
+
+int cmd_render(const std::vector<std::string>& argv) {
+  std::vector<OptionSpec> specs = schedule_options;
+  specs.insert(specs.end(), cost_options.begin(), cost_options.end());
+  specs.push_back({"--svg", true, "write an SVG timeline (a row per rank, memory beneath)", "FILE"});
+  specs.push_back({"--trace", true, "write Chrome trace JSON (Perfetto, chrome://tracing)", "FILE"});
+  specs.push_back({"--text", false, "print a text grid (the default when no file is asked for)"});
+  if (wants_help(argv)) {
+    std::cout << help_text("pipesched render (--schedule NAME ... | FILE) [--cost ...] "
+                           "[--svg FILE] [--trace FILE] [--text]",
+                           "Draws a simulated schedule.", specs);
+    return exit_ok;
+  }
+  Args a = parse_args("render", argv, specs, 1);
+  AnyCost cost = get_cost(a);
+  ps::Schedule s = get_schedule("render", a);
+  require_valid(s);
+  ps::SimulationResult r = run_simulation(s, cost);
+  const bool tc = is_transformer(cost);
+  if (a.has("--svg")) {
+    ps::SvgOptions o;
+    o.memory_unit = tc ? "bytes" : "microbatches";
+    write_output(a.get("--svg"), ps::render_svg(s, r, o));
+  }
+  if (a.has("--trace")) {
+    ps::TraceOptions o;
+    o.time_scale = tc ? 1e6 : 1000.0;  // seconds → µs; one unit → 1 ms
+    o.memory_unit = tc ? "bytes" : "microbatches";
+    write_output(a.get("--trace"), ps::render_chrome_trace(s, r, o));
+  }
+  if (a.has("--text") || (!a.has("--svg") && !a.has("--trace")))
+    std::cout << ps::render_text_grid(s, r);
+  return exit_ok;
+}
+
+int cmd_convert(const std::vector<std::string>& argv) {
+  if (wants_help(argv)) {
+    std::cout << help_text("pipesched convert IN OUT",
+                           "Converts a schedule between PyTorch's CSV and pipesched's text form.\n"
+                           "The input form is detected; the output form follows OUT's extension\n"
+                           "(.csv → CSV, anything else → text; '-' writes text to standard "
+                           "output).",
+                           {});
+    return exit_ok;
+  }
+  Args a = parse_args("convert", argv, {}, 2);
+  if (a.positionals.size() != 2) throw usage_error("pipesched convert: give IN and OUT");
+  ps::Schedule s = file_schedule(a.positionals[0]);
+  const std::string& out = a.positionals[1];
+  if (out == "-") {
+    std::cout << ps::to_text(s);
+  } else {
+    try {
+      ps::write_schedule_file(out, s);
+    } catch (const ps::error& e) {
+      throw usage_error(e.what());
+    }
+  }
+  return exit_ok;
+}
+
+const char* main_help =
+    "usage: pipesched COMMAND [OPTIONS]\n"
+    "\n"
+    "Pipeline-parallel training schedules: generate, check, simulate and draw them.\n"
+    "\n"
+    "commands:\n"
+    "  list       schedules, placements, policies, model and device presets\n"
+    "  generate   write a generated schedule as PyTorch CSV or pipesched text\n"
+    "  validate   check a schedule file (exit 1 when invalid)\n"
+    "  simulate   time and memory of a schedule under a cost model (--json for scripts)\n"
+    "  render     draw a schedule: SVG timeline, Chrome trace, text grid\n"
+    "  convert    convert between CSV and the text form\n"
+    "\n"
+    "Run 'pipesched COMMAND --help' for a command's options.\n"
+    "Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fputs(main_help, stderr);
+    return exit_usage;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  try {
+    if (command == "--help" || command == "-h" || command == "help") {
+      std::fputs(main_help, stdout);
+      return exit_ok;
+    }
+    if (command == "list") return cmd_list(args);
+    if (command == "generate") return cmd_generate(args);
+    if (command == "validate") return cmd_validate(args);
+    if (command == "simulate") return cmd_simulate(args);
+    if (command == "render") return cmd_render(args);
+    if (command == "convert") return cmd_convert(args);
+    throw usage_error("unknown command '" + command +
+                      "'; commands are list, generate, validate, simulate, render, convert "
+                      "(see pipesched --help)");
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "pipesched: %s\n", e.what());
+    return exit_usage;
+  } catch (const invalid_error& e) {
+    std::fprintf(stderr, "pipesched: %s\n", e.what());
+    return exit_invalid;
+  } catch (const ps::invalid_schedule& e) {
+    std::fprintf(stderr, "pipesched: %s\n", e.what());
+    return exit_invalid;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pipesched: %s\n", e.what());
+    return exit_usage;
+  }
+}
