@@ -21,9 +21,9 @@ ps::Schedule make(const ps::Problem& p) {
 void finish(benchmark::State& state, std::size_t actions) {
   state.SetComplexityN(static_cast<int64_t>(actions));
   state.counters["actions"] = static_cast<double>(actions);
-  state.counters["actions_per_s"] = benchmark::Counter(
-      static_cast<double>(actions) * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["actions_per_s"] =
+      benchmark::Counter(static_cast<double>(actions) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 // The whole pipeline: what `pipesched simulate --schedule interleaved-1f1b` does.
@@ -71,7 +71,8 @@ void BM_Simulate(benchmark::State& state) {
   finish(state, s.action_count());
 }
 
-#define PIPESCHED_SIZES RangeMultiplier(2)->Range(4, 64)->Unit(benchmark::kMillisecond)->Complexity(benchmark::oN)
+#define PIPESCHED_SIZES \
+  RangeMultiplier(2)->Range(4, 64)->Unit(benchmark::kMillisecond)->Complexity(benchmark::oN)
 BENCHMARK(BM_GenerateValidateLowerSimulate)->PIPESCHED_SIZES;
 BENCHMARK(BM_Generate)->PIPESCHED_SIZES;
 BENCHMARK(BM_Validate)->PIPESCHED_SIZES;

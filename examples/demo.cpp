@@ -51,8 +51,8 @@ int main(int argc, char** argv) {
     const bool ok = rep.ok() && rep_lowered.ok() && !r.deadlock;
     failures += !ok;
     std::printf("%-17s %-20s %8zu %9.2f %7.1f%% %9.3f  %s\n", std::string(g.name).c_str(),
-                s.placement.describe().c_str(), s.action_count(), r.makespan,
-                100 * r.bubble_ratio, r.peak_memory_max, ok ? "valid" : "INVALID");
+                s.placement.describe().c_str(), s.action_count(), r.makespan, 100 * r.bubble_ratio,
+                r.peak_memory_max, ok ? "valid" : "INVALID");
     if (!ok) std::printf("%s\n", (rep.ok() ? rep_lowered : rep).summary().c_str());
   }
 

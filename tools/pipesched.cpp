@@ -1,11 +1,10 @@
 // The pipesched command: explore schedules without writing code.
 //
 //   pipesched list
-//   pipesched generate --schedule NAME --ranks P --microbatches M [...] [--format csv|text] [-o FILE]
-//   pipesched validate FILE
-//   pipesched simulate (--schedule NAME ... | FILE) [--cost k=v,...] [--model M --device D] [--json]
-//   pipesched render   (--schedule NAME ... | FILE) [--svg FILE] [--trace FILE] [--text]
-//   pipesched convert IN OUT
+//   pipesched generate --schedule NAME --ranks P --microbatches M [...] [--format csv|text] [-o
+//   FILE] pipesched validate FILE pipesched simulate (--schedule NAME ... | FILE) [--cost k=v,...]
+//   [--model M --device D] [--json] pipesched render   (--schedule NAME ... | FILE) [--svg FILE]
+//   [--trace FILE] [--text] pipesched convert IN OUT
 //
 // Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input.
 #include <cerrno>
@@ -52,9 +51,9 @@ struct invalid_error : std::runtime_error {
 // positionals, checked against what each subcommand accepts.
 
 struct OptionSpec {
-  std::string name;   // "--ranks"
-  bool takes_value;   // false for switches
-  std::string help;   // one line for --help
+  std::string name;  // "--ranks"
+  bool takes_value;  // false for switches
+  std::string help;  // one line for --help
   std::string value_name = "";
 };
 
@@ -86,9 +85,10 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
         if (s.name == name) spec = &s;
       if (!spec) {
         std::string known;
-        for (const auto& s : specs) known += (known.empty() ? "" : ", ") + s.name;
-        throw usage_error("pipesched " + command + ": unknown option '" + name +
-                          "'; it accepts " + known + " (see pipesched " + command + " --help)");
+        for (const auto& s : specs)
+          known += (known.empty() ? "" : ", ") + s.name;
+        throw usage_error("pipesched " + command + ": unknown option '" + name + "'; it accepts " +
+                          known + " (see pipesched " + command + " --help)");
       }
       if (a.has(spec->name))
         throw usage_error("pipesched " + command + ": option " + spec->name +
@@ -103,8 +103,7 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
         a.values[spec->name] = value;
       } else {
         if (inline_value)
-          throw usage_error("pipesched " + command + ": option " + spec->name +
-                            " takes no value");
+          throw usage_error("pipesched " + command + ": option " + spec->name + " takes no value");
         a.values[spec->name] = "1";
       }
     } else {
@@ -113,8 +112,7 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
   }
   if (a.positionals.size() > max_positionals)
     throw usage_error("pipesched " + command + ": unexpected argument '" +
-                      a.positionals[max_positionals] + "' (see pipesched " + command +
-                      " --help)");
+                      a.positionals[max_positionals] + "' (see pipesched " + command + " --help)");
   return a;
 }
 
@@ -143,8 +141,10 @@ std::string help_text(const std::string& usage, const std::string& about,
   if (!specs.empty()) out += "\noptions:\n";
   for (const auto& s : specs) {
     std::string left = "  " + s.name + (s.takes_value ? " " + s.value_name : "");
-    if (left.size() < 28) left.resize(28, ' ');
-    else left += "  ";
+    if (left.size() < 28)
+      left.resize(28, ' ');
+    else
+      left += "  ";
     out += left + s.help + "\n";
   }
   return out;
@@ -170,7 +170,8 @@ const std::vector<OptionSpec> schedule_options = {
 
 ps::Schedule generated_schedule(const std::string& command, const Args& a) {
   if (!a.has("--schedule"))
-    throw usage_error("pipesched " + command + ": give --schedule NAME (see pipesched list) or a "
+    throw usage_error("pipesched " + command +
+                      ": give --schedule NAME (see pipesched list) or a "
                       "schedule FILE");
   const ps::GeneratorInfo& g = [&]() -> const ps::GeneratorInfo& {
     try {
@@ -191,9 +192,12 @@ ps::Schedule generated_schedule(const std::string& command, const Args& a) {
   ps::WGradMode wgrad = g.default_wgrad;
   if (a.has("--wgrad")) {
     std::string w = a.get("--wgrad");
-    if (w == "fused") wgrad = ps::WGradMode::Fused;
-    else if (w == "split") wgrad = ps::WGradMode::Split;
-    else throw usage_error("--wgrad takes fused or split, got '" + w + "'");
+    if (w == "fused")
+      wgrad = ps::WGradMode::Fused;
+    else if (w == "split")
+      wgrad = ps::WGradMode::Split;
+    else
+      throw usage_error("--wgrad takes fused or split, got '" + w + "'");
   }
   try {
     return g.generate(p, wgrad);
@@ -215,7 +219,8 @@ ps::Schedule get_schedule(const std::string& command, const Args& a) {
                         a.has("--chunks") || a.has("--wgrad");
   if (!a.positionals.empty()) {
     if (from_gen)
-      throw usage_error("pipesched " + command + ": give either a schedule FILE or --schedule "
+      throw usage_error("pipesched " + command +
+                        ": give either a schedule FILE or --schedule "
                         "NAME with its options, not both");
     return file_schedule(a.positionals[0]);
   }
@@ -234,8 +239,8 @@ void require_valid(const ps::Schedule& s) {
 // Cost models from the command line.
 
 const std::vector<OptionSpec> cost_options = {
-    {"--cost", true,
-     "UniformCost parameters, e.g. f=1,b=2,w=1,r=1,comm=0,boundary=0.05,w_memory=0", "K=V,..."},
+    {"--cost", true, "UniformCost parameters, e.g. f=1,b=2,w=1,r=1,comm=0,boundary=0.05,w_memory=0",
+     "K=V,..."},
     {"--model", true, "TransformerCost model preset (see pipesched list)", "NAME"},
     {"--device", true, "TransformerCost device preset (see pipesched list)", "NAME"},
     {"--sequence", true, "sequence length for --model (default: the preset's)", "N"},
@@ -249,19 +254,28 @@ ps::UniformCost parse_uniform_cost(const std::string& text) {
   while (std::getline(ss, item, ',')) {
     auto eq = item.find('=');
     if (eq == std::string::npos)
-      throw usage_error("--cost: '" + item + "' is not KEY=VALUE; keys are f, b, w, r, comm, "
+      throw usage_error("--cost: '" + item +
+                        "' is not KEY=VALUE; keys are f, b, w, r, comm, "
                         "boundary, w_memory");
     std::string k = item.substr(0, eq);
     double v = parse_double("--cost " + k, item.substr(eq + 1));
-    if (k == "f") c.f = v;
-    else if (k == "b") c.b = v;
-    else if (k == "w") c.w = v;
-    else if (k == "r") c.r = v;
-    else if (k == "comm") c.comm = v;
-    else if (k == "boundary") c.boundary = v;
-    else if (k == "w_memory") c.w_memory = v;
+    if (k == "f")
+      c.f = v;
+    else if (k == "b")
+      c.b = v;
+    else if (k == "w")
+      c.w = v;
+    else if (k == "r")
+      c.r = v;
+    else if (k == "comm")
+      c.comm = v;
+    else if (k == "boundary")
+      c.boundary = v;
+    else if (k == "w_memory")
+      c.w_memory = v;
     else
-      throw usage_error("--cost: unknown key '" + k + "'; keys are f, b, w, r, comm, boundary, "
+      throw usage_error("--cost: unknown key '" + k +
+                        "'; keys are f, b, w, r, comm, boundary, "
                         "w_memory");
   }
   try {
@@ -277,16 +291,18 @@ using AnyCost = std::variant<ps::UniformCost, ps::TransformerCost>;
 AnyCost get_cost(const Args& a) {
   const bool transformer = a.has("--model") || a.has("--device");
   if (transformer && a.has("--cost"))
-    throw usage_error("give either --cost (UniformCost) or --model and --device "
-                      "(TransformerCost), not both");
+    throw usage_error(
+        "give either --cost (UniformCost) or --model and --device "
+        "(TransformerCost), not both");
   if (!transformer) {
     if (a.has("--sequence") || a.has("--microbatch-size"))
       throw usage_error("--sequence and --microbatch-size need --model and --device");
     return parse_uniform_cost(a.get("--cost"));
   }
   if (!a.has("--model") || !a.has("--device"))
-    throw usage_error("TransformerCost needs both --model NAME and --device NAME (see pipesched "
-                      "list)");
+    throw usage_error(
+        "TransformerCost needs both --model NAME and --device NAME (see pipesched "
+        "list)");
   try {
     ps::ModelShape m = ps::presets::find_model(a.get("--model"));
     if (a.has("--sequence")) m.sequence = parse_int("--sequence", a.get("--sequence"), 1, 1 << 24);
@@ -307,7 +323,9 @@ ps::SimulationResult run_simulation(const ps::Schedule& s, const AnyCost& cost) 
   }
 }
 
-bool is_transformer(const AnyCost& c) { return std::holds_alternative<ps::TransformerCost>(c); }
+bool is_transformer(const AnyCost& c) {
+  return std::holds_alternative<ps::TransformerCost>(c);
+}
 
 // ---------------------------------------------------------------------------------------
 // Output helpers.
@@ -324,11 +342,21 @@ std::string json_string(std::string_view s) {
   for (char ch : s) {
     unsigned char c = static_cast<unsigned char>(ch);
     switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -391,14 +419,15 @@ int cmd_list(const std::vector<std::string>& argv) {
 
 int cmd_generate(const std::vector<std::string>& argv) {
   std::vector<OptionSpec> specs = schedule_options;
-  specs.push_back({"--format", true, "output form: csv (PyTorch's) or text (default csv)",
-                   "csv|text"});
+  specs.push_back(
+      {"--format", true, "output form: csv (PyTorch's) or text (default csv)", "csv|text"});
   specs.push_back({"--comm", false, "lower to explicit SEND/RECV actions"});
   specs.push_back({"-o", true, "write to FILE instead of standard output", "FILE"});
   if (wants_help(argv)) {
-    std::cout << help_text("pipesched generate --schedule NAME --ranks P --microbatches M "
-                           "[--chunks V] [--wgrad fused|split] [--format csv|text] [--comm] [-o FILE]",
-                           "Generates a schedule, validates it and writes it.", specs);
+    std::cout << help_text(
+        "pipesched generate --schedule NAME --ranks P --microbatches M "
+        "[--chunks V] [--wgrad fused|split] [--format csv|text] [--comm] [-o FILE]",
+        "Generates a schedule, validates it and writes it.", specs);
     return exit_ok;
   }
   Args a = parse_args("generate", argv, specs, 0);
@@ -500,13 +529,16 @@ int cmd_simulate(const std::vector<std::string>& argv) {
 int cmd_render(const std::vector<std::string>& argv) {
   std::vector<OptionSpec> specs = schedule_options;
   specs.insert(specs.end(), cost_options.begin(), cost_options.end());
-  specs.push_back({"--svg", true, "write an SVG timeline (a row per rank, memory beneath)", "FILE"});
-  specs.push_back({"--trace", true, "write Chrome trace JSON (Perfetto, chrome://tracing)", "FILE"});
+  specs.push_back(
+      {"--svg", true, "write an SVG timeline (a row per rank, memory beneath)", "FILE"});
+  specs.push_back(
+      {"--trace", true, "write Chrome trace JSON (Perfetto, chrome://tracing)", "FILE"});
   specs.push_back({"--text", false, "print a text grid (the default when no file is asked for)"});
   if (wants_help(argv)) {
-    std::cout << help_text("pipesched render (--schedule NAME ... | FILE) [--cost ...] "
-                           "[--svg FILE] [--trace FILE] [--text]",
-                           "Draws a simulated schedule.", specs);
+    std::cout << help_text(
+        "pipesched render (--schedule NAME ... | FILE) [--cost ...] "
+        "[--svg FILE] [--trace FILE] [--text]",
+        "Draws a simulated schedule.", specs);
     return exit_ok;
   }
   Args a = parse_args("render", argv, specs, 1);

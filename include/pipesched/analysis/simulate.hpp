@@ -34,10 +34,10 @@ struct MemoryPoint {
 
 //! Per-rank figures.
 struct RankSummary {
-  double busy = 0;         //!< time spent computing (and in the rank's share of transfers)
-  double idle = 0;         //!< makespan − busy
-  double peak_memory = 0;  //!< largest held memory along the list
-  double end = 0;          //!< when the rank's last action ends
+  double busy = 0;                  //!< time spent computing (and in the rank's share of transfers)
+  double idle = 0;                  //!< makespan − busy
+  double peak_memory = 0;           //!< largest held memory along the list
+  double end = 0;                   //!< when the rank's last action ends
   std::vector<MemoryPoint> memory;  //!< the memory curve, in time order
 };
 
@@ -68,8 +68,8 @@ template <cost_model Cost>
 SimulationResult simulate(const Schedule& s, const Cost& cost) {
   detail::DependencyGraph g(s);
   if (!g.issues().empty())
-    throw invalid_schedule("cannot simulate schedule '" + s.name + "': " +
-                           g.issues().front().message);
+    throw invalid_schedule("cannot simulate schedule '" + s.name +
+                           "': " + g.issues().front().message);
   int parts = 1;
   for (const auto& list : s.ranks)
     for (const Action& a : list)
@@ -80,7 +80,8 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
   const int nranks = s.rank_count();
   res.ranks.assign(nranks, {});
   res.timing.resize(nranks);
-  for (int r = 0; r < nranks; ++r) res.timing[r].assign(s.ranks[r].size(), {});
+  for (int r = 0; r < nranks; ++r)
+    res.timing[r].assign(s.ranks[r].size(), {});
   std::vector<double> end(g.size(), 0.0);
   std::vector<double> free_at(nranks, 0.0);
   std::vector<double> held(nranks, 0.0);
@@ -123,7 +124,8 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
     end[id] = start + dur;
     free_at[r] = end[id];
     // Idle slots between the previous action and this one take no time.
-    for (int p = last_pos[r] + 1; p < ref.position; ++p) res.timing[r][p] = {start, start};
+    for (int p = last_pos[r] + 1; p < ref.position; ++p)
+      res.timing[r][p] = {start, start};
     last_pos[r] = ref.position;
     res.timing[r][ref.position] = {start, end[id]};
     RankSummary& rs = res.ranks[r];
@@ -162,6 +164,8 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
 }
 
 //! Simulates under UniformCost defaults (f = 1, b = 2, w = 1, r = 1, comm = 0).
-inline SimulationResult simulate(const Schedule& s) { return simulate(s, UniformCost{}); }
+inline SimulationResult simulate(const Schedule& s) {
+  return simulate(s, UniformCost{});
+}
 
 }  // namespace pipesched

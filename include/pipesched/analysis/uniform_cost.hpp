@@ -12,13 +12,13 @@ namespace pipesched {
 //! over its V chunks and K slices (each (chunk, slice) unit takes 1/(V·K) of them). Memory
 //! in units of one microbatch's activations of one rank's whole share (= 1.0).
 struct UniformCost {
-  double f = 1.0;         //!< forward
-  double b = 2.0;         //!< full backward (I takes b − w, W takes w)
-  double w = 1.0;         //!< weight-gradient part of the backward
-  double r = 1.0;         //!< recompute (usually = f)
-  double comm = 0.0;      //!< time for one message between ranks
-  double boundary = 0.05; //!< share of a unit's activations a checkpointed forward keeps
-  double w_memory = 0.0;  //!< share of a unit's activations kept from I until its W
+  double f = 1.0;          //!< forward
+  double b = 2.0;          //!< full backward (I takes b − w, W takes w)
+  double w = 1.0;          //!< weight-gradient part of the backward
+  double r = 1.0;          //!< recompute (usually = f)
+  double comm = 0.0;       //!< time for one message between ranks
+  double boundary = 0.05;  //!< share of a unit's activations a checkpointed forward keeps
+  double w_memory = 0.0;   //!< share of a unit's activations kept from I until its W
 
   //! Throws invalid_problem naming the first parameter out of range.
   void check() const {
@@ -45,24 +45,36 @@ struct UniformCost {
   double duration(const CostContext& ctx, const Action& a) const {
     const double u = unit_share(ctx);
     switch (a.kind) {
-      case OpKind::F: return f * u;
-      case OpKind::B: return b * u;
-      case OpKind::I: return (b - w) * u;
-      case OpKind::W: return w * u / parts(ctx);
-      case OpKind::R: return r * u;
-      default: return 0.0;
+      case OpKind::F:
+        return f * u;
+      case OpKind::B:
+        return b * u;
+      case OpKind::I:
+        return (b - w) * u;
+      case OpKind::W:
+        return w * u / parts(ctx);
+      case OpKind::R:
+        return r * u;
+      default:
+        return 0.0;
     }
   }
 
   double memory_delta(const CostContext& ctx, const Action& a, bool checkpointed) const {
     const double u = unit_share(ctx);
     switch (a.kind) {
-      case OpKind::F: return (checkpointed ? boundary : 1.0) * u;
-      case OpKind::R: return (1.0 - boundary) * u;
-      case OpKind::B: return -u;
-      case OpKind::I: return -(1.0 - w_memory) * u;
-      case OpKind::W: return -w_memory * u / parts(ctx);
-      default: return 0.0;
+      case OpKind::F:
+        return (checkpointed ? boundary : 1.0) * u;
+      case OpKind::R:
+        return (1.0 - boundary) * u;
+      case OpKind::B:
+        return -u;
+      case OpKind::I:
+        return -(1.0 - w_memory) * u;
+      case OpKind::W:
+        return -w_memory * u / parts(ctx);
+      default:
+        return 0.0;
     }
   }
 

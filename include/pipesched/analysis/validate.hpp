@@ -104,7 +104,8 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
         return true;
       };
       if (a.kind == OpKind::Overlap) {
-        if (unit_check(a.stage, a.microbatch, a.slice)) ++seen[key(a.stage, a.microbatch, a.slice)].f;
+        if (unit_check(a.stage, a.microbatch, a.slice))
+          ++seen[key(a.stage, a.microbatch, a.slice)].f;
         if (unit_check(a.b_stage, a.b_microbatch, a.b_slice))
           ++seen[key(a.b_stage, a.b_microbatch, a.b_slice)].b;
         continue;
@@ -121,7 +122,8 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
           add(r, i, a, "index-range",
               to_string(a) + " at " + where(r, i) + " talks to stage " + std::to_string(peer) +
                   ", which does not exist; forward data flows from stage s to s+1 and "
-                  "gradients from s to s-1 within 0.." + std::to_string(p.stages - 1) + ".");
+                  "gradients from s to s-1 within 0.." +
+                  std::to_string(p.stages - 1) + ".");
           continue;
         }
         unit_check(a.stage, a.microbatch, a.slice);
@@ -142,15 +144,24 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
       if (!unit_check(a.stage, a.microbatch, a.slice)) continue;
       Seen& u = seen[key(a.stage, a.microbatch, a.slice)];
       switch (a.kind) {
-        case OpKind::F: ++u.f; break;
-        case OpKind::B: ++u.b; break;
-        case OpKind::I: ++u.i; break;
-        case OpKind::R: ++u.r; break;
+        case OpKind::F:
+          ++u.f;
+          break;
+        case OpKind::B:
+          ++u.b;
+          break;
+        case OpKind::I:
+          ++u.i;
+          break;
+        case OpKind::R:
+          ++u.r;
+          break;
         case OpKind::W:
           if (static_cast<int>(u.w_parts.size()) <= a.part) u.w_parts.resize(a.part + 1, 0);
           ++u.w_parts[a.part];
           break;
-        default: break;
+        default:
+          break;
       }
     }
   }
@@ -162,12 +173,12 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
         const int owner = s.placement.rank_of(st);
         auto unit = [&](OpKind k) { return to_string(Action::make(k, st, mb, sl)); };
         auto missing = [&](std::string msg) {
-          rep.violations.push_back({owner, -1, Action::make(OpKind::F, st, mb, sl), "missing",
-                                    std::move(msg)});
+          rep.violations.push_back(
+              {owner, -1, Action::make(OpKind::F, st, mb, sl), "missing", std::move(msg)});
         };
         auto dup = [&](std::string msg) {
-          rep.violations.push_back({owner, -1, Action::make(OpKind::F, st, mb, sl), "duplicate",
-                                    std::move(msg)});
+          rep.violations.push_back(
+              {owner, -1, Action::make(OpKind::F, st, mb, sl), "duplicate", std::move(msg)});
         };
         if (u.f == 0)
           missing("rank " + std::to_string(owner) + " never runs " + unit(OpKind::F) +
@@ -177,7 +188,8 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
               " times; every (stage, microbatch, slice) needs exactly one forward.");
         const int w_total = [&] {
           int n = 0;
-          for (int c : u.w_parts) n += c;
+          for (int c : u.w_parts)
+            n += c;
           return n;
         }();
         if (u.b == 0 && u.i == 0)
@@ -218,7 +230,10 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
 // Communication must come in matched pairs (each send has exactly one receive).
 inline void check_comm_pairs(const Schedule& s, ValidationReport& rep) {
   const Problem& p = s.problem;
-  struct Count { int send = 0, recv = 0; int send_rank = -1, send_pos = -1, recv_rank = -1, recv_pos = -1; };
+  struct Count {
+    int send = 0, recv = 0;
+    int send_rank = -1, send_pos = -1, recv_rank = -1, recv_pos = -1;
+  };
   // key: (direction, producer stage, mb, slice)
   const std::size_t units = static_cast<std::size_t>(p.stages) * p.microbatches * p.slices;
   std::vector<Count> fwd(units), bwd(units);
@@ -232,10 +247,15 @@ inline void check_comm_pairs(const Schedule& s, ValidationReport& rep) {
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       const Action& a = s.ranks[r][i];
       if (!is_comm(a.kind)) continue;
-      // Producer stage of the data: SendF(s) / RecvF(s+1) carry F(s); SendB(s) / RecvB(s-1) carry B(s).
-      int producer = a.kind == OpKind::RecvF ? a.stage - 1 : a.kind == OpKind::RecvB ? a.stage + 1 : a.stage;
+      // Producer stage of the data: SendF(s) / RecvF(s+1) carry F(s); SendB(s) / RecvB(s-1) carry
+      // B(s).
+      int producer = a.kind == OpKind::RecvF   ? a.stage - 1
+                     : a.kind == OpKind::RecvB ? a.stage + 1
+                                               : a.stage;
       if (!ok(producer, a.microbatch, a.slice) || !ok(a.stage, a.microbatch, a.slice)) continue;
-      Count& c = (a.kind == OpKind::SendF || a.kind == OpKind::RecvF ? fwd : bwd)[key(producer, a.microbatch, a.slice)];
+      Count& c = (a.kind == OpKind::SendF || a.kind == OpKind::RecvF
+                      ? fwd
+                      : bwd)[key(producer, a.microbatch, a.slice)];
       if (a.kind == OpKind::SendF || a.kind == OpKind::SendB) {
         ++c.send;
         c.send_rank = r;
@@ -256,24 +276,26 @@ inline void check_comm_pairs(const Schedule& s, ValidationReport& rep) {
           Action recv = Action::make(dir == 0 ? OpKind::RecvF : OpKind::RecvB,
                                      dir == 0 ? st + 1 : st - 1, mb, sl);
           if (c.send > 1 || c.recv > 1)
-            rep.violations.push_back(
-                {c.send > 1 ? c.send_rank : c.recv_rank, c.send > 1 ? c.send_pos : c.recv_pos,
-                 c.send > 1 ? send : recv, "duplicate",
-                 to_string(c.send > 1 ? send : recv) + " appears " +
-                     std::to_string(c.send > 1 ? c.send : c.recv) +
-                     " times; each message is sent once and received once."});
+            rep.violations.push_back({c.send > 1 ? c.send_rank : c.recv_rank,
+                                      c.send > 1 ? c.send_pos : c.recv_pos,
+                                      c.send > 1 ? send : recv, "duplicate",
+                                      to_string(c.send > 1 ? send : recv) + " appears " +
+                                          std::to_string(c.send > 1 ? c.send : c.recv) +
+                                          " times; each message is sent once and received once."});
           else if (c.send == 1 && c.recv == 0)
             rep.violations.push_back({c.send_rank, c.send_pos, send, "unmatched-comm",
                                       to_string(send) + " at " + where(c.send_rank, c.send_pos) +
                                           " is never received; add " + to_string(recv) +
-                                          " on rank " + std::to_string(s.placement.rank_of(recv.stage)) + "."});
+                                          " on rank " +
+                                          std::to_string(s.placement.rank_of(recv.stage)) + "."});
         }
 }
 
 // Dry run: every rank runs its list in order; report ranks that can never finish.
 inline void check_deadlock(const DependencyGraph& g, ValidationReport& rep) {
   ReplayResult res = replay(g, [](int) {});
-  if (!res.complete) rep.violations.push_back({-1, -1, Action{}, "deadlock", describe_deadlock(g, res)});
+  if (!res.complete)
+    rep.violations.push_back({-1, -1, Action{}, "deadlock", describe_deadlock(g, res)});
 }
 
 }  // namespace detail

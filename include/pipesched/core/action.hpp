@@ -20,32 +20,45 @@ inline constexpr int op_kind_count = 11;
 //! Short name of a kind as used in action strings (`F`, `B`, `SEND_F`, `OVERLAP_F_B`, ...).
 constexpr std::string_view to_string(OpKind k) noexcept {
   switch (k) {
-    case OpKind::F: return "F";
-    case OpKind::B: return "B";
-    case OpKind::I: return "I";
-    case OpKind::W: return "W";
-    case OpKind::R: return "R";
-    case OpKind::SendF: return "SEND_F";
-    case OpKind::RecvF: return "RECV_F";
-    case OpKind::SendB: return "SEND_B";
-    case OpKind::RecvB: return "RECV_B";
-    case OpKind::Overlap: return "OVERLAP_F_B";
-    case OpKind::Idle: return "IDLE";
+    case OpKind::F:
+      return "F";
+    case OpKind::B:
+      return "B";
+    case OpKind::I:
+      return "I";
+    case OpKind::W:
+      return "W";
+    case OpKind::R:
+      return "R";
+    case OpKind::SendF:
+      return "SEND_F";
+    case OpKind::RecvF:
+      return "RECV_F";
+    case OpKind::SendB:
+      return "SEND_B";
+    case OpKind::RecvB:
+      return "RECV_B";
+    case OpKind::Overlap:
+      return "OVERLAP_F_B";
+    case OpKind::Idle:
+      return "IDLE";
   }
   return "?";
 }
 
 //! True for the kinds that compute (F, B, I, W, R, Overlap).
 constexpr bool is_compute(OpKind k) noexcept {
-  return k == OpKind::F || k == OpKind::B || k == OpKind::I || k == OpKind::W ||
-         k == OpKind::R || k == OpKind::Overlap;
+  return k == OpKind::F || k == OpKind::B || k == OpKind::I || k == OpKind::W || k == OpKind::R ||
+         k == OpKind::Overlap;
 }
 //! True for SendF, RecvF, SendB, RecvB.
 constexpr bool is_comm(OpKind k) noexcept {
   return k == OpKind::SendF || k == OpKind::RecvF || k == OpKind::SendB || k == OpKind::RecvB;
 }
 //! True for the kinds that propagate a gradient to the previous stage (B and I).
-constexpr bool is_input_backward(OpKind k) noexcept { return k == OpKind::B || k == OpKind::I; }
+constexpr bool is_input_backward(OpKind k) noexcept {
+  return k == OpKind::B || k == OpKind::I;
+}
 
 //! One step of a rank's list. `stage`, `microbatch`, `slice` and `part` locate it; an
 //! `Overlap` holds its forward half in those fields and its backward half in `b_*`.
@@ -54,7 +67,7 @@ struct Action {
   int stage = 0;
   int microbatch = 0;
   int slice = 0;
-  int part = 0;  //!< which piece of a split weight-gradient (W) computation
+  int part = 0;          //!< which piece of a split weight-gradient (W) computation
   int b_stage = 0;       //!< Overlap only: stage of the backward half
   int b_microbatch = 0;  //!< Overlap only: microbatch of the backward half
   int b_slice = 0;       //!< Overlap only: slice of the backward half
@@ -68,7 +81,7 @@ struct Action {
   }
   //! A forward `f` and a full backward `b` run together.
   static constexpr Action overlap(const Action& f, const Action& b) noexcept {
-    return Action{OpKind::Overlap, f.stage, f.microbatch, f.slice, 0,
+    return Action{OpKind::Overlap, f.stage,      f.microbatch, f.slice, 0,
                   b.stage,         b.microbatch, b.slice};
   }
   //! The forward half of an Overlap.
@@ -104,11 +117,13 @@ inline std::string to_string(const Action& a) {
     return s;
   };
   switch (a.kind) {
-    case OpKind::Idle: return {};
+    case OpKind::Idle:
+      return {};
     case OpKind::Overlap:
       return "(" + unit(a.stage, OpKind::F, a.microbatch, a.slice, 0) + ";" +
              unit(a.b_stage, OpKind::B, a.b_microbatch, a.b_slice, 0) + ")OVERLAP_F_B";
-    default: return unit(a.stage, a.kind, a.microbatch, a.slice, a.part);
+    default:
+      return unit(a.stage, a.kind, a.microbatch, a.slice, a.part);
   }
 }
 

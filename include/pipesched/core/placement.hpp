@@ -12,16 +12,20 @@ namespace pipesched {
 enum class PlacementKind {
   Linear,       //!< one stage per rank: stage s on rank s
   Interleaved,  //!< looped: rank r holds stages r, r + p, r + 2p, ...
-  VShape,       //!< zig-zag: chunk c on rank r is stage c·p + r (c even) or c·p + p − 1 − r (c odd)
-  Custom,       //!< any other map
+  VShape,  //!< zig-zag: chunk c on rank r is stage c·p + r (c even) or c·p + p − 1 − r (c odd)
+  Custom,  //!< any other map
 };
 
 constexpr const char* to_string(PlacementKind k) noexcept {
   switch (k) {
-    case PlacementKind::Linear: return "linear";
-    case PlacementKind::Interleaved: return "interleaved";
-    case PlacementKind::VShape: return "v-shape";
-    case PlacementKind::Custom: return "custom";
+    case PlacementKind::Linear:
+      return "linear";
+    case PlacementKind::Interleaved:
+      return "interleaved";
+    case PlacementKind::VShape:
+      return "v-shape";
+    case PlacementKind::Custom:
+      return "custom";
   }
   return "?";
 }
@@ -38,9 +42,10 @@ class Placement {
   static Placement interleaved(int ranks, int chunks) {
     check_counts(ranks, chunks, "interleaved");
     std::vector<int> map(static_cast<std::size_t>(ranks) * chunks);
-    for (int s = 0; s < static_cast<int>(map.size()); ++s) map[s] = s % ranks;
-    return Placement(std::move(map), ranks, chunks == 1 ? PlacementKind::Linear
-                                                        : PlacementKind::Interleaved);
+    for (int s = 0; s < static_cast<int>(map.size()); ++s)
+      map[s] = s % ranks;
+    return Placement(std::move(map), ranks,
+                     chunks == 1 ? PlacementKind::Linear : PlacementKind::Interleaved);
   }
 
   //! V-shape (zig-zag) placement; needs an even number of chunks per rank.
@@ -52,7 +57,8 @@ class Placement {
                             "chunks per rank (2, 4, ...).");
     std::vector<int> map(static_cast<std::size_t>(ranks) * chunks);
     for (int c = 0; c < chunks; ++c)
-      for (int r = 0; r < ranks; ++r) map[c * ranks + (c % 2 == 0 ? r : ranks - 1 - r)] = r;
+      for (int r = 0; r < ranks; ++r)
+        map[c * ranks + (c % 2 == 0 ? r : ranks - 1 - r)] = r;
     return Placement(std::move(map), ranks, PlacementKind::VShape);
   }
 
@@ -72,15 +78,16 @@ class Placement {
     }
     int chunks = ranks > 0 && !rank_of_stage.empty() ? count[0] : 0;
     bool uniform = true;
-    for (int c : count) uniform = uniform && c == chunks && c > 0;
+    for (int c : count)
+      uniform = uniform && c == chunks && c > 0;
     if (uniform && rank_of_stage.size() == static_cast<std::size_t>(ranks) * chunks) {
-      for (PlacementKind k : {PlacementKind::Linear, PlacementKind::Interleaved,
-                              PlacementKind::VShape}) {
+      for (PlacementKind k :
+           {PlacementKind::Linear, PlacementKind::Interleaved, PlacementKind::VShape}) {
         if (k == PlacementKind::Linear && chunks != 1) continue;
         if (k == PlacementKind::Interleaved && chunks == 1) continue;
         if (k == PlacementKind::VShape && chunks % 2 != 0) continue;
-        Placement known = k == PlacementKind::VShape ? v_shape(ranks, chunks)
-                                                     : interleaved(ranks, chunks);
+        Placement known =
+            k == PlacementKind::VShape ? v_shape(ranks, chunks) : interleaved(ranks, chunks);
         if (known.rank_of_stage_ == rank_of_stage) return known;
       }
     }

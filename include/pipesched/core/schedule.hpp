@@ -14,9 +14,9 @@ namespace pipesched {
 //! Per-rank ordered action lists for one training step. `problem.stages` always equals
 //! `placement.stages()`. A list may hold explicit idle slots (`OpKind::Idle`).
 struct Schedule {
-  std::string name;      //!< where it came from: a generator name, a file name, ...
-  Problem problem;       //!< ranks, stages, microbatches, slices
-  Placement placement;   //!< stage → rank
+  std::string name;     //!< where it came from: a generator name, a file name, ...
+  Problem problem;      //!< ranks, stages, microbatches, slices
+  Placement placement;  //!< stage → rank
   std::vector<std::vector<Action>> ranks;  //!< ranks[r] = rank r's actions in order
 
   //! Number of ranks (== problem.ranks).
@@ -26,7 +26,8 @@ struct Schedule {
   std::size_t action_count() const noexcept {
     std::size_t n = 0;
     for (const auto& list : ranks)
-      for (const Action& a : list) n += a.kind != OpKind::Idle;
+      for (const Action& a : list)
+        n += a.kind != OpKind::Idle;
     return n;
   }
 

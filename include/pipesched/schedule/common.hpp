@@ -50,8 +50,8 @@ inline Problem resolve_problem(Problem p, int default_chunks, const char* genera
 //! microbatches.
 inline void require_whole_sequences(const Problem& p, const char* generator) {
   if (p.slices != 1)
-    throw invalid_problem(std::string(generator) + " schedules whole microbatches: slices = " +
-                          std::to_string(p.slices) +
+    throw invalid_problem(std::string(generator) +
+                          " schedules whole microbatches: slices = " + std::to_string(p.slices) +
                           " is not accepted; use slices = 1, or a slice-level schedule.");
 }
 

@@ -21,14 +21,14 @@ namespace pipesched {
 
 //! A generator as the command line and the tuner see it.
 struct GeneratorInfo {
-  std::string_view name;           //!< command-line name, e.g. "1f1b"
-  std::string_view summary;        //!< one line for `pipesched list`
-  PlacementKind placement;         //!< the placement it builds
-  int default_chunks;              //!< stages per rank when Problem.stages is 0
-  bool chunks_vary;                //!< accepts chunks other than the default
-  bool fused;                      //!< accepts WGradMode::Fused
-  bool split;                      //!< accepts WGradMode::Split
-  WGradMode default_wgrad;         //!< what it uses when not told
+  std::string_view name;     //!< command-line name, e.g. "1f1b"
+  std::string_view summary;  //!< one line for `pipesched list`
+  PlacementKind placement;   //!< the placement it builds
+  int default_chunks;        //!< stages per rank when Problem.stages is 0
+  bool chunks_vary;          //!< accepts chunks other than the default
+  bool fused;                //!< accepts WGradMode::Fused
+  bool split;                //!< accepts WGradMode::Split
+  WGradMode default_wgrad;   //!< what it uses when not told
   Schedule (*generate)(Problem, WGradMode);
 };
 
@@ -37,8 +37,8 @@ inline std::span<const GeneratorInfo> generators() {
   static const std::array<GeneratorInfo, 8> all{{
       {"gpipe", "all forwards, then all backwards (Huang et al. 2019)", PlacementKind::Linear, 1,
        false, true, true, WGradMode::Fused, &schedule::gpipe},
-      {"1f1b", "one forward, one backward after a warm-up (PipeDream-Flush)",
-       PlacementKind::Linear, 1, false, true, true, WGradMode::Fused, &schedule::one_f_one_b},
+      {"1f1b", "one forward, one backward after a warm-up (PipeDream-Flush)", PlacementKind::Linear,
+       1, false, true, true, WGradMode::Fused, &schedule::one_f_one_b},
       {"interleaved-1f1b", "1F1B over looped virtual stages, Megatron-LM's order",
        PlacementKind::Interleaved, 2, true, true, true, WGradMode::Fused,
        &schedule::interleaved_1f1b},
@@ -61,7 +61,8 @@ inline const GeneratorInfo& find_generator(std::string_view name) {
   for (const GeneratorInfo& g : generators())
     if (g.name == name) return g;
   std::string known;
-  for (const GeneratorInfo& g : generators()) known += (known.empty() ? "" : ", ") + std::string(g.name);
+  for (const GeneratorInfo& g : generators())
+    known += (known.empty() ? "" : ", ") + std::string(g.name);
   throw invalid_problem("unknown schedule '" + std::string(name) + "'; known schedules: " + known +
                         ".");
 }

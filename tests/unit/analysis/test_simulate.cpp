@@ -48,7 +48,8 @@ TEST(Simulate, GPipePeakIsAllMicrobatches) {
   for_grid([](int p, int m) {
     ps::SimulationResult r = ps::simulate(ps::schedule::gpipe({.ranks = p, .microbatches = m}));
     ASSERT_FALSE(r.deadlock);
-    for (int rank = 0; rank < p; ++rank) EXPECT_NEAR(r.ranks[rank].peak_memory, m, eps);
+    for (int rank = 0; rank < p; ++rank)
+      EXPECT_NEAR(r.ranks[rank].peak_memory, m, eps);
     EXPECT_NEAR(r.makespan, 3.0 * (m + p - 1), eps);
   });
 }
@@ -76,10 +77,14 @@ TEST(Simulate, InterleavedAnchors) {
 TEST(Simulate, ZeroBubbleAnchors) {
   const ps::UniformCost cost{.f = 1, .b = 2, .w = 1};
   for_grid([&](int p, int m) {
-    ps::SimulationResult h1 = ps::simulate(ps::schedule::zero_bubble_h1({.ranks = p, .microbatches = m}), cost);
-    ps::SimulationResult h2 = ps::simulate(ps::schedule::zero_bubble_h2({.ranks = p, .microbatches = m}), cost);
-    ps::SimulationResult v = ps::simulate(ps::schedule::zero_bubble_v({.ranks = p, .microbatches = m}), cost);
-    ps::SimulationResult base = ps::simulate(ps::schedule::one_f_one_b({.ranks = p, .microbatches = m}), cost);
+    ps::SimulationResult h1 =
+        ps::simulate(ps::schedule::zero_bubble_h1({.ranks = p, .microbatches = m}), cost);
+    ps::SimulationResult h2 =
+        ps::simulate(ps::schedule::zero_bubble_h2({.ranks = p, .microbatches = m}), cost);
+    ps::SimulationResult v =
+        ps::simulate(ps::schedule::zero_bubble_v({.ranks = p, .microbatches = m}), cost);
+    ps::SimulationResult base =
+        ps::simulate(ps::schedule::one_f_one_b({.ranks = p, .microbatches = m}), cost);
     ASSERT_FALSE(h1.deadlock || h2.deadlock || v.deadlock);
     EXPECT_NEAR(h1.bubble_ratio, double(p - 1) / (3 * m + p - 1), eps);
     EXPECT_LE(h2.makespan, h1.makespan + eps);

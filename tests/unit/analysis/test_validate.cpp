@@ -10,11 +10,21 @@ using ps::OpKind;
 
 namespace {
 
-Action F(int s, int m, int k = 0) { return Action::make(OpKind::F, s, m, k); }
-Action B(int s, int m, int k = 0) { return Action::make(OpKind::B, s, m, k); }
-Action I(int s, int m, int k = 0) { return Action::make(OpKind::I, s, m, k); }
-Action W(int s, int m, int k = 0, int part = 0) { return Action::make(OpKind::W, s, m, k, part); }
-Action R(int s, int m, int k = 0) { return Action::make(OpKind::R, s, m, k); }
+Action F(int s, int m, int k = 0) {
+  return Action::make(OpKind::F, s, m, k);
+}
+Action B(int s, int m, int k = 0) {
+  return Action::make(OpKind::B, s, m, k);
+}
+Action I(int s, int m, int k = 0) {
+  return Action::make(OpKind::I, s, m, k);
+}
+Action W(int s, int m, int k = 0, int part = 0) {
+  return Action::make(OpKind::W, s, m, k, part);
+}
+Action R(int s, int m, int k = 0) {
+  return Action::make(OpKind::R, s, m, k);
+}
 
 // A 2-rank, 2-stage, 2-microbatch 1F1B written by hand.
 ps::Schedule two_rank_1f1b() {
@@ -143,9 +153,9 @@ TEST(Validate, OverlapCountsAsForwardAndBackward) {
   s.name = "overlap";
   s.problem = {.ranks = 2, .stages = 4, .microbatches = 2};
   s.placement = ps::Placement::v_shape(2);
-  s.ranks = {{F(0, 0), F(3, 0), Action::overlap(F(0, 1), B(3, 0)), F(3, 1), B(3, 1), B(0, 0),
-              B(0, 1)},
-             {F(1, 0), F(2, 0), F(1, 1), B(2, 0), F(2, 1), B(1, 0), B(2, 1), B(1, 1)}};
+  s.ranks = {
+      {F(0, 0), F(3, 0), Action::overlap(F(0, 1), B(3, 0)), F(3, 1), B(3, 1), B(0, 0), B(0, 1)},
+      {F(1, 0), F(2, 0), F(1, 1), B(2, 0), F(2, 1), B(1, 0), B(2, 1), B(1, 1)}};
   EXPECT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
   s.ranks[0][2] = Action::overlap(F(0, 1), B(3, 1));  // 3B1 before 3F1
   ps::ValidationReport rep = ps::check(s);
@@ -172,7 +182,8 @@ TEST(LowerCommunication, PlacesReceivesBeforeConsumersAndSendsAfterProducers) {
   ps::Schedule s = ps::lower_communication(two_rank_1f1b());
   auto str = [](const std::vector<Action>& l) {
     std::string out;
-    for (const Action& a : l) out += (out.empty() ? "" : ",") + ps::to_string(a);
+    for (const Action& a : l)
+      out += (out.empty() ? "" : ",") + ps::to_string(a);
     return out;
   };
   EXPECT_EQ(str(s.ranks[0]), "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1");

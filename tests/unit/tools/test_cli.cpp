@@ -23,8 +23,8 @@ struct CliRun {
 };
 
 std::filesystem::path scratch() {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("pipesched_cli_test_" + std::to_string(::getpid()));
+  auto dir =
+      std::filesystem::temp_directory_path() / ("pipesched_cli_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   return dir;
 }
@@ -87,13 +87,18 @@ TEST(Cli, BadUsageExitsTwoWithAMessage) {
            Case{"", "usage: pipesched"},
            Case{"frobnicate", "unknown command 'frobnicate'"},
            Case{"generate --schedule nope --ranks 4 --microbatches 8", "unknown schedule 'nope'"},
-           Case{"generate --schedule 1f1b --ranks four --microbatches 8", "--ranks needs a whole number"},
+           Case{"generate --schedule 1f1b --ranks four --microbatches 8",
+                "--ranks needs a whole number"},
            Case{"generate --schedule 1f1b --ranks 4", "needs --ranks P and --microbatches M"},
            Case{"generate --schedule dualpipe-v --ranks 4 --microbatches 3", "microbatches"},
-           Case{"generate --schedule 1f1b --ranks 4 --microbatches 8 --bogus", "unknown option '--bogus'"},
-           Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --cost f=x", "--cost f needs a number"},
-           Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --cost q=1", "unknown key 'q'"},
-           Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --model nope --device h100", "nope"},
+           Case{"generate --schedule 1f1b --ranks 4 --microbatches 8 --bogus",
+                "unknown option '--bogus'"},
+           Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --cost f=x",
+                "--cost f needs a number"},
+           Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --cost q=1",
+                "unknown key 'q'"},
+           Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --model nope --device h100",
+                "nope"},
            Case{"validate /nonexistent/file.csv", "/nonexistent/file.csv"},
        }) {
     SCOPED_TRACE(c.args);
@@ -131,12 +136,15 @@ TEST(Cli, SimulateJsonEqualsTheLibrary) {
   };
   const Case cases[] = {
       {"--schedule 1f1b --ranks 4 --microbatches 8",
-       ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}), {}},
-      {"--schedule interleaved-1f1b --ranks 4 --microbatches 8 --chunks 3 --cost f=1,b=3,w=1.5,comm=0.25",
+       ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}),
+       {}},
+      {"--schedule interleaved-1f1b --ranks 4 --microbatches 8 --chunks 3 --cost "
+       "f=1,b=3,w=1.5,comm=0.25",
        ps::schedule::interleaved_1f1b({.ranks = 4, .stages = 12, .microbatches = 8}),
        {.f = 1, .b = 3, .w = 1.5, .comm = 0.25}},
       {"--schedule zb-h1 --ranks 4 --microbatches 8",
-       ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 8}), {}},
+       ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 8}),
+       {}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.args);
@@ -158,7 +166,8 @@ TEST(Cli, SimulateJsonEqualsTheLibrary) {
   }
   // A file simulates like the generated schedule it was written from.
   const auto file = scratch() / "dv.csv";
-  CliRun g = run("generate --schedule dualpipe-v --ranks 4 --microbatches 10 -o '" + file.string() + "'");
+  CliRun g =
+      run("generate --schedule dualpipe-v --ranks 4 --microbatches 10 -o '" + file.string() + "'");
   ASSERT_EQ(g.code, 0) << g.err;
   EXPECT_EQ(slurp(file), slurp(data("dualpipev_4rank_10mb.csv")));
   CliRun r = run("simulate --json '" + file.string() + "'");
@@ -169,8 +178,9 @@ TEST(Cli, SimulateJsonEqualsTheLibrary) {
 }
 
 TEST(Cli, SimulateWithTransformerCost) {
-  CliRun r = run("simulate --json --schedule 1f1b --ranks 4 --microbatches 8 --model gpt3-1.3b "
-              "--device a100-80gb");
+  CliRun r =
+      run("simulate --json --schedule 1f1b --ranks 4 --microbatches 8 --model gpt3-1.3b "
+          "--device a100-80gb");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"time_unit\":\"seconds\""), std::string::npos);
   EXPECT_GT(json_field(r.out, "makespan"), 0.0);
@@ -180,13 +190,14 @@ TEST(Cli, SimulateWithTransformerCost) {
 TEST(Cli, RenderAndConvert) {
   const auto dir = scratch();
   CliRun r = run("render --schedule interleaved-1f1b --ranks 4 --microbatches 8 --svg '" +
-              (dir / "t.svg").string() + "' --trace '" + (dir / "t.json").string() + "' --text");
+                 (dir / "t.svg").string() + "' --trace '" + (dir / "t.json").string() + "' --text");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(slurp(dir / "t.svg").find("<svg"), std::string::npos);
   EXPECT_NE(slurp(dir / "t.json").find("traceEvents"), std::string::npos);
   EXPECT_FALSE(r.out.empty());
   // CSV -> text -> CSV is the identity on PyTorch's file.
-  r = run("convert '" + data("zb1p_2rank_2stagep_comms.csv") + "' '" + (dir / "s.txt").string() + "'");
+  r = run("convert '" + data("zb1p_2rank_2stagep_comms.csv") + "' '" + (dir / "s.txt").string() +
+          "'");
   ASSERT_EQ(r.code, 0) << r.err;
   r = run("convert '" + (dir / "s.txt").string() + "' '" + (dir / "s.csv").string() + "'");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -45,9 +45,7 @@ class DependencyGraph {
   const Schedule& schedule() const noexcept { return *schedule_; }
   int size() const noexcept { return static_cast<int>(refs_.size()); }
   const ActionRef& ref(int a) const { return refs_[a]; }
-  const Action& action(int a) const {
-    return schedule_->ranks[refs_[a].rank][refs_[a].position];
-  }
+  const Action& action(int a) const { return schedule_->ranks[refs_[a].rank][refs_[a].position]; }
   //! Flat index of the action at (rank, position), or none for an idle slot.
   int index(int rank, int position) const { return flat_of_[rank][position]; }
   //! Flat indices of the rank's non-idle actions, in list order.
@@ -87,10 +85,9 @@ class DependencyGraph {
     const Schedule& s = *schedule_;
     const Problem& p = s.problem;
     const int nranks = s.rank_count();
-    const std::size_t units =
-        p.stages > 0 && p.microbatches > 0 && p.slices > 0
-            ? static_cast<std::size_t>(p.stages) * p.microbatches * p.slices
-            : 0;
+    const std::size_t units = p.stages > 0 && p.microbatches > 0 && p.slices > 0
+                                  ? static_cast<std::size_t>(p.stages) * p.microbatches * p.slices
+                                  : 0;
     f_.assign(units, none);
     bi_.assign(units, none);
     r_.assign(units, none);
@@ -116,19 +113,34 @@ class DependencyGraph {
           if (in_range(st, mb, sl) && table[key(st, mb, sl)] == none) table[key(st, mb, sl)] = id;
         };
         switch (a.kind) {
-          case OpKind::F: record(f_, a.stage, a.microbatch, a.slice); break;
+          case OpKind::F:
+            record(f_, a.stage, a.microbatch, a.slice);
+            break;
           case OpKind::B:
-          case OpKind::I: record(bi_, a.stage, a.microbatch, a.slice); break;
-          case OpKind::R: record(r_, a.stage, a.microbatch, a.slice); break;
-          case OpKind::SendF: record(send_f_, a.stage, a.microbatch, a.slice); break;
-          case OpKind::RecvF: record(recv_f_, a.stage, a.microbatch, a.slice); break;
-          case OpKind::SendB: record(send_b_, a.stage, a.microbatch, a.slice); break;
-          case OpKind::RecvB: record(recv_b_, a.stage, a.microbatch, a.slice); break;
+          case OpKind::I:
+            record(bi_, a.stage, a.microbatch, a.slice);
+            break;
+          case OpKind::R:
+            record(r_, a.stage, a.microbatch, a.slice);
+            break;
+          case OpKind::SendF:
+            record(send_f_, a.stage, a.microbatch, a.slice);
+            break;
+          case OpKind::RecvF:
+            record(recv_f_, a.stage, a.microbatch, a.slice);
+            break;
+          case OpKind::SendB:
+            record(send_b_, a.stage, a.microbatch, a.slice);
+            break;
+          case OpKind::RecvB:
+            record(recv_b_, a.stage, a.microbatch, a.slice);
+            break;
           case OpKind::Overlap:
             record(f_, a.stage, a.microbatch, a.slice);
             record(bi_, a.b_stage, a.b_microbatch, a.b_slice);
             break;
-          default: break;
+          default:
+            break;
         }
       }
     }
@@ -160,12 +172,15 @@ class DependencyGraph {
 
     // Reverse edges.
     out_begin_.assign(refs_.size() + 1, 0);
-    for (int d : dep_list_) ++out_begin_[d + 1];
-    for (std::size_t i = 1; i < out_begin_.size(); ++i) out_begin_[i] += out_begin_[i - 1];
+    for (int d : dep_list_)
+      ++out_begin_[d + 1];
+    for (std::size_t i = 1; i < out_begin_.size(); ++i)
+      out_begin_[i] += out_begin_[i - 1];
     out_list_.assign(dep_list_.size(), 0);
     std::vector<int> fill(out_begin_.begin(), out_begin_.end() - 1);
     for (int id = 0; id < size(); ++id)
-      for (int d : deps_of_raw(id)) out_list_[fill[d]++] = id;
+      for (int d : deps_of_raw(id))
+        out_list_[fill[d]++] = id;
   }
 
   std::span<const int> deps_of_raw(int a) const {
@@ -185,7 +200,8 @@ class DependencyGraph {
         issues_.push_back({me, "order",
                            to_string(consumer) + " at rank " + std::to_string(me.rank) +
                                " position " + std::to_string(me.position) + " needs " +
-                               to_string(wanted) + ", which comes later on the same rank (position " +
+                               to_string(wanted) +
+                               ", which comes later on the same rank (position " +
                                std::to_string(them.position) + "); " + rule_text(consumer.kind)});
       else
         out.push_back(dep);
@@ -213,14 +229,18 @@ class DependencyGraph {
 
   static std::string rule_text(OpKind k) {
     switch (k) {
-      case OpKind::F: return "a forward runs after the previous stage's and the previous slice's forward.";
+      case OpKind::F:
+        return "a forward runs after the previous stage's and the previous slice's forward.";
       case OpKind::B:
       case OpKind::I:
         return "a backward runs after its forward (and its recompute), the next stage's backward "
                "and the next slice's backward.";
-      case OpKind::W: return "a weight-gradient W runs after its input-gradient I.";
-      case OpKind::R: return "a recompute R runs after its forward and before its backward.";
-      default: return "a send runs after the action that produces what it sends.";
+      case OpKind::W:
+        return "a weight-gradient W runs after its input-gradient I.";
+      case OpKind::R:
+        return "a recompute R runs after its forward and before its backward.";
+      default:
+        return "a send runs after the action that produces what it sends.";
     }
   }
 
@@ -237,9 +257,11 @@ class DependencyGraph {
     switch (a.kind) {
       case OpKind::F:
         if (s > 0)
-          need(id, lookup(f_, s - 1, m, k), a, F(s - 1, k), explicit_comm, OpKind::RecvF, recv_f_, s,
-               m, k, out);
-        if (k > 0) need(id, lookup(f_, s, m, k - 1), a, F(s, k - 1), false, OpKind::RecvF, recv_f_, s, m, k, out);
+          need(id, lookup(f_, s - 1, m, k), a, F(s - 1, k), explicit_comm, OpKind::RecvF, recv_f_,
+               s, m, k, out);
+        if (k > 0)
+          need(id, lookup(f_, s, m, k - 1), a, F(s, k - 1), false, OpKind::RecvF, recv_f_, s, m, k,
+               out);
         break;
       case OpKind::B:
       case OpKind::I:
@@ -251,8 +273,8 @@ class DependencyGraph {
           need(id, lookup(bi_, s + 1, m, k), a, BI(s + 1, k), explicit_comm, OpKind::RecvB, recv_b_,
                s, m, k, out);
         if (k + 1 < K)
-          need(id, lookup(bi_, s, m, k + 1), a, BI(s, k + 1), false, OpKind::RecvB, recv_b_, s, m, k,
-               out);
+          need(id, lookup(bi_, s, m, k + 1), a, BI(s, k + 1), false, OpKind::RecvB, recv_b_, s, m,
+               k, out);
         break;
       case OpKind::W:
         need(id, lookup(bi_, s, m, k), a, Action::make(OpKind::I, s, m, k), false, OpKind::RecvB,
@@ -261,7 +283,8 @@ class DependencyGraph {
       case OpKind::R:
         need(id, lookup(f_, s, m, k), a, F(s, k), false, OpKind::RecvF, recv_f_, s, m, k, out);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -289,14 +312,16 @@ class DependencyGraph {
           issues_.push_back({me, "unmatched-comm",
                              to_string(a) + " at rank " + std::to_string(me.rank) + " position " +
                                  std::to_string(me.position) + " has no matching " +
-                                 to_string(want) + " on any rank; every receive needs the send "
+                                 to_string(want) +
+                                 " on any rank; every receive needs the send "
                                  "of the neighbouring stage."});
           return;
         }
         out.push_back(send);
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -324,11 +349,13 @@ ReplayResult replay(const DependencyGraph& g, OnRun&& on_run) {
   const Schedule& s = g.schedule();
   const int nranks = s.rank_count();
   std::vector<int> remaining(g.size());
-  for (int a = 0; a < g.size(); ++a) remaining[a] = static_cast<int>(g.deps(a).size());
+  for (int a = 0; a < g.size(); ++a)
+    remaining[a] = static_cast<int>(g.deps(a).size());
   std::vector<int> next(nranks, 0);  // index into rank_actions(r)
   std::vector<int> work;
   work.reserve(nranks);
-  for (int r = 0; r < nranks; ++r) work.push_back(r);
+  for (int r = 0; r < nranks; ++r)
+    work.push_back(r);
   std::vector<char> queued(nranks, 1);
   while (!work.empty()) {
     int r = work.back();
