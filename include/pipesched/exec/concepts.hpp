@@ -1,0 +1,214 @@
+// What the executor needs from user code: layers, stage models, transports and devices,
+// each a named concept whose unmet requirement gets a readable error (see check_* below).
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <optional>
+#include <ranges>
+#include <type_traits>
+#include <utility>
+
+#include "pipesched/core/action.hpp"
+
+namespace pipesched {
+
+//! A layer: the unit users write. `forward` computes the output and saves in the stash
+//! what the backward needs; `backward_input` turns the output gradient into the input
+//! gradient, keeping in the stash only what `backward_weight` still needs; `backward_weight`
+//! adds this microbatch's weight gradients into the layer's gradients and may empty the
+//! stash. `stash_bytes` says how many bytes a stash holds (the executor's memory figures
+//! and the simulator's predictions are made from it). `parameters()` and `gradients()`
+//! give the layer's tensors (ranges of the same length; an optimizer walks them together).
+template <class L>
+concept layer = requires(L& l, const L& cl, const typename L::tensor_type& x,
+                         typename L::stash_type& st, const typename L::stash_type& cst) {
+  typename L::tensor_type;
+  typename L::stash_type;
+  requires std::movable<typename L::tensor_type>;
+  requires std::default_initializable<typename L::stash_type> &&
+               std::movable<typename L::stash_type>;
+  { l.forward(x, st) } -> std::same_as<typename L::tensor_type>;
+  { l.backward_input(x, st) } -> std::same_as<typename L::tensor_type>;
+  { l.backward_weight(st) } -> std::same_as<void>;
+  { cl.stash_bytes(cst) } -> std::convertible_to<std::size_t>;
+  { l.parameters() } -> std::ranges::range;
+  { l.gradients() } -> std::ranges::range;
+};
+
+//! A stage model: what one pipeline stage computes — the layers of the stage behind the
+//! same four calls as a layer (a `LayerStack` of layers is one). The executor holds one per
+//! stage of its rank and never looks inside. `zero_gradients()` clears the accumulated
+//! weight gradients before a step.
+template <class S>
+concept stage_model = requires(S& s, const S& cs, const typename S::tensor_type& x,
+                               typename S::stash_type& st, const typename S::stash_type& cst) {
+  typename S::tensor_type;
+  typename S::stash_type;
+  requires std::movable<typename S::tensor_type>;
+  requires std::default_initializable<typename S::stash_type> &&
+               std::movable<typename S::stash_type>;
+  { s.forward(x, st) } -> std::same_as<typename S::tensor_type>;
+  { s.backward_input(x, st) } -> std::same_as<typename S::tensor_type>;
+  { s.backward_weight(st) } -> std::same_as<void>;
+  { cs.stash_bytes(cst) } -> std::convertible_to<std::size_t>;
+  { s.zero_gradients() } -> std::same_as<void>;
+};
+
+//! Which way a message goes: a forward activation to the next stage, or an input gradient
+//! to the previous one.
+enum class Direction : std::uint8_t { Forward, Backward };
+
+//! What identifies a message: the stage that receives it, the microbatch, the slice and
+//! the direction. A transport matches a receive to the send with the same key.
+struct MessageKey {
+  int stage = 0;
+  int microbatch = 0;
+  int slice = 0;
+  Direction direction = Direction::Forward;
+  friend bool operator==(const MessageKey&, const MessageKey&) = default;
+};
+
+//! A transport moves tensors between ranks. `send` hands a tensor over (buffered: it never
+//! waits for the receiver); `receive` blocks, without burning a core, until the message with
+//! that key has arrived for that rank, up to `timeout` (then it throws `pipesched::error`);
+//! `try_receive` returns at once with the tensor or nothing; `abort` wakes every waiting
+//! receive on every rank, which then throws, so one failing rank stops all.
+template <class T, class Tensor>
+concept transport = requires(T& t, int rank, const MessageKey& key, Tensor&& x,
+                             std::chrono::duration<double> timeout) {
+  { t.send(rank, rank, key, std::move(x)) } -> std::same_as<void>;
+  { t.receive(rank, key, timeout) } -> std::same_as<Tensor>;
+  { t.try_receive(rank, key) } -> std::same_as<std::optional<Tensor>>;
+  { t.abort() } -> std::same_as<void>;
+};
+
+//! A device: where a rank's work runs. The executor marks the start and end of every
+//! action and, after `synchronize()`, asks for the seconds between two marks (on a host the
+//! marks are clock readings; on a GPU, events recorded on a stream).
+template <class D>
+concept device = requires(D& d, const typename D::mark_type& m) {
+  typename D::mark_type;
+  { d.mark() } -> std::same_as<typename D::mark_type>;
+  { d.synchronize() } -> std::same_as<void>;
+  { d.seconds_between(m, m) } -> std::convertible_to<double>;
+};
+
+namespace detail {
+template <class T>
+concept has_tensor_type = requires { typename T::tensor_type; };
+template <class T>
+concept has_stash_type = requires { typename T::stash_type; };
+}  // namespace detail
+
+//! Checks `S` against `stage_model`, one requirement at a time, so a type that misses one
+//! gets a message naming it rather than a wall of template errors.
+template <class S>
+constexpr bool check_stage_model() {
+  static_assert(detail::has_tensor_type<S>,
+                "pipesched: a stage model needs a member type `tensor_type` (the tensors it takes "
+                "and returns)");
+  static_assert(detail::has_stash_type<S>,
+                "pipesched: a stage model needs a member type `stash_type` (what forward saves "
+                "for backward), default-constructible and movable");
+  if constexpr (detail::has_tensor_type<S> && detail::has_stash_type<S>) {
+    using T = typename S::tensor_type;
+    using St = typename S::stash_type;
+    static_assert(requires(S& s, const T& x, St& st) {
+      { s.forward(x, st) } -> std::same_as<T>;
+    }, "pipesched: a stage model needs `tensor_type forward(const tensor_type& x, stash_type& "
+       "stash)`");
+    static_assert(requires(S& s, const T& dy, St& st) {
+      { s.backward_input(dy, st) } -> std::same_as<T>;
+    }, "pipesched: a stage model needs `tensor_type backward_input(const tensor_type& dy, "
+       "stash_type& stash)` returning the input gradient");
+    static_assert(requires(S& s, St& st) {
+      { s.backward_weight(st) } -> std::same_as<void>;
+    }, "pipesched: a stage model needs `void backward_weight(stash_type& stash)` that adds "
+       "the weight gradients");
+    static_assert(requires(const S& s, const St& st) {
+      { s.stash_bytes(st) } -> std::convertible_to<std::size_t>;
+    }, "pipesched: a stage model needs `std::size_t stash_bytes(const stash_type&) const` (bytes "
+       "a stash holds)");
+    static_assert(requires(S& s) {
+      { s.zero_gradients() } -> std::same_as<void>;
+    }, "pipesched: a stage model needs `void zero_gradients()` (called before each step)");
+  }
+  return stage_model<S>;
+}
+
+//! Checks `L` against `layer` the same way.
+template <class L>
+constexpr bool check_layer() {
+  static_assert(detail::has_tensor_type<L>,
+                "pipesched: a layer needs a member type `tensor_type`");
+  static_assert(detail::has_stash_type<L>,
+                "pipesched: a layer needs a member type `stash_type` (what forward saves for "
+                "backward)");
+  if constexpr (detail::has_tensor_type<L> && detail::has_stash_type<L>) {
+    using T = typename L::tensor_type;
+    using St = typename L::stash_type;
+    static_assert(requires(L& l, const T& x, St& st) {
+      { l.forward(x, st) } -> std::same_as<T>;
+    }, "pipesched: a layer needs `tensor_type forward(const tensor_type& x, stash_type& stash)`");
+    static_assert(requires(L& l, const T& dy, St& st) {
+      { l.backward_input(dy, st) } -> std::same_as<T>;
+    }, "pipesched: a layer needs `tensor_type backward_input(const tensor_type& dy, stash_type& "
+       "stash)`");
+    static_assert(requires(L& l, St& st) {
+      { l.backward_weight(st) } -> std::same_as<void>;
+    }, "pipesched: a layer needs `void backward_weight(stash_type& stash)`");
+    static_assert(requires(const L& l, const St& st) {
+      { l.stash_bytes(st) } -> std::convertible_to<std::size_t>;
+    }, "pipesched: a layer needs `std::size_t stash_bytes(const stash_type&) const`");
+    static_assert(requires(L& l) {
+      { l.parameters() } -> std::ranges::range;
+      { l.gradients() } -> std::ranges::range;
+    }, "pipesched: a layer needs `parameters()` and `gradients()` returning ranges of its "
+       "tensors");
+  }
+  return layer<L>;
+}
+
+//! Checks `T` against `transport<T, Tensor>`.
+template <class T, class Tensor>
+constexpr bool check_transport() {
+  static_assert(requires(T& t, const MessageKey& k, Tensor&& x) {
+    { t.send(0, 0, k, std::move(x)) } -> std::same_as<void>;
+  }, "pipesched: a transport needs `void send(int from_rank, int to_rank, const MessageKey&, "
+     "tensor&&)`");
+  static_assert(requires(T& t, const MessageKey& k, std::chrono::duration<double> d) {
+    { t.receive(0, k, d) } -> std::same_as<Tensor>;
+  }, "pipesched: a transport needs `tensor receive(int rank, const MessageKey&, "
+     "std::chrono::duration<double> timeout)` that blocks until the message arrives");
+  static_assert(requires(T& t, const MessageKey& k) {
+    { t.try_receive(0, k) } -> std::same_as<std::optional<Tensor>>;
+  }, "pipesched: a transport needs `std::optional<tensor> try_receive(int rank, const "
+     "MessageKey&)` that never blocks");
+  static_assert(requires(T& t) {
+    { t.abort() } -> std::same_as<void>;
+  }, "pipesched: a transport needs `void abort()` that wakes every waiting receive");
+  return transport<T, Tensor>;
+}
+
+//! Checks `D` against `device`.
+template <class D>
+constexpr bool check_device() {
+  static_assert(requires { typename D::mark_type; },
+                "pipesched: a device needs a member type `mark_type` (a point in its timeline)");
+  if constexpr (requires { typename D::mark_type; }) {
+    static_assert(requires(D& d) {
+      { d.mark() } -> std::same_as<typename D::mark_type>;
+    }, "pipesched: a device needs `mark_type mark()`");
+    static_assert(requires(D& d) {
+      { d.synchronize() } -> std::same_as<void>;
+    }, "pipesched: a device needs `void synchronize()` (waits for queued work)");
+    static_assert(requires(D& d, const typename D::mark_type& m) {
+      { d.seconds_between(m, m) } -> std::convertible_to<double>;
+    }, "pipesched: a device needs `double seconds_between(const mark_type&, const mark_type&)`");
+  }
+  return device<D>;
+}
+
+}  // namespace pipesched

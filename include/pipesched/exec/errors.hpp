@@ -1,0 +1,39 @@
+// Errors raised while executing a schedule.
+#pragma once
+
+#include <string>
+
+#include "pipesched/core/action.hpp"
+#include "pipesched/core/error.hpp"
+
+namespace pipesched {
+
+//! An action failed on a rank: a layer threw, a receive timed out, a message was missing.
+//! The message names the rank, the position in its list and the action.
+class execution_error : public error {
+ public:
+  execution_error(const std::string& what, int rank, int position, Action action)
+      : error(what), rank_(rank), position_(position), action_(action) {}
+  int rank() const noexcept { return rank_; }
+  int position() const noexcept { return position_; }
+  const Action& action() const noexcept { return action_; }
+
+ private:
+  int rank_;
+  int position_;
+  Action action_;
+};
+
+//! A receive gave up: no message with its key came within the timeout.
+class receive_timeout : public error {
+ public:
+  using error::error;
+};
+
+//! A receive was woken because another rank failed and the step is being stopped.
+class transport_aborted : public error {
+ public:
+  using error::error;
+};
+
+}  // namespace pipesched

@@ -1,0 +1,130 @@
+// A whole pipeline in one process: one thread per rank, the in-process transport between
+// them, one Executor each. The embedded default for examples and tests.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/device/host/host_device.hpp"
+#include "pipesched/exec/executor.hpp"
+#include "pipesched/transport/inproc/inproc_transport.hpp"
+
+namespace pipesched {
+
+//! What a pipelined step measured on every rank.
+struct StepResult {
+  double loss = 0;     //!< the step loss (sum of every rank's contributions)
+  double seconds = 0;  //!< wall time of the step (the latest rank end)
+  std::vector<RankRun> ranks;
+  Schedule executed;   //!< the schedule as run (lowered to sends and receives)
+
+  //! The measured run in the simulator's shape, for `render_svg`, `render_chrome_trace` and
+  //! `render_text_grid`: compute actions with their measured start and end, sends and
+  //! receives as instants (a wait shows as idle), memory in bytes.
+  SimulationResult timeline() const {
+    SimulationResult r;
+    r.ranks.resize(ranks.size());
+    r.timing.resize(ranks.size());
+    double busy = 0;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const RankRun& run = ranks[i];
+      const auto& list = executed.ranks[i];
+      r.timing[i] = run.timing;
+      RankSummary& rs = r.ranks[i];
+      for (std::size_t p = 0; p < list.size(); ++p) {
+        if (is_comm(list[p].kind) || list[p].kind == OpKind::Idle)
+          r.timing[i][p].start = r.timing[i][p].end;
+        else
+          rs.busy += r.timing[i][p].end - r.timing[i][p].start;
+      }
+      rs.peak_memory = run.peak_bytes;
+      rs.memory = run.memory;
+      rs.end = run.end;
+      r.makespan = std::max(r.makespan, run.end);
+      r.peak_memory_max = std::max(r.peak_memory_max, run.peak_bytes);
+      busy += rs.busy;
+    }
+    for (auto& rs : r.ranks) rs.idle = r.makespan - rs.busy;
+    r.bubble_ratio = r.makespan > 0 ? 1.0 - busy / (ranks.size() * r.makespan) : 0.0;
+    return r;
+  }
+};
+
+//! Runs a schedule on `stages` (one stage model per pipeline stage, indexed by stage; the
+//! pipeline keeps pointers, they must outlive it) with one thread per rank. A failure on
+//! any rank — a layer that throws, a receive that times out — stops every rank and is
+//! rethrown by `step` as the execution_error of the rank that failed first; no thread is
+//! left running.
+template <class Stage>
+class InprocPipeline {
+ public:
+  using tensor_type = typename Stage::tensor_type;
+
+  InprocPipeline(const Schedule& schedule, std::span<Stage> stages, ExecutorOptions options = {})
+      : transport_(schedule.rank_count() > 0 ? schedule.rank_count() : 1) {
+    if (static_cast<int>(stages.size()) != schedule.problem.stages)
+      throw invalid_problem("InprocPipeline: the schedule has " +
+                            std::to_string(schedule.problem.stages) + " stages but " +
+                            std::to_string(stages.size()) +
+                            " stage models were given; pass one per stage.");
+    for (int r = 0; r < schedule.rank_count(); ++r) {
+      std::vector<Stage*> mine;
+      for (int s : schedule.placement.stages_of(r)) mine.push_back(&stages[s]);
+      executors_.emplace_back(schedule, r, std::move(mine), transport_, HostDevice{}, options);
+    }
+  }
+
+  //! Runs one training step on every rank and returns what they measured.
+  StepResult step(const TrainingData<tensor_type>& data) {
+    transport_.reset();
+    const int n = static_cast<int>(executors_.size());
+    std::vector<RankRun> runs(n);
+    std::mutex failure_mutex;
+    std::exception_ptr failure;
+    const HostDevice clock;
+    const auto start = clock.mark();
+    {
+      std::vector<std::jthread> threads;
+      threads.reserve(n);
+      for (int r = 0; r < n; ++r)
+        threads.emplace_back([&, r] {
+          try {
+            runs[r] = executors_[r].step(data, start);
+          } catch (const transport_aborted&) {
+            // Another rank failed first; its error is the one reported.
+          } catch (...) {
+            {
+              std::lock_guard lock(failure_mutex);
+              if (!failure) failure = std::current_exception();
+            }
+            transport_.abort();
+          }
+        });
+    }  // joins every thread
+    if (failure) std::rethrow_exception(failure);
+    StepResult res;
+    res.ranks = std::move(runs);
+    res.executed = executors_.front().schedule();
+    for (const RankRun& run : res.ranks) {
+      res.loss += run.loss;
+      res.seconds = std::max(res.seconds, run.end);
+    }
+    return res;
+  }
+
+  //! The transport (to inspect it in tests).
+  InprocTransport<tensor_type>& transport() noexcept { return transport_; }
+
+ private:
+  InprocTransport<tensor_type> transport_;
+  std::vector<Executor<Stage, InprocTransport<tensor_type>>> executors_;
+};
+
+}  // namespace pipesched

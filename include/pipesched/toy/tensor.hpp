@@ -1,0 +1,137 @@
+// The toy models' tensor: a shape and a contiguous row-major buffer on the host, plus the
+// seeded random streams that fill parameters and data deterministically.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pipesched::toy {
+
+//! A host tensor: `shape` (outermost first) and `data`, contiguous and row-major. A plain
+//! value type (copyable, movable, comparable); element access does no bounds checks because
+//! the toy models index it in their inner loops.
+template <class T>
+struct Tensor {
+  using value_type = T;
+
+  std::vector<int> shape;  //!< extents, outermost first; empty for a default tensor
+  std::vector<T> data;     //!< product(shape) values, row-major
+
+  Tensor() = default;
+  //! A tensor of the given extents with every element `value`.
+  explicit Tensor(std::vector<int> extents, T value = T{})
+      : shape(std::move(extents)), data(element_count(shape), value) {}
+
+  //! Number of elements.
+  std::size_t size() const noexcept { return data.size(); }
+  //! Bytes the elements take (size · sizeof(T)); what the stash accounting counts.
+  std::size_t bytes() const noexcept { return data.size() * sizeof(T); }
+  //! Number of dimensions.
+  int rank() const noexcept { return static_cast<int>(shape.size()); }
+  //! Extent of dimension `i`.
+  int dim(int i) const noexcept { return shape[static_cast<std::size_t>(i)]; }
+  //! True when the tensor holds no elements.
+  bool empty() const noexcept { return data.empty(); }
+
+  T& operator[](std::size_t i) noexcept { return data[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data[i]; }
+  //! Element (i, j) of a rank-2 tensor.
+  T& operator()(int i, int j) noexcept { return data[index(i, j)]; }
+  const T& operator()(int i, int j) const noexcept { return data[index(i, j)]; }
+  //! Element (i, j, k) of a rank-3 tensor.
+  T& operator()(int i, int j, int k) noexcept { return data[index(i, j, k)]; }
+  const T& operator()(int i, int j, int k) const noexcept { return data[index(i, j, k)]; }
+
+  T* begin_data() noexcept { return data.data(); }
+  const T* begin_data() const noexcept { return data.data(); }
+
+  //! Sets every element to `value`.
+  void fill(T value) { std::fill(data.begin(), data.end(), value); }
+
+  //! Product of the extents (0 for no extents, as a default tensor holds nothing).
+  static std::size_t element_count(const std::vector<int>& extents) noexcept {
+    if (extents.empty()) return 0;
+    std::size_t n = 1;
+    for (int e : extents) n *= static_cast<std::size_t>(e > 0 ? e : 0);
+    return n;
+  }
+
+  friend bool operator==(const Tensor&, const Tensor&) = default;
+
+ private:
+  std::size_t index(int i, int j) const noexcept {
+    return static_cast<std::size_t>(i) * static_cast<std::size_t>(shape[1]) +
+           static_cast<std::size_t>(j);
+  }
+  std::size_t index(int i, int j, int k) const noexcept {
+    return (static_cast<std::size_t>(i) * static_cast<std::size_t>(shape[1]) +
+            static_cast<std::size_t>(j)) *
+               static_cast<std::size_t>(shape[2]) +
+           static_cast<std::size_t>(k);
+  }
+};
+
+//! A shape as text, `[2, 8, 16]`, for error messages.
+inline std::string shape_string(const std::vector<int>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i != 0) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+//! A small, fast, reproducible random stream (SplitMix64). Every parameter tensor and every
+//! data set is drawn from a stream named by (seed, stream id), so the values do not depend on
+//! how many other tensors were drawn before — the key to partition-independent models.
+class Random {
+ public:
+  //! The stream `stream` of `seed`; distinct (seed, stream) pairs give unrelated sequences.
+  Random(std::uint64_t seed, std::uint64_t stream) noexcept
+      : state_(mix(seed ^ mix(stream + 0x632be59bd9b4e019ULL))) {}
+
+  //! Next 64 random bits.
+  std::uint64_t next() noexcept {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    return mix(state_);
+  }
+  //! Uniform in [0, 1), 53 bits of precision.
+  double uniform() noexcept { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  //! Uniform in [lo, hi).
+  double uniform(double lo, double hi) noexcept { return lo + (hi - lo) * uniform(); }
+  //! Uniform integer in [0, n) for n > 0.
+  int below(int n) noexcept {
+    return static_cast<int>(next() % static_cast<std::uint64_t>(n > 0 ? n : 1));
+  }
+
+ private:
+  static std::uint64_t mix(std::uint64_t z) noexcept {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  std::uint64_t state_;
+};
+
+//! Fills `t` with values uniform in [center − spread, center + spread), drawn in double and
+//! rounded to T, so a float and a double model built from one seed hold the same values up to
+//! rounding.
+template <class T>
+void fill_uniform(Tensor<T>& t, Random& random, double spread, double center = 0.0) {
+  for (T& v : t.data) v = static_cast<T>(center + random.uniform(-spread, spread));
+}
+
+//! A tensor of the given extents filled by `fill_uniform`.
+template <class T>
+Tensor<T> uniform_tensor(std::vector<int> extents, Random& random, double spread,
+                         double center = 0.0) {
+  Tensor<T> t(std::move(extents));
+  fill_uniform(t, random, spread, center);
+  return t;
+}
+
+}  // namespace pipesched::toy

@@ -1,0 +1,152 @@
+// The in-process transport: ranks are threads of one process. A send moves the tensor into
+// the receiver's mailbox (no copy); a receive waits on a condition variable (no busy wait).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/exec/concepts.hpp"
+#include "pipesched/exec/errors.hpp"
+
+namespace pipesched {
+
+namespace detail {
+inline std::uint64_t pack_key(const MessageKey& k) {
+  // 24 bits stage, 24 bits microbatch, 15 bits slice, 1 bit direction.
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.stage) & 0xFFFFFF) << 40) |
+         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.microbatch) & 0xFFFFFF) << 16) |
+         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.slice) & 0x7FFF) << 1) |
+         static_cast<std::uint64_t>(k.direction == Direction::Backward);
+}
+inline std::string describe_key(const MessageKey& k) {
+  return std::string(k.direction == Direction::Forward ? "forward activation" : "input gradient") +
+         " for stage " + std::to_string(k.stage) + " microbatch " + std::to_string(k.microbatch) +
+         (k.slice ? " slice " + std::to_string(k.slice) : std::string());
+}
+}  // namespace detail
+
+//! Ranks as threads of one process. Satisfies `transport<InprocTransport<Tensor>, Tensor>`.
+template <class Tensor>
+class InprocTransport {
+ public:
+  explicit InprocTransport(int ranks) {
+    if (ranks < 1)
+      throw invalid_problem("InprocTransport: ranks = " + std::to_string(ranks) +
+                            "; need at least 1.");
+    for (int r = 0; r < ranks; ++r) boxes_.push_back(std::make_unique<Mailbox>());
+  }
+
+  int ranks() const noexcept { return static_cast<int>(boxes_.size()); }
+
+  //! Moves `x` into rank `to`'s mailbox under `key`. Never waits.
+  void send(int from, int to, const MessageKey& key, Tensor&& x) {
+    check_rank(from, "send from");
+    Mailbox& box = mailbox(to, "send to");
+    {
+      std::lock_guard lock(box.mutex);
+      auto [it, fresh] = box.messages.try_emplace(detail::pack_key(key), std::move(x));
+      if (!fresh)
+        throw error("rank " + std::to_string(from) + " sent the " + detail::describe_key(key) +
+                    " to rank " + std::to_string(to) +
+                    " twice; each message is sent once per step.");
+    }
+    box.ready.notify_all();
+  }
+
+  //! Waits until the message `key` for `rank` arrives and returns it. Throws
+  //! receive_timeout after `timeout`, transport_aborted when another rank failed.
+  Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
+    Mailbox& box = mailbox(rank, "receive on");
+    const std::uint64_t k = detail::pack_key(key);
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    std::unique_lock lock(box.mutex);
+    for (;;) {
+      if (box.aborted)
+        throw transport_aborted("rank " + std::to_string(rank) + " stopped waiting for the " +
+                                detail::describe_key(key) + ": another rank failed.");
+      if (auto it = box.messages.find(k); it != box.messages.end()) {
+        Tensor x = std::move(it->second);
+        box.messages.erase(it);
+        return x;
+      }
+      if (box.ready.wait_until(lock, deadline) == std::cv_status::timeout &&
+          std::chrono::steady_clock::now() >= deadline && !box.aborted &&
+          box.messages.find(k) == box.messages.end())
+        throw receive_timeout("rank " + std::to_string(rank) + " waited " +
+                              std::to_string(timeout.count()) + " s for the " +
+                              detail::describe_key(key) + " and none came.");
+    }
+  }
+
+  //! The message `key` for `rank` if it has arrived; never waits.
+  std::optional<Tensor> try_receive(int rank, const MessageKey& key) {
+    Mailbox& box = mailbox(rank, "receive on");
+    std::lock_guard lock(box.mutex);
+    if (auto it = box.messages.find(detail::pack_key(key)); it != box.messages.end()) {
+      std::optional<Tensor> x(std::move(it->second));
+      box.messages.erase(it);
+      return x;
+    }
+    return std::nullopt;
+  }
+
+  //! Wakes every waiting receive; they throw transport_aborted until `reset()`.
+  void abort() {
+    for (auto& b : boxes_) {
+      {
+        std::lock_guard lock(b->mutex);
+        b->aborted = true;
+      }
+      b->ready.notify_all();
+    }
+  }
+
+  //! Clears messages and the aborted state (between steps).
+  void reset() {
+    for (auto& b : boxes_) {
+      std::lock_guard lock(b->mutex);
+      b->aborted = false;
+      b->messages.clear();
+    }
+  }
+
+  //! Messages delivered to `rank` and not yet received.
+  std::size_t pending(int rank) {
+    Mailbox& box = mailbox(rank, "inspect");
+    std::lock_guard lock(box.mutex);
+    return box.messages.size();
+  }
+
+ private:
+  struct Mailbox {
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::unordered_map<std::uint64_t, Tensor> messages;
+    bool aborted = false;
+  };
+
+  void check_rank(int r, const char* what) const {
+    if (r < 0 || r >= ranks())
+      throw error(std::string("InprocTransport: ") + what + " rank " + std::to_string(r) +
+                  ", but ranks run from 0 to " + std::to_string(ranks() - 1) + ".");
+  }
+  Mailbox& mailbox(int r, const char* what) {
+    check_rank(r, what);
+    return *boxes_[static_cast<std::size_t>(r)];
+  }
+
+  std::vector<std::unique_ptr<Mailbox>> boxes_;
+};
+
+}  // namespace pipesched
