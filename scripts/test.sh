@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Builds pipesched and runs every test (installs missing Debian packages when run as root).
+# With an argument, uses that CMake preset instead of the default one: asan (Address +
+# UndefinedBehavior sanitizers) or tsan (ThreadSanitizer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+preset="${1:-default}"
+case "$preset" in
+  default|debug|asan|tsan) ;;
+  *) echo "usage: scripts/test.sh [default|debug|asan|tsan]" >&2; exit 2 ;;
+esac
 scripts/setup.sh
-cmake --workflow --preset default
+cmake --workflow --preset "$preset"

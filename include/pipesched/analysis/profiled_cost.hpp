@@ -12,13 +12,13 @@ namespace pipesched {
 
 //! One stage's figures for one (microbatch) unit; with K slices each slice takes 1/K.
 struct StageProfile {
-  double forward = 0;          //!< seconds (or any time unit) of F
-  double backward_input = 0;   //!< I (a full backward B takes backward_input + backward_weight)
-  double backward_weight = 0;  //!< W
-  double recompute = 0;        //!< R; 0 = same as forward
-  double activation_bytes = 0; //!< held from F until the backward
-  double wgrad_bytes = 0;      //!< of those, held from I until W
-  double boundary_bytes = 0;   //!< kept by a checkpointed F (its input)
+  double forward = 0;           //!< seconds (or any time unit) of F
+  double backward_input = 0;    //!< I (a full backward B takes backward_input + backward_weight)
+  double backward_weight = 0;   //!< W
+  double recompute = 0;         //!< R; 0 = same as forward
+  double activation_bytes = 0;  //!< held from F until the backward
+  double wgrad_bytes = 0;       //!< of those, held from I until W
+  double boundary_bytes = 0;    //!< kept by a checkpointed F (its input)
 };
 
 //! Per-stage profile table. Satisfies `cost_model`.
@@ -41,12 +41,18 @@ struct ProfiledCost {
     const double k = ctx.problem.slices;
     const double parts = ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1;
     switch (a.kind) {
-      case OpKind::F: return p.forward / k;
-      case OpKind::B: return (p.backward_input + p.backward_weight) / k;
-      case OpKind::I: return p.backward_input / k;
-      case OpKind::W: return p.backward_weight / k / parts;
-      case OpKind::R: return (p.recompute > 0 ? p.recompute : p.forward) / k;
-      default: return 0.0;
+      case OpKind::F:
+        return p.forward / k;
+      case OpKind::B:
+        return (p.backward_input + p.backward_weight) / k;
+      case OpKind::I:
+        return p.backward_input / k;
+      case OpKind::W:
+        return p.backward_weight / k / parts;
+      case OpKind::R:
+        return (p.recompute > 0 ? p.recompute : p.forward) / k;
+      default:
+        return 0.0;
     }
   }
 
@@ -56,12 +62,18 @@ struct ProfiledCost {
     const double k = ctx.problem.slices;
     const double parts = ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1;
     switch (a.kind) {
-      case OpKind::F: return (checkpointed ? p.boundary_bytes : p.activation_bytes) / k;
-      case OpKind::R: return (p.activation_bytes - p.boundary_bytes) / k;
-      case OpKind::B: return -p.activation_bytes / k;
-      case OpKind::I: return -(p.activation_bytes - p.wgrad_bytes) / k;
-      case OpKind::W: return -p.wgrad_bytes / k / parts;
-      default: return 0.0;
+      case OpKind::F:
+        return (checkpointed ? p.boundary_bytes : p.activation_bytes) / k;
+      case OpKind::R:
+        return (p.activation_bytes - p.boundary_bytes) / k;
+      case OpKind::B:
+        return -p.activation_bytes / k;
+      case OpKind::I:
+        return -(p.activation_bytes - p.wgrad_bytes) / k;
+      case OpKind::W:
+        return -p.wgrad_bytes / k / parts;
+      default:
+        return 0.0;
     }
   }
 

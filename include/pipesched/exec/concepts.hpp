@@ -28,7 +28,7 @@ concept layer = requires(L& l, const L& cl, const typename L::tensor_type& x,
   typename L::stash_type;
   requires std::movable<typename L::tensor_type>;
   requires std::default_initializable<typename L::stash_type> &&
-               std::movable<typename L::stash_type>;
+      std::movable<typename L::stash_type>;
   { l.forward(x, st) } -> std::same_as<typename L::tensor_type>;
   { l.backward_input(x, st) } -> std::same_as<typename L::tensor_type>;
   { l.backward_weight(st) } -> std::same_as<void>;
@@ -48,7 +48,7 @@ concept stage_model = requires(S& s, const S& cs, const typename S::tensor_type&
   typename S::stash_type;
   requires std::movable<typename S::tensor_type>;
   requires std::default_initializable<typename S::stash_type> &&
-               std::movable<typename S::stash_type>;
+      std::movable<typename S::stash_type>;
   { s.forward(x, st) } -> std::same_as<typename S::tensor_type>;
   { s.backward_input(x, st) } -> std::same_as<typename S::tensor_type>;
   { s.backward_weight(st) } -> std::same_as<void>;
@@ -97,9 +97,13 @@ concept device = requires(D& d, const typename D::mark_type& m) {
 
 namespace detail {
 template <class T>
-concept has_tensor_type = requires { typename T::tensor_type; };
+concept has_tensor_type = requires {
+  typename T::tensor_type;
+};
 template <class T>
-concept has_stash_type = requires { typename T::stash_type; };
+concept has_stash_type = requires {
+  typename T::stash_type;
+};
 }  // namespace detail
 
 //! Checks `S` against `stage_model`, one requirement at a time, so a type that misses one
@@ -115,25 +119,35 @@ constexpr bool check_stage_model() {
   if constexpr (detail::has_tensor_type<S> && detail::has_stash_type<S>) {
     using T = typename S::tensor_type;
     using St = typename S::stash_type;
-    static_assert(requires(S& s, const T& x, St& st) {
-      { s.forward(x, st) } -> std::same_as<T>;
-    }, "pipesched: a stage model needs `tensor_type forward(const tensor_type& x, stash_type& "
-       "stash)`");
-    static_assert(requires(S& s, const T& dy, St& st) {
-      { s.backward_input(dy, st) } -> std::same_as<T>;
-    }, "pipesched: a stage model needs `tensor_type backward_input(const tensor_type& dy, "
-       "stash_type& stash)` returning the input gradient");
-    static_assert(requires(S& s, St& st) {
-      { s.backward_weight(st) } -> std::same_as<void>;
-    }, "pipesched: a stage model needs `void backward_weight(stash_type& stash)` that adds "
-       "the weight gradients");
-    static_assert(requires(const S& s, const St& st) {
-      { s.stash_bytes(st) } -> std::convertible_to<std::size_t>;
-    }, "pipesched: a stage model needs `std::size_t stash_bytes(const stash_type&) const` (bytes "
-       "a stash holds)");
-    static_assert(requires(S& s) {
-      { s.zero_gradients() } -> std::same_as<void>;
-    }, "pipesched: a stage model needs `void zero_gradients()` (called before each step)");
+    static_assert(
+        requires(S & s, const T& x, St& st) {
+          { s.forward(x, st) } -> std::same_as<T>;
+        },
+        "pipesched: a stage model needs `tensor_type forward(const tensor_type& x, stash_type& "
+        "stash)`");
+    static_assert(
+        requires(S & s, const T& dy, St& st) {
+          { s.backward_input(dy, st) } -> std::same_as<T>;
+        },
+        "pipesched: a stage model needs `tensor_type backward_input(const tensor_type& dy, "
+        "stash_type& stash)` returning the input gradient");
+    static_assert(
+        requires(S & s, St & st) {
+          { s.backward_weight(st) } -> std::same_as<void>;
+        },
+        "pipesched: a stage model needs `void backward_weight(stash_type& stash)` that adds "
+        "the weight gradients");
+    static_assert(
+        requires(const S& s, const St& st) {
+          { s.stash_bytes(st) } -> std::convertible_to<std::size_t>;
+        },
+        "pipesched: a stage model needs `std::size_t stash_bytes(const stash_type&) const` (bytes "
+        "a stash holds)");
+    static_assert(
+        requires(S & s) {
+          { s.zero_gradients() } -> std::same_as<void>;
+        },
+        "pipesched: a stage model needs `void zero_gradients()` (called before each step)");
   }
   return stage_model<S>;
 }
@@ -141,32 +155,41 @@ constexpr bool check_stage_model() {
 //! Checks `L` against `layer` the same way.
 template <class L>
 constexpr bool check_layer() {
-  static_assert(detail::has_tensor_type<L>,
-                "pipesched: a layer needs a member type `tensor_type`");
+  static_assert(detail::has_tensor_type<L>, "pipesched: a layer needs a member type `tensor_type`");
   static_assert(detail::has_stash_type<L>,
                 "pipesched: a layer needs a member type `stash_type` (what forward saves for "
                 "backward)");
   if constexpr (detail::has_tensor_type<L> && detail::has_stash_type<L>) {
     using T = typename L::tensor_type;
     using St = typename L::stash_type;
-    static_assert(requires(L& l, const T& x, St& st) {
-      { l.forward(x, st) } -> std::same_as<T>;
-    }, "pipesched: a layer needs `tensor_type forward(const tensor_type& x, stash_type& stash)`");
-    static_assert(requires(L& l, const T& dy, St& st) {
-      { l.backward_input(dy, st) } -> std::same_as<T>;
-    }, "pipesched: a layer needs `tensor_type backward_input(const tensor_type& dy, stash_type& "
-       "stash)`");
-    static_assert(requires(L& l, St& st) {
-      { l.backward_weight(st) } -> std::same_as<void>;
-    }, "pipesched: a layer needs `void backward_weight(stash_type& stash)`");
-    static_assert(requires(const L& l, const St& st) {
-      { l.stash_bytes(st) } -> std::convertible_to<std::size_t>;
-    }, "pipesched: a layer needs `std::size_t stash_bytes(const stash_type&) const`");
-    static_assert(requires(L& l) {
-      { l.parameters() } -> std::ranges::range;
-      { l.gradients() } -> std::ranges::range;
-    }, "pipesched: a layer needs `parameters()` and `gradients()` returning ranges of its "
-       "tensors");
+    static_assert(
+        requires(L & l, const T& x, St& st) {
+          { l.forward(x, st) } -> std::same_as<T>;
+        },
+        "pipesched: a layer needs `tensor_type forward(const tensor_type& x, stash_type& stash)`");
+    static_assert(
+        requires(L & l, const T& dy, St& st) {
+          { l.backward_input(dy, st) } -> std::same_as<T>;
+        },
+        "pipesched: a layer needs `tensor_type backward_input(const tensor_type& dy, stash_type& "
+        "stash)`");
+    static_assert(
+        requires(L & l, St & st) {
+          { l.backward_weight(st) } -> std::same_as<void>;
+        },
+        "pipesched: a layer needs `void backward_weight(stash_type& stash)`");
+    static_assert(
+        requires(const L& l, const St& st) {
+          { l.stash_bytes(st) } -> std::convertible_to<std::size_t>;
+        },
+        "pipesched: a layer needs `std::size_t stash_bytes(const stash_type&) const`");
+    static_assert(
+        requires(L & l) {
+          { l.parameters() } -> std::ranges::range;
+          { l.gradients() } -> std::ranges::range;
+        },
+        "pipesched: a layer needs `parameters()` and `gradients()` returning ranges of its "
+        "tensors");
   }
   return layer<L>;
 }
@@ -174,39 +197,54 @@ constexpr bool check_layer() {
 //! Checks `T` against `transport<T, Tensor>`.
 template <class T, class Tensor>
 constexpr bool check_transport() {
-  static_assert(requires(T& t, const MessageKey& k, Tensor&& x) {
-    { t.send(0, 0, k, std::move(x)) } -> std::same_as<void>;
-  }, "pipesched: a transport needs `void send(int from_rank, int to_rank, const MessageKey&, "
-     "tensor&&)`");
-  static_assert(requires(T& t, const MessageKey& k, std::chrono::duration<double> d) {
-    { t.receive(0, k, d) } -> std::same_as<Tensor>;
-  }, "pipesched: a transport needs `tensor receive(int rank, const MessageKey&, "
-     "std::chrono::duration<double> timeout)` that blocks until the message arrives");
-  static_assert(requires(T& t, const MessageKey& k) {
-    { t.try_receive(0, k) } -> std::same_as<std::optional<Tensor>>;
-  }, "pipesched: a transport needs `std::optional<tensor> try_receive(int rank, const "
-     "MessageKey&)` that never blocks");
-  static_assert(requires(T& t) {
-    { t.abort() } -> std::same_as<void>;
-  }, "pipesched: a transport needs `void abort()` that wakes every waiting receive");
+  static_assert(
+      requires(T & t, const MessageKey& k, Tensor&& x) {
+        { t.send(0, 0, k, std::move(x)) } -> std::same_as<void>;
+      },
+      "pipesched: a transport needs `void send(int from_rank, int to_rank, const MessageKey&, "
+      "tensor&&)`");
+  static_assert(
+      requires(T & t, const MessageKey& k, std::chrono::duration<double> d) {
+        { t.receive(0, k, d) } -> std::same_as<Tensor>;
+      },
+      "pipesched: a transport needs `tensor receive(int rank, const MessageKey&, "
+      "std::chrono::duration<double> timeout)` that blocks until the message arrives");
+  static_assert(
+      requires(T & t, const MessageKey& k) {
+        { t.try_receive(0, k) } -> std::same_as<std::optional<Tensor>>;
+      },
+      "pipesched: a transport needs `std::optional<tensor> try_receive(int rank, const "
+      "MessageKey&)` that never blocks");
+  static_assert(
+      requires(T & t) {
+        { t.abort() } -> std::same_as<void>;
+      },
+      "pipesched: a transport needs `void abort()` that wakes every waiting receive");
   return transport<T, Tensor>;
 }
 
 //! Checks `D` against `device`.
 template <class D>
 constexpr bool check_device() {
-  static_assert(requires { typename D::mark_type; },
-                "pipesched: a device needs a member type `mark_type` (a point in its timeline)");
+  static_assert(
+      requires { typename D::mark_type; },
+      "pipesched: a device needs a member type `mark_type` (a point in its timeline)");
   if constexpr (requires { typename D::mark_type; }) {
-    static_assert(requires(D& d) {
-      { d.mark() } -> std::same_as<typename D::mark_type>;
-    }, "pipesched: a device needs `mark_type mark()`");
-    static_assert(requires(D& d) {
-      { d.synchronize() } -> std::same_as<void>;
-    }, "pipesched: a device needs `void synchronize()` (waits for queued work)");
-    static_assert(requires(D& d, const typename D::mark_type& m) {
-      { d.seconds_between(m, m) } -> std::convertible_to<double>;
-    }, "pipesched: a device needs `double seconds_between(const mark_type&, const mark_type&)`");
+    static_assert(
+        requires(D & d) {
+          { d.mark() } -> std::same_as<typename D::mark_type>;
+        },
+        "pipesched: a device needs `mark_type mark()`");
+    static_assert(
+        requires(D & d) {
+          { d.synchronize() } -> std::same_as<void>;
+        },
+        "pipesched: a device needs `void synchronize()` (waits for queued work)");
+    static_assert(
+        requires(D & d, const typename D::mark_type& m) {
+          { d.seconds_between(m, m) } -> std::convertible_to<double>;
+        },
+        "pipesched: a device needs `double seconds_between(const mark_type&, const mark_type&)`");
   }
   return device<D>;
 }

@@ -17,21 +17,11 @@
 #include "pipesched/device/host/host_device.hpp"
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/errors.hpp"
+#include "pipesched/exec/training_data.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/transport/inproc/inproc_transport.hpp"
 
 namespace pipesched {
-
-//! Where a step's data comes from. `input(microbatch, slice)` gives stage 0's input;
-//! `loss(output, microbatch, slice, loss)` takes the last stage's output, adds that unit's
-//! contribution to the step loss into `loss` and returns the gradient of the step loss with
-//! respect to `output`. Both are called from the threads of the ranks that hold the first
-//! and the last stage, so they must be safe to call concurrently.
-template <class Tensor>
-struct TrainingData {
-  std::function<Tensor(int microbatch, int slice)> input;
-  std::function<Tensor(const Tensor& output, int microbatch, int slice, double& loss)> loss;
-};
 
 //! Knobs of the executor.
 struct ExecutorOptions {
@@ -45,11 +35,11 @@ struct ExecutorOptions {
 //! What one rank measured in one step. Times are seconds since the step's common start.
 struct RankRun {
   int rank = 0;
-  double loss = 0;                  //!< loss contributions computed on this rank
-  double peak_bytes = 0;            //!< largest sum of live stash bytes
-  double end = 0;                   //!< when the rank's last action ended
-  std::vector<ActionTiming> timing; //!< per position of the executed (lowered) list
-  std::vector<MemoryPoint> memory;  //!< held stash bytes after each change
+  double loss = 0;                   //!< loss contributions computed on this rank
+  double peak_bytes = 0;             //!< largest sum of live stash bytes
+  double end = 0;                    //!< when the rank's last action ended
+  std::vector<ActionTiming> timing;  //!< per position of the executed (lowered) list
+  std::vector<MemoryPoint> memory;   //!< held stash bytes after each change
 };
 
 namespace detail {
@@ -95,7 +85,8 @@ class Executor {
     if (stages.size() != mine.size())
       throw invalid_problem("Executor: rank " + std::to_string(rank) + " holds " +
                             std::to_string(mine.size()) + " stages but was given " +
-                            std::to_string(stages.size()) + " stage models; pass one per stage in "
+                            std::to_string(stages.size()) +
+                            " stage models; pass one per stage in "
                             "placement.stages_of(rank) order.");
     stage_of_.assign(schedule_.problem.stages, nullptr);
     for (std::size_t i = 0; i < mine.size(); ++i) {
@@ -158,7 +149,8 @@ class Executor {
     run.peak_bytes = peak_;
     run.memory = std::move(memory_);
     run.end = list.empty() ? 0.0 : run.timing.back().end;
-    for (const auto& t : run.timing) run.end = std::max(run.end, t.end);
+    for (const auto& t : run.timing)
+      run.end = std::max(run.end, t.end);
     data_ = nullptr;
     return run;
   }
@@ -183,14 +175,12 @@ class Executor {
     return value;
   }
 
-  void grow(double bytes) {
-    held_ += bytes;
+  // Adds `delta` bytes to what the rank holds (negative frees). A stash may also grow at I
+  // (a layer that keeps more for its weight gradient than for its input gradient).
+  void adjust(double delta) {
+    held_ += delta;
     if (held_ > peak_) peak_ = held_;
-    changed_ = changed_ || bytes != 0;
-  }
-  void shrink(double bytes) {
-    held_ -= bytes;
-    changed_ = changed_ || bytes != 0;
+    changed_ = changed_ || delta != 0;
   }
 
   void forward(const Action& a) {
@@ -200,7 +190,7 @@ class Executor {
     Held h;
     tensor_type y = model(s).forward(x, h.stash);
     h.bytes = static_cast<double>(model(s).stash_bytes(h.stash));
-    grow(h.bytes);
+    adjust(h.bytes);
     stashes_.insert_or_assign(key, std::move(h));
     const int last = schedule_.problem.stages - 1;
     if (s == last) {
@@ -223,11 +213,11 @@ class Executor {
     tensor_type dx = model(s).backward_input(dy, h.stash);
     if (weights_too) {
       model(s).backward_weight(h.stash);
-      shrink(h.bytes);
+      adjust(-h.bytes);
       stashes_.erase(it);
     } else {
       const double left = static_cast<double>(model(s).stash_bytes(h.stash));
-      shrink(h.bytes - left);
+      adjust(left - h.bytes);
       h.bytes = left;
     }
     if (s == 0) return;  // the input gradient of the first stage goes nowhere
@@ -243,35 +233,42 @@ class Executor {
     if (it == stashes_.end())
       throw error("no stash for " + to_string(a) + "; its forward has not run on this rank.");
     model(a.stage).backward_weight(it->second.stash);
-    shrink(it->second.bytes);
+    adjust(-it->second.bytes);
     stashes_.erase(it);
   }
 
   void execute(const Action& a) {
     const auto timeout = options_.receive_timeout;
     switch (a.kind) {
-      case OpKind::Idle: return;
-      case OpKind::F: forward(a); return;
-      case OpKind::B: backward(a, true); return;
-      case OpKind::I: backward(a, false); return;
-      case OpKind::W: weight(a); return;
+      case OpKind::Idle:
+        return;
+      case OpKind::F:
+        forward(a);
+        return;
+      case OpKind::B:
+        backward(a, true);
+        return;
+      case OpKind::I:
+        backward(a, false);
+        return;
+      case OpKind::W:
+        weight(a);
+        return;
       case OpKind::Overlap:
         forward(a.forward_half());
         backward(a.backward_half(), true);
         return;
       case OpKind::SendF:
-        transport_->send(rank_, rank_of(a.stage + 1),
-                         {a.stage + 1, a.microbatch, a.slice, Direction::Forward},
-                         take(outbox_, detail::pack_key({a.stage, a.microbatch, a.slice,
-                                                         Direction::Forward}),
-                              "forward output", a));
+        transport_->send(
+            rank_, rank_of(a.stage + 1), {a.stage + 1, a.microbatch, a.slice, Direction::Forward},
+            take(outbox_, detail::pack_key({a.stage, a.microbatch, a.slice, Direction::Forward}),
+                 "forward output", a));
         return;
       case OpKind::SendB:
-        transport_->send(rank_, rank_of(a.stage - 1),
-                         {a.stage - 1, a.microbatch, a.slice, Direction::Backward},
-                         take(outbox_, detail::pack_key({a.stage, a.microbatch, a.slice,
-                                                         Direction::Backward}),
-                              "input gradient", a));
+        transport_->send(
+            rank_, rank_of(a.stage - 1), {a.stage - 1, a.microbatch, a.slice, Direction::Backward},
+            take(outbox_, detail::pack_key({a.stage, a.microbatch, a.slice, Direction::Backward}),
+                 "input gradient", a));
         return;
       case OpKind::RecvF:
         inputs_.insert_or_assign(
@@ -286,8 +283,9 @@ class Executor {
                                 timeout));
         return;
       case OpKind::R:
-        throw error("recompute (R) needs a checkpoint policy; this executor keeps every "
-                    "activation, so give it a schedule without R actions.");
+        throw error(
+            "recompute (R) needs a checkpoint policy; this executor keeps every "
+            "activation, so give it a schedule without R actions.");
     }
   }
 

@@ -23,7 +23,7 @@ struct StepResult {
   double loss = 0;     //!< the step loss (sum of every rank's contributions)
   double seconds = 0;  //!< wall time of the step (the latest rank end)
   std::vector<RankRun> ranks;
-  Schedule executed;   //!< the schedule as run (lowered to sends and receives)
+  Schedule executed;  //!< the schedule as run (lowered to sends and receives)
 
   //! The measured run in the simulator's shape, for `render_svg`, `render_chrome_trace` and
   //! `render_text_grid`: compute actions with their measured start and end, sends and
@@ -51,7 +51,8 @@ struct StepResult {
       r.peak_memory_max = std::max(r.peak_memory_max, run.peak_bytes);
       busy += rs.busy;
     }
-    for (auto& rs : r.ranks) rs.idle = r.makespan - rs.busy;
+    for (auto& rs : r.ranks)
+      rs.idle = r.makespan - rs.busy;
     r.bubble_ratio = r.makespan > 0 ? 1.0 - busy / (ranks.size() * r.makespan) : 0.0;
     return r;
   }
@@ -76,7 +77,8 @@ class InprocPipeline {
                             " stage models were given; pass one per stage.");
     for (int r = 0; r < schedule.rank_count(); ++r) {
       std::vector<Stage*> mine;
-      for (int s : schedule.placement.stages_of(r)) mine.push_back(&stages[s]);
+      for (int s : schedule.placement.stages_of(r))
+        mine.push_back(&stages[s]);
       executors_.emplace_back(schedule, r, std::move(mine), transport_, HostDevice{}, options);
     }
   }

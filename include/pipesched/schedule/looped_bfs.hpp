@@ -18,8 +18,9 @@ namespace pipesched::schedule {
 //! Looped BFS on an interleaved placement with V = stages / ranks chunks (default 2): rank r
 //! runs the forwards of its chunk 0 (stage r) for microbatches 0..M−1, then chunk 1, ...,
 //! then the backwards of its last chunk, ..., down to chunk 0. Backwards take microbatches
-//! in decreasing order, as PyTorch's ScheduleLoopedBFS does, so a schedule read from its
-//! CSV compares equal. With `wgrad` Split each backward is I immediately followed by its
+//! in increasing order (PyTorch's ScheduleLoopedBFS takes them in decreasing order; both
+//! are valid and time the same), so weight gradients accumulate in the order sequential
+//! training adds them and a pipelined step is bit-identical to it. With `wgrad` Split each backward is I immediately followed by its
 //! W. Needs `slices == 1`; throws invalid_problem otherwise.
 inline Schedule looped_bfs(Problem p, WGradMode wgrad = WGradMode::Fused) {
   constexpr const char* generator = "looped-bfs";
@@ -37,7 +38,7 @@ inline Schedule looped_bfs(Problem p, WGradMode wgrad = WGradMode::Fused) {
       for (int m = 0; m < p.microbatches; ++m)
         list.push_back(Action::make(OpKind::F, v * ranks + r, m));
     for (int v = chunks - 1; v >= 0; --v)
-      for (int m = p.microbatches - 1; m >= 0; --m)
+      for (int m = 0; m < p.microbatches; ++m)
         detail::push_backward(list, v * ranks + r, m, wgrad);
   }
   return s;

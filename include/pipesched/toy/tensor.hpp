@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -56,7 +59,8 @@ struct Tensor {
   static std::size_t element_count(const std::vector<int>& extents) noexcept {
     if (extents.empty()) return 0;
     std::size_t n = 1;
-    for (int e : extents) n *= static_cast<std::size_t>(e > 0 ? e : 0);
+    for (int e : extents)
+      n *= static_cast<std::size_t>(e > 0 ? e : 0);
     return n;
   }
 
@@ -73,6 +77,57 @@ struct Tensor {
                static_cast<std::size_t>(shape[2]) +
            static_cast<std::size_t>(k);
   }
+};
+
+//! The tensors of several layers as one range, in order: what a stage's `parameters()` and
+//! `gradients()` return. `Elem` is `Tensor<T>` or `const Tensor<T>`. It refers to the layers'
+//! tensors (valid while the stage lives and keeps its layers) and is a forward range whose
+//! elements are `Elem&`, so an optimizer can walk parameters and gradients side by side.
+template <class Elem>
+class TensorRange {
+ public:
+  class iterator {
+   public:
+    using iterator_concept = std::forward_iterator_tag;
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = std::remove_const_t<Elem>;
+    using difference_type = std::ptrdiff_t;
+    using reference = Elem&;
+    using pointer = Elem*;
+
+    iterator() = default;
+    explicit iterator(Elem* const* at) noexcept : at_(at) {}
+    Elem& operator*() const noexcept { return **at_; }
+    Elem* operator->() const noexcept { return *at_; }
+    iterator& operator++() noexcept {
+      ++at_;
+      return *this;
+    }
+    iterator operator++(int) noexcept {
+      iterator before = *this;
+      ++at_;
+      return before;
+    }
+    friend bool operator==(const iterator&, const iterator&) = default;
+
+   private:
+    Elem* const* at_ = nullptr;
+  };
+
+  TensorRange() = default;
+  //! Appends every tensor of `part` (one layer's list).
+  void append(std::span<Elem> part) {
+    for (Elem& t : part)
+      items_.push_back(&t);
+  }
+
+  iterator begin() const noexcept { return iterator(items_.data()); }
+  iterator end() const noexcept { return iterator(items_.data() + items_.size()); }
+  std::size_t size() const noexcept { return items_.size(); }
+  Elem& operator[](std::size_t i) const noexcept { return *items_[i]; }
+
+ private:
+  std::vector<Elem*> items_;
 };
 
 //! A shape as text, `[2, 8, 16]`, for error messages.
@@ -122,7 +177,8 @@ class Random {
 //! rounding.
 template <class T>
 void fill_uniform(Tensor<T>& t, Random& random, double spread, double center = 0.0) {
-  for (T& v : t.data) v = static_cast<T>(center + random.uniform(-spread, spread));
+  for (T& v : t.data)
+    v = static_cast<T>(center + random.uniform(-spread, spread));
 }
 
 //! A tensor of the given extents filled by `fill_uniform`.

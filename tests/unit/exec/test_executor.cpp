@@ -4,10 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <mutex>
-#include <thread>
 #include <cmath>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "pipesched/analysis/profiled_cost.hpp"
@@ -40,7 +40,8 @@ struct AffineStage {
   tensor_type forward(const tensor_type& x, stash_type& st) {
     if (fail_on) fail_on("forward");
     tensor_type y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = std::tanh(a[i] * x[i] + c[i]);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      y[i] = std::tanh(a[i] * x[i] + c[i]);
     st.x = x;
     st.y = y;
     return y;
@@ -75,9 +76,7 @@ struct AffineStage {
 
 ps::TrainingData<std::vector<double>> make_data(int microbatches) {
   ps::TrainingData<std::vector<double>> d;
-  d.input = [](int m, int) {
-    return std::vector<double>{0.1 * m - 0.3, 0.2, -0.05 * m};
-  };
+  d.input = [](int m, int) { return std::vector<double>{0.1 * m - 0.3, 0.2, -0.05 * m}; };
   d.loss = [microbatches](const std::vector<double>& y, int m, int, double& loss) {
     std::vector<double> g(y.size());
     for (std::size_t i = 0; i < y.size(); ++i) {
@@ -94,11 +93,13 @@ ps::TrainingData<std::vector<double>> make_data(int microbatches) {
 double sequential(std::vector<AffineStage>& stages, const ps::TrainingData<std::vector<double>>& d,
                   int microbatches) {
   double loss = 0;
-  for (auto& s : stages) s.zero_gradients();
+  for (auto& s : stages)
+    s.zero_gradients();
   for (int m = 0; m < microbatches; ++m) {
     std::vector<AffineStage::stash_type> st(stages.size());
     std::vector<double> x = d.input(m, 0);
-    for (std::size_t s = 0; s < stages.size(); ++s) x = stages[s].forward(x, st[s]);
+    for (std::size_t s = 0; s < stages.size(); ++s)
+      x = stages[s].forward(x, st[s]);
     std::vector<double> g = d.loss(x, m, 0, loss);
     for (std::size_t s = stages.size(); s-- > 0;) {
       g = stages[s].backward_input(g, st[s]);
@@ -110,7 +111,8 @@ double sequential(std::vector<AffineStage>& stages, const ps::TrainingData<std::
 
 std::vector<AffineStage> make_stages(int n) {
   std::vector<AffineStage> v;
-  for (int s = 0; s < n; ++s) v.emplace_back(s);
+  for (int s = 0; s < n; ++s)
+    v.emplace_back(s);
   return v;
 }
 
@@ -127,7 +129,9 @@ double max_rel(const std::vector<AffineStage>& a, const std::vector<AffineStage>
 // (x, dz).
 ps::ProfiledCost affine_cost(int stages) {
   ps::ProfiledCost c;
-  c.stages.assign(stages, ps::StageProfile{.forward = 1, .backward_input = 1, .backward_weight = 1,
+  c.stages.assign(stages, ps::StageProfile{.forward = 1,
+                                           .backward_input = 1,
+                                           .backward_weight = 1,
                                            .activation_bytes = 6 * sizeof(double),
                                            .wgrad_bytes = 6 * sizeof(double)});
   return c;
@@ -184,7 +188,8 @@ TEST(Executor, LayerExceptionStopsEveryRankAndNamesRankAndAction) {
   stages[2].fail_on = [&calls](const char* op) {
     if (std::string(op) == "forward" && ++calls == 3) throw std::runtime_error("boom in stage 2");
   };
-  ps::InprocPipeline<AffineStage> pipe(s, stages, {.receive_timeout = std::chrono::seconds(30), .optimizer = {}});
+  ps::InprocPipeline<AffineStage> pipe(
+      s, stages, {.receive_timeout = std::chrono::seconds(30), .optimizer = {}});
   const auto t0 = std::chrono::steady_clock::now();
   try {
     pipe.step(make_data(8));
@@ -219,8 +224,10 @@ TEST(Executor, ReceiveThatNeverComesTimesOut) {
   LossyTransport t(2);
   auto stages = make_stages(2);
   const auto timeout = std::chrono::milliseconds(300);
-  ps::Executor<AffineStage, LossyTransport> e0(s, 0, {&stages[0]}, t, {}, {.receive_timeout = timeout, .optimizer = {}});
-  ps::Executor<AffineStage, LossyTransport> e1(s, 1, {&stages[1]}, t, {}, {.receive_timeout = timeout, .optimizer = {}});
+  ps::Executor<AffineStage, LossyTransport> e0(s, 0, {&stages[0]}, t, {},
+                                               {.receive_timeout = timeout, .optimizer = {}});
+  ps::Executor<AffineStage, LossyTransport> e1(s, 1, {&stages[1]}, t, {},
+                                               {.receive_timeout = timeout, .optimizer = {}});
   auto data = make_data(2);
   const auto start = ps::HostDevice{}.mark();
   std::mutex mu;

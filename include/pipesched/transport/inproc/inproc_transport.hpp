@@ -42,7 +42,8 @@ class InprocTransport {
     if (ranks < 1)
       throw invalid_problem("InprocTransport: ranks = " + std::to_string(ranks) +
                             "; need at least 1.");
-    for (int r = 0; r < ranks; ++r) boxes_.push_back(std::make_unique<Mailbox>());
+    for (int r = 0; r < ranks; ++r)
+      boxes_.push_back(std::make_unique<Mailbox>());
   }
 
   int ranks() const noexcept { return static_cast<int>(boxes_.size()); }
@@ -67,9 +68,8 @@ class InprocTransport {
   Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
     Mailbox& box = mailbox(rank, "receive on");
     const std::uint64_t k = detail::pack_key(key);
-    const auto deadline =
-        std::chrono::steady_clock::now() +
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
     std::unique_lock lock(box.mutex);
     for (;;) {
       if (box.aborted)

@@ -1,0 +1,186 @@
+// Deterministic synthetic training data for the toy models and the loss at the end of the
+// pipeline: mean squared error for the MLP, next-token cross-entropy for the GPT.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/exec/training_data.hpp"
+#include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/mlp.hpp"
+#include "pipesched/toy/tensor.hpp"
+
+namespace pipesched::toy {
+
+//! Which loss a `StepData` computes.
+enum class LossKind : std::uint8_t {
+  SquaredError,  //!< mean over elements of (output − target)²
+  CrossEntropy,  //!< mean over tokens of −log softmax(logits)[target]
+};
+
+//! One training step's data: inputs and targets per microbatch, and the loss. The step loss
+//! is the mean over microbatches of each microbatch's mean loss (over its rows, or tokens).
+template <class T>
+struct StepData {
+  int microbatches = 0;
+  LossKind loss_kind = LossKind::SquaredError;
+  std::vector<Tensor<T>> inputs;   //!< per microbatch: features [rows, hidden] or ids [b, s]
+  std::vector<Tensor<T>> targets;  //!< per microbatch: values like the output, or ids [b, s]
+
+  //! The first stage's input of microbatch `mb` (a copy).
+  Tensor<T> input(int mb) const { return inputs[checked(mb, "input")]; }
+
+  //! Adds microbatch `mb`'s share of the step loss to `loss` and returns the gradient of the
+  //! step loss with respect to `output` (the last stage's output for that microbatch).
+  Tensor<T> loss_gradient(const Tensor<T>& output, int mb, double& loss) const {
+    const Tensor<T>& target = targets[checked(mb, "loss_gradient")];
+    return loss_kind == LossKind::SquaredError ? squared_error(output, target, loss)
+                                               : cross_entropy(output, target, loss);
+  }
+
+ private:
+  std::size_t checked(int mb, const char* op) const {
+    if (mb < 0 || mb >= microbatches || static_cast<std::size_t>(mb) >= inputs.size() ||
+        static_cast<std::size_t>(mb) >= targets.size())
+      throw invalid_problem("StepData::" + std::string(op) + ": microbatch is " +
+                            std::to_string(mb) + "; it must be between 0 and " +
+                            std::to_string(microbatches - 1));
+    return static_cast<std::size_t>(mb);
+  }
+
+  Tensor<T> squared_error(const Tensor<T>& output, const Tensor<T>& target, double& loss) const {
+    if (output.shape != target.shape)
+      throw invalid_problem("StepData::loss_gradient: output shape is " +
+                            shape_string(output.shape) + "; the targets have shape " +
+                            shape_string(target.shape));
+    const T scale = T(2) / (T(output.size()) * T(microbatches));
+    Tensor<T> grad(output.shape);
+    double sum = 0;
+    for (std::size_t i = 0; i < output.size(); ++i) {
+      const T diff = output[i] - target[i];
+      sum += double(diff) * double(diff);
+      grad[i] = scale * diff;
+    }
+    loss += sum / (double(output.size()) * microbatches);
+    return grad;
+  }
+
+  Tensor<T> cross_entropy(const Tensor<T>& logits, const Tensor<T>& target, double& loss) const {
+    if (logits.rank() != 3 || target.rank() != 2 || logits.dim(0) != target.dim(0) ||
+        logits.dim(1) != target.dim(1))
+      throw invalid_problem("StepData::loss_gradient: logits shape is " +
+                            shape_string(logits.shape) + "; expected [" +
+                            std::to_string(target.dim(0)) + ", " + std::to_string(target.dim(1)) +
+                            ", vocabulary] to match the targets");
+    const int tokens = target.dim(0) * target.dim(1);
+    const int classes = logits.dim(2);
+    const T scale = T(1) / (T(tokens) * T(microbatches));
+    Tensor<T> grad(logits.shape);
+    double sum = 0;
+    for (int r = 0; r < tokens; ++r) {
+      const T* z = logits.begin_data() + static_cast<std::ptrdiff_t>(r) * classes;
+      T* g = grad.begin_data() + static_cast<std::ptrdiff_t>(r) * classes;
+      const int label = static_cast<int>(target[static_cast<std::size_t>(r)]);
+      if (label < 0 || label >= classes)
+        throw invalid_problem("StepData::loss_gradient: target token " + std::to_string(label) +
+                              " is outside the logits' " + std::to_string(classes) + " classes");
+      const T max_z = *std::max_element(z, z + classes);
+      T total = 0;
+      for (int c = 0; c < classes; ++c) {
+        g[c] = std::exp(z[c] - max_z);
+        total += g[c];
+      }
+      sum += double(std::log(total) + max_z - z[label]);
+      for (int c = 0; c < classes; ++c)
+        g[c] = g[c] / total * scale;
+      g[label] -= scale;
+    }
+    loss += sum / (double(tokens) * microbatches);
+    return grad;
+  }
+};
+
+namespace detail {
+inline void require_microbatches(int microbatches, const char* who) {
+  if (microbatches < 1)
+    throw invalid_problem(std::string(who) + ": microbatches is " + std::to_string(microbatches) +
+                          "; a step needs at least 1");
+}
+inline constexpr std::uint64_t data_stream = 0x4441544100000000ULL;
+}  // namespace detail
+
+//! MLP data: features uniform in [−1, 1) [microbatch_size, hidden]; targets a fixed smooth
+//! function of them (sin of the neighbouring feature), so there is something to learn.
+template <class T>
+StepData<T> make_mlp_data(const MlpConfig& config, int microbatches, std::uint64_t seed) {
+  detail::require_microbatches(microbatches, "make_mlp_data");
+  detail::require_positive(config.hidden, "make_mlp_data", "hidden");
+  detail::require_positive(config.microbatch_size, "make_mlp_data", "microbatch_size");
+  StepData<T> data;
+  data.microbatches = microbatches;
+  data.loss_kind = LossKind::SquaredError;
+  const int rows = config.microbatch_size;
+  const int h = config.hidden;
+  for (int mb = 0; mb < microbatches; ++mb) {
+    Random random(seed, detail::data_stream + static_cast<std::uint64_t>(mb));
+    Tensor<T> x = uniform_tensor<T>({rows, h}, random, 1.0);
+    Tensor<T> t({rows, h});
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < h; ++j)
+        t(r, j) = static_cast<T>(std::sin(2.0 * double(x(r, (j + 1) % h))));
+    data.inputs.push_back(std::move(x));
+    data.targets.push_back(std::move(t));
+  }
+  return data;
+}
+
+//! GPT data: [microbatch_size, sequence] token ids and their next tokens. Each row counts
+//! through the vocabulary from a random start with a random stride, so the next token follows
+//! from the context (learnable through attention) yet differs row to row.
+template <class T>
+StepData<T> make_gpt_data(const GptConfig& config, int microbatches, std::uint64_t seed) {
+  detail::require_microbatches(microbatches, "make_gpt_data");
+  detail::require_positive(config.vocabulary, "make_gpt_data", "vocabulary");
+  detail::require_positive(config.sequence, "make_gpt_data", "sequence");
+  detail::require_positive(config.microbatch_size, "make_gpt_data", "microbatch_size");
+  StepData<T> data;
+  data.microbatches = microbatches;
+  data.loss_kind = LossKind::CrossEntropy;
+  const int b = config.microbatch_size;
+  const int s = config.sequence;
+  const int v = config.vocabulary;
+  for (int mb = 0; mb < microbatches; ++mb) {
+    Random random(seed, detail::data_stream + static_cast<std::uint64_t>(mb));
+    Tensor<T> ids({b, s});
+    Tensor<T> next({b, s});
+    for (int r = 0; r < b; ++r) {
+      const int start = random.below(v);
+      const int stride = 1 + random.below(std::max(1, v - 1));
+      for (int t = 0; t < s; ++t) {
+        ids(r, t) = static_cast<T>((start + t * stride) % v);
+        next(r, t) = static_cast<T>((start + (t + 1) * stride) % v);
+      }
+    }
+    data.inputs.push_back(std::move(ids));
+    data.targets.push_back(std::move(next));
+  }
+  return data;
+}
+
+//! The executor's view of `data` (which must outlive the result): stage 0's input and the
+//! last stage's loss, for whole microbatches (slice 0).
+template <class T>
+TrainingData<Tensor<T>> training_data(const StepData<T>& data) {
+  TrainingData<Tensor<T>> d;
+  d.input = [&data](int mb, int) { return data.input(mb); };
+  d.loss = [&data](const Tensor<T>& out, int mb, int, double& loss) {
+    return data.loss_gradient(out, mb, loss);
+  };
+  return d;
+}
+
+}  // namespace pipesched::toy

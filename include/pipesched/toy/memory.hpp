@@ -1,0 +1,68 @@
+// Analytic stash sizes of the toy layers, from shapes alone: what a stash holds right after
+// forward and right after backward_input. The simulator predicts memory from these; the tests
+// check them against the bytes of real stashes.
+#pragma once
+
+#include <cstddef>
+
+namespace pipesched::toy {
+
+//! Bytes one stash holds at the two points the executor cares about.
+struct StashBytes {
+  std::size_t activation = 0;  //!< right after forward
+  std::size_t wgrad = 0;       //!< right after backward_input (what backward_weight needs)
+
+  friend constexpr StashBytes operator+(StashBytes a, StashBytes b) noexcept {
+    return {a.activation + b.activation, a.wgrad + b.wgrad};
+  }
+  friend constexpr bool operator==(StashBytes, StashBytes) = default;
+};
+
+//! Residual MLP block on `rows` rows: forward keeps the input x [rows, hidden], the
+//! pre-activation and the activation [rows, ffn]; backward_input keeps, for the two weight
+//! gradients, each linear's input (x, the activation) and output gradient (dy, d pre-activation).
+template <class T>
+constexpr StashBytes mlp_block_stash_bytes(std::size_t rows, std::size_t hidden,
+                                           std::size_t ffn) noexcept {
+  return {rows * (hidden + 2 * ffn) * sizeof(T), rows * (2 * hidden + 2 * ffn) * sizeof(T)};
+}
+
+//! GPT token + position embedding on [batch, sequence] tokens: forward keeps the token ids;
+//! backward_input adds the output gradient [batch, sequence, hidden].
+template <class T>
+constexpr StashBytes gpt_embedding_stash_bytes(std::size_t batch, std::size_t sequence,
+                                               std::size_t hidden) noexcept {
+  const std::size_t rows = batch * sequence;
+  return {rows * sizeof(T), rows * (1 + hidden) * sizeof(T)};
+}
+
+//! GPT transformer block on [batch, sequence, hidden]. Forward keeps per row: both
+//! LayerNorms' normalized inputs (2·hidden) and inverse deviations (2), q, k and v (3·hidden),
+//! the attention output (hidden), the MLP pre-activation and activation (2·ffn); plus the
+//! attention probabilities [batch, heads, sequence, sequence]. backward_input keeps per row
+//! what the weight gradients need: the normalized inputs (2·hidden), the gradients of the
+//! q/k/v projection (3·hidden), the attention output and its residual gradient (2·hidden), the
+//! MLP activation and pre-activation gradient (2·ffn) and the block's output gradient (hidden).
+//! The LayerNorm outputs and the gradients into them are rebuilt in backward_weight rather
+//! than kept.
+template <class T>
+constexpr StashBytes gpt_block_stash_bytes(std::size_t batch, std::size_t sequence,
+                                           std::size_t hidden, std::size_t heads,
+                                           std::size_t ffn) noexcept {
+  const std::size_t rows = batch * sequence;
+  const std::size_t probabilities = batch * heads * sequence * sequence;
+  return {(rows * (6 * hidden + 2 + 2 * ffn) + probabilities) * sizeof(T),
+          rows * (8 * hidden + 2 * ffn) * sizeof(T)};
+}
+
+//! GPT final LayerNorm + LM head on [batch, sequence, hidden]: forward keeps the normalized
+//! input and the inverse deviation; backward_input keeps the normalized input and the logits'
+//! gradient [batch, sequence, vocabulary].
+template <class T>
+constexpr StashBytes gpt_head_stash_bytes(std::size_t batch, std::size_t sequence,
+                                          std::size_t hidden, std::size_t vocabulary) noexcept {
+  const std::size_t rows = batch * sequence;
+  return {rows * (hidden + 1) * sizeof(T), rows * (hidden + vocabulary) * sizeof(T)};
+}
+
+}  // namespace pipesched::toy

@@ -1,0 +1,287 @@
+// The toy residual MLP: a block y = x + W2·gelu(W1·x + b1) + b2 (a `layer`) and a stage made of
+// a contiguous run of blocks (a `stage_model`), host code in float or double.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/toy/detail/ops.hpp"
+#include "pipesched/toy/memory.hpp"
+#include "pipesched/toy/tensor.hpp"
+
+namespace pipesched::toy {
+
+//! Shape of the toy MLP. `blocks` counts the whole model; a stage holds a share of them.
+struct MlpConfig {
+  int hidden = 8;           //!< row width (input, output and residual stream)
+  int ffn = 16;             //!< inner width of each block
+  int blocks = 4;           //!< blocks over all stages
+  int microbatch_size = 2;  //!< rows per microbatch
+  std::uint64_t seed = 1;   //!< parameters of block i come from stream (seed, i)
+};
+
+//! One residual MLP block on rows of width `hidden`: y = x + W2·gelu(W1·x + b1) + b2, with
+//! W1 [ffn, hidden], W2 [hidden, ffn]. Parameters, in order: W1, b1, W2, b2.
+template <class T>
+class MlpBlock {
+ public:
+  using tensor_type = Tensor<T>;
+  //! What one microbatch leaves behind between calls (see `mlp_block_stash_bytes`).
+  struct Stash {
+    Tensor<T> x, pre, act;  // forward: input, W1·x + b1, gelu(pre)
+    Tensor<T> dy, dpre;     // backward_input: output gradient, gradient of pre
+    detail::StashPhase phase = detail::StashPhase::Empty;
+  };
+  using stash_type = Stash;
+
+  //! Tensor indices in `parameters()` / `gradients()`.
+  enum : std::size_t { w1, b1, w2, b2, tensor_count };
+
+  //! The block with global index `index`, initialized from stream (config.seed, index).
+  MlpBlock(const MlpConfig& config, int index) : hidden_(config.hidden), ffn_(config.ffn) {
+    detail::require_positive(config.hidden, "MlpBlock", "hidden");
+    detail::require_positive(config.ffn, "MlpBlock", "ffn");
+    Random random(config.seed, static_cast<std::uint64_t>(index));
+    params_.push_back(uniform_tensor<T>({ffn_, hidden_}, random, 1.0 / std::sqrt(double(hidden_))));
+    params_.push_back(uniform_tensor<T>({ffn_}, random, 0.1));
+    params_.push_back(uniform_tensor<T>({hidden_, ffn_}, random, 0.5 / std::sqrt(double(ffn_))));
+    params_.push_back(uniform_tensor<T>({hidden_}, random, 0.1));
+    for (const Tensor<T>& p : params_)
+      grads_.emplace_back(p.shape);
+  }
+
+  //! x [rows, hidden] → y [rows, hidden]; replaces whatever `stash` held.
+  Tensor<T> forward(const Tensor<T>& x, Stash& stash) const {
+    if (x.rank() != 2 || x.dim(1) != hidden_ || x.dim(0) < 1)
+      throw invalid_problem("MlpBlock::forward: input shape is " + shape_string(x.shape) +
+                            "; expected [rows, " + std::to_string(hidden_) + "] with rows >= 1");
+    const int n = x.dim(0);
+    stash = Stash{};
+    stash.x = x;
+    stash.pre = Tensor<T>({n, ffn_});
+    detail::linear_forward(x.begin_data(), params_[w1].begin_data(), params_[b1].begin_data(),
+                           stash.pre.begin_data(), n, hidden_, ffn_);
+    stash.act = Tensor<T>({n, ffn_});
+    for (std::size_t i = 0; i < stash.pre.size(); ++i)
+      stash.act[i] = detail::gelu(stash.pre[i]);
+    Tensor<T> y({n, hidden_});
+    detail::linear_forward(stash.act.begin_data(), params_[w2].begin_data(),
+                           params_[b2].begin_data(), y.begin_data(), n, ffn_, hidden_);
+    for (std::size_t i = 0; i < y.size(); ++i)
+      y[i] += x[i];
+    stash.phase = detail::StashPhase::Forwarded;
+    return y;
+  }
+
+  //! dy [rows, hidden] → dx [rows, hidden]; keeps what `backward_weight` needs.
+  Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash) const {
+    detail::require_phase(stash.phase, detail::StashPhase::Forwarded, "MlpBlock", "backward_input");
+    if (dy.shape != stash.x.shape)
+      throw invalid_problem("MlpBlock::backward_input: gradient shape is " +
+                            shape_string(dy.shape) + "; expected the forward output's shape " +
+                            shape_string(stash.x.shape));
+    const int n = dy.dim(0);
+    Tensor<T> dact({n, ffn_});
+    detail::linear_backward_input(dy.begin_data(), params_[w2].begin_data(), dact.begin_data(), n,
+                                  ffn_, hidden_);
+    stash.dpre = std::move(dact);
+    for (std::size_t i = 0; i < stash.dpre.size(); ++i)
+      stash.dpre[i] *= detail::gelu_derivative(stash.pre[i]);
+    Tensor<T> dx({n, hidden_});
+    detail::linear_backward_input(stash.dpre.begin_data(), params_[w1].begin_data(),
+                                  dx.begin_data(), n, hidden_, ffn_);
+    for (std::size_t i = 0; i < dx.size(); ++i)
+      dx[i] += dy[i];  // the residual path
+    stash.dy = dy;
+    stash.pre = Tensor<T>{};
+    stash.phase = detail::StashPhase::InputDone;
+    return dx;
+  }
+
+  //! Adds this microbatch's weight gradients and empties the stash.
+  void backward_weight(Stash& stash) {
+    detail::require_phase(stash.phase, detail::StashPhase::InputDone, "MlpBlock",
+                          "backward_weight");
+    const int n = stash.x.dim(0);
+    detail::linear_backward_weight(stash.dy.begin_data(), stash.act.begin_data(),
+                                   grads_[w2].begin_data(), grads_[b2].begin_data(), n, ffn_,
+                                   hidden_);
+    detail::linear_backward_weight(stash.dpre.begin_data(), stash.x.begin_data(),
+                                   grads_[w1].begin_data(), grads_[b1].begin_data(), n, hidden_,
+                                   ffn_);
+    stash = Stash{};
+  }
+
+  //! Bytes of the tensors `stash` holds.
+  std::size_t stash_bytes(const Stash& stash) const noexcept {
+    return stash.x.bytes() + stash.pre.bytes() + stash.act.bytes() + stash.dy.bytes() +
+           stash.dpre.bytes();
+  }
+
+  //! Analytic stash sizes for `rows` rows.
+  StashBytes predicted_stash_bytes(int rows) const noexcept {
+    return mlp_block_stash_bytes<T>(static_cast<std::size_t>(rows),
+                                    static_cast<std::size_t>(hidden_),
+                                    static_cast<std::size_t>(ffn_));
+  }
+
+  //! W1, b1, W2, b2.
+  std::span<Tensor<T>> parameters() noexcept { return params_; }
+  std::span<const Tensor<T>> parameters() const noexcept { return params_; }
+  //! Accumulated gradients, in the order of `parameters()`.
+  std::span<Tensor<T>> gradients() noexcept { return grads_; }
+  std::span<const Tensor<T>> gradients() const noexcept { return grads_; }
+  //! Sets the accumulated gradients to zero.
+  void zero_gradients() {
+    for (Tensor<T>& g : grads_)
+      g.fill(T(0));
+  }
+
+ private:
+  int hidden_;
+  int ffn_;
+  std::vector<Tensor<T>> params_;
+  std::vector<Tensor<T>> grads_;
+};
+
+//! One pipeline stage of the toy MLP: blocks [first_block(), last_block()) of the global list,
+//! split over `stages` as evenly as possible with earlier stages taking the remainder. Block i is
+//! initialized from (seed, i) wherever it lands, so every partition of one config computes the
+//! same function. Input and output are [rows, hidden].
+template <class T>
+class MlpStage {
+ public:
+  using tensor_type = Tensor<T>;
+  using value_type = T;
+  //! One stash per block, in block order.
+  struct Stash {
+    std::vector<typename MlpBlock<T>::stash_type> blocks;
+    detail::StashPhase phase = detail::StashPhase::Empty;
+    int first_block = -1;  // the filling stage's first block, to catch a stash of another stage
+  };
+  using stash_type = Stash;
+
+  //! Stage `stage` of `stages`; throws `invalid_problem` when the config or the split does not
+  //! fit (a non-positive size, more stages than blocks, a stage out of range).
+  MlpStage(const MlpConfig& config, int stage, int stages) : config_(config) {
+    detail::require_positive(config.hidden, "MlpStage", "hidden");
+    detail::require_positive(config.ffn, "MlpStage", "ffn");
+    detail::require_positive(config.microbatch_size, "MlpStage", "microbatch_size");
+    const auto [first, last] = detail::block_range(config.blocks, stage, stages, "MlpStage");
+    first_ = first;
+    for (int i = first; i < last; ++i)
+      blocks_.emplace_back(config, i);
+  }
+
+  //! x [rows, hidden] → [rows, hidden]; replaces whatever `stash` held (a recompute calls it
+  //! again on the same input and gets the same bits).
+  Tensor<T> forward(const Tensor<T>& x, Stash& stash) const {
+    stash = Stash{};
+    stash.blocks.resize(blocks_.size());
+    Tensor<T> y = blocks_.front().forward(x, stash.blocks.front());
+    for (std::size_t i = 1; i < blocks_.size(); ++i)
+      y = blocks_[i].forward(y, stash.blocks[i]);
+    stash.phase = detail::StashPhase::Forwarded;
+    stash.first_block = first_;
+    return y;
+  }
+
+  //! dy [rows, hidden] → dx [rows, hidden], blocks in reverse.
+  Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash) const {
+    check_stash(stash, detail::StashPhase::Forwarded, "backward_input");
+    Tensor<T> dx = blocks_.back().backward_input(dy, stash.blocks.back());
+    for (std::size_t i = blocks_.size() - 1; i-- > 0;)
+      dx = blocks_[i].backward_input(dx, stash.blocks[i]);
+    stash.phase = detail::StashPhase::InputDone;
+    return dx;
+  }
+
+  //! Adds the weight gradients of every block and empties the stash.
+  void backward_weight(Stash& stash) {
+    check_stash(stash, detail::StashPhase::InputDone, "backward_weight");
+    for (std::size_t i = blocks_.size(); i-- > 0;)
+      blocks_[i].backward_weight(stash.blocks[i]);
+    stash = Stash{};
+  }
+
+  //! Bytes of the tensors `stash` holds, over every layer.
+  std::size_t stash_bytes(const Stash& stash) const noexcept {
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < stash.blocks.size() && i < blocks_.size(); ++i)
+      bytes += blocks_[i].stash_bytes(stash.blocks[i]);
+    return bytes;
+  }
+
+  //! Analytic bytes a stash holds right after forward of one microbatch (microbatch_size rows).
+  std::size_t activation_bytes() const noexcept { return predicted().activation; }
+  //! Analytic bytes a stash holds right after backward_input (what backward_weight needs).
+  std::size_t wgrad_bytes() const noexcept { return predicted().wgrad; }
+
+  //! Sets every block's accumulated gradients to zero.
+  void zero_gradients() {
+    for (MlpBlock<T>& b : blocks_)
+      b.zero_gradients();
+  }
+
+  //! Every parameter tensor of the stage: block by block, each block's in its own order.
+  TensorRange<Tensor<T>> parameters() {
+    return joined<Tensor<T>>(*this, [](auto& b) { return b.parameters(); });
+  }
+  TensorRange<const Tensor<T>> parameters() const {
+    return joined<const Tensor<T>>(*this, [](auto& b) { return b.parameters(); });
+  }
+  //! Gradients, in the order of `parameters()`.
+  TensorRange<Tensor<T>> gradients() {
+    return joined<Tensor<T>>(*this, [](auto& b) { return b.gradients(); });
+  }
+  TensorRange<const Tensor<T>> gradients() const {
+    return joined<const Tensor<T>>(*this, [](auto& b) { return b.gradients(); });
+  }
+
+  //! Global index of the stage's first block.
+  int first_block() const noexcept { return first_; }
+  //! One past the global index of the stage's last block.
+  int last_block() const noexcept { return first_ + static_cast<int>(blocks_.size()); }
+  //! The stage's blocks.
+  std::span<const MlpBlock<T>> blocks() const noexcept { return blocks_; }
+  const MlpConfig& config() const noexcept { return config_; }
+
+ private:
+  template <class Elem, class Self, class Get>
+  static TensorRange<Elem> joined(Self& self, Get get) {
+    TensorRange<Elem> range;
+    for (auto& b : self.blocks_)
+      range.append(get(b));
+    return range;
+  }
+
+  // A stash filled by another stage would be read against the wrong weights (or out of
+  // bounds): refuse it.
+  void check_stash(const Stash& stash, detail::StashPhase wanted, const char* op) const {
+    detail::require_phase(stash.phase, wanted, "MlpStage", op);
+    if (stash.first_block != first_ || stash.blocks.size() != blocks_.size())
+      throw invalid_schedule(std::string("MlpStage::") + op +
+                             ": the stash was filled by the stage starting at block " +
+                             std::to_string(stash.first_block) + ", not by this one (block " +
+                             std::to_string(first_) + "); pass each stage its own stashes");
+  }
+
+  StashBytes predicted() const noexcept {
+    StashBytes total;
+    for (const MlpBlock<T>& b : blocks_)
+      total = total + b.predicted_stash_bytes(config_.microbatch_size);
+    return total;
+  }
+
+  MlpConfig config_;
+  int first_ = 0;
+  std::vector<MlpBlock<T>> blocks_;
+};
+
+}  // namespace pipesched::toy

@@ -1,0 +1,136 @@
+// The sequential reference a pipelined run is judged against: one training step run microbatch
+// by microbatch through every stage in order, and flat views of parameters and gradients to
+// compare element by element.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/toy/data.hpp"
+#include "pipesched/toy/tensor.hpp"
+
+namespace pipesched::toy {
+
+//! The element type of a toy stage's tensors.
+template <class Stage>
+using stage_value_t = typename Stage::tensor_type::value_type;
+
+namespace detail {
+template <class Stage>
+void require_stages(const std::vector<Stage>& stages, const char* who) {
+  if (stages.empty())
+    throw invalid_problem(std::string(who) +
+                          ": no stages were given; pass every stage of the "
+                          "model, first to last");
+}
+
+template <class Stage, class Get>
+std::vector<stage_value_t<Stage>> flatten(const std::vector<Stage>& stages, Get get) {
+  std::vector<stage_value_t<Stage>> flat;
+  for (const Stage& stage : stages)
+    for (const auto& tensor : get(stage))
+      flat.insert(flat.end(), tensor.data.begin(), tensor.data.end());
+  return flat;
+}
+}  // namespace detail
+
+//! One training step, sequentially: zeroes the gradients, then for each microbatch in order runs
+//! forward through every stage, the loss, and backward_input then backward_weight through every
+//! stage in reverse. Returns the step loss; the stages hold the step's gradients.
+template <class Stage>
+double sequential_step(std::vector<Stage>& stages, const StepData<stage_value_t<Stage>>& data) {
+  detail::require_stages(stages, "sequential_step");
+  for (Stage& stage : stages)
+    stage.zero_gradients();
+  double loss = 0;
+  std::vector<typename Stage::stash_type> stashes(stages.size());
+  for (int mb = 0; mb < data.microbatches; ++mb) {
+    auto x = data.input(mb);
+    for (std::size_t s = 0; s < stages.size(); ++s)
+      x = stages[s].forward(x, stashes[s]);
+    auto dy = data.loss_gradient(x, mb, loss);
+    for (std::size_t s = stages.size(); s-- > 0;) {
+      dy = stages[s].backward_input(dy, stashes[s]);
+      stages[s].backward_weight(stashes[s]);
+    }
+  }
+  return loss;
+}
+
+//! The step loss alone (forward only; gradients untouched), e.g. for finite differences.
+template <class Stage>
+double sequential_loss(std::vector<Stage>& stages, const StepData<stage_value_t<Stage>>& data) {
+  detail::require_stages(stages, "sequential_loss");
+  double loss = 0;
+  for (int mb = 0; mb < data.microbatches; ++mb) {
+    auto x = data.input(mb);
+    for (Stage& stage : stages) {
+      typename Stage::stash_type stash;
+      x = stage.forward(x, stash);
+    }
+    data.loss_gradient(x, mb, loss);
+  }
+  return loss;
+}
+
+//! Every parameter value of the model: stage order, then layer, then tensor, then element.
+template <class Stage>
+std::vector<stage_value_t<Stage>> flat_parameters(const std::vector<Stage>& stages) {
+  return detail::flatten(stages, [](const Stage& s) { return s.parameters(); });
+}
+
+//! Every gradient value, in the order of `flat_parameters`.
+template <class Stage>
+std::vector<stage_value_t<Stage>> flat_gradients(const std::vector<Stage>& stages) {
+  return detail::flatten(stages, [](const Stage& s) { return s.gradients(); });
+}
+
+//! Plain SGD: parameter −= learning_rate · gradient, on every stage.
+template <class Stage>
+void sgd_update(std::vector<Stage>& stages, double learning_rate) {
+  for (Stage& stage : stages) {
+    auto params = stage.parameters();
+    auto grads = stage.gradients();
+    auto g = grads.begin();
+    for (auto p = params.begin(); p != params.end(); ++p, ++g)
+      for (std::size_t i = 0; i < (*p).size(); ++i)
+        (*p)[i] -= static_cast<stage_value_t<Stage>>(learning_rate) * (*g)[i];
+  }
+}
+
+//! max_i |a_i − b_i| / max(|a_i|, |b_i|, floor). The default floor (a negative `floor`) is
+//! 1e-3 of the largest magnitude in either vector: a gradient that sums to nearly zero from
+//! large terms is judged against the vector's scale, where a different summation order can
+//! only move it by rounding of those terms. A NaN or infinity anywhere gives infinity; vectors
+//! of different lengths throw `invalid_problem`.
+template <class T>
+double max_relative_error(const std::vector<T>& a, const std::vector<T>& b, double floor = -1) {
+  if (a.size() != b.size())
+    throw invalid_problem("max_relative_error: the vectors have " + std::to_string(a.size()) +
+                          " and " + std::to_string(b.size()) +
+                          " values; compare runs of the same model");
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  double scale = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double x = std::abs(double(a[i]));
+    const double y = std::abs(double(b[i]));
+    if (!std::isfinite(x) || !std::isfinite(y)) return inf;
+    scale = std::max({scale, x, y});
+  }
+  const double lower = floor >= 0 ? floor : 1e-3 * scale;
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double x = double(a[i]);
+    const double y = double(b[i]);
+    const double denominator = std::max({std::abs(x), std::abs(y), lower});
+    if (denominator > 0) worst = std::max(worst, std::abs(x - y) / denominator);
+  }
+  return worst;
+}
+
+}  // namespace pipesched::toy
