@@ -16,10 +16,22 @@
 #include "pipesched/pass/lower_communication.hpp"
 
 #include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/presets.hpp"
+#include "pipesched/analysis/profiled_cost.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/analysis/validate.hpp"
 
 #include "pipesched/io/action_string.hpp"
 #include "pipesched/io/csv.hpp"
+#include "pipesched/io/svg.hpp"
 #include "pipesched/io/text.hpp"
+#include "pipesched/io/text_grid.hpp"
+#include "pipesched/io/trace.hpp"
+
+#include "pipesched/device/host/host_device.hpp"
+#include "pipesched/exec/concepts.hpp"
+#include "pipesched/exec/executor.hpp"
+#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_transport.hpp"
