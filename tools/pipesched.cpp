@@ -1,12 +1,18 @@
 // The pipesched command: explore schedules without writing code.
 //
 //   pipesched list
-//   pipesched generate --schedule NAME --ranks P --microbatches M [...] [--format csv|text] [-o
-//   FILE] pipesched validate FILE pipesched simulate (--schedule NAME ... | FILE) [--cost k=v,...]
-//   [--model M --device D] [--json] pipesched render   (--schedule NAME ... | FILE) [--svg FILE]
-//   [--trace FILE] [--text] pipesched convert IN OUT
+//   pipesched generate --schedule NAME --ranks P --microbatches M [...] [-o FILE]
+//   pipesched validate FILE
+//   pipesched simulate (--schedule NAME ... | FILE) [cost] [checkpoint] [--json]
+//   pipesched render   (--schedule NAME ... | FILE) [cost] [checkpoint] [--svg FILE] ...
+//   pipesched convert IN OUT
 //
-// Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input.
+// where [cost] is --cost K=V,... or --model M --device D, and [checkpoint] is
+// --checkpoint none|full|selective|mario with --memory-budget X.
+//
+// Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input (an
+// unknown checkpoint mode, a malformed memory budget, or a budget no checkpointing meets).
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -27,6 +33,7 @@
 #include "pipesched/io/svg.hpp"
 #include "pipesched/io/text_grid.hpp"
 #include "pipesched/io/trace.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pipesched.hpp"
 
 namespace ps = pipesched;
@@ -328,6 +335,115 @@ bool is_transformer(const AnyCost& c) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Checkpointing from the command line: a mode and a per-rank memory budget, in the memory
+// unit of the cost model that also decides what to recompute.
+
+const std::vector<OptionSpec> checkpoint_options = {
+    {"--checkpoint", true,
+     "activation checkpointing: none, full (recompute every forward), selective or mario "
+     "(recompute what --memory-budget needs; mario hides it in bubbles); default none",
+     "MODE"},
+    {"--memory-budget", true,
+     "activation memory per rank: a plain number in microbatches (UniformCost), bytes with a "
+     "unit (24GB, 512MiB; --model/--device), or 'device' (device memory minus weights, "
+     "gradients and optimizer state)",
+     "X"},
+};
+
+//! The checkpointing asked for and the budget it was held to.
+struct CheckpointChoice {
+  ps::CheckpointMode mode = ps::CheckpointMode::None;
+  ps::MemoryBudget budget;  // unlimited when --memory-budget is not given
+  bool budgeted = false;
+};
+
+ps::MemoryBudget parse_budget_option(const std::string& text, const AnyCost& cost,
+                                     const ps::Schedule& s) {
+  const bool tc = is_transformer(cost);
+  if (ps::detail::lower_ascii(text) == "device") {
+    if (!tc)
+      throw usage_error(
+          "--memory-budget device is the device's memory less weights, gradients and "
+          "optimizer state, which only TransformerCost knows; give --model and --device, or "
+          "a plain number of microbatches");
+    try {
+      return ps::device_memory_budget(std::get<ps::TransformerCost>(cost), s.problem, s.placement);
+    } catch (const ps::invalid_problem& e) {
+      throw usage_error(std::string("--memory-budget device: ") + e.what());
+    }
+  }
+  ps::MemoryBudgetValue v;
+  try {
+    v = ps::parse_memory_budget(text);
+  } catch (const ps::parse_error& e) {
+    throw usage_error(std::string("--memory-budget: ") + e.what() +
+                      (tc ? " With --model/--device, 'device' is accepted too." : ""));
+  }
+  if (tc && !v.bytes)
+    throw usage_error("--memory-budget " + text +
+                      " is a plain number, i.e. in memory units, but --model/--device measure "
+                      "memory in bytes; give bytes with a unit (24GB, 512MiB) or 'device'");
+  if (!tc && v.bytes)
+    throw usage_error("--memory-budget " + text +
+                      " is in bytes, but UniformCost (no --model/--device) measures memory in "
+                      "microbatches of one rank's activations; give a plain number such as 2, "
+                      "or give --model and --device to count bytes");
+  ps::MemoryBudget b;
+  b.all = v.value;
+  return b;
+}
+
+//! `s` checkpointed as --checkpoint and --memory-budget ask, under `cost`. A budget the
+//! schedule cannot meet is bad usage (exit 2) with the library's message.
+ps::Schedule apply_checkpoint_options(const ps::Schedule& s, const Args& a, const AnyCost& cost,
+                                      CheckpointChoice& choice) {
+  if (a.has("--checkpoint")) {
+    try {
+      choice.mode = ps::parse_checkpoint_mode(a.get("--checkpoint"));
+    } catch (const ps::parse_error& e) {
+      throw usage_error(std::string("--checkpoint: ") + e.what());
+    }
+  }
+  const bool chooses =
+      choice.mode == ps::CheckpointMode::Selective || choice.mode == ps::CheckpointMode::Mario;
+  if (chooses && !a.has("--memory-budget"))
+    throw usage_error(std::string("--checkpoint ") + ps::to_string(choice.mode) +
+                      " chooses what to recompute from a memory budget; give --memory-budget X "
+                      "too (e.g. 2 microbatches, or 24GB / device with --model and --device)");
+  // The same rule as plan<..., checkpoint::Mario>; a schedule file is taken as it is.
+  if (choice.mode == ps::CheckpointMode::Mario && a.has("--schedule")) {
+    const std::string name = a.get("--schedule");
+    if (name != ps::order::OneFOneB::name && name != ps::order::Interleaved1F1B::name &&
+        name != ps::order::ZeroBubbleH1::name)
+      throw usage_error(
+          "--checkpoint mario hides recomputes in the bubbles of a "
+          "one-forward-one-backward rhythm and runs on 1f1b, interleaved-1f1b and "
+          "zb-h1 only, not on '" +
+          name + "'; use one of those, or --checkpoint selective or full");
+  }
+  if (a.has("--memory-budget")) {
+    choice.budget = parse_budget_option(a.get("--memory-budget"), cost, s);
+    choice.budgeted = true;
+  }
+  if (choice.mode == ps::CheckpointMode::None && !choice.budgeted) return s;
+  try {
+    return std::visit(
+        [&](const auto& c) { return ps::apply_checkpoint(s, choice.mode, c, choice.budget); },
+        cost);
+  } catch (const ps::invalid_problem& e) {
+    throw usage_error(e.what());
+  }
+}
+
+int recompute_count(const ps::Schedule& s) {
+  int n = 0;
+  for (const auto& list : s.ranks)
+    for (const ps::Action& x : list)
+      n += x.kind == ps::OpKind::R;
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------
 // Output helpers.
 
 std::string json_number(double v) {
@@ -401,8 +517,14 @@ int cmd_list(const std::vector<std::string>& argv) {
   std::printf("  %-18s %s\n", "linear", "one stage per rank: stage s on rank s");
   std::printf("  %-18s %s\n", "interleaved", "looped: rank r holds stages r, r+p, r+2p, ...");
   std::printf("  %-18s %s\n", "v-shape", "zig-zag: rank r holds stages r and 2p-1-r (and so on)");
-  std::printf("\ncheckpoint policies:\n");
+  std::printf("\ncheckpoint policies (--checkpoint):\n");
   std::printf("  %-18s %s\n", "none", "keep every activation until its backward");
+  std::printf("  %-18s %s\n", "full", "recompute every forward right before its backward");
+  std::printf("  %-18s %s\n", "selective",
+              "recompute what --memory-budget requires, right before its backward");
+  std::printf("  %-18s %s\n", "mario",
+              "recompute in bubbles, prepose forwards, within --memory-budget "
+              "(1f1b, interleaved-1f1b, zb-h1)");
   std::printf("\nslicing policies:\n");
   std::printf("  %-18s %s\n", "whole", "whole sequences (one slice per microbatch)");
   std::printf("\nwgrad policies (--wgrad):\n");
@@ -419,6 +541,8 @@ int cmd_list(const std::vector<std::string>& argv) {
 
 int cmd_generate(const std::vector<std::string>& argv) {
   std::vector<OptionSpec> specs = schedule_options;
+  specs.insert(specs.end(), checkpoint_options.begin(), checkpoint_options.end());
+  specs.insert(specs.end(), cost_options.begin(), cost_options.end());
   specs.push_back(
       {"--format", true, "output form: csv (PyTorch's) or text (default csv)", "csv|text"});
   specs.push_back({"--comm", false, "lower to explicit SEND/RECV actions"});
@@ -426,12 +550,19 @@ int cmd_generate(const std::vector<std::string>& argv) {
   if (wants_help(argv)) {
     std::cout << help_text(
         "pipesched generate --schedule NAME --ranks P --microbatches M "
-        "[--chunks V] [--wgrad fused|split] [--format csv|text] [--comm] [-o FILE]",
-        "Generates a schedule, validates it and writes it.", specs);
+        "[--chunks V] [--wgrad fused|split] [--checkpoint MODE] [--memory-budget X] "
+        "[--cost K=V,... | --model NAME --device NAME] [--format csv|text] [--comm] [-o FILE]",
+        "Generates a schedule, checkpoints it (recompute actions R, e.g. 2R0), validates it\n"
+        "and writes it. The cost options only matter for checkpointing: they say what a\n"
+        "forward holds and so what --memory-budget admits (see pipesched simulate --help).",
+        specs);
     return exit_ok;
   }
   Args a = parse_args("generate", argv, specs, 0);
+  AnyCost cost = get_cost(a);
   ps::Schedule s = generated_schedule("generate", a);
+  CheckpointChoice choice;
+  s = apply_checkpoint_options(s, a, cost, choice);
   if (a.has("--comm")) s = ps::lower_communication(s);
   require_valid(s);
   std::string format = a.get("--format", "csv");
@@ -466,20 +597,28 @@ int cmd_validate(const std::vector<std::string>& argv) {
 int cmd_simulate(const std::vector<std::string>& argv) {
   std::vector<OptionSpec> specs = schedule_options;
   specs.insert(specs.end(), cost_options.begin(), cost_options.end());
+  specs.insert(specs.end(), checkpoint_options.begin(), checkpoint_options.end());
   specs.push_back({"--json", false, "print one JSON object (schema: docs/cli.md)"});
   if (wants_help(argv)) {
     std::cout << help_text(
         "pipesched simulate (--schedule NAME --ranks P --microbatches M ... | FILE) "
-        "[--cost K=V,...] [--model NAME --device NAME] [--json]",
+        "[--cost K=V,...] [--model NAME --device NAME] [--checkpoint MODE] "
+        "[--memory-budget X] [--json]",
         "Simulates time and memory. UniformCost (default f=1,b=2,w=1,r=1,comm=0,boundary=0.05)\n"
         "measures time in units of one forward and memory in microbatches of activations;\n"
-        "TransformerCost (--model, --device) in seconds and bytes.",
+        "TransformerCost (--model, --device) in seconds and bytes.\n"
+        "--checkpoint full|selective|mario recomputes forwards (selective and mario need\n"
+        "--memory-budget); a budget counts activations only, per rank, and one the schedule\n"
+        "cannot meet is refused (exit 2). With none or full, a budget is only checked.",
         specs);
     return exit_ok;
   }
   Args a = parse_args("simulate", argv, specs, 1);
   AnyCost cost = get_cost(a);
   ps::Schedule s = get_schedule("simulate", a);
+  require_valid(s);
+  CheckpointChoice choice;
+  s = apply_checkpoint_options(s, a, cost, choice);
   require_valid(s);
   ps::SimulationResult r = run_simulation(s, cost);
   const bool tc = is_transformer(cost);
@@ -492,6 +631,14 @@ int cmd_simulate(const std::vector<std::string>& argv) {
          ",\"slices\":" + std::to_string(s.problem.slices) + "}";
     j += ",\"placement\":" + json_string(s.placement.describe());
     j += ",\"actions\":" + std::to_string(s.action_count());
+    j += ",\"checkpoint\":" + json_string(ps::to_string(choice.mode));
+    // One number for a budget shared by every rank; the smallest when ranks differ
+    // ('device'), each rank's own in "ranks".
+    double least_budget = choice.budget.all;
+    for (int i = 0; i < s.rank_count(); ++i)
+      least_budget = std::min(least_budget, choice.budget.of(i));
+    j += ",\"memory_budget\":" + json_number(least_budget);
+    j += ",\"recomputes\":" + std::to_string(recompute_count(s));
     j += ",\"time_unit\":" + json_string(tc ? "seconds" : "units");
     j += ",\"memory_unit\":" + json_string(tc ? "bytes" : "microbatches");
     j += ",\"deadlock\":" + std::string(r.deadlock ? "true" : "false");
@@ -503,7 +650,8 @@ int cmd_simulate(const std::vector<std::string>& argv) {
       const auto& rk = r.ranks[i];
       j += (i ? "," : "") + std::string("{\"rank\":") + std::to_string(i) +
            ",\"busy\":" + json_number(rk.busy) + ",\"idle\":" + json_number(rk.idle) +
-           ",\"peak_memory\":" + json_number(rk.peak_memory) + "}";
+           ",\"peak_memory\":" + json_number(rk.peak_memory) +
+           ",\"memory_budget\":" + json_number(choice.budget.of(i)) + "}";
     }
     j += "]}\n";
     std::cout << j;
@@ -514,10 +662,25 @@ int cmd_simulate(const std::vector<std::string>& argv) {
                 s.problem.microbatches, s.action_count());
     std::printf("makespan %.6g%s, bubble %.2f%%, max peak memory %.6g %s\n", r.makespan, tu,
                 100 * r.bubble_ratio, r.peak_memory_max, tc ? "bytes" : "microbatches");
-    std::printf("%6s %14s %14s %16s\n", "rank", "busy", "idle", "peak memory");
-    for (int i = 0; i < s.rank_count(); ++i)
-      std::printf("%6d %14.6g %14.6g %16.6g\n", i, r.ranks[i].busy, r.ranks[i].idle,
+    if (choice.mode != ps::CheckpointMode::None || choice.budgeted) {
+      std::string budget = "no memory budget";
+      if (choice.budgeted && choice.budget.per_rank.empty())
+        budget = "memory budget " + ps::detail::budget_text(choice.budget.all) +
+                 (tc ? " bytes" : " microbatches") + " per rank";
+      else if (choice.budgeted)
+        budget = "memory budget per rank as listed";
+      std::printf("checkpoint %s, %s, %d recomputes\n", ps::to_string(choice.mode), budget.c_str(),
+                  recompute_count(s));
+    }
+    const bool per_rank_budget = !choice.budget.per_rank.empty();
+    std::printf("%6s %14s %14s %16s%s\n", "rank", "busy", "idle", "peak memory",
+                per_rank_budget ? "    memory budget" : "");
+    for (int i = 0; i < s.rank_count(); ++i) {
+      std::printf("%6d %14.6g %14.6g %16.6g", i, r.ranks[i].busy, r.ranks[i].idle,
                   r.ranks[i].peak_memory);
+      if (per_rank_budget) std::printf(" %16.6g", choice.budget.of(i));
+      std::printf("\n");
+    }
   }
   if (r.deadlock) {
     std::fprintf(stderr, "%s\n", r.deadlock_report.c_str());
@@ -529,6 +692,7 @@ int cmd_simulate(const std::vector<std::string>& argv) {
 int cmd_render(const std::vector<std::string>& argv) {
   std::vector<OptionSpec> specs = schedule_options;
   specs.insert(specs.end(), cost_options.begin(), cost_options.end());
+  specs.insert(specs.end(), checkpoint_options.begin(), checkpoint_options.end());
   specs.push_back(
       {"--svg", true, "write an SVG timeline (a row per rank, memory beneath)", "FILE"});
   specs.push_back(
@@ -536,14 +700,19 @@ int cmd_render(const std::vector<std::string>& argv) {
   specs.push_back({"--text", false, "print a text grid (the default when no file is asked for)"});
   if (wants_help(argv)) {
     std::cout << help_text(
-        "pipesched render (--schedule NAME ... | FILE) [--cost ...] "
-        "[--svg FILE] [--trace FILE] [--text]",
-        "Draws a simulated schedule.", specs);
+        "pipesched render (--schedule NAME ... | FILE) [--cost ...] [--checkpoint MODE] "
+        "[--memory-budget X] [--svg FILE] [--trace FILE] [--text]",
+        "Draws a simulated schedule, checkpointed as --checkpoint asks (see pipesched\n"
+        "simulate --help).",
+        specs);
     return exit_ok;
   }
   Args a = parse_args("render", argv, specs, 1);
   AnyCost cost = get_cost(a);
   ps::Schedule s = get_schedule("render", a);
+  require_valid(s);
+  CheckpointChoice choice;
+  s = apply_checkpoint_options(s, a, cost, choice);
   require_valid(s);
   ps::SimulationResult r = run_simulation(s, cost);
   const bool tc = is_transformer(cost);

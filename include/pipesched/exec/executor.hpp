@@ -1,13 +1,22 @@
 // The generic executor: runs one rank's list of a schedule on the user's stage models —
-// receives inputs, calls the layers, stashes activations, sends outputs, computes the loss
-// at the last stage, accumulates weight gradients, records a timeline and the bytes held.
+// receives inputs, calls the layers, stashes activations (or, for checkpointed units, only
+// their inputs, recomputing the rest at R), sends outputs, computes the loss at the last
+// stage, accumulates weight gradients, optionally fills waits on receives with pending
+// recomputes, records a timeline and the bytes held.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <chrono>
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -30,6 +39,19 @@ struct ExecutorOptions {
   //! Called by each rank once per step, after its list has run (e.g. an optimizer step on
   //! that rank's stage models).
   std::function<void(int rank)> optimizer;
+  //! Dynamic bubble filling: when the rank's next action is a receive whose message has not
+  //! arrived, run pending work from later in the rank's own list instead of waiting — the
+  //! next recompute R whose forward has already run — then try the receive again; block only
+  //! when nothing is pending. Numerics do not change (a recompute's output is discarded), but
+  //! held bytes rise earlier than the list says, so the measured peak may then exceed the
+  //! static simulation's; `memory_budget_bytes` bounds it.
+  bool fill_waits = false;
+  //! With `fill_waits`: work is run early only if the rank's held bytes stay within this
+  //! budget from then until the work's own place in the list, projected from the byte figures
+  //! this rank has measured for each of its stages (a stage whose figures it has not seen yet
+  //! is not filled across). The budget never holds back the list itself: a schedule whose own
+  //! peak is above it still runs, unfilled.
+  double memory_budget_bytes = std::numeric_limits<double>::infinity();
 };
 
 //! What one rank measured in one step. Times are seconds since the step's common start.
@@ -40,6 +62,9 @@ struct RankRun {
   double end = 0;                    //!< when the rank's last action ended
   std::vector<ActionTiming> timing;  //!< per position of the executed (lowered) list
   std::vector<MemoryPoint> memory;   //!< held stash bytes after each change
+  //! Actions run ahead of their place in the list to fill a wait (`fill_waits`); each keeps
+  //! its own list position in `timing`, with the times it really ran.
+  int filled = 0;
 };
 
 namespace detail {
@@ -48,11 +73,33 @@ inline std::uint64_t unit_key(int stage, int microbatch, int slice) {
   return pack_key(MessageKey{stage, microbatch, slice, Direction::Forward});
 }
 
+//! A stage model that reports how many bytes a stage input takes (what a checkpointed unit
+//! keeps until its recompute).
+template <class S>
+concept reports_input_bytes = requires(const S& s, const typename S::tensor_type& x) {
+  { s.input_bytes(x) } -> std::convertible_to<std::size_t>;
+};
+
+//! A tensor that reports its own size in bytes.
+template <class T>
+concept reports_bytes = requires(const T& x) {
+  { x.bytes() } -> std::convertible_to<std::size_t>;
+};
+
 }  // namespace detail
 
 //! Runs one rank of a schedule. `Stage` is the user's stage model; `Transport` moves tensors
 //! between ranks; `Device` marks time. The schedule is validated and lowered to explicit
 //! sends and receives at construction (a schedule that already has them runs as written).
+//!
+//! A unit (stage, microbatch, slice) is checkpointed exactly when the schedule recomputes it
+//! (has an R for it), as in the simulator: its F runs `forward` as usual, then drops the stash
+//! and keeps only the stage input (the boundary, sized by `Stage::input_bytes(x)` when the
+//! stage model has it, else by `x.bytes()`); its R runs `forward` again from that input
+//! (output discarded), rebuilding the stash; its backward frees it all. Held bytes follow the
+//! simulator's `ProfiledCost` with `activation_bytes` = stash bytes after forward and
+//! `boundary_bytes` = input bytes, so without `fill_waits` the measured peak equals the
+//! simulated one.
 template <class Stage, class Transport, class Device = HostDevice>
 class Executor {
   static_assert(check_stage_model<Stage>());
@@ -63,6 +110,11 @@ class Executor {
   using tensor_type = typename Stage::tensor_type;
   using stash_type = typename Stage::stash_type;
   using mark_type = typename Device::mark_type;
+
+  //! True when the executor can size a checkpointed unit's kept input, so it can run
+  //! schedules with recompute (R).
+  static constexpr bool can_checkpoint =
+      detail::reports_input_bytes<Stage> || detail::reports_bytes<tensor_type>;
 
   //! `stages[i]` is the model of the i-th stage this rank holds, in increasing stage order
   //! (`schedule.placement.stages_of(rank)`); the executor does not own them.
@@ -81,6 +133,21 @@ class Executor {
     if (!rep.ok())
       throw invalid_schedule("Executor: schedule '" + schedule_.name + "' is invalid:\n" +
                              rep.summary());
+    if constexpr (!can_checkpoint) {
+      for (const auto& list : schedule_.ranks)
+        for (const Action& a : list)
+          if (a.kind == OpKind::R)
+            throw invalid_problem(
+                "Executor: schedule '" + schedule_.name + "' recomputes " + to_string(a) +
+                ", so a checkpointed unit keeps its input until then and the executor must know "
+                "its size, but the stage model needs input_bytes(...) to checkpoint: add "
+                "`std::size_t input_bytes(const tensor_type&) const` to the stage model (or a "
+                "`bytes()` member to its tensor type), or run a schedule without R.");
+    }
+    if (!(options_.memory_budget_bytes >= 0))
+      throw invalid_problem("Executor: memory_budget_bytes is " +
+                            std::to_string(options_.memory_budget_bytes) +
+                            "; give a budget of 0 bytes or more (infinity for none).");
     const auto& mine = schedule_.placement.stages_of(rank);
     if (stages.size() != mine.size())
       throw invalid_problem("Executor: rank " + std::to_string(rank) + " holds " +
@@ -94,6 +161,14 @@ class Executor {
         throw invalid_problem("Executor: the stage model for stage " + std::to_string(mine[i]) +
                               " is null.");
       stage_of_[mine[i]] = stages[i];
+    }
+    seen_.assign(schedule_.problem.stages, {});
+    const auto& list = schedule_.ranks[rank_];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      if (a.kind == OpKind::R)
+        checkpointed_.insert(detail::unit_key(a.stage, a.microbatch, a.slice));
+      if (is_fillable(a.kind)) fillable_.push_back(i);
     }
   }
 
@@ -112,29 +187,19 @@ class Executor {
     run.rank = rank_;
     const auto& list = schedule_.ranks[rank_];
     run.timing.assign(list.size(), {});
+    ran_early_.assign(list.size(), 0);
+    next_fillable_ = 0;
+    arrived_.reset();
     data_ = &data;
     loss_ = 0;
     held_ = 0;
     peak_ = 0;
     memory_.clear();
     for (std::size_t i = 0; i < list.size(); ++i) {
-      const Action& a = list[i];
-      const mark_type m0 = device_.mark();
-      try {
-        execute(a);
-      } catch (const transport_aborted&) {
-        throw;
-      } catch (const std::exception& e) {
-        throw execution_error("rank " + std::to_string(rank_) + " failed at position " +
-                                  std::to_string(i) + " (" + to_string(a) + "): " + e.what(),
-                              rank_, static_cast<int>(i), a);
-      }
-      const mark_type m1 = device_.mark();
-      run.timing[i] = {device_.seconds_between(start, m0), device_.seconds_between(start, m1)};
-      if (changed_) {
-        memory_.push_back({run.timing[i].end, held_});
-        changed_ = false;
-      }
+      if (ran_early_[i]) continue;  // a fill already ran it, and recorded when
+      if (options_.fill_waits && (list[i].kind == OpKind::RecvF || list[i].kind == OpKind::RecvB))
+        guarded(i, [&] { fill_wait(i, start, run); });
+      run_at(i, start, run);
     }
     if (!stashes_.empty() || !inputs_.empty() || !grads_.empty() || !outbox_.empty())
       throw execution_error("rank " + std::to_string(rank_) + " ended the step with " +
@@ -156,13 +221,35 @@ class Executor {
   }
 
  private:
+  // What a unit holds between its forward and its backward. A checkpointed unit holds only
+  // its boundary (the stage input) from F until R; `bytes` is what it adds to the rank's held
+  // bytes now, `full_bytes` what its stash held right after forward (what R brings back).
   struct Held {
     stash_type stash;
     double bytes = 0;
+    double full_bytes = 0;
+    std::optional<tensor_type> boundary;
   };
+
+  // Byte figures last measured per stage, to project held bytes ahead when filling a wait
+  // (-1: not seen yet). They persist across steps.
+  struct StageFigures {
+    double full = -1;      // stash bytes right after forward
+    double boundary = -1;  // a checkpointed forward's kept input
+    double wgrad = -1;     // stash bytes right after backward_input
+  };
+
+  // The kinds of work a rank may run ahead of its place while it waits on a receive: each
+  // needs nothing from another rank once its own predecessor on this rank has run. A
+  // recompute needs its forward; (split weight-gradient parts would need their I).
+  static constexpr std::array fillable_kinds{OpKind::R};
+  static constexpr bool is_fillable(OpKind k) {
+    return std::find(fillable_kinds.begin(), fillable_kinds.end(), k) != fillable_kinds.end();
+  }
 
   Stage& model(int stage) { return *stage_of_[static_cast<std::size_t>(stage)]; }
   int rank_of(int stage) const { return schedule_.placement.rank_of(stage); }
+  bool is_checkpointed(std::uint64_t unit) const { return checkpointed_.contains(unit); }
 
   template <class Map>
   static auto take(Map& map, std::uint64_t key, const char* what, const Action& a) {
@@ -175,6 +262,163 @@ class Executor {
     return value;
   }
 
+  // Runs `fn` on behalf of list position `i`, turning a failure into an execution_error that
+  // names the rank, the position and the action.
+  template <class Fn>
+  void guarded(std::size_t i, Fn&& fn) {
+    const Action& a = schedule_.ranks[rank_][i];
+    try {
+      fn();
+    } catch (const transport_aborted&) {
+      throw;
+    } catch (const execution_error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw execution_error("rank " + std::to_string(rank_) + " failed at position " +
+                                std::to_string(i) + " (" + to_string(a) + "): " + e.what(),
+                            rank_, static_cast<int>(i), a);
+    }
+  }
+
+  // Runs the action at list position `i` and records when it ran and what it left held.
+  void run_at(std::size_t i, const mark_type& start, RankRun& run) {
+    const mark_type m0 = device_.mark();
+    guarded(i, [&] { execute(schedule_.ranks[rank_][i]); });
+    const mark_type m1 = device_.mark();
+    run.timing[i] = {device_.seconds_between(start, m0), device_.seconds_between(start, m1)};
+    if (changed_) {
+      memory_.push_back({run.timing[i].end, held_});
+      changed_ = false;
+    }
+  }
+
+  // Position `i` is a receive: while its message has not arrived, run pending work from later
+  // in the list. Leaves the message in `arrived_` when it came during the fills; otherwise the
+  // receive blocks as usual.
+  void fill_wait(std::size_t i, const mark_type& start, RankRun& run) {
+    const Action& a = schedule_.ranks[rank_][i];
+    const MessageKey key{a.stage, a.microbatch, a.slice,
+                         a.kind == OpKind::RecvF ? Direction::Forward : Direction::Backward};
+    for (;;) {
+      if (std::optional<tensor_type> x = transport_->try_receive(rank_, key)) {
+        arrived_ = std::move(x);
+        return;
+      }
+      const std::size_t p = next_fill(i);
+      if (p == none) return;
+      ran_early_[p] = 1;
+      ++run.filled;
+      run_at(p, start, run);
+    }
+  }
+
+  static constexpr std::size_t none = static_cast<std::size_t>(-1);
+
+  // The fillable position after `i` to run now: the first (in list order) whose predecessor
+  // has run, provided it fits the memory budget; `none` otherwise. A later one is not tried
+  // past a first that does not fit: it would hold its bytes even longer.
+  std::size_t next_fill(std::size_t i) {
+    const auto& list = schedule_.ranks[rank_];
+    while (next_fillable_ < fillable_.size() && fillable_[next_fillable_] <= i)
+      ++next_fillable_;
+    for (std::size_t c = next_fillable_; c < fillable_.size(); ++c) {
+      const std::size_t p = fillable_[c];
+      if (ran_early_[p] || !fill_ready(list[p])) continue;
+      return fits_budget(i, p, fill_growth(list[p])) ? p : none;
+    }
+    return none;
+  }
+
+  bool fill_ready(const Action& a) const {
+    switch (a.kind) {
+      case OpKind::R: {
+        auto it = stashes_.find(detail::unit_key(a.stage, a.microbatch, a.slice));
+        return it != stashes_.end() && it->second.boundary.has_value();
+      }
+      default:
+        return false;
+    }
+  }
+
+  // Bytes the fillable action `a` (ready) adds to what the rank holds.
+  double fill_growth(const Action& a) const {
+    switch (a.kind) {
+      case OpKind::R: {
+        const Held& h = stashes_.at(detail::unit_key(a.stage, a.microbatch, a.slice));
+        return h.full_bytes - h.bytes;
+      }
+      default:
+        return 0;
+    }
+  }
+
+  // True when running the action at `p` now, adding `growth` bytes until its place in the
+  // list, keeps the held bytes within the budget at every action in between. Replays the
+  // list from `i` to `p` with the byte figures measured so far (growth at an action's start,
+  // frees at its end, as the simulator charges); a figure not measured yet means no.
+  bool fits_budget(std::size_t i, std::size_t p, double growth) const {
+    const double budget = options_.memory_budget_bytes;
+    if (budget == std::numeric_limits<double>::infinity()) return true;
+    double held = held_;
+    if (held + growth > budget) return false;
+    const auto& list = schedule_.ranks[rank_];
+    std::unordered_map<std::uint64_t, double> unit;  // projected bytes of the units touched
+    auto bytes_of = [&](const Action& x) -> double& {
+      const std::uint64_t key = detail::unit_key(x.stage, x.microbatch, x.slice);
+      auto it = unit.find(key);
+      if (it == unit.end()) {
+        auto h = stashes_.find(key);
+        it = unit.emplace(key, h == stashes_.end() ? 0.0 : h->second.bytes).first;
+      }
+      return it->second;
+    };
+    // Adds one compute action's change into grow / shrink; false when a figure is unknown.
+    auto project = [&](const Action& x, double& grow, double& shrink) {
+      const StageFigures& f = seen_[static_cast<std::size_t>(x.stage)];
+      double& b = bytes_of(x);
+      double after = b;
+      switch (x.kind) {
+        case OpKind::F:
+          after = is_checkpointed(detail::unit_key(x.stage, x.microbatch, x.slice)) ? f.boundary
+                                                                                    : f.full;
+          if (after < 0) return false;
+          break;
+        case OpKind::R: {
+          auto h = stashes_.find(detail::unit_key(x.stage, x.microbatch, x.slice));
+          after = h != stashes_.end() && h->second.boundary ? h->second.full_bytes : f.full;
+          if (after < 0) return false;
+          break;
+        }
+        case OpKind::I:
+          if (f.wgrad < 0) return false;
+          after = f.wgrad;
+          break;
+        case OpKind::B:
+        case OpKind::W:
+          after = 0;
+          break;
+        default:
+          break;
+      }
+      (after >= b ? grow : shrink) += after - b;
+      b = after;
+      return true;
+    };
+    for (std::size_t j = i + 1; j < p; ++j) {
+      const Action& x = list[j];
+      if (ran_early_[j] || !is_compute(x.kind)) continue;
+      double grow = 0, shrink = 0;
+      const bool known = x.kind == OpKind::Overlap ? project(x.forward_half(), grow, shrink) &&
+                                                         project(x.backward_half(), grow, shrink)
+                                                   : project(x, grow, shrink);
+      if (!known) return false;
+      held += grow;
+      if (held + growth > budget) return false;
+      held += shrink;
+    }
+    return true;
+  }
+
   // Adds `delta` bytes to what the rank holds (negative frees). A stash may also grow at I
   // (a layer that keeps more for its weight gradient than for its input gradient).
   void adjust(double delta) {
@@ -183,13 +427,33 @@ class Executor {
     changed_ = changed_ || delta != 0;
   }
 
+  double boundary_bytes(int stage, const tensor_type& x) {
+    if constexpr (detail::reports_input_bytes<Stage>)
+      return static_cast<double>(model(stage).input_bytes(x));
+    else if constexpr (detail::reports_bytes<tensor_type>)
+      return static_cast<double>(x.bytes());
+    else
+      return 0;  // unreachable: construction refuses R without a way to size inputs
+  }
+
   void forward(const Action& a) {
     const int s = a.stage, m = a.microbatch, k = a.slice;
     const std::uint64_t key = detail::unit_key(s, m, k);
     tensor_type x = s == 0 ? data_->input(m, k) : take(inputs_, key, "input activation", a);
     Held h;
     tensor_type y = model(s).forward(x, h.stash);
-    h.bytes = static_cast<double>(model(s).stash_bytes(h.stash));
+    StageFigures& seen = seen_[static_cast<std::size_t>(s)];
+    h.full_bytes = static_cast<double>(model(s).stash_bytes(h.stash));
+    seen.full = h.full_bytes;
+    if (is_checkpointed(key)) {
+      // Keep the input, not the activations: R rebuilds them from it.
+      h.stash = stash_type{};
+      h.bytes = boundary_bytes(s, x);
+      seen.boundary = h.bytes;
+      h.boundary.emplace(std::move(x));
+    } else {
+      h.bytes = h.full_bytes;
+    }
     adjust(h.bytes);
     stashes_.insert_or_assign(key, std::move(h));
     const int last = schedule_.problem.stages - 1;
@@ -202,21 +466,48 @@ class Executor {
     }
   }
 
+  void recompute(const Action& a) {
+    auto it = stashes_.find(detail::unit_key(a.stage, a.microbatch, a.slice));
+    if (it == stashes_.end())
+      throw error("no kept input for " + to_string(a) +
+                  "; its forward has not run on this rank, and a recompute needs it first.");
+    Held& h = it->second;
+    if (!h.boundary)
+      throw error(to_string(a) +
+                  " recomputes a unit whose activations are already held; a checkpointed "
+                  "forward is recomputed once, between its forward and its backward.");
+    // The output is discarded: only the stash is wanted, and forward is deterministic.
+    model(a.stage).forward(*h.boundary, h.stash);
+    h.boundary.reset();  // the rebuilt stash holds what the backward needs
+    const double bytes = static_cast<double>(model(a.stage).stash_bytes(h.stash));
+    adjust(bytes - h.bytes);
+    h.bytes = bytes;
+  }
+
+  Held& ready_stash(const Action& a, std::uint64_t key) {
+    auto it = stashes_.find(key);
+    if (it == stashes_.end())
+      throw error("no stash for " + to_string(a) + "; its forward has not run on this rank.");
+    if (it->second.boundary)
+      throw error("the activations of " + to_string(a) +
+                  " were dropped at its checkpointed forward and its recompute R has not run; "
+                  "put the R between the forward and the backward.");
+    return it->second;
+  }
+
   void backward(const Action& a, bool weights_too) {
     const int s = a.stage, m = a.microbatch, k = a.slice;
     const std::uint64_t key = detail::unit_key(s, m, k);
     tensor_type dy = take(grads_, key, "output gradient", a);
-    auto it = stashes_.find(key);
-    if (it == stashes_.end())
-      throw error("no stash for " + to_string(a) + "; its forward has not run on this rank.");
-    Held& h = it->second;
+    Held& h = ready_stash(a, key);
     tensor_type dx = model(s).backward_input(dy, h.stash);
     if (weights_too) {
       model(s).backward_weight(h.stash);
       adjust(-h.bytes);
-      stashes_.erase(it);
+      stashes_.erase(key);
     } else {
       const double left = static_cast<double>(model(s).stash_bytes(h.stash));
+      seen_[static_cast<std::size_t>(s)].wgrad = left;
       adjust(left - h.bytes);
       h.bytes = left;
     }
@@ -229,16 +520,23 @@ class Executor {
 
   void weight(const Action& a) {
     const std::uint64_t key = detail::unit_key(a.stage, a.microbatch, a.slice);
-    auto it = stashes_.find(key);
-    if (it == stashes_.end())
-      throw error("no stash for " + to_string(a) + "; its forward has not run on this rank.");
-    model(a.stage).backward_weight(it->second.stash);
-    adjust(-it->second.bytes);
-    stashes_.erase(it);
+    Held& h = ready_stash(a, key);
+    model(a.stage).backward_weight(h.stash);
+    adjust(-h.bytes);
+    stashes_.erase(key);
+  }
+
+  // A receive: the message a fill already picked up, or wait for it.
+  tensor_type receive(const MessageKey& key) {
+    if (arrived_) {
+      tensor_type x = std::move(*arrived_);
+      arrived_.reset();
+      return x;
+    }
+    return transport_->receive(rank_, key, options_.receive_timeout);
   }
 
   void execute(const Action& a) {
-    const auto timeout = options_.receive_timeout;
     switch (a.kind) {
       case OpKind::Idle:
         return;
@@ -253,6 +551,9 @@ class Executor {
         return;
       case OpKind::W:
         weight(a);
+        return;
+      case OpKind::R:
+        recompute(a);
         return;
       case OpKind::Overlap:
         forward(a.forward_half());
@@ -271,21 +572,13 @@ class Executor {
                  "input gradient", a));
         return;
       case OpKind::RecvF:
-        inputs_.insert_or_assign(
-            detail::unit_key(a.stage, a.microbatch, a.slice),
-            transport_->receive(rank_, {a.stage, a.microbatch, a.slice, Direction::Forward},
-                                timeout));
+        inputs_.insert_or_assign(detail::unit_key(a.stage, a.microbatch, a.slice),
+                                 receive({a.stage, a.microbatch, a.slice, Direction::Forward}));
         return;
       case OpKind::RecvB:
-        grads_.insert_or_assign(
-            detail::unit_key(a.stage, a.microbatch, a.slice),
-            transport_->receive(rank_, {a.stage, a.microbatch, a.slice, Direction::Backward},
-                                timeout));
+        grads_.insert_or_assign(detail::unit_key(a.stage, a.microbatch, a.slice),
+                                receive({a.stage, a.microbatch, a.slice, Direction::Backward}));
         return;
-      case OpKind::R:
-        throw error(
-            "recompute (R) needs a checkpoint policy; this executor keeps every "
-            "activation, so give it a schedule without R actions.");
     }
   }
 
@@ -302,11 +595,17 @@ class Executor {
   Device device_;
   ExecutorOptions options_;
   std::vector<Stage*> stage_of_;
+  std::unordered_set<std::uint64_t> checkpointed_;  // units this rank recomputes
+  std::vector<std::size_t> fillable_;               // list positions of fillable kinds
+  std::vector<StageFigures> seen_;                  // by stage
   const TrainingData<tensor_type>* data_ = nullptr;
   std::unordered_map<std::uint64_t, Held> stashes_;
   std::unordered_map<std::uint64_t, tensor_type> inputs_;  // forward inputs by unit
   std::unordered_map<std::uint64_t, tensor_type> grads_;   // output gradients by unit
   std::unordered_map<std::uint64_t, tensor_type> outbox_;  // produced, waiting for a send
+  std::optional<tensor_type> arrived_;                     // a receive's message, got early
+  std::vector<char> ran_early_;                            // per list position, this step
+  std::size_t next_fillable_ = 0;                          // into fillable_
   double loss_ = 0, held_ = 0, peak_ = 0;
   bool changed_ = false;
   std::vector<MemoryPoint> memory_;

@@ -1,11 +1,15 @@
 // Activation-checkpoint policies: which forwards keep only their input and are recomputed
-// before their backward.
+// before their backward. Each tag names its run-time CheckpointMode, whether it chooses
+// from a memory budget (and so needs a cost model and a budget to generate), and the
+// orders it can run on.
 #pragma once
 
 #include <string_view>
 #include <type_traits>
 
+#include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/policy/family.hpp"
+#include "pipesched/policy/order.hpp"
 
 namespace pipesched {
 namespace checkpoint {
@@ -13,11 +17,55 @@ namespace checkpoint {
 //! No checkpointing: every forward keeps its activations until its backward.
 struct None : detail::CheckpointTag {
   static constexpr std::string_view name = "none";
+  static constexpr CheckpointMode mode = CheckpointMode::None;
+  //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
+  static constexpr bool needs_budget = false;
+  //! Whether the policy can checkpoint a schedule of order `Order`.
+  template <class Order>
+  static constexpr bool runs_on = true;
+};
+
+//! Full checkpointing: every forward keeps only its input; R runs right before its backward.
+struct Full : detail::CheckpointTag {
+  static constexpr std::string_view name = "full";
+  static constexpr CheckpointMode mode = CheckpointMode::Full;
+  //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
+  static constexpr bool needs_budget = false;
+  //! Whether the policy can checkpoint a schedule of order `Order`.
+  template <class Order>
+  static constexpr bool runs_on = true;
+};
+
+//! Selective checkpointing: just the forwards a per-rank memory budget requires, R right
+//! before its backward (checkpoint_selective).
+struct Selective : detail::CheckpointTag {
+  static constexpr std::string_view name = "selective";
+  static constexpr CheckpointMode mode = CheckpointMode::Selective;
+  //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
+  static constexpr bool needs_budget = true;
+  //! Whether the policy can checkpoint a schedule of order `Order`.
+  template <class Order>
+  static constexpr bool runs_on = true;
+};
+
+//! Mario: recomputes moved into bubbles and extra forwards preposed within a per-rank memory
+//! budget (checkpoint_mario). It plans on the steady one-forward-one-backward rhythm, so it
+//! runs on order::OneFOneB, Interleaved1F1B and ZeroBubbleH1 (and policies refining them).
+struct Mario : detail::CheckpointTag {
+  static constexpr std::string_view name = "mario";
+  static constexpr CheckpointMode mode = CheckpointMode::Mario;
+  //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
+  static constexpr bool needs_budget = true;
+  //! Whether the policy can checkpoint a schedule of order `Order`.
+  template <class Order>
+  static constexpr bool runs_on = std::is_base_of_v<order::OneFOneB, Order> ||
+                                  std::is_base_of_v<order::Interleaved1F1B, Order> ||
+                                  std::is_base_of_v<order::ZeroBubbleH1, Order>;
 };
 
 }  // namespace checkpoint
 
-//! True when `T` is a checkpoint policy (checkpoint::None, ...).
+//! True when `T` is a checkpoint policy (checkpoint::None, Full, Selective, Mario, ...).
 template <class T>
 struct is_checkpoint : std::bool_constant<detail::is_policy_of_v<detail::CheckpointTag, T>> {};
 template <class T>

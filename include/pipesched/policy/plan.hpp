@@ -1,5 +1,6 @@
 // plan<Knobs...>: policies from the five families, in any order, completed with defaults,
-// checked at compile time, and turned into a Schedule by the order's generator.
+// checked at compile time, and turned into a Schedule by the order's generator and the
+// checkpoint policy's pass.
 #pragma once
 
 #include <climits>
@@ -9,6 +10,7 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/policy/checkpoint.hpp"
 #include "pipesched/policy/family.hpp"
 #include "pipesched/policy/generate.hpp"
@@ -76,6 +78,7 @@ struct PlanKnobs {
       rule != Rule::VShape2 ||
       (placement_t::kind == PlacementKind::VShape && placement_t::chunks == 2);
   static constexpr bool wgrad_ok = !order_t::needs_split_wgrad || wgrad_t::splits;
+  static constexpr bool checkpoint_ok = checkpoint_t::template runs_on<order_t>;
 };
 
 }  // namespace detail
@@ -125,6 +128,11 @@ struct plan {
                 "pipesched::plan: order::Interleaved1F1B and order::LoopedBFS loop over chunks "
                 "and cannot run on a V-shape placement; pass placement::Interleaved<V> or leave "
                 "placement out, or use order::ZeroBubbleV or DualPipeV for a V-shape");
+  static_assert(!Knobs_::well_formed || Knobs_::checkpoint_ok,
+                "pipesched::plan: checkpoint::Mario hides recomputes in the bubbles of a "
+                "one-forward-one-backward rhythm and runs on order::OneFOneB, Interleaved1F1B or "
+                "ZeroBubbleH1 only; pass one of those orders, or use checkpoint::Selective or "
+                "Full with this one");
 
  public:
   using order = typename Knobs_::order_t;            //!< which schedule family
@@ -144,8 +152,40 @@ struct plan {
   //! The schedule for `p`. `p.stages` = 0 becomes ranks × the placement's chunks per rank;
   //! any other value must equal that. Throws invalid_problem naming the field, its value
   //! and the accepted one when `p` does not fit the plan, and whatever the order's
-  //! generator throws (e.g. too few microbatches).
+  //! generator throws (e.g. too few microbatches). checkpoint::Full adds a recompute R
+  //! right before every backward. checkpoint::Selective and Mario choose what to recompute
+  //! from a memory budget: they need generate(problem, cost, budget), and calling this
+  //! overload with them does not compile.
   static Schedule generate(Problem p) {
+    static_assert(checkpoint::mode != CheckpointMode::Selective,
+                  "pipesched::plan: checkpoint::Selective needs a memory budget and a cost model: "
+                  "call generate(problem, cost, budget)");
+    static_assert(checkpoint::mode != CheckpointMode::Mario,
+                  "pipesched::plan: checkpoint::Mario needs a memory budget and a cost model: "
+                  "call generate(problem, cost, budget)");
+    Schedule s = generate_compute(p);
+    if constexpr (checkpoint::mode == CheckpointMode::Full) s = checkpoint_full(s);
+    return s;
+  }
+
+  //! The schedule for `p` checkpointed by the plan's policy under `cost` and a per-rank
+  //! memory `budget` in the cost model's memory unit (apply_checkpoint): None and Full
+  //! throw invalid_problem when a rank's peak exceeds a limited budget; Selective and Mario
+  //! recompute what the budget requires and throw when even recomputing everything does not
+  //! fit. Problems that do not fit the plan are refused as by generate(p).
+  template <cost_model Cost>
+  static Schedule generate(Problem p, const Cost& cost, const MemoryBudget& budget) {
+    Schedule s = generate_compute(p);
+    try {
+      return apply_checkpoint(s, checkpoint::mode, cost, budget);
+    } catch (const invalid_problem& e) {
+      throw invalid_problem("plan<" + describe() + ">: " + e.what());
+    }
+  }
+
+ private:
+  // The order's compute-only schedule for `p`, before any checkpointing.
+  static Schedule generate_compute(Problem p) {
     const std::string who = "plan<" + describe() + ">";
     try {
       p.check();

@@ -1,0 +1,270 @@
+// One entry point for activation checkpointing chosen at run time: a CheckpointMode, a cost
+// model and a per-rank memory budget in, the checkpointed schedule out. Also reads the
+// mode and the budget from text (the command line's --checkpoint and --memory-budget) and
+// derives a per-rank budget from a device's memory.
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/pass/mario.hpp"
+
+namespace pipesched {
+
+//! A memory budget as written: an amount and whether it is in bytes. A plain number is in
+//! the cost model's memory unit (UniformCost: microbatches of one rank's activations); a
+//! number with a unit (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB) is converted to bytes.
+struct MemoryBudgetValue {
+  double value = 0;    //!< the amount: memory units, or bytes when `bytes`
+  bool bytes = false;  //!< true when the text carried a byte unit
+
+  friend bool operator==(const MemoryBudgetValue&, const MemoryBudgetValue&) = default;
+};
+
+namespace detail {
+
+inline std::string lower_ascii(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+inline constexpr const char* memory_budget_forms =
+    "give a positive plain number in memory units (2, 0.5; for UniformCost, microbatches of one "
+    "rank's activations) or bytes with a unit: B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, "
+    "GiB, TiB (powers of 1024), e.g. 24GB, 24 GB, 512MiB, 1.5GiB, 4096B";
+
+//! Multiplier of a byte unit (lower-case), or 0 when `unit` is none of them.
+inline double byte_unit(std::string_view unit) {
+  struct Unit {
+    std::string_view name;
+    double factor;
+  };
+  constexpr double k = 1000.0, ki = 1024.0;
+  const Unit units[] = {{"b", 1},
+                        {"kb", k},
+                        {"mb", k * k},
+                        {"gb", k * k * k},
+                        {"tb", k * k * k * k},
+                        {"kib", ki},
+                        {"mib", ki * ki},
+                        {"gib", ki * ki * ki},
+                        {"tib", ki * ki * ki * ki}};
+  for (const Unit& u : units)
+    if (u.name == unit) return u.factor;
+  return 0;
+}
+
+}  // namespace detail
+
+//! Reads a memory budget: "2" or "0.5" (memory units), "24GB", "24 GB", "512MiB", "1.5GiB",
+//! "800MB", "4096B", "3TB" (bytes; decimal kB/MB/GB/TB and binary KiB/MiB/GiB/TiB, the unit
+//! in any case). Throws parse_error naming the text and showing the accepted forms when it
+//! is none of them, or when the amount is not positive and finite.
+inline MemoryBudgetValue parse_memory_budget(std::string_view text) {
+  auto fail = [&](const std::string& why, std::size_t at) -> MemoryBudgetValue {
+    throw parse_error("memory budget '" + std::string(text) + "' " + why + "; " +
+                          detail::memory_budget_forms + ".",
+                      0, static_cast<int>(at) + 1);
+  };
+  std::size_t i = 0;
+  const std::size_t n = text.size();
+  auto digit = [&](std::size_t at) {
+    return at < n && std::isdigit(static_cast<unsigned char>(text[at])) != 0;
+  };
+  auto space = [&](std::size_t at) {
+    return at < n && std::isspace(static_cast<unsigned char>(text[at])) != 0;
+  };
+  while (space(i))
+    ++i;
+  if (i == n) return fail("is empty", i);
+  // The number: digits, an optional fraction, an optional exponent. Written out rather than
+  // left to strtod, which would also take "inf", "nan", hexadecimal and a leading sign.
+  const std::size_t number_begin = i;
+  bool any_digit = false;
+  while (digit(i)) {
+    ++i;
+    any_digit = true;
+  }
+  if (i < n && text[i] == '.') {
+    ++i;
+    while (digit(i)) {
+      ++i;
+      any_digit = true;
+    }
+  }
+  if (!any_digit) {
+    if (i < n && text[number_begin] == '-') return fail("is negative", number_begin);
+    return fail("does not start with a number", number_begin);
+  }
+  if (i < n && (text[i] == 'e' || text[i] == 'E')) {
+    std::size_t j = i + 1;
+    if (j < n && (text[j] == '+' || text[j] == '-')) ++j;
+    if (digit(j)) {
+      while (digit(j))
+        ++j;
+      i = j;
+    }
+  }
+  const std::string number(text.substr(number_begin, i - number_begin));
+  double value = std::strtod(number.c_str(), nullptr);
+  while (space(i))
+    ++i;
+  std::size_t unit_begin = i, unit_end = n;
+  while (unit_end > unit_begin && space(unit_end - 1))
+    --unit_end;
+  const std::string_view unit = text.substr(unit_begin, unit_end - unit_begin);
+  MemoryBudgetValue out;
+  if (!unit.empty()) {
+    const double factor = detail::byte_unit(detail::lower_ascii(unit));
+    if (factor == 0) return fail("has an unknown unit '" + std::string(unit) + "'", unit_begin);
+    value *= factor;
+    out.bytes = true;
+  }
+  if (!std::isfinite(value)) return fail("is too large", number_begin);
+  if (!(value > 0)) return fail("is zero: no activation would fit", number_begin);
+  out.value = value;
+  return out;
+}
+
+//! Reads a checkpoint mode: "none", "full", "selective" or "mario" (any case). Throws
+//! parse_error naming the text and listing the choices.
+inline CheckpointMode parse_checkpoint_mode(std::string_view text) {
+  const std::string t = detail::lower_ascii(text);
+  for (CheckpointMode m : {CheckpointMode::None, CheckpointMode::Full, CheckpointMode::Selective,
+                           CheckpointMode::Mario})
+    if (t == to_string(m)) return m;
+  throw parse_error("checkpoint mode '" + std::string(text) +
+                        "' is unknown; choose none (keep every activation), full (recompute "
+                        "every forward), selective (recompute what a memory budget needs) or "
+                        "mario (recompute in the bubbles, within a memory budget).",
+                    0, 1);
+}
+
+//! The activation budget of each rank on `cost.device`: its memory_bytes minus what the rank
+//! holds whatever the schedule (weights, gradients and optimizer state of its stages,
+//! TransformerCost::static_bytes), as MemoryBudget::per_rank. Throws invalid_problem naming
+//! the rank when that alone fills the device.
+inline MemoryBudget device_memory_budget(const TransformerCost& cost, const Problem& problem,
+                                         const Placement& placement) {
+  const CostContext ctx{problem, placement, 1};
+  cost.check(ctx);
+  MemoryBudget budget;
+  budget.per_rank.resize(static_cast<std::size_t>(problem.ranks));
+  for (int r = 0; r < problem.ranks; ++r) {
+    const double fixed = cost.static_bytes(ctx, r);
+    const double left = cost.device.memory_bytes - fixed;
+    if (!(left > 0)) {
+      constexpr double gib = 1024.0 * 1024.0 * 1024.0;
+      throw invalid_problem(
+          "rank " + std::to_string(r) + "'s weights, gradients and optimizer state take " +
+          detail::budget_text(fixed / gib) + " GiB, at least the " +
+          detail::budget_text(cost.device.memory_bytes / gib) + " GiB of device '" +
+          cost.device.name +
+          "', leaving nothing for activations; use more ranks (fewer layers per rank) or a "
+          "device with more memory.");
+    }
+    budget.per_rank[static_cast<std::size_t>(r)] = left;
+  }
+  return budget;
+}
+
+namespace detail {
+
+//! Each rank's peak of held memory along its list, the units that have an R in `s` counted
+//! as checkpointed (the running sum the simulator reports as peak_memory).
+template <cost_model Cost>
+std::vector<double> rank_peaks(const Schedule& s, const Cost& cost) {
+  const UnitIndex unit(s.problem);
+  std::vector<char> checkpointed(unit.size(), 0);
+  for (const auto& list : s.ranks)
+    for (const Action& a : list)
+      if (a.kind == OpKind::R) checkpointed[unit(a)] = 1;
+  const CostContext ctx{s.problem, s.placement, 1};
+  std::vector<double> peaks(static_cast<std::size_t>(s.rank_count()));
+  for (int r = 0; r < s.rank_count(); ++r)
+    peaks[static_cast<std::size_t>(r)] = list_peak(s, r, cost, ctx, checkpointed);
+  return peaks;
+}
+
+//! Refuses a budget that is negative or not a number, rank by rank.
+inline void check_budget_values(const MemoryBudget& budget) {
+  auto check = [](double b, const std::string& field) {
+    if (std::isnan(b) || b <= 0)
+      throw invalid_problem(field + " = " + budget_text(b) +
+                            " is out of range; a memory budget must be positive (infinity for "
+                            "no limit).");
+  };
+  check(budget.all, "MemoryBudget.all");
+  for (std::size_t r = 0; r < budget.per_rank.size(); ++r)
+    check(budget.per_rank[r], "MemoryBudget.per_rank[" + std::to_string(r) + "]");
+}
+
+}  // namespace detail
+
+//! `s` with the checkpointing `mode` asks for, under `cost` and a per-rank `budget` (in the
+//! cost model's memory unit):
+//! - None: `s` unchanged; with a limited budget, throws invalid_problem when a rank's peak
+//!   exceeds it.
+//! - Full: every unit recomputed right before its backward (checkpoint_full); a limited
+//!   budget is checked the same way.
+//! - Selective: the units the budget requires (checkpoint_selective).
+//! - Mario: recomputes hoisted into bubbles and forwards preposed (checkpoint_mario).
+//! Selective and Mario choose from the budget: under an unlimited one they recompute
+//! nothing. Errors are invalid_problem with the rank, what it holds and the budget.
+template <cost_model Cost>
+Schedule apply_checkpoint(const Schedule& s, CheckpointMode mode, const Cost& cost,
+                          const MemoryBudget& budget) {
+  detail::check_budget_values(budget);
+  // Whether every rank of `out` fits; the message says how far off the first one is.
+  auto require_fit = [&](const Schedule& out) {
+    if (!budget.limited()) return;
+    const std::vector<double> peaks = detail::rank_peaks(out, cost);
+    for (int r = 0; r < out.rank_count(); ++r) {
+      const double held = peaks[static_cast<std::size_t>(r)], limit = budget.of(r);
+      if (held <= limit + 1e-9 * std::max(1.0, std::abs(limit))) continue;
+      if (mode == CheckpointMode::None)
+        throw invalid_problem("without checkpointing rank " + std::to_string(r) + " of '" +
+                              out.name + "' holds " + detail::budget_text(held) +
+                              ", over the budget " + detail::budget_text(limit) +
+                              "; use --checkpoint selective or mario (CheckpointMode::Selective "
+                              "or Mario), or give a budget of at least " +
+                              detail::budget_text(held) + ".");
+      throw invalid_problem("with every forward checkpointed rank " + std::to_string(r) + " of '" +
+                            out.name + "' still holds " + detail::budget_text(held) +
+                            ", over the budget " + detail::budget_text(limit) +
+                            "; no checkpointing needs less, so give a budget of at least " +
+                            detail::budget_text(held) + ", or more ranks.");
+    }
+  };
+  switch (mode) {
+    case CheckpointMode::None:
+      require_fit(s);
+      return s;
+    case CheckpointMode::Full: {
+      Schedule out = checkpoint_full(s);
+      require_fit(out);
+      return out;
+    }
+    case CheckpointMode::Selective:
+      return checkpoint_selective(s, cost, budget);
+    case CheckpointMode::Mario:
+      return checkpoint_mario(s, cost, budget);
+  }
+  throw invalid_problem("checkpoint mode " + std::to_string(static_cast<int>(mode)) +
+                        " is unknown; use None, Full, Selective or Mario.");
+}
+
+}  // namespace pipesched

@@ -1,0 +1,222 @@
+// Activation checkpointing as scheduled recompute: passes that choose which (stage,
+// microbatch, slice) units keep only their input and insert their recompute R.
+//
+// - Full: every unit is checkpointed; R runs right before its backward.
+// - Selective: the conventional way — just the units a per-rank memory budget requires,
+//   chosen by a greedy walk of each rank's list; R right before its backward.
+// - Mario (pass/mario.hpp): R moved into bubbles, forwards preposed, the checkpointed set
+//   chosen with the simulator.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/detail/graph.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/schedule.hpp"
+
+namespace pipesched {
+
+//! Which checkpointing a schedule gets.
+enum class CheckpointMode { None, Full, Selective, Mario };
+
+constexpr const char* to_string(CheckpointMode m) noexcept {
+  switch (m) {
+    case CheckpointMode::None: return "none";
+    case CheckpointMode::Full: return "full";
+    case CheckpointMode::Selective: return "selective";
+    case CheckpointMode::Mario: return "mario";
+  }
+  return "?";
+}
+
+//! A per-rank memory budget in the cost model's memory unit (UniformCost: microbatches of one
+//! rank's activations; TransformerCost and ProfiledCost: bytes). `per_rank`, when not empty,
+//! overrides `all` rank by rank (a tuner gives each rank its device memory minus its weights).
+struct MemoryBudget {
+  double all = std::numeric_limits<double>::infinity();
+  std::vector<double> per_rank;
+
+  double of(int rank) const {
+    return rank < static_cast<int>(per_rank.size()) ? per_rank[static_cast<std::size_t>(rank)]
+                                                      : all;
+  }
+  bool limited() const {
+    if (std::isfinite(all)) return true;
+    for (double b : per_rank)
+      if (std::isfinite(b)) return true;
+    return false;
+  }
+};
+
+namespace detail {
+
+//! A unit (stage, microbatch, slice) as a dense index.
+struct UnitIndex {
+  int stages = 0, microbatches = 0, slices = 0;
+  explicit UnitIndex(const Problem& p)
+      : stages(p.stages), microbatches(p.microbatches), slices(p.slices) {}
+  std::size_t size() const {
+    return static_cast<std::size_t>(stages) * microbatches * slices;
+  }
+  std::size_t operator()(int s, int m, int k) const {
+    return (static_cast<std::size_t>(s) * microbatches + m) * slices + k;
+  }
+  std::size_t operator()(const Action& a) const { return (*this)(a.stage, a.microbatch, a.slice); }
+};
+
+//! `s` without R actions.
+inline Schedule without_recompute(const Schedule& s) {
+  Schedule out = s;
+  for (auto& list : out.ranks)
+    std::erase_if(list, [](const Action& a) { return a.kind == OpKind::R; });
+  return out;
+}
+
+//! Inserts R(u) right before the backward (B, I or the backward half of an Overlap) of
+//! every unit u with `checkpointed[u]`.
+inline Schedule insert_recompute_before_backward(const Schedule& s,
+                                                 const std::vector<char>& checkpointed) {
+  const UnitIndex unit(s.problem);
+  Schedule out = s;
+  for (auto& list : out.ranks) {
+    std::vector<Action> next;
+    next.reserve(list.size() + list.size() / 2);
+    for (const Action& a : list) {
+      if (is_input_backward(a.kind) && checkpointed[unit(a)])
+        next.push_back(Action::make(OpKind::R, a.stage, a.microbatch, a.slice));
+      if (a.kind == OpKind::Overlap && checkpointed[unit(a.b_stage, a.b_microbatch, a.b_slice)])
+        next.push_back(Action::make(OpKind::R, a.b_stage, a.b_microbatch, a.b_slice));
+      next.push_back(a);
+    }
+    list = std::move(next);
+  }
+  return out;
+}
+
+//! Memory held along one rank's list (running sum of the cost model's deltas), given
+//! which units are checkpointed; returns the peak and, through `where`, its first position.
+template <class Cost>
+double list_peak(const Schedule& s, int rank, const Cost& cost, const CostContext& ctx,
+                 const std::vector<char>& checkpointed, int* where = nullptr) {
+  const UnitIndex unit(s.problem);
+  double held = 0, peak = 0;
+  int at = -1;
+  const auto& list = s.ranks[static_cast<std::size_t>(rank)];
+  for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+    const Action& a = list[static_cast<std::size_t>(i)];
+    auto apply = [&](const Action& x) {
+      const double d = cost.memory_delta(ctx, x, checkpointed[unit(x)] != 0);
+      held += d;
+      if (held > peak + 1e-12) {
+        peak = held;
+        at = i;
+      }
+    };
+    if (a.kind == OpKind::Overlap) {
+      apply(a.forward_half());
+      apply(a.backward_half());
+    } else if (is_compute(a.kind)) {
+      apply(a);
+    }
+  }
+  if (where) *where = at;
+  return peak;
+}
+
+inline std::string budget_text(double b) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.6g", b);
+  return buf;
+}
+
+}  // namespace detail
+
+//! Every unit checkpointed, R right before its backward. Any R already in `s` is replaced.
+inline Schedule checkpoint_full(const Schedule& s) {
+  Schedule base = detail::without_recompute(s);
+  std::vector<char> all(detail::UnitIndex(base.problem).size(), 1);
+  Schedule out = detail::insert_recompute_before_backward(base, all);
+  out.name = base.name + "+full";
+  return out;
+}
+
+//! Conventional selective checkpointing: for each rank, walk its list with R right before
+//! each backward and, wherever the held memory exceeds the rank's budget, checkpoint the live
+//! unit whose backward comes last (it would stay resident longest), until the rank fits.
+//! Throws invalid_problem naming the rank, its budget and the least it needs when even
+//! checkpointing every unit does not fit. Returns the units chosen through `chosen`.
+template <cost_model Cost>
+Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryBudget& budget,
+                              std::vector<char>* chosen = nullptr) {
+  Schedule base = detail::without_recompute(s);
+  const detail::UnitIndex unit(base.problem);
+  std::vector<char> ckpt(unit.size(), 0);
+  const CostContext ctx{base.problem, base.placement, 1};
+  for (int r = 0; r < base.rank_count(); ++r) {
+    const double limit = budget.of(r);
+    if (!std::isfinite(limit)) continue;
+    const auto& list = base.ranks[static_cast<std::size_t>(r)];
+    // Position of each unit's backward on this rank, to find the live units at a point.
+    std::vector<int> fwd_at(unit.size(), -1), bwd_at(unit.size(), -1);
+    for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+      const Action& a = list[static_cast<std::size_t>(i)];
+      if (a.kind == OpKind::F) fwd_at[unit(a)] = i;
+      if (is_input_backward(a.kind)) bwd_at[unit(a)] = i;
+      if (a.kind == OpKind::Overlap) {
+        fwd_at[unit(a)] = i;
+        bwd_at[unit(a.b_stage, a.b_microbatch, a.b_slice)] = i;
+      }
+    }
+    for (;;) {
+      int where = -1;
+      // The list with R before each checkpointed backward, walked for its peak.
+      Schedule trial = base;
+      trial.ranks[static_cast<std::size_t>(r)] =
+          detail::insert_recompute_before_backward(base, ckpt).ranks[static_cast<std::size_t>(r)];
+      const double peak = detail::list_peak(trial, r, cost, ctx, ckpt, &where);
+      if (peak <= limit + 1e-9) break;
+      // Map the trial position back to the base list position of the same action.
+      const Action& at = trial.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(where)];
+      int base_pos = -1;
+      for (int i = 0; i < static_cast<int>(list.size()); ++i)
+        if (list[static_cast<std::size_t>(i)] == at) base_pos = i;
+      if (at.kind == OpKind::R) {
+        // The peak is a recompute materializing: the position of its backward.
+        base_pos = bwd_at[unit(at)];
+      }
+      // Live units at that point: forward at or before it, backward after it (a unit whose
+      // R is the peak counts too: checkpointing another live unit lowers the peak).
+      int best = -1, best_bwd = -1;
+      for (std::size_t u = 0; u < unit.size(); ++u) {
+        if (ckpt[u] || fwd_at[u] < 0 || fwd_at[u] > base_pos || bwd_at[u] < base_pos) continue;
+        if (bwd_at[u] == base_pos && at.kind != OpKind::R) continue;
+        if (bwd_at[u] > best_bwd) {
+          best_bwd = bwd_at[u];
+          best = static_cast<int>(u);
+        }
+      }
+      if (best < 0) {
+        std::vector<char> all(unit.size(), 1);
+        Schedule full = detail::insert_recompute_before_backward(base, all);
+        const double least = detail::list_peak(full, r, cost, ctx, all);
+        throw invalid_problem("memory budget " + detail::budget_text(limit) + " is too small for rank " +
+                              std::to_string(r) + " of '" + base.name +
+                              "': even with every unit checkpointed it holds " +
+                              detail::budget_text(least) + "; give a budget of at least " +
+                              detail::budget_text(least) + ", or more ranks or microbatches.");
+      }
+      ckpt[static_cast<std::size_t>(best)] = 1;
+    }
+  }
+  Schedule out = detail::insert_recompute_before_backward(base, ckpt);
+  out.name = base.name + "+selective";
+  if (chosen) *chosen = std::move(ckpt);
+  return out;
+}
+
+}  // namespace pipesched

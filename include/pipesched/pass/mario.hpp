@@ -1,0 +1,508 @@
+// Mario (PPoPP '25, "Near Zero-cost Activation Checkpointing in Pipeline Parallelism"):
+// recompute as a scheduled action hidden in pipeline bubbles.
+//
+// Three moves, each checked with the simulator:
+//   (a) hoisting — each recompute R runs in a wait of its rank (a moment the rank would sit
+//       idle for a message) when it fits there and the memory it brings back fits the budget
+//       until its backward; otherwise it stays right before its backward;
+//   (b) preposing — checkpointed forwards are cheap in memory, so a rank may run more
+//       forwards before its first backward than the base schedule does, filling its warm-up
+//       bubble; their recomputes later take the slots those forwards left;
+//   (c) choosing what to checkpoint — the units a rank's budget requires, preferring those
+//       whose recompute can hide.
+// The pass searches (b) and (c) and keeps the fastest schedule whose every rank fits its budget.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/validate.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+
+namespace pipesched {
+
+//! Knobs of the Mario pass. The defaults search everything.
+struct MarioOptions {
+  bool hoist = true;    //!< (a) move recomputes into waits
+  bool prepose = true;  //!< (b) search extra forwards before the first backward
+  int max_prepose = -1; //!< most extra forwards per rank; -1 = what the rank's bubble holds
+  bool choose = true;   //!< (c) try more than one rule for what to checkpoint
+  int passes = 3;       //!< hoisting rounds (each plans with the previous round's timing)
+};
+
+namespace detail {
+
+// Which live unit a selection step checkpoints first.
+enum class PickRule { LatestBackward, EarliestBackward };
+
+//! Selective checkpointing with a choice rule; R right before each backward. Returns false
+//! when some rank cannot fit its budget even with everything checkpointed.
+template <class Cost>
+bool select_checkpoints(const Schedule& base, const Cost& cost, const MemoryBudget& budget,
+                        PickRule rule, std::vector<char>& ckpt) {
+  const UnitIndex unit(base.problem);
+  ckpt.assign(unit.size(), 0);
+  const CostContext ctx{base.problem, base.placement, 1};
+  for (int r = 0; r < base.rank_count(); ++r) {
+    const double limit = budget.of(r);
+    if (!std::isfinite(limit)) continue;
+    const auto& list = base.ranks[static_cast<std::size_t>(r)];
+    std::vector<int> fwd_at(unit.size(), -1), bwd_at(unit.size(), -1);
+    for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+      const Action& a = list[static_cast<std::size_t>(i)];
+      if (a.kind == OpKind::F || a.kind == OpKind::Overlap) fwd_at[unit(a)] = i;
+      if (is_input_backward(a.kind)) bwd_at[unit(a)] = i;
+      if (a.kind == OpKind::Overlap) bwd_at[unit(a.b_stage, a.b_microbatch, a.b_slice)] = i;
+    }
+    for (;;) {
+      // Walk the list with R right before each checkpointed backward.
+      double held = 0;
+      int over_at = -1;
+      bool over_is_r = false;
+      for (int i = 0; i < static_cast<int>(list.size()) && over_at < 0; ++i) {
+        const Action& a = list[static_cast<std::size_t>(i)];
+        auto step = [&](const Action& x, bool is_r) {
+          held += cost.memory_delta(ctx, x, ckpt[unit(x)] != 0);
+          if (held > limit + 1e-9 && over_at < 0) {
+            over_at = i;
+            over_is_r = is_r;
+          }
+        };
+        auto backward = [&](const Action& b) {
+          if (ckpt[unit(b)]) step(Action::make(OpKind::R, b.stage, b.microbatch, b.slice), true);
+          if (over_at < 0) step(b, false);
+        };
+        if (a.kind == OpKind::Overlap) {
+          step(a.forward_half(), false);
+          if (over_at < 0) backward(a.backward_half());
+        } else if (is_input_backward(a.kind)) {
+          backward(a);
+        } else if (is_compute(a.kind)) {
+          step(a, false);
+        }
+      }
+      if (over_at < 0) break;
+      int best = -1, best_bwd = rule == PickRule::LatestBackward ? -1 : (1 << 30);
+      for (std::size_t u = 0; u < unit.size(); ++u) {
+        if (ckpt[u] || fwd_at[u] < 0 || fwd_at[u] > over_at) continue;
+        if (bwd_at[u] < over_at || (bwd_at[u] == over_at && !over_is_r)) continue;
+        const bool better = rule == PickRule::LatestBackward ? bwd_at[u] > best_bwd
+                                                             : bwd_at[u] < best_bwd;
+        if (better) {
+          best_bwd = bwd_at[u];
+          best = static_cast<int>(u);
+        }
+      }
+      if (best < 0) return false;
+      ckpt[static_cast<std::size_t>(best)] = 1;
+    }
+  }
+  return true;
+}
+
+//! Moves up to `extra[r]` forwards that follow rank r's first backward to just before it
+//! (keeping the order of forwards among themselves and of everything else).
+inline Schedule prepose_forwards(const Schedule& s, const std::vector<int>& extra) {
+  Schedule out = s;
+  for (int r = 0; r < s.rank_count(); ++r) {
+    auto& list = out.ranks[static_cast<std::size_t>(r)];
+    int e = extra[static_cast<std::size_t>(r)];
+    if (e <= 0) continue;
+    auto first_b = std::find_if(list.begin(), list.end(), [](const Action& a) {
+      return is_input_backward(a.kind) || a.kind == OpKind::Overlap;
+    });
+    if (first_b == list.end()) continue;
+    std::vector<Action> moved, rest;
+    for (auto it = first_b; it != list.end(); ++it) {
+      if (e > 0 && it->kind == OpKind::F) {
+        moved.push_back(*it);
+        --e;
+      } else {
+        rest.push_back(*it);
+      }
+    }
+    std::vector<Action> next(list.begin(), first_b);
+    next.insert(next.end(), moved.begin(), moved.end());
+    next.insert(next.end(), rest.begin(), rest.end());
+    list = std::move(next);
+  }
+  return out;
+}
+
+//! How many forwards fit in each rank's idle time before its first backward, in `sim`.
+template <class Cost>
+std::vector<int> warmup_capacity(const Schedule& s, const SimulationResult& sim,
+                                 const Cost& cost) {
+  const CostContext ctx{s.problem, s.placement, 1};
+  std::vector<int> cap(s.rank_count(), 0);
+  for (int r = 0; r < s.rank_count(); ++r) {
+    const auto& list = s.ranks[static_cast<std::size_t>(r)];
+    double idle = 0, last_end = 0, f = 0;
+    bool seen_f = false;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      const ActionTiming& t = sim.timing[static_cast<std::size_t>(r)][i];
+      if (is_input_backward(a.kind) || a.kind == OpKind::Overlap) {
+        idle += std::max(0.0, t.start - last_end);
+        break;
+      }
+      if (a.kind == OpKind::F) {
+        if (seen_f) idle += std::max(0.0, t.start - last_end);
+        seen_f = true;
+        f = std::max(f, static_cast<double>(cost.duration(ctx, a)));
+        last_end = t.end;
+      }
+    }
+    cap[static_cast<std::size_t>(r)] = f > 0 ? static_cast<int>(std::floor(idle / f + 1e-9)) : 0;
+  }
+  return cap;
+}
+
+//! The hoisting engine: simulates every rank running its list without R, and runs each
+//! pending recompute in a wait of its rank when (1) the wait is long enough — known from the
+//! dependency's end when it has run, else estimated from `estimate` (the previous round's
+//! start of the rank's next action) — and (2) the memory it brings back fits the rank's budget
+//! at every point until its backward. A recompute not hoisted runs right before its backward.
+template <class Cost>
+Schedule hoist_recompute(const Schedule& s, const Cost& cost, const MemoryBudget& budget,
+                         const std::vector<std::vector<double>>& estimate, double min_fit = 1.0) {
+  const Problem& p = s.problem;
+  const UnitIndex unit(p);
+  const int nranks = s.rank_count();
+  const int S = p.stages, K = p.slices;
+  const CostContext ctx{p, s.placement, 1};
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  std::vector<char> ckpt(unit.size(), 0);
+  for (const auto& list : s.ranks)
+    for (const Action& a : list)
+      if (a.kind == OpKind::R) ckpt[unit(a)] = 1;
+
+  // Per rank: the main list (no R), each unit's backward position, baseline memory levels.
+  struct Rank {
+    std::vector<Action> main;
+    std::vector<double> level;  // highest held memory during main[i] (forced R included)
+    std::vector<double> extra;  // memory added over main[i] by hoisted recomputes
+    std::vector<int> pending;   // units with R not yet run, in backward order
+    std::size_t pos = 0;
+    double free_at = 0;
+    std::vector<Action> out;
+  };
+  std::vector<Rank> rk(nranks);
+  std::vector<int> bwd_pos(unit.size(), -1);
+  for (int r = 0; r < nranks; ++r) {
+    Rank& R = rk[r];
+    for (const Action& a : s.ranks[static_cast<std::size_t>(r)])
+      if (a.kind != OpKind::R) R.main.push_back(a);
+    double held = 0;
+    R.level.assign(R.main.size(), 0);
+    R.extra.assign(R.main.size(), 0);
+    for (std::size_t i = 0; i < R.main.size(); ++i) {
+      const Action& a = R.main[i];
+      double lvl = held;
+      auto apply = [&](const Action& x) {
+        held += cost.memory_delta(ctx, x, ckpt[unit(x)] != 0);
+        lvl = std::max(lvl, held);
+      };
+      auto backward = [&](const Action& b) {
+        if (ckpt[unit(b)]) {
+          apply(Action::make(OpKind::R, b.stage, b.microbatch, b.slice));
+          bwd_pos[unit(b)] = static_cast<int>(i);
+          R.pending.push_back(static_cast<int>(unit(b)));
+        }
+        apply(b);
+      };
+      if (a.kind == OpKind::Overlap) {
+        apply(a.forward_half());
+        backward(a.backward_half());
+      } else if (is_input_backward(a.kind)) {
+        backward(a);
+      } else if (is_compute(a.kind)) {
+        apply(a);
+      }
+      R.level[i] = lvl;
+    }
+  }
+
+  std::vector<double> end_f(unit.size(), -1), end_bi(unit.size(), -1), end_r(unit.size(), -1);
+  auto rank_of = [&](int stage) { return s.placement.rank_of(stage); };
+  // When the inputs of `a` (on rank r) are ready; inf if some have not been planned yet.
+  auto ready = [&](int r, const Action& a) {
+    double t = 0;
+    auto need = [&](const std::vector<double>& ends, int st, int mb, int sl, bool cross,
+                    const Action& producer) {
+      const double e = ends[unit(st, mb, sl)];
+      if (e < 0) {
+        t = inf;
+        return;
+      }
+      t = std::max(t, e + (cross ? static_cast<double>(cost.transfer_time(ctx, producer)) : 0.0));
+    };
+    auto one = [&](const Action& x) {
+      const int st = x.stage, mb = x.microbatch, sl = x.slice;
+      switch (x.kind) {
+        case OpKind::F:
+          if (st > 0)
+            need(end_f, st - 1, mb, sl, rank_of(st - 1) != r,
+                 Action::make(OpKind::F, st - 1, mb, sl));
+          if (sl > 0) need(end_f, st, mb, sl - 1, false, x);
+          break;
+        case OpKind::B:
+        case OpKind::I:
+          need(end_f, st, mb, sl, false, x);
+          if (ckpt[unit(x)]) need(end_r, st, mb, sl, false, x);
+          if (st + 1 < S)
+            need(end_bi, st + 1, mb, sl, rank_of(st + 1) != r,
+                 Action::make(OpKind::B, st + 1, mb, sl));
+          if (sl + 1 < K) need(end_bi, st, mb, sl + 1, false, x);
+          break;
+        case OpKind::W: need(end_bi, st, mb, sl, false, x); break;
+        default: break;
+      }
+    };
+    if (a.kind == OpKind::Overlap) {
+      one(a.forward_half());
+      Action b = a.backward_half();
+      // The backward half's recompute is run before the Overlap starts (forced below).
+      one(b);
+    } else {
+      one(a);
+    }
+    return t;
+  };
+  auto duration = [&](const Action& a) -> double {
+    if (a.kind == OpKind::Overlap)
+      return static_cast<double>(cost.duration(ctx, a.forward_half())) +
+             static_cast<double>(cost.duration(ctx, a.backward_half()));
+    if (a.kind == OpKind::Idle || is_comm(a.kind)) return 0.0;
+    return cost.duration(ctx, a);
+  };
+  auto record_end = [&](const Action& a, double e) {
+    if (a.kind == OpKind::F) end_f[unit(a)] = e;
+    if (is_input_backward(a.kind)) end_bi[unit(a)] = e;
+    if (a.kind == OpKind::R) end_r[unit(a)] = e;
+    if (a.kind == OpKind::Overlap) {
+      end_f[unit(a)] = e;
+      end_bi[unit(a.b_stage, a.b_microbatch, a.b_slice)] = e;
+    }
+  };
+
+  using Item = std::pair<double, int>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
+  std::vector<char> parked(nranks, 0);
+  std::vector<double> parked_at(nranks, 0);
+  for (int r = 0; r < nranks; ++r) heap.push({0.0, r});
+  int finished = 0;
+  auto wake = [&] {
+    for (int q = 0; q < nranks; ++q)
+      if (parked[q]) {
+        parked[q] = 0;
+        heap.push({parked_at[q], q});
+      }
+  };
+  auto run = [&](int r, const Action& a, double start) {
+    const double e = start + duration(a);
+    record_end(a, e);
+    rk[r].out.push_back(a);
+    rk[r].free_at = e;
+    heap.push({e, r});
+    wake();
+  };
+  while (!heap.empty()) {
+    auto [t, r] = heap.top();
+    heap.pop();
+    Rank& R = rk[r];
+    if (R.pos >= R.main.size()) continue;
+    t = std::max(t, R.free_at);
+    const Action& a = R.main[R.pos];
+    // A backward whose recompute has not run: the recompute goes first.
+    auto forced = [&]() -> int {
+      Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
+      if ((is_input_backward(b.kind) || a.kind == OpKind::Overlap) && ckpt[unit(b)] &&
+          end_r[unit(b)] < 0)
+        return static_cast<int>(unit(b));
+      return -1;
+    }();
+    if (forced >= 0) {
+      Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
+      std::erase(R.pending, forced);
+      run(r, Action::make(OpKind::R, b.stage, b.microbatch, b.slice), t);
+      continue;
+    }
+    const double rt = ready(r, a);
+    if (rt <= t + 1e-12) {
+      ++R.pos;
+      if (R.pos == R.main.size()) ++finished;
+      run(r, a, t);
+      continue;
+    }
+    // The rank would wait: hoist the pending recompute needed soonest, if it fits.
+    const double gap_end =
+        rt < inf ? rt
+                 : (R.pos < estimate[static_cast<std::size_t>(r)].size()
+                        ? estimate[static_cast<std::size_t>(r)][R.pos]
+                        : -inf);
+    bool hoisted = false;
+    for (int u : R.pending) {
+      const Action& b = R.main[static_cast<std::size_t>(bwd_pos[static_cast<std::size_t>(u)])];
+      const Action rc = Action::make(OpKind::R, b.kind == OpKind::Overlap ? b.b_stage : b.stage,
+                                     b.kind == OpKind::Overlap ? b.b_microbatch : b.microbatch,
+                                     b.kind == OpKind::Overlap ? b.b_slice : b.slice);
+      if (end_f[unit(rc)] < 0 || end_f[unit(rc)] > t + 1e-12) continue;  // forward not done
+      // The wait must cover at least `min_fit` of the recompute (1: it must fit whole).
+      if (t + min_fit * duration(rc) > gap_end + 1e-9) break;  // pending: backward order
+      const double grow = cost.memory_delta(ctx, rc, true);
+      const int bp = bwd_pos[static_cast<std::size_t>(u)];
+      bool fits = true;
+      for (int i = static_cast<int>(R.pos); i < bp && fits; ++i)
+        fits = R.level[static_cast<std::size_t>(i)] + R.extra[static_cast<std::size_t>(i)] + grow <=
+               budget.of(r) + 1e-9;
+      if (!fits) continue;
+      for (int i = static_cast<int>(R.pos); i < bp; ++i) R.extra[static_cast<std::size_t>(i)] += grow;
+      std::erase(R.pending, u);
+      run(r, rc, t);
+      hoisted = true;
+      break;
+    }
+    if (hoisted) continue;
+    if (rt < inf) {
+      heap.push({rt, r});
+    } else {
+      parked[r] = 1;
+      parked_at[r] = t;
+    }
+  }
+  if (finished < nranks) {
+    int done = 0;
+    for (const Rank& R : rk) done += R.pos >= R.main.size();
+    if (done < nranks)
+      throw invalid_schedule("Mario: the base schedule '" + s.name +
+                             "' cannot run to the end (a rank waits for an action that never "
+                             "runs); validate it first.");
+  }
+  Schedule out = s;
+  for (int r = 0; r < nranks; ++r) out.ranks[static_cast<std::size_t>(r)] = std::move(rk[r].out);
+  return out;
+}
+
+// Start of each rank's non-R actions in a simulation, in list order: the estimates the
+// hoisting engine plans waits with.
+inline std::vector<std::vector<double>> main_starts(const Schedule& s,
+                                                    const SimulationResult& sim) {
+  std::vector<std::vector<double>> est(s.rank_count());
+  for (int r = 0; r < s.rank_count(); ++r)
+    for (std::size_t i = 0; i < s.ranks[static_cast<std::size_t>(r)].size(); ++i)
+      if (s.ranks[static_cast<std::size_t>(r)][i].kind != OpKind::R)
+        est[static_cast<std::size_t>(r)].push_back(sim.timing[static_cast<std::size_t>(r)][i].start);
+  return est;
+}
+
+}  // namespace detail
+
+//! Mario checkpointing of `base` (1F1B, Interleaved 1F1B or Zero Bubble H1, or any schedule
+//! without recomputes) under `cost` and a per-rank memory `budget` in the cost model's memory
+//! unit. Returns the fastest schedule found whose every rank's simulated peak fits its budget.
+//! Throws invalid_problem when no configuration fits (the message gives the least budget that
+//! full checkpointing needs).
+template <cost_model Cost>
+Schedule checkpoint_mario(const Schedule& base_in, const Cost& cost, const MemoryBudget& budget,
+                          const MarioOptions& options = {}) {
+  if (base_in.has_comm())
+    throw invalid_problem("Mario: schedule '" + base_in.name +
+                          "' already has sends and receives; give the compute-only schedule "
+                          "(lowering comes after checkpointing).");
+  const Schedule base = detail::without_recompute(base_in);
+  const SimulationResult base_sim = simulate(base, cost);
+  if (base_sim.deadlock)
+    throw invalid_schedule("Mario: the base schedule '" + base.name + "' deadlocks:\n" +
+                           base_sim.deadlock_report);
+  auto fits = [&](const SimulationResult& r) {
+    for (int q = 0; q < static_cast<int>(r.ranks.size()); ++q)
+      if (r.ranks[static_cast<std::size_t>(q)].peak_memory > budget.of(q) + 1e-9) return false;
+    return true;
+  };
+  // Nothing to do when the base fits.
+  if (fits(base_sim)) {
+    Schedule out = base;
+    out.name = base.name + "+mario";
+    return out;
+  }
+
+  std::vector<int> cap = detail::warmup_capacity(base, base_sim, cost);
+  int max_cap = 0;
+  for (int c : cap) max_cap = std::max(max_cap, c);
+  if (options.max_prepose >= 0) max_cap = std::min(max_cap, options.max_prepose);
+  std::vector<int> levels{0};
+  if (options.prepose)
+    for (int e = 1; e <= max_cap; e = e < 4 ? e + 1 : e * 2) levels.push_back(e);
+  if (options.prepose && max_cap > 0 && levels.back() != max_cap) levels.push_back(max_cap);
+  std::vector<detail::PickRule> rules{detail::PickRule::LatestBackward};
+  if (options.choose) rules.push_back(detail::PickRule::EarliestBackward);
+
+  Schedule best;
+  double best_time = std::numeric_limits<double>::infinity();
+  bool any = false;
+  for (int e : levels) {
+    std::vector<int> extra(cap.size());
+    for (std::size_t r = 0; r < cap.size(); ++r) extra[r] = std::min(e, cap[r]);
+    const Schedule pre = e == 0 ? base : detail::prepose_forwards(base, extra);
+    if (e > 0 && !check(pre).ok()) continue;  // this much preposing deadlocks
+    for (detail::PickRule rule : rules) {
+      std::vector<char> ckpt;
+      if (!detail::select_checkpoints(pre, cost, budget, rule, ckpt)) continue;
+      Schedule cand = detail::insert_recompute_before_backward(pre, ckpt);
+      SimulationResult sim = simulate(cand, cost);
+      if (sim.deadlock || !fits(sim)) continue;
+      auto consider = [&](Schedule& s, const SimulationResult& r) {
+        if (r.makespan < best_time - 1e-12) {
+          best_time = r.makespan;
+          best = s;
+          any = true;
+        }
+      };
+      consider(cand, sim);
+      if (!options.hoist) continue;
+      for (double min_fit : {1.0, 0.5, 0.0}) {
+        Schedule cur = cand;
+        SimulationResult cur_sim = sim;
+        for (int pass = 0; pass < std::max(1, options.passes); ++pass) {
+          Schedule h = detail::hoist_recompute(cur, cost, budget,
+                                               detail::main_starts(cur, cur_sim), min_fit);
+          SimulationResult hs = simulate(h, cost);
+          if (hs.deadlock || !fits(hs)) break;
+          consider(h, hs);
+          if (hs.makespan >= cur_sim.makespan - 1e-12) break;
+          cur = std::move(h);
+          cur_sim = std::move(hs);
+        }
+      }
+    }
+  }
+  if (!any) {
+    // Report the least budget that full checkpointing needs on the tightest rank.
+    const SimulationResult full = simulate(checkpoint_full(base), cost);
+    std::string detail;
+    for (int r = 0; r < base.rank_count(); ++r)
+      if (full.ranks[static_cast<std::size_t>(r)].peak_memory > budget.of(r) + 1e-9) {
+        detail = "rank " + std::to_string(r) + " needs at least " +
+                 detail::budget_text(full.ranks[static_cast<std::size_t>(r)].peak_memory) +
+                 " even with every unit checkpointed, over its budget " +
+                 detail::budget_text(budget.of(r));
+        break;
+      }
+    throw invalid_problem("Mario: no schedule of '" + base.name + "' fits the memory budget" +
+                          (detail.empty() ? std::string(".") : ": " + detail + ".") +
+                          " Give a larger budget, or more ranks or microbatches.");
+  }
+  best.name = base.name + "+mario";
+  return best;
+}
+
+}  // namespace pipesched

@@ -1,0 +1,9 @@
+// expect: runs on order::OneFOneB, Interleaved1F1B or ZeroBubbleH1 only
+// The rule holds for every other order; naming the plan's types is enough to trip it.
+#include "pipesched/policy/plan.hpp"
+
+using namespace pipesched;
+
+int main() {
+  return plan<checkpoint::Mario, order::DualPipeV>::placement::chunks;
+}

@@ -1,0 +1,323 @@
+// apply_checkpoint and its text inputs: memory budgets and checkpoint modes read from text,
+// each mode dispatched to its pass with the budget held, device budgets from TransformerCost.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pipesched/analysis/presets.hpp"
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/validate.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/schedule/registry.hpp"
+
+namespace pipesched {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// parse_memory_budget
+
+TEST(ParseMemoryBudget, ReadsPlainNumbersAsMemoryUnitsAndUnitsAsBytes) {
+  struct Case {
+    const char* text;
+    double value;
+    bool bytes;
+  };
+  const double ki = 1024.0;
+  for (const Case& c : {
+           Case{"2", 2, false},
+           Case{"0.5", 0.5, false},
+           Case{" 3 ", 3, false},
+           Case{".25", 0.25, false},
+           Case{"1e3", 1000, false},
+           Case{"24GB", 24e9, true},
+           Case{"24 GB", 24e9, true},
+           Case{"24gb", 24e9, true},
+           Case{"512MiB", 512 * ki * ki, true},
+           Case{"1.5GiB", 1.5 * ki * ki * ki, true},
+           Case{"1.5 gib", 1.5 * ki * ki * ki, true},
+           Case{"800MB", 800e6, true},
+           Case{"4096B", 4096, true},
+           Case{"4096 b", 4096, true},
+           Case{"3TB", 3e12, true},
+           Case{"2TiB", 2 * ki * ki * ki * ki, true},
+           Case{"64kB", 64e3, true},
+           Case{"64KB", 64e3, true},
+           Case{"64KiB", 64 * ki, true},
+           Case{"2.5e1 MB", 25e6, true},
+       }) {
+    SCOPED_TRACE(c.text);
+    const MemoryBudgetValue v = parse_memory_budget(c.text);
+    EXPECT_DOUBLE_EQ(v.value, c.value);
+    EXPECT_EQ(v.bytes, c.bytes);
+  }
+}
+
+TEST(ParseMemoryBudget, RefusesOtherTextNamingItAndTheAcceptedForms) {
+  struct Case {
+    const char* text;
+    const char* says;
+    int column;
+  };
+  for (const Case& c : {
+           Case{"", "is empty", 1},
+           Case{"   ", "is empty", 4},
+           Case{"abc", "does not start with a number", 1},
+           Case{"-2", "is negative", 1},
+           Case{"+2", "does not start with a number", 1},
+           Case{"0", "is zero", 1},
+           Case{"0.0GB", "is zero", 1},
+           Case{"2XB", "unknown unit 'XB'", 2},
+           Case{"24 G", "unknown unit 'G'", 4},
+           Case{"2 GB extra", "unknown unit 'GB extra'", 3},
+           Case{"1e400", "is too large", 1},
+           Case{"inf", "does not start with a number", 1},
+           Case{"nan", "does not start with a number", 1},
+           Case{"0x10", "unknown unit 'x10'", 2},
+           Case{"2e", "unknown unit 'e'", 2},
+           Case{"1,5GB", "unknown unit ',5GB'", 2},
+       }) {
+    SCOPED_TRACE(std::string("'") + c.text + "'");
+    try {
+      parse_memory_budget(c.text);
+      ADD_FAILURE() << "accepted";
+    } catch (const parse_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("memory budget '") + c.text + "'"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find(c.says), std::string::npos) << what;
+      EXPECT_NE(what.find("24GB"), std::string::npos) << what;  // the accepted forms
+      EXPECT_NE(what.find("GiB"), std::string::npos) << what;
+      EXPECT_EQ(e.line(), 0);
+      EXPECT_EQ(e.column(), c.column);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// parse_checkpoint_mode
+
+TEST(ParseCheckpointMode, ReadsEveryModeByItsNameAndRefusesOthers) {
+  for (CheckpointMode m : {CheckpointMode::None, CheckpointMode::Full, CheckpointMode::Selective,
+                           CheckpointMode::Mario}) {
+    SCOPED_TRACE(to_string(m));
+    EXPECT_EQ(parse_checkpoint_mode(to_string(m)), m);
+    std::string upper = to_string(m);
+    for (char& c : upper)
+      c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    EXPECT_EQ(parse_checkpoint_mode(upper), m);
+  }
+  for (const char* bad : {"", "some", "fulll", "mario "}) {
+    SCOPED_TRACE(std::string("'") + bad + "'");
+    try {
+      parse_checkpoint_mode(bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const parse_error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("'") + bad + "'"), std::string::npos) << what;
+      for (const char* choice : {"none", "full", "selective", "mario"})
+        EXPECT_NE(what.find(choice), std::string::npos) << what;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// apply_checkpoint
+
+MemoryBudget budget_of(double all) {
+  MemoryBudget b;
+  b.all = all;
+  return b;
+}
+
+// The schedules the dispatch is tried on: the Mario bases and two others.
+std::vector<Schedule> bases() {
+  return {
+      find_generator("1f1b").generate({.ranks = 4, .microbatches = 8}, WGradMode::Fused),
+      find_generator("interleaved-1f1b")
+          .generate({.ranks = 4, .stages = 8, .microbatches = 8}, WGradMode::Fused),
+      find_generator("zb-h1").generate({.ranks = 4, .microbatches = 8}, WGradMode::Split),
+      find_generator("gpipe").generate({.ranks = 3, .microbatches = 6}, WGradMode::Fused),
+      find_generator("dualpipe-v")
+          .generate({.ranks = 4, .stages = 8, .microbatches = 10}, WGradMode::Split),
+  };
+}
+
+int recomputes(const Schedule& s) {
+  int n = 0;
+  for (const auto& list : s.ranks)
+    for (const Action& a : list)
+      n += a.kind == OpKind::R;
+  return n;
+}
+
+// Every rank's simulated peak within its budget.
+void expect_fits(const Schedule& s, const MemoryBudget& b, const UniformCost& cost = {}) {
+  const SimulationResult r = simulate(s, cost);
+  EXPECT_FALSE(r.deadlock) << r.deadlock_report;
+  for (int q = 0; q < s.rank_count(); ++q)
+    EXPECT_LE(r.ranks[static_cast<std::size_t>(q)].peak_memory, b.of(q) + 1e-9) << "rank " << q;
+}
+
+void expect_invalid_problem(const std::function<void()>& f,
+                            const std::vector<std::string>& fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no invalid_problem thrown";
+  } catch (const invalid_problem& e) {
+    const std::string what = e.what();
+    for (const std::string& x : fragments)
+      EXPECT_NE(what.find(x), std::string::npos) << "'" << x << "' missing from: " << what;
+  }
+}
+
+TEST(ApplyCheckpoint, RankPeaksAreTheSimulatorsPeaks) {
+  const UniformCost cost{.w_memory = 0.25};
+  for (const Schedule& base : bases()) {
+    for (const Schedule& s : {base, checkpoint_full(base)}) {
+      SCOPED_TRACE(s.name);
+      const std::vector<double> peaks = detail::rank_peaks(s, cost);
+      const SimulationResult r = simulate(s, cost);
+      ASSERT_EQ(peaks.size(), r.ranks.size());
+      for (std::size_t q = 0; q < peaks.size(); ++q)
+        EXPECT_DOUBLE_EQ(peaks[q], r.ranks[q].peak_memory) << "rank " << q;
+    }
+  }
+}
+
+TEST(ApplyCheckpoint, NoneKeepsTheScheduleAndChecksALimitedBudget) {
+  const UniformCost cost;
+  for (const Schedule& s : bases()) {
+    SCOPED_TRACE(s.name);
+    EXPECT_EQ(apply_checkpoint(s, CheckpointMode::None, cost, MemoryBudget{}), s);
+    const double peak = simulate(s, cost).peak_memory_max;
+    EXPECT_EQ(apply_checkpoint(s, CheckpointMode::None, cost, budget_of(peak)), s);
+    expect_invalid_problem(
+        [&] { apply_checkpoint(s, CheckpointMode::None, cost, budget_of(peak * 0.9)); },
+        {"without checkpointing rank", "'" + s.name + "'",
+         "over the budget " + detail::budget_text(peak * 0.9), "--checkpoint selective or mario"});
+  }
+}
+
+TEST(ApplyCheckpoint, FullRecomputesEveryUnitAndChecksALimitedBudget) {
+  const UniformCost cost;
+  for (const Schedule& s : bases()) {
+    SCOPED_TRACE(s.name);
+    const Schedule full = apply_checkpoint(s, CheckpointMode::Full, cost, MemoryBudget{});
+    EXPECT_EQ(full, checkpoint_full(s));
+    EXPECT_EQ(recomputes(full), s.problem.stages * s.problem.microbatches);
+    EXPECT_TRUE(check(full).ok()) << check(full).summary();
+    const double peak = simulate(full, cost).peak_memory_max;
+    EXPECT_LT(peak, simulate(s, cost).peak_memory_max);
+    EXPECT_EQ(apply_checkpoint(s, CheckpointMode::Full, cost, budget_of(peak)), full);
+    expect_invalid_problem(
+        [&] { apply_checkpoint(s, CheckpointMode::Full, cost, budget_of(peak * 0.9)); },
+        {"with every forward checkpointed rank", "still holds", "at least"});
+  }
+}
+
+TEST(ApplyCheckpoint, SelectiveAndMarioMeetTheBudgetAsTheirPassesDo) {
+  const UniformCost cost;
+  for (const Schedule& s : bases()) {
+    const double none_peak = simulate(s, cost).peak_memory_max;
+    const double full_peak = simulate(checkpoint_full(s), cost).peak_memory_max;
+    for (double share : {0.0, 0.5, 1.0}) {
+      const MemoryBudget b = budget_of(full_peak + share * (none_peak - full_peak));
+      SCOPED_TRACE(s.name + ", budget " + detail::budget_text(b.all));
+      const Schedule sel = apply_checkpoint(s, CheckpointMode::Selective, cost, b);
+      EXPECT_EQ(sel, checkpoint_selective(s, cost, b));
+      EXPECT_TRUE(check(sel).ok()) << check(sel).summary();
+      expect_fits(sel, b);
+      if (share == 1.0) EXPECT_EQ(recomputes(sel), 0);
+      if (share < 1.0) EXPECT_GT(recomputes(sel), 0);
+      if (s.name == "gpipe" || s.name == "dualpipe-v") continue;  // not Mario bases
+      const Schedule mario = apply_checkpoint(s, CheckpointMode::Mario, cost, b);
+      EXPECT_EQ(mario, checkpoint_mario(s, cost, b));
+      EXPECT_TRUE(check(mario).ok()) << check(mario).summary();
+      expect_fits(mario, b);
+    }
+  }
+}
+
+TEST(ApplyCheckpoint, PerRankBudgetsAreHeldRankByRank) {
+  const UniformCost cost;
+  const Schedule s = bases()[0];  // 1F1B, 4 ranks: rank r holds 4 − r without checkpointing
+  MemoryBudget b;
+  b.per_rank = {1.5, 3.5, 3, 1};
+  const Schedule sel = apply_checkpoint(s, CheckpointMode::Selective, cost, b);
+  expect_fits(sel, b);
+  // Only ranks 0 and 1 are over their budgets; ranks 2 and 3 recompute nothing.
+  std::vector<int> per_rank(4, 0);
+  for (int r = 0; r < 4; ++r)
+    for (const Action& a : sel.ranks[static_cast<std::size_t>(r)])
+      per_rank[static_cast<std::size_t>(r)] += a.kind == OpKind::R;
+  EXPECT_GT(per_rank[0], 0);
+  EXPECT_GT(per_rank[1], 0);
+  EXPECT_EQ(per_rank[2], 0);
+  EXPECT_EQ(per_rank[3], 0);
+  expect_invalid_problem([&] { apply_checkpoint(s, CheckpointMode::None, cost, b); },
+                         {"rank 0", "holds 4", "over the budget 1.5"});
+}
+
+TEST(ApplyCheckpoint, BudgetsTooSmallOrOutOfRangeAreRefused) {
+  const UniformCost cost;
+  const Schedule s = bases()[0];
+  for (CheckpointMode m : {CheckpointMode::None, CheckpointMode::Full, CheckpointMode::Selective,
+                           CheckpointMode::Mario}) {
+    SCOPED_TRACE(to_string(m));
+    expect_invalid_problem([&] { apply_checkpoint(s, m, cost, budget_of(0.5)); }, {"0.5"});
+    expect_invalid_problem([&] { apply_checkpoint(s, m, cost, budget_of(-1)); },
+                           {"MemoryBudget.all = -1", "positive"});
+    expect_invalid_problem(
+        [&] { apply_checkpoint(s, m, cost, budget_of(std::numeric_limits<double>::quiet_NaN())); },
+        {"MemoryBudget.all", "positive"});
+    MemoryBudget zero_rank;
+    zero_rank.per_rank = {2, 0};
+    expect_invalid_problem([&] { apply_checkpoint(s, m, cost, zero_rank); },
+                           {"MemoryBudget.per_rank[1] = 0"});
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Device budgets and byte budgets under TransformerCost
+
+TEST(DeviceMemoryBudget, IsDeviceMemoryLessWhatEachRankHoldsAnyway) {
+  const TransformerCost cost{
+      presets::find_model("gpt3-1.3b"), presets::find_device("a100-40gb"), {}};
+  for (int ranks : {2, 4}) {
+    SCOPED_TRACE("ranks = " + std::to_string(ranks));
+    const Schedule s =
+        find_generator("1f1b").generate({.ranks = ranks, .microbatches = 8}, WGradMode::Fused);
+    const MemoryBudget b = device_memory_budget(cost, s.problem, s.placement);
+    ASSERT_EQ(b.per_rank.size(), static_cast<std::size_t>(ranks));
+    const CostContext ctx{s.problem, s.placement, 1};
+    for (int r = 0; r < ranks; ++r)
+      EXPECT_DOUBLE_EQ(b.of(r), cost.device.memory_bytes - cost.static_bytes(ctx, r));
+    // The first and last ranks hold the embedding and the LM head: less room there.
+    EXPECT_LT(b.of(0), b.of(1));
+    // A fitting budget leaves the schedule alone; a byte budget below the peak recomputes.
+    EXPECT_EQ(apply_checkpoint(s, CheckpointMode::Selective, cost, b).ranks, s.ranks);
+    const double peak = simulate(s, cost).peak_memory_max;
+    const MemoryBudget tight = budget_of(0.6 * peak);
+    const Schedule sel = apply_checkpoint(s, CheckpointMode::Selective, cost, tight);
+    EXPECT_GT(recomputes(sel), 0);
+    EXPECT_LE(simulate(sel, cost).peak_memory_max, tight.all);
+    const Schedule mario = apply_checkpoint(s, CheckpointMode::Mario, cost, tight);
+    EXPECT_LE(simulate(mario, cost).peak_memory_max, tight.all);
+  }
+}
+
+TEST(DeviceMemoryBudget, RefusesADeviceTheWeightsAloneFill) {
+  const TransformerCost cost{
+      presets::find_model("llama2-34b"), presets::find_device("rtx-4090"), {}};
+  const Problem p{.ranks = 2, .stages = 2, .microbatches = 4};
+  expect_invalid_problem(
+      [&] { device_memory_budget(cost, p, Placement::linear(2)); },
+      {"rank 0", "weights, gradients and optimizer state", "rtx-4090", "more ranks"});
+}
+
+}  // namespace
+}  // namespace pipesched

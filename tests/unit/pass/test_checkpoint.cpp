@@ -1,0 +1,160 @@
+// Checkpoint passes: Full, Selective (conventional) and Mario under UniformCost
+// (f = 1, b = 2, r = 1, boundary 0.05), budgets in units of one microbatch's activations.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/validate.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/pass/mario.hpp"
+#include "pipesched/schedule/registry.hpp"
+
+namespace ps = pipesched;
+
+namespace {
+
+const ps::UniformCost cost{.f = 1, .b = 2, .w = 1, .r = 1, .boundary = 0.05};
+
+int count(const ps::Schedule& s, ps::OpKind k) {
+  int n = 0;
+  for (const auto& l : s.ranks)
+    for (const ps::Action& a : l) n += a.kind == k;
+  return n;
+}
+
+void expect_fits(const ps::SimulationResult& r, double budget) {
+  for (std::size_t q = 0; q < r.ranks.size(); ++q)
+    EXPECT_LE(r.ranks[q].peak_memory, budget + 1e-9) << "rank " << q;
+}
+
+struct GridPoint {
+  int p, m;
+  double budget;
+};
+
+std::vector<GridPoint> grid() {
+  std::vector<GridPoint> g;
+  for (int p : {4, 8, 16})
+    for (int m : {p, 2 * p, 4 * p})
+      for (double b : {2.0, p / 2.0}) g.push_back({p, m, b});
+  return g;
+}
+
+}  // namespace
+
+TEST(Checkpoint, FullCheckpointsEveryUnitRightBeforeItsBackward) {
+  ps::Schedule s = ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}));
+  ps::validate(s);
+  EXPECT_EQ(count(s, ps::OpKind::R), 4 * 8);
+  for (const auto& list : s.ranks)
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (list[i].kind == ps::OpKind::R) {
+        ASSERT_LT(i + 1, list.size());
+        EXPECT_EQ(list[i + 1].kind, ps::OpKind::B);
+        EXPECT_EQ(list[i + 1].microbatch, list[i].microbatch);
+      }
+  // Memory: each rank holds boundaries of its in-flight units and one recomputed unit.
+  ps::SimulationResult r = ps::simulate(s, cost);
+  EXPECT_NEAR(r.ranks[0].peak_memory, 4 * 0.05 + 0.95, 1e-9);
+  // Recomputes cost time: slower than 3(m + p − 1), and no slower than if every one sat on
+  // the critical path, 4(m + p − 1) (a recompute only waits for its own forward, so some
+  // overlap the wait for their gradient).
+  EXPECT_GT(r.makespan, 3.0 * (8 + 4 - 1));
+  EXPECT_LE(r.makespan, 4.0 * (8 + 4 - 1));
+}
+
+TEST(Checkpoint, SelectiveFitsTheBudgetWithTheFewestRecomputesItNeeds) {
+  for (const GridPoint& g : grid()) {
+    SCOPED_TRACE("p=" + std::to_string(g.p) + " m=" + std::to_string(g.m) +
+                 " budget=" + std::to_string(g.budget));
+    ps::Schedule base = ps::schedule::one_f_one_b({.ranks = g.p, .microbatches = g.m});
+    std::vector<char> chosen;
+    ps::Schedule s = ps::checkpoint_selective(base, cost, ps::MemoryBudget{.all = g.budget}, &chosen);
+    ps::validate(s);
+    ps::SimulationResult r = ps::simulate(s, cost);
+    expect_fits(r, g.budget);
+    // Ranks whose 1F1B peak already fits checkpoint nothing.
+    const int fits_from = std::max(0, g.p - static_cast<int>(std::floor(g.budget + 1e-9)));
+    for (int st = fits_from; st < g.p; ++st)
+      for (int mb = 0; mb < g.m; ++mb) EXPECT_FALSE(chosen[st * g.m + mb]) << "stage " << st;
+    // Recomputes run right before their backward.
+    for (const auto& list : s.ranks)
+      for (std::size_t i = 0; i < list.size(); ++i)
+        if (list[i].kind == ps::OpKind::R) EXPECT_EQ(list[i + 1].kind, ps::OpKind::B);
+  }
+}
+
+TEST(Checkpoint, SelectiveRefusesAnImpossibleBudget) {
+  ps::Schedule base = ps::schedule::one_f_one_b({.ranks = 8, .microbatches = 16});
+  try {
+    ps::checkpoint_selective(base, cost, ps::MemoryBudget{.all = 1.0});
+    FAIL() << "expected invalid_problem";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("too small for rank 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at least 1.35"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ps::checkpoint_mario(base, cost, ps::MemoryBudget{.all = 1.0}), ps::invalid_problem);
+}
+
+// The acceptance grid of Mario on a 1F1B base.
+TEST(Mario, NeverSlowerThanSelectiveAndHidesMostRecompute) {
+  double sum_ratio = 0;
+  int cases = 0;
+  for (const GridPoint& g : grid()) {
+    SCOPED_TRACE("p=" + std::to_string(g.p) + " m=" + std::to_string(g.m) +
+                 " budget=" + std::to_string(g.budget));
+    ps::Schedule base = ps::schedule::one_f_one_b({.ranks = g.p, .microbatches = g.m});
+    const double t0 = ps::simulate(base, cost).makespan;
+    ps::Schedule sel = ps::checkpoint_selective(base, cost, ps::MemoryBudget{.all = g.budget});
+    ps::Schedule mario = ps::checkpoint_mario(base, cost, ps::MemoryBudget{.all = g.budget});
+    ps::validate(mario);
+    EXPECT_TRUE(ps::check(ps::lower_communication(mario)).ok());
+    ps::SimulationResult rs = ps::simulate(sel, cost), rm = ps::simulate(mario, cost);
+    expect_fits(rm, g.budget);
+    EXPECT_LE(rm.makespan, rs.makespan + 1e-9);
+    const double over_sel = rs.makespan / t0 - 1, over_mario = rm.makespan / t0 - 1;
+    ASSERT_GT(over_sel, 0);
+    sum_ratio += over_mario / over_sel;
+    ++cases;
+    // With m = p and budget p/2 the bubbles hide every recompute.
+    if (g.m == g.p && g.budget == g.p / 2.0) EXPECT_LE(over_mario, 0.005);
+  }
+  // Mario's overhead averages at most 0.6 of Selective's (per grid point, then averaged).
+  EXPECT_LE(sum_ratio / cases, 0.6);
+}
+
+TEST(Mario, WorksOnInterleavedAndZeroBubbleBases) {
+  for (const char* name : {"interleaved-1f1b", "zb-h1"})
+    for (const GridPoint& g : {GridPoint{4, 8, 2.0}, GridPoint{8, 16, 4.0}}) {
+      SCOPED_TRACE(std::string(name) + " p=" + std::to_string(g.p));
+      const ps::GeneratorInfo& gen = ps::find_generator(name);
+      ps::Schedule base = gen.generate({.ranks = g.p, .microbatches = g.m}, gen.default_wgrad);
+      ps::Schedule sel = ps::checkpoint_selective(base, cost, ps::MemoryBudget{.all = g.budget});
+      ps::Schedule mario = ps::checkpoint_mario(base, cost, ps::MemoryBudget{.all = g.budget});
+      ps::validate(mario);
+      ps::SimulationResult rs = ps::simulate(sel, cost), rm = ps::simulate(mario, cost);
+      expect_fits(rm, g.budget);
+      EXPECT_LE(rm.makespan, rs.makespan + 1e-9);
+      EXPECT_GT(count(mario, ps::OpKind::R), 0);
+    }
+}
+
+TEST(Mario, LeavesAFittingScheduleAloneAndRefusesCommunication) {
+  ps::Schedule base = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  ps::Schedule m = ps::checkpoint_mario(base, cost, ps::MemoryBudget{.all = 4.0});
+  EXPECT_EQ(count(m, ps::OpKind::R), 0);
+  EXPECT_EQ(m.ranks, base.ranks);
+  EXPECT_THROW(ps::checkpoint_mario(ps::lower_communication(base), cost, ps::MemoryBudget{.all = 2.0}),
+               ps::invalid_problem);
+}
+
+TEST(Mario, PerRankBudgets) {
+  ps::Schedule base = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  ps::MemoryBudget b;
+  b.per_rank = {2.0, 3.0, 4.0, 4.0};
+  ps::SimulationResult r = ps::simulate(ps::checkpoint_mario(base, cost, b), cost);
+  for (int q = 0; q < 4; ++q) EXPECT_LE(r.ranks[q].peak_memory, b.per_rank[q] + 1e-9);
+}
