@@ -231,8 +231,11 @@ TEST(ApplyCheckpoint, SelectiveAndMarioMeetTheBudgetAsTheirPassesDo) {
       EXPECT_EQ(sel, checkpoint_selective(s, cost, b));
       EXPECT_TRUE(check(sel).ok()) << check(sel).summary();
       expect_fits(sel, b);
-      if (share == 1.0) EXPECT_EQ(recomputes(sel), 0);
-      if (share < 1.0) EXPECT_GT(recomputes(sel), 0);
+      if (share == 1.0) {
+        EXPECT_EQ(recomputes(sel), 0);
+      } else {
+        EXPECT_GT(recomputes(sel), 0);
+      }
       if (s.name == "gpipe" || s.name == "dualpipe-v") continue;  // not Mario bases
       const Schedule mario = apply_checkpoint(s, CheckpointMode::Mario, cost, b);
       EXPECT_EQ(mario, checkpoint_mario(s, cost, b));
@@ -246,7 +249,7 @@ TEST(ApplyCheckpoint, PerRankBudgetsAreHeldRankByRank) {
   const UniformCost cost;
   const Schedule s = bases()[0];  // 1F1B, 4 ranks: rank r holds 4 − r without checkpointing
   MemoryBudget b;
-  b.per_rank = {1.5, 3.5, 3, 1};
+  b.per_rank = {1.5, 2.5, 3, 1};
   const Schedule sel = apply_checkpoint(s, CheckpointMode::Selective, cost, b);
   expect_fits(sel, b);
   // Only ranks 0 and 1 are over their budgets; ranks 2 and 3 recompute nothing.
@@ -287,7 +290,7 @@ TEST(ApplyCheckpoint, BudgetsTooSmallOrOutOfRangeAreRefused) {
 TEST(DeviceMemoryBudget, IsDeviceMemoryLessWhatEachRankHoldsAnyway) {
   const TransformerCost cost{
       presets::find_model("gpt3-1.3b"), presets::find_device("a100-40gb"), {}};
-  for (int ranks : {2, 4}) {
+  for (int ranks : {2, 3, 4}) {
     SCOPED_TRACE("ranks = " + std::to_string(ranks));
     const Schedule s =
         find_generator("1f1b").generate({.ranks = ranks, .microbatches = 8}, WGradMode::Fused);
@@ -297,11 +300,15 @@ TEST(DeviceMemoryBudget, IsDeviceMemoryLessWhatEachRankHoldsAnyway) {
     for (int r = 0; r < ranks; ++r)
       EXPECT_DOUBLE_EQ(b.of(r), cost.device.memory_bytes - cost.static_bytes(ctx, r));
     // The first and last ranks hold the embedding and the LM head: less room there.
-    EXPECT_LT(b.of(0), b.of(1));
+    if (ranks > 2) {
+      EXPECT_LT(b.of(0), b.of(1));
+      EXPECT_LT(b.of(ranks - 1), b.of(1));
+    }
     // A fitting budget leaves the schedule alone; a byte budget below the peak recomputes.
     EXPECT_EQ(apply_checkpoint(s, CheckpointMode::Selective, cost, b).ranks, s.ranks);
-    const double peak = simulate(s, cost).peak_memory_max;
-    const MemoryBudget tight = budget_of(0.6 * peak);
+    const double none_peak = simulate(s, cost).peak_memory_max;
+    const double full_peak = simulate(checkpoint_full(s), cost).peak_memory_max;
+    const MemoryBudget tight = budget_of((none_peak + full_peak) / 2);
     const Schedule sel = apply_checkpoint(s, CheckpointMode::Selective, cost, tight);
     EXPECT_GT(recomputes(sel), 0);
     EXPECT_LE(simulate(sel, cost).peak_memory_max, tight.all);

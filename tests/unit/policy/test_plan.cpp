@@ -1,5 +1,5 @@
 // plan<...>: policy traits, defaults, knob order, compile-time combination rules seen from
-// the accepted side, and generate() for every order.
+// the accepted side, and generate() for every order, with and without checkpointing.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -11,11 +11,16 @@
 #include <type_traits>
 #include <vector>
 
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/validate.hpp"
 #include "pipesched/policy/policy.hpp"
 #include "pipesched/schedule/registry.hpp"
 
 namespace pipesched {
 namespace {
+
+void expect_invalid_problem(const std::function<void()>& f,
+                            const std::vector<std::string>& fragments);
 
 // ---------------------------------------------------------------------------------------
 // Traits
@@ -48,7 +53,8 @@ TEST(PolicyTraits, EveryTagBelongsToExactlyOneFamily) {
                 RefinedOrder>();
   expect_family<is_placement, placement::Linear, placement::Interleaved<1>,
                 placement::Interleaved<3>, placement::VShape<>, placement::VShape<4>>();
-  expect_family<is_checkpoint, checkpoint::None>();
+  expect_family<is_checkpoint, checkpoint::None, checkpoint::Full, checkpoint::Selective,
+                checkpoint::Mario>();
   expect_family<is_slicing, slicing::Whole>();
   expect_family<is_wgrad, wgrad::Fused, wgrad::Split>();
   // The concepts say the same as the traits.
@@ -106,6 +112,36 @@ TEST(PolicyTraits, PlacementPoliciesBuildTheCoreMaps) {
     EXPECT_EQ(placement::VShape<4>::build(ranks).chunks(), placement::VShape<4>::chunks);
   }
   EXPECT_EQ(placement::VShape<>::chunks, 2);
+}
+
+TEST(PolicyTraits, CheckpointTagsNameTheirModeAndWhereTheyRun) {
+  auto expect_tag = [](std::string_view name, CheckpointMode mode, bool needs_budget,
+                       std::string_view tag_name, CheckpointMode tag_mode, bool tag_needs) {
+    SCOPED_TRACE(std::string(name));
+    EXPECT_EQ(tag_name, name);
+    EXPECT_EQ(tag_mode, mode);
+    EXPECT_EQ(std::string_view(to_string(tag_mode)), tag_name);
+    EXPECT_EQ(tag_needs, needs_budget);
+  };
+  using namespace checkpoint;
+  expect_tag("none", CheckpointMode::None, false, None::name, None::mode, None::needs_budget);
+  expect_tag("full", CheckpointMode::Full, false, Full::name, Full::mode, Full::needs_budget);
+  expect_tag("selective", CheckpointMode::Selective, true, Selective::name, Selective::mode,
+             Selective::needs_budget);
+  expect_tag("mario", CheckpointMode::Mario, true, Mario::name, Mario::mode, Mario::needs_budget);
+  // Mario runs on the one-forward-one-backward orders (and refinements of them) only.
+  EXPECT_TRUE(Mario::runs_on<order::OneFOneB>);
+  EXPECT_TRUE(Mario::runs_on<order::Interleaved1F1B>);
+  EXPECT_TRUE(Mario::runs_on<order::ZeroBubbleH1>);
+  EXPECT_TRUE(Mario::runs_on<RefinedOrder>);
+  EXPECT_FALSE(Mario::runs_on<order::GPipe>);
+  EXPECT_FALSE(Mario::runs_on<order::LoopedBFS>);
+  EXPECT_FALSE(Mario::runs_on<order::ZeroBubbleH2>);
+  EXPECT_FALSE(Mario::runs_on<order::ZeroBubbleV>);
+  EXPECT_FALSE(Mario::runs_on<order::DualPipeV>);
+  EXPECT_TRUE(Full::runs_on<order::DualPipeV>);
+  EXPECT_TRUE(Selective::runs_on<order::GPipe>);
+  EXPECT_TRUE(None::runs_on<order::ZeroBubbleV>);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -251,6 +287,101 @@ TYPED_TEST(PlanPerOrder, GeneratorErrorsReachTheCaller) {
     EXPECT_THROW(P::generate(p), invalid_problem);
   } else {
     EXPECT_EQ(P::generate(p), direct<Order>(resolved, mode));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpoint policies, per order.
+
+MemoryBudget budget_of(double all) {
+  MemoryBudget b;
+  b.all = all;
+  return b;
+}
+
+int recomputes(const Schedule& s) {
+  int n = 0;
+  for (const auto& list : s.ranks)
+    for (const Action& a : list)
+      n += a.kind == OpKind::R;
+  return n;
+}
+
+// The schedule validates and every rank's simulated peak is within the budget.
+template <class Cost>
+void expect_valid_within(const Schedule& s, const Cost& cost, const MemoryBudget& b) {
+  const ValidationReport rep = check(s);
+  EXPECT_TRUE(rep.ok()) << rep.summary();
+  const SimulationResult r = simulate(s, cost);
+  for (int q = 0; q < s.rank_count(); ++q)
+    EXPECT_LE(r.ranks[static_cast<std::size_t>(q)].peak_memory, b.of(q) + 1e-9) << "rank " << q;
+}
+
+// A budget halfway between what the schedule holds with every forward checkpointed and
+// with none: feasible, and tight enough that something must be recomputed.
+template <class Cost>
+MemoryBudget halfway_budget(const Schedule& base, const Cost& cost) {
+  const double none = simulate(base, cost).peak_memory_max;
+  const double full = simulate(checkpoint_full(base), cost).peak_memory_max;
+  return budget_of((none + full) / 2);
+}
+
+TYPED_TEST(PlanPerOrder, FullAndSelectiveCheckpointingRunOnEveryOrder) {
+  using Order = typename TypeParam::order;
+  using Plain = plan<Order>;
+  using Full = plan<checkpoint::Full, Order>;
+  using Selective = plan<Order, checkpoint::Selective>;
+  EXPECT_NE(Full::describe().find("checkpoint full"), std::string::npos) << Full::describe();
+  const UniformCost cost{.w_memory = 0.5};
+  for (int ranks : {2, 4}) {
+    const Problem p{.ranks = ranks, .microbatches = 3 * ranks};
+    SCOPED_TRACE(Plain::describe() + ", ranks = " + std::to_string(ranks));
+    const Schedule base = Plain::generate(p);
+    const Schedule full = Full::generate(p);
+    EXPECT_EQ(full, checkpoint_full(base));
+    EXPECT_EQ(recomputes(full), base.problem.stages * base.problem.microbatches);
+    EXPECT_EQ(Full::generate(p, cost, MemoryBudget{}), full);
+    expect_valid_within(full, cost, MemoryBudget{});
+
+    const MemoryBudget b = halfway_budget(base, cost);
+    const Schedule sel = Selective::generate(p, cost, b);
+    EXPECT_EQ(sel, checkpoint_selective(base, cost, b));
+    EXPECT_GT(recomputes(sel), 0);
+    EXPECT_LT(recomputes(sel), recomputes(full));
+    expect_valid_within(sel, cost, b);
+
+    // A budget the plain schedule exceeds is refused by None and named with the plan.
+    expect_invalid_problem([&] { Plain::generate(p, cost, b); },
+                           {"plan<" + Plain::describe() + ">", "without checkpointing",
+                            "over the budget " + detail::budget_text(b.all)});
+    EXPECT_EQ(Plain::generate(p, cost, MemoryBudget{}), base);
+  }
+}
+
+template <class Order>
+class MarioPlan : public ::testing::Test {};
+using MarioOrders = ::testing::Types<order::OneFOneB, order::Interleaved1F1B, order::ZeroBubbleH1>;
+TYPED_TEST_SUITE(MarioPlan, MarioOrders);
+
+TYPED_TEST(MarioPlan, MeetsTheBudgetAsTheMarioPassDoes) {
+  using Order = TypeParam;
+  using Plain = plan<Order>;
+  using Mario = plan<checkpoint::Mario, Order>;
+  EXPECT_NE(Mario::describe().find("checkpoint mario"), std::string::npos) << Mario::describe();
+  const UniformCost cost;
+  for (int ranks : {2, 4}) {
+    const Problem p{.ranks = ranks, .microbatches = 2 * ranks};
+    SCOPED_TRACE(Mario::describe() + ", ranks = " + std::to_string(ranks));
+    const Schedule base = Plain::generate(p);
+    const MemoryBudget b = halfway_budget(base, cost);
+    const Schedule mario = Mario::generate(p, cost, b);
+    EXPECT_EQ(mario, checkpoint_mario(base, cost, b));
+    EXPECT_GT(recomputes(mario), 0);
+    expect_valid_within(mario, cost, b);
+    // Under a budget even full checkpointing exceeds, the plan names itself and the pass.
+    const double least = simulate(checkpoint_full(base), cost).peak_memory_max;
+    expect_invalid_problem([&] { Mario::generate(p, cost, budget_of(least / 2)); },
+                           {"plan<" + Mario::describe() + ">", "Mario"});
   }
 }
 
