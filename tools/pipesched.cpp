@@ -339,15 +339,10 @@ bool is_transformer(const AnyCost& c) {
 // unit of the cost model that also decides what to recompute.
 
 const std::vector<OptionSpec> checkpoint_options = {
-    {"--checkpoint", true,
-     "activation checkpointing: none, full (recompute every forward), selective or mario "
-     "(recompute what --memory-budget needs; mario hides it in bubbles); default none",
+    {"--checkpoint", true, "none (default), full, selective or mario (the last two need a budget)",
      "MODE"},
     {"--memory-budget", true,
-     "activation memory per rank: a plain number in microbatches (UniformCost), bytes with a "
-     "unit (24GB, 512MiB; --model/--device), or 'device' (device memory minus weights, "
-     "gradients and optimizer state)",
-     "X"},
+     "activation memory per rank: N (microbatches), 24GB, 512MiB or device", "X"},
 };
 
 //! The checkpointing asked for and the budget it was held to.
@@ -609,7 +604,10 @@ int cmd_simulate(const std::vector<std::string>& argv) {
         "TransformerCost (--model, --device) in seconds and bytes.\n"
         "--checkpoint full|selective|mario recomputes forwards (selective and mario need\n"
         "--memory-budget); a budget counts activations only, per rank, and one the schedule\n"
-        "cannot meet is refused (exit 2). With none or full, a budget is only checked.",
+        "cannot meet is refused (exit 2). With none or full, a budget is only checked. It is\n"
+        "a plain number of microbatches under UniformCost; under TransformerCost bytes with a\n"
+        "unit (kB MB GB TB, KiB MiB GiB TiB) or 'device': each rank's device memory less its\n"
+        "weights, gradients and optimizer state.",
         specs);
     return exit_ok;
   }

@@ -13,7 +13,10 @@
 
 #include "pipesched/schedule/registry.hpp"
 
+#include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/pass/mario.hpp"
 
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/presets.hpp"

@@ -39,7 +39,7 @@ constexpr const char* to_string(CheckpointMode m) noexcept {
 //! overrides `all` rank by rank (a tuner gives each rank its device memory minus its weights).
 struct MemoryBudget {
   double all = std::numeric_limits<double>::infinity();
-  std::vector<double> per_rank;
+  std::vector<double> per_rank = {};
 
   double of(int rank) const {
     return rank < static_cast<int>(per_rank.size()) ? per_rank[static_cast<std::size_t>(rank)]

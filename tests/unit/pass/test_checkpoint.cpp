@@ -83,7 +83,9 @@ TEST(Checkpoint, SelectiveFitsTheBudgetWithTheFewestRecomputesItNeeds) {
     // Recomputes run right before their backward.
     for (const auto& list : s.ranks)
       for (std::size_t i = 0; i < list.size(); ++i)
-        if (list[i].kind == ps::OpKind::R) EXPECT_EQ(list[i + 1].kind, ps::OpKind::B);
+        if (list[i].kind == ps::OpKind::R) {
+          EXPECT_EQ(list[i + 1].kind, ps::OpKind::B);
+        }
   }
 }
 
@@ -120,7 +122,9 @@ TEST(Mario, NeverSlowerThanSelectiveAndHidesMostRecompute) {
     sum_ratio += over_mario / over_sel;
     ++cases;
     // With m = p and budget p/2 the bubbles hide every recompute.
-    if (g.m == g.p && g.budget == g.p / 2.0) EXPECT_LE(over_mario, 0.005);
+    if (g.m == g.p && g.budget == g.p / 2.0) {
+      EXPECT_LE(over_mario, 0.005);
+    }
   }
   // Mario's overhead averages at most 0.6 of Selective's (per grid point, then averaged).
   EXPECT_LE(sum_ratio / cases, 0.6);

@@ -1,15 +1,20 @@
-// The pipesched command: subcommands, JSON output equal to the library call, exit codes.
+// The pipesched command: subcommands, JSON output equal to the library call, exit codes,
+// checkpointing and memory budgets.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
+#include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pipesched.hpp"
 
 namespace ps = pipesched;
@@ -71,10 +76,17 @@ TEST(Cli, HelpAndList) {
   EXPECT_EQ(r.code, 0);
   for (const auto& g : ps::generators())
     EXPECT_NE(r.out.find(std::string(g.name)), std::string::npos) << g.name;
+  for (const char* mode : {"full", "selective", "mario"})
+    EXPECT_NE(r.out.find(mode), std::string::npos) << mode;
   for (const char* sub : {"generate", "validate", "simulate", "render", "convert"}) {
     r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
     EXPECT_NE(r.out.find("usage: pipesched " + std::string(sub)), std::string::npos) << r.out;
+    if (std::string(sub) == "generate" || std::string(sub) == "simulate" ||
+        std::string(sub) == "render") {
+      EXPECT_NE(r.out.find("--checkpoint MODE"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("--memory-budget X"), std::string::npos) << r.out;
+    }
   }
 }
 
@@ -100,6 +112,47 @@ TEST(Cli, BadUsageExitsTwoWithAMessage) {
            Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --model nope --device h100",
                 "nope"},
            Case{"validate /nonexistent/file.csv", "/nonexistent/file.csv"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint some",
+                "checkpoint mode 'some' is unknown; choose none"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint selective",
+                "give --memory-budget"},
+           Case{"render --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint mario",
+                "give --memory-budget"},
+           Case{"generate --schedule gpipe --ranks 4 --microbatches 8 --checkpoint mario "
+                "--memory-budget 2",
+                "runs on 1f1b, interleaved-1f1b and zb-h1 only, not on 'gpipe'"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint full "
+                "--memory-budget 2XB",
+                "memory budget '2XB' has an unknown unit 'XB'"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --memory-budget -1",
+                "is negative"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --memory-budget 0", "is zero"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint selective "
+                "--memory-budget 24GB",
+                "is in bytes, but UniformCost"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint selective "
+                "--memory-budget 2 --model gpt3-1.3b --device a100-80gb",
+                "is a plain number, i.e. in memory units, but --model/--device measure memory "
+                "in bytes"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint selective "
+                "--memory-budget device",
+                "only TransformerCost knows"},
+           Case{"simulate --schedule 1f1b --ranks 2 --microbatches 4 --checkpoint full "
+                "--memory-budget device --model llama2-34b --device rtx-4090",
+                "leaving nothing for activations"},
+           // Budgets the schedule cannot meet: the library's message, exit code 2.
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --memory-budget 2",
+                "without checkpointing rank 0 of '1f1b' holds 4, over the budget 2; use "
+                "--checkpoint selective or mario"},
+           Case{"generate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint full "
+                "--memory-budget 0.5",
+                "still holds 1.15, over the budget 0.5"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint selective "
+                "--memory-budget 0.5",
+                "memory budget 0.5 is too small for rank 0"},
+           Case{"render --schedule zb-h1 --ranks 4 --microbatches 8 --checkpoint mario "
+                "--memory-budget 0.5",
+                "Mario: no schedule of 'zb-h1' fits the memory budget"},
        }) {
     SCOPED_TRACE(c.args);
     CliRun r = run(c.args);
@@ -202,4 +255,219 @@ TEST(Cli, RenderAndConvert) {
   r = run("convert '" + (dir / "s.txt").string() + "' '" + (dir / "s.csv").string() + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(slurp(dir / "s.csv"), slurp(data("zb1p_2rank_2stagep_comms.csv")));
+}
+
+// ---------------------------------------------------------------------------------------
+// Checkpointing and memory budgets
+
+namespace {
+
+int recomputes(const ps::Schedule& s) {
+  int n = 0;
+  for (const auto& list : s.ranks)
+    for (const ps::Action& a : list)
+      n += a.kind == ps::OpKind::R;
+  return n;
+}
+
+ps::MemoryBudget budget_of(double all) {
+  ps::MemoryBudget b;
+  b.all = all;
+  return b;
+}
+
+// The simulate --json figures equal the library's simulation of `s`, rank by rank.
+void expect_json_matches(const std::string& json, const ps::Schedule& s,
+                         const ps::SimulationResult& lib) {
+  EXPECT_NE(json.find("\"schedule\":\"" + s.name + "\""), std::string::npos) << json;
+  EXPECT_DOUBLE_EQ(json_field(json, "actions"), static_cast<double>(s.action_count()));
+  EXPECT_DOUBLE_EQ(json_field(json, "recomputes"), recomputes(s));
+  EXPECT_DOUBLE_EQ(json_field(json, "makespan"), lib.makespan);
+  EXPECT_DOUBLE_EQ(json_field(json, "peak_memory_max"), lib.peak_memory_max);
+  std::size_t at = json.find("\"ranks\":[");
+  ASSERT_NE(at, std::string::npos);
+  for (int rank = 0; rank < s.rank_count(); ++rank) {
+    at = json.find("{\"rank\":" + std::to_string(rank), at);
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_DOUBLE_EQ(json_field(json, "peak_memory", at), lib.ranks[rank].peak_memory);
+  }
+}
+
+}  // namespace
+
+TEST(CliCheckpoint, GenerateFullWritesRecomputesThatValidate) {
+  const auto file = scratch() / "full.csv";
+  CliRun r = run("generate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint full -o '" +
+                 file.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string csv = slurp(file);
+  EXPECT_NE(csv.find("2R0"), std::string::npos) << csv;
+  const ps::Schedule lib =
+      ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}));
+  EXPECT_EQ(csv, ps::to_csv(lib));
+  r = run("validate '" + file.string() + "'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  // The file simulates as the library's checkpointed schedule.
+  r = run("simulate --json '" + file.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_DOUBLE_EQ(json_field(r.out, "recomputes"), 32);
+  EXPECT_DOUBLE_EQ(json_field(r.out, "peak_memory_max"), ps::simulate(lib).peak_memory_max);
+  // --comm lowers the checkpointed schedule: recomputes stay, sends and receives appear.
+  r =
+      run("generate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint full --comm "
+          "--format text");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("2R0"), std::string::npos);
+  EXPECT_NE(r.out.find("SEND_F"), std::string::npos);
+}
+
+TEST(CliCheckpoint, SimulateJsonEqualsTheLibraryForEveryMode) {
+  const ps::Schedule base = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const ps::UniformCost cost;
+  struct Case {
+    const char* args;
+    ps::CheckpointMode mode;
+    double budget;  // infinity: none given
+  };
+  const double none = std::numeric_limits<double>::infinity();
+  for (const Case& c : {
+           Case{"", ps::CheckpointMode::None, none},
+           Case{"--memory-budget 4", ps::CheckpointMode::None, 4},
+           Case{"--checkpoint full", ps::CheckpointMode::Full, none},
+           Case{"--checkpoint full --memory-budget 1.5", ps::CheckpointMode::Full, 1.5},
+           Case{"--checkpoint selective --memory-budget 2", ps::CheckpointMode::Selective, 2},
+           Case{"--checkpoint selective --memory-budget=3", ps::CheckpointMode::Selective, 3},
+           Case{"--checkpoint mario --memory-budget 2", ps::CheckpointMode::Mario, 2},
+           Case{"--checkpoint MARIO --memory-budget 1.5", ps::CheckpointMode::Mario, 1.5},
+       }) {
+    SCOPED_TRACE(c.args);
+    CliRun r =
+        run(std::string("simulate --json --schedule 1f1b --ranks 4 --microbatches 8 ") + c.args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const ps::Schedule lib = ps::apply_checkpoint(base, c.mode, cost, budget_of(c.budget));
+    const ps::SimulationResult sim = ps::simulate(lib, cost);
+    expect_json_matches(r.out, lib, sim);
+    EXPECT_NE(r.out.find(std::string("\"checkpoint\":\"") + ps::to_string(c.mode) + "\""),
+              std::string::npos)
+        << r.out;
+    if (std::isfinite(c.budget)) {
+      EXPECT_DOUBLE_EQ(json_field(r.out, "memory_budget"), c.budget);
+      EXPECT_LE(sim.peak_memory_max, c.budget + 1e-9);
+    } else {
+      EXPECT_NE(r.out.find("\"memory_budget\":null"), std::string::npos) << r.out;
+    }
+    if (c.mode == ps::CheckpointMode::Selective || c.mode == ps::CheckpointMode::Mario) {
+      EXPECT_GT(recomputes(lib), 0);
+    }
+  }
+}
+
+TEST(CliCheckpoint, SelectiveAtBudgetTwoStaysWithinIt) {
+  CliRun r =
+      run("simulate --json --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint "
+          "selective --memory-budget 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const double peak = json_field(r.out, "peak_memory_max");
+  EXPECT_LE(peak, 2.0 + 1e-9);
+  const ps::Schedule lib = ps::checkpoint_selective(
+      ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}), ps::UniformCost{}, budget_of(2));
+  EXPECT_DOUBLE_EQ(peak, ps::simulate(lib).peak_memory_max);
+  // The text form says what was done.
+  r =
+      run("simulate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint selective "
+          "--memory-budget 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("checkpoint selective, memory budget 2 microbatches per rank, " +
+                       std::to_string(recomputes(lib)) + " recomputes"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(CliCheckpoint, MarioOnEachOfItsBasesEqualsTheLibrary) {
+  struct Case {
+    const char* args;
+    ps::Schedule base;
+  };
+  const Case cases[] = {
+      {"--schedule 1f1b --ranks 4 --microbatches 8",
+       ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8})},
+      {"--schedule interleaved-1f1b --ranks 4 --microbatches 8",
+       ps::schedule::interleaved_1f1b({.ranks = 4, .stages = 8, .microbatches = 8})},
+      {"--schedule zb-h1 --ranks 4 --microbatches 8",
+       ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 8})},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    CliRun r = run(std::string("simulate --json --checkpoint mario --memory-budget 2 ") + c.args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const ps::Schedule lib = ps::checkpoint_mario(c.base, ps::UniformCost{}, budget_of(2));
+    const ps::SimulationResult sim = ps::simulate(lib);
+    expect_json_matches(r.out, lib, sim);
+    EXPECT_LE(sim.peak_memory_max, 2.0 + 1e-9);
+  }
+  // generate writes the Mario schedule, and it validates.
+  const auto file = scratch() / "mario.csv";
+  CliRun g =
+      run("generate --schedule zb-h1 --ranks 4 --microbatches 8 --checkpoint mario "
+          "--memory-budget 2 -o '" +
+          file.string() + "'");
+  ASSERT_EQ(g.code, 0) << g.err;
+  EXPECT_EQ(slurp(file),
+            ps::to_csv(ps::checkpoint_mario(cases[2].base, ps::UniformCost{}, budget_of(2))));
+  EXPECT_EQ(run("validate '" + file.string() + "'").code, 0);
+}
+
+TEST(CliCheckpoint, TransformerCostBudgetsAreBytesOrTheDevicesMemory) {
+  const std::string common =
+      "simulate --json --schedule 1f1b --ranks 4 --microbatches 8 --model gpt3-1.3b --device "
+      "a100-40gb --checkpoint selective ";
+  const ps::Schedule base = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const ps::TransformerCost cost{
+      ps::presets::find_model("gpt3-1.3b"), ps::presets::find_device("a100-40gb"), {}};
+  // 'device': per-rank budgets of device memory less weights, gradients, optimizer state.
+  CliRun r = run(common + "--memory-budget device");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ps::MemoryBudget device = ps::device_memory_budget(cost, base.problem, base.placement);
+  std::size_t at = r.out.find("\"ranks\":[");
+  double least = device.of(0);
+  for (int rank = 0; rank < 4; ++rank) {
+    at = r.out.find("{\"rank\":" + std::to_string(rank), at);
+    ASSERT_NE(at, std::string::npos);
+    EXPECT_DOUBLE_EQ(json_field(r.out, "memory_budget", at), device.of(rank));
+    least = std::min(least, device.of(rank));
+  }
+  EXPECT_DOUBLE_EQ(json_field(r.out, "memory_budget"), least);
+  EXPECT_NE(r.out.find("\"memory_unit\":\"bytes\""), std::string::npos);
+  // A byte budget below the plain schedule's peak: recomputes, within the budget, as the
+  // library does; every decimal and binary spelling of the same amount agrees.
+  for (const char* text : {"2.5GB", "2.5 gb", "2500MB", "2500000000B"}) {
+    SCOPED_TRACE(text);
+    r = run(common + "--memory-budget '" + text + "'");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const ps::Schedule lib =
+        ps::apply_checkpoint(base, ps::CheckpointMode::Selective, cost, budget_of(2.5e9));
+    const ps::SimulationResult sim = ps::simulate(lib, cost);
+    expect_json_matches(r.out, lib, sim);
+    EXPECT_DOUBLE_EQ(json_field(r.out, "memory_budget"), 2.5e9);
+    EXPECT_LE(sim.peak_memory_max, 2.5e9);
+    EXPECT_GT(recomputes(lib), 0);
+  }
+  r = run(common + "--memory-budget 2GiB");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_DOUBLE_EQ(json_field(r.out, "memory_budget"), 2.0 * 1024 * 1024 * 1024);
+}
+
+TEST(CliCheckpoint, RenderDrawsTheCheckpointedSchedule) {
+  const auto dir = scratch();
+  CliRun r = run("render --schedule 1f1b --ranks 2 --microbatches 4 --checkpoint full --svg '" +
+                 (dir / "ck.svg").string() + "' --trace '" + (dir / "ck.json").string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string trace = slurp(dir / "ck.json");
+  EXPECT_NE(trace.find("traceEvents"), std::string::npos);
+  EXPECT_NE(trace.find("R0"), std::string::npos) << trace.substr(0, 400);
+  CliRun plain = run("render --schedule 1f1b --ranks 2 --microbatches 4 --text");
+  CliRun full = run("render --schedule 1f1b --ranks 2 --microbatches 4 --checkpoint full --text");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(full.code, 0) << full.err;
+  EXPECT_NE(plain.out, full.out);
 }

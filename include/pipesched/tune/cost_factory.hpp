@@ -1,0 +1,80 @@
+// Cost factories for the tuner: a microbatch size in, the cost model of microbatches of that
+// size out, and the memory budget a cost model implies when the caller gives none.
+#pragma once
+
+#include <concepts>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/analysis/uniform_cost.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/placement.hpp"
+#include "pipesched/core/problem.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+
+namespace pipesched {
+
+//! A callable that, given a microbatch size (sequences per microbatch), returns the cost model
+//! of microbatches of that size. It may throw invalid_problem for a size it cannot model; the
+//! tuner then skips that size.
+template <class F>
+concept cost_factory = requires(const F& f, int microbatch_size) {
+  { f(microbatch_size) } -> cost_model;
+};
+
+//! UniformCost as a factory. Its durations and memory are per microbatch whatever the
+//! microbatch holds, so only microbatch size 1 has a meaning; other sizes are refused.
+struct UniformCostFactory {
+  UniformCost cost;
+
+  UniformCost operator()(int microbatch_size) const {
+    if (microbatch_size != 1)
+      throw invalid_problem(
+          "UniformCost has no microbatch size (its figures are per microbatch): "
+          "microbatch size " +
+          std::to_string(microbatch_size) +
+          " cannot be modelled; search microbatch size 1 only, or use "
+          "TransformerCost.");
+    return cost;
+  }
+};
+
+//! TransformerCost as a factory: the model with `model.microbatch_size` set to the size asked
+//! for, on `device`.
+struct TransformerCostFactory {
+  ModelShape model;
+  DeviceSpec device;
+
+  TransformerCost operator()(int microbatch_size) const {
+    TransformerCost c{model, device, {}};
+    c.model.microbatch_size = microbatch_size;
+    c.check();
+    return c;
+  }
+};
+
+static_assert(cost_factory<UniformCostFactory>);
+static_assert(cost_factory<TransformerCostFactory>);
+
+//! The per-rank memory budget `cost` implies for a schedule of `problem` on `placement` when
+//! the caller gives none: for TransformerCost each rank's device memory minus what its stages'
+//! weights, gradients and optimizer state take (device_memory_budget; throws invalid_problem
+//! when that alone fills a device); for other cost models no limit.
+template <cost_model Cost>
+MemoryBudget default_memory_budget(const Cost& cost, const Problem& problem,
+                                   const Placement& placement) {
+  if constexpr (std::is_same_v<std::remove_cvref_t<Cost>, TransformerCost>) {
+    return device_memory_budget(cost, problem, placement);
+  } else {
+    (void)cost;
+    (void)problem;
+    (void)placement;
+    return MemoryBudget{};
+  }
+}
+
+}  // namespace pipesched

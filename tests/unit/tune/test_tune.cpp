@@ -1,0 +1,445 @@
+// The tuner: its plans fit their budget, are no slower than any candidate built by hand from
+// the same search space (so pruning drops nothing), its empty and refused cases, progress
+// reporting, and TransformerCost plans that fit the device memory with the weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipesched/analysis/presets.hpp"
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/validate.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/schedule/registry.hpp"
+#include "pipesched/tune/tune.hpp"
+
+namespace ps = pipesched;
+using ps::CheckpointMode;
+
+namespace {
+
+constexpr double eps = 1e-9;
+
+ps::TuneRequest uniform_request(int ranks, int global_batch, double budget) {
+  ps::TuneRequest r{.ranks = ranks, .global_batch = global_batch};
+  r.budget = ps::MemoryBudget{.all = budget, .per_rank = {}};
+  return r;
+}
+
+// The fastest fitting candidate of each kind, built one by one without the tuner: every
+// base, chunk count and mode of the default request, each schedule through apply_checkpoint.
+struct BruteForce {
+  std::optional<double> none, conventional, mario, full;
+  double best() const {
+    double b = std::numeric_limits<double>::infinity();
+    for (const auto& x : {none, conventional, mario})
+      if (x) b = std::min(b, *x);
+    return b;
+  }
+};
+
+BruteForce brute_force(const ps::TuneRequest& req, const ps::UniformCost& cost) {
+  BruteForce out;
+  auto keep = [](std::optional<double>& slot, double t) {
+    if (!slot || t < *slot) slot = t;
+  };
+  for (const std::string& name : req.bases) {
+    const ps::GeneratorInfo& g = ps::find_generator(name);
+    const std::vector<int> own{g.default_chunks};
+    for (int chunks : g.chunks_vary ? req.chunks : own) {
+      ps::Schedule base;
+      try {
+        base = g.generate(
+            {.ranks = req.ranks, .stages = req.ranks * chunks, .microbatches = req.global_batch},
+            g.default_wgrad);
+      } catch (const ps::invalid_problem&) {
+        continue;
+      }
+      for (CheckpointMode mode : {CheckpointMode::None, CheckpointMode::Selective,
+                                  CheckpointMode::Mario, CheckpointMode::Full}) {
+        ps::Schedule s;
+        try {
+          s = ps::apply_checkpoint(base, mode, cost, *req.budget);
+        } catch (const ps::invalid_problem&) {
+          continue;
+        }
+        const ps::SimulationResult sim = ps::simulate(s, cost);
+        bool fits = !sim.deadlock;
+        for (int r = 0; r < req.ranks; ++r)
+          fits = fits && sim.ranks[r].peak_memory <= req.budget->of(r) + eps;
+        if (!fits) continue;
+        if (mode == CheckpointMode::None) keep(out.none, sim.makespan);
+        if (mode == CheckpointMode::Selective) keep(out.conventional, sim.makespan);
+        if (mode == CheckpointMode::Mario) keep(out.mario, sim.makespan);
+        if (mode == CheckpointMode::Full) keep(out.full, sim.makespan);
+      }
+    }
+  }
+  return out;
+}
+
+// What every plan the tuner returns must satisfy, whatever the cost model.
+template <class Cost>
+void expect_consistent(const ps::TunePlan& p, const ps::TuneRequest& req, const Cost& cost) {
+  SCOPED_TRACE(ps::describe(p));
+  EXPECT_EQ(p.microbatch_size * p.microbatches, req.global_batch);
+  EXPECT_EQ(p.schedule.problem.ranks, req.ranks);
+  EXPECT_EQ(p.schedule.problem.microbatches, p.microbatches);
+  EXPECT_EQ(p.schedule.problem.chunks(), p.chunks);
+  const ps::ValidationReport rep = ps::check(p.schedule);
+  EXPECT_TRUE(rep.ok()) << rep.summary();
+  const ps::SimulationResult sim = ps::simulate(p.schedule, cost);
+  ASSERT_FALSE(sim.deadlock);
+  EXPECT_NEAR(sim.makespan, p.makespan, 1e-9 * p.makespan);
+  EXPECT_NEAR(p.throughput, req.global_batch / p.makespan, 1e-9 * p.throughput);
+  ASSERT_EQ(p.peak_per_rank.size(), static_cast<std::size_t>(req.ranks));
+  ASSERT_EQ(p.budget_per_rank.size(), static_cast<std::size_t>(req.ranks));
+  int recomputes = 0;
+  for (const auto& list : p.schedule.ranks)
+    for (const ps::Action& a : list)
+      recomputes += a.kind == ps::OpKind::R;
+  EXPECT_EQ(p.recomputes, recomputes);
+  if (p.checkpoint == CheckpointMode::None) {
+    EXPECT_EQ(p.recomputes, 0);
+  }
+  for (int r = 0; r < req.ranks; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_NEAR(sim.ranks[r].peak_memory, p.peak_per_rank[r], 1e-9 * (1 + p.peak_per_rank[r]));
+    EXPECT_LE(p.peak_per_rank[r], p.budget_per_rank[r] * (1 + eps));
+  }
+  // Recomputes only add work: the bound the search prunes with holds for the plan.
+  EXPECT_LE(ps::detail::makespan_lower_bound(p.schedule, cost, sim), p.makespan * (1 + eps));
+}
+
+const std::vector<ps::TunePlan*> plans_of(ps::TuneResult& r) {
+  std::vector<ps::TunePlan*> out;
+  for (auto* slot : {&r.best, &r.best_without_checkpoint, &r.best_conventional, &r.best_mario})
+    if (*slot) out.push_back(&**slot);
+  return out;
+}
+
+}  // namespace
+
+// The brief's case: p = 4, global batch 16, budget 2 (1F1B's rank 0 holds 4).
+TEST(Tune, UniformBudgetTwoFitsAndIsFastest) {
+  const ps::TuneRequest req = uniform_request(4, 16, 2.0);
+  ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  ASSERT_TRUE(r.best);
+  EXPECT_FALSE(r.best_without_checkpoint) << "budget 2 is below 1F1B's peak of 4";
+  ASSERT_TRUE(r.best_conventional);
+  ASSERT_TRUE(r.best_mario);
+  for (int rank = 0; rank < req.ranks; ++rank)
+    EXPECT_LE(r.best->peak_per_rank[rank], 2.0 + eps) << "rank " << rank;
+  EXPECT_LE(r.best_mario->makespan, r.best_conventional->makespan + eps);
+  for (const ps::TunePlan* p : plans_of(r)) {
+    EXPECT_LE(r.best->makespan, p->makespan + eps);
+    expect_consistent(*p, req, ps::UniformCost{});
+  }
+  EXPECT_EQ(r.best_mario->checkpoint, CheckpointMode::Mario);
+  EXPECT_GT(r.best_mario->recomputes, 0);
+  EXPECT_TRUE(r.best_conventional->checkpoint == CheckpointMode::Selective ||
+              r.best_conventional->checkpoint == CheckpointMode::Full);
+}
+
+// Over a grid, the tuner's bests equal the fastest fitting candidates built one by one: the
+// pruning never drops a plan that would have won.
+TEST(Tune, BestsMatchExhaustiveSearch) {
+  struct Point {
+    int ranks, global_batch;
+    double budget, comm;
+  };
+  // With a message latency (comm = 1) the configuration with the lowest bound (interleaved,
+  // 4 chunks) is the slowest, so the search order and the pruning are put to the test.
+  for (const Point& pt : {Point{4, 16, 2.0, 0}, Point{4, 16, 3.0, 0}, Point{4, 8, 1.5, 0},
+                          Point{2, 8, 1.2, 0}, Point{4, 16, 100.0, 0}, Point{4, 16, 2.0, 1},
+                          Point{4, 8, 1.5, 1}, Point{8, 16, 2.0, 0.5}}) {
+    SCOPED_TRACE("p=" + std::to_string(pt.ranks) + " batch=" + std::to_string(pt.global_batch) +
+                 " budget=" + std::to_string(pt.budget) + " comm=" + std::to_string(pt.comm));
+    const ps::TuneRequest req = uniform_request(pt.ranks, pt.global_batch, pt.budget);
+    const ps::UniformCost cost{.comm = pt.comm};
+    ps::TuneResult r = ps::tune(req, cost);
+    const BruteForce bf = brute_force(req, cost);
+    ASSERT_TRUE(r.best);
+    EXPECT_NEAR(r.best->makespan, bf.best(), eps);
+    ASSERT_EQ(r.best_without_checkpoint.has_value(), bf.none.has_value());
+    if (bf.none) {
+      EXPECT_NEAR(r.best_without_checkpoint->makespan, *bf.none, eps);
+    }
+    ASSERT_EQ(r.best_mario.has_value(), bf.mario.has_value());
+    if (bf.mario) {
+      EXPECT_NEAR(r.best_mario->makespan, *bf.mario, eps);
+    }
+    ASSERT_EQ(r.best_conventional.has_value(), bf.conventional.has_value());
+    if (bf.conventional) {
+      EXPECT_NEAR(r.best_conventional->makespan, *bf.conventional, eps);
+    }
+    if (r.best_mario && r.best_conventional) {
+      EXPECT_LE(r.best_mario->makespan, r.best_conventional->makespan + eps);
+    }
+    for (const ps::TunePlan* p : plans_of(r))
+      expect_consistent(*p, req, cost);
+  }
+}
+
+// A budget that holds everything: the best plan needs no checkpointing.
+TEST(Tune, LargeBudgetPrefersNoCheckpointing) {
+  for (double budget : {100.0, std::numeric_limits<double>::infinity()}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    ps::TuneRequest req = uniform_request(4, 16, budget);
+    ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+    ASSERT_TRUE(r.best);
+    ASSERT_TRUE(r.best_without_checkpoint);
+    EXPECT_EQ(r.best->checkpoint, CheckpointMode::None);
+    EXPECT_EQ(r.best->recomputes, 0);
+    EXPECT_NEAR(r.best->makespan, r.best_without_checkpoint->makespan, eps);
+    // Mario and selective return the base when it fits: no recompute, same step time.
+    ASSERT_TRUE(r.best_mario);
+    EXPECT_EQ(r.best_mario->recomputes, 0);
+    EXPECT_NEAR(r.best_mario->makespan, r.best->makespan, eps);
+    EXPECT_EQ(r.candidates_over_budget, 0);
+  }
+  // No budget at all: UniformCost implies no limit.
+  ps::TuneResult r = ps::tune(ps::TuneRequest{.ranks = 4, .global_batch = 16}, ps::UniformCost{});
+  ASSERT_TRUE(r.best_without_checkpoint);
+  EXPECT_EQ(r.best->checkpoint, CheckpointMode::None);
+  for (double b : r.best->budget_per_rank)
+    EXPECT_TRUE(std::isinf(b));
+}
+
+// A budget that nothing fits, not even full checkpointing: an empty result, not an error.
+TEST(Tune, BudgetTooSmallGivesNoPlan) {
+  const ps::TuneRequest req = uniform_request(4, 16, 0.01);
+  ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  EXPECT_FALSE(r.best);
+  EXPECT_FALSE(r.best_without_checkpoint);
+  EXPECT_FALSE(r.best_conventional);
+  EXPECT_FALSE(r.best_mario);
+  EXPECT_GT(r.candidates_tried, 0);
+  EXPECT_EQ(r.candidates_over_budget + r.candidates_refused, r.candidates_tried);
+  EXPECT_GT(r.candidates_over_budget, 0);
+}
+
+// Configurations a generator refuses are skipped and explained.
+TEST(Tune, RefusedConfigurationsAreSkippedWithNotes) {
+  // Interleaved 1F1B takes 6 microbatches on 4 ranks only in whole groups of 4.
+  ps::TuneRequest req = uniform_request(4, 6, 2.0);
+  req.bases = {"interleaved-1f1b"};
+  ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  EXPECT_FALSE(r.best);
+  EXPECT_EQ(r.candidates_refused, r.candidates_tried);
+  EXPECT_EQ(r.candidates_tried, 2 * 4);  // chunks {2, 4} × modes none, selective, mario, full
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.front().find("interleaved-1f1b"), std::string::npos) << r.notes.front();
+  EXPECT_NE(r.notes.front().find("microbatches"), std::string::npos) << r.notes.front();
+
+  // With 1F1B alongside, the search goes on past the refused configurations.
+  req.bases = {"interleaved-1f1b", "1f1b"};
+  r = ps::tune(req, ps::UniformCost{});
+  ASSERT_TRUE(r.best);
+  EXPECT_EQ(r.best->base, "1f1b");
+  EXPECT_EQ(r.candidates_refused, 2 * 4);
+}
+
+// A factory that cannot model a microbatch size: that size is skipped, the others searched.
+TEST(Tune, FactoryRefusalSkipsThatMicrobatchSize) {
+  ps::TuneRequest req = uniform_request(4, 16, 2.0);
+  req.bases = {"1f1b"};
+  req.microbatch_sizes = {1, 2, 3};  // 3 does not divide 16: left out, not refused
+  ps::TuneResult r = ps::tune(req, ps::UniformCostFactory{});
+  ASSERT_TRUE(r.best);
+  EXPECT_EQ(r.best->microbatch_size, 1);
+  EXPECT_EQ(r.candidates_tried, 2 * 4);
+  EXPECT_EQ(r.candidates_refused, 4);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.front().find("UniformCost"), std::string::npos) << r.notes.front();
+  // The UniformCost overload searches microbatch size 1 only.
+  r = ps::tune(req, ps::UniformCost{});
+  EXPECT_EQ(r.candidates_refused, 0);
+  EXPECT_EQ(r.best->microbatches, 16);
+}
+
+// A request out of range is an error that names the field.
+TEST(Tune, InvalidRequestsThrow) {
+  struct Case {
+    const char* what;
+    std::function<void(ps::TuneRequest&)> change;
+  };
+  const std::vector<Case> cases = {
+      {"ranks", [](ps::TuneRequest& r) { r.ranks = 0; }},
+      {"global_batch", [](ps::TuneRequest& r) { r.global_batch = 0; }},
+      {"bases", [](ps::TuneRequest& r) { r.bases.clear(); }},
+      {"unknown schedule", [](ps::TuneRequest& r) { r.bases = {"2f2b"}; }},
+      {"chunks", [](ps::TuneRequest& r) { r.chunks = {0}; }},
+      {"chunks", [](ps::TuneRequest& r) { r.chunks.clear(); }},
+      {"microbatch_sizes",
+       [](ps::TuneRequest& r) {
+         r.microbatch_sizes = {3, 5};
+       }},
+      {"microbatch_sizes", [](ps::TuneRequest& r) { r.microbatch_sizes = {0}; }},
+      {"checkpoints",
+       [](ps::TuneRequest& r) {
+         r.checkpoints.clear();
+         r.full_fallback = false;
+       }},
+      {"MemoryBudget.all", [](ps::TuneRequest& r) { r.budget = ps::MemoryBudget{.all = -1}; }},
+      {"budget.per_rank",
+       [](ps::TuneRequest& r) {
+         r.budget = ps::MemoryBudget{.all = 2, .per_rank = {1, 1, 1, 1, 1}};
+       }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ps::TuneRequest req = uniform_request(4, 16, 2.0);
+    c.change(req);
+    try {
+      ps::tune(req, ps::UniformCostFactory{});
+      ADD_FAILURE() << "no exception";
+    } catch (const ps::invalid_problem& e) {
+      EXPECT_NE(std::string(e.what()).find(c.what), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Only the modes asked for are reported; full checkpointing steps in when nothing fits.
+TEST(Tune, ModeSubsetsAndFullFallback) {
+  ps::TuneRequest req = uniform_request(4, 16, 2.0);
+  req.checkpoints = {CheckpointMode::Mario};
+  ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  ASSERT_TRUE(r.best);
+  EXPECT_EQ(r.best->checkpoint, CheckpointMode::Mario);
+  EXPECT_FALSE(r.best_conventional) << "full is a fallback only, and Mario fits";
+  EXPECT_FALSE(r.best_without_checkpoint);
+
+  // Without checkpointing nothing fits budget 2: the fallback gives a full plan.
+  req.checkpoints = {CheckpointMode::None};
+  r = ps::tune(req, ps::UniformCost{});
+  ASSERT_TRUE(r.best);
+  EXPECT_EQ(r.best->checkpoint, CheckpointMode::Full);
+  ASSERT_TRUE(r.best_conventional);
+  EXPECT_NEAR(r.best_conventional->makespan, r.best->makespan, eps);
+  EXPECT_FALSE(r.best_without_checkpoint);
+  expect_consistent(*r.best, req, ps::UniformCost{});
+
+  req.full_fallback = false;
+  r = ps::tune(req, ps::UniformCost{});
+  EXPECT_FALSE(r.best);
+
+  // Full named as a mode competes on its own footing (and loses to selective).
+  req.checkpoints = {CheckpointMode::Full, CheckpointMode::Selective};
+  r = ps::tune(req, ps::UniformCost{});
+  ASSERT_TRUE(r.best);
+  EXPECT_EQ(r.best->checkpoint, CheckpointMode::Selective);
+}
+
+// Progress: one call per candidate, counting up to the total, the best so far never slower.
+TEST(Tune, ProgressCountsEveryCandidate) {
+  for (double budget : {2.0, 0.01}) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    const ps::TuneRequest req = uniform_request(4, 16, budget);
+    int calls = 0, last_done = 0, last_total = -1;
+    double last_best = std::numeric_limits<double>::infinity();
+    bool monotone = true;
+    ps::TuneResult r =
+        ps::tune(req, ps::UniformCost{}, [&](int done, int total, const ps::TunePlan* best) {
+          ++calls;
+          monotone = monotone && done == last_done + 1;
+          if (last_total >= 0) monotone = monotone && total == last_total;
+          last_done = done;
+          last_total = total;
+          if (best) {
+            monotone = monotone && best->makespan <= last_best + eps;
+            last_best = best->makespan;
+          }
+        });
+    EXPECT_TRUE(monotone);
+    // 1f1b, interleaved ×2, ×4, zb-h1, each with none, selective, mario and full (fallback).
+    EXPECT_EQ(last_total, 4 * 4);
+    EXPECT_EQ(calls, last_total);
+    EXPECT_EQ(r.candidates_tried, last_total);
+    EXPECT_LE(r.candidates_refused + r.candidates_over_budget + r.candidates_pruned,
+              r.candidates_tried);
+    EXPECT_GE(r.seconds, 0.0);
+    if (r.best) {
+      EXPECT_NEAR(last_best, r.best->makespan, eps);
+    }
+  }
+}
+
+// TransformerCost: every plan's activations plus the rank's weights, gradients and optimizer
+// state fit the device. GPT-3 1.3B on 4 × A100 40GB fits without checkpointing; Llama 2 7B on
+// 8 × RTX 4090 (about 10 GiB left per rank for activations) needs it.
+TEST(Tune, TransformerPlanFitsDeviceMemory) {
+  struct Case {
+    const char* model;
+    const char* device;
+    int ranks;
+    bool needs_checkpointing;
+  };
+  for (const Case& c :
+       {Case{"gpt3-1.3b", "a100-40gb", 4, false}, Case{"llama2-7b", "rtx-4090", 8, true}}) {
+    SCOPED_TRACE(std::string(c.model) + " on " + std::to_string(c.ranks) + " x " + c.device);
+    const ps::ModelShape model = ps::presets::find_model(c.model);
+    const ps::DeviceSpec device = ps::presets::find_device(c.device);
+    const ps::TuneRequest req{.ranks = c.ranks, .global_batch = 16};
+    ps::TuneResult r = ps::tune(req, model, device);
+    ASSERT_TRUE(r.best);
+    EXPECT_LT(r.seconds, 10.0);
+    EXPECT_EQ(r.best_without_checkpoint.has_value(), !c.needs_checkpointing);
+    if (c.needs_checkpointing) {
+      ASSERT_TRUE(r.best_mario);
+      ASSERT_TRUE(r.best_conventional);
+      EXPECT_GT(r.best->recomputes, 0);
+      EXPECT_LE(r.best_mario->makespan, r.best_conventional->makespan * (1 + eps));
+    }
+    for (ps::TunePlan* p : plans_of(r)) {
+      SCOPED_TRACE(ps::describe(*p));
+      ps::TransformerCost cost{model, device, {}};
+      cost.model.microbatch_size = p->microbatch_size;
+      expect_consistent(*p, req, cost);
+      const ps::CostContext ctx{p->schedule.problem, p->schedule.placement, 1};
+      for (int rank = 0; rank < req.ranks; ++rank) {
+        const double fixed = cost.static_bytes(ctx, rank);
+        EXPECT_NEAR(p->budget_per_rank[rank], device.memory_bytes - fixed, 1.0);
+        EXPECT_LE(p->peak_per_rank[rank] + fixed, device.memory_bytes * (1 + eps))
+            << "rank " << rank;
+      }
+    }
+  }
+}
+
+// A model whose weights alone exceed the devices: every configuration is refused, and the
+// notes say why.
+TEST(Tune, WeightsOverDeviceMemoryAreRefused) {
+  const ps::TuneRequest req{.ranks = 2, .global_batch = 4};
+  ps::TuneResult r =
+      ps::tune(req, ps::presets::find_model("llama2-34b"), ps::presets::find_device("rtx-4090"));
+  EXPECT_FALSE(r.best);
+  EXPECT_EQ(r.candidates_refused, r.candidates_tried);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.front().find("optimizer state"), std::string::npos) << r.notes.front();
+}
+
+// A memory budget given in bytes overrides the device-derived one.
+TEST(Tune, TransformerExplicitBudget) {
+  const ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
+  const ps::DeviceSpec device = ps::presets::find_device("a100-80gb");
+  ps::TuneRequest req{.ranks = 4, .global_batch = 16};
+  req.bases = {"1f1b"};
+  ps::TuneResult unlimited = ps::tune(req, model, device);
+  ASSERT_TRUE(unlimited.best_without_checkpoint);
+  // Half of what the fastest plan without checkpointing holds on its busiest rank.
+  const ps::TunePlan& free_plan = *unlimited.best_without_checkpoint;
+  double peak = 0;
+  for (double x : free_plan.peak_per_rank)
+    peak = std::max(peak, x);
+  req.budget = ps::MemoryBudget{.all = peak / 2, .per_rank = {}};
+  ps::TuneResult tight = ps::tune(req, model, device);
+  ASSERT_TRUE(tight.best);
+  for (int rank = 0; rank < req.ranks; ++rank)
+    EXPECT_LE(tight.best->peak_per_rank[rank], peak / 2 * (1 + eps));
+  EXPECT_GE(tight.best->makespan, unlimited.best->makespan * (1 - eps));
+}
