@@ -31,9 +31,11 @@ int main(int argc, char** argv) {
   const ps::UniformCost cost{.f = 1, .b = 2, .w = 1, .r = 1, .boundary = 0.05};
   for (const char* name : {"1f1b", "interleaved-1f1b", "zb-h1"}) {
     const ps::GeneratorInfo& g = ps::find_generator(name);
-    std::printf("\n### Base: %s%s\n\n", name, std::string(name) == "interleaved-1f1b" ? " (V = 2)" : "");
-    std::printf("| p | m | budget | no checkpoint | Selective | Mario | Selective overhead | Mario "
-                "overhead | Mario / Selective | R (Sel / Mario) | Mario search |\n");
+    std::printf("\n### Base: %s%s\n\n", name,
+                std::string(name) == "interleaved-1f1b" ? " (V = 2)" : "");
+    std::printf(
+        "| p | m | budget | no checkpoint | Selective | Mario | Selective overhead | Mario "
+        "overhead | Mario / Selective | R (Sel / Mario) | Mario search |\n");
     std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     double sum_ratio = 0, sum_sel = 0, sum_mario = 0;
     int n = 0;
@@ -51,7 +53,8 @@ int main(int argc, char** argv) {
           auto recomputes = [](const ps::Schedule& s) {
             int k = 0;
             for (const auto& l : s.ranks)
-              for (const ps::Action& a : l) k += a.kind == ps::OpKind::R;
+              for (const ps::Action& a : l)
+                k += a.kind == ps::OpKind::R;
             return k;
           };
           const double os = rs.makespan / t0 - 1, om = rm.makespan / t0 - 1;
@@ -60,13 +63,16 @@ int main(int argc, char** argv) {
           sum_sel += os;
           sum_mario += om;
           ++n;
-          std::printf("| %d | %d | %g | %.1f | %.1f | %.1f | %.2f %% | %.2f %% | %.2f | %d / %d | %.0f ms |\n",
-                      p, m, b, t0, rs.makespan, rm.makespan, 100 * os, 100 * om, ratio,
-                      recomputes(sel), recomputes(mar), 1e3 * secs);
+          std::printf(
+              "| %d | %d | %g | %.1f | %.1f | %.1f | %.2f %% | %.2f %% | %.2f | %d / %d | %.0f ms "
+              "|\n",
+              p, m, b, t0, rs.makespan, rm.makespan, 100 * os, 100 * om, ratio, recomputes(sel),
+              recomputes(mar), 1e3 * secs);
         }
-    std::printf("\nMean over the %d grid points of Mario's overhead / Selective's: **%.3f**; "
-                "mean Mario overhead / mean Selective overhead: **%.3f** (%.2f %% vs %.2f %%).\n",
-                n, sum_ratio / n, sum_mario / sum_sel, 100 * sum_mario / n, 100 * sum_sel / n);
+    std::printf(
+        "\nMean over the %d grid points of Mario's overhead / Selective's: **%.3f**; "
+        "mean Mario overhead / mean Selective overhead: **%.3f** (%.2f %% vs %.2f %%).\n",
+        n, sum_ratio / n, sum_mario / sum_sel, 100 * sum_mario / n, 100 * sum_sel / n);
   }
   if (!svg_dir.empty()) {
     const ps::Schedule base = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
@@ -76,9 +82,11 @@ int main(int argc, char** argv) {
     ps::SvgOptions o;
     o.memory_unit = "microbatches";
     o.title = "Selective checkpointing, 1F1B, 4 ranks, 8 microbatches, budget 2";
-    std::ofstream(svg_dir + "/selective_1f1b_4x8.svg") << ps::render_svg(sel, ps::simulate(sel, cost), o);
+    std::ofstream(svg_dir + "/selective_1f1b_4x8.svg")
+        << ps::render_svg(sel, ps::simulate(sel, cost), o);
     o.title = "Mario, 1F1B base, 4 ranks, 8 microbatches, budget 2";
-    std::ofstream(svg_dir + "/mario_1f1b_4x8.svg") << ps::render_svg(mar, ps::simulate(mar, cost), o);
+    std::ofstream(svg_dir + "/mario_1f1b_4x8.svg")
+        << ps::render_svg(mar, ps::simulate(mar, cost), o);
     std::printf("\nwrote %s/selective_1f1b_4x8.svg and %s/mario_1f1b_4x8.svg\n", svg_dir.c_str(),
                 svg_dir.c_str());
   }

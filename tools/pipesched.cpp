@@ -12,7 +12,9 @@
 //
 // Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input (an
 // unknown checkpoint mode, a malformed memory budget, or a budget no checkpointing meets).
+#include <unistd.h>
 #include <algorithm>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -35,6 +37,7 @@
 #include "pipesched/io/trace.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pipesched.hpp"
+#include "pipesched/tune/tune.hpp"
 
 namespace ps = pipesched;
 
@@ -756,6 +759,177 @@ int cmd_convert(const std::vector<std::string>& argv) {
   return exit_ok;
 }
 
+// ---------------------------------------------------------------------------------------
+// tune: search base schedule, chunks, microbatch size and count, and checkpointing.
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::vector<int> parse_int_list(const std::string& option, const std::string& text, int lo,
+                                int hi) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(text))
+    out.push_back(parse_int(option, item, lo, hi));
+  if (out.empty()) throw usage_error(option + " needs a comma-separated list, got '" + text + "'");
+  return out;
+}
+
+std::string plan_json(const ps::TunePlan& p) {
+  std::string j = "{\"base\":" + json_string(p.base) + ",\"chunks\":" + std::to_string(p.chunks) +
+                  ",\"microbatch_size\":" + std::to_string(p.microbatch_size) +
+                  ",\"microbatches\":" + std::to_string(p.microbatches) +
+                  ",\"checkpoint\":" + json_string(ps::to_string(p.checkpoint)) +
+                  ",\"makespan\":" + json_number(p.makespan) +
+                  ",\"throughput\":" + json_number(p.throughput) +
+                  ",\"bubble_ratio\":" + json_number(p.bubble_ratio) +
+                  ",\"recomputes\":" + std::to_string(p.recomputes) + ",\"peak_memory\":[";
+  for (std::size_t i = 0; i < p.peak_per_rank.size(); ++i)
+    j += (i ? "," : "") + json_number(p.peak_per_rank[i]);
+  return j + "]}";
+}
+
+int cmd_tune(const std::vector<std::string>& argv) {
+  std::vector<OptionSpec> specs = {
+      {"--ranks", true, "pipeline ranks P (devices)", "P"},
+      {"--global-batch", true, "sequences per step, cut into microbatches", "N"},
+      {"--memory-budget", true,
+       "activation memory per rank: N (microbatches) or bytes (24GB); default with --model: "
+       "device (memory less weights, gradients and optimizer state), else none",
+       "X"},
+      {"--bases", true, "base schedules (default 1f1b,interleaved-1f1b,zb-h1)", "LIST"},
+      {"--chunks", true, "chunks tried for interleaved-1f1b (default 2,4)", "LIST"},
+      {"--microbatch-sizes", true,
+       "sequences per microbatch tried (default 1,2,4,8; 1 with "
+       "UniformCost)",
+       "LIST"},
+      {"--checkpoint", true, "modes searched (default none,selective,mario; full is the fallback)",
+       "LIST"},
+      {"--json", false, "print one JSON object"},
+      {"--progress", false, "show progress on standard error (default: when it is a terminal)"},
+  };
+  for (const auto& c : cost_options)
+    if (c.name != "--microbatch-size") specs.push_back(c);
+  if (wants_help(argv)) {
+    std::cout << help_text(
+        "pipesched tune --ranks P --global-batch N (--cost K=V,... | --model M --device D) "
+        "[--memory-budget X] [--bases LIST] [--chunks LIST] [--microbatch-sizes LIST] "
+        "[--checkpoint LIST] [--json]",
+        "Searches base schedule, chunks, microbatch size and count, and checkpointing (none,\n"
+        "conventional selective, Mario) with the simulator, under a per-rank memory budget, and\n"
+        "prints the fastest plan beside the fastest without checkpointing and the fastest\n"
+        "conventional one. Exit 0 when some plan fits, 1 when none does, 2 on bad usage.",
+        specs);
+    return exit_ok;
+  }
+  Args a = parse_args("tune", argv, specs, 0);
+  if (!a.has("--ranks") || !a.has("--global-batch"))
+    throw usage_error("pipesched tune: give --ranks P and --global-batch N");
+  ps::TuneRequest req;
+  req.ranks = parse_int("--ranks", a.get("--ranks"), 1, 4096);
+  req.global_batch = parse_int("--global-batch", a.get("--global-batch"), 1, 1 << 20);
+  if (a.has("--bases")) req.bases = split_list(a.get("--bases"));
+  if (a.has("--chunks")) req.chunks = parse_int_list("--chunks", a.get("--chunks"), 1, 64);
+  if (a.has("--microbatch-sizes"))
+    req.microbatch_sizes =
+        parse_int_list("--microbatch-sizes", a.get("--microbatch-sizes"), 1, 1 << 16);
+  if (a.has("--checkpoint")) {
+    req.checkpoints.clear();
+    for (const std::string& m : split_list(a.get("--checkpoint"))) {
+      try {
+        req.checkpoints.push_back(ps::parse_checkpoint_mode(m));
+      } catch (const ps::parse_error& e) {
+        throw usage_error(std::string("--checkpoint: ") + e.what());
+      }
+    }
+  }
+  const AnyCost cost = get_cost(a);
+  const bool tc = is_transformer(cost);
+  if (!tc && !a.has("--microbatch-sizes")) req.microbatch_sizes = {1};
+  if (a.has("--memory-budget")) {
+    const std::string text = a.get("--memory-budget");
+    if (ps::detail::lower_ascii(text) != "device") {
+      ps::MemoryBudgetValue v;
+      try {
+        v = ps::parse_memory_budget(text);
+      } catch (const ps::parse_error& e) {
+        throw usage_error(std::string("--memory-budget: ") + e.what());
+      }
+      if (tc != v.bytes)
+        throw usage_error("--memory-budget " + text +
+                          (tc ? " needs a unit (24GB, 512MiB) or 'device' "
+                                "with --model/--device"
+                              : " must be a plain number of microbatches "
+                                "without --model/--device"));
+      req.budget = ps::MemoryBudget{.all = v.value};
+    } else if (!tc) {
+      throw usage_error("--memory-budget device needs --model and --device");
+    }
+  }
+  try {
+    req.check();
+  } catch (const ps::invalid_problem& e) {
+    throw usage_error(e.what());
+  }
+  const bool show = a.has("--progress") || ::isatty(2);
+  auto progress = [&](int done, int total, const ps::TunePlan* best) {
+    if (!show) return;
+    std::fprintf(stderr, "\rtune: %d/%d candidates%s%s", done, total, best ? ", best so far: " : "",
+                 best ? ps::describe(*best).c_str() : "");
+    if (done == total) std::fprintf(stderr, "\n");
+  };
+  ps::TuneResult r;
+  try {
+    if (tc) {
+      const auto& t = std::get<ps::TransformerCost>(cost);
+      r = ps::tune(req, t.model, t.device, progress);
+    } else {
+      r = ps::tune(req, std::get<ps::UniformCost>(cost), progress);
+    }
+  } catch (const ps::invalid_problem& e) {
+    throw usage_error(e.what());
+  }
+  const char* unit = tc ? " s" : "";
+  if (a.has("--json")) {
+    auto opt = [&](const std::optional<ps::TunePlan>& p) {
+      return p ? plan_json(*p) : std::string("null");
+    };
+    std::cout << "{\"best\":" << opt(r.best)
+              << ",\"best_without_checkpoint\":" << opt(r.best_without_checkpoint)
+              << ",\"best_conventional\":" << opt(r.best_conventional)
+              << ",\"best_mario\":" << opt(r.best_mario)
+              << ",\"time_unit\":" << json_string(tc ? "seconds" : "units")
+              << ",\"candidates\":" << r.candidates_tried
+              << ",\"seconds\":" << json_number(r.seconds) << "}\n";
+  } else {
+    auto row = [&](const char* what, const std::optional<ps::TunePlan>& p) {
+      if (!p) {
+        std::printf("%-26s none fits\n", what);
+        return;
+      }
+      std::printf("%-26s %-58s step %.6g%s", what, ps::describe(*p).c_str(), p->makespan, unit);
+      if (r.best && p->makespan > r.best->makespan * (1 + 1e-12))
+        std::printf("  (best is %.3fx faster)", p->makespan / r.best->makespan);
+      std::printf("\n");
+    };
+    row("best:", r.best);
+    row("best without checkpoint:", r.best_without_checkpoint);
+    row("best conventional:", r.best_conventional);
+    row("best Mario:", r.best_mario);
+    std::printf("searched %d candidates in %.2f s (%d refused, %d over budget, %d pruned)\n",
+                r.candidates_tried, r.seconds, r.candidates_refused, r.candidates_over_budget,
+                r.candidates_pruned);
+    for (const std::string& n : r.notes)
+      std::printf("note: %s\n", n.c_str());
+  }
+  return r.best ? exit_ok : exit_invalid;
+}
+
 const char* main_help =
     "usage: pipesched COMMAND [OPTIONS]\n"
     "\n"
@@ -768,6 +942,7 @@ const char* main_help =
     "  simulate   time and memory of a schedule under a cost model (--json for scripts)\n"
     "  render     draw a schedule: SVG timeline, Chrome trace, text grid\n"
     "  convert    convert between CSV and the text form\n"
+    "  tune       search schedule, microbatching and checkpointing under a memory budget\n"
     "\n"
     "Run 'pipesched COMMAND --help' for a command's options.\n"
     "Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input.\n";
@@ -793,8 +968,9 @@ int main(int argc, char** argv) {
     if (command == "simulate") return cmd_simulate(args);
     if (command == "render") return cmd_render(args);
     if (command == "convert") return cmd_convert(args);
+    if (command == "tune") return cmd_tune(args);
     throw usage_error("unknown command '" + command +
-                      "'; commands are list, generate, validate, simulate, render, convert "
+                      "'; commands are list, generate, validate, simulate, render, convert, tune "
                       "(see pipesched --help)");
   } catch (const usage_error& e) {
     std::fprintf(stderr, "pipesched: %s\n", e.what());

@@ -21,10 +21,12 @@
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
-#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/analysis/validate.hpp"
+
+#include "pipesched/tune/tune.hpp"
 
 #include "pipesched/io/action_string.hpp"
 #include "pipesched/io/csv.hpp"

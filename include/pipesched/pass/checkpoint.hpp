@@ -26,10 +26,14 @@ enum class CheckpointMode { None, Full, Selective, Mario };
 
 constexpr const char* to_string(CheckpointMode m) noexcept {
   switch (m) {
-    case CheckpointMode::None: return "none";
-    case CheckpointMode::Full: return "full";
-    case CheckpointMode::Selective: return "selective";
-    case CheckpointMode::Mario: return "mario";
+    case CheckpointMode::None:
+      return "none";
+    case CheckpointMode::Full:
+      return "full";
+    case CheckpointMode::Selective:
+      return "selective";
+    case CheckpointMode::Mario:
+      return "mario";
   }
   return "?";
 }
@@ -43,7 +47,7 @@ struct MemoryBudget {
 
   double of(int rank) const {
     return rank < static_cast<int>(per_rank.size()) ? per_rank[static_cast<std::size_t>(rank)]
-                                                      : all;
+                                                    : all;
   }
   bool limited() const {
     if (std::isfinite(all)) return true;
@@ -60,9 +64,7 @@ struct UnitIndex {
   int stages = 0, microbatches = 0, slices = 0;
   explicit UnitIndex(const Problem& p)
       : stages(p.stages), microbatches(p.microbatches), slices(p.slices) {}
-  std::size_t size() const {
-    return static_cast<std::size_t>(stages) * microbatches * slices;
-  }
+  std::size_t size() const { return static_cast<std::size_t>(stages) * microbatches * slices; }
   std::size_t operator()(int s, int m, int k) const {
     return (static_cast<std::size_t>(s) * microbatches + m) * slices + k;
   }
@@ -204,8 +206,8 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
         std::vector<char> all(unit.size(), 1);
         Schedule full = detail::insert_recompute_before_backward(base, all);
         const double least = detail::list_peak(full, r, cost, ctx, all);
-        throw invalid_problem("memory budget " + detail::budget_text(limit) + " is too small for rank " +
-                              std::to_string(r) + " of '" + base.name +
+        throw invalid_problem("memory budget " + detail::budget_text(limit) +
+                              " is too small for rank " + std::to_string(r) + " of '" + base.name +
                               "': even with every unit checkpointed it holds " +
                               detail::budget_text(least) + "; give a budget of at least " +
                               detail::budget_text(least) + ", or more ranks or microbatches.");

@@ -31,11 +31,11 @@ namespace pipesched {
 
 //! Knobs of the Mario pass. The defaults search everything.
 struct MarioOptions {
-  bool hoist = true;    //!< (a) move recomputes into waits
-  bool prepose = true;  //!< (b) search extra forwards before the first backward
-  int max_prepose = -1; //!< most extra forwards per rank; -1 = what the rank's bubble holds
-  bool choose = true;   //!< (c) try more than one rule for what to checkpoint
-  int passes = 3;       //!< hoisting rounds (each plans with the previous round's timing)
+  bool hoist = true;     //!< (a) move recomputes into waits
+  bool prepose = true;   //!< (b) search extra forwards before the first backward
+  int max_prepose = -1;  //!< most extra forwards per rank; -1 = what the rank's bubble holds
+  bool choose = true;    //!< (c) try more than one rule for what to checkpoint
+  int passes = 3;        //!< hoisting rounds (each plans with the previous round's timing)
 };
 
 namespace detail {
@@ -94,8 +94,8 @@ bool select_checkpoints(const Schedule& base, const Cost& cost, const MemoryBudg
       for (std::size_t u = 0; u < unit.size(); ++u) {
         if (ckpt[u] || fwd_at[u] < 0 || fwd_at[u] > over_at) continue;
         if (bwd_at[u] < over_at || (bwd_at[u] == over_at && !over_is_r)) continue;
-        const bool better = rule == PickRule::LatestBackward ? bwd_at[u] > best_bwd
-                                                             : bwd_at[u] < best_bwd;
+        const bool better =
+            rule == PickRule::LatestBackward ? bwd_at[u] > best_bwd : bwd_at[u] < best_bwd;
         if (better) {
           best_bwd = bwd_at[u];
           best = static_cast<int>(u);
@@ -139,8 +139,7 @@ inline Schedule prepose_forwards(const Schedule& s, const std::vector<int>& extr
 
 //! How many forwards fit in each rank's idle time before its first backward, in `sim`.
 template <class Cost>
-std::vector<int> warmup_capacity(const Schedule& s, const SimulationResult& sim,
-                                 const Cost& cost) {
+std::vector<int> warmup_capacity(const Schedule& s, const SimulationResult& sim, const Cost& cost) {
   const CostContext ctx{s.problem, s.placement, 1};
   std::vector<int> cap(s.rank_count(), 0);
   for (int r = 0; r < s.rank_count(); ++r) {
@@ -263,8 +262,11 @@ Schedule hoist_recompute(const Schedule& s, const Cost& cost, const MemoryBudget
                  Action::make(OpKind::B, st + 1, mb, sl));
           if (sl + 1 < K) need(end_bi, st, mb, sl + 1, false, x);
           break;
-        case OpKind::W: need(end_bi, st, mb, sl, false, x); break;
-        default: break;
+        case OpKind::W:
+          need(end_bi, st, mb, sl, false, x);
+          break;
+        default:
+          break;
       }
     };
     if (a.kind == OpKind::Overlap) {
@@ -298,7 +300,8 @@ Schedule hoist_recompute(const Schedule& s, const Cost& cost, const MemoryBudget
   std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
   std::vector<char> parked(nranks, 0);
   std::vector<double> parked_at(nranks, 0);
-  for (int r = 0; r < nranks; ++r) heap.push({0.0, r});
+  for (int r = 0; r < nranks; ++r)
+    heap.push({0.0, r});
   int finished = 0;
   auto wake = [&] {
     for (int q = 0; q < nranks; ++q)
@@ -344,11 +347,10 @@ Schedule hoist_recompute(const Schedule& s, const Cost& cost, const MemoryBudget
       continue;
     }
     // The rank would wait: hoist the pending recompute needed soonest, if it fits.
-    const double gap_end =
-        rt < inf ? rt
-                 : (R.pos < estimate[static_cast<std::size_t>(r)].size()
-                        ? estimate[static_cast<std::size_t>(r)][R.pos]
-                        : -inf);
+    const double gap_end = rt < inf ? rt
+                                    : (R.pos < estimate[static_cast<std::size_t>(r)].size()
+                                           ? estimate[static_cast<std::size_t>(r)][R.pos]
+                                           : -inf);
     bool hoisted = false;
     for (int u : R.pending) {
       const Action& b = R.main[static_cast<std::size_t>(bwd_pos[static_cast<std::size_t>(u)])];
@@ -365,7 +367,8 @@ Schedule hoist_recompute(const Schedule& s, const Cost& cost, const MemoryBudget
         fits = R.level[static_cast<std::size_t>(i)] + R.extra[static_cast<std::size_t>(i)] + grow <=
                budget.of(r) + 1e-9;
       if (!fits) continue;
-      for (int i = static_cast<int>(R.pos); i < bp; ++i) R.extra[static_cast<std::size_t>(i)] += grow;
+      for (int i = static_cast<int>(R.pos); i < bp; ++i)
+        R.extra[static_cast<std::size_t>(i)] += grow;
       std::erase(R.pending, u);
       run(r, rc, t);
       hoisted = true;
@@ -381,14 +384,16 @@ Schedule hoist_recompute(const Schedule& s, const Cost& cost, const MemoryBudget
   }
   if (finished < nranks) {
     int done = 0;
-    for (const Rank& R : rk) done += R.pos >= R.main.size();
+    for (const Rank& R : rk)
+      done += R.pos >= R.main.size();
     if (done < nranks)
       throw invalid_schedule("Mario: the base schedule '" + s.name +
                              "' cannot run to the end (a rank waits for an action that never "
                              "runs); validate it first.");
   }
   Schedule out = s;
-  for (int r = 0; r < nranks; ++r) out.ranks[static_cast<std::size_t>(r)] = std::move(rk[r].out);
+  for (int r = 0; r < nranks; ++r)
+    out.ranks[static_cast<std::size_t>(r)] = std::move(rk[r].out);
   return out;
 }
 
@@ -400,7 +405,8 @@ inline std::vector<std::vector<double>> main_starts(const Schedule& s,
   for (int r = 0; r < s.rank_count(); ++r)
     for (std::size_t i = 0; i < s.ranks[static_cast<std::size_t>(r)].size(); ++i)
       if (s.ranks[static_cast<std::size_t>(r)][i].kind != OpKind::R)
-        est[static_cast<std::size_t>(r)].push_back(sim.timing[static_cast<std::size_t>(r)][i].start);
+        est[static_cast<std::size_t>(r)].push_back(
+            sim.timing[static_cast<std::size_t>(r)][i].start);
   return est;
 }
 
@@ -437,11 +443,13 @@ Schedule checkpoint_mario(const Schedule& base_in, const Cost& cost, const Memor
 
   std::vector<int> cap = detail::warmup_capacity(base, base_sim, cost);
   int max_cap = 0;
-  for (int c : cap) max_cap = std::max(max_cap, c);
+  for (int c : cap)
+    max_cap = std::max(max_cap, c);
   if (options.max_prepose >= 0) max_cap = std::min(max_cap, options.max_prepose);
   std::vector<int> levels{0};
   if (options.prepose)
-    for (int e = 1; e <= max_cap; e = e < 4 ? e + 1 : e * 2) levels.push_back(e);
+    for (int e = 1; e <= max_cap; e = e < 4 ? e + 1 : e * 2)
+      levels.push_back(e);
   if (options.prepose && max_cap > 0 && levels.back() != max_cap) levels.push_back(max_cap);
   std::vector<detail::PickRule> rules{detail::PickRule::LatestBackward};
   if (options.choose) rules.push_back(detail::PickRule::EarliestBackward);
@@ -451,7 +459,8 @@ Schedule checkpoint_mario(const Schedule& base_in, const Cost& cost, const Memor
   bool any = false;
   for (int e : levels) {
     std::vector<int> extra(cap.size());
-    for (std::size_t r = 0; r < cap.size(); ++r) extra[r] = std::min(e, cap[r]);
+    for (std::size_t r = 0; r < cap.size(); ++r)
+      extra[r] = std::min(e, cap[r]);
     const Schedule pre = e == 0 ? base : detail::prepose_forwards(base, extra);
     if (e > 0 && !check(pre).ok()) continue;  // this much preposing deadlocks
     for (detail::PickRule rule : rules) {
@@ -473,8 +482,8 @@ Schedule checkpoint_mario(const Schedule& base_in, const Cost& cost, const Memor
         Schedule cur = cand;
         SimulationResult cur_sim = sim;
         for (int pass = 0; pass < std::max(1, options.passes); ++pass) {
-          Schedule h = detail::hoist_recompute(cur, cost, budget,
-                                               detail::main_starts(cur, cur_sim), min_fit);
+          Schedule h = detail::hoist_recompute(cur, cost, budget, detail::main_starts(cur, cur_sim),
+                                               min_fit);
           SimulationResult hs = simulate(h, cost);
           if (hs.deadlock || !fits(hs)) break;
           consider(h, hs);

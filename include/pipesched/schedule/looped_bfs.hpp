@@ -20,8 +20,8 @@ namespace pipesched::schedule {
 //! then the backwards of its last chunk, ..., down to chunk 0. Backwards take microbatches
 //! in increasing order (PyTorch's ScheduleLoopedBFS takes them in decreasing order; both
 //! are valid and time the same), so weight gradients accumulate in the order sequential
-//! training adds them and a pipelined step is bit-identical to it. With `wgrad` Split each backward is I immediately followed by its
-//! W. Needs `slices == 1`; throws invalid_problem otherwise.
+//! training adds them and a pipelined step is bit-identical to it. With `wgrad` Split each backward
+//! is I immediately followed by its W. Needs `slices == 1`; throws invalid_problem otherwise.
 inline Schedule looped_bfs(Problem p, WGradMode wgrad = WGradMode::Fused) {
   constexpr const char* generator = "looped-bfs";
   detail::check_problem(p, generator);

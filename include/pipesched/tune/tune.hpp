@@ -11,8 +11,8 @@
 //                      microbatches = global_batch / microbatch size;
 //   checkpointing      each of TuneRequest::checkpoints (none, selective, mario by default),
 //                      and full checkpointing as a fallback when nothing else fits.
-// A configuration a generator or the cost model refuses (too few microbatches for an
-// interleaved group, more stages than layers, weights alone over the device memory) is
+// A configuration a generator or the cost model refuses (microbatches that do not make whole
+// interleaved groups, more stages than layers, weights alone over the device memory) is
 // skipped, as is every plan whose simulated peak exceeds the budget on some rank.
 //
 // Pruning, all of it safe (it never drops a plan that would have been kept):
@@ -24,6 +24,9 @@
 //     max over ranks of (earliest a rank can start + its compute time), and not run where
 //     that bound cannot beat the best plan of their kind already found: recomputes only add
 //     compute time.
+// Cost: on GPT-3 13B and Llama 2 13B over 16 or 32 GPUs with 128 sequences (64 candidates of
+// up to 8,000 actions each, bench/mario_tuner.cpp) a search takes 0.1 to 3.5 s on one core,
+// nearly all of it in the Mario pass.
 #pragma once
 
 #include <algorithm>
@@ -32,9 +35,9 @@
 #include <cstddef>
 #include <functional>
 #include <limits>
-#include <numeric>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 

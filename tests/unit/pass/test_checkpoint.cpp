@@ -21,7 +21,8 @@ const ps::UniformCost cost{.f = 1, .b = 2, .w = 1, .r = 1, .boundary = 0.05};
 int count(const ps::Schedule& s, ps::OpKind k) {
   int n = 0;
   for (const auto& l : s.ranks)
-    for (const ps::Action& a : l) n += a.kind == k;
+    for (const ps::Action& a : l)
+      n += a.kind == k;
   return n;
 }
 
@@ -39,7 +40,8 @@ std::vector<GridPoint> grid() {
   std::vector<GridPoint> g;
   for (int p : {4, 8, 16})
     for (int m : {p, 2 * p, 4 * p})
-      for (double b : {2.0, p / 2.0}) g.push_back({p, m, b});
+      for (double b : {2.0, p / 2.0})
+        g.push_back({p, m, b});
   return g;
 }
 
@@ -72,14 +74,16 @@ TEST(Checkpoint, SelectiveFitsTheBudgetWithTheFewestRecomputesItNeeds) {
                  " budget=" + std::to_string(g.budget));
     ps::Schedule base = ps::schedule::one_f_one_b({.ranks = g.p, .microbatches = g.m});
     std::vector<char> chosen;
-    ps::Schedule s = ps::checkpoint_selective(base, cost, ps::MemoryBudget{.all = g.budget}, &chosen);
+    ps::Schedule s =
+        ps::checkpoint_selective(base, cost, ps::MemoryBudget{.all = g.budget}, &chosen);
     ps::validate(s);
     ps::SimulationResult r = ps::simulate(s, cost);
     expect_fits(r, g.budget);
     // Ranks whose 1F1B peak already fits checkpoint nothing.
     const int fits_from = std::max(0, g.p - static_cast<int>(std::floor(g.budget + 1e-9)));
     for (int st = fits_from; st < g.p; ++st)
-      for (int mb = 0; mb < g.m; ++mb) EXPECT_FALSE(chosen[st * g.m + mb]) << "stage " << st;
+      for (int mb = 0; mb < g.m; ++mb)
+        EXPECT_FALSE(chosen[st * g.m + mb]) << "stage " << st;
     // Recomputes run right before their backward.
     for (const auto& list : s.ranks)
       for (std::size_t i = 0; i < list.size(); ++i)
@@ -151,8 +155,9 @@ TEST(Mario, LeavesAFittingScheduleAloneAndRefusesCommunication) {
   ps::Schedule m = ps::checkpoint_mario(base, cost, ps::MemoryBudget{.all = 4.0});
   EXPECT_EQ(count(m, ps::OpKind::R), 0);
   EXPECT_EQ(m.ranks, base.ranks);
-  EXPECT_THROW(ps::checkpoint_mario(ps::lower_communication(base), cost, ps::MemoryBudget{.all = 2.0}),
-               ps::invalid_problem);
+  EXPECT_THROW(
+      ps::checkpoint_mario(ps::lower_communication(base), cost, ps::MemoryBudget{.all = 2.0}),
+      ps::invalid_problem);
 }
 
 TEST(Mario, PerRankBudgets) {
@@ -160,5 +165,6 @@ TEST(Mario, PerRankBudgets) {
   ps::MemoryBudget b;
   b.per_rank = {2.0, 3.0, 4.0, 4.0};
   ps::SimulationResult r = ps::simulate(ps::checkpoint_mario(base, cost, b), cost);
-  for (int q = 0; q < 4; ++q) EXPECT_LE(r.ranks[q].peak_memory, b.per_rank[q] + 1e-9);
+  for (int q = 0; q < 4; ++q)
+    EXPECT_LE(r.ranks[q].peak_memory, b.per_rank[q] + 1e-9);
 }

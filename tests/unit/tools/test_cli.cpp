@@ -16,6 +16,7 @@
 
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pipesched.hpp"
+#include "pipesched/tune/tune.hpp"
 
 namespace ps = pipesched;
 
@@ -470,4 +471,27 @@ TEST(CliCheckpoint, RenderDrawsTheCheckpointedSchedule) {
   ASSERT_EQ(plain.code, 0) << plain.err;
   ASSERT_EQ(full.code, 0) << full.err;
   EXPECT_NE(plain.out, full.out);
+}
+
+TEST(Cli, TuneFindsAPlanWithinTheBudget) {
+  CliRun r = run("tune --ranks 4 --global-batch 16 --memory-budget 2 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ps::TuneRequest req;
+  req.ranks = 4;
+  req.global_batch = 16;
+  req.microbatch_sizes = {1};
+  req.budget = ps::MemoryBudget{.all = 2.0};
+  const ps::TuneResult lib = ps::tune(req, ps::UniformCost{});
+  ASSERT_TRUE(lib.best.has_value());
+  EXPECT_DOUBLE_EQ(json_field(r.out, "makespan"), lib.best->makespan);
+  EXPECT_NE(r.out.find("\"best_without_checkpoint\":null"), std::string::npos) << r.out;
+  // A human-readable table by default; nothing fits at all: exit 1.
+  r = run("tune --ranks 4 --global-batch 16 --memory-budget 2");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("best Mario:"), std::string::npos) << r.out;
+  r = run("tune --ranks 8 --global-batch 16 --memory-budget 0.5");
+  EXPECT_EQ(r.code, 1) << r.err;
+  r = run("tune --ranks 4 --global-batch 16 --memory-budget 24GB");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("plain number"), std::string::npos) << r.err;
 }
