@@ -7,8 +7,9 @@
 //   pipesched render   (--schedule NAME ... | FILE) [cost] [checkpoint] [--svg FILE] ...
 //   pipesched convert IN OUT
 //
-// where [cost] is --cost K=V,... or --model M --device D, and [checkpoint] is
-// --checkpoint none|full|selective|mario with --memory-budget X.
+// where [cost] is --cost K=V,... or --model M --device D (with --slicing MODE for the slice
+// lengths), and [checkpoint] is --checkpoint none|full|selective|mario with --memory-budget X.
+// A generated schedule takes --slices K, --warmup N and --wgrad fused|split|fine besides.
 //
 // Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input (an
 // unknown checkpoint mode, a malformed memory budget, or a budget no checkpointing meets).
@@ -31,11 +32,13 @@
 #include <vector>
 
 #include "pipesched/analysis/presets.hpp"
+#include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/io/text_grid.hpp"
 #include "pipesched/io/trace.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pipesched.hpp"
 #include "pipesched/tune/tune.hpp"
 
@@ -173,12 +176,68 @@ const std::vector<OptionSpec> schedule_options = {
     {"--schedule", true, "generator name (see pipesched list)", "NAME"},
     {"--ranks", true, "pipeline ranks P", "P"},
     {"--microbatches", true, "microbatches per step M", "M"},
-    {"--chunks", true, "stages per rank V (interleaved-1f1b, looped-bfs; default 2)", "V"},
-    {"--wgrad", true, "backward: fused (B) or split (I then W); default: the schedule's",
-     "fused|split"},
+    {"--chunks", true, "stages per rank V (interleaved-1f1b, looped-bfs, slice-pipe; default 2)",
+     "V"},
+    {"--slices", true, "sequence slices per microbatch K (gpipe, seq-1f1b, slice-pipe; default 1)",
+     "K"},
+    {"--warmup", true,
+     "forwards rank 0 runs before its first backward (slice-pipe; default: the schedule's)", "N"},
+    {"--wgrad", true,
+     "backward: fused (B), split (I then W) or fine (W cut into parts run in waits); default: "
+     "the schedule's",
+     "fused|split|fine"},
+    {"--wgrad-parts", true, "parts of each weight gradient with --wgrad fine (default 4)", "N"},
 };
 
-ps::Schedule generated_schedule(const std::string& command, const Args& a) {
+//! How the backward is asked for: the generator's mode, and for `fine` the parts that
+//! fill_weight_gradients cuts each W into after checkpointing.
+struct WGradChoice {
+  ps::WGradMode mode = ps::WGradMode::Fused;
+  bool fine = false;
+  int parts = 4;
+};
+
+//! The generators accepting `has`, by name: "gpipe, seq-1f1b, slice-pipe".
+template <class Pred>
+std::string generator_names(Pred has) {
+  std::string names;
+  for (const auto& g : ps::generators())
+    if (has(g)) names += (names.empty() ? "" : ", ") + std::string(g.name);
+  return names;
+}
+
+WGradChoice parse_wgrad_choice(const ps::GeneratorInfo& g, const Args& a) {
+  WGradChoice w;
+  w.mode = g.default_wgrad;
+  const std::string name(g.name);
+  if (a.has("--wgrad")) {
+    const std::string text = a.get("--wgrad");
+    if (text == "fused") {
+      w.mode = ps::WGradMode::Fused;
+    } else if (text == "split") {
+      w.mode = ps::WGradMode::Split;
+    } else if (text == "fine") {
+      if (!g.split)
+        throw usage_error("--wgrad fine cuts the weight gradients of a split backward, which '" +
+                          name + "' does not run; use --wgrad fused");
+      w.mode = ps::WGradMode::Split;
+      w.fine = true;
+    } else {
+      throw usage_error("--wgrad takes fused, split or fine, got '" + text + "'");
+    }
+  }
+  if (a.has("--wgrad-parts")) {
+    if (!w.fine)
+      throw usage_error(
+          "--wgrad-parts sets the parts of each weight gradient under --wgrad fine; give "
+          "--wgrad fine too, or leave --wgrad-parts out");
+    w.parts = parse_int("--wgrad-parts", a.get("--wgrad-parts"), 1, 1024);
+  }
+  return w;
+}
+
+ps::Schedule generated_schedule(const std::string& command, const Args& a,
+                                WGradChoice* wgrad_choice = nullptr) {
   if (!a.has("--schedule"))
     throw usage_error("pipesched " + command +
                       ": give --schedule NAME (see pipesched list) or a "
@@ -199,18 +258,27 @@ ps::Schedule generated_schedule(const std::string& command, const Args& a) {
     int v = parse_int("--chunks", a.get("--chunks"), 1, 1024);
     p.stages = p.ranks * v;
   }
-  ps::WGradMode wgrad = g.default_wgrad;
-  if (a.has("--wgrad")) {
-    std::string w = a.get("--wgrad");
-    if (w == "fused")
-      wgrad = ps::WGradMode::Fused;
-    else if (w == "split")
-      wgrad = ps::WGradMode::Split;
-    else
-      throw usage_error("--wgrad takes fused or split, got '" + w + "'");
+  const std::string name(g.name);
+  if (a.has("--slices")) {
+    p.slices = parse_int("--slices", a.get("--slices"), 1, 1 << 16);
+    if (p.slices > 1 && !g.slices)
+      throw usage_error("--slices " + std::to_string(p.slices) + ": schedule '" + name +
+                        "' runs whole microbatches; slice-level schedules are " +
+                        generator_names([](const auto& x) { return x.slices; }) +
+                        " (or give --slices 1)");
   }
+  int warmup = 0;
+  if (a.has("--warmup")) {
+    if (!g.generate_with_warmup)
+      throw usage_error("--warmup: schedule '" + name +
+                        "' has no warm-up to set; schedules with one: " +
+                        generator_names([](const auto& x) { return x.generate_with_warmup; }));
+    warmup = parse_int("--warmup", a.get("--warmup"), 1, 1 << 24);
+  }
+  const WGradChoice w = parse_wgrad_choice(g, a);
+  if (wgrad_choice) *wgrad_choice = w;
   try {
-    return g.generate(p, wgrad);
+    return warmup > 0 ? g.generate_with_warmup(p, w.mode, warmup) : g.generate(p, w.mode);
   } catch (const ps::invalid_problem& e) {
     throw usage_error(e.what());
   }
@@ -224,9 +292,10 @@ ps::Schedule file_schedule(const std::string& path) {
   }
 }
 
-ps::Schedule get_schedule(const std::string& command, const Args& a) {
-  const bool from_gen = a.has("--schedule") || a.has("--ranks") || a.has("--microbatches") ||
-                        a.has("--chunks") || a.has("--wgrad");
+ps::Schedule get_schedule(const std::string& command, const Args& a, WGradChoice& wgrad) {
+  bool from_gen = false;
+  for (const OptionSpec& o : schedule_options)
+    from_gen = from_gen || a.has(o.name);
   if (!a.positionals.empty()) {
     if (from_gen)
       throw usage_error("pipesched " + command +
@@ -234,7 +303,7 @@ ps::Schedule get_schedule(const std::string& command, const Args& a) {
                         "NAME with its options, not both");
     return file_schedule(a.positionals[0]);
   }
-  return generated_schedule(command, a);
+  return generated_schedule(command, a, &wgrad);
 }
 
 void require_valid(const ps::Schedule& s) {
@@ -335,6 +404,72 @@ ps::SimulationResult run_simulation(const ps::Schedule& s, const AnyCost& cost) 
 
 bool is_transformer(const AnyCost& c) {
   return std::holds_alternative<ps::TransformerCost>(c);
+}
+
+// ---------------------------------------------------------------------------------------
+// Slice lengths from the command line: where each microbatch's sequence is cut, which only
+// TransformerCost (tokens, causal attention) can tell apart.
+
+const std::vector<OptionSpec> slicing_options = {
+    {"--slicing", true,
+     "slice lengths: uniform (default), balanced (equal forward time) or terapipe (TeraPipe's "
+     "optimum); the last two need --model and --device",
+     "MODE"},
+};
+
+//! The slicing asked for and, under TransformerCost, the lengths it gave.
+struct SlicingChoice {
+  ps::SlicingMode mode = ps::SlicingMode::Uniform;
+  std::vector<int> lengths;  // empty without TransformerCost
+};
+
+//! Sets the slice lengths of a TransformerCost `cost` for the slices of `s` as --slicing asks
+//! (TeraPipe's p is the rank count of `s`); any other cost is left as it is.
+SlicingChoice apply_slicing_options(AnyCost& cost, const Args& a, const ps::Schedule& s) {
+  SlicingChoice choice;
+  if (a.has("--slicing")) {
+    try {
+      choice.mode = ps::parse_slicing_mode(a.get("--slicing"));
+    } catch (const ps::parse_error& e) {
+      throw usage_error(std::string("--slicing: ") + e.what());
+    }
+  }
+  if (!is_transformer(cost)) {
+    if (choice.mode != ps::SlicingMode::Uniform)
+      throw usage_error(std::string("--slicing ") + ps::to_string(choice.mode) +
+                        " chooses slice lengths from the cost of each token under causal "
+                        "attention, which only TransformerCost knows; give --model and --device "
+                        "(UniformCost cuts every microbatch into equal slices)");
+    return choice;
+  }
+  auto& tc = std::get<ps::TransformerCost>(cost);
+  try {
+    choice.lengths = ps::slice_lengths(tc, choice.mode, s.problem.slices, s.problem.ranks);
+  } catch (const ps::invalid_problem& e) {
+    throw usage_error(std::string("--slicing ") + ps::to_string(choice.mode) + ": " + e.what());
+  }
+  tc.slice_lengths = choice.lengths;
+  return choice;
+}
+
+std::string join_ints(const std::vector<int>& values, const char* separator) {
+  std::string out;
+  for (std::size_t i = 0; i < values.size(); ++i)
+    out += (i ? separator : "") + std::to_string(values[i]);
+  return out;
+}
+
+//! `s` with its weight gradients cut into parts and placed in waits when --wgrad fine asks,
+//! under the cost and the memory budget in use; otherwise `s`.
+ps::Schedule apply_wgrad_choice(const ps::Schedule& s, const WGradChoice& w, const AnyCost& cost,
+                                const ps::MemoryBudget& budget) {
+  if (!w.fine) return s;
+  try {
+    return std::visit(
+        [&](const auto& c) { return ps::fill_weight_gradients(s, c, budget, w.parts); }, cost);
+  } catch (const ps::invalid_problem& e) {
+    throw usage_error(std::string("--wgrad fine: ") + e.what());
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -507,10 +642,11 @@ int cmd_list(const std::vector<std::string>& argv) {
   parse_args("list", argv, {}, 0);
   std::printf("schedules (--schedule):\n");
   for (const auto& g : ps::generators())
-    std::printf("  %-18s %s [%s%s; wgrad: %s%s%s]\n", std::string(g.name).c_str(),
+    std::printf("  %-18s %s [%s%s%s%s; wgrad: %s%s%s]\n", std::string(g.name).c_str(),
                 std::string(g.summary).c_str(), ps::to_string(g.placement),
-                g.chunks_vary ? ", --chunks" : "", g.fused ? "fused" : "",
-                g.fused && g.split ? "|" : "", g.split ? "split" : "");
+                g.chunks_vary ? ", --chunks" : "", g.slices ? ", --slices" : "",
+                g.generate_with_warmup ? ", --warmup" : "", g.fused ? "fused" : "",
+                g.fused && g.split ? "|" : "", g.split ? "split|fine" : "");
   std::printf("\nplacements:\n");
   std::printf("  %-18s %s\n", "linear", "one stage per rank: stage s on rank s");
   std::printf("  %-18s %s\n", "interleaved", "looped: rank r holds stages r, r+p, r+2p, ...");
@@ -523,11 +659,20 @@ int cmd_list(const std::vector<std::string>& argv) {
   std::printf("  %-18s %s\n", "mario",
               "recompute in bubbles, prepose forwards, within --memory-budget "
               "(1f1b, interleaved-1f1b, zb-h1)");
-  std::printf("\nslicing policies:\n");
-  std::printf("  %-18s %s\n", "whole", "whole sequences (one slice per microbatch)");
+  std::printf("\nslicing policies (--slices K, --slicing):\n");
+  std::printf("  %-18s %s\n", "whole", "whole sequences (one slice per microbatch, --slices 1)");
+  std::printf("  %-18s %s\n", "uniform",
+              "K slices of equal length, the last taking the remainder (the default)");
+  std::printf("  %-18s %s\n", "balanced",
+              "K slices of equal forward time under causal attention: later slices shorter "
+              "(--model)");
+  std::printf("  %-18s %s\n", "terapipe",
+              "K slices minimising TeraPipe's sum + (p-1) x slowest slice time (--model)");
   std::printf("\nwgrad policies (--wgrad):\n");
   std::printf("  %-18s %s\n", "fused", "one backward action B");
   std::printf("  %-18s %s\n", "split", "input gradient I, then weight gradient W (Zero Bubble)");
+  std::printf("  %-18s %s\n", "fine",
+              "split, each W cut into --wgrad-parts parts run where a rank would wait (MEPipe)");
   std::printf("\nmodels (--model):\n");
   for (const auto& m : ps::presets::models())
     std::printf("  %-18s %s\n", m.name.c_str(), m.description.c_str());
@@ -541,6 +686,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   std::vector<OptionSpec> specs = schedule_options;
   specs.insert(specs.end(), checkpoint_options.begin(), checkpoint_options.end());
   specs.insert(specs.end(), cost_options.begin(), cost_options.end());
+  specs.insert(specs.end(), slicing_options.begin(), slicing_options.end());
   specs.push_back(
       {"--format", true, "output form: csv (PyTorch's) or text (default csv)", "csv|text"});
   specs.push_back({"--comm", false, "lower to explicit SEND/RECV actions"});
@@ -548,19 +694,26 @@ int cmd_generate(const std::vector<std::string>& argv) {
   if (wants_help(argv)) {
     std::cout << help_text(
         "pipesched generate --schedule NAME --ranks P --microbatches M "
-        "[--chunks V] [--wgrad fused|split] [--checkpoint MODE] [--memory-budget X] "
-        "[--cost K=V,... | --model NAME --device NAME] [--format csv|text] [--comm] [-o FILE]",
-        "Generates a schedule, checkpoints it (recompute actions R, e.g. 2R0), validates it\n"
-        "and writes it. The cost options only matter for checkpointing: they say what a\n"
-        "forward holds and so what --memory-budget admits (see pipesched simulate --help).",
+        "[--chunks V] [--slices K] [--warmup N] [--wgrad fused|split|fine] [--wgrad-parts N] "
+        "[--checkpoint MODE] [--memory-budget X] "
+        "[--cost K=V,... | --model NAME --device NAME [--slicing MODE]] [--format csv|text] "
+        "[--comm] [-o FILE]",
+        "Generates a schedule, checkpoints it (recompute actions R, e.g. 2R0), places fine\n"
+        "weight-gradient parts (--wgrad fine, e.g. 2W0:1), validates it and writes it. Slices\n"
+        "appear as a suffix (2F0.3: slice 3). The cost options only matter for checkpointing\n"
+        "and fine weight gradients: they say what an action takes and holds, and so what\n"
+        "--memory-budget admits (see pipesched simulate --help).",
         specs);
     return exit_ok;
   }
   Args a = parse_args("generate", argv, specs, 0);
   AnyCost cost = get_cost(a);
-  ps::Schedule s = generated_schedule("generate", a);
+  WGradChoice wgrad;
+  ps::Schedule s = generated_schedule("generate", a, &wgrad);
+  apply_slicing_options(cost, a, s);
   CheckpointChoice choice;
   s = apply_checkpoint_options(s, a, cost, choice);
+  s = apply_wgrad_choice(s, wgrad, cost, choice.budget);
   if (a.has("--comm")) s = ps::lower_communication(s);
   require_valid(s);
   std::string format = a.get("--format", "csv");
@@ -595,12 +748,13 @@ int cmd_validate(const std::vector<std::string>& argv) {
 int cmd_simulate(const std::vector<std::string>& argv) {
   std::vector<OptionSpec> specs = schedule_options;
   specs.insert(specs.end(), cost_options.begin(), cost_options.end());
+  specs.insert(specs.end(), slicing_options.begin(), slicing_options.end());
   specs.insert(specs.end(), checkpoint_options.begin(), checkpoint_options.end());
   specs.push_back({"--json", false, "print one JSON object (schema: docs/cli.md)"});
   if (wants_help(argv)) {
     std::cout << help_text(
         "pipesched simulate (--schedule NAME --ranks P --microbatches M ... | FILE) "
-        "[--cost K=V,...] [--model NAME --device NAME] [--checkpoint MODE] "
+        "[--cost K=V,...] [--model NAME --device NAME [--slicing MODE]] [--checkpoint MODE] "
         "[--memory-budget X] [--json]",
         "Simulates time and memory. UniformCost (default f=1,b=2,w=1,r=1,comm=0,boundary=0.05)\n"
         "measures time in units of one forward and memory in microbatches of activations;\n"
@@ -610,16 +764,24 @@ int cmd_simulate(const std::vector<std::string>& argv) {
         "cannot meet is refused (exit 2). With none or full, a budget is only checked. It is\n"
         "a plain number of microbatches under UniformCost; under TransformerCost bytes with a\n"
         "unit (kB MB GB TB, KiB MiB GiB TiB) or 'device': each rank's device memory less its\n"
-        "weights, gradients and optimizer state.",
+        "weights, gradients and optimizer state.\n"
+        "--slices K cuts each microbatch into K slices (gpipe, seq-1f1b, slice-pipe); under\n"
+        "TransformerCost --slicing sets their lengths: uniform (default), balanced (equal\n"
+        "forward time: later slices, which attend to a longer prefix, get fewer tokens) or\n"
+        "terapipe (TeraPipe's optimum for P ranks). --wgrad fine places the weight-gradient\n"
+        "parts under the same cost and budget.",
         specs);
     return exit_ok;
   }
   Args a = parse_args("simulate", argv, specs, 1);
   AnyCost cost = get_cost(a);
-  ps::Schedule s = get_schedule("simulate", a);
+  WGradChoice wgrad;
+  ps::Schedule s = get_schedule("simulate", a, wgrad);
   require_valid(s);
+  const SlicingChoice slicing = apply_slicing_options(cost, a, s);
   CheckpointChoice choice;
   s = apply_checkpoint_options(s, a, cost, choice);
+  s = apply_wgrad_choice(s, wgrad, cost, choice.budget);
   require_valid(s);
   ps::SimulationResult r = run_simulation(s, cost);
   const bool tc = is_transformer(cost);
@@ -630,6 +792,10 @@ int cmd_simulate(const std::vector<std::string>& argv) {
          ",\"stages\":" + std::to_string(s.problem.stages) +
          ",\"microbatches\":" + std::to_string(s.problem.microbatches) +
          ",\"slices\":" + std::to_string(s.problem.slices) + "}";
+    if (tc) {
+      j += ",\"slicing\":" + json_string(ps::to_string(slicing.mode));
+      j += ",\"slice_lengths\":[" + join_ints(slicing.lengths, ",") + "]";
+    }
     j += ",\"placement\":" + json_string(s.placement.describe());
     j += ",\"actions\":" + std::to_string(s.action_count());
     j += ",\"checkpoint\":" + json_string(ps::to_string(choice.mode));
@@ -661,6 +827,10 @@ int cmd_simulate(const std::vector<std::string>& argv) {
     std::printf("%s: %d ranks, %d stages (%s), %d microbatches, %zu actions\n", s.name.c_str(),
                 s.problem.ranks, s.problem.stages, s.placement.describe().c_str(),
                 s.problem.microbatches, s.action_count());
+    if (s.problem.slices > 1)
+      std::printf("%d slices per microbatch%s%s%s\n", s.problem.slices,
+                  tc ? (std::string(", ") + ps::to_string(slicing.mode)).c_str() : "",
+                  tc ? ": " : "", tc ? (join_ints(slicing.lengths, ", ") + " tokens").c_str() : "");
     std::printf("makespan %.6g%s, bubble %.2f%%, max peak memory %.6g %s\n", r.makespan, tu,
                 100 * r.bubble_ratio, r.peak_memory_max, tc ? "bytes" : "microbatches");
     if (choice.mode != ps::CheckpointMode::None || choice.budgeted) {
@@ -693,6 +863,7 @@ int cmd_simulate(const std::vector<std::string>& argv) {
 int cmd_render(const std::vector<std::string>& argv) {
   std::vector<OptionSpec> specs = schedule_options;
   specs.insert(specs.end(), cost_options.begin(), cost_options.end());
+  specs.insert(specs.end(), slicing_options.begin(), slicing_options.end());
   specs.insert(specs.end(), checkpoint_options.begin(), checkpoint_options.end());
   specs.push_back(
       {"--svg", true, "write an SVG timeline (a row per rank, memory beneath)", "FILE"});
@@ -701,19 +872,23 @@ int cmd_render(const std::vector<std::string>& argv) {
   specs.push_back({"--text", false, "print a text grid (the default when no file is asked for)"});
   if (wants_help(argv)) {
     std::cout << help_text(
-        "pipesched render (--schedule NAME ... | FILE) [--cost ...] [--checkpoint MODE] "
-        "[--memory-budget X] [--svg FILE] [--trace FILE] [--text]",
-        "Draws a simulated schedule, checkpointed as --checkpoint asks (see pipesched\n"
-        "simulate --help).",
+        "pipesched render (--schedule NAME ... | FILE) [--cost ... | --model NAME --device NAME "
+        "[--slicing MODE]] [--checkpoint MODE] [--memory-budget X] [--svg FILE] [--trace FILE] "
+        "[--text]",
+        "Draws a simulated schedule, sliced, checkpointed and with weight gradients placed as\n"
+        "--slicing, --checkpoint and --wgrad ask (see pipesched simulate --help).",
         specs);
     return exit_ok;
   }
   Args a = parse_args("render", argv, specs, 1);
   AnyCost cost = get_cost(a);
-  ps::Schedule s = get_schedule("render", a);
+  WGradChoice wgrad;
+  ps::Schedule s = get_schedule("render", a, wgrad);
   require_valid(s);
+  apply_slicing_options(cost, a, s);
   CheckpointChoice choice;
   s = apply_checkpoint_options(s, a, cost, choice);
+  s = apply_wgrad_choice(s, wgrad, cost, choice.budget);
   require_valid(s);
   ps::SimulationResult r = run_simulation(s, cost);
   const bool tc = is_transformer(cost);
@@ -788,7 +963,9 @@ std::string plan_json(const ps::TunePlan& p) {
                   ",\"makespan\":" + json_number(p.makespan) +
                   ",\"throughput\":" + json_number(p.throughput) +
                   ",\"bubble_ratio\":" + json_number(p.bubble_ratio) +
-                  ",\"recomputes\":" + std::to_string(p.recomputes) + ",\"peak_memory\":[";
+                  ",\"recomputes\":" + std::to_string(p.recomputes) +
+                  ",\"slices\":" + std::to_string(p.slices) +
+                  ",\"fine_wgrad\":" + (p.fine_wgrad ? "true" : "false") + ",\"peak_memory\":[";
   for (std::size_t i = 0; i < p.peak_per_rank.size(); ++i)
     j += (i ? "," : "") + json_number(p.peak_per_rank[i]);
   return j + "]}";
@@ -810,6 +987,12 @@ int cmd_tune(const std::vector<std::string>& argv) {
        "LIST"},
       {"--checkpoint", true, "modes searched (default none,selective,mario; full is the fallback)",
        "LIST"},
+      {"--slices", true, "slices per microbatch tried for gpipe, seq-1f1b, slice-pipe (default 1)",
+       "LIST"},
+      {"--slicing", true, "how --model cuts slices: uniform (default), balanced or terapipe",
+       "MODE"},
+      {"--fine-wgrad", false, "also try weight gradients cut into parts placed in waits"},
+      {"--wgrad-parts", true, "parts per weight gradient with --fine-wgrad (default 4)", "N"},
       {"--json", false, "print one JSON object"},
       {"--progress", false, "show progress on standard error (default: when it is a terminal)"},
   };
@@ -848,8 +1031,24 @@ int cmd_tune(const std::vector<std::string>& argv) {
       }
     }
   }
+  if (a.has("--slices")) req.slices = parse_int_list("--slices", a.get("--slices"), 1, 4096);
+  if (a.has("--wgrad-parts") && !a.has("--fine-wgrad"))
+    throw usage_error("--wgrad-parts needs --fine-wgrad");
+  req.fine_wgrad = a.has("--fine-wgrad");
+  if (a.has("--wgrad-parts"))
+    req.wgrad_parts = parse_int("--wgrad-parts", a.get("--wgrad-parts"), 1, 1024);
   const AnyCost cost = get_cost(a);
   const bool tc = is_transformer(cost);
+  if (a.has("--slicing")) {
+    try {
+      req.slicing = ps::parse_slicing_mode(a.get("--slicing"));
+    } catch (const ps::parse_error& e) {
+      throw usage_error(std::string("--slicing: ") + e.what());
+    }
+    if (req.slicing != ps::SlicingMode::Uniform && !tc)
+      throw usage_error("--slicing " + a.get("--slicing") +
+                        " weighs slices by their attention cost, which only --model/--device know");
+  }
   if (!tc && !a.has("--microbatch-sizes")) req.microbatch_sizes = {1};
   if (a.has("--memory-budget")) {
     const std::string text = a.get("--memory-budget");

@@ -1,5 +1,6 @@
-// ProfiledCost: per-stage durations and bytes taken from a real model (measured by the
-// executor, or computed from the model's shapes), for simulations that predict a run.
+// ProfiledCost: per-stage (or per stage and slice) durations and bytes taken from a real model
+// (measured by the executor, or computed from the model's shapes), for simulations that
+// predict a run.
 #pragma once
 
 #include <string>
@@ -10,7 +11,8 @@
 
 namespace pipesched {
 
-//! One stage's figures for one (microbatch) unit; with K slices each slice takes 1/K.
+//! One stage's figures for one unit: a whole microbatch in `ProfiledCost::stages` (with K
+//! slices each slice takes 1/K), or one slice in `ProfiledCost::slices`.
 struct StageProfile {
   double forward = 0;           //!< seconds (or any time unit) of F
   double backward_input = 0;    //!< I (a full backward B takes backward_input + backward_weight)
@@ -19,12 +21,28 @@ struct StageProfile {
   double activation_bytes = 0;  //!< held from F until the backward
   double wgrad_bytes = 0;       //!< of those, held from I until W
   double boundary_bytes = 0;    //!< kept by a checkpointed F (its input)
+  //! Slice-aware models: bytes the microbatch's slice context holds for gradients of this
+  //! slice's keys/values, which the backwards of later slices produce. They are taken at the
+  //! microbatch's first backward on the stage (that of its last slice, so 0 for the last slice)
+  //! and freed at this slice's backward. (The keys/values themselves live from the slice's F
+  //! to its backward, like its stash: count them in `activation_bytes`, and in
+  //! `boundary_bytes` too, since a checkpointed slice keeps them.)
+  double context_gradient_bytes = 0;
+  //! Bytes each part of a weight gradient cut into parts frees (W part j frees
+  //! `wgrad_part_bytes[j]`) when its size is the schedule's part count; otherwise each part
+  //! frees an even share of `wgrad_bytes`.
+  std::vector<double> wgrad_part_bytes = {};
 };
 
 //! Per-stage profile table. Satisfies `cost_model`.
 struct ProfiledCost {
   std::vector<StageProfile> stages;  //!< indexed by stage
   double transfer = 0;               //!< time for one message between ranks
+  //! Optional per-slice figures: `slices[stage][k]` describes slice k of a microbatch on that
+  //! stage, not divided by the slice count (a later slice's attention reads a longer prefix,
+  //! so slices differ). Used for a stage when it holds one entry per slice of the problem;
+  //! otherwise that stage's `stages` entry is divided evenly among the slices.
+  std::vector<std::vector<StageProfile>> slices = {};
 
   const StageProfile& at(const CostContext& ctx, int stage) const {
     if (stage < 0 || stage >= static_cast<int>(stages.size()))
@@ -35,10 +53,16 @@ struct ProfiledCost {
     return stages[static_cast<std::size_t>(stage)];
   }
 
+  //! True when `slices` has one entry per slice of the problem for `stage`.
+  bool has_slice_figures(const CostContext& ctx, int stage) const {
+    return stage >= 0 && stage < static_cast<int>(slices.size()) &&
+           static_cast<int>(slices[static_cast<std::size_t>(stage)].size()) == ctx.problem.slices;
+  }
+
   double duration(const CostContext& ctx, const Action& a) const {
     if (!is_compute(a.kind) || a.kind == OpKind::Overlap) return 0.0;
-    const StageProfile& p = at(ctx, a.stage);
-    const double k = ctx.problem.slices;
+    double k = 1;
+    const StageProfile& p = figures(ctx, a.stage, a.slice, k);
     const double parts = ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1;
     switch (a.kind) {
       case OpKind::F:
@@ -58,26 +82,55 @@ struct ProfiledCost {
 
   double memory_delta(const CostContext& ctx, const Action& a, bool checkpointed) const {
     if (!is_compute(a.kind) || a.kind == OpKind::Overlap) return 0.0;
-    const StageProfile& p = at(ctx, a.stage);
-    const double k = ctx.problem.slices;
-    const double parts = ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1;
+    double k = 1;
+    const StageProfile& p = figures(ctx, a.stage, a.slice, k);
     switch (a.kind) {
       case OpKind::F:
         return (checkpointed ? p.boundary_bytes : p.activation_bytes) / k;
       case OpKind::R:
         return (p.activation_bytes - p.boundary_bytes) / k;
       case OpKind::B:
-        return -p.activation_bytes / k;
+        return -p.activation_bytes / k + context_gradient_change(ctx, a);
       case OpKind::I:
-        return -(p.activation_bytes - p.wgrad_bytes) / k;
-      case OpKind::W:
+        return -(p.activation_bytes - p.wgrad_bytes) / k + context_gradient_change(ctx, a);
+      case OpKind::W: {
+        const int parts = ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1;
+        if (static_cast<int>(p.wgrad_part_bytes.size()) == parts && a.part >= 0 && a.part < parts)
+          return -p.wgrad_part_bytes[static_cast<std::size_t>(a.part)] / k;
         return -p.wgrad_bytes / k / parts;
+      }
       default:
         return 0.0;
     }
   }
 
   double transfer_time(const CostContext&, const Action&) const { return transfer; }
+
+ private:
+  // The figures of (stage, slice) and the divisor that makes them one slice's.
+  const StageProfile& figures(const CostContext& ctx, int stage, int slice, double& k) const {
+    if (has_slice_figures(ctx, stage) && slice >= 0 && slice < ctx.problem.slices) {
+      k = 1;
+      return slices[static_cast<std::size_t>(stage)][static_cast<std::size_t>(slice)];
+    }
+    k = ctx.problem.slices;
+    return at(ctx, stage);
+  }
+
+  // A backward of slice k: the first one of the microbatch (its last slice) takes the
+  // gradient buffers of every slice, each slice's own backward frees its buffer.
+  double context_gradient_change(const CostContext& ctx, const Action& a) const {
+    const int slices = ctx.problem.slices;
+    double change = 0;
+    if (a.slice == slices - 1)
+      for (int j = 0; j < slices; ++j) {
+        double k = 1;
+        change += figures(ctx, a.stage, j, k).context_gradient_bytes / k;
+      }
+    double k = 1;
+    change -= figures(ctx, a.stage, a.slice, k).context_gradient_bytes / k;
+    return change;
+  }
 };
 
 static_assert(cost_model<ProfiledCost>);

@@ -37,23 +37,87 @@ concept layer = requires(L& l, const L& cl, const typename L::tensor_type& x,
   { l.gradients() } -> std::ranges::range;
 };
 
-//! A stage model: what one pipeline stage computes — the layers of the stage behind the
-//! same four calls as a layer (a `LayerStack` of layers is one). The executor holds one per
-//! stage of its rank and never looks inside. `zero_gradients()` clears the accumulated
-//! weight gradients before a step.
+namespace detail {
+template <class T>
+concept has_tensor_type = requires {
+  typename T::tensor_type;
+};
+template <class T>
+concept has_stash_type = requires {
+  typename T::stash_type;
+};
+template <class T>
+concept has_context_type = requires {
+  typename T::context_type;
+};
+
+// What every stage model has, sliced or not.
 template <class S>
-concept stage_model = requires(S& s, const S& cs, const typename S::tensor_type& x,
-                               typename S::stash_type& st, const typename S::stash_type& cst) {
+concept stage_model_common = requires(S& s, const S& cs, typename S::stash_type& st,
+                                      const typename S::stash_type& cst) {
   typename S::tensor_type;
   typename S::stash_type;
   requires std::movable<typename S::tensor_type>;
   requires std::default_initializable<typename S::stash_type> &&
       std::movable<typename S::stash_type>;
-  { s.forward(x, st) } -> std::same_as<typename S::tensor_type>;
-  { s.backward_input(x, st) } -> std::same_as<typename S::tensor_type>;
   { s.backward_weight(st) } -> std::same_as<void>;
   { cs.stash_bytes(cst) } -> std::convertible_to<std::size_t>;
   { s.zero_gradients() } -> std::same_as<void>;
+};
+
+// The calls of a stage model without slices: each unit on its own.
+template <class S>
+concept whole_unit_calls = requires(S& s, const typename S::tensor_type& x,
+                                    typename S::stash_type& st) {
+  { s.forward(x, st) } -> std::same_as<typename S::tensor_type>;
+  { s.backward_input(x, st) } -> std::same_as<typename S::tensor_type>;
+};
+
+// The calls of a slice-aware stage model: each unit also gets its microbatch's slice context.
+template <class S>
+concept slice_calls = requires(S& s, const S& cs, const typename S::tensor_type& x,
+                               typename S::stash_type& st, typename S::context_type& c,
+                               const typename S::context_type& cc, int slice) {
+  requires std::default_initializable<typename S::context_type> &&
+      std::movable<typename S::context_type>;
+  { s.forward(x, st, c, slice) } -> std::same_as<typename S::tensor_type>;
+  { s.backward_input(x, st, c, slice) } -> std::same_as<typename S::tensor_type>;
+  { cs.context_bytes(cc) } -> std::convertible_to<std::size_t>;
+};
+}  // namespace detail
+
+//! A stage model: what one pipeline stage computes — the layers of the stage behind the
+//! same four calls as a layer (a `LayerStack` of layers is one). The executor holds one per
+//! stage of its rank and never looks inside. `zero_gradients()` clears the accumulated
+//! weight gradients before a step.
+//!
+//! A **slice-aware** stage model (causal attention over sequence slices) also names a
+//! `context_type`: what one microbatch's slices share on this stage (the keys/values of the
+//! slices run so far, the gradients later slices send back to them). Its forward and
+//! backward_input then take that context and the slice index — `forward(x, stash, context,
+//! slice)`, `backward_input(dy, stash, context, slice)` — and `context_bytes(context)` says how
+//! many bytes it holds. `backward_weight(stash)` takes no context: a W may run after the
+//! microbatch's last backward, when the context is gone.
+template <class S>
+concept stage_model = detail::stage_model_common<S> &&
+    ((!detail::has_context_type<S> && detail::whole_unit_calls<S>) ||
+     (detail::has_context_type<S> && detail::slice_calls<S>));
+
+//! A stage model with a slice context (see `stage_model`).
+template <class S>
+concept slice_aware_stage_model = stage_model<S> && detail::has_context_type<S>;
+
+//! A stage model that can split its weight gradient into parts: `weight_parts()` is the
+//! number of pieces its weight-gradient work naturally falls into (one per weight GEMM, say),
+//! and `backward_weight(stash, part, parts)` runs part `part` of `parts` (any parts >= 1; a
+//! part beyond the natural count may be empty). The parts of one unit run once each, in any
+//! order, after its backward_input; each computes a disjoint share of the weight gradients
+//! and may free what only it needed, so the stash shrinks as parts complete.
+template <class S>
+concept splits_weight_gradient = stage_model<S> &&
+    requires(S& s, const S& cs, typename S::stash_type& st, int part) {
+  { cs.weight_parts() } -> std::convertible_to<int>;
+  { s.backward_weight(st, part, part) } -> std::same_as<void>;
 };
 
 //! Which way a message goes: a forward activation to the next stage, or an input gradient
@@ -95,19 +159,9 @@ concept device = requires(D& d, const typename D::mark_type& m) {
   { d.seconds_between(m, m) } -> std::convertible_to<double>;
 };
 
-namespace detail {
-template <class T>
-concept has_tensor_type = requires {
-  typename T::tensor_type;
-};
-template <class T>
-concept has_stash_type = requires {
-  typename T::stash_type;
-};
-}  // namespace detail
-
 //! Checks `S` against `stage_model`, one requirement at a time, so a type that misses one
-//! gets a message naming it rather than a wall of template errors.
+//! gets a message naming it rather than a wall of template errors. A type with a
+//! `context_type` is checked as a slice-aware stage model.
 template <class S>
 constexpr bool check_stage_model() {
   static_assert(detail::has_tensor_type<S>,
@@ -119,18 +173,45 @@ constexpr bool check_stage_model() {
   if constexpr (detail::has_tensor_type<S> && detail::has_stash_type<S>) {
     using T = typename S::tensor_type;
     using St = typename S::stash_type;
-    static_assert(
-        requires(S & s, const T& x, St& st) {
-          { s.forward(x, st) } -> std::same_as<T>;
-        },
-        "pipesched: a stage model needs `tensor_type forward(const tensor_type& x, stash_type& "
-        "stash)`");
-    static_assert(
-        requires(S & s, const T& dy, St& st) {
-          { s.backward_input(dy, st) } -> std::same_as<T>;
-        },
-        "pipesched: a stage model needs `tensor_type backward_input(const tensor_type& dy, "
-        "stash_type& stash)` returning the input gradient");
+    if constexpr (detail::has_context_type<S>) {
+      using C = typename S::context_type;
+      static_assert(std::default_initializable<C> && std::movable<C>,
+                    "pipesched: a slice-aware stage model's `context_type` must be "
+                    "default-constructible and movable (the executor makes one per microbatch "
+                    "at its first slice's forward)");
+      static_assert(
+          requires(S & s, const T& x, St& st, C& c, int k) {
+            { s.forward(x, st, c, k) } -> std::same_as<T>;
+          },
+          "pipesched: a slice-aware stage model (one with `context_type`) needs `tensor_type "
+          "forward(const tensor_type& x, stash_type& stash, context_type& context, int slice)`");
+      static_assert(
+          requires(S & s, const T& dy, St& st, C& c, int k) {
+            { s.backward_input(dy, st, c, k) } -> std::same_as<T>;
+          },
+          "pipesched: a slice-aware stage model (one with `context_type`) needs `tensor_type "
+          "backward_input(const tensor_type& dy, stash_type& stash, context_type& context, int "
+          "slice)` returning the input gradient");
+      static_assert(
+          requires(const S& s, const C& c) {
+            { s.context_bytes(c) } -> std::convertible_to<std::size_t>;
+          },
+          "pipesched: a slice-aware stage model (one with `context_type`) needs `std::size_t "
+          "context_bytes(const context_type&) const` (bytes a slice context holds)");
+    } else {
+      static_assert(
+          requires(S & s, const T& x, St& st) {
+            { s.forward(x, st) } -> std::same_as<T>;
+          },
+          "pipesched: a stage model needs `tensor_type forward(const tensor_type& x, stash_type& "
+          "stash)`");
+      static_assert(
+          requires(S & s, const T& dy, St& st) {
+            { s.backward_input(dy, st) } -> std::same_as<T>;
+          },
+          "pipesched: a stage model needs `tensor_type backward_input(const tensor_type& dy, "
+          "stash_type& stash)` returning the input gradient");
+    }
     static_assert(
         requires(S & s, St & st) {
           { s.backward_weight(st) } -> std::same_as<void>;
@@ -148,6 +229,14 @@ constexpr bool check_stage_model() {
           { s.zero_gradients() } -> std::same_as<void>;
         },
         "pipesched: a stage model needs `void zero_gradients()` (called before each step)");
+    if constexpr (requires(const S& s) { s.weight_parts(); }) {
+      static_assert(
+          requires(S & s, St & st, int part) {
+            { s.backward_weight(st, part, part) } -> std::same_as<void>;
+          },
+          "pipesched: a stage model with `weight_parts()` needs `void backward_weight(stash_type& "
+          "stash, int part, int parts)` that runs one part of its weight gradient");
+    }
   }
   return stage_model<S>;
 }

@@ -1,8 +1,9 @@
 // The generic executor: runs one rank's list of a schedule on the user's stage models —
 // receives inputs, calls the layers, stashes activations (or, for checkpointed units, only
-// their inputs, recomputing the rest at R), sends outputs, computes the loss at the last
-// stage, accumulates weight gradients, optionally fills waits on receives with pending
-// recomputes, records a timeline and the bytes held.
+// their inputs, recomputing the rest at R), keeps each microbatch's slice context for
+// slice-aware models, sends outputs, computes the loss at the last stage, accumulates weight
+// gradients (whole or in parts), optionally fills waits on receives with pending recomputes
+// and weight-gradient parts, records a timeline and the bytes held.
 #pragma once
 
 #include <algorithm>
@@ -41,10 +42,12 @@ struct ExecutorOptions {
   std::function<void(int rank)> optimizer;
   //! Dynamic bubble filling: when the rank's next action is a receive whose message has not
   //! arrived, run pending work from later in the rank's own list instead of waiting — the
-  //! next recompute R whose forward has already run — then try the receive again; block only
-  //! when nothing is pending. Numerics do not change (a recompute's output is discarded), but
-  //! held bytes rise earlier than the list says, so the measured peak may then exceed the
-  //! static simulation's; `memory_budget_bytes` bounds it.
+  //! next recompute R whose forward has already run or, when no recompute can run, the next
+  //! weight-gradient W (or W part) whose I has run — then try the receive again; block only
+  //! when nothing is pending. Numerics do not change beyond rounding (a recompute's output is
+  //! discarded; weight gradients may add up in another order), but held bytes rise earlier
+  //! than the list says when a recompute moves up, so the measured peak may then exceed the
+  //! static simulation's; `memory_budget_bytes` bounds it. A W run early only frees bytes.
   bool fill_waits = false;
   //! With `fill_waits`: work is run early only if the rank's held bytes stay within this
   //! budget from then until the work's own place in the list, projected from the byte figures
@@ -86,6 +89,17 @@ concept reports_bytes = requires(const T& x) {
   { x.bytes() } -> std::convertible_to<std::size_t>;
 };
 
+//! The slice context of a stage model, or an empty stand-in for a model without one.
+template <class S>
+struct context_of {
+  struct type {};
+};
+template <class S>
+requires has_context_type<S>
+struct context_of<S> {
+  using type = typename S::context_type;
+};
+
 }  // namespace detail
 
 //! Runs one rank of a schedule. `Stage` is the user's stage model; `Transport` moves tensors
@@ -96,10 +110,28 @@ concept reports_bytes = requires(const T& x) {
 //! (has an R for it), as in the simulator: its F runs `forward` as usual, then drops the stash
 //! and keeps only the stage input (the boundary, sized by `Stage::input_bytes(x)` when the
 //! stage model has it, else by `x.bytes()`); its R runs `forward` again from that input
-//! (output discarded), rebuilding the stash; its backward frees it all. Held bytes follow the
-//! simulator's `ProfiledCost` with `activation_bytes` = stash bytes after forward and
-//! `boundary_bytes` = input bytes, so without `fill_waits` the measured peak equals the
-//! simulated one.
+//! (output discarded), rebuilding the stash; its backward frees it all.
+//!
+//! A slice-aware stage model (`slice_aware_stage_model`) gets one context per (stage,
+//! microbatch): made at the microbatch's first forward on the stage, passed to every forward,
+//! recompute and backward_input of its slices, destroyed after its slice-0 backward (the last,
+//! as slices run their backwards from last to first). A checkpointed slice keeps its input and
+//! the context (shared by the slices, so nothing of it is dropped); its R reads the earlier
+//! slices' keys/values there again. When the schedule does not cut microbatches (slices = 1)
+//! and the model also has the whole-unit calls `forward(x, stash)` and `backward_input(dy,
+//! stash)`, those run instead, without a context: the model behaves as one without slices.
+//!
+//! A W with parts (`2W0.1:3`) runs `backward_weight(stash, part, parts)`, parts = 1 + the
+//! largest part the schedule gives that unit; the stash goes once every part has run. A stage
+//! model without `splits_weight_gradient` is refused for such a schedule at construction.
+//!
+//! Held bytes: the live stashes (`stash_bytes`, or the boundary's bytes while checkpointed) plus
+//! the live contexts (`context_bytes`). Each action changes them once, by what it added or
+//! freed in both, as the simulator charges one memory delta per action; so with `ProfiledCost`
+//! figures taken from the same byte counts (`activation_bytes` = stash after forward plus what
+//! the slice adds to its context, `boundary_bytes` = input plus that, `wgrad_bytes` = stash
+//! after backward_input, `context_gradient_bytes` and `wgrad_part_bytes` as documented there)
+//! the measured peak equals the simulated one when waits are not filled.
 template <class Stage, class Transport, class Device = HostDevice>
 class Executor {
   static_assert(check_stage_model<Stage>());
@@ -110,6 +142,13 @@ class Executor {
   using tensor_type = typename Stage::tensor_type;
   using stash_type = typename Stage::stash_type;
   using mark_type = typename Device::mark_type;
+  //! The stage model's slice context (an empty stand-in when it has none).
+  using context_type = typename detail::context_of<Stage>::type;
+
+  //! True when the stage model keeps a slice context per microbatch.
+  static constexpr bool slice_aware = slice_aware_stage_model<Stage>;
+  //! True when the stage model can run its weight gradient in parts.
+  static constexpr bool splits_weights = splits_weight_gradient<Stage>;
 
   //! True when the executor can size a checkpointed unit's kept input, so it can run
   //! schedules with recompute (R).
@@ -162,12 +201,31 @@ class Executor {
                               " is null.");
       stage_of_[mine[i]] = stages[i];
     }
-    seen_.assign(schedule_.problem.stages, {});
+    slices_ = static_cast<std::size_t>(std::max(1, schedule_.problem.slices));
+    // Whole microbatches need no context: a model that also runs them without one does.
+    use_context_ = slice_aware && !(slices_ == 1 && detail::whole_unit_calls<Stage>);
+    UnitFigures unseen;
+    if (!use_context_) {
+      // Without a context, no action changes context bytes.
+      unseen.context_forward = unseen.context_input = unseen.context_backward = 0.0;
+    }
+    seen_.assign(static_cast<std::size_t>(schedule_.problem.stages) * slices_, unseen);
     const auto& list = schedule_.ranks[rank_];
     for (std::size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
       if (a.kind == OpKind::R)
         checkpointed_.insert(detail::unit_key(a.stage, a.microbatch, a.slice));
+      if (a.kind == OpKind::W && a.part > 0) {
+        int& parts = parts_[detail::unit_key(a.stage, a.microbatch, a.slice)];
+        parts = std::max(parts, a.part + 1);
+        if constexpr (!splits_weights)
+          throw invalid_problem(
+              "Executor: schedule '" + schedule_.name + "' cuts weight gradients into parts (" +
+              to_string(a) + " on rank " + std::to_string(rank_) +
+              "), but the stage model cannot run a part: add `int weight_parts() const` and "
+              "`void backward_weight(stash_type&, int part, int parts)` to it, or run each W "
+              "whole.");
+      }
       if (is_fillable(a.kind)) fillable_.push_back(i);
     }
   }
@@ -201,12 +259,14 @@ class Executor {
         guarded(i, [&] { fill_wait(i, start, run); });
       run_at(i, start, run);
     }
-    if (!stashes_.empty() || !inputs_.empty() || !grads_.empty() || !outbox_.empty())
+    if (!stashes_.empty() || !inputs_.empty() || !grads_.empty() || !outbox_.empty() ||
+        !contexts_.empty())
       throw execution_error("rank " + std::to_string(rank_) + " ended the step with " +
                                 std::to_string(stashes_.size()) + " stashes, " +
                                 std::to_string(inputs_.size() + grads_.size() + outbox_.size()) +
-                                " tensors left over; the schedule does not consume what it "
-                                "produces.",
+                                " tensors and " + std::to_string(contexts_.size()) +
+                                " slice contexts left over; the schedule does not consume what "
+                                "it produces.",
                             rank_, static_cast<int>(list.size()), Action{});
     if (options_.optimizer) options_.optimizer(rank_);
     device_.synchronize();
@@ -229,20 +289,32 @@ class Executor {
     double bytes = 0;
     double full_bytes = 0;
     std::optional<tensor_type> boundary;
+    bool input_done = false;  // its backward_input (I) has run: W parts may run
+    int parts_done = 0;       // W parts run so far
   };
 
-  // Byte figures last measured per stage, to project held bytes ahead when filling a wait
-  // (-1: not seen yet). They persist across steps.
-  struct StageFigures {
+  // A microbatch's slice context on one stage and the bytes it held when last measured.
+  struct HeldContext {
+    context_type context;
+    double bytes = 0;
+  };
+
+  // Byte figures last measured per (stage, slice), to project held bytes ahead when filling a
+  // wait (-1 or empty: not seen yet). They persist across steps. The context figures are the
+  // change an action made to its context's bytes (F adds the slice's keys/values; the first
+  // backward may take gradient buffers; slice 0's backward ends the context).
+  struct UnitFigures {
     double full = -1;      // stash bytes right after forward
     double boundary = -1;  // a checkpointed forward's kept input
     double wgrad = -1;     // stash bytes right after backward_input
+    std::optional<double> context_forward, context_input, context_backward;
+    double context_recompute = 0;  // a recompute rewrites what its forward put: no change
   };
 
   // The kinds of work a rank may run ahead of its place while it waits on a receive: each
   // needs nothing from another rank once its own predecessor on this rank has run. A
-  // recompute needs its forward; (split weight-gradient parts would need their I).
-  static constexpr std::array fillable_kinds{OpKind::R};
+  // recompute needs its forward; a weight-gradient W (or W part) needs its I.
+  static constexpr std::array fillable_kinds{OpKind::R, OpKind::W};
   static constexpr bool is_fillable(OpKind k) {
     return std::find(fillable_kinds.begin(), fillable_kinds.end(), k) != fillable_kinds.end();
   }
@@ -250,6 +322,17 @@ class Executor {
   Stage& model(int stage) { return *stage_of_[static_cast<std::size_t>(stage)]; }
   int rank_of(int stage) const { return schedule_.placement.rank_of(stage); }
   bool is_checkpointed(std::uint64_t unit) const { return checkpointed_.contains(unit); }
+  UnitFigures& figures(int stage, int slice) {
+    return seen_[static_cast<std::size_t>(stage) * slices_ + static_cast<std::size_t>(slice)];
+  }
+  const UnitFigures& figures(int stage, int slice) const {
+    return seen_[static_cast<std::size_t>(stage) * slices_ + static_cast<std::size_t>(slice)];
+  }
+  // How many parts the schedule cuts the unit's weight gradient into.
+  int parts_of(std::uint64_t unit) const {
+    auto it = parts_.find(unit);
+    return it == parts_.end() ? 1 : it->second;
+  }
 
   template <class Map>
   static auto take(Map& map, std::uint64_t key, const char* what, const Action& a) {
@@ -314,42 +397,44 @@ class Executor {
 
   static constexpr std::size_t none = static_cast<std::size_t>(-1);
 
-  // The fillable position after `i` to run now: the first (in list order) whose predecessor
-  // has run, provided it fits the memory budget; `none` otherwise. A later one is not tried
-  // past a first that does not fit: it would hold its bytes even longer.
+  // The fillable position after `i` to run now: the first recompute (in list order) whose
+  // forward has run, provided it fits the memory budget — a later one is not tried past a
+  // first that does not fit: it would hold its bytes even longer — else the first W whose I has
+  // run (it only frees bytes, so it always fits); `none` when there is neither.
   std::size_t next_fill(std::size_t i) {
     const auto& list = schedule_.ranks[rank_];
     while (next_fillable_ < fillable_.size() && fillable_[next_fillable_] <= i)
       ++next_fillable_;
     for (std::size_t c = next_fillable_; c < fillable_.size(); ++c) {
       const std::size_t p = fillable_[c];
-      if (ran_early_[p] || !fill_ready(list[p])) continue;
-      return fits_budget(i, p, fill_growth(list[p])) ? p : none;
+      if (list[p].kind != OpKind::R || ran_early_[p] || !fill_ready(list[p])) continue;
+      if (fits_budget(i, p, fill_growth(list[p]))) return p;
+      break;
+    }
+    for (std::size_t c = next_fillable_; c < fillable_.size(); ++c) {
+      const std::size_t p = fillable_[c];
+      if (list[p].kind == OpKind::W && !ran_early_[p] && fill_ready(list[p])) return p;
     }
     return none;
   }
 
   bool fill_ready(const Action& a) const {
+    auto it = stashes_.find(detail::unit_key(a.stage, a.microbatch, a.slice));
+    if (it == stashes_.end()) return false;
     switch (a.kind) {
-      case OpKind::R: {
-        auto it = stashes_.find(detail::unit_key(a.stage, a.microbatch, a.slice));
-        return it != stashes_.end() && it->second.boundary.has_value();
-      }
+      case OpKind::R:
+        return it->second.boundary.has_value();
+      case OpKind::W:
+        return it->second.input_done;
       default:
         return false;
     }
   }
 
-  // Bytes the fillable action `a` (ready) adds to what the rank holds.
+  // Bytes the ready recompute `a` adds to what the rank holds.
   double fill_growth(const Action& a) const {
-    switch (a.kind) {
-      case OpKind::R: {
-        const Held& h = stashes_.at(detail::unit_key(a.stage, a.microbatch, a.slice));
-        return h.full_bytes - h.bytes;
-      }
-      default:
-        return 0;
-    }
+    const Held& h = stashes_.at(detail::unit_key(a.stage, a.microbatch, a.slice));
+    return h.full_bytes - h.bytes + figures(a.stage, a.slice).context_recompute;
   }
 
   // True when running the action at `p` now, adding `growth` bytes until its place in the
@@ -374,33 +459,43 @@ class Executor {
     };
     // Adds one compute action's change into grow / shrink; false when a figure is unknown.
     auto project = [&](const Action& x, double& grow, double& shrink) {
-      const StageFigures& f = seen_[static_cast<std::size_t>(x.stage)];
+      const UnitFigures& f = figures(x.stage, x.slice);
+      const std::uint64_t key = detail::unit_key(x.stage, x.microbatch, x.slice);
       double& b = bytes_of(x);
       double after = b;
+      double context = 0;
       switch (x.kind) {
         case OpKind::F:
-          after = is_checkpointed(detail::unit_key(x.stage, x.microbatch, x.slice)) ? f.boundary
-                                                                                    : f.full;
-          if (after < 0) return false;
+          after = is_checkpointed(key) ? f.boundary : f.full;
+          if (after < 0 || !f.context_forward) return false;
+          context = *f.context_forward;
           break;
         case OpKind::R: {
-          auto h = stashes_.find(detail::unit_key(x.stage, x.microbatch, x.slice));
+          auto h = stashes_.find(key);
           after = h != stashes_.end() && h->second.boundary ? h->second.full_bytes : f.full;
           if (after < 0) return false;
+          context = f.context_recompute;
           break;
         }
         case OpKind::I:
-          if (f.wgrad < 0) return false;
+          if (f.wgrad < 0 || !f.context_input) return false;
           after = f.wgrad;
+          context = *f.context_input;
           break;
         case OpKind::B:
-        case OpKind::W:
+          if (!f.context_backward) return false;
           after = 0;
+          context = *f.context_backward;
+          break;
+        case OpKind::W:
+          // A part frees a share not measured per part: count none until the unit is done.
+          after = parts_of(key) == 1 ? 0 : b;
           break;
         default:
           break;
       }
-      (after >= b ? grow : shrink) += after - b;
+      const double change = after - b + context;
+      (change >= 0 ? grow : shrink) += change;
       b = after;
       return true;
     };
@@ -436,17 +531,84 @@ class Executor {
       return 0;  // unreachable: construction refuses R without a way to size inputs
   }
 
+  // The context of (stage, microbatch): made by the microbatch's first forward on the stage.
+  HeldContext& context_for(const Action& a, bool make) {
+    const std::uint64_t key = detail::unit_key(a.stage, a.microbatch, 0);
+    auto it = contexts_.find(key);
+    if (it == contexts_.end()) {
+      if (!make)
+        throw error("no slice context is held for stage " + std::to_string(a.stage) +
+                    " microbatch " + std::to_string(a.microbatch) + " at " + to_string(a) +
+                    "; the microbatch's forwards on this stage make it and its slice-0 "
+                    "backward ends it.");
+      it = contexts_.emplace(key, HeldContext{}).first;
+    }
+    return it->second;
+  }
+
+  // Measures `c` again; returns the change since the last measure.
+  double remeasure(int stage, HeldContext& c) {
+    if constexpr (slice_aware) {
+      const double now = static_cast<double>(model(stage).context_bytes(c.context));
+      const double change = now - c.bytes;
+      c.bytes = now;
+      return change;
+    } else {
+      return 0;
+    }
+  }
+
+  // forward of `a`'s stage, with the microbatch's context when the model takes one;
+  // `context_change` gets the change in the context's bytes.
+  tensor_type call_forward(const Action& a, const tensor_type& x, stash_type& stash, bool make,
+                           double& context_change) {
+    context_change = 0;
+    if constexpr (!slice_aware) {
+      return model(a.stage).forward(x, stash);
+    } else {
+      if constexpr (detail::whole_unit_calls<Stage>)
+        if (!use_context_) return model(a.stage).forward(x, stash);
+      HeldContext& c = context_for(a, make);
+      tensor_type y = model(a.stage).forward(x, stash, c.context, a.slice);
+      context_change = remeasure(a.stage, c);
+      return y;
+    }
+  }
+
+  // backward_input of `a`'s stage, the same way; slice 0's ends the microbatch's context.
+  tensor_type call_backward_input(const Action& a, const tensor_type& dy, stash_type& stash,
+                                  double& context_change) {
+    context_change = 0;
+    if constexpr (!slice_aware) {
+      return model(a.stage).backward_input(dy, stash);
+    } else {
+      if constexpr (detail::whole_unit_calls<Stage>)
+        if (!use_context_) return model(a.stage).backward_input(dy, stash);
+      HeldContext& c = context_for(a, false);
+      tensor_type dx = model(a.stage).backward_input(dy, stash, c.context, a.slice);
+      context_change = remeasure(a.stage, c);
+      if (a.slice == 0) {
+        // Slice 0's backward is the microbatch's last on this stage: the context ends here.
+        context_change -= c.bytes;
+        contexts_.erase(detail::unit_key(a.stage, a.microbatch, 0));
+      }
+      return dx;
+    }
+  }
+
   void forward(const Action& a) {
     const int s = a.stage, m = a.microbatch, k = a.slice;
     const std::uint64_t key = detail::unit_key(s, m, k);
     tensor_type x = s == 0 ? data_->input(m, k) : take(inputs_, key, "input activation", a);
     Held h;
-    tensor_type y = model(s).forward(x, h.stash);
-    StageFigures& seen = seen_[static_cast<std::size_t>(s)];
+    double context_change = 0;
+    tensor_type y = call_forward(a, x, h.stash, true, context_change);
+    UnitFigures& seen = figures(s, k);
     h.full_bytes = static_cast<double>(model(s).stash_bytes(h.stash));
     seen.full = h.full_bytes;
+    seen.context_forward = context_change;
     if (is_checkpointed(key)) {
-      // Keep the input, not the activations: R rebuilds them from it.
+      // Keep the input, not the activations: R rebuilds them from it (and the context).
       h.stash = stash_type{};
       h.bytes = boundary_bytes(s, x);
       seen.boundary = h.bytes;
@@ -454,7 +616,7 @@ class Executor {
     } else {
       h.bytes = h.full_bytes;
     }
-    adjust(h.bytes);
+    adjust(h.bytes + context_change);
     stashes_.insert_or_assign(key, std::move(h));
     const int last = schedule_.problem.stages - 1;
     if (s == last) {
@@ -477,10 +639,12 @@ class Executor {
                   " recomputes a unit whose activations are already held; a checkpointed "
                   "forward is recomputed once, between its forward and its backward.");
     // The output is discarded: only the stash is wanted, and forward is deterministic.
-    model(a.stage).forward(*h.boundary, h.stash);
+    double context_change = 0;
+    call_forward(a, *h.boundary, h.stash, false, context_change);
+    figures(a.stage, a.slice).context_recompute = context_change;
     h.boundary.reset();  // the rebuilt stash holds what the backward needs
     const double bytes = static_cast<double>(model(a.stage).stash_bytes(h.stash));
-    adjust(bytes - h.bytes);
+    adjust(bytes - h.bytes + context_change);
     h.bytes = bytes;
   }
 
@@ -500,15 +664,20 @@ class Executor {
     const std::uint64_t key = detail::unit_key(s, m, k);
     tensor_type dy = take(grads_, key, "output gradient", a);
     Held& h = ready_stash(a, key);
-    tensor_type dx = model(s).backward_input(dy, h.stash);
+    double context_change = 0;
+    tensor_type dx = call_backward_input(a, dy, h.stash, context_change);
+    h.input_done = true;
+    UnitFigures& seen = figures(s, k);
     if (weights_too) {
       model(s).backward_weight(h.stash);
-      adjust(-h.bytes);
+      seen.context_backward = context_change;
+      adjust(context_change - h.bytes);
       stashes_.erase(key);
     } else {
       const double left = static_cast<double>(model(s).stash_bytes(h.stash));
-      seen_[static_cast<std::size_t>(s)].wgrad = left;
-      adjust(left - h.bytes);
+      seen.wgrad = left;
+      seen.context_input = context_change;
+      adjust(left - h.bytes + context_change);
       h.bytes = left;
     }
     if (s == 0) return;  // the input gradient of the first stage goes nowhere
@@ -521,9 +690,25 @@ class Executor {
   void weight(const Action& a) {
     const std::uint64_t key = detail::unit_key(a.stage, a.microbatch, a.slice);
     Held& h = ready_stash(a, key);
-    model(a.stage).backward_weight(h.stash);
-    adjust(-h.bytes);
-    stashes_.erase(key);
+    if (!h.input_done)
+      throw error(to_string(a) +
+                  " runs before the input gradient I of its unit; a W (or W part) "
+                  "follows its I.");
+    const int parts = parts_of(key);
+    if (parts == 1) {
+      model(a.stage).backward_weight(h.stash);
+      adjust(-h.bytes);
+      stashes_.erase(key);
+      return;
+    }
+    if constexpr (splits_weights) model(a.stage).backward_weight(h.stash, a.part, parts);
+    ++h.parts_done;
+    // Once every part has run the unit is done, whatever its stash still reports.
+    const double left =
+        h.parts_done == parts ? 0.0 : static_cast<double>(model(a.stage).stash_bytes(h.stash));
+    adjust(left - h.bytes);
+    h.bytes = left;
+    if (h.parts_done == parts) stashes_.erase(key);
   }
 
   // A receive: the message a fill already picked up, or wait for it.
@@ -584,6 +769,7 @@ class Executor {
 
   void clear() {
     stashes_.clear();
+    contexts_.clear();
     inputs_.clear();
     grads_.clear();
     outbox_.clear();
@@ -596,16 +782,20 @@ class Executor {
   ExecutorOptions options_;
   std::vector<Stage*> stage_of_;
   std::unordered_set<std::uint64_t> checkpointed_;  // units this rank recomputes
+  std::unordered_map<std::uint64_t, int> parts_;    // units whose W is cut: their part count
   std::vector<std::size_t> fillable_;               // list positions of fillable kinds
-  std::vector<StageFigures> seen_;                  // by stage
+  std::size_t slices_ = 1;                          // the problem's slices per microbatch
+  bool use_context_ = false;                        // slice contexts are made and passed
+  std::vector<UnitFigures> seen_;                   // by (stage, slice)
   const TrainingData<tensor_type>* data_ = nullptr;
   std::unordered_map<std::uint64_t, Held> stashes_;
-  std::unordered_map<std::uint64_t, tensor_type> inputs_;  // forward inputs by unit
-  std::unordered_map<std::uint64_t, tensor_type> grads_;   // output gradients by unit
-  std::unordered_map<std::uint64_t, tensor_type> outbox_;  // produced, waiting for a send
-  std::optional<tensor_type> arrived_;                     // a receive's message, got early
-  std::vector<char> ran_early_;                            // per list position, this step
-  std::size_t next_fillable_ = 0;                          // into fillable_
+  std::unordered_map<std::uint64_t, HeldContext> contexts_;  // by (stage, microbatch)
+  std::unordered_map<std::uint64_t, tensor_type> inputs_;    // forward inputs by unit
+  std::unordered_map<std::uint64_t, tensor_type> grads_;     // output gradients by unit
+  std::unordered_map<std::uint64_t, tensor_type> outbox_;    // produced, waiting for a send
+  std::optional<tensor_type> arrived_;                       // a receive's message, got early
+  std::vector<char> ran_early_;                              // per list position, this step
+  std::size_t next_fillable_ = 0;                            // into fillable_
   double loss_ = 0, held_ = 0, peak_ = 0;
   bool changed_ = false;
   std::vector<MemoryPoint> memory_;

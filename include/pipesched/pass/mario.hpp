@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <queue>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,7 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/pass/detail/filler.hpp"
 
 namespace pipesched {
 
@@ -165,249 +165,24 @@ std::vector<int> warmup_capacity(const Schedule& s, const SimulationResult& sim,
   return cap;
 }
 
-//! The hoisting engine: simulates every rank running its list without R, and runs each
-//! pending recompute in a wait of its rank when (1) the wait is long enough — known from the
-//! dependency's end when it has run, else estimated from `estimate` (the previous round's
-//! start of the rank's next action) — and (2) the memory it brings back fits the rank's budget
-//! at every point until its backward. A recompute not hoisted runs right before its backward.
+//! The hoisting engine: the shared filler (pass/detail/filler.hpp) with recomputes floating.
+//! It replays every rank without R and runs each pending recompute in a wait of its rank when
+//! (1) the wait covers `min_fit` of it — known from the dependency's end when it has run, else
+//! estimated from `estimate` (the previous round's start of the rank's next action) — and (2)
+//! the memory it brings back fits the rank's budget at every point until its backward. A
+//! recompute not hoisted runs right before its backward.
 template <class Cost>
 Schedule hoist_recompute(const Schedule& s, const Cost& cost, const MemoryBudget& budget,
                          const std::vector<std::vector<double>>& estimate, double min_fit = 1.0) {
-  const Problem& p = s.problem;
-  const UnitIndex unit(p);
-  const int nranks = s.rank_count();
-  const int S = p.stages, K = p.slices;
-  const CostContext ctx{p, s.placement, 1};
-  constexpr double inf = std::numeric_limits<double>::infinity();
-  std::vector<char> ckpt(unit.size(), 0);
-  for (const auto& list : s.ranks)
-    for (const Action& a : list)
-      if (a.kind == OpKind::R) ckpt[unit(a)] = 1;
-
-  // Per rank: the main list (no R), each unit's backward position, baseline memory levels.
-  struct Rank {
-    std::vector<Action> main;
-    std::vector<double> level;  // highest held memory during main[i] (forced R included)
-    std::vector<double> extra;  // memory added over main[i] by hoisted recomputes
-    std::vector<int> pending;   // units with R not yet run, in backward order
-    std::size_t pos = 0;
-    double free_at = 0;
-    std::vector<Action> out;
-  };
-  std::vector<Rank> rk(nranks);
-  std::vector<int> bwd_pos(unit.size(), -1);
-  for (int r = 0; r < nranks; ++r) {
-    Rank& R = rk[r];
-    for (const Action& a : s.ranks[static_cast<std::size_t>(r)])
-      if (a.kind != OpKind::R) R.main.push_back(a);
-    double held = 0;
-    R.level.assign(R.main.size(), 0);
-    R.extra.assign(R.main.size(), 0);
-    for (std::size_t i = 0; i < R.main.size(); ++i) {
-      const Action& a = R.main[i];
-      double lvl = held;
-      auto apply = [&](const Action& x) {
-        held += cost.memory_delta(ctx, x, ckpt[unit(x)] != 0);
-        lvl = std::max(lvl, held);
-      };
-      auto backward = [&](const Action& b) {
-        if (ckpt[unit(b)]) {
-          apply(Action::make(OpKind::R, b.stage, b.microbatch, b.slice));
-          bwd_pos[unit(b)] = static_cast<int>(i);
-          R.pending.push_back(static_cast<int>(unit(b)));
-        }
-        apply(b);
-      };
-      if (a.kind == OpKind::Overlap) {
-        apply(a.forward_half());
-        backward(a.backward_half());
-      } else if (is_input_backward(a.kind)) {
-        backward(a);
-      } else if (is_compute(a.kind)) {
-        apply(a);
-      }
-      R.level[i] = lvl;
-    }
-  }
-
-  std::vector<double> end_f(unit.size(), -1), end_bi(unit.size(), -1), end_r(unit.size(), -1);
-  auto rank_of = [&](int stage) { return s.placement.rank_of(stage); };
-  // When the inputs of `a` (on rank r) are ready; inf if some have not been planned yet.
-  auto ready = [&](int r, const Action& a) {
-    double t = 0;
-    auto need = [&](const std::vector<double>& ends, int st, int mb, int sl, bool cross,
-                    const Action& producer) {
-      const double e = ends[unit(st, mb, sl)];
-      if (e < 0) {
-        t = inf;
-        return;
-      }
-      t = std::max(t, e + (cross ? static_cast<double>(cost.transfer_time(ctx, producer)) : 0.0));
-    };
-    auto one = [&](const Action& x) {
-      const int st = x.stage, mb = x.microbatch, sl = x.slice;
-      switch (x.kind) {
-        case OpKind::F:
-          if (st > 0)
-            need(end_f, st - 1, mb, sl, rank_of(st - 1) != r,
-                 Action::make(OpKind::F, st - 1, mb, sl));
-          if (sl > 0) need(end_f, st, mb, sl - 1, false, x);
-          break;
-        case OpKind::B:
-        case OpKind::I:
-          need(end_f, st, mb, sl, false, x);
-          if (ckpt[unit(x)]) need(end_r, st, mb, sl, false, x);
-          if (st + 1 < S)
-            need(end_bi, st + 1, mb, sl, rank_of(st + 1) != r,
-                 Action::make(OpKind::B, st + 1, mb, sl));
-          if (sl + 1 < K) need(end_bi, st, mb, sl + 1, false, x);
-          break;
-        case OpKind::W:
-          need(end_bi, st, mb, sl, false, x);
-          break;
-        default:
-          break;
-      }
-    };
-    if (a.kind == OpKind::Overlap) {
-      one(a.forward_half());
-      Action b = a.backward_half();
-      // The backward half's recompute is run before the Overlap starts (forced below).
-      one(b);
-    } else {
-      one(a);
-    }
-    return t;
-  };
-  auto duration = [&](const Action& a) -> double {
-    if (a.kind == OpKind::Overlap)
-      return static_cast<double>(cost.duration(ctx, a.forward_half())) +
-             static_cast<double>(cost.duration(ctx, a.backward_half()));
-    if (a.kind == OpKind::Idle || is_comm(a.kind)) return 0.0;
-    return cost.duration(ctx, a);
-  };
-  auto record_end = [&](const Action& a, double e) {
-    if (a.kind == OpKind::F) end_f[unit(a)] = e;
-    if (is_input_backward(a.kind)) end_bi[unit(a)] = e;
-    if (a.kind == OpKind::R) end_r[unit(a)] = e;
-    if (a.kind == OpKind::Overlap) {
-      end_f[unit(a)] = e;
-      end_bi[unit(a.b_stage, a.b_microbatch, a.b_slice)] = e;
-    }
-  };
-
-  using Item = std::pair<double, int>;
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
-  std::vector<char> parked(nranks, 0);
-  std::vector<double> parked_at(nranks, 0);
-  for (int r = 0; r < nranks; ++r)
-    heap.push({0.0, r});
-  int finished = 0;
-  auto wake = [&] {
-    for (int q = 0; q < nranks; ++q)
-      if (parked[q]) {
-        parked[q] = 0;
-        heap.push({parked_at[q], q});
-      }
-  };
-  auto run = [&](int r, const Action& a, double start) {
-    const double e = start + duration(a);
-    record_end(a, e);
-    rk[r].out.push_back(a);
-    rk[r].free_at = e;
-    heap.push({e, r});
-    wake();
-  };
-  while (!heap.empty()) {
-    auto [t, r] = heap.top();
-    heap.pop();
-    Rank& R = rk[r];
-    if (R.pos >= R.main.size()) continue;
-    t = std::max(t, R.free_at);
-    const Action& a = R.main[R.pos];
-    // A backward whose recompute has not run: the recompute goes first.
-    auto forced = [&]() -> int {
-      Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
-      if ((is_input_backward(b.kind) || a.kind == OpKind::Overlap) && ckpt[unit(b)] &&
-          end_r[unit(b)] < 0)
-        return static_cast<int>(unit(b));
-      return -1;
-    }();
-    if (forced >= 0) {
-      Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
-      std::erase(R.pending, forced);
-      run(r, Action::make(OpKind::R, b.stage, b.microbatch, b.slice), t);
-      continue;
-    }
-    const double rt = ready(r, a);
-    if (rt <= t + 1e-12) {
-      ++R.pos;
-      if (R.pos == R.main.size()) ++finished;
-      run(r, a, t);
-      continue;
-    }
-    // The rank would wait: hoist the pending recompute needed soonest, if it fits.
-    const double gap_end = rt < inf ? rt
-                                    : (R.pos < estimate[static_cast<std::size_t>(r)].size()
-                                           ? estimate[static_cast<std::size_t>(r)][R.pos]
-                                           : -inf);
-    bool hoisted = false;
-    for (int u : R.pending) {
-      const Action& b = R.main[static_cast<std::size_t>(bwd_pos[static_cast<std::size_t>(u)])];
-      const Action rc = Action::make(OpKind::R, b.kind == OpKind::Overlap ? b.b_stage : b.stage,
-                                     b.kind == OpKind::Overlap ? b.b_microbatch : b.microbatch,
-                                     b.kind == OpKind::Overlap ? b.b_slice : b.slice);
-      if (end_f[unit(rc)] < 0 || end_f[unit(rc)] > t + 1e-12) continue;  // forward not done
-      // The wait must cover at least `min_fit` of the recompute (1: it must fit whole).
-      if (t + min_fit * duration(rc) > gap_end + 1e-9) break;  // pending: backward order
-      const double grow = cost.memory_delta(ctx, rc, true);
-      const int bp = bwd_pos[static_cast<std::size_t>(u)];
-      bool fits = true;
-      for (int i = static_cast<int>(R.pos); i < bp && fits; ++i)
-        fits = R.level[static_cast<std::size_t>(i)] + R.extra[static_cast<std::size_t>(i)] + grow <=
-               budget.of(r) + 1e-9;
-      if (!fits) continue;
-      for (int i = static_cast<int>(R.pos); i < bp; ++i)
-        R.extra[static_cast<std::size_t>(i)] += grow;
-      std::erase(R.pending, u);
-      run(r, rc, t);
-      hoisted = true;
-      break;
-    }
-    if (hoisted) continue;
-    if (rt < inf) {
-      heap.push({rt, r});
-    } else {
-      parked[r] = 1;
-      parked_at[r] = t;
-    }
-  }
-  if (finished < nranks) {
-    int done = 0;
-    for (const Rank& R : rk)
-      done += R.pos >= R.main.size();
-    if (done < nranks)
-      throw invalid_schedule("Mario: the base schedule '" + s.name +
-                             "' cannot run to the end (a rank waits for an action that never "
-                             "runs); validate it first.");
-  }
-  Schedule out = s;
-  for (int r = 0; r < nranks; ++r)
-    out.ranks[static_cast<std::size_t>(r)] = std::move(rk[r].out);
-  return out;
+  return fill_bubbles(s, cost, budget, estimate,
+                      FillOptions{.float_recompute = true, .min_fit = min_fit}, "Mario");
 }
 
 // Start of each rank's non-R actions in a simulation, in list order: the estimates the
 // hoisting engine plans waits with.
 inline std::vector<std::vector<double>> main_starts(const Schedule& s,
                                                     const SimulationResult& sim) {
-  std::vector<std::vector<double>> est(s.rank_count());
-  for (int r = 0; r < s.rank_count(); ++r)
-    for (std::size_t i = 0; i < s.ranks[static_cast<std::size_t>(r)].size(); ++i)
-      if (s.ranks[static_cast<std::size_t>(r)][i].kind != OpKind::R)
-        est[static_cast<std::size_t>(r)].push_back(
-            sim.timing[static_cast<std::size_t>(r)][i].start);
-  return est;
+  return fixed_starts(s, sim, FillOptions{.float_recompute = true});
 }
 
 }  // namespace detail

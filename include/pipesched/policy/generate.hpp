@@ -14,6 +14,7 @@
 #include "pipesched/schedule/interleaved_1f1b.hpp"
 #include "pipesched/schedule/looped_bfs.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
+#include "pipesched/schedule/slice_pipe.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
 #include "pipesched/schedule/zero_bubble_h2.hpp"
 #include "pipesched/schedule/zero_bubble_v.hpp"
@@ -60,6 +61,19 @@ struct OrderGenerator<order::ZeroBubbleV> {
 template <>
 struct OrderGenerator<order::DualPipeV> {
   static Schedule run(Problem p, WGradMode w) { return schedule::dualpipe_v(p, w); }
+};
+
+template <>
+struct OrderGenerator<order::SeqOneFOneB> {
+  static Schedule run(Problem p, WGradMode w) { return schedule::seq_1f1b(p, w); }
+};
+template <>
+struct OrderGenerator<order::SlicePipe> {
+  static Schedule run(Problem p, WGradMode w) { return schedule::slice_pipe(p, w); }
+};
+template <int N>
+struct OrderGenerator<order::SlicePipeWarmup<N>> {
+  static Schedule run(Problem p, WGradMode w) { return schedule::slice_pipe(p, w, {.warmup = N}); }
 };
 
 //! The generators' backward mode for a weight-gradient policy.

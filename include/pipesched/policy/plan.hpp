@@ -1,12 +1,15 @@
 // plan<Knobs...>: policies from the five families, in any order, completed with defaults,
 // checked at compile time, and turned into a Schedule by the order's generator and the
-// checkpoint policy's pass.
+// checkpoint policy's pass; the slicing policy also sets the slice lengths of a cost model.
 #pragma once
 
 #include <climits>
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "pipesched/analysis/slicing.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
@@ -79,6 +82,7 @@ struct PlanKnobs {
       (placement_t::kind == PlacementKind::VShape && placement_t::chunks == 2);
   static constexpr bool wgrad_ok = !order_t::needs_split_wgrad || wgrad_t::splits;
   static constexpr bool checkpoint_ok = checkpoint_t::template runs_on<order_t>;
+  static constexpr bool slicing_ok = slicing_t::slices == 1 || order_t::takes_slices;
 };
 
 }  // namespace detail
@@ -87,10 +91,21 @@ struct PlanKnobs {
 //! families order::, placement::, checkpoint::, slicing:: and wgrad::, in any order; a
 //! missing family takes its default: order::OneFOneB; the order's natural placement
 //! (Linear, Interleaved<2> for Interleaved1F1B and LoopedBFS, VShape<2> for ZeroBubbleV
-//! and DualPipeV); checkpoint::None; slicing::Whole; wgrad::Split for the Zero Bubble
-//! orders and DualPipeV, wgrad::Fused otherwise. A knob that is no policy, two knobs of
-//! one family, or a combination the order cannot run fail to compile with a message that
-//! says how to fix them.
+//! and DualPipeV, SlicePipe); checkpoint::None; slicing::Whole; wgrad::Split for the Zero
+//! Bubble orders and DualPipeV, wgrad::Fused otherwise. A knob that is no policy, two knobs
+//! of one family, or a combination the order cannot run (e.g. K > 1 slices on an order that
+//! schedules whole microbatches) fail to compile with a message that says how to fix them.
+//!
+//! Slicing: the schedule runs slicing::slices slices per microbatch. Where the cuts fall
+//! matters to a cost model that counts tokens: sliced_cost(cost) is `cost` with the policy's
+//! slice lengths (a TransformerCost gets uniform or balanced lengths; other cost models split
+//! a microbatch evenly and come back unchanged). generate(problem, cost, budget) plans with
+//! that cost; simulate the schedule with it too:
+//!
+//!     using P = plan<order::SlicePipe, slicing::Balanced<4>>;
+//!     const TransformerCost cost = P::sliced_cost(base);   // base: model and device
+//!     const Schedule s = P::generate(problem, cost, MemoryBudget{});
+//!     const SimulationResult r = simulate(s, cost);
 template <class... Knobs>
 struct plan {
  private:
@@ -133,6 +148,10 @@ struct plan {
                 "one-forward-one-backward rhythm and runs on order::OneFOneB, Interleaved1F1B or "
                 "ZeroBubbleH1 only; pass one of those orders, or use checkpoint::Selective or "
                 "Full with this one");
+  static_assert(!Knobs_::well_formed || Knobs_::slicing_ok,
+                "pipesched::plan: this order schedules whole microbatches and cannot take more "
+                "than one slice per microbatch; use a slice-level order (order::SeqOneFOneB, "
+                "SlicePipe, or GPipe for TeraPipe's order), or slicing::Whole");
 
  public:
   using order = typename Knobs_::order_t;            //!< which schedule family
@@ -141,12 +160,43 @@ struct plan {
   using slicing = typename Knobs_::slicing_t;        //!< how sequences are cut
   using wgrad = typename Knobs_::wgrad_t;            //!< fused or split backward
 
-  //! "1f1b, linear (1 chunk per rank), checkpoint none, slicing whole, wgrad fused".
+  //! "1f1b, linear (1 chunk per rank), checkpoint none, slicing whole, wgrad fused"; a
+  //! slicing other than whole shows its slice count: "slicing balanced (4 slices)".
   static std::string describe() {
+    std::string slices;
+    if (slicing::name != pipesched::slicing::Whole::name)
+      slices =
+          " (" + std::to_string(slicing::slices) + (slicing::slices == 1 ? " slice)" : " slices)");
     return std::string(order::name) + ", " + std::string(placement::name) + " (" +
            std::to_string(placement::chunks) + (placement::chunks == 1 ? " chunk" : " chunks") +
            " per rank), checkpoint " + std::string(checkpoint::name) + ", slicing " +
-           std::string(slicing::name) + ", wgrad " + std::string(wgrad::name);
+           std::string(slicing::name) + slices + ", wgrad " + std::string(wgrad::name);
+  }
+
+  //! The slice lengths the plan gives a TransformerCost: slice_lengths(cost, slicing::mode,
+  //! slicing::slices), e.g. balanced_slices(cost, K) for slicing::Balanced<K>. Throws
+  //! invalid_problem naming the plan when the model's sequence has fewer tokens than slices.
+  static std::vector<int> slice_lengths(const TransformerCost& cost) {
+    try {
+      return pipesched::slice_lengths(cost, slicing::mode, slicing::slices);
+    } catch (const invalid_problem& e) {
+      throw invalid_problem("plan<" + describe() + ">: " + e.what());
+    }
+  }
+
+  //! `cost` as the plan's slicing cuts the sequence: a TransformerCost (or a type derived
+  //! from it) with slice_lengths set to slice_lengths(cost), replacing any it had; any other
+  //! cost model unchanged (it splits a microbatch evenly over its slices). Simulate the
+  //! plan's schedules with this cost.
+  template <cost_model Cost>
+  static Cost sliced_cost(const Cost& cost) {
+    if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+      Cost sliced = cost;
+      sliced.slice_lengths = slice_lengths(cost);
+      return sliced;
+    } else {
+      return cost;
+    }
   }
 
   //! The schedule for `p`. `p.stages` = 0 becomes ranks × the placement's chunks per rank;
@@ -155,7 +205,8 @@ struct plan {
   //! generator throws (e.g. too few microbatches). checkpoint::Full adds a recompute R
   //! right before every backward. checkpoint::Selective and Mario choose what to recompute
   //! from a memory budget: they need generate(problem, cost, budget), and calling this
-  //! overload with them does not compile.
+  //! overload with them does not compile, nor with slicing::Balanced, whose slice lengths
+  //! come from a cost model.
   static Schedule generate(Problem p) {
     static_assert(checkpoint::mode != CheckpointMode::Selective,
                   "pipesched::plan: checkpoint::Selective needs a memory budget and a cost model: "
@@ -163,21 +214,25 @@ struct plan {
     static_assert(checkpoint::mode != CheckpointMode::Mario,
                   "pipesched::plan: checkpoint::Mario needs a memory budget and a cost model: "
                   "call generate(problem, cost, budget)");
+    static_assert(!slicing::needs_cost,
+                  "pipesched::plan: slicing::Balanced chooses slice lengths with a cost model: "
+                  "call generate(problem, cost, budget) and simulate with sliced_cost(cost)");
     Schedule s = generate_compute(p);
     if constexpr (checkpoint::mode == CheckpointMode::Full) s = checkpoint_full(s);
     return s;
   }
 
-  //! The schedule for `p` checkpointed by the plan's policy under `cost` and a per-rank
-  //! memory `budget` in the cost model's memory unit (apply_checkpoint): None and Full
-  //! throw invalid_problem when a rank's peak exceeds a limited budget; Selective and Mario
-  //! recompute what the budget requires and throw when even recomputing everything does not
-  //! fit. Problems that do not fit the plan are refused as by generate(p).
+  //! The schedule for `p` checkpointed by the plan's policy under sliced_cost(cost) and a
+  //! per-rank memory `budget` in the cost model's memory unit (apply_checkpoint): None and
+  //! Full throw invalid_problem when a rank's peak exceeds a limited budget; Selective and
+  //! Mario recompute what the budget requires and throw when even recomputing everything
+  //! does not fit. Problems that do not fit the plan are refused as by generate(p).
   template <cost_model Cost>
   static Schedule generate(Problem p, const Cost& cost, const MemoryBudget& budget) {
     Schedule s = generate_compute(p);
+    const Cost sliced = sliced_cost(cost);
     try {
-      return apply_checkpoint(s, checkpoint::mode, cost, budget);
+      return apply_checkpoint(s, checkpoint::mode, sliced, budget);
     } catch (const invalid_problem& e) {
       throw invalid_problem("plan<" + describe() + ">: " + e.what());
     }
@@ -206,11 +261,14 @@ struct plan {
                             std::to_string(placement::chunks) +
                             " chunks per rank), or 0 to derive it.");
     }
-    if (p.slices != slicing::slices)
+    // Problem.slices defaults to 1, so 1 means "not given": the policy's count is used.
+    if (p.slices != 1 && p.slices != slicing::slices)
       throw invalid_problem(
           who + ": slices = " + std::to_string(p.slices) + " does not fit slicing " +
           std::string(slicing::name) + ", which schedules " + std::to_string(slicing::slices) +
-          " slice(s) per microbatch; use slices = " + std::to_string(slicing::slices) + ".");
+          " slice(s) per microbatch; use slices = " + std::to_string(slicing::slices) +
+          (slicing::slices > 1 ? ", or leave it at 1 and the plan sets it." : "."));
+    p.slices = slicing::slices;
 
     Schedule s = detail::OrderGenerator<order>::run(p, detail::wgrad_mode_v<wgrad>);
     // The plan promises its placement; a generator that built another map would make

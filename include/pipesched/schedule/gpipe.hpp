@@ -15,13 +15,14 @@ namespace pipesched::schedule {
 
 //! GPipe on a linear placement (stage s on rank s). Rank r runs F(r, m) for every
 //! microbatch m in increasing order, then the backward of every microbatch in the same
-//! order: B, or I immediately followed by its W when `wgrad` is Split. Needs
-//! `stages == ranks` (or 0) and `slices == 1`; throws invalid_problem otherwise.
+//! order: B, or I immediately followed by its W when `wgrad` is Split. With K > 1 slices
+//! this is TeraPipe's order (Li et al., 2021): the forwards of each microbatch's slices in
+//! order, then each microbatch's backwards from its last slice to its first. Needs
+//! `stages == ranks` (or 0); throws invalid_problem otherwise.
 inline Schedule gpipe(Problem p, WGradMode wgrad = WGradMode::Fused) {
   constexpr const char* generator = "gpipe";
   detail::check_problem(p, generator);
   p = detail::resolve_problem(p, 1, generator);
-  detail::require_whole_sequences(p, generator);
   if (p.stages != p.ranks)
     throw invalid_problem(
         std::string(generator) + ": stages = " + std::to_string(p.stages) +
@@ -32,11 +33,11 @@ inline Schedule gpipe(Problem p, WGradMode wgrad = WGradMode::Fused) {
   s.ranks.resize(static_cast<std::size_t>(p.ranks));
   for (int r = 0; r < p.ranks; ++r) {
     auto& list = s.ranks[static_cast<std::size_t>(r)];
-    list.reserve(static_cast<std::size_t>(p.microbatches) * 3);
+    list.reserve(static_cast<std::size_t>(p.microbatches) * p.slices * 3);
     for (int m = 0; m < p.microbatches; ++m)
-      list.push_back(Action::make(OpKind::F, r, m));
+      for (int k = 0; k < p.slices; ++k) list.push_back(Action::make(OpKind::F, r, m, k));
     for (int m = 0; m < p.microbatches; ++m)
-      detail::push_backward(list, r, m, wgrad);
+      for (int k = p.slices - 1; k >= 0; --k) detail::push_backward(list, r, m, wgrad, k);
   }
   return s;
 }

@@ -13,6 +13,7 @@
 #include "pipesched/schedule/interleaved_1f1b.hpp"
 #include "pipesched/schedule/looped_bfs.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
+#include "pipesched/schedule/slice_pipe.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
 #include "pipesched/schedule/zero_bubble_h2.hpp"
 #include "pipesched/schedule/zero_bubble_v.hpp"
@@ -30,13 +31,17 @@ struct GeneratorInfo {
   bool split;                //!< accepts WGradMode::Split
   WGradMode default_wgrad;   //!< what it uses when not told
   Schedule (*generate)(Problem, WGradMode);
+  bool slices = false;  //!< accepts Problem.slices > 1 (slice-level schedules)
+  //! Generates with a given warm-up (forwards before rank 0's first backward); null for
+  //! generators without that knob.
+  Schedule (*generate_with_warmup)(Problem, WGradMode, int) = nullptr;
 };
 
 //! Every generator, in the order `pipesched list` shows them.
 inline std::span<const GeneratorInfo> generators() {
-  static const std::array<GeneratorInfo, 8> all{{
-      {"gpipe", "all forwards, then all backwards (Huang et al. 2019)", PlacementKind::Linear, 1,
-       false, true, true, WGradMode::Fused, &schedule::gpipe},
+  static const std::array<GeneratorInfo, 10> all{{
+      {"gpipe", "all forwards, then all backwards (Huang et al. 2019; over slices: TeraPipe)",
+       PlacementKind::Linear, 1, false, true, true, WGradMode::Fused, &schedule::gpipe, true},
       {"1f1b", "one forward, one backward after a warm-up (PipeDream-Flush)", PlacementKind::Linear,
        1, false, true, true, WGradMode::Fused, &schedule::one_f_one_b},
       {"interleaved-1f1b", "1F1B over looped virtual stages, Megatron-LM's order",
@@ -52,6 +57,15 @@ inline std::span<const GeneratorInfo> generators() {
        PlacementKind::VShape, 2, false, false, true, WGradMode::Split, &schedule::zero_bubble_v},
       {"dualpipe-v", "DualPipeV: V placement, forward and backward overlapped in pairs",
        PlacementKind::VShape, 2, false, true, true, WGradMode::Split, &schedule::dualpipe_v},
+      {"seq-1f1b", "1F1B over (microbatch, slice) units: a rank holds slices, not microbatches",
+       PlacementKind::Linear, 1, false, true, true, WGradMode::Fused, &schedule::seq_1f1b, true},
+      {"slice-pipe",
+       "MEPipe's sequence x virtual pipeline: slices over looped chunks, tunable warm-up",
+       PlacementKind::Interleaved, 2, true, true, true, WGradMode::Fused,
+       [](Problem p, WGradMode w) { return schedule::slice_pipe(p, w); }, true,
+       [](Problem p, WGradMode w, int warmup) {
+         return schedule::slice_pipe(p, w, {.warmup = warmup});
+       }},
   }};
   return all;
 }

@@ -1,5 +1,6 @@
 // Deterministic synthetic training data for the toy models and the loss at the end of the
-// pipeline: mean squared error for the MLP, next-token cross-entropy for the GPT.
+// pipeline: mean squared error for the MLP, next-token cross-entropy for the GPT; whole
+// microbatches or sequence slices of them.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "pipesched/exec/training_data.hpp"
 #include "pipesched/toy/gpt.hpp"
 #include "pipesched/toy/mlp.hpp"
+#include "pipesched/toy/slicing.hpp"
 #include "pipesched/toy/tensor.hpp"
 
 namespace pipesched::toy {
@@ -24,6 +26,11 @@ enum class LossKind : std::uint8_t {
 
 //! One training step's data: inputs and targets per microbatch, and the loss. The step loss
 //! is the mean over microbatches of each microbatch's mean loss (over its rows, or tokens).
+//!
+//! A microbatch can also be cut into slices (`slice_bounds`: equal lengths, the last slice
+//! taking the remainder): the GPT's along the sequence (columns of the ids), the MLP's along
+//! its rows. A slice's loss is its tokens' (rows') share of the same step loss, so the slices'
+//! losses and gradients add up to the unsliced ones.
 template <class T>
 struct StepData {
   int microbatches = 0;
@@ -34,12 +41,31 @@ struct StepData {
   //! The first stage's input of microbatch `mb` (a copy).
   Tensor<T> input(int mb) const { return inputs[checked(mb, "input")]; }
 
+  //! The first stage's input for slice `slice` of `slices` of microbatch `mb`: ids [b, tokens]
+  //! (GPT) or features [rows, hidden] (MLP). One slice is the whole microbatch.
+  Tensor<T> input(int mb, int slice, int slices) const {
+    const Tensor<T>& x = inputs[checked(mb, "input")];
+    return cut(x, slice, slices, "input");
+  }
+
   //! Adds microbatch `mb`'s share of the step loss to `loss` and returns the gradient of the
   //! step loss with respect to `output` (the last stage's output for that microbatch).
   Tensor<T> loss_gradient(const Tensor<T>& output, int mb, double& loss) const {
-    const Tensor<T>& target = targets[checked(mb, "loss_gradient")];
-    return loss_kind == LossKind::SquaredError ? squared_error(output, target, loss)
-                                               : cross_entropy(output, target, loss);
+    return loss_gradient(output, mb, 0, 1, loss);
+  }
+
+  //! The same for slice `slice` of `slices`: `output` is the last stage's output for that
+  //! slice; the loss added is the slice's share of the step loss (its tokens' or rows' terms of
+  //! the microbatch's mean), so the slices of a microbatch add up to its unsliced loss.
+  Tensor<T> loss_gradient(const Tensor<T>& output, int mb, int slice, int slices,
+                          double& loss) const {
+    const Tensor<T>& whole = targets[checked(mb, "loss_gradient")];
+    const bool sliced = slices != 1 || slice != 0;
+    const Tensor<T> part = sliced ? cut(whole, slice, slices, "loss_gradient") : Tensor<T>{};
+    const Tensor<T>& target = sliced ? part : whole;
+    const std::size_t total = whole.size();  // the microbatch's terms: the mean's denominator
+    return loss_kind == LossKind::SquaredError ? squared_error(output, target, total, loss)
+                                               : cross_entropy(output, target, total, loss);
   }
 
  private:
@@ -52,12 +78,38 @@ struct StepData {
     return static_cast<std::size_t>(mb);
   }
 
-  Tensor<T> squared_error(const Tensor<T>& output, const Tensor<T>& target, double& loss) const {
+  // The columns (GPT ids: along the sequence) or rows (MLP features) of slice `slice`.
+  Tensor<T> cut(const Tensor<T>& x, int slice, int slices, const char* op) const {
+    if (x.rank() != 2)
+      throw invalid_problem("StepData::" + std::string(op) + ": the data tensor has shape " +
+                            shape_string(x.shape) +
+                            "; slicing needs [batch, sequence] ids or "
+                            "[rows, hidden] features");
+    if (slices == 1 && slice == 0) return x;
+    const bool along_sequence = loss_kind == LossKind::CrossEntropy;
+    const int extent = along_sequence ? x.dim(1) : x.dim(0);
+    const SliceBounds at = slice_bounds(extent, slice, slices);
+    if (!along_sequence) {
+      Tensor<T> out({at.length, x.dim(1)});
+      const auto width = static_cast<std::ptrdiff_t>(x.dim(1));
+      std::copy(x.begin_data() + at.start * width, x.begin_data() + (at.start + at.length) * width,
+                out.begin_data());
+      return out;
+    }
+    Tensor<T> out({x.dim(0), at.length});
+    for (int i = 0; i < x.dim(0); ++i)
+      for (int t = 0; t < at.length; ++t)
+        out(i, t) = x(i, at.start + t);
+    return out;
+  }
+
+  Tensor<T> squared_error(const Tensor<T>& output, const Tensor<T>& target, std::size_t total,
+                          double& loss) const {
     if (output.shape != target.shape)
       throw invalid_problem("StepData::loss_gradient: output shape is " +
                             shape_string(output.shape) + "; the targets have shape " +
                             shape_string(target.shape));
-    const T scale = T(2) / (T(output.size()) * T(microbatches));
+    const T scale = T(2) / (T(total) * T(microbatches));
     Tensor<T> grad(output.shape);
     double sum = 0;
     for (std::size_t i = 0; i < output.size(); ++i) {
@@ -65,11 +117,12 @@ struct StepData {
       sum += double(diff) * double(diff);
       grad[i] = scale * diff;
     }
-    loss += sum / (double(output.size()) * microbatches);
+    loss += sum / (double(total) * microbatches);
     return grad;
   }
 
-  Tensor<T> cross_entropy(const Tensor<T>& logits, const Tensor<T>& target, double& loss) const {
+  Tensor<T> cross_entropy(const Tensor<T>& logits, const Tensor<T>& target, std::size_t total,
+                          double& loss) const {
     if (logits.rank() != 3 || target.rank() != 2 || logits.dim(0) != target.dim(0) ||
         logits.dim(1) != target.dim(1))
       throw invalid_problem("StepData::loss_gradient: logits shape is " +
@@ -78,7 +131,7 @@ struct StepData {
                             ", vocabulary] to match the targets");
     const int tokens = target.dim(0) * target.dim(1);
     const int classes = logits.dim(2);
-    const T scale = T(1) / (T(tokens) * T(microbatches));
+    const T scale = T(1) / (T(total) * T(microbatches));
     Tensor<T> grad(logits.shape);
     double sum = 0;
     for (int r = 0; r < tokens; ++r) {
@@ -89,17 +142,17 @@ struct StepData {
         throw invalid_problem("StepData::loss_gradient: target token " + std::to_string(label) +
                               " is outside the logits' " + std::to_string(classes) + " classes");
       const T max_z = *std::max_element(z, z + classes);
-      T total = 0;
+      T total_exp = 0;
       for (int c = 0; c < classes; ++c) {
         g[c] = std::exp(z[c] - max_z);
-        total += g[c];
+        total_exp += g[c];
       }
-      sum += double(std::log(total) + max_z - z[label]);
+      sum += double(std::log(total_exp) + max_z - z[label]);
       for (int c = 0; c < classes; ++c)
-        g[c] = g[c] / total * scale;
+        g[c] = g[c] / total_exp * scale;
       g[label] -= scale;
     }
-    loss += sum / (double(tokens) * microbatches);
+    loss += sum / (double(total) * microbatches);
     return grad;
   }
 };
@@ -172,13 +225,17 @@ StepData<T> make_gpt_data(const GptConfig& config, int microbatches, std::uint64
 }
 
 //! The executor's view of `data` (which must outlive the result): stage 0's input and the
-//! last stage's loss, for whole microbatches (slice 0).
+//! last stage's loss for each (microbatch, slice) unit, the microbatches cut into `slices`
+//! (the schedule's `problem.slices`; 1 = whole microbatches).
 template <class T>
-TrainingData<Tensor<T>> training_data(const StepData<T>& data) {
+TrainingData<Tensor<T>> training_data(const StepData<T>& data, int slices = 1) {
+  if (slices < 1)
+    throw invalid_problem("training_data: slices is " + std::to_string(slices) +
+                          "; use 1 for whole microbatches or the schedule's slice count");
   TrainingData<Tensor<T>> d;
-  d.input = [&data](int mb, int) { return data.input(mb); };
-  d.loss = [&data](const Tensor<T>& out, int mb, int, double& loss) {
-    return data.loss_gradient(out, mb, loss);
+  d.input = [&data, slices](int mb, int slice) { return data.input(mb, slice, slices); };
+  d.loss = [&data, slices](const Tensor<T>& out, int mb, int slice, double& loss) {
+    return data.loss_gradient(out, mb, slice, slices, loss);
   };
   return d;
 }

@@ -1,8 +1,11 @@
 // The toy causal GPT on the host, float or double: token + position embedding, pre-LayerNorm
 // transformer blocks (causal multi-head attention, GELU MLP), final LayerNorm + LM head — each
-// a `layer` with a hand-written backward — and a pipeline stage made of them (a `stage_model`).
+// a `layer` with a hand-written backward — and a pipeline stage made of them (a slice-aware
+// `stage_model` whose weight gradient can run in parts).
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/toy/detail/ops.hpp"
 #include "pipesched/toy/memory.hpp"
+#include "pipesched/toy/slicing.hpp"
 #include "pipesched/toy/tensor.hpp"
 
 namespace pipesched::toy {
@@ -67,14 +71,16 @@ void add_into(Tensor<T>& y, const Tensor<T>& x) {
 
 //! Token embedding plus learned position embedding: token ids [batch, sequence] (held as T
 //! values) → [batch, sequence, hidden]. Parameters, in order: token table [vocabulary, hidden],
-//! position table [sequence, hidden].
+//! position table [sequence, hidden]. A sequence slice passes its start as `offset`: its tokens
+//! take positions offset, offset + 1, ...
 template <class T>
 class GptEmbedding {
  public:
   using tensor_type = Tensor<T>;
   struct Stash {
-    Tensor<T> ids;  // forward: the token ids
-    Tensor<T> dy;   // backward_input: the output gradient
+    Tensor<T> ids;   // forward: the token ids
+    Tensor<T> dy;    // backward_input: the output gradient
+    int offset = 0;  // position of the first token
     detail::StashPhase phase = detail::StashPhase::Empty;
   };
   using stash_type = Stash;
@@ -92,13 +98,23 @@ class GptEmbedding {
 
   //! ids [batch, sequence] → [batch, sequence, hidden]. Every id must be a whole number in
   //! [0, vocabulary) and the sequence no longer than the config's.
-  Tensor<T> forward(const Tensor<T>& ids, Stash& stash) const {
+  Tensor<T> forward(const Tensor<T>& ids, Stash& stash) const { return forward(ids, stash, 0); }
+
+  //! ids [batch, tokens] of a slice starting at position `offset` → [batch, tokens, hidden];
+  //! offset + tokens may not pass the config's sequence.
+  Tensor<T> forward(const Tensor<T>& ids, Stash& stash, int offset) const {
     if (ids.rank() != 2 || ids.dim(0) < 1 || ids.dim(1) < 1 || ids.dim(1) > sequence_)
       throw invalid_problem("GptEmbedding::forward: token tensor shape is " +
                             shape_string(ids.shape) +
                             "; expected [batch, sequence] with batch "
                             ">= 1 and 1 <= sequence <= " +
                             std::to_string(sequence_));
+    if (offset < 0 || offset + ids.dim(1) > sequence_)
+      throw invalid_problem("GptEmbedding::forward: a slice of " + std::to_string(ids.dim(1)) +
+                            " tokens starting at position " + std::to_string(offset) +
+                            " passes the end of the " + std::to_string(sequence_) +
+                            "-token sequence; slices must lie within positions 0 to " +
+                            std::to_string(sequence_ - 1));
     const int b = ids.dim(0);
     const int s = ids.dim(1);
     Tensor<T> y({b, s, hidden_});
@@ -106,10 +122,11 @@ class GptEmbedding {
       for (int t = 0; t < s; ++t) {
         const int id = token_id(ids(i, t), i, t);
         for (int d = 0; d < hidden_; ++d)
-          y(i, t, d) = params_[tokens](id, d) + params_[positions](t, d);
+          y(i, t, d) = params_[tokens](id, d) + params_[positions](offset + t, d);
       }
     stash = Stash{};
     stash.ids = ids;
+    stash.offset = offset;
     stash.phase = detail::StashPhase::Forwarded;
     return y;
   }
@@ -137,7 +154,7 @@ class GptEmbedding {
         const int id = static_cast<int>(stash.ids(i, t));
         for (int d = 0; d < hidden_; ++d) {
           grads_[tokens](id, d) += stash.dy(i, t, d);
-          grads_[positions](t, d) += stash.dy(i, t, d);
+          grads_[positions](stash.offset + t, d) += stash.dy(i, t, d);
         }
       }
     stash = Stash{};
@@ -178,27 +195,53 @@ class GptEmbedding {
 //! y1 = x + Wo·attention(LN1(x)) + bo, y = y1 + W2·gelu(W1·LN2(y1) + b1) + b2, attention causal
 //! over the sequence with `heads` heads. Parameters, in order: LN1 γ, β; Wqkv [3·hidden, hidden],
 //! bqkv; Wo [hidden, hidden], bo; LN2 γ, β; W1 [ffn, hidden], b1; W2 [hidden, ffn], b2.
+//!
+//! Besides whole sequences the block runs sequence slices: the forward of slice k reads the
+//! keys/values of slices 0 … k − 1 from a `Context` the slices of one microbatch share and
+//! puts its own there; the backward of slice k adds the gradients of those earlier keys/values
+//! into the context, where their own backwards take them (so slices run their backwards from
+//! last to first). The weight gradient runs whole or in four pieces (`backward_weight_piece`).
 template <class T>
 class GptBlock {
  public:
   using tensor_type = Tensor<T>;
-  //! What one microbatch leaves behind between calls (see `gpt_block_stash_bytes`).
+  //! What one microbatch (or slice) leaves behind between calls (see `gpt_block_stash_bytes`
+  //! and `gpt_block_slice_bytes`).
   struct Stash {
     // forward
     Tensor<T> xhat1, rstd1;  // LN1's normalized input and inverse deviation
-    Tensor<T> qkv;           // q, k, v side by side per row [.., 3·hidden]
-    Tensor<T> probs;         // attention probabilities [batch, heads, sequence, sequence]
+    Tensor<T> q;             // queries [batch, tokens, hidden]
+    Tensor<T> kv;            // keys, values side by side per row [.., 2·hidden]: whole sequences
+                             // only (a slice's live in the context, where later slices read them)
+    Tensor<T> probs;         // attention probabilities [batch, heads, tokens, keys]
     Tensor<T> attn;          // attention output, the input of Wo
     Tensor<T> xhat2, rstd2;  // LN2's
     Tensor<T> pre, act;      // W1·LN2(y1) + b1 and its GELU
     // backward_input, for the weight pass
-    Tensor<T> dy;    // output gradient (into W2, b2)
-    Tensor<T> dpre;  // into W1, b1
-    Tensor<T> dy1;   // residual gradient after attention (into Wo, bo)
-    Tensor<T> dqkv;  // into Wqkv, bqkv
+    Tensor<T> dy;         // output gradient (into W2, b2)
+    Tensor<T> dpre;       // into W1, b1
+    Tensor<T> dy1;        // residual gradient after attention (into Wo, bo)
+    Tensor<T> dqkv;       // into Wqkv, bqkv
+    int slice = -1;       // the slice a sliced forward ran; -1 for a whole sequence
+    int pieces_done = 0;  // bit i: weight piece i has run
     detail::StashPhase phase = detail::StashPhase::Empty;
   };
   using stash_type = Stash;
+
+  //! What the slices of one microbatch share in this block: per slice, its keys and values
+  //! [batch, tokens, 2·hidden] (from its forward until its backward_input) and the gradients the
+  //! backwards of later slices have sent to them (same shape; from the first such backward until
+  //! this slice's).
+  struct Context {
+    std::vector<Tensor<T>> kv;
+    std::vector<Tensor<T>> dkv;
+  };
+
+  //! The pieces of the weight gradient, in the order `backward_weight` runs them: the second
+  //! MLP linear, the first MLP linear with LN2, the attention output projection, the q/k/v
+  //! projection with LN1 (see `gpt_block_weight_piece_bytes`).
+  static constexpr int weight_pieces = 4;
+
   enum : std::size_t {
     ln1_gamma,
     ln1_beta,
@@ -244,6 +287,111 @@ class GptBlock {
   //! x [batch, sequence, hidden] → same shape; replaces whatever `stash` held. Deterministic,
   //! so a recompute from the same input reproduces the stash bit for bit.
   Tensor<T> forward(const Tensor<T>& x, Stash& stash) const {
+    return run_forward(x, stash, nullptr, -1, 0);
+  }
+
+  //! Slice `slice` of a microbatch, x [batch, tokens, hidden], whose first token is at position
+  //! `offset` (the tokens of slices 0 … slice − 1): attends to the keys/values of those slices,
+  //! held in `context`, and to its own, which it puts there. Running it again (a recompute)
+  //! rewrites the same keys/values.
+  Tensor<T> forward(const Tensor<T>& x, Stash& stash, Context& context, int slice,
+                    int offset) const {
+    if (slice < 0)
+      throw invalid_problem("GptBlock::forward: slice is " + std::to_string(slice) +
+                            "; slices are numbered from 0");
+    return run_forward(x, stash, &context, slice, offset);
+  }
+
+  //! dy [batch, sequence, hidden] → dx; keeps what `backward_weight` needs, frees the rest.
+  Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash) const {
+    return run_backward_input(dy, stash, nullptr, -1, 0);
+  }
+
+  //! The backward of slice `slice` (at position `offset`): adds the gradients of earlier
+  //! slices' keys/values into `context`, takes this slice's from there (the later slices have
+  //! put theirs already), and frees this slice's keys/values and gradients from the context.
+  Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash, Context& context, int slice,
+                           int offset) const {
+    return run_backward_input(dy, stash, &context, slice, offset);
+  }
+
+  //! Adds this microbatch's weight gradients and empties the stash. The LayerNorm outputs and
+  //! the gradients into them are rebuilt here from what is kept (the weights cannot have
+  //! changed since backward_input) so the stash between the two passes stays small.
+  void backward_weight(Stash& stash) {
+    detail::require_phase(stash.phase, detail::StashPhase::InputDone, "GptBlock",
+                          "backward_weight");
+    for (int piece = 0; piece < weight_pieces; ++piece)
+      if ((stash.pieces_done & (1 << piece)) == 0) run_piece(stash, piece);
+    stash = Stash{};
+  }
+
+  //! Runs one piece (0 … weight_pieces − 1) of the weight gradient, adding into the gradients
+  //! it owns, and frees what only that piece needed; after the last the stash is empty.
+  void backward_weight_piece(Stash& stash, int piece) {
+    detail::require_phase(stash.phase, detail::StashPhase::InputDone, "GptBlock",
+                          "backward_weight_piece");
+    if (piece < 0 || piece >= weight_pieces)
+      throw invalid_problem("GptBlock::backward_weight_piece: piece is " + std::to_string(piece) +
+                            "; it must be between 0 and " + std::to_string(weight_pieces - 1));
+    if ((stash.pieces_done & (1 << piece)) != 0)
+      throw invalid_schedule("GptBlock::backward_weight_piece: piece " + std::to_string(piece) +
+                             " already ran on this stash; each piece runs once");
+    run_piece(stash, piece);
+    if (stash.pieces_done == (1 << weight_pieces) - 1) stash = Stash{};
+  }
+
+  std::size_t stash_bytes(const Stash& st) const noexcept {
+    return st.xhat1.bytes() + st.rstd1.bytes() + st.q.bytes() + st.kv.bytes() + st.probs.bytes() +
+           st.attn.bytes() + st.xhat2.bytes() + st.rstd2.bytes() + st.pre.bytes() + st.act.bytes() +
+           st.dy.bytes() + st.dpre.bytes() + st.dy1.bytes() + st.dqkv.bytes();
+  }
+
+  //! Bytes `context` holds (keys/values and their gradients, every slice).
+  std::size_t context_bytes(const Context& context) const noexcept {
+    std::size_t bytes = 0;
+    for (const Tensor<T>& t : context.kv)
+      bytes += t.bytes();
+    for (const Tensor<T>& t : context.dkv)
+      bytes += t.bytes();
+    return bytes;
+  }
+
+  //! Analytic stash sizes for `batch` sequences of `sequence` tokens.
+  StashBytes predicted_stash_bytes(int batch, int sequence) const noexcept {
+    return gpt_block_stash_bytes<T>(
+        static_cast<std::size_t>(batch), static_cast<std::size_t>(sequence),
+        static_cast<std::size_t>(hidden_), static_cast<std::size_t>(heads_),
+        static_cast<std::size_t>(ffn_));
+  }
+
+  //! Analytic sizes for a slice of `tokens` tokens attending to `keys` keys.
+  SliceStashBytes predicted_slice_bytes(int batch, int tokens, int keys, bool last) const noexcept {
+    return gpt_block_slice_bytes<T>(
+        static_cast<std::size_t>(batch), static_cast<std::size_t>(tokens),
+        static_cast<std::size_t>(keys), static_cast<std::size_t>(hidden_),
+        static_cast<std::size_t>(heads_), static_cast<std::size_t>(ffn_), last);
+  }
+
+  //! Analytic bytes each weight piece frees, for `rows` rows.
+  std::array<std::size_t, weight_pieces> predicted_piece_bytes(int rows) const noexcept {
+    return gpt_block_weight_piece_bytes<T>(static_cast<std::size_t>(rows),
+                                           static_cast<std::size_t>(hidden_),
+                                           static_cast<std::size_t>(ffn_));
+  }
+
+  std::span<Tensor<T>> parameters() noexcept { return params_; }
+  std::span<const Tensor<T>> parameters() const noexcept { return params_; }
+  std::span<Tensor<T>> gradients() noexcept { return grads_; }
+  std::span<const Tensor<T>> gradients() const noexcept { return grads_; }
+  void zero_gradients() {
+    for (Tensor<T>& gr : grads_)
+      gr.fill(T(0));
+  }
+
+ private:
+  Tensor<T> run_forward(const Tensor<T>& x, Stash& stash, Context* context, int slice,
+                        int offset) const {
     detail::check_activation_shape(x, hidden_, "GptBlock", "forward");
     const int b = x.dim(0);
     const int s = x.dim(1);
@@ -251,18 +399,48 @@ class GptBlock {
     const int h = hidden_;
     const auto& p = params_;
     stash = Stash{};
+    stash.slice = slice;
     stash.xhat1 = Tensor<T>({b, s, h});
     stash.rstd1 = Tensor<T>({b, s});
     Tensor<T> n1({b, s, h});
     detail::layer_norm_forward(x.begin_data(), p[ln1_gamma].begin_data(), p[ln1_beta].begin_data(),
                                stash.xhat1.begin_data(), stash.rstd1.begin_data(), n1.begin_data(),
                                n, h);
-    stash.qkv = Tensor<T>({b, s, 3 * h});
+    Tensor<T> qkv({b, s, 3 * h});
     detail::linear_forward(n1.begin_data(), p[qkv_weight].begin_data(), p[qkv_bias].begin_data(),
-                           stash.qkv.begin_data(), n, h, 3 * h);
-    stash.probs = Tensor<T>({b, heads_, s, s});
+                           qkv.begin_data(), n, h, 3 * h);
+    // Queries stay with the unit; keys/values go where every later slice can read them.
+    stash.q = Tensor<T>({b, s, h});
+    Tensor<T> kv({b, s, 2 * h});
+    for (int r = 0; r < n; ++r) {
+      const T* row = qkv.begin_data() + static_cast<std::ptrdiff_t>(r) * 3 * h;
+      std::copy(row, row + h, stash.q.begin_data() + static_cast<std::ptrdiff_t>(r) * h);
+      std::copy(row + h, row + 3 * h, kv.begin_data() + static_cast<std::ptrdiff_t>(r) * 2 * h);
+    }
+    Tensor<T> gathered;
+    const Tensor<T>* keys = nullptr;
+    if (context != nullptr) {
+      if (context->kv.size() <= static_cast<std::size_t>(slice)) {
+        context->kv.resize(static_cast<std::size_t>(slice) + 1);
+        context->dkv.resize(static_cast<std::size_t>(slice) + 1);
+      }
+      context->kv[static_cast<std::size_t>(slice)] = std::move(kv);
+      keys = &prefix(*context, slice, offset, b, s, gathered, "forward");
+    } else {
+      stash.kv = std::move(kv);
+      keys = &stash.kv;
+    }
+    const int key_count = offset + s;
+    stash.probs = Tensor<T>({b, heads_, s, key_count});
     stash.attn = Tensor<T>({b, s, h});
-    attention_forward(stash.qkv, stash.probs, stash.attn);
+    const detail::AttentionShape shape = attention_shape(s, key_count, offset);
+    for (int i = 0; i < b; ++i) {
+      const T* k = keys->begin_data() + static_cast<std::ptrdiff_t>(i) * key_count * 2 * h;
+      detail::causal_attention_forward(
+          stash.q.begin_data() + static_cast<std::ptrdiff_t>(i) * s * h, h, k, k + h, 2 * h,
+          stash.probs.begin_data() + static_cast<std::ptrdiff_t>(i) * heads_ * s * key_count,
+          stash.attn.begin_data() + static_cast<std::ptrdiff_t>(i) * s * h, h, shape);
+    }
     Tensor<T> y1({b, s, h});
     detail::linear_forward(stash.attn.begin_data(), p[out_weight].begin_data(),
                            p[out_bias].begin_data(), y1.begin_data(), n, h, h);
@@ -287,13 +465,21 @@ class GptBlock {
     return y;
   }
 
-  //! dy [batch, sequence, hidden] → dx; keeps what `backward_weight` needs, frees the rest.
-  Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash) const {
+  Tensor<T> run_backward_input(const Tensor<T>& dy, Stash& stash, Context* context, int slice,
+                               int offset) const {
     detail::require_phase(stash.phase, detail::StashPhase::Forwarded, "GptBlock", "backward_input");
     if (dy.shape != stash.xhat1.shape)
       throw invalid_problem("GptBlock::backward_input: gradient shape is " +
                             shape_string(dy.shape) + "; expected the forward output's shape " +
                             shape_string(stash.xhat1.shape));
+    if (stash.slice != slice)
+      throw invalid_schedule(
+          "GptBlock::backward_input: the stash holds the forward of " +
+          (stash.slice < 0 ? std::string("a whole sequence")
+                           : "slice " + std::to_string(stash.slice)) +
+          " but the backward is for " +
+          (slice < 0 ? std::string("a whole sequence") : "slice " + std::to_string(slice)) +
+          "; pass each backward the stash of its own forward");
     const int b = dy.dim(0);
     const int s = dy.dim(1);
     const int n = b * s;
@@ -313,12 +499,70 @@ class GptBlock {
                                       stash.rstd2.begin_data(), p[ln2_gamma].begin_data(),
                                       dy1.begin_data(), n, h);
     detail::add_into(dy1, dy);
-    // Attention half.
+    // Attention half: gradients of the queries, and of the keys/values of this slice and
+    // every earlier one.
     Tensor<T> dattn({b, s, h});
     detail::linear_backward_input(dy1.begin_data(), p[out_weight].begin_data(), dattn.begin_data(),
                                   n, h, h);
+    Tensor<T> gathered;
+    const Tensor<T>& keys = context != nullptr
+                                ? prefix(*context, slice, offset, b, s, gathered, "backward_input")
+                                : stash.kv;
+    const int key_count = offset + s;
+    Tensor<T> dq({b, s, h});
+    Tensor<T> dkeys({b, key_count, 2 * h});
+    const detail::AttentionShape shape = attention_shape(s, key_count, offset);
+    for (int i = 0; i < b; ++i) {
+      const std::ptrdiff_t k0 = static_cast<std::ptrdiff_t>(i) * key_count * 2 * h;
+      const std::ptrdiff_t q0 = static_cast<std::ptrdiff_t>(i) * s * h;
+      detail::causal_attention_backward(
+          dattn.begin_data() + q0, h, stash.q.begin_data() + q0, h, keys.begin_data() + k0,
+          keys.begin_data() + k0 + h, 2 * h,
+          stash.probs.begin_data() + static_cast<std::ptrdiff_t>(i) * heads_ * s * key_count,
+          dq.begin_data() + q0, dkeys.begin_data() + k0, dkeys.begin_data() + k0 + h, shape);
+    }
+    // This slice's q/k/v gradient: its queries', and its keys/values' from its own queries plus
+    // what later slices left in the context.
+    const Tensor<T>* later = nullptr;
+    if (context != nullptr && !context->dkv[static_cast<std::size_t>(slice)].empty())
+      later = &context->dkv[static_cast<std::size_t>(slice)];
     stash.dqkv = Tensor<T>({b, s, 3 * h});
-    attention_backward(dattn, stash.qkv, stash.probs, stash.dqkv);
+    for (int i = 0; i < b; ++i)
+      for (int t = 0; t < s; ++t) {
+        T* out = stash.dqkv.begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * 3 * h;
+        const T* own_q = dq.begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * h;
+        const T* own_kv =
+            dkeys.begin_data() + (static_cast<std::ptrdiff_t>(i) * key_count + offset + t) * 2 * h;
+        std::copy(own_q, own_q + h, out);
+        if (later != nullptr) {
+          const T* add = later->begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * 2 * h;
+          for (int d = 0; d < 2 * h; ++d)
+            out[h + d] = add[d] + own_kv[d];
+        } else {
+          std::copy(own_kv, own_kv + 2 * h, out + h);
+        }
+      }
+    if (context != nullptr) {
+      // Earlier slices' keys/values: their backwards run later and take these.
+      int start = 0;
+      for (int j = 0; j < slice; ++j) {
+        const Tensor<T>& kj = context->kv[static_cast<std::size_t>(j)];
+        Tensor<T>& gj = context->dkv[static_cast<std::size_t>(j)];
+        if (gj.empty()) gj = Tensor<T>(kj.shape);
+        const int len = kj.dim(1);
+        for (int i = 0; i < b; ++i)
+          for (int t = 0; t < len; ++t) {
+            T* to = gj.begin_data() + (static_cast<std::ptrdiff_t>(i) * len + t) * 2 * h;
+            const T* from = dkeys.begin_data() +
+                            (static_cast<std::ptrdiff_t>(i) * key_count + start + t) * 2 * h;
+            for (int d = 0; d < 2 * h; ++d)
+              to[d] += from[d];
+          }
+        start += len;
+      }
+      context->kv[static_cast<std::size_t>(slice)] = Tensor<T>{};
+      context->dkv[static_cast<std::size_t>(slice)] = Tensor<T>{};
+    }
     Tensor<T> dn1({b, s, h});
     detail::linear_backward_input(stash.dqkv.begin_data(), p[qkv_weight].begin_data(),
                                   dn1.begin_data(), n, h, 3 * h);
@@ -330,7 +574,8 @@ class GptBlock {
     stash.dy = dy;
     stash.dy1 = std::move(dy1);
     stash.rstd1 = Tensor<T>{};
-    stash.qkv = Tensor<T>{};
+    stash.q = Tensor<T>{};
+    stash.kv = Tensor<T>{};
     stash.probs = Tensor<T>{};
     stash.rstd2 = Tensor<T>{};
     stash.pre = Tensor<T>{};
@@ -338,107 +583,121 @@ class GptBlock {
     return dx;
   }
 
-  //! Adds this microbatch's weight gradients and empties the stash. The LayerNorm outputs and
-  //! the gradients into them are rebuilt here from what is kept (the weights cannot have
-  //! changed since backward_input) so the stash between the two passes stays small.
-  void backward_weight(Stash& stash) {
-    detail::require_phase(stash.phase, detail::StashPhase::InputDone, "GptBlock",
-                          "backward_weight");
-    const int b = stash.dy.dim(0);
-    const int s = stash.dy.dim(1);
-    const int n = b * s;
+  // The keys/values of slices 0 … slice as one [batch, keys, 2·hidden] tensor: the context's
+  // own when the slice is the first, else gathered into `gathered`. Throws when an earlier
+  // slice's are missing (its forward has not run, or its backward already ran) or the slice's
+  // offset does not match them.
+  const Tensor<T>& prefix(const Context& context, int slice, int offset, int batch, int tokens,
+                          Tensor<T>& gathered, const char* op) const {
+    int count = 0;
+    for (int j = 0; j <= slice; ++j) {
+      const bool held = static_cast<std::size_t>(j) < context.kv.size() &&
+                        !context.kv[static_cast<std::size_t>(j)].empty();
+      if (!held)
+        throw invalid_schedule(
+            std::string("GptBlock::") + op + ": slice " + std::to_string(slice) +
+            " needs the keys/values of slice " + std::to_string(j) +
+            ", which the slice context does not hold; a microbatch's slices run their forwards "
+            "first to last and their backwards last to first");
+      const Tensor<T>& kj = context.kv[static_cast<std::size_t>(j)];
+      if (kj.dim(0) != batch)
+        throw invalid_problem(std::string("GptBlock::") + op + ": slice " + std::to_string(slice) +
+                              " has " + std::to_string(batch) + " sequences but slice " +
+                              std::to_string(j) + " had " + std::to_string(kj.dim(0)) +
+                              "; the slices of a microbatch cut the same sequences");
+      count += kj.dim(1);
+    }
+    if (count != offset + tokens)
+      throw invalid_problem(std::string("GptBlock::") + op + ": slice " + std::to_string(slice) +
+                            " starts at position " + std::to_string(offset) +
+                            " but the slices "
+                            "before it hold " +
+                            std::to_string(count - tokens) +
+                            " tokens; pass the sum of the earlier slices' lengths as the offset");
+    if (slice == 0) return context.kv.front();
+    const int h2 = 2 * hidden_;
+    gathered = Tensor<T>({batch, count, h2});
+    for (int i = 0; i < batch; ++i) {
+      T* to = gathered.begin_data() + static_cast<std::ptrdiff_t>(i) * count * h2;
+      for (int j = 0; j <= slice; ++j) {
+        const Tensor<T>& kj = context.kv[static_cast<std::size_t>(j)];
+        const std::ptrdiff_t rows = static_cast<std::ptrdiff_t>(kj.dim(1)) * h2;
+        const T* from = kj.begin_data() + static_cast<std::ptrdiff_t>(i) * rows;
+        to = std::copy(from, from + rows, to);
+      }
+    }
+    return gathered;
+  }
+
+  void run_piece(Stash& stash, int piece) {
     const int h = hidden_;
     const auto& p = params_;
     auto& g = grads_;
-    detail::linear_backward_weight(stash.dy.begin_data(), stash.act.begin_data(),
-                                   g[fc2_weight].begin_data(), g[fc2_bias].begin_data(), n, ffn_,
-                                   h);
-    Tensor<T> normed({b, s, h});
-    detail::layer_norm_apply(stash.xhat2.begin_data(), p[ln2_gamma].begin_data(),
-                             p[ln2_beta].begin_data(), normed.begin_data(), n, h);
-    detail::linear_backward_weight(stash.dpre.begin_data(), normed.begin_data(),
-                                   g[fc1_weight].begin_data(), g[fc1_bias].begin_data(), n, h,
-                                   ffn_);
-    Tensor<T> dnormed({b, s, h});
-    detail::linear_backward_input(stash.dpre.begin_data(), p[fc1_weight].begin_data(),
-                                  dnormed.begin_data(), n, h, ffn_);
-    detail::layer_norm_backward_weight(dnormed.begin_data(), stash.xhat2.begin_data(),
-                                       g[ln2_gamma].begin_data(), g[ln2_beta].begin_data(), n, h);
-    detail::linear_backward_weight(stash.dy1.begin_data(), stash.attn.begin_data(),
-                                   g[out_weight].begin_data(), g[out_bias].begin_data(), n, h, h);
-    detail::layer_norm_apply(stash.xhat1.begin_data(), p[ln1_gamma].begin_data(),
-                             p[ln1_beta].begin_data(), normed.begin_data(), n, h);
-    detail::linear_backward_weight(stash.dqkv.begin_data(), normed.begin_data(),
-                                   g[qkv_weight].begin_data(), g[qkv_bias].begin_data(), n, h,
-                                   3 * h);
-    detail::linear_backward_input(stash.dqkv.begin_data(), p[qkv_weight].begin_data(),
-                                  dnormed.begin_data(), n, h, 3 * h);
-    detail::layer_norm_backward_weight(dnormed.begin_data(), stash.xhat1.begin_data(),
-                                       g[ln1_gamma].begin_data(), g[ln1_beta].begin_data(), n, h);
-    stash = Stash{};
-  }
-
-  std::size_t stash_bytes(const Stash& st) const noexcept {
-    return st.xhat1.bytes() + st.rstd1.bytes() + st.qkv.bytes() + st.probs.bytes() +
-           st.attn.bytes() + st.xhat2.bytes() + st.rstd2.bytes() + st.pre.bytes() + st.act.bytes() +
-           st.dy.bytes() + st.dpre.bytes() + st.dy1.bytes() + st.dqkv.bytes();
-  }
-
-  //! Analytic stash sizes for `batch` sequences of `sequence` tokens.
-  StashBytes predicted_stash_bytes(int batch, int sequence) const noexcept {
-    return gpt_block_stash_bytes<T>(
-        static_cast<std::size_t>(batch), static_cast<std::size_t>(sequence),
-        static_cast<std::size_t>(hidden_), static_cast<std::size_t>(heads_),
-        static_cast<std::size_t>(ffn_));
-  }
-
-  std::span<Tensor<T>> parameters() noexcept { return params_; }
-  std::span<const Tensor<T>> parameters() const noexcept { return params_; }
-  std::span<Tensor<T>> gradients() noexcept { return grads_; }
-  std::span<const Tensor<T>> gradients() const noexcept { return grads_; }
-  void zero_gradients() {
-    for (Tensor<T>& gr : grads_)
-      gr.fill(T(0));
-  }
-
- private:
-  detail::AttentionShape attention_shape(int s) const noexcept {
-    return {
-        .queries = s, .keys = s, .query_offset = 0, .heads = heads_, .head_dim = hidden_ / heads_};
-  }
-
-  // One sequence at a time. Queries, keys and values all come from this call's rows; a
-  // sliced sequence would pass the keys/values of earlier slices ahead of these (the kernel
-  // already takes them as separate operands with a query offset).
-  void attention_forward(const Tensor<T>& qkv, Tensor<T>& probs, Tensor<T>& attn) const {
-    const int b = qkv.dim(0);
-    const int s = qkv.dim(1);
-    const int h = hidden_;
-    const detail::AttentionShape shape = attention_shape(s);
-    for (int i = 0; i < b; ++i) {
-      const T* q = qkv.begin_data() + static_cast<std::ptrdiff_t>(i) * s * 3 * h;
-      detail::causal_attention_forward(
-          q, 3 * h, q + h, q + 2 * h, 3 * h,
-          probs.begin_data() + static_cast<std::ptrdiff_t>(i) * heads_ * s * s,
-          attn.begin_data() + static_cast<std::ptrdiff_t>(i) * s * h, h, shape);
+    switch (piece) {
+      case 0: {  // W2, b2
+        const int n = stash.dy.dim(0) * stash.dy.dim(1);
+        detail::linear_backward_weight(stash.dy.begin_data(), stash.act.begin_data(),
+                                       g[fc2_weight].begin_data(), g[fc2_bias].begin_data(), n,
+                                       ffn_, h);
+        stash.dy = Tensor<T>{};
+        stash.act = Tensor<T>{};
+        break;
+      }
+      case 1: {  // W1, b1 and LN2
+        const int n = stash.dpre.dim(0) * stash.dpre.dim(1);
+        Tensor<T> normed(stash.xhat2.shape);
+        detail::layer_norm_apply(stash.xhat2.begin_data(), p[ln2_gamma].begin_data(),
+                                 p[ln2_beta].begin_data(), normed.begin_data(), n, h);
+        detail::linear_backward_weight(stash.dpre.begin_data(), normed.begin_data(),
+                                       g[fc1_weight].begin_data(), g[fc1_bias].begin_data(), n, h,
+                                       ffn_);
+        Tensor<T> dnormed(stash.xhat2.shape);
+        detail::linear_backward_input(stash.dpre.begin_data(), p[fc1_weight].begin_data(),
+                                      dnormed.begin_data(), n, h, ffn_);
+        detail::layer_norm_backward_weight(dnormed.begin_data(), stash.xhat2.begin_data(),
+                                           g[ln2_gamma].begin_data(), g[ln2_beta].begin_data(), n,
+                                           h);
+        stash.dpre = Tensor<T>{};
+        stash.xhat2 = Tensor<T>{};
+        break;
+      }
+      case 2: {  // Wo, bo
+        const int n = stash.dy1.dim(0) * stash.dy1.dim(1);
+        detail::linear_backward_weight(stash.dy1.begin_data(), stash.attn.begin_data(),
+                                       g[out_weight].begin_data(), g[out_bias].begin_data(), n, h,
+                                       h);
+        stash.dy1 = Tensor<T>{};
+        stash.attn = Tensor<T>{};
+        break;
+      }
+      default: {  // Wqkv, bqkv and LN1
+        const int n = stash.dqkv.dim(0) * stash.dqkv.dim(1);
+        Tensor<T> normed(stash.xhat1.shape);
+        detail::layer_norm_apply(stash.xhat1.begin_data(), p[ln1_gamma].begin_data(),
+                                 p[ln1_beta].begin_data(), normed.begin_data(), n, h);
+        detail::linear_backward_weight(stash.dqkv.begin_data(), normed.begin_data(),
+                                       g[qkv_weight].begin_data(), g[qkv_bias].begin_data(), n, h,
+                                       3 * h);
+        Tensor<T> dnormed(stash.xhat1.shape);
+        detail::linear_backward_input(stash.dqkv.begin_data(), p[qkv_weight].begin_data(),
+                                      dnormed.begin_data(), n, h, 3 * h);
+        detail::layer_norm_backward_weight(dnormed.begin_data(), stash.xhat1.begin_data(),
+                                           g[ln1_gamma].begin_data(), g[ln1_beta].begin_data(), n,
+                                           h);
+        stash.dqkv = Tensor<T>{};
+        stash.xhat1 = Tensor<T>{};
+        break;
+      }
     }
+    stash.pieces_done |= 1 << piece;
   }
 
-  void attention_backward(const Tensor<T>& dattn, const Tensor<T>& qkv, const Tensor<T>& probs,
-                          Tensor<T>& dqkv) const {
-    const int b = qkv.dim(0);
-    const int s = qkv.dim(1);
-    const int h = hidden_;
-    const detail::AttentionShape shape = attention_shape(s);
-    for (int i = 0; i < b; ++i) {
-      const std::ptrdiff_t row0 = static_cast<std::ptrdiff_t>(i) * s * 3 * h;
-      const T* q = qkv.begin_data() + row0;
-      T* dq = dqkv.begin_data() + row0;
-      detail::causal_attention_backward(
-          dattn.begin_data() + static_cast<std::ptrdiff_t>(i) * s * h, h, q, 3 * h, q + h,
-          q + 2 * h, 3 * h, probs.begin_data() + static_cast<std::ptrdiff_t>(i) * heads_ * s * s,
-          dq, dq + h, dq + 2 * h, shape);
-    }
+  detail::AttentionShape attention_shape(int queries, int keys, int offset) const noexcept {
+    return {.queries = queries,
+            .keys = keys,
+            .query_offset = offset,
+            .heads = heads_,
+            .head_dim = hidden_ / heads_};
   }
 
   int hidden_;
@@ -560,6 +819,13 @@ class GptHead {
 //! others take activations [batch, sequence, hidden]; the last returns logits [batch, sequence,
 //! vocabulary], the others activations. Every layer draws its parameters from its own seeded
 //! stream, so any partition of one config computes the same function.
+//!
+//! It is a slice-aware stage model: `forward(x, stash, context, slice)` runs slice `slice` of
+//! a microbatch (token ids [batch, tokens] or activations [batch, tokens, hidden]; any lengths,
+//! its position is the sum of the earlier slices' lengths), reading the earlier slices'
+//! keys/values from the microbatch's `Context`; the backwards run from the last slice to the
+//! first. `forward(x, stash)` and `backward_input(dy, stash)` run whole sequences. Its weight
+//! gradient runs whole or in parts (`weight_parts()`, `backward_weight(stash, part, parts)`).
 template <class T>
 class GptStage {
  public:
@@ -571,8 +837,23 @@ class GptStage {
     typename GptHead<T>::stash_type head;  // used on the last stage only
     detail::StashPhase phase = detail::StashPhase::Empty;
     int first_block = -1;  // the filling stage's first block, to catch a stash of another stage
+    int slice = -1;        // the slice a sliced forward ran; -1 for a whole sequence
+    std::vector<char> parts_done;  // weight parts run so far, when the weight pass is cut
   };
   using stash_type = Stash;
+
+  //! What the slices of one microbatch share on this stage: their lengths (so a slice knows
+  //! its position), where each is in its life, and each block's keys/values and their
+  //! gradients (see `GptBlock::Context`).
+  struct Context {
+    //! Where a slice is in its life: not run yet, forwarded, or its backward_input ran.
+    enum class SliceState : std::uint8_t { Pending, Live, Done };
+    std::vector<int> lengths;  // tokens of each slice forwarded so far
+    std::vector<SliceState> state;
+    std::vector<typename GptBlock<T>::Context> blocks;
+    int first_block = -1;  // the stage that uses it, to catch a context of another stage
+  };
+  using context_type = Context;
 
   //! Stage `stage` of `stages`; throws `invalid_problem` when the config or the split does not
   //! fit (a non-positive size, hidden not a multiple of heads, more stages than blocks, a stage
@@ -587,42 +868,113 @@ class GptStage {
     if (stage == stages - 1) head_.emplace(config);
   }
 
-  //! Runs the stage's layers in order; replaces whatever `stash` held. Deterministic (no
-  //! dropout), so a recompute from the stage input reproduces output and stash.
+  //! Runs the stage's layers in order on whole sequences; replaces whatever `stash` held.
+  //! Deterministic (no dropout), so a recompute from the stage input reproduces output and
+  //! stash.
   Tensor<T> forward(const Tensor<T>& x, Stash& stash) const {
-    stash = Stash{};
-    stash.blocks.resize(blocks_.size());
-    Tensor<T> y = embedding_ ? embedding_->forward(x, stash.embedding)
-                             : blocks_.front().forward(x, stash.blocks.front());
-    for (std::size_t i = embedding_ ? 0 : 1; i < blocks_.size(); ++i)
-      y = blocks_[i].forward(y, stash.blocks[i]);
-    if (head_) y = head_->forward(y, stash.head);
-    stash.phase = detail::StashPhase::Forwarded;
-    stash.first_block = first_;
+    return run_forward(x, stash, nullptr, -1, 0);
+  }
+
+  //! Runs slice `slice` of a microbatch: the slices before it must have run their forwards
+  //! (and not yet their backwards) with the same `context`. Running a slice again before its
+  //! backward is a recompute: it reproduces the stash and rewrites the same keys/values.
+  Tensor<T> forward(const Tensor<T>& x, Stash& stash, Context& context, int slice) const {
+    if (slice < 0)
+      throw invalid_problem("GptStage::forward: slice is " + std::to_string(slice) +
+                            "; slices are numbered from 0");
+    if (x.rank() < 2)
+      throw invalid_problem("GptStage::forward: input shape is " + shape_string(x.shape) +
+                            "; expected [batch, tokens] ids or [batch, tokens, hidden]");
+    bind(context, "forward");
+    const auto k = static_cast<std::size_t>(slice);
+    if (context.state.size() <= k) {
+      context.state.resize(k + 1, Context::SliceState::Pending);
+      context.lengths.resize(k + 1, 0);
+    }
+    for (int j = 0; j < slice; ++j)
+      if (context.state[static_cast<std::size_t>(j)] != Context::SliceState::Live)
+        throw invalid_schedule(
+            "GptStage::forward: slice " + std::to_string(slice) + " attends to slice " +
+            std::to_string(j) + ", whose " +
+            (context.state[static_cast<std::size_t>(j)] == Context::SliceState::Pending
+                 ? "forward has not run"
+                 : "backward already ran") +
+            "; a microbatch's slices run their forwards first to last and their backwards last "
+            "to first");
+    if (context.state[k] == Context::SliceState::Done)
+      throw invalid_schedule("GptStage::forward: the backward of slice " + std::to_string(slice) +
+                             " already ran; a recompute runs between its forward and backward");
+    if (context.state[k] == Context::SliceState::Live && context.lengths[k] != x.dim(1))
+      throw invalid_problem("GptStage::forward: slice " + std::to_string(slice) + " ran with " +
+                            std::to_string(context.lengths[k]) + " tokens and now with " +
+                            std::to_string(x.dim(1)) + "; a recompute takes the same input");
+    Tensor<T> y = run_forward(x, stash, &context, slice, offset_of(context, slice));
+    context.lengths[k] = x.dim(1);
+    context.state[k] = Context::SliceState::Live;
     return y;
   }
 
   //! The gradient of the stage output → the gradient of its input (zeros [batch, sequence]
   //! on stage 0, whose input is token ids).
   Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash) const {
-    check_stash(stash, detail::StashPhase::Forwarded, "backward_input");
-    Tensor<T> dx = head_ ? head_->backward_input(dy, stash.head)
-                         : blocks_.back().backward_input(dy, stash.blocks.back());
-    for (std::size_t i = blocks_.size() - (head_ ? 0 : 1); i-- > 0;)
-      dx = blocks_[i].backward_input(dx, stash.blocks[i]);
-    if (embedding_) dx = embedding_->backward_input(dx, stash.embedding);
-    stash.phase = detail::StashPhase::InputDone;
+    check_stash(stash, detail::StashPhase::Forwarded, "backward_input", -1);
+    return run_backward_input(dy, stash, nullptr, -1, 0);
+  }
+
+  //! The backward of slice `slice`; the backwards of the later slices that ran their forwards
+  //! must have run already (they send gradients to this slice's keys/values).
+  Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash, Context& context, int slice) const {
+    check_stash(stash, detail::StashPhase::Forwarded, "backward_input", slice);
+    bind(context, "backward_input");
+    const auto k = static_cast<std::size_t>(slice);
+    if (k >= context.state.size() || context.state[k] != Context::SliceState::Live)
+      throw invalid_schedule("GptStage::backward_input: slice " + std::to_string(slice) +
+                             " is not forwarded in this slice context; pass the context its "
+                             "forward used");
+    for (std::size_t j = k + 1; j < context.state.size(); ++j)
+      if (context.state[j] == Context::SliceState::Live)
+        throw invalid_schedule("GptStage::backward_input: slice " + std::to_string(j) +
+                               " attended to slice " + std::to_string(slice) +
+                               " and its backward has not run; a microbatch's slices run their "
+                               "backwards last to first");
+    Tensor<T> dx = run_backward_input(dy, stash, &context, slice, offset_of(context, slice));
+    context.state[k] = Context::SliceState::Done;
     return dx;
   }
 
   //! Adds every layer's weight gradients and empties the stash.
   void backward_weight(Stash& stash) {
-    check_stash(stash, detail::StashPhase::InputDone, "backward_weight");
+    check_stash(stash, detail::StashPhase::InputDone, "backward_weight", stash.slice);
+    if (!stash.parts_done.empty())
+      throw invalid_schedule(
+          "GptStage::backward_weight: part of this stash's weight gradient already ran; run the "
+          "remaining parts with backward_weight(stash, part, parts)");
     if (head_) head_->backward_weight(stash.head);
     for (std::size_t i = blocks_.size(); i-- > 0;)
       blocks_[i].backward_weight(stash.blocks[i]);
     if (embedding_) embedding_->backward_weight(stash.embedding);
     stash = Stash{};
+  }
+
+  //! Pieces the weight gradient falls into: the head's, four per block (see
+  //! `GptBlock::weight_pieces`), the embedding's, in the order they run (head first, blocks last
+  //! to first, embedding last).
+  int weight_parts() const noexcept {
+    return (head_ ? 1 : 0) + GptBlock<T>::weight_pieces * static_cast<int>(blocks_.size()) +
+           (embedding_ ? 1 : 0);
+  }
+
+  //! Part `part` of `parts` of the weight gradient: the pieces [part·n/parts, (part+1)·n/parts)
+  //! of the n = weight_parts() pieces, so parts == n runs one piece each, fewer parts group
+  //! neighbouring pieces evenly, more leave some parts empty. Each piece frees what only it
+  //! needed; once every part has run the stash is empty. Parts run once each, in any order.
+  void backward_weight(Stash& stash, int part, int parts) {
+    check_stash(stash, detail::StashPhase::InputDone, "backward_weight", stash.slice);
+    const auto [first, last] =
+        detail::begin_weight_part(stash.parts_done, part, parts, weight_parts(), "GptStage");
+    for (int piece = first; piece < last; ++piece)
+      run_piece(stash, piece);
+    if (detail::all_parts_done(stash.parts_done)) stash = Stash{};
   }
 
   //! Bytes of the tensors `stash` holds, over every layer.
@@ -635,11 +987,61 @@ class GptStage {
     return bytes;
   }
 
+  //! Bytes a slice context holds: every block's keys/values and their gradients.
+  std::size_t context_bytes(const Context& context) const noexcept {
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < context.blocks.size() && i < blocks_.size(); ++i)
+      bytes += blocks_[i].context_bytes(context.blocks[i]);
+    return bytes;
+  }
+
   //! Analytic bytes a stash holds right after forward of one microbatch (microbatch_size
   //! sequences of `sequence` tokens).
   std::size_t activation_bytes() const noexcept { return predicted().activation; }
   //! Analytic bytes a stash holds right after backward_input (what backward_weight needs).
   std::size_t wgrad_bytes() const noexcept { return predicted().wgrad; }
+
+  //! Analytic bytes of slice `slice` when each microbatch's `sequence` tokens are cut into
+  //! `slices` by `slice_bounds`. With one slice, activation + key_values == activation_bytes().
+  SliceStashBytes slice_bytes(int slice, int slices) const {
+    const SliceBounds at = slice_bounds(config_.sequence, slice, slices);
+    const auto b = static_cast<std::size_t>(config_.microbatch_size);
+    const auto t = static_cast<std::size_t>(at.length);
+    const auto h = static_cast<std::size_t>(config_.hidden);
+    SliceStashBytes total;
+    if (embedding_) {
+      const StashBytes e = gpt_embedding_stash_bytes<T>(b, t, h);
+      total = total + SliceStashBytes{e.activation, e.wgrad, 0, 0};
+    }
+    for (const GptBlock<T>& blk : blocks_)
+      total = total + blk.predicted_slice_bytes(config_.microbatch_size, at.length,
+                                                at.start + at.length, slice == slices - 1);
+    if (head_) {
+      const StashBytes e =
+          gpt_head_stash_bytes<T>(b, t, h, static_cast<std::size_t>(config_.vocabulary));
+      total = total + SliceStashBytes{e.activation, e.wgrad, 0, 0};
+    }
+    return total;
+  }
+
+  //! Analytic bytes each of `parts` weight-gradient parts frees, for slice `slice` of
+  //! `slices` (whole microbatches by default); they sum to the slice's wgrad bytes.
+  std::vector<std::size_t> weight_part_bytes(int parts, int slice = 0, int slices = 1) const {
+    const SliceBounds at = slice_bounds(config_.sequence, slice, slices);
+    const int rows = config_.microbatch_size * at.length;
+    const auto b = static_cast<std::size_t>(config_.microbatch_size);
+    const auto t = static_cast<std::size_t>(at.length);
+    const auto h = static_cast<std::size_t>(config_.hidden);
+    std::vector<std::size_t> pieces;
+    if (head_)
+      pieces.push_back(
+          gpt_head_stash_bytes<T>(b, t, h, static_cast<std::size_t>(config_.vocabulary)).wgrad);
+    for (std::size_t i = blocks_.size(); i-- > 0;)
+      for (std::size_t bytes : blocks_[i].predicted_piece_bytes(rows))
+        pieces.push_back(bytes);
+    if (embedding_) pieces.push_back(gpt_embedding_stash_bytes<T>(b, t, h).wgrad);
+    return detail::part_bytes(pieces, parts, "GptStage");
+  }
 
   //! Sets every layer's accumulated gradients to zero.
   void zero_gradients() {
@@ -682,15 +1084,93 @@ class GptStage {
     return range;
   }
 
+  Tensor<T> run_forward(const Tensor<T>& x, Stash& stash, Context* context, int slice,
+                        int offset) const {
+    stash = Stash{};
+    stash.blocks.resize(blocks_.size());
+    auto block = [&](std::size_t i, const Tensor<T>& in) {
+      return context != nullptr
+                 ? blocks_[i].forward(in, stash.blocks[i], context->blocks[i], slice, offset)
+                 : blocks_[i].forward(in, stash.blocks[i]);
+    };
+    Tensor<T> y = embedding_ ? embedding_->forward(x, stash.embedding, offset) : block(0, x);
+    for (std::size_t i = embedding_ ? 0 : 1; i < blocks_.size(); ++i)
+      y = block(i, y);
+    if (head_) y = head_->forward(y, stash.head);
+    stash.phase = detail::StashPhase::Forwarded;
+    stash.first_block = first_;
+    stash.slice = slice;
+    return y;
+  }
+
+  Tensor<T> run_backward_input(const Tensor<T>& dy, Stash& stash, Context* context, int slice,
+                               int offset) const {
+    auto block = [&](std::size_t i, const Tensor<T>& g) {
+      return context != nullptr
+                 ? blocks_[i].backward_input(g, stash.blocks[i], context->blocks[i], slice, offset)
+                 : blocks_[i].backward_input(g, stash.blocks[i]);
+    };
+    Tensor<T> dx = head_ ? head_->backward_input(dy, stash.head) : block(blocks_.size() - 1, dy);
+    for (std::size_t i = blocks_.size() - (head_ ? 0 : 1); i-- > 0;)
+      dx = block(i, dx);
+    if (embedding_) dx = embedding_->backward_input(dx, stash.embedding);
+    stash.phase = detail::StashPhase::InputDone;
+    return dx;
+  }
+
+  // Piece `piece` of weight_parts(): the head's, then four per block from the last block, then
+  // the embedding's.
+  void run_piece(Stash& stash, int piece) {
+    if (head_) {
+      if (piece == 0) return head_->backward_weight(stash.head);
+      --piece;
+    }
+    const int per_block = GptBlock<T>::weight_pieces;
+    if (piece < per_block * static_cast<int>(blocks_.size())) {
+      const std::size_t i = blocks_.size() - 1 - static_cast<std::size_t>(piece / per_block);
+      return blocks_[i].backward_weight_piece(stash.blocks[i], piece % per_block);
+    }
+    if (embedding_) embedding_->backward_weight(stash.embedding);
+  }
+
+  // The position of slice `slice`'s first token: the earlier slices' lengths.
+  static int offset_of(const Context& context, int slice) {
+    int offset = 0;
+    for (int j = 0; j < slice && static_cast<std::size_t>(j) < context.lengths.size(); ++j)
+      offset += context.lengths[static_cast<std::size_t>(j)];
+    return offset;
+  }
+
+  // A fresh context is taken by this stage; one of another stage is refused.
+  void bind(Context& context, const char* op) const {
+    if (context.first_block < 0) {
+      context.first_block = first_;
+      context.blocks.resize(blocks_.size());
+    } else if (context.first_block != first_ || context.blocks.size() != blocks_.size()) {
+      throw invalid_schedule(std::string("GptStage::") + op +
+                             ": the slice context belongs to the stage starting at block " +
+                             std::to_string(context.first_block) + ", not to this one (block " +
+                             std::to_string(first_) + "); give each stage its own contexts");
+    }
+  }
+
   // A stash filled by another stage would be read against the wrong weights (or out of
-  // bounds): refuse it.
-  void check_stash(const Stash& stash, detail::StashPhase wanted, const char* op) const {
+  // bounds): refuse it; so is one filled by a forward of another slice.
+  void check_stash(const Stash& stash, detail::StashPhase wanted, const char* op, int slice) const {
     detail::require_phase(stash.phase, wanted, "GptStage", op);
     if (stash.first_block != first_ || stash.blocks.size() != blocks_.size())
       throw invalid_schedule(std::string("GptStage::") + op +
                              ": the stash was filled by the stage starting at block " +
                              std::to_string(stash.first_block) + ", not by this one (block " +
                              std::to_string(first_) + "); pass each stage its own stashes");
+    if (stash.slice != slice)
+      throw invalid_schedule(
+          std::string("GptStage::") + op + ": the stash holds the forward of " +
+          (stash.slice < 0 ? std::string("a whole sequence")
+                           : "slice " + std::to_string(stash.slice)) +
+          " but the call is for " +
+          (slice < 0 ? std::string("a whole sequence") : "slice " + std::to_string(slice)) +
+          "; a sliced forward goes with the sliced backward_input of the same slice");
   }
 
   StashBytes predicted() const noexcept {

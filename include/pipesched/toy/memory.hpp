@@ -3,6 +3,7 @@
 // check them against the bytes of real stashes.
 #pragma once
 
+#include <array>
 #include <cstddef>
 
 namespace pipesched::toy {
@@ -16,6 +17,24 @@ struct StashBytes {
     return {a.activation + b.activation, a.wgrad + b.wgrad};
   }
   friend constexpr bool operator==(StashBytes, StashBytes) = default;
+};
+
+//! What one slice of a microbatch holds on a slice-aware stage, at the points the executor
+//! measures. The slice's keys/values live in the microbatch's slice context from its forward to
+//! its backward_input (later slices read them); the gradients later slices send back to them
+//! live in the context from the microbatch's first backward_input on the stage (its last
+//! slice's) to this slice's.
+struct SliceStashBytes {
+  std::size_t activation = 0;           //!< stash right after forward (keys/values not counted)
+  std::size_t wgrad = 0;                //!< stash right after backward_input
+  std::size_t key_values = 0;           //!< keys/values the slice adds to the context
+  std::size_t key_value_gradients = 0;  //!< gradient buffers for them (0 for the last slice)
+
+  friend constexpr SliceStashBytes operator+(SliceStashBytes a, SliceStashBytes b) noexcept {
+    return {a.activation + b.activation, a.wgrad + b.wgrad, a.key_values + b.key_values,
+            a.key_value_gradients + b.key_value_gradients};
+  }
+  friend constexpr bool operator==(SliceStashBytes, SliceStashBytes) = default;
 };
 
 //! Residual MLP block on `rows` rows: forward keeps the input x [rows, hidden], the
@@ -53,6 +72,47 @@ constexpr StashBytes gpt_block_stash_bytes(std::size_t batch, std::size_t sequen
   const std::size_t probabilities = batch * heads * sequence * sequence;
   return {(rows * (6 * hidden + 2 + 2 * ffn) + probabilities) * sizeof(T),
           rows * (8 * hidden + 2 * ffn) * sizeof(T)};
+}
+
+//! One slice of a GPT transformer block: `batch` sequences of `tokens` query rows attending
+//! to `keys` = (the slice's start + tokens) keys. The stash keeps per row what the whole-sequence
+//! block keeps except the keys/values (2·hidden), which go to the slice context, and the
+//! probabilities [batch, heads, tokens, keys]; after backward_input, the same as the whole
+//! block per row. `last` says whether this is the microbatch's last slice (which receives no
+//! key/value gradients from later ones).
+template <class T>
+constexpr SliceStashBytes gpt_block_slice_bytes(std::size_t batch, std::size_t tokens,
+                                                std::size_t keys, std::size_t hidden,
+                                                std::size_t heads, std::size_t ffn,
+                                                bool last) noexcept {
+  const std::size_t rows = batch * tokens;
+  const std::size_t probabilities = batch * heads * tokens * keys;
+  return {(rows * (4 * hidden + 2 + 2 * ffn) + probabilities) * sizeof(T),
+          rows * (8 * hidden + 2 * ffn) * sizeof(T), rows * 2 * hidden * sizeof(T),
+          last ? 0 : rows * 2 * hidden * sizeof(T)};
+}
+
+//! The weight-gradient pieces of a GPT transformer block on `rows` rows, in the order the
+//! block runs them, as the bytes each frees: the second MLP linear (its output gradient and
+//! input), the first MLP linear with LN2 (the pre-activation gradient and LN2's normalized
+//! input), the attention output projection (its output gradient and input), the q/k/v
+//! projection with LN1 (its output gradient and LN1's normalized input).
+template <class T>
+constexpr std::array<std::size_t, 4> gpt_block_weight_piece_bytes(std::size_t rows,
+                                                                  std::size_t hidden,
+                                                                  std::size_t ffn) noexcept {
+  return {rows * (hidden + ffn) * sizeof(T), rows * (ffn + hidden) * sizeof(T),
+          rows * 2 * hidden * sizeof(T), rows * 4 * hidden * sizeof(T)};
+}
+
+//! The weight-gradient pieces of a residual MLP block on `rows` rows, in the order the block
+//! runs them, as the bytes each frees: the second linear (output gradient, activation), the
+//! first (pre-activation gradient, input).
+template <class T>
+constexpr std::array<std::size_t, 2> mlp_block_weight_piece_bytes(std::size_t rows,
+                                                                  std::size_t hidden,
+                                                                  std::size_t ffn) noexcept {
+  return {rows * (hidden + ffn) * sizeof(T), rows * (ffn + hidden) * sizeof(T)};
 }
 
 //! GPT final LayerNorm + LM head on [batch, sequence, hidden]: forward keeps the normalized

@@ -1,7 +1,9 @@
 // The toy residual MLP: a block y = x + W2·gelu(W1·x + b1) + b2 (a `layer`) and a stage made of
-// a contiguous run of blocks (a `stage_model`), host code in float or double.
+// a contiguous run of blocks (a `stage_model` whose weight gradient can run in parts), host
+// code in float or double.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -36,9 +38,14 @@ class MlpBlock {
   struct Stash {
     Tensor<T> x, pre, act;  // forward: input, W1·x + b1, gelu(pre)
     Tensor<T> dy, dpre;     // backward_input: output gradient, gradient of pre
+    int pieces_done = 0;    // bit i: weight piece i has run
     detail::StashPhase phase = detail::StashPhase::Empty;
   };
   using stash_type = Stash;
+
+  //! The pieces of the weight gradient, in the order `backward_weight` runs them: W2 and b2,
+  //! then W1 and b1 (see `mlp_block_weight_piece_bytes`).
+  static constexpr int weight_pieces = 2;
 
   //! Tensor indices in `parameters()` / `gradients()`.
   enum : std::size_t { w1, b1, w2, b2, tensor_count };
@@ -108,14 +115,24 @@ class MlpBlock {
   void backward_weight(Stash& stash) {
     detail::require_phase(stash.phase, detail::StashPhase::InputDone, "MlpBlock",
                           "backward_weight");
-    const int n = stash.x.dim(0);
-    detail::linear_backward_weight(stash.dy.begin_data(), stash.act.begin_data(),
-                                   grads_[w2].begin_data(), grads_[b2].begin_data(), n, ffn_,
-                                   hidden_);
-    detail::linear_backward_weight(stash.dpre.begin_data(), stash.x.begin_data(),
-                                   grads_[w1].begin_data(), grads_[b1].begin_data(), n, hidden_,
-                                   ffn_);
+    for (int piece = 0; piece < weight_pieces; ++piece)
+      if ((stash.pieces_done & (1 << piece)) == 0) run_piece(stash, piece);
     stash = Stash{};
+  }
+
+  //! Runs one piece (0: W2 and b2, 1: W1 and b1) of the weight gradient and frees what only it
+  //! needed; after the last the stash is empty.
+  void backward_weight_piece(Stash& stash, int piece) {
+    detail::require_phase(stash.phase, detail::StashPhase::InputDone, "MlpBlock",
+                          "backward_weight_piece");
+    if (piece < 0 || piece >= weight_pieces)
+      throw invalid_problem("MlpBlock::backward_weight_piece: piece is " + std::to_string(piece) +
+                            "; it must be between 0 and " + std::to_string(weight_pieces - 1));
+    if ((stash.pieces_done & (1 << piece)) != 0)
+      throw invalid_schedule("MlpBlock::backward_weight_piece: piece " + std::to_string(piece) +
+                             " already ran on this stash; each piece runs once");
+    run_piece(stash, piece);
+    if (stash.pieces_done == (1 << weight_pieces) - 1) stash = Stash{};
   }
 
   //! Bytes of the tensors `stash` holds.
@@ -131,6 +148,13 @@ class MlpBlock {
                                     static_cast<std::size_t>(ffn_));
   }
 
+  //! Analytic bytes each weight piece frees, for `rows` rows.
+  std::array<std::size_t, weight_pieces> predicted_piece_bytes(int rows) const noexcept {
+    return mlp_block_weight_piece_bytes<T>(static_cast<std::size_t>(rows),
+                                           static_cast<std::size_t>(hidden_),
+                                           static_cast<std::size_t>(ffn_));
+  }
+
   //! W1, b1, W2, b2.
   std::span<Tensor<T>> parameters() noexcept { return params_; }
   std::span<const Tensor<T>> parameters() const noexcept { return params_; }
@@ -144,6 +168,26 @@ class MlpBlock {
   }
 
  private:
+  // Each piece reads only its own tensors (their rows give n), so pieces run in any order.
+  void run_piece(Stash& stash, int piece) {
+    if (piece == 0) {
+      const int n = stash.dy.dim(0);
+      detail::linear_backward_weight(stash.dy.begin_data(), stash.act.begin_data(),
+                                     grads_[w2].begin_data(), grads_[b2].begin_data(), n, ffn_,
+                                     hidden_);
+      stash.dy = Tensor<T>{};
+      stash.act = Tensor<T>{};
+    } else {
+      const int n = stash.dpre.dim(0);
+      detail::linear_backward_weight(stash.dpre.begin_data(), stash.x.begin_data(),
+                                     grads_[w1].begin_data(), grads_[b1].begin_data(), n, hidden_,
+                                     ffn_);
+      stash.dpre = Tensor<T>{};
+      stash.x = Tensor<T>{};
+    }
+    stash.pieces_done |= 1 << piece;
+  }
+
   int hidden_;
   int ffn_;
   std::vector<Tensor<T>> params_;
@@ -164,6 +208,7 @@ class MlpStage {
     std::vector<typename MlpBlock<T>::stash_type> blocks;
     detail::StashPhase phase = detail::StashPhase::Empty;
     int first_block = -1;  // the filling stage's first block, to catch a stash of another stage
+    std::vector<char> parts_done;  // weight parts run so far, when the weight pass is cut
   };
   using stash_type = Stash;
 
@@ -205,9 +250,44 @@ class MlpStage {
   //! Adds the weight gradients of every block and empties the stash.
   void backward_weight(Stash& stash) {
     check_stash(stash, detail::StashPhase::InputDone, "backward_weight");
+    if (!stash.parts_done.empty())
+      throw invalid_schedule(
+          "MlpStage::backward_weight: part of this stash's weight gradient already ran; run the "
+          "remaining parts with backward_weight(stash, part, parts)");
     for (std::size_t i = blocks_.size(); i-- > 0;)
       blocks_[i].backward_weight(stash.blocks[i]);
     stash = Stash{};
+  }
+
+  //! Pieces the weight gradient falls into: two per block (W2 and b2, then W1 and b1), blocks
+  //! last to first.
+  int weight_parts() const noexcept {
+    return MlpBlock<T>::weight_pieces * static_cast<int>(blocks_.size());
+  }
+
+  //! Part `part` of `parts` of the weight gradient: the pieces [part·n/parts, (part+1)·n/parts)
+  //! of the n = weight_parts() pieces (more parts than pieces leave some empty). Each piece
+  //! frees what only it needed; once every part has run the stash is empty.
+  void backward_weight(Stash& stash, int part, int parts) {
+    check_stash(stash, detail::StashPhase::InputDone, "backward_weight");
+    const auto [first, last] =
+        detail::begin_weight_part(stash.parts_done, part, parts, weight_parts(), "MlpStage");
+    const int per_block = MlpBlock<T>::weight_pieces;
+    for (int piece = first; piece < last; ++piece) {
+      const std::size_t i = blocks_.size() - 1 - static_cast<std::size_t>(piece / per_block);
+      blocks_[i].backward_weight_piece(stash.blocks[i], piece % per_block);
+    }
+    if (detail::all_parts_done(stash.parts_done)) stash = Stash{};
+  }
+
+  //! Analytic bytes each of `parts` weight-gradient parts frees for one microbatch; they sum to
+  //! wgrad_bytes().
+  std::vector<std::size_t> weight_part_bytes(int parts) const {
+    std::vector<std::size_t> pieces;
+    for (std::size_t i = blocks_.size(); i-- > 0;)
+      for (std::size_t bytes : blocks_[i].predicted_piece_bytes(config_.microbatch_size))
+        pieces.push_back(bytes);
+    return detail::part_bytes(pieces, parts, "MlpStage");
   }
 
   //! Bytes of the tensors `stash` holds, over every layer.

@@ -38,17 +38,20 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/schedule/registry.hpp"
 #include "pipesched/tune/cost_factory.hpp"
@@ -77,6 +80,15 @@ struct TuneRequest {
   bool full_fallback = true;
   //! Options of the Mario pass.
   MarioOptions mario{};
+  //! Slices per microbatch tried for the schedules that take slices (gpipe, seq-1f1b,
+  //! slice-pipe); the others run whole microbatches.
+  std::vector<int> slices{1};
+  //! How a TransformerCost cuts sequences into slices (other cost models: uniform).
+  SlicingMode slicing = SlicingMode::Uniform;
+  //! Also try each split-capable base with its weight gradients cut into `wgrad_parts` parts
+  //! placed in waits (MEPipe's fine-grained W).
+  bool fine_wgrad = false;
+  int wgrad_parts = 4;
 
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
@@ -107,6 +119,11 @@ struct TuneRequest {
       bad("microbatch_sizes", "{" + join(microbatch_sizes) + "}",
           "none divides global_batch = " + std::to_string(global_batch) +
               "; include a divisor such as 1");
+    if (slices.empty()) bad("slices", "{}", "give at least one slice count, e.g. {1}");
+    for (int k : slices)
+      if (k < 1) bad("slices", std::to_string(k), "every slice count must be at least 1");
+    if (fine_wgrad && wgrad_parts < 1)
+      bad("wgrad_parts", std::to_string(wgrad_parts), "cut each W into at least 1 part");
     if (checkpoints.empty() && !full_fallback)
       bad("checkpoints", "{}", "name at least one checkpoint mode, or keep full_fallback");
     if (budget) {
@@ -140,6 +157,8 @@ struct TunePlan {
   std::vector<double> peak_per_rank;    //!< simulated peak activation memory of each rank
   std::vector<double> budget_per_rank;  //!< the budget each rank was held to (inf: none)
   int recomputes = 0;                   //!< R actions in the schedule
+  int slices = 1;                       //!< slices per microbatch
+  bool fine_wgrad = false;              //!< weight gradients cut into parts, placed in waits
 };
 
 //! What `tune` found. Plans are compared by step time (makespan) for the same global batch;
@@ -168,6 +187,8 @@ inline std::string describe(const TunePlan& p) {
   std::string s = p.base;
   if (p.chunks > 1) s += " x" + std::to_string(p.chunks);
   s += ", " + std::to_string(p.microbatches) + " mb of " + std::to_string(p.microbatch_size);
+  if (p.slices > 1) s += " in " + std::to_string(p.slices) + " slices";
+  if (p.fine_wgrad) s += ", fine W";
   s += ", ";
   s += to_string(p.checkpoint);
   if (p.recomputes > 0) s += " (" + std::to_string(p.recomputes) + " R)";
@@ -252,6 +273,8 @@ struct TuneConfig {
   int chunks = 1;
   int microbatch_size = 1;
   int microbatches = 1;
+  int slices = 1;
+  bool fine = false;
   std::optional<Cost> cost;
   Schedule base;
   MemoryBudget budget;
@@ -264,8 +287,11 @@ struct TuneConfig {
   std::string label() const {
     std::string s = std::string(generator->name);
     if (generator->chunks_vary) s += " with " + std::to_string(chunks) + " chunks";
-    return s + ", microbatch size " + std::to_string(microbatch_size) + " (" +
-           std::to_string(microbatches) + " microbatches)";
+    s += ", microbatch size " + std::to_string(microbatch_size) + " (" +
+         std::to_string(microbatches) + " microbatches)";
+    if (slices > 1) s += ", " + std::to_string(slices) + " slices";
+    if (fine) s += ", fine W";
+    return s;
   }
 };
 
@@ -312,16 +338,27 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
     const GeneratorInfo& g = find_generator(name);
     if (std::find(seen_bases.begin(), seen_bases.end(), g.name) != seen_bases.end()) continue;
     seen_bases.push_back(g.name);
-    const std::vector<int> own{g.default_chunks};
+    const std::vector<int> own{g.default_chunks}, whole{1};
+    std::vector<bool> fines{false};
+    if (request.fine_wgrad && g.split) fines.push_back(true);
     for (int c : g.chunks_vary ? chunk_counts : own)
-      for (int b : sizes) {
-        detail::TuneConfig<Cost> cfg;
-        cfg.generator = &g;
-        cfg.chunks = c;
-        cfg.microbatch_size = b;
-        cfg.microbatches = request.global_batch / b;
-        configs.push_back(std::move(cfg));
-      }
+      for (int b : sizes)
+        for (int k : g.slices ? request.slices : whole)
+          for (bool fine : fines) {
+            if (std::find_if(configs.begin(), configs.end(), [&](const auto& x) {
+                  return x.generator == &g && x.chunks == c && x.microbatch_size == b &&
+                         x.slices == k && x.fine == fine;
+                }) != configs.end())
+              continue;
+            detail::TuneConfig<Cost> cfg;
+            cfg.generator = &g;
+            cfg.chunks = c;
+            cfg.microbatch_size = b;
+            cfg.microbatches = request.global_batch / b;
+            cfg.slices = k;
+            cfg.fine = fine;
+            configs.push_back(std::move(cfg));
+          }
   }
 
   TuneResult result;
@@ -356,6 +393,8 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
     for (int r = 0; r < request.ranks; ++r)
       p.budget_per_rank.push_back(cfg.budget.of(r));
     p.recomputes = detail::count_recomputes(s);
+    p.slices = cfg.slices;
+    p.fine_wgrad = cfg.fine;
     return p;
   };
   auto keep = [&](const TunePlan& p) {
@@ -388,13 +427,39 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
       }
       if (!costs[si]) throw invalid_problem(cost_refusal[si]);
       cfg.cost = costs[si];
+      if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+        if (cfg.slices > 1)
+          static_cast<TransformerCost&>(*cfg.cost) =
+              with_slicing(*cfg.cost, request.slicing, cfg.slices, request.ranks);
+      }
       const Problem problem{.ranks = request.ranks,
                             .stages = request.ranks * cfg.chunks,
-                            .microbatches = cfg.microbatches};
-      cfg.base = cfg.generator->generate(problem, cfg.generator->default_wgrad);
+                            .microbatches = cfg.microbatches,
+                            .slices = cfg.slices};
+      const WGradMode wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad;
+      cfg.base = cfg.generator->generate(problem, wgrad);
       cfg.budget = request.budget
                        ? *request.budget
                        : default_memory_budget(*cfg.cost, cfg.base.problem, cfg.base.placement);
+      // slice-pipe's warm-up is its memory knob: fit it to the budget before checkpointing.
+      if (cfg.generator->name == "slice-pipe" && cfg.budget.limited()) {
+        std::vector<double> per_rank;
+        for (int r = 0; r < request.ranks; ++r) per_rank.push_back(cfg.budget.of(r));
+        try {
+          cfg.base = schedule::slice_pipe_within(problem, wgrad, *cfg.cost, per_rank);
+        } catch (const invalid_problem&) {
+          // No warm-up fits without checkpointing: keep the default and let checkpointing try.
+        }
+      }
+      if (cfg.fine) {
+        try {
+          cfg.base = fill_weight_gradients(cfg.base, *cfg.cost, cfg.budget, request.wgrad_parts);
+        } catch (const invalid_problem&) {
+          // The base is over the budget whatever the W placement: place W's for speed and
+          // let checkpointing below bring the memory down.
+          cfg.base = fill_weight_gradients(cfg.base, *cfg.cost, MemoryBudget{}, request.wgrad_parts);
+        }
+      }
       cfg.base_sim = simulate(cfg.base, *cfg.cost);
       if (cfg.base_sim.deadlock)
         throw invalid_problem("the base schedule deadlocks: " + cfg.base_sim.deadlock_report);

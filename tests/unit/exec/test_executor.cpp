@@ -181,7 +181,7 @@ TEST(Executor, RunsPyTorchCsvSchedules) {
   }
 }
 
-TEST(Executor, LayerExceptionStopsEveryRankAndNamesRankAndAction) {
+TEST(TimedExecutor, LayerExceptionStopsEveryRankAndNamesRankAndAction) {
   ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
   auto stages = make_stages(4);
   int calls = 0;
@@ -208,7 +208,7 @@ TEST(Executor, LayerExceptionStopsEveryRankAndNamesRankAndAction) {
   EXPECT_NO_THROW(pipe.step(make_data(8)));
 }
 
-TEST(Executor, ReceiveThatNeverComesTimesOut) {
+TEST(TimedExecutor, ReceiveThatNeverComesTimesOut) {
   // Rank 1 waits for microbatch 1's activation, which rank 0 never sends: drop rank 0's
   // second forward and its send from the lowered schedule.
   ps::Schedule s = ps::lower_communication(ps::schedule::gpipe({.ranks = 2, .microbatches = 2}));

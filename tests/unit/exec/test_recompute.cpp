@@ -309,7 +309,7 @@ bool ran_out_of_order(const ps::StepResult& r, int rank) {
 
 }  // namespace
 
-TEST(RecomputeFill, FillingWaitsIsNoSlowerAndRunsRecomputesEarly) {
+TEST(TimedRecomputeFill, FillingWaitsIsNoSlowerAndRunsRecomputesEarly) {
   const ps::Schedule s =
       ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}));
   std::vector<toy::SyntheticStage> stages(4, toy::SyntheticStage(synthetic_cost));
@@ -344,7 +344,7 @@ TEST(RecomputeFill, FillingWaitsIsNoSlowerAndRunsRecomputesEarly) {
       << "filling " << best_filling << " s, plain " << best_plain << " s";
 }
 
-TEST(RecomputeFill, BudgetBoundsTheFills) {
+TEST(TimedRecomputeFill, BudgetBoundsTheFills) {
   const ps::Schedule s =
       ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}));
   std::vector<toy::SyntheticStage> stages(4, toy::SyntheticStage(synthetic_cost));

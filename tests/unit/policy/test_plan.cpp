@@ -1,5 +1,6 @@
 // plan<...>: policy traits, defaults, knob order, compile-time combination rules seen from
-// the accepted side, and generate() for every order, with and without checkpointing.
+// the accepted side, generate() for every order, with and without checkpointing, and
+// slice-level plans with the slice lengths they give a cost model.
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -11,7 +12,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/policy/policy.hpp"
 #include "pipesched/schedule/registry.hpp"
@@ -50,12 +53,13 @@ void expect_family() {
 TEST(PolicyTraits, EveryTagBelongsToExactlyOneFamily) {
   expect_family<is_order, order::GPipe, order::OneFOneB, order::Interleaved1F1B, order::LoopedBFS,
                 order::ZeroBubbleH1, order::ZeroBubbleH2, order::ZeroBubbleV, order::DualPipeV,
-                RefinedOrder>();
+                order::SeqOneFOneB, order::SlicePipe, order::SlicePipeWarmup<3>, RefinedOrder>();
   expect_family<is_placement, placement::Linear, placement::Interleaved<1>,
                 placement::Interleaved<3>, placement::VShape<>, placement::VShape<4>>();
   expect_family<is_checkpoint, checkpoint::None, checkpoint::Full, checkpoint::Selective,
                 checkpoint::Mario>();
-  expect_family<is_slicing, slicing::Whole>();
+  expect_family<is_slicing, slicing::Whole, slicing::Uniform<1>, slicing::Uniform<4>,
+                slicing::Balanced<2>>();
   expect_family<is_wgrad, wgrad::Fused, wgrad::Split>();
   // The concepts say the same as the traits.
   EXPECT_TRUE(order_policy<order::DualPipeV>);
@@ -87,7 +91,8 @@ TEST(PolicyTraits, OrderNamesAreDistinctAndKnownToTheRegistry) {
   const std::vector<std::string_view> names = {
       order::GPipe::name,       order::OneFOneB::name,     order::Interleaved1F1B::name,
       order::LoopedBFS::name,   order::ZeroBubbleH1::name, order::ZeroBubbleH2::name,
-      order::ZeroBubbleV::name, order::DualPipeV::name};
+      order::ZeroBubbleV::name, order::DualPipeV::name,    order::SeqOneFOneB::name,
+      order::SlicePipe::name};
   EXPECT_EQ(std::set<std::string_view>(names.begin(), names.end()).size(), names.size());
   for (std::string_view n : names) {
     SCOPED_TRACE(std::string(n));
@@ -162,7 +167,9 @@ using OrderCases =
                      OrderCase<order::ZeroBubbleH1, placement::Linear, wgrad::Split>,
                      OrderCase<order::ZeroBubbleH2, placement::Linear, wgrad::Split>,
                      OrderCase<order::ZeroBubbleV, placement::VShape<2>, wgrad::Split>,
-                     OrderCase<order::DualPipeV, placement::VShape<2>, wgrad::Split>>;
+                     OrderCase<order::DualPipeV, placement::VShape<2>, wgrad::Split>,
+                     OrderCase<order::SeqOneFOneB, placement::Linear, wgrad::Fused>,
+                     OrderCase<order::SlicePipe, placement::Interleaved<2>, wgrad::Fused>>;
 
 template <class Case>
 class PlanPerOrder : public ::testing::Test {};
@@ -185,6 +192,7 @@ TYPED_TEST(PlanPerOrder, DefaultsAgreeWithTheGeneratorRegistry) {
   EXPECT_EQ(g.default_chunks, TypeParam::placement::chunks);
   EXPECT_EQ(g.default_wgrad, TypeParam::wgrad::splits ? WGradMode::Split : WGradMode::Fused);
   EXPECT_EQ(g.fused, !Order::needs_split_wgrad);
+  EXPECT_EQ(g.slices, Order::takes_slices);
 }
 
 // One forward and one backward (B, or I and W) for every stage and microbatch, each on the
@@ -489,6 +497,173 @@ TEST(Plan, RefusesProblemsThatDoNotFit) {
                          {"slices = 4", "whole", "slices = 1"});
   expect_invalid_problem([] { Looped::generate(Problem{.ranks = INT_MAX}); },
                          {"ranks = " + std::to_string(INT_MAX), "overflow"});
+}
+
+// ---------------------------------------------------------------------------------------
+// Slice-level plans: orders that take K > 1 slices, with uniform and balanced slicing.
+
+template <class Order, class Slicing>
+struct SliceCase {
+  using order = Order;
+  using slicing = Slicing;
+};
+
+using SliceCases = ::testing::Types<SliceCase<order::GPipe, slicing::Uniform<3>>,
+                                    SliceCase<order::GPipe, slicing::Balanced<4>>,
+                                    SliceCase<order::SeqOneFOneB, slicing::Uniform<4>>,
+                                    SliceCase<order::SeqOneFOneB, slicing::Balanced<2>>,
+                                    SliceCase<order::SlicePipe, slicing::Uniform<2>>,
+                                    SliceCase<order::SlicePipe, slicing::Balanced<4>>>;
+
+template <class Case>
+class SlicedPlan : public ::testing::Test {};
+TYPED_TEST_SUITE(SlicedPlan, SliceCases);
+
+// A Llama-2-7B-like cost with a short sequence, on the rtx-4090 preset.
+TransformerCost llama_cost(int sequence) {
+  TransformerCost c{presets::find_model("llama2-7b"), presets::find_device("rtx-4090"), {}};
+  c.model.sequence = sequence;
+  return c;
+}
+
+TYPED_TEST(SlicedPlan, GenerateRunsTheSlicesOfThePolicy) {
+  using Order = typename TypeParam::order;
+  using Slicing = typename TypeParam::slicing;
+  using P = plan<Order, Slicing>;
+  constexpr int K = Slicing::slices;
+  const TransformerCost base = llama_cost(512);
+  for (const WGradMode mode : {WGradMode::Fused, WGradMode::Split}) {
+    for (int ranks : {1, 2, 4}) {
+      const Problem p{.ranks = ranks, .microbatches = 2 * ranks};
+      SCOPED_TRACE(P::describe() + ", ranks = " + std::to_string(ranks) + ", " + to_string(mode));
+      EXPECT_NE(P::describe().find("slicing " + std::string(Slicing::name) + " (" +
+                                   std::to_string(K) + " slices)"),
+                std::string::npos);
+      Schedule s;
+      if (mode == WGradMode::Fused) {
+        s = P::generate(p, base, MemoryBudget{});
+      } else {
+        s = plan<Order, Slicing, wgrad::Split>::generate(p, base, MemoryBudget{});
+      }
+      EXPECT_EQ(s.problem.slices, K);
+      Problem resolved = p;
+      resolved.slices = K;
+      resolved.stages = ranks * P::placement::chunks;
+      EXPECT_EQ(s, direct<Order>(resolved, mode));
+      const ValidationReport rep = check(s);
+      EXPECT_TRUE(rep.ok()) << rep.summary();
+      // Every slice of every unit runs, the last one included.
+      int last_slice = 0;
+      for (const auto& list : s.ranks)
+        for (const Action& a : list)
+          last_slice = std::max(last_slice, a.slice);
+      EXPECT_EQ(last_slice, K - 1);
+      // Giving the slice count the plan sets changes nothing.
+      if (mode == WGradMode::Fused) {
+        EXPECT_EQ(P::generate(resolved, base, MemoryBudget{}), s);
+      }
+    }
+  }
+}
+
+TYPED_TEST(SlicedPlan, SlicedCostCarriesThePoliciesLengths) {
+  using P = plan<typename TypeParam::order, typename TypeParam::slicing>;
+  constexpr int K = TypeParam::slicing::slices;
+  const TransformerCost base = llama_cost(1000);
+  const std::vector<int> expected = slice_lengths(base, TypeParam::slicing::mode, K);
+  EXPECT_EQ(P::slice_lengths(base), expected);
+  const TransformerCost sliced = P::sliced_cost(base);
+  EXPECT_EQ(sliced.slice_lengths, expected);
+  EXPECT_EQ(P::sliced_cost(sliced).slice_lengths, expected);  // applying it twice is once
+  // Lengths a caller set are replaced by the policy's.
+  TransformerCost given = base;
+  given.slice_lengths = std::vector<int>(static_cast<std::size_t>(K), 1);
+  given.slice_lengths.back() = 1000 - (K - 1);
+  EXPECT_EQ(P::sliced_cost(given).slice_lengths, expected);
+  // Other cost models split a microbatch evenly and come back as they were.
+  const UniformCost uniform{.f = 2, .b = 3, .w = 1};
+  const UniformCost same = P::sliced_cost(uniform);
+  EXPECT_EQ(same.f, 2);
+  EXPECT_EQ(same.b, 3);
+  // A sequence shorter than the slice count is refused, naming the plan.
+  expect_invalid_problem([] { P::slice_lengths(llama_cost(K - 1 + (K == 1))); },
+                         K > 1 ? std::vector<std::string>{"plan<" + P::describe() + ">",
+                                                          "slices = " + std::to_string(K)}
+                               : std::vector<std::string>{});
+}
+
+TYPED_TEST(SlicedPlan, CheckpointingPlansWithTheSlicedCost) {
+  using Order = typename TypeParam::order;
+  using Slicing = typename TypeParam::slicing;
+  using Plain = plan<Order, Slicing>;
+  using Selective = plan<Order, Slicing, checkpoint::Selective>;
+  const TransformerCost base = llama_cost(1024);
+  const TransformerCost sliced = Plain::sliced_cost(base);
+  const Problem p{.ranks = 4, .microbatches = 8};
+  const Schedule plain = Plain::generate(p, base, MemoryBudget{});
+  const MemoryBudget b = halfway_budget(plain, sliced);
+  const Schedule sel = Selective::generate(p, base, b);
+  EXPECT_EQ(sel, checkpoint_selective(plain, sliced, b));
+  EXPECT_GT(recomputes(sel), 0);
+  expect_valid_within(sel, sliced, b);
+}
+
+TEST(SlicedPlan, BalancedSlicesShortenTheStepOfLongSequences) {
+  // Llama 2 7B at 8192 tokens: uniform slices leave the later, dearer slices on the
+  // critical path; balanced ones even them out.
+  const TransformerCost base = llama_cost(8192);
+  const Problem p{.ranks = 4, .microbatches = 8};
+  auto makespan = [&](auto plan_tag) {
+    using P = decltype(plan_tag);
+    return simulate(P::generate(p, base, MemoryBudget{}), P::sliced_cost(base)).makespan;
+  };
+  const double uniform = makespan(plan<order::SeqOneFOneB, slicing::Uniform<4>>{});
+  const double balanced = makespan(plan<order::SeqOneFOneB, slicing::Balanced<4>>{});
+  EXPECT_LT(balanced, uniform * 0.99);
+  const double uniform_svpp = makespan(plan<order::SlicePipe, slicing::Uniform<4>>{});
+  const double balanced_svpp = makespan(plan<order::SlicePipe, slicing::Balanced<4>>{});
+  EXPECT_LT(balanced_svpp, uniform_svpp * 0.99);
+}
+
+TEST(SlicedPlan, SliceCountsThatDoNotFitAreRefused) {
+  using P = plan<order::SeqOneFOneB, slicing::Uniform<4>>;
+  expect_invalid_problem(
+      [] { P::generate(Problem{.ranks = 2, .microbatches = 4, .slices = 2}); },
+      {"plan<" + P::describe() + ">", "slices = 2", "uniform", "slices = 4", "leave it at 1"});
+  // Uniform<1> is whole sequences by another name, on any order.
+  EXPECT_EQ((plan<order::ZeroBubbleV, slicing::Uniform<1>>::generate(
+                Problem{.ranks = 2, .microbatches = 4})),
+            (plan<order::ZeroBubbleV>::generate(Problem{.ranks = 2, .microbatches = 4})));
+  // The slicing policies' own traits.
+  EXPECT_EQ(slicing::Whole::slices, 1);
+  EXPECT_EQ(slicing::Uniform<4>::slices, 4);
+  EXPECT_EQ(slicing::Balanced<8>::slices, 8);
+  EXPECT_FALSE(slicing::Uniform<4>::needs_cost);
+  EXPECT_TRUE(slicing::Balanced<4>::needs_cost);
+  EXPECT_EQ(slicing::Balanced<4>::mode, SlicingMode::Balanced);
+  EXPECT_TRUE(order::SlicePipe::takes_slices);
+  EXPECT_TRUE(order::GPipe::takes_slices);
+  EXPECT_FALSE(order::Interleaved1F1B::takes_slices);
+  EXPECT_FALSE(RefinedOrder::takes_slices);
+}
+
+TEST(SlicedPlan, SlicePipeWarmupReachesTheGenerator) {
+  const Problem p{.ranks = 4, .microbatches = 4, .slices = 4};
+  Problem resolved = p;
+  resolved.stages = 8;
+  using Default = plan<order::SlicePipe, slicing::Uniform<4>>;
+  EXPECT_EQ(Default::generate(p), schedule::slice_pipe(resolved));
+  const int most = schedule::detail::slice_warmup(4, 2, 4, 0);
+  using Fewer = plan<order::SlicePipeWarmup<9>, slicing::Uniform<4>>;
+  ASSERT_LT(9, most);
+  const Schedule s = Fewer::generate(p);
+  EXPECT_EQ(s, schedule::slice_pipe(resolved, WGradMode::Fused, {.warmup = 9}));
+  EXPECT_NE(s, Default::generate(p));
+  EXPECT_TRUE(check(s).ok());
+  EXPECT_TRUE((std::is_same_v<Fewer::placement, placement::Interleaved<2>>));
+  // A warm-up too small to run is refused.
+  EXPECT_THROW((plan<order::SlicePipeWarmup<1>, slicing::Uniform<4>>::generate(p)),
+               invalid_problem);
 }
 
 }  // namespace

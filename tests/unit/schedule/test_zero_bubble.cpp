@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/schedule/detail/greedy.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
@@ -497,3 +498,31 @@ TEST(GreedyListSchedule, RefusesBadOptions) {
 }
 
 }  // namespace
+
+// Counting a forward in flight until its W (not its I) bounds what deferred W's hold: with
+// W keeping most of a unit's activations, the peak stays at 1F1B's.
+TEST(GreedyPlanner, InFlightUntilWBoundsTheMemoryDeferredWeightGradientsHold) {
+  namespace d = pipesched::schedule::detail;
+  const pipesched::UniformCost cost{.w_memory = 0.9};
+  for (int p : {4, 8}) {
+    const int m = 4 * p;
+    d::GreedyOptions o;
+    o.generator = "test";
+    o.placement = pipesched::Placement::linear(p);
+    o.microbatches = m;
+    for (int r = 0; r < p; ++r) o.max_in_flight.push_back(p - r);
+    o.in_flight_until_w = true;
+    const d::GreedyPlan bounded = d::greedy_list_schedule(o);
+    pipesched::Schedule s{"bounded", {.ranks = p, .stages = p, .microbatches = m}, o.placement,
+                          bounded.ranks};
+    ASSERT_TRUE(pipesched::check(s).ok());
+    const pipesched::SimulationResult r = pipesched::simulate(s, cost);
+    for (int q = 0; q < p; ++q) EXPECT_LE(r.ranks[q].peak_memory, p - q + 1e-9) << q;
+    // The default (in flight until I) defers W's freely and holds more.
+    o.in_flight_until_w = false;
+    const d::GreedyPlan free = d::greedy_list_schedule(o);
+    pipesched::Schedule t{"free", {.ranks = p, .stages = p, .microbatches = m}, o.placement,
+                          free.ranks};
+    EXPECT_GT(pipesched::simulate(t, cost).peak_memory_max, r.peak_memory_max);
+  }
+}

@@ -1,5 +1,5 @@
 // The pipesched command: subcommands, JSON output equal to the library call, exit codes,
-// checkpointing and memory budgets.
+// checkpointing and memory budgets, slices, slice lengths, warm-up and fine weight gradients.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -14,7 +14,9 @@
 #include <sstream>
 #include <string>
 
+#include "pipesched/analysis/slicing.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pipesched.hpp"
 #include "pipesched/tune/tune.hpp"
 
@@ -79,6 +81,8 @@ TEST(Cli, HelpAndList) {
     EXPECT_NE(r.out.find(std::string(g.name)), std::string::npos) << g.name;
   for (const char* mode : {"full", "selective", "mario"})
     EXPECT_NE(r.out.find(mode), std::string::npos) << mode;
+  for (const char* policy : {"uniform", "balanced", "terapipe", "split|fine", "--slices"})
+    EXPECT_NE(r.out.find(policy), std::string::npos) << policy;
   for (const char* sub : {"generate", "validate", "simulate", "render", "convert"}) {
     r = run(std::string(sub) + " --help");
     EXPECT_EQ(r.code, 0) << sub;
@@ -87,6 +91,9 @@ TEST(Cli, HelpAndList) {
         std::string(sub) == "render") {
       EXPECT_NE(r.out.find("--checkpoint MODE"), std::string::npos) << r.out;
       EXPECT_NE(r.out.find("--memory-budget X"), std::string::npos) << r.out;
+      for (const char* option :
+           {"--slices K", "--slicing MODE", "--warmup N", "--wgrad-parts N", "fused|split|fine"})
+        EXPECT_NE(r.out.find(option), std::string::npos) << option << " in " << r.out;
     }
   }
 }
@@ -494,4 +501,175 @@ TEST(Cli, TuneFindsAPlanWithinTheBudget) {
   r = run("tune --ranks 4 --global-batch 16 --memory-budget 24GB");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("plain number"), std::string::npos) << r.err;
+}
+
+// ---------------------------------------------------------------------------------------
+// Slices, slice lengths, warm-up and fine weight gradients
+
+TEST(CliSlicing, GenerateSlicePipeWritesSlicesThatValidate) {
+  const auto file = scratch() / "slice_pipe.csv";
+  CliRun r = run("generate --schedule slice-pipe --ranks 4 --microbatches 8 --slices 4 -o '" +
+                 file.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string csv = slurp(file);
+  EXPECT_NE(csv.find(".3"), std::string::npos) << csv.substr(0, 400);
+  const ps::Schedule lib =
+      ps::schedule::slice_pipe({.ranks = 4, .stages = 8, .microbatches = 8, .slices = 4});
+  EXPECT_EQ(csv, ps::to_csv(lib));
+  r = run("validate '" + file.string() + "'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("4 slices"), std::string::npos) << r.out;
+  // The other slice-level schedules, and a set warm-up, reach their generators.
+  r = run("generate --schedule seq-1f1b --ranks 3 --microbatches 5 --slices 2 --format text");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            ps::to_text(ps::schedule::seq_1f1b({.ranks = 3, .microbatches = 5, .slices = 2})));
+  r =
+      run("generate --schedule gpipe --ranks 2 --microbatches 2 --slices 3 --wgrad split "
+          "--format text");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, ps::to_text(ps::schedule::gpipe({.ranks = 2, .microbatches = 2, .slices = 3},
+                                                   ps::WGradMode::Split)));
+  r =
+      run("generate --schedule slice-pipe --ranks 4 --microbatches 4 --slices 4 --warmup 9 "
+          "--format text");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, ps::to_text(ps::schedule::slice_pipe(
+                       {.ranks = 4, .stages = 8, .microbatches = 4, .slices = 4},
+                       ps::WGradMode::Fused, {.warmup = 9})));
+}
+
+TEST(CliSlicing, SimulateJsonEqualsTheLibraryForEverySlicing) {
+  // UniformCost: slices split a microbatch evenly; no slice_lengths in the output.
+  CliRun r = run("simulate --json --schedule slice-pipe --ranks 4 --microbatches 8 --slices 4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ps::Schedule lib =
+      ps::schedule::slice_pipe({.ranks = 4, .stages = 8, .microbatches = 8, .slices = 4});
+  expect_json_matches(r.out, lib, ps::simulate(lib));
+  EXPECT_NE(r.out.find("\"slices\":4"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("slice_lengths"), std::string::npos) << r.out;
+
+  // TransformerCost: the lengths of each mode, in the output and in the simulation.
+  ps::TransformerCost base{
+      ps::presets::find_model("llama2-7b"), ps::presets::find_device("rtx-4090"), {}};
+  base.model.sequence = 8192;
+  lib = ps::schedule::seq_1f1b({.ranks = 4, .microbatches = 8, .slices = 4});
+  double uniform_makespan = 0;
+  for (ps::SlicingMode mode :
+       {ps::SlicingMode::Uniform, ps::SlicingMode::Balanced, ps::SlicingMode::TeraPipe}) {
+    SCOPED_TRACE(ps::to_string(mode));
+    r = run(std::string("simulate --json --schedule seq-1f1b --ranks 4 --microbatches 8 --slices "
+                        "4 --model llama2-7b --device rtx-4090 --sequence 8192 --slicing ") +
+            ps::to_string(mode));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const ps::TransformerCost cost = ps::with_slicing(base, mode, 4, 4);
+    const ps::SimulationResult sim = ps::simulate(lib, cost);
+    expect_json_matches(r.out, lib, sim);
+    std::string lengths;
+    for (int t : cost.slice_lengths)
+      lengths += (lengths.empty() ? "" : ",") + std::to_string(t);
+    EXPECT_NE(r.out.find("\"slice_lengths\":[" + lengths + "]"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(std::string("\"slicing\":\"") + ps::to_string(mode) + "\""),
+              std::string::npos)
+        << r.out;
+    if (mode == ps::SlicingMode::Uniform)
+      uniform_makespan = sim.makespan;
+    else
+      EXPECT_LT(sim.makespan, uniform_makespan);
+  }
+  // The text form names the slicing and its lengths.
+  r =
+      run("simulate --schedule seq-1f1b --ranks 4 --microbatches 8 --slices 4 --model llama2-7b "
+          "--device rtx-4090 --sequence 8192 --slicing balanced");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<int> b = ps::balanced_slices(base, 4);
+  EXPECT_NE(r.out.find("4 slices per microbatch, balanced: " + std::to_string(b[0]) + ", " +
+                       std::to_string(b[1])),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(CliSlicing, FineWeightGradientsEqualTheLibraryPass) {
+  struct Case {
+    std::string args;
+    ps::Schedule split;
+    ps::MemoryBudget budget;
+    int parts;
+  };
+  const Case cases[] = {
+      {"--schedule zb-h1 --ranks 4 --microbatches 8 --wgrad fine",
+       ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 8}), ps::MemoryBudget{}, 4},
+      {"--schedule slice-pipe --ranks 4 --microbatches 8 --slices 2 --wgrad fine --wgrad-parts 2 "
+       "--memory-budget 3",
+       ps::schedule::slice_pipe({.ranks = 4, .stages = 8, .microbatches = 8, .slices = 2},
+                                ps::WGradMode::Split),
+       budget_of(3), 2},
+  };
+  const ps::UniformCost cost;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    CliRun r = run("simulate --json " + c.args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const ps::Schedule lib = ps::fill_weight_gradients(c.split, cost, c.budget, c.parts);
+    expect_json_matches(r.out, lib, ps::simulate(lib, cost));
+    r = run("generate --format text " + c.args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out, ps::to_text(lib));
+    EXPECT_NE(r.out.find(":" + std::to_string(c.parts - 1)), std::string::npos);
+  }
+}
+
+TEST(CliSlicing, BadSlicingUsageExitsTwoWithAMessage) {
+  const std::string model = " --model llama2-7b --device rtx-4090";
+  struct Case {
+    std::string args;
+    std::string says;
+  };
+  for (const Case& c : {
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --warmup 3",
+                "--warmup: schedule '1f1b' has no warm-up to set; schedules with one: slice-pipe"},
+           Case{"generate --schedule zb-v --ranks 4 --microbatches 8 --warmup 3",
+                "schedule 'zb-v' has no warm-up"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --slices 4",
+                "schedule '1f1b' runs whole microbatches; slice-level schedules are gpipe, "
+                "seq-1f1b, slice-pipe"},
+           Case{"simulate --schedule seq-1f1b --ranks 4 --microbatches 8 --slices 4 --slicing "
+                "even" +
+                    model,
+                "slicing mode 'even' is unknown; choose uniform"},
+           Case{"simulate --schedule seq-1f1b --ranks 4 --microbatches 8 --slices 4 --slicing "
+                "balanced",
+                "--slicing balanced chooses slice lengths from the cost of each token"},
+           Case{"render --schedule seq-1f1b --ranks 4 --microbatches 8 --slices 4 --slicing "
+                "terapipe",
+                "give --model and --device"},
+           Case{"simulate --schedule seq-1f1b --ranks 4 --microbatches 8 --slices 0",
+                "--slices needs a whole number from 1"},
+           Case{"simulate --schedule slice-pipe --ranks 4 --microbatches 8 --slices 4 --warmup 0",
+                "--warmup needs a whole number from 1"},
+           Case{"simulate --schedule slice-pipe --ranks 4 --microbatches 8 --slices 4 --warmup 1",
+                "warmup = 1"},
+           Case{"simulate --schedule seq-1f1b --ranks 4 --microbatches 8 --slices 40 --sequence "
+                "32" +
+                    model,
+                "slices = 40 exceeds the sequence of 32 tokens"},
+           Case{"simulate --schedule seq-1f1b --ranks 64 --microbatches 64 --slices 2 --slicing "
+                "terapipe" +
+                    model,
+                "cannot be split over 64 stages"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --wgrad-parts 2",
+                "--wgrad-parts sets the parts of each weight gradient under --wgrad fine"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --wgrad fine --wgrad-parts 0",
+                "--wgrad-parts needs a whole number from 1"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --wgrad coarse",
+                "--wgrad takes fused, split or fine, got 'coarse'"},
+           Case{"simulate --slices 4 '" + data("zb1p_2rank_2stagep_compute.csv") + "'",
+                "give either a schedule FILE or --schedule NAME"},
+       }) {
+    SCOPED_TRACE(c.args);
+    CliRun r = run(c.args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  }
 }

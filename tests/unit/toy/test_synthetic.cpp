@@ -44,7 +44,7 @@ TEST(SyntheticStage, StashReportsTheSetBytes) {
   EXPECT_EQ(stage.stash_bytes(a), 0u);
 }
 
-TEST(SyntheticStage, SleepsLastTheirDurationAndBarelyOvershoot) {
+TEST(TimedSyntheticStage, SleepsLastTheirDurationAndBarelyOvershoot) {
   using clock = std::chrono::steady_clock;
   for (double seconds : {0.0005, 0.002, 0.005}) {
     SCOPED_TRACE("duration " + std::to_string(seconds) + " s");

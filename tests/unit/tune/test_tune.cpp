@@ -443,3 +443,32 @@ TEST(Tune, TransformerExplicitBudget) {
     EXPECT_LE(tight.best->peak_per_rank[rank], peak / 2 * (1 + eps));
   EXPECT_GE(tight.best->makespan, unlimited.best->makespan * (1 - eps));
 }
+
+TEST(Tune, SearchesSlicesAndFineWeightGradientsToo) {
+  ps::TuneRequest req;
+  req.ranks = 4;
+  req.global_batch = 16;
+  req.bases = {"1f1b", "seq-1f1b", "slice-pipe"};
+  req.chunks = {2};
+  req.slices = {1, 2, 4};
+  req.fine_wgrad = true;
+  req.budget = ps::MemoryBudget{.all = 1.5};
+  const ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  ASSERT_TRUE(r.best.has_value());
+  // 1F1B holds 4 microbatches on rank 0; only slicing (or heavy checkpointing) fits 1.5.
+  EXPECT_GT(r.best->slices, 1) << ps::describe(*r.best);
+  for (double peak : r.best->peak_per_rank) EXPECT_LE(peak, 1.5 + 1e-9);
+  EXPECT_TRUE(ps::check(r.best->schedule).ok());
+  const ps::SimulationResult sim = ps::simulate(r.best->schedule, ps::UniformCost{});
+  EXPECT_DOUBLE_EQ(sim.makespan, r.best->makespan);
+  // A sliced plan beats every plan that runs whole microbatches under this budget.
+  ps::TuneRequest whole = req;
+  whole.slices = {1};
+  const ps::TuneResult w = ps::tune(whole, ps::UniformCost{});
+  if (w.best) {
+    EXPECT_LT(r.best->makespan, w.best->makespan);
+  }
+  // Refusals are reported, not thrown.
+  req.slices = {0};
+  EXPECT_THROW(ps::tune(req, ps::UniformCost{}), ps::invalid_problem);
+}

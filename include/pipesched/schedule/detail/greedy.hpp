@@ -58,6 +58,9 @@ struct GreedyOptions {
   //! them before a forward (input gradients still go first). The default never does: W only
   //! fills what would otherwise be a wait. Lower it to bound the memory W's inputs hold.
   int max_pending_w = std::numeric_limits<int>::max();
+  //! Count a forward as in flight until its W has run (not only its I): then a rank never
+  //! holds more than `max_in_flight` units' activations, whatever W keeps.
+  bool in_flight_until_w = false;
 };
 
 //! The planned lists and what the plan measured.
@@ -200,7 +203,7 @@ inline GreedyPlan greedy_list_schedule(const GreedyOptions& opt) {
     plan.ranks[ru].push_back(Action::make(op, s, m));
     if (kind == kind_f)
       plan.peak_in_flight[ru] = std::max(plan.peak_in_flight[ru], ++in_flight[ru]);
-    if (kind == kind_i) --in_flight[ru];
+    if (kind == (opt.in_flight_until_w ? kind_w : kind_i)) --in_flight[ru];
     free_at[ru] = now + dur[kind];
     plan.makespan = std::max(plan.makespan, free_at[ru]);
     running.push(Running{free_at[ru], seq++, kind, s, m});

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -49,20 +50,34 @@ void linear_backward_input(const T* dy, const T* w, T* dx, int n, int in, int ou
   }
 }
 
+// What a weight gradient's sum over rows accumulates in: double for float models. A call sums
+// its rows there and adds the total into the gradient once, as a GEMM accumulates in a wider
+// type, so cutting the rows into slices (or microbatches) changes the result by one rounding
+// per call, not one per row.
+template <class T>
+using accumulator_t = std::conditional_t<(sizeof(T) < sizeof(double)), double, T>;
+
 // dW[out, in] += dyᵀ · x and db[out] += Σ_rows dy (db may be null).
 template <class T>
 void linear_backward_weight(const T* dy, const T* x, T* dw, T* db, int n, int in, int out) {
+  using A = accumulator_t<T>;
+  std::vector<A> sum_w(static_cast<std::size_t>(out) * in, A(0));
+  std::vector<A> sum_b(db != nullptr ? static_cast<std::size_t>(out) : 0, A(0));
   for (int r = 0; r < n; ++r) {
     const T* dyr = dy + static_cast<std::ptrdiff_t>(r) * out;
     const T* xr = x + static_cast<std::ptrdiff_t>(r) * in;
     for (int o = 0; o < out; ++o) {
-      const T g = dyr[o];
-      if (db != nullptr) db[o] += g;
-      T* dwo = dw + static_cast<std::ptrdiff_t>(o) * in;
+      const A g = dyr[o];
+      if (db != nullptr) sum_b[static_cast<std::size_t>(o)] += g;
+      A* so = sum_w.data() + static_cast<std::ptrdiff_t>(o) * in;
       for (int i = 0; i < in; ++i)
-        dwo[i] += g * xr[i];
+        so[i] += g * A(xr[i]);
     }
   }
+  for (std::size_t k = 0; k < sum_w.size(); ++k)
+    dw[k] += static_cast<T>(sum_w[k]);
+  for (std::size_t o = 0; o < sum_b.size(); ++o)
+    db[o] += static_cast<T>(sum_b[o]);
 }
 
 // ---- GELU (tanh form: smooth everywhere, so finite differences check it) ----------------------
@@ -143,15 +158,21 @@ void layer_norm_backward_input(const T* dy, const T* xhat, const T* rstd, const 
   }
 }
 
-// dγ += Σ_rows dy ⊙ x̂, dβ += Σ_rows dy.
+// dγ += Σ_rows dy ⊙ x̂, dβ += Σ_rows dy (summed in accumulator_t, added once).
 template <class T>
 void layer_norm_backward_weight(const T* dy, const T* xhat, T* dgamma, T* dbeta, int n, int h) {
+  using A = accumulator_t<T>;
+  std::vector<A> sum_g(static_cast<std::size_t>(h), A(0)), sum_b(static_cast<std::size_t>(h), A(0));
   for (int r = 0; r < n; ++r)
     for (int i = 0; i < h; ++i) {
       const std::ptrdiff_t k = static_cast<std::ptrdiff_t>(r) * h + i;
-      dgamma[i] += dy[k] * xhat[k];
-      dbeta[i] += dy[k];
+      sum_g[static_cast<std::size_t>(i)] += A(dy[k]) * A(xhat[k]);
+      sum_b[static_cast<std::size_t>(i)] += A(dy[k]);
     }
+  for (int i = 0; i < h; ++i) {
+    dgamma[i] += static_cast<T>(sum_g[static_cast<std::size_t>(i)]);
+    dbeta[i] += static_cast<T>(sum_b[static_cast<std::size_t>(i)]);
+  }
 }
 
 // ---- causal multi-head attention ---------------------------------------------------------------
@@ -269,6 +290,58 @@ inline void require_phase(StashPhase actual, StashPhase wanted, const char* who,
                 ? "the stash is empty; backward_weight needs backward_input to run first"
                 : "backward_input has not run on this stash yet; call it before backward_weight";
   throw invalid_schedule(what);
+}
+
+// ---- weight gradients in parts --------------------------------------------------------------
+
+// A stage's weight-gradient work is a list of `pieces` (one per weight GEMM, say); part `part`
+// of `parts` runs pieces [part·pieces/parts, (part+1)·pieces/parts), so any part count covers
+// every piece once (parts beyond the piece count are empty). Records the part in `done` (one
+// flag per part, sized at the first part) and returns its pieces; throws when the part is out
+// of range, already ran, or the unit was cut another way before.
+inline std::pair<int, int> begin_weight_part(std::vector<char>& done, int part, int parts,
+                                             int pieces, const char* who) {
+  if (parts < 1 || part < 0 || part >= parts)
+    throw invalid_problem(std::string(who) + "::backward_weight: part " + std::to_string(part) +
+                          " of " + std::to_string(parts) +
+                          " parts is out of range; parts must be at least 1 and part between 0 "
+                          "and parts - 1");
+  if (done.empty()) {
+    done.assign(static_cast<std::size_t>(parts), 0);
+  } else if (done.size() != static_cast<std::size_t>(parts)) {
+    throw invalid_schedule(std::string(who) +
+                           "::backward_weight: this stash's weight gradient "
+                           "was cut into " +
+                           std::to_string(done.size()) + " parts, now into " +
+                           std::to_string(parts) + "; cut every part of one unit the same way");
+  }
+  if (done[static_cast<std::size_t>(part)] != 0)
+    throw invalid_schedule(std::string(who) + "::backward_weight: part " + std::to_string(part) +
+                           " of " + std::to_string(parts) +
+                           " already ran on this stash; each part runs once");
+  done[static_cast<std::size_t>(part)] = 1;
+  const auto first = static_cast<long long>(part) * pieces / parts;
+  const auto last = static_cast<long long>(part + 1) * pieces / parts;
+  return {static_cast<int>(first), static_cast<int>(last)};
+}
+
+inline bool all_parts_done(const std::vector<char>& done) {
+  return std::all_of(done.begin(), done.end(), [](char d) { return d != 0; });
+}
+
+// Sums `pieces` (bytes each weight-gradient piece frees, in order) into what each of `parts`
+// parts frees, by the split begin_weight_part uses.
+inline std::vector<std::size_t> part_bytes(const std::vector<std::size_t>& pieces, int parts,
+                                           const char* who) {
+  if (parts < 1)
+    throw invalid_problem(std::string(who) + "::weight_part_bytes: parts is " +
+                          std::to_string(parts) + "; it must be at least 1");
+  const auto n = static_cast<long long>(pieces.size());
+  std::vector<std::size_t> out(static_cast<std::size_t>(parts), 0);
+  for (int p = 0; p < parts; ++p)
+    for (long long i = p * n / parts; i < (p + 1) * n / parts; ++i)
+      out[static_cast<std::size_t>(p)] += pieces[static_cast<std::size_t>(i)];
+  return out;
 }
 
 // ---- partition of the global block list over stages ------------------------------------------

@@ -1,0 +1,149 @@
+// Slice-level schedules: seq-1f1b, slice-pipe (MEPipe's SVPP) and GPipe over slices.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/validate.hpp"
+#include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/schedule/gpipe.hpp"
+#include "pipesched/schedule/one_f_one_b.hpp"
+#include "pipesched/schedule/slice_pipe.hpp"
+
+namespace ps = pipesched;
+
+namespace {
+
+int forwards_before_first_backward(const std::vector<ps::Action>& list) {
+  int n = 0;
+  for (const ps::Action& a : list) {
+    if (ps::is_input_backward(a.kind)) break;
+    n += a.kind == ps::OpKind::F;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST(SlicePipe, EveryGridPointValidatesAndCountsAreExact) {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 12; ++m)
+      for (int k : {1, 2, 3, 4, 8})
+        for (int v = 1; v <= 3; ++v)
+          for (ps::WGradMode wg : {ps::WGradMode::Fused, ps::WGradMode::Split}) {
+            SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) + " k=" +
+                         std::to_string(k) + " v=" + std::to_string(v));
+            ps::Schedule s;
+            try {
+              s = ps::schedule::slice_pipe({.ranks = p, .stages = p * v, .microbatches = m, .slices = k}, wg);
+            } catch (const ps::invalid_problem& e) {
+              // Only refused for a partial last group with more than one chunk.
+              const int g = (p + k - 1) / k * k;
+              EXPECT_TRUE(v > 1 && m * k > g && (m * k) % g != 0) << e.what();
+              continue;
+            }
+            ASSERT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
+            ASSERT_TRUE(ps::check(ps::lower_communication(s)).ok());
+            std::size_t expected = static_cast<std::size_t>(p) * v * m * k *
+                                   (wg == ps::WGradMode::Split ? 3 : 2);
+            EXPECT_EQ(s.action_count(), expected);
+          }
+}
+
+TEST(SeqOneFOneB, WarmupAndBubbleAreThePublishedOnes) {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 16; m += 3)
+      for (int k : {1, 2, 4, 8}) {
+        SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) + " k=" + std::to_string(k));
+        ps::Schedule s = ps::schedule::seq_1f1b({.ranks = p, .microbatches = m, .slices = k});
+        ASSERT_TRUE(ps::check(s).ok());
+        for (int r = 0; r < p; ++r) {
+          // The warm-up is min(p − r − 2 + k, m·k); the first backward follows one more
+          // forward when any is left.
+          const int warmup = std::min(p - r - 2 + k, m * k);
+          EXPECT_EQ(forwards_before_first_backward(s.ranks[r]), std::min(warmup + 1, m * k));
+        }
+        // Uniform slice costs: bubble (p − 1)/(k·m + p − 1).
+        EXPECT_NEAR(ps::simulate(s).bubble_ratio, double(p - 1) / (k * m + p - 1), 1e-9);
+      }
+  // K = 1 is 1F1B.
+  EXPECT_EQ(ps::schedule::seq_1f1b({.ranks = 4, .microbatches = 8}).ranks,
+            ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}).ranks);
+}
+
+// MEPipe's memory claim with slice-pipe's defaults (UniformCost defaults, p = 16, m = 2p).
+TEST(SlicePipe, DefaultsCutPeakMemoryWithoutASlowerStep) {
+  const int p = 16, m = 32;
+  const ps::SimulationResult base = ps::simulate(ps::schedule::one_f_one_b({.ranks = p, .microbatches = m}));
+  for (auto [k, cut] : {std::pair{4, 0.70}, std::pair{8, 0.80}}) {
+    SCOPED_TRACE("slices " + std::to_string(k));
+    const ps::SimulationResult r =
+        ps::simulate(ps::schedule::slice_pipe({.ranks = p, .microbatches = m, .slices = k}));
+    EXPECT_LE(r.peak_memory_max, (1 - cut) * base.peak_memory_max);
+    EXPECT_LE(r.makespan, base.makespan);
+    // And below seq-1f1b's p − 1 + k slices on rank 0, with no slower step.
+    const ps::SimulationResult seq =
+        ps::simulate(ps::schedule::seq_1f1b({.ranks = p, .microbatches = m, .slices = k}));
+    EXPECT_NEAR(seq.ranks[0].peak_memory, double(p - 1 + k) / k, 1e-9);
+    EXPECT_LT(r.peak_memory_max, seq.peak_memory_max);
+    EXPECT_LE(r.makespan, seq.makespan);
+  }
+}
+
+TEST(SlicePipe, WarmupKnob) {
+  const ps::Problem pr{.ranks = 8, .microbatches = 16, .slices = 4};
+  const ps::Schedule def = ps::schedule::slice_pipe(pr);
+  const int w = forwards_before_first_backward(def.ranks[0]) - 1;
+  EXPECT_EQ(w, (2 - 1) * 8 + (4 - 1) + (8 - 1));
+  EXPECT_EQ(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = w}).ranks, def.ranks);
+  // Fewer warm-up forwards: less memory, a slower step; more: the reverse.
+  const ps::SimulationResult r_def = ps::simulate(def);
+  const ps::SimulationResult r_small =
+      ps::simulate(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = w - 7}));
+  EXPECT_LT(r_small.peak_memory_max, r_def.peak_memory_max);
+  EXPECT_GE(r_small.makespan, r_def.makespan);
+  EXPECT_THROW(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 0}), ps::invalid_problem);
+  // Below (V − 1)·g + K − 1 = 11 a rank's own order cannot run.
+  EXPECT_THROW(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 10}), ps::invalid_problem);
+  for (int warm = 11; warm <= 40; ++warm)
+    EXPECT_TRUE(ps::check(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = warm})).ok())
+        << warm;
+  try {
+    ps::schedule::slice_pipe({.ranks = 4, .microbatches = 3, .slices = 3});
+    FAIL();
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("microbatches × slices = 9"), std::string::npos) << e.what();
+  }
+}
+
+TEST(GPipeOverSlices, IsTeraPipesOrder) {
+  ps::Schedule s = ps::schedule::gpipe({.ranks = 2, .microbatches = 2, .slices = 2});
+  ASSERT_TRUE(ps::check(s).ok());
+  std::string got;
+  for (const ps::Action& a : s.ranks[1]) got += ps::to_string(a) + " ";
+  EXPECT_EQ(got, "1F0 1F0.1 1F1 1F1.1 1B0.1 1B0 1B1.1 1B1 ");
+  // Slices shorten the fill: the makespan drops as K grows (uniform slice costs).
+  const double t1 = ps::simulate(ps::schedule::gpipe({.ranks = 4, .microbatches = 4})).makespan;
+  const double t4 = ps::simulate(ps::schedule::gpipe({.ranks = 4, .microbatches = 4, .slices = 4})).makespan;
+  EXPECT_LT(t4, t1);
+}
+
+TEST(SlicePipe, WithinABudgetTakesTheLargestWarmupThatFits) {
+  const ps::Problem pr{.ranks = 8, .microbatches = 16, .slices = 4};
+  const ps::UniformCost cost{};
+  const double def_peak = ps::simulate(ps::schedule::slice_pipe(pr)).peak_memory_max;
+  // A generous budget keeps the default; a tight one lowers the warm-up until it fits.
+  EXPECT_EQ(ps::schedule::slice_pipe_within(pr, ps::WGradMode::Fused, cost,
+                                            std::vector<double>(8, def_peak))
+                .ranks,
+            ps::schedule::slice_pipe(pr).ranks);
+  const double tight = def_peak * 0.75;
+  ps::Schedule s = ps::schedule::slice_pipe_within(pr, ps::WGradMode::Fused, cost,
+                                                   std::vector<double>(8, tight));
+  ps::SimulationResult r = ps::simulate(s, cost);
+  EXPECT_LE(r.peak_memory_max, tight + 1e-9);
+  EXPECT_THROW(ps::schedule::slice_pipe_within(pr, ps::WGradMode::Fused, cost,
+                                               std::vector<double>(8, 0.5)),
+               ps::invalid_problem);
+}
