@@ -26,7 +26,8 @@ std::string cell(const std::optional<ps::TunePlan>& p) {
   return ps::describe(*p) + buf;
 }
 
-std::string speedup(const std::optional<ps::TunePlan>& best, const std::optional<ps::TunePlan>& other) {
+std::string speedup(const std::optional<ps::TunePlan>& best,
+                    const std::optional<ps::TunePlan>& other) {
   if (!best || !other) return "-";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fx", other->makespan / best->makespan);
@@ -39,21 +40,23 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   const int gpus = 64, global_batch = 256;
   const ps::DeviceSpec device = ps::presets::find_device("rtx-4090");
-  std::printf("# MEPipe scenario: %d x %s, global batch %d sequences\n\n", gpus, device.name.c_str(),
-              global_batch);
-  std::printf("TransformerCost; per-rank activation budget = 24 GB less 16 bytes per parameter of the "
-              "rank's stages. Pipelines of p ranks, d = %d / p data-parallel replicas (the gradient "
-              "all-reduce between replicas is not modelled; compare plans within a row). Baselines: "
-              "whole microbatches, checkpointing none / selective / full. Best: every knob "
-              "(seq-1f1b, slice-pipe with warm-up fitted to the budget, slices 1-8 with balanced "
-              "lengths, fine W in 4 parts, Mario).\n",
-              gpus);
+  std::printf("# MEPipe scenario: %d x %s, global batch %d sequences\n\n", gpus,
+              device.name.c_str(), global_batch);
+  std::printf(
+      "TransformerCost; per-rank activation budget = 24 GB less 16 bytes per parameter of the "
+      "rank's stages. Pipelines of p ranks, d = %d / p data-parallel replicas (the gradient "
+      "all-reduce between replicas is not modelled; compare plans within a row). Baselines: "
+      "whole microbatches, checkpointing none / selective / full. Best: every knob "
+      "(seq-1f1b, slice-pipe with warm-up fitted to the budget, slices 1-8 with balanced "
+      "lengths, fine W in 4 parts, Mario).\n",
+      gpus);
   double total_seconds = 0, worst = 0;
   for (const char* model_name : {"llama2-7b", "llama2-13b"}) {
     const ps::ModelShape model = ps::presets::find_model(model_name);
     std::printf("\n## %s (sequence %d)\n\n", model_name, model.sequence);
-    std::printf("| p x d | best (all knobs) | best 1F1B | best interleaved | best ZB-H1 | best ZB-V | "
-                "vs 1F1B | vs interleaved | vs ZB-H1 | vs ZB-V | search |\n");
+    std::printf(
+        "| p x d | best (all knobs) | best 1F1B | best interleaved | best ZB-H1 | best ZB-V | "
+        "vs 1F1B | vs interleaved | vs ZB-H1 | vs ZB-V | search |\n");
     std::printf("|---|---|---|---|---|---|---:|---:|---:|---:|---:|\n");
     for (int p : quick ? std::vector<int>{16} : std::vector<int>{8, 16, 32}) {
       const int d = gpus / p;
@@ -80,7 +83,8 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       const ps::TuneResult all =
           run({"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "seq-1f1b", "slice-pipe"}, true);
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const ps::TuneResult b1 = run({"1f1b"}, false), bi = run({"interleaved-1f1b"}, false),
                            bh = run({"zb-h1"}, false), bv = run({"zb-v"}, false);
       total_seconds += secs;
@@ -93,9 +97,10 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  std::printf("\nSearch with every knob: %.1f s in all, %.1f s for the slowest row.\n", total_seconds,
-              worst);
-  std::printf("\nTo compare with (not a target): MEPipe (EuroSys '25) reports up to 1.68x, 1.35x on "
-              "average, over 1F1B, VPP, ZB and ZBV on 64 RTX 4090s.\n");
+  std::printf("\nSearch with every knob: %.1f s in all, %.1f s for the slowest row.\n",
+              total_seconds, worst);
+  std::printf(
+      "\nTo compare with (not a target): MEPipe (EuroSys '25) reports up to 1.68x, 1.35x on "
+      "average, over 1F1B, VPP, ZB and ZBV on 64 RTX 4090s.\n");
   return 0;
 }

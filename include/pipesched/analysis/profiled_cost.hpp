@@ -120,10 +120,10 @@ struct ProfiledCost {
   // A backward of slice k: the first one of the microbatch (its last slice) takes the
   // gradient buffers of every slice, each slice's own backward frees its buffer.
   double context_gradient_change(const CostContext& ctx, const Action& a) const {
-    const int slices = ctx.problem.slices;
+    const int count = ctx.problem.slices;
     double change = 0;
-    if (a.slice == slices - 1)
-      for (int j = 0; j < slices; ++j) {
+    if (a.slice == count - 1)
+      for (int j = 0; j < count; ++j) {
         double k = 1;
         change += figures(ctx, a.stage, j, k).context_gradient_bytes / k;
       }

@@ -35,9 +35,11 @@ inline Schedule gpipe(Problem p, WGradMode wgrad = WGradMode::Fused) {
     auto& list = s.ranks[static_cast<std::size_t>(r)];
     list.reserve(static_cast<std::size_t>(p.microbatches) * p.slices * 3);
     for (int m = 0; m < p.microbatches; ++m)
-      for (int k = 0; k < p.slices; ++k) list.push_back(Action::make(OpKind::F, r, m, k));
+      for (int k = 0; k < p.slices; ++k)
+        list.push_back(Action::make(OpKind::F, r, m, k));
     for (int m = 0; m < p.microbatches; ++m)
-      for (int k = p.slices - 1; k >= 0; --k) detail::push_backward(list, r, m, wgrad, k);
+      for (int k = p.slices - 1; k >= 0; --k)
+        detail::push_backward(list, r, m, wgrad, k);
   }
   return s;
 }

@@ -38,7 +38,9 @@ namespace detail {
 //! Units per group: the smallest multiple of K that is at least p, so a group holds whole
 //! microbatches (a microbatch's backwards start from its last slice, which must be in the
 //! same group as its first). Equals p when K divides p.
-inline int slice_group(int ranks, int slices) { return (ranks + slices - 1) / slices * slices; }
+inline int slice_group(int ranks, int slices) {
+  return (ranks + slices - 1) / slices * slices;
+}
 
 //! The default warm-up of rank r: (V − 1)·g + (K − 1) + (p − 1 − r) forwards, g the group
 //! size. With V = 1 this is seq-1f1b's published min(p − r − 2 + K, M·K) before the cap.
@@ -55,8 +57,10 @@ Schedule sliced_one_f_one_b(const char* generator, const Problem& p, WGradMode w
                             Warmup&& warmup) {
   const int ranks = p.ranks, chunks = p.chunks(), slices = p.slices;
   const int units = p.microbatches * slices;
-  Schedule s{generator, p,
-             chunks == 1 ? Placement::linear(ranks) : Placement::interleaved(ranks, chunks), {}};
+  Schedule s{generator,
+             p,
+             chunks == 1 ? Placement::linear(ranks) : Placement::interleaved(ranks, chunks),
+             {}};
   s.ranks.resize(static_cast<std::size_t>(ranks));
   auto fwd_unit = [&](int i) { return std::pair{i / slices, i % slices}; };
   auto bwd_unit = [&](int i) { return std::pair{i / slices, slices - 1 - i % slices}; };
@@ -95,10 +99,10 @@ inline Schedule seq_1f1b(Problem p, WGradMode wgrad = WGradMode::Fused) {
   detail::check_problem(p, generator);
   p = detail::resolve_problem(p, 1, generator);
   if (p.stages != p.ranks)
-    throw invalid_problem(std::string(generator) + ": stages = " + std::to_string(p.stages) +
-                          " does not fit its linear placement with ranks = " +
-                          std::to_string(p.ranks) + "; use stages = " + std::to_string(p.ranks) +
-                          " or 0.");
+    throw invalid_problem(
+        std::string(generator) + ": stages = " + std::to_string(p.stages) +
+        " does not fit its linear placement with ranks = " + std::to_string(p.ranks) +
+        "; use stages = " + std::to_string(p.ranks) + " or 0.");
   const int ranks = p.ranks, slices = p.slices;
   return detail::sliced_one_f_one_b(generator, p, wgrad, [&](int r) {
     return std::min(ranks - r - 2 + slices, p.microbatches * slices);
@@ -123,26 +127,27 @@ inline Schedule slice_pipe(Problem p, WGradMode wgrad = WGradMode::Fused,
   const int units = p.microbatches * slices;
   const int group = detail::slice_group(ranks, slices);
   if (chunks > 1 && units > group && units % group != 0)
-    throw invalid_problem(std::string(generator) + ": microbatches × slices = " +
-                          std::to_string(units) + " units do not fit ranks = " +
-                          std::to_string(ranks) + " with chunks = " + std::to_string(chunks) +
-                          " and slices = " + std::to_string(slices) + " (units go in groups of " +
-                          std::to_string(group) +
-                          ", whole microbatches of at least one unit per rank, and a smaller last "
-                          "group can deadlock); use microbatches × slices a multiple of " +
-                          std::to_string(group) + ", or at most " + std::to_string(group) +
-                          ", or chunks = 1.");
+    throw invalid_problem(
+        std::string(generator) + ": microbatches × slices = " + std::to_string(units) +
+        " units do not fit ranks = " + std::to_string(ranks) +
+        " with chunks = " + std::to_string(chunks) + " and slices = " + std::to_string(slices) +
+        " (units go in groups of " + std::to_string(group) +
+        ", whole microbatches of at least one unit per rank, and a smaller last "
+        "group can deadlock); use microbatches × slices a multiple of " +
+        std::to_string(group) + ", or at most " + std::to_string(group) + ", or chunks = 1.");
   // Every rank's first backward is of its last chunk's first backward unit, which its own
   // forward order reaches only after (V − 1)·g + K − 1 forwards: the least warm-up there is.
   const int floor = (chunks - 1) * group + slices - 1;
   const int most = detail::slice_warmup(ranks, chunks, slices, 0);
-  if (options.warmup != -1 && (options.warmup < std::min(floor, units * chunks) ||
-                               options.warmup > units * chunks))
-    throw invalid_problem(std::string(generator) + ": warmup = " + std::to_string(options.warmup) +
-                          " is out of range; rank 0 must run at least (V − 1)·g + K − 1 = " +
-                          std::to_string(floor) + " forwards before its first backward and can run "
-                          "at most all " + std::to_string(units * chunks) + "; the default is " +
-                          std::to_string(most) + " (or give -1).");
+  if (options.warmup != -1 &&
+      (options.warmup < std::min(floor, units * chunks) || options.warmup > units * chunks))
+    throw invalid_problem(
+        std::string(generator) + ": warmup = " + std::to_string(options.warmup) +
+        " is out of range; rank 0 must run at least (V − 1)·g + K − 1 = " + std::to_string(floor) +
+        " forwards before its first backward and can run "
+        "at most all " +
+        std::to_string(units * chunks) + "; the default is " + std::to_string(most) +
+        " (or give -1).");
   const int w0 = options.warmup > 0 ? options.warmup : most;
   Schedule s = detail::sliced_one_f_one_b(generator, p, wgrad, [&](int r) {
     return options.warmup > 0 ? std::max(floor, w0 - r)
@@ -151,11 +156,11 @@ inline Schedule slice_pipe(Problem p, WGradMode wgrad = WGradMode::Fused,
   if (options.warmup > 0) {
     ValidationReport rep = check(s);
     if (!rep.ok())
-      throw invalid_problem(std::string(generator) + ": warmup = " + std::to_string(options.warmup) +
-                            " cannot run (" + rep.violations.front().rule +
-                            "); use a larger warm-up, at most the default " +
-                            std::to_string(detail::slice_warmup(ranks, chunks, slices, 0)) +
-                            " is always safe.");
+      throw invalid_problem(
+          std::string(generator) + ": warmup = " + std::to_string(options.warmup) +
+          " cannot run (" + rep.violations.front().rule +
+          "); use a larger warm-up, at most the default " +
+          std::to_string(detail::slice_warmup(ranks, chunks, slices, 0)) + " is always safe.");
   }
   return s;
 }
@@ -170,8 +175,8 @@ Schedule slice_pipe_within(Problem p, WGradMode wgrad, const Cost& cost,
   const Schedule first = slice_pipe(p, wgrad);
   const Problem q = first.problem;
   const int group = detail::slice_group(q.ranks, q.slices);
-  const int floor = std::min((q.chunks() - 1) * group + q.slices - 1,
-                             q.microbatches * q.slices * q.chunks());
+  const int floor =
+      std::min((q.chunks() - 1) * group + q.slices - 1, q.microbatches * q.slices * q.chunks());
   auto fits = [&](const SimulationResult& r) {
     for (std::size_t i = 0; i < r.ranks.size(); ++i)
       if (i < budget_per_rank.size() && r.ranks[i].peak_memory > budget_per_rank[i] + 1e-9)
@@ -189,7 +194,8 @@ Schedule slice_pipe_within(Problem p, WGradMode wgrad, const Cost& cost,
   }
   throw invalid_problem("slice-pipe: no warm-up fits the memory budget; even the least (" +
                         std::to_string(floor) + " forwards before rank 0's first backward) holds " +
-                        std::to_string(least) + "; use more slices or chunks, checkpointing, or "
+                        std::to_string(least) +
+                        "; use more slices or chunks, checkpointing, or "
                         "a larger budget.");
 }
 

@@ -444,7 +444,8 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
       // slice-pipe's warm-up is its memory knob: fit it to the budget before checkpointing.
       if (cfg.generator->name == "slice-pipe" && cfg.budget.limited()) {
         std::vector<double> per_rank;
-        for (int r = 0; r < request.ranks; ++r) per_rank.push_back(cfg.budget.of(r));
+        for (int r = 0; r < request.ranks; ++r)
+          per_rank.push_back(cfg.budget.of(r));
         try {
           cfg.base = schedule::slice_pipe_within(problem, wgrad, *cfg.cost, per_rank);
         } catch (const invalid_problem&) {
@@ -457,7 +458,8 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
         } catch (const invalid_problem&) {
           // The base is over the budget whatever the W placement: place W's for speed and
           // let checkpointing below bring the memory down.
-          cfg.base = fill_weight_gradients(cfg.base, *cfg.cost, MemoryBudget{}, request.wgrad_parts);
+          cfg.base =
+              fill_weight_gradients(cfg.base, *cfg.cost, MemoryBudget{}, request.wgrad_parts);
         }
       }
       cfg.base_sim = simulate(cfg.base, *cfg.cost);

@@ -13,7 +13,6 @@
 #include <tuple>
 #include <vector>
 
-#include "pipesched/schedule/registry.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/io/csv.hpp"
 #include "pipesched/schedule/dualpipe_v.hpp"
@@ -21,6 +20,7 @@
 #include "pipesched/schedule/interleaved_1f1b.hpp"
 #include "pipesched/schedule/looped_bfs.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
+#include "pipesched/schedule/registry.hpp"
 
 namespace {
 

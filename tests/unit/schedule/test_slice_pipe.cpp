@@ -32,11 +32,12 @@ TEST(SlicePipe, EveryGridPointValidatesAndCountsAreExact) {
       for (int k : {1, 2, 3, 4, 8})
         for (int v = 1; v <= 3; ++v)
           for (ps::WGradMode wg : {ps::WGradMode::Fused, ps::WGradMode::Split}) {
-            SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) + " k=" +
-                         std::to_string(k) + " v=" + std::to_string(v));
+            SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) +
+                         " k=" + std::to_string(k) + " v=" + std::to_string(v));
             ps::Schedule s;
             try {
-              s = ps::schedule::slice_pipe({.ranks = p, .stages = p * v, .microbatches = m, .slices = k}, wg);
+              s = ps::schedule::slice_pipe(
+                  {.ranks = p, .stages = p * v, .microbatches = m, .slices = k}, wg);
             } catch (const ps::invalid_problem& e) {
               // Only refused for a partial last group with more than one chunk.
               const int g = (p + k - 1) / k * k;
@@ -45,8 +46,8 @@ TEST(SlicePipe, EveryGridPointValidatesAndCountsAreExact) {
             }
             ASSERT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
             ASSERT_TRUE(ps::check(ps::lower_communication(s)).ok());
-            std::size_t expected = static_cast<std::size_t>(p) * v * m * k *
-                                   (wg == ps::WGradMode::Split ? 3 : 2);
+            std::size_t expected =
+                static_cast<std::size_t>(p) * v * m * k * (wg == ps::WGradMode::Split ? 3 : 2);
             EXPECT_EQ(s.action_count(), expected);
           }
 }
@@ -55,7 +56,8 @@ TEST(SeqOneFOneB, WarmupAndBubbleAreThePublishedOnes) {
   for (int p = 1; p <= 8; ++p)
     for (int m = 1; m <= 16; m += 3)
       for (int k : {1, 2, 4, 8}) {
-        SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) + " k=" + std::to_string(k));
+        SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) +
+                     " k=" + std::to_string(k));
         ps::Schedule s = ps::schedule::seq_1f1b({.ranks = p, .microbatches = m, .slices = k});
         ASSERT_TRUE(ps::check(s).ok());
         for (int r = 0; r < p; ++r) {
@@ -75,7 +77,8 @@ TEST(SeqOneFOneB, WarmupAndBubbleAreThePublishedOnes) {
 // MEPipe's memory claim with slice-pipe's defaults (UniformCost defaults, p = 16, m = 2p).
 TEST(SlicePipe, DefaultsCutPeakMemoryWithoutASlowerStep) {
   const int p = 16, m = 32;
-  const ps::SimulationResult base = ps::simulate(ps::schedule::one_f_one_b({.ranks = p, .microbatches = m}));
+  const ps::SimulationResult base =
+      ps::simulate(ps::schedule::one_f_one_b({.ranks = p, .microbatches = m}));
   for (auto [k, cut] : {std::pair{4, 0.70}, std::pair{8, 0.80}}) {
     SCOPED_TRACE("slices " + std::to_string(k));
     const ps::SimulationResult r =
@@ -103,17 +106,21 @@ TEST(SlicePipe, WarmupKnob) {
       ps::simulate(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = w - 7}));
   EXPECT_LT(r_small.peak_memory_max, r_def.peak_memory_max);
   EXPECT_GE(r_small.makespan, r_def.makespan);
-  EXPECT_THROW(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 0}), ps::invalid_problem);
+  EXPECT_THROW(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 0}),
+               ps::invalid_problem);
   // Below (V − 1)·g + K − 1 = 11 a rank's own order cannot run.
-  EXPECT_THROW(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 10}), ps::invalid_problem);
+  EXPECT_THROW(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 10}),
+               ps::invalid_problem);
   for (int warm = 11; warm <= 40; ++warm)
-    EXPECT_TRUE(ps::check(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = warm})).ok())
+    EXPECT_TRUE(
+        ps::check(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = warm})).ok())
         << warm;
   try {
     ps::schedule::slice_pipe({.ranks = 4, .microbatches = 3, .slices = 3});
     FAIL();
   } catch (const ps::invalid_problem& e) {
-    EXPECT_NE(std::string(e.what()).find("microbatches × slices = 9"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("microbatches × slices = 9"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -121,11 +128,13 @@ TEST(GPipeOverSlices, IsTeraPipesOrder) {
   ps::Schedule s = ps::schedule::gpipe({.ranks = 2, .microbatches = 2, .slices = 2});
   ASSERT_TRUE(ps::check(s).ok());
   std::string got;
-  for (const ps::Action& a : s.ranks[1]) got += ps::to_string(a) + " ";
+  for (const ps::Action& a : s.ranks[1])
+    got += ps::to_string(a) + " ";
   EXPECT_EQ(got, "1F0 1F0.1 1F1 1F1.1 1B0.1 1B0 1B1.1 1B1 ");
   // Slices shorten the fill: the makespan drops as K grows (uniform slice costs).
   const double t1 = ps::simulate(ps::schedule::gpipe({.ranks = 4, .microbatches = 4})).makespan;
-  const double t4 = ps::simulate(ps::schedule::gpipe({.ranks = 4, .microbatches = 4, .slices = 4})).makespan;
+  const double t4 =
+      ps::simulate(ps::schedule::gpipe({.ranks = 4, .microbatches = 4, .slices = 4})).makespan;
   EXPECT_LT(t4, t1);
 }
 
@@ -143,7 +152,7 @@ TEST(SlicePipe, WithinABudgetTakesTheLargestWarmupThatFits) {
                                                    std::vector<double>(8, tight));
   ps::SimulationResult r = ps::simulate(s, cost);
   EXPECT_LE(r.peak_memory_max, tight + 1e-9);
-  EXPECT_THROW(ps::schedule::slice_pipe_within(pr, ps::WGradMode::Fused, cost,
-                                               std::vector<double>(8, 0.5)),
-               ps::invalid_problem);
+  EXPECT_THROW(
+      ps::schedule::slice_pipe_within(pr, ps::WGradMode::Fused, cost, std::vector<double>(8, 0.5)),
+      ps::invalid_problem);
 }

@@ -510,19 +510,21 @@ TEST(GreedyPlanner, InFlightUntilWBoundsTheMemoryDeferredWeightGradientsHold) {
     o.generator = "test";
     o.placement = pipesched::Placement::linear(p);
     o.microbatches = m;
-    for (int r = 0; r < p; ++r) o.max_in_flight.push_back(p - r);
+    for (int r = 0; r < p; ++r)
+      o.max_in_flight.push_back(p - r);
     o.in_flight_until_w = true;
     const d::GreedyPlan bounded = d::greedy_list_schedule(o);
-    pipesched::Schedule s{"bounded", {.ranks = p, .stages = p, .microbatches = m}, o.placement,
-                          bounded.ranks};
+    pipesched::Schedule s{
+        "bounded", {.ranks = p, .stages = p, .microbatches = m}, o.placement, bounded.ranks};
     ASSERT_TRUE(pipesched::check(s).ok());
     const pipesched::SimulationResult r = pipesched::simulate(s, cost);
-    for (int q = 0; q < p; ++q) EXPECT_LE(r.ranks[q].peak_memory, p - q + 1e-9) << q;
+    for (int q = 0; q < p; ++q)
+      EXPECT_LE(r.ranks[q].peak_memory, p - q + 1e-9) << q;
     // The default (in flight until I) defers W's freely and holds more.
     o.in_flight_until_w = false;
     const d::GreedyPlan free = d::greedy_list_schedule(o);
-    pipesched::Schedule t{"free", {.ranks = p, .stages = p, .microbatches = m}, o.placement,
-                          free.ranks};
+    pipesched::Schedule t{
+        "free", {.ranks = p, .stages = p, .microbatches = m}, o.placement, free.ranks};
     EXPECT_GT(pipesched::simulate(t, cost).peak_memory_max, r.peak_memory_max);
   }
 }

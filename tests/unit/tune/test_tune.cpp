@@ -457,7 +457,8 @@ TEST(Tune, SearchesSlicesAndFineWeightGradientsToo) {
   ASSERT_TRUE(r.best.has_value());
   // 1F1B holds 4 microbatches on rank 0; only slicing (or heavy checkpointing) fits 1.5.
   EXPECT_GT(r.best->slices, 1) << ps::describe(*r.best);
-  for (double peak : r.best->peak_per_rank) EXPECT_LE(peak, 1.5 + 1e-9);
+  for (double peak : r.best->peak_per_rank)
+    EXPECT_LE(peak, 1.5 + 1e-9);
   EXPECT_TRUE(ps::check(r.best->schedule).ok());
   const ps::SimulationResult sim = ps::simulate(r.best->schedule, ps::UniformCost{});
   EXPECT_DOUBLE_EQ(sim.makespan, r.best->makespan);
