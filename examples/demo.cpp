@@ -5,6 +5,8 @@
 // Part 2: a tiny causal GPT trained for a few steps through several schedules on threads
 // (one per rank): per schedule the loss of each step, the step time, each rank's measured
 // peak of held activation bytes beside the simulator's prediction, and an SVG timeline.
+// Part 3: the same model under a memory budget — 1F1B with Mario's checkpointing, and
+// slice-pipe over sequence slices — still computing the same losses.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,8 +18,10 @@
 #include "pipesched/exec/inproc_pipeline.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/pipesched.hpp"
+#include "pipesched/pass/mario.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/profile.hpp"
 
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
@@ -197,6 +201,87 @@ int train(const Options& o) {
   return failures;
 }
 
+// One training run of `s` (slices > 1: a slice-level schedule) on fresh stages; prints the
+// losses, the mean step time and each rank's measured / simulated peak; returns mismatches.
+int run_gpt(const char* label, const ps::Schedule& s, const toy::GptConfig& config,
+            const toy::StepData<double>& data, int steps) {
+  const int slices = s.problem.slices;
+  std::vector<toy::GptStage<double>> stages;
+  for (int st = 0; st < s.problem.stages; ++st) stages.emplace_back(config, st, s.problem.stages);
+  const ps::SimulationResult predicted = ps::simulate(s, toy::gpt_profiled_cost(stages, slices));
+  ps::ExecutorOptions options;
+  options.optimizer = [&](int rank) {
+    for (int st : s.placement.stages_of(rank)) {
+      auto params = stages[st].parameters();
+      auto grads = stages[st].gradients();
+      auto gr = grads.begin();
+      for (auto p = params.begin(); p != params.end(); ++p, ++gr)
+        for (std::size_t i = 0; i < (*p).size(); ++i) (*p)[i] -= 0.1 * (*gr)[i];
+    }
+  };
+  ps::InprocPipeline<toy::GptStage<double>> pipe(s, stages, options);
+  const auto training = toy::training_data(data, slices);
+  std::printf("\n%s:\n  loss per step:", label);
+  ps::StepResult last;
+  double seconds = 0;
+  for (int step = 0; step < steps; ++step) {
+    last = pipe.step(training);
+    seconds += last.seconds;
+    std::printf(" %.6f", last.loss);
+  }
+  int recomputes = 0;
+  for (const auto& list : s.ranks)
+    for (const ps::Action& a : list) recomputes += a.kind == ps::OpKind::R;
+  std::printf("\n  mean step time: %.2f ms; %d recomputes\n  activation KiB held at peak, "
+              "measured / simulated:",
+              1e3 * seconds / steps, recomputes);
+  int failures = 0;
+  for (int r = 0; r < s.rank_count(); ++r) {
+    const bool same = last.ranks[r].peak_bytes == predicted.ranks[r].peak_memory;
+    failures += !same;
+    std::printf("  r%d %s/%s%s", r, kib(last.ranks[r].peak_bytes).c_str(),
+                kib(predicted.ranks[r].peak_memory).c_str(), same ? "" : " (MISMATCH)");
+  }
+  std::printf("\n");
+  return failures;
+}
+
+int memory(const Options& o) {
+  const toy::GptConfig config{.vocabulary = 32,
+                              .hidden = 16,
+                              .heads = 2,
+                              .ffn = 64,
+                              .sequence = 16,
+                              .blocks = 2 * o.ranks,
+                              .microbatch_size = 2,
+                              .seed = 42};
+  const auto data = toy::make_gpt_data<double>(config, o.microbatches, 7);
+  const ps::Schedule base = ps::schedule::one_f_one_b({.ranks = o.ranks, .microbatches = o.microbatches});
+  std::vector<toy::GptStage<double>> stages;
+  for (int st = 0; st < base.problem.stages; ++st) stages.emplace_back(config, st, base.problem.stages);
+  const ps::ProfiledCost bytes = toy::gpt_profiled_cost(stages);
+  const double peak = ps::simulate(base, bytes).peak_memory_max;
+  const double budget = 0.5 * peak;
+  std::printf("\nThe same GPT under a memory budget of %s KiB per rank (half of 1F1B's largest "
+              "peak, %s KiB):\n",
+              kib(budget).c_str(), kib(peak).c_str());
+  int failures = 0;
+  try {
+    const ps::Schedule mario = ps::checkpoint_mario(base, bytes, ps::MemoryBudget{.all = budget});
+    failures += run_gpt("1f1b + Mario checkpointing", mario, config, data, o.steps);
+  } catch (const ps::invalid_problem& e) {
+    std::printf("\n1f1b + Mario: %s\n", e.what());
+  }
+  try {
+    const ps::Schedule sliced = ps::schedule::slice_pipe(
+        {.ranks = o.ranks, .microbatches = o.microbatches, .slices = 4});
+    failures += run_gpt("slice-pipe, 4 slices of 4 tokens, 2 chunks", sliced, config, data, o.steps);
+  } catch (const ps::invalid_problem& e) {
+    std::printf("\nslice-pipe: %s\n", e.what());
+  }
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,7 +289,7 @@ int main(int argc, char** argv) {
   int code = 0;
   if (!parse(argc, argv, o, code)) return code;
   try {
-    const int failures = schedule_table(o) + train(o);
+    const int failures = schedule_table(o) + train(o) + memory(o);
     return failures == 0 ? 0 : 1;
   } catch (const ps::error& e) {
     std::fprintf(stderr, "pipesched_demo: %s\n", e.what());
