@@ -17,8 +17,8 @@
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/exec/inproc_pipeline.hpp"
 #include "pipesched/io/svg.hpp"
-#include "pipesched/pipesched.hpp"
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/pipesched.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
 #include "pipesched/toy/profile.hpp"
@@ -207,7 +207,8 @@ int run_gpt(const char* label, const ps::Schedule& s, const toy::GptConfig& conf
             const toy::StepData<double>& data, int steps) {
   const int slices = s.problem.slices;
   std::vector<toy::GptStage<double>> stages;
-  for (int st = 0; st < s.problem.stages; ++st) stages.emplace_back(config, st, s.problem.stages);
+  for (int st = 0; st < s.problem.stages; ++st)
+    stages.emplace_back(config, st, s.problem.stages);
   const ps::SimulationResult predicted = ps::simulate(s, toy::gpt_profiled_cost(stages, slices));
   ps::ExecutorOptions options;
   options.optimizer = [&](int rank) {
@@ -216,7 +217,8 @@ int run_gpt(const char* label, const ps::Schedule& s, const toy::GptConfig& conf
       auto grads = stages[st].gradients();
       auto gr = grads.begin();
       for (auto p = params.begin(); p != params.end(); ++p, ++gr)
-        for (std::size_t i = 0; i < (*p).size(); ++i) (*p)[i] -= 0.1 * (*gr)[i];
+        for (std::size_t i = 0; i < (*p).size(); ++i)
+          (*p)[i] -= 0.1 * (*gr)[i];
     }
   };
   ps::InprocPipeline<toy::GptStage<double>> pipe(s, stages, options);
@@ -231,10 +233,12 @@ int run_gpt(const char* label, const ps::Schedule& s, const toy::GptConfig& conf
   }
   int recomputes = 0;
   for (const auto& list : s.ranks)
-    for (const ps::Action& a : list) recomputes += a.kind == ps::OpKind::R;
-  std::printf("\n  mean step time: %.2f ms; %d recomputes\n  activation KiB held at peak, "
-              "measured / simulated:",
-              1e3 * seconds / steps, recomputes);
+    for (const ps::Action& a : list)
+      recomputes += a.kind == ps::OpKind::R;
+  std::printf(
+      "\n  mean step time: %.2f ms; %d recomputes\n  activation KiB held at peak, "
+      "measured / simulated:",
+      1e3 * seconds / steps, recomputes);
   int failures = 0;
   for (int r = 0; r < s.rank_count(); ++r) {
     const bool same = last.ranks[r].peak_bytes == predicted.ranks[r].peak_memory;
@@ -256,15 +260,18 @@ int memory(const Options& o) {
                               .microbatch_size = 2,
                               .seed = 42};
   const auto data = toy::make_gpt_data<double>(config, o.microbatches, 7);
-  const ps::Schedule base = ps::schedule::one_f_one_b({.ranks = o.ranks, .microbatches = o.microbatches});
+  const ps::Schedule base =
+      ps::schedule::one_f_one_b({.ranks = o.ranks, .microbatches = o.microbatches});
   std::vector<toy::GptStage<double>> stages;
-  for (int st = 0; st < base.problem.stages; ++st) stages.emplace_back(config, st, base.problem.stages);
+  for (int st = 0; st < base.problem.stages; ++st)
+    stages.emplace_back(config, st, base.problem.stages);
   const ps::ProfiledCost bytes = toy::gpt_profiled_cost(stages);
   const double peak = ps::simulate(base, bytes).peak_memory_max;
   const double budget = 0.5 * peak;
-  std::printf("\nThe same GPT under a memory budget of %s KiB per rank (half of 1F1B's largest "
-              "peak, %s KiB):\n",
-              kib(budget).c_str(), kib(peak).c_str());
+  std::printf(
+      "\nThe same GPT under a memory budget of %s KiB per rank (half of 1F1B's largest "
+      "peak, %s KiB):\n",
+      kib(budget).c_str(), kib(peak).c_str());
   int failures = 0;
   try {
     const ps::Schedule mario = ps::checkpoint_mario(base, bytes, ps::MemoryBudget{.all = budget});
@@ -273,9 +280,10 @@ int memory(const Options& o) {
     std::printf("\n1f1b + Mario: %s\n", e.what());
   }
   try {
-    const ps::Schedule sliced = ps::schedule::slice_pipe(
-        {.ranks = o.ranks, .microbatches = o.microbatches, .slices = 4});
-    failures += run_gpt("slice-pipe, 4 slices of 4 tokens, 2 chunks", sliced, config, data, o.steps);
+    const ps::Schedule sliced =
+        ps::schedule::slice_pipe({.ranks = o.ranks, .microbatches = o.microbatches, .slices = 4});
+    failures +=
+        run_gpt("slice-pipe, 4 slices of 4 tokens, 2 chunks", sliced, config, data, o.steps);
   } catch (const ps::invalid_problem& e) {
     std::printf("\nslice-pipe: %s\n", e.what());
   }

@@ -92,8 +92,7 @@ class GptEmbedding {
     Random random(config.seed, detail::gpt_embedding_stream);
     params_.push_back(uniform_tensor<T>({vocabulary_, hidden_}, random, 1.0));
     params_.push_back(uniform_tensor<T>({sequence_, hidden_}, random, 0.5));
-    for (const Tensor<T>& p : params_)
-      grads_.emplace_back(p.shape);
+    grads_ = detail::GradientSums<T>(params_);
   }
 
   //! ids [batch, sequence] → [batch, sequence, hidden]. Every id must be a whole number in
@@ -149,14 +148,20 @@ class GptEmbedding {
                           "backward_weight");
     const int b = stash.ids.dim(0);
     const int s = stash.ids.dim(1);
+    using S = typename detail::GradientSums<T>::sum_type;
+    S* dtok = grads_.sum(tokens);
+    S* dpos = grads_.sum(positions);
     for (int i = 0; i < b; ++i)
       for (int t = 0; t < s; ++t) {
-        const int id = static_cast<int>(stash.ids(i, t));
+        const auto tok_row = static_cast<std::ptrdiff_t>(stash.ids(i, t)) * hidden_;
+        const auto pos_row = static_cast<std::ptrdiff_t>(stash.offset + t) * hidden_;
         for (int d = 0; d < hidden_; ++d) {
-          grads_[tokens](id, d) += stash.dy(i, t, d);
-          grads_[positions](stash.offset + t, d) += stash.dy(i, t, d);
+          const S g = stash.dy(i, t, d);
+          dtok[tok_row + d] += g;
+          dpos[pos_row + d] += g;
         }
       }
+    grads_.publish({tokens, positions});
     stash = Stash{};
   }
 
@@ -167,12 +172,11 @@ class GptEmbedding {
   //! Token table, position table.
   std::span<Tensor<T>> parameters() noexcept { return params_; }
   std::span<const Tensor<T>> parameters() const noexcept { return params_; }
-  std::span<Tensor<T>> gradients() noexcept { return grads_; }
-  std::span<const Tensor<T>> gradients() const noexcept { return grads_; }
-  void zero_gradients() {
-    for (Tensor<T>& g : grads_)
-      g.fill(T(0));
-  }
+  //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
+  std::span<Tensor<T>> gradients() noexcept { return grads_.tensors(); }
+  std::span<const Tensor<T>> gradients() const noexcept { return grads_.tensors(); }
+  //! Sets the accumulated gradients (and the sums behind them) to zero.
+  void zero_gradients() { grads_.zero(); }
 
  private:
   int token_id(T value, int i, int t) const {
@@ -188,7 +192,7 @@ class GptEmbedding {
   int hidden_;
   int sequence_;
   std::vector<Tensor<T>> params_;
-  std::vector<Tensor<T>> grads_;
+  detail::GradientSums<T> grads_;
 };
 
 //! A pre-LayerNorm transformer block on [batch, sequence, hidden]:
@@ -280,8 +284,7 @@ class GptBlock {
     add({ffn_}, 0.1, 0.0);
     add({h, ffn_}, 0.5 / std::sqrt(double(ffn_)), 0.0);  // W2
     add({h}, 0.05, 0.0);
-    for (const Tensor<T>& p : params_)
-      grads_.emplace_back(p.shape);
+    grads_ = detail::GradientSums<T>(params_);
   }
 
   //! x [batch, sequence, hidden] → same shape; replaces whatever `stash` held. Deterministic,
@@ -382,12 +385,11 @@ class GptBlock {
 
   std::span<Tensor<T>> parameters() noexcept { return params_; }
   std::span<const Tensor<T>> parameters() const noexcept { return params_; }
-  std::span<Tensor<T>> gradients() noexcept { return grads_; }
-  std::span<const Tensor<T>> gradients() const noexcept { return grads_; }
-  void zero_gradients() {
-    for (Tensor<T>& gr : grads_)
-      gr.fill(T(0));
-  }
+  //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
+  std::span<Tensor<T>> gradients() noexcept { return grads_.tensors(); }
+  std::span<const Tensor<T>> gradients() const noexcept { return grads_.tensors(); }
+  //! Sets the accumulated gradients (and the sums behind them) to zero.
+  void zero_gradients() { grads_.zero(); }
 
  private:
   Tensor<T> run_forward(const Tensor<T>& x, Stash& stash, Context* context, int slice,
@@ -637,8 +639,8 @@ class GptBlock {
       case 0: {  // W2, b2
         const int n = stash.dy.dim(0) * stash.dy.dim(1);
         detail::linear_backward_weight(stash.dy.begin_data(), stash.act.begin_data(),
-                                       g[fc2_weight].begin_data(), g[fc2_bias].begin_data(), n,
-                                       ffn_, h);
+                                       g.sum(fc2_weight), g.sum(fc2_bias), n, ffn_, h);
+        g.publish({fc2_weight, fc2_bias});
         stash.dy = Tensor<T>{};
         stash.act = Tensor<T>{};
         break;
@@ -649,14 +651,13 @@ class GptBlock {
         detail::layer_norm_apply(stash.xhat2.begin_data(), p[ln2_gamma].begin_data(),
                                  p[ln2_beta].begin_data(), normed.begin_data(), n, h);
         detail::linear_backward_weight(stash.dpre.begin_data(), normed.begin_data(),
-                                       g[fc1_weight].begin_data(), g[fc1_bias].begin_data(), n, h,
-                                       ffn_);
+                                       g.sum(fc1_weight), g.sum(fc1_bias), n, h, ffn_);
         Tensor<T> dnormed(stash.xhat2.shape);
         detail::linear_backward_input(stash.dpre.begin_data(), p[fc1_weight].begin_data(),
                                       dnormed.begin_data(), n, h, ffn_);
         detail::layer_norm_backward_weight(dnormed.begin_data(), stash.xhat2.begin_data(),
-                                           g[ln2_gamma].begin_data(), g[ln2_beta].begin_data(), n,
-                                           h);
+                                           g.sum(ln2_gamma), g.sum(ln2_beta), n, h);
+        g.publish({fc1_weight, fc1_bias, ln2_gamma, ln2_beta});
         stash.dpre = Tensor<T>{};
         stash.xhat2 = Tensor<T>{};
         break;
@@ -664,8 +665,8 @@ class GptBlock {
       case 2: {  // Wo, bo
         const int n = stash.dy1.dim(0) * stash.dy1.dim(1);
         detail::linear_backward_weight(stash.dy1.begin_data(), stash.attn.begin_data(),
-                                       g[out_weight].begin_data(), g[out_bias].begin_data(), n, h,
-                                       h);
+                                       g.sum(out_weight), g.sum(out_bias), n, h, h);
+        g.publish({out_weight, out_bias});
         stash.dy1 = Tensor<T>{};
         stash.attn = Tensor<T>{};
         break;
@@ -676,14 +677,13 @@ class GptBlock {
         detail::layer_norm_apply(stash.xhat1.begin_data(), p[ln1_gamma].begin_data(),
                                  p[ln1_beta].begin_data(), normed.begin_data(), n, h);
         detail::linear_backward_weight(stash.dqkv.begin_data(), normed.begin_data(),
-                                       g[qkv_weight].begin_data(), g[qkv_bias].begin_data(), n, h,
-                                       3 * h);
+                                       g.sum(qkv_weight), g.sum(qkv_bias), n, h, 3 * h);
         Tensor<T> dnormed(stash.xhat1.shape);
         detail::linear_backward_input(stash.dqkv.begin_data(), p[qkv_weight].begin_data(),
                                       dnormed.begin_data(), n, h, 3 * h);
         detail::layer_norm_backward_weight(dnormed.begin_data(), stash.xhat1.begin_data(),
-                                           g[ln1_gamma].begin_data(), g[ln1_beta].begin_data(), n,
-                                           h);
+                                           g.sum(ln1_gamma), g.sum(ln1_beta), n, h);
+        g.publish({qkv_weight, qkv_bias, ln1_gamma, ln1_beta});
         stash.dqkv = Tensor<T>{};
         stash.xhat1 = Tensor<T>{};
         break;
@@ -704,7 +704,7 @@ class GptBlock {
   int heads_;
   int ffn_;
   std::vector<Tensor<T>> params_;
-  std::vector<Tensor<T>> grads_;
+  detail::GradientSums<T> grads_;
 };
 
 //! Final LayerNorm and LM head: [batch, sequence, hidden] → logits [batch, sequence,
@@ -729,8 +729,7 @@ class GptHead {
     params_.push_back(uniform_tensor<T>({hidden_}, random, 0.1));
     params_.push_back(
         uniform_tensor<T>({vocabulary_, hidden_}, random, 1.0 / std::sqrt(double(hidden_))));
-    for (const Tensor<T>& p : params_)
-      grads_.emplace_back(p.shape);
+    grads_ = detail::GradientSums<T>(params_);
   }
 
   //! x [batch, sequence, hidden] → logits [batch, sequence, vocabulary].
@@ -781,15 +780,16 @@ class GptHead {
     Tensor<T> normed(stash.xhat.shape);
     detail::layer_norm_apply(stash.xhat.begin_data(), params_[ln_gamma].begin_data(),
                              params_[ln_beta].begin_data(), normed.begin_data(), n, hidden_);
+    using S = typename detail::GradientSums<T>::sum_type;
     detail::linear_backward_weight(stash.dlogits.begin_data(), normed.begin_data(),
-                                   grads_[weight].begin_data(), static_cast<T*>(nullptr), n,
-                                   hidden_, vocabulary_);
+                                   grads_.sum(weight), static_cast<S*>(nullptr), n, hidden_,
+                                   vocabulary_);
     Tensor<T> dnormed(stash.xhat.shape);
     detail::linear_backward_input(stash.dlogits.begin_data(), params_[weight].begin_data(),
                                   dnormed.begin_data(), n, hidden_, vocabulary_);
     detail::layer_norm_backward_weight(dnormed.begin_data(), stash.xhat.begin_data(),
-                                       grads_[ln_gamma].begin_data(), grads_[ln_beta].begin_data(),
-                                       n, hidden_);
+                                       grads_.sum(ln_gamma), grads_.sum(ln_beta), n, hidden_);
+    grads_.publish({weight, ln_gamma, ln_beta});
     stash = Stash{};
   }
 
@@ -799,18 +799,17 @@ class GptHead {
 
   std::span<Tensor<T>> parameters() noexcept { return params_; }
   std::span<const Tensor<T>> parameters() const noexcept { return params_; }
-  std::span<Tensor<T>> gradients() noexcept { return grads_; }
-  std::span<const Tensor<T>> gradients() const noexcept { return grads_; }
-  void zero_gradients() {
-    for (Tensor<T>& g : grads_)
-      g.fill(T(0));
-  }
+  //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
+  std::span<Tensor<T>> gradients() noexcept { return grads_.tensors(); }
+  std::span<const Tensor<T>> gradients() const noexcept { return grads_.tensors(); }
+  //! Sets the accumulated gradients (and the sums behind them) to zero.
+  void zero_gradients() { grads_.zero(); }
 
  private:
   int hidden_;
   int vocabulary_;
   std::vector<Tensor<T>> params_;
-  std::vector<Tensor<T>> grads_;
+  detail::GradientSums<T> grads_;
 };
 
 //! One pipeline stage of the toy GPT: the embedding on stage 0, blocks [first_block(),
@@ -826,6 +825,12 @@ class GptHead {
 //! keys/values from the microbatch's `Context`; the backwards run from the last slice to the
 //! first. `forward(x, stash)` and `backward_input(dy, stash)` run whole sequences. Its weight
 //! gradient runs whole or in parts (`weight_parts()`, `backward_weight(stash, part, parts)`).
+//!
+//! Every layer of a float stage adds its weight-gradient contributions into a double sum per
+//! parameter tensor and shows those sums rounded to float in `gradients()`, as mixed-precision
+//! training accumulates in a wider type: the gradients then do not depend on the order slices,
+//! weight parts and microbatches arrive in beyond float rounding of the contributions. For double
+//! stages the gradients are the sums.
 template <class T>
 class GptStage {
  public:

@@ -30,6 +30,11 @@ struct MlpConfig {
 
 //! One residual MLP block on rows of width `hidden`: y = x + W2·gelu(W1·x + b1) + b2, with
 //! W1 [ffn, hidden], W2 [hidden, ffn]. Parameters, in order: W1, b1, W2, b2.
+//!
+//! Weight-gradient contributions add into a double sum per parameter tensor (for float blocks),
+//! and `gradients()` shows those sums rounded to T, so a float gradient does not depend on the
+//! order microbatches and weight pieces arrive in (as mixed-precision training accumulates in a
+//! wider type). For double blocks the gradients are the sums.
 template <class T>
 class MlpBlock {
  public:
@@ -59,8 +64,7 @@ class MlpBlock {
     params_.push_back(uniform_tensor<T>({ffn_}, random, 0.1));
     params_.push_back(uniform_tensor<T>({hidden_, ffn_}, random, 0.5 / std::sqrt(double(ffn_))));
     params_.push_back(uniform_tensor<T>({hidden_}, random, 0.1));
-    for (const Tensor<T>& p : params_)
-      grads_.emplace_back(p.shape);
+    grads_ = detail::GradientSums<T>(params_);
   }
 
   //! x [rows, hidden] → y [rows, hidden]; replaces whatever `stash` held.
@@ -158,30 +162,28 @@ class MlpBlock {
   //! W1, b1, W2, b2.
   std::span<Tensor<T>> parameters() noexcept { return params_; }
   std::span<const Tensor<T>> parameters() const noexcept { return params_; }
-  //! Accumulated gradients, in the order of `parameters()`.
-  std::span<Tensor<T>> gradients() noexcept { return grads_; }
-  std::span<const Tensor<T>> gradients() const noexcept { return grads_; }
-  //! Sets the accumulated gradients to zero.
-  void zero_gradients() {
-    for (Tensor<T>& g : grads_)
-      g.fill(T(0));
-  }
+  //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T (a
+  //! write into them lasts until the next contribution to that tensor rounds the sum again).
+  std::span<Tensor<T>> gradients() noexcept { return grads_.tensors(); }
+  std::span<const Tensor<T>> gradients() const noexcept { return grads_.tensors(); }
+  //! Sets the accumulated gradients (and the sums behind them) to zero.
+  void zero_gradients() { grads_.zero(); }
 
  private:
   // Each piece reads only its own tensors (their rows give n), so pieces run in any order.
   void run_piece(Stash& stash, int piece) {
     if (piece == 0) {
       const int n = stash.dy.dim(0);
-      detail::linear_backward_weight(stash.dy.begin_data(), stash.act.begin_data(),
-                                     grads_[w2].begin_data(), grads_[b2].begin_data(), n, ffn_,
-                                     hidden_);
+      detail::linear_backward_weight(stash.dy.begin_data(), stash.act.begin_data(), grads_.sum(w2),
+                                     grads_.sum(b2), n, ffn_, hidden_);
+      grads_.publish({w2, b2});
       stash.dy = Tensor<T>{};
       stash.act = Tensor<T>{};
     } else {
       const int n = stash.dpre.dim(0);
-      detail::linear_backward_weight(stash.dpre.begin_data(), stash.x.begin_data(),
-                                     grads_[w1].begin_data(), grads_[b1].begin_data(), n, hidden_,
-                                     ffn_);
+      detail::linear_backward_weight(stash.dpre.begin_data(), stash.x.begin_data(), grads_.sum(w1),
+                                     grads_.sum(b1), n, hidden_, ffn_);
+      grads_.publish({w1, b1});
       stash.dpre = Tensor<T>{};
       stash.x = Tensor<T>{};
     }
@@ -191,13 +193,14 @@ class MlpBlock {
   int hidden_;
   int ffn_;
   std::vector<Tensor<T>> params_;
-  std::vector<Tensor<T>> grads_;
+  detail::GradientSums<T> grads_;
 };
 
 //! One pipeline stage of the toy MLP: blocks [first_block(), last_block()) of the global list,
 //! split over `stages` as evenly as possible with earlier stages taking the remainder. Block i is
 //! initialized from (seed, i) wherever it lands, so every partition of one config computes the
-//! same function. Input and output are [rows, hidden].
+//! same function. Input and output are [rows, hidden]. A float stage's weight gradients
+//! accumulate in double (see `MlpBlock`), so they match across schedules to float rounding.
 template <class T>
 class MlpStage {
  public:
@@ -316,7 +319,7 @@ class MlpStage {
   TensorRange<const Tensor<T>> parameters() const {
     return joined<const Tensor<T>>(*this, [](auto& b) { return b.parameters(); });
   }
-  //! Gradients, in the order of `parameters()`.
+  //! Gradients, in the order of `parameters()` (each block's double sums rounded to T).
   TensorRange<Tensor<T>> gradients() {
     return joined<Tensor<T>>(*this, [](auto& b) { return b.gradients(); });
   }

