@@ -1002,9 +1002,10 @@ int cmd_tune(const std::vector<std::string>& argv) {
     std::cout << help_text(
         "pipesched tune --ranks P --global-batch N (--cost K=V,... | --model M --device D) "
         "[--memory-budget X] [--bases LIST] [--chunks LIST] [--microbatch-sizes LIST] "
-        "[--checkpoint LIST] [--json]",
-        "Searches base schedule, chunks, microbatch size and count, and checkpointing (none,\n"
-        "conventional selective, Mario) with the simulator, under a per-rank memory budget, and\n"
+        "[--checkpoint LIST] [--slices LIST] [--slicing MODE] [--fine-wgrad] [--json]",
+        "Searches base schedule, chunks, microbatch size and count, slices, fine weight gradients\n"
+        "and checkpointing (none, conventional selective, Mario) with the simulator, under a\n"
+        "per-rank memory budget, and\n"
         "prints the fastest plan beside the fastest without checkpointing and the fastest\n"
         "conventional one. Exit 0 when some plan fits, 1 when none does, 2 on bad usage.",
         specs);
