@@ -119,92 +119,22 @@ std::string kib(double bytes) {
   return buf;
 }
 
-int train(const Options& o) {
-  const toy::GptConfig config{.vocabulary = 32,
-                              .hidden = 16,
-                              .heads = 2,
-                              .ffn = 64,
-                              .sequence = 16,
-                              .blocks = 2 * o.ranks,
-                              .microbatch_size = 2,
-                              .seed = 42};
-  const auto data = toy::make_gpt_data<double>(config, o.microbatches, 7);
-  const auto training = toy::training_data(data);
-  std::error_code ec;
-  std::filesystem::create_directories(o.svg_dir, ec);
-  if (ec) {
-    std::fprintf(stderr, "pipesched_demo: cannot create '%s': %s\n", o.svg_dir.c_str(),
-                 ec.message().c_str());
-    return 2;
-  }
-  std::printf(
-      "\nTraining a tiny GPT (%d blocks, hidden %d, %d heads, sequence %d, vocabulary "
-      "%d) for %d steps, %d ranks as threads, %d microbatches of %d sequences, SGD:\n",
-      config.blocks, config.hidden, config.heads, config.sequence, config.vocabulary, o.steps,
-      o.ranks, o.microbatches, config.microbatch_size);
-  int failures = 0;
-  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v"}) {
-    const ps::GeneratorInfo& g = ps::find_generator(name);
-    ps::Schedule s;
-    try {
-      s = g.generate({.ranks = o.ranks, .microbatches = o.microbatches}, g.default_wgrad);
-    } catch (const ps::invalid_problem& e) {
-      std::printf("\n%s: refused: %s\n", name, e.what());
-      continue;
-    }
-    std::vector<toy::GptStage<double>> stages;
-    for (int st = 0; st < s.problem.stages; ++st)
-      stages.emplace_back(config, st, s.problem.stages);
-    ps::ProfiledCost bytes;
-    for (const auto& st : stages)
-      bytes.stages.push_back({.forward = 1,
-                              .backward_input = 1,
-                              .backward_weight = 1,
-                              .activation_bytes = double(st.activation_bytes()),
-                              .wgrad_bytes = double(st.wgrad_bytes())});
-    const ps::SimulationResult predicted = ps::simulate(s, bytes);
-    ps::ExecutorOptions options;
-    options.optimizer = [&](int rank) {  // SGD on this rank's stages
-      for (int st : s.placement.stages_of(rank)) {
-        auto params = stages[st].parameters();
-        auto grads = stages[st].gradients();
-        auto gr = grads.begin();
-        for (auto p = params.begin(); p != params.end(); ++p, ++gr)
-          for (std::size_t i = 0; i < (*p).size(); ++i)
-            (*p)[i] -= 0.1 * (*gr)[i];
-      }
-    };
-    ps::InprocPipeline<toy::GptStage<double>> pipe(s, stages, options);
-    std::printf("\n%s (%s):\n  loss per step:", name, s.placement.describe().c_str());
-    ps::StepResult last;
-    double seconds = 0;
-    for (int step = 0; step < o.steps; ++step) {
-      last = pipe.step(training);
-      seconds += last.seconds;
-      std::printf(" %.6f", last.loss);
-    }
-    std::printf("\n  mean step time: %.2f ms\n  activation KiB held at peak, measured / simulated:",
-                1e3 * seconds / o.steps);
-    for (int r = 0; r < s.rank_count(); ++r) {
-      const bool same = last.ranks[r].peak_bytes == predicted.ranks[r].peak_memory;
-      failures += !same;
-      std::printf("  r%d %s/%s%s", r, kib(last.ranks[r].peak_bytes).c_str(),
-                  kib(predicted.ranks[r].peak_memory).c_str(), same ? "" : " (MISMATCH)");
-    }
-    const std::string path = o.svg_dir + "/" + name + ".svg";
-    ps::SvgOptions svg;
-    svg.title = std::string(name) + " — measured step of the toy GPT";
-    svg.memory_unit = "bytes";
-    std::ofstream(path) << ps::render_svg(last.executed, last.timeline(), svg);
-    std::printf("\n  timeline: %s\n", path.c_str());
-  }
-  return failures;
+toy::GptConfig demo_config(const Options& o) {
+  return toy::GptConfig{.vocabulary = 32,
+                        .hidden = 16,
+                        .heads = 2,
+                        .ffn = 64,
+                        .sequence = 16,
+                        .blocks = 2 * o.ranks,
+                        .microbatch_size = 2,
+                        .seed = 42};
 }
 
 // One training run of `s` (slices > 1: a slice-level schedule) on fresh stages; prints the
-// losses, the mean step time and each rank's measured / simulated peak; returns mismatches.
-int run_gpt(const char* label, const ps::Schedule& s, const toy::GptConfig& config,
-            const toy::StepData<double>& data, int steps) {
+// losses, the mean step time and each rank's measured / simulated peak, and writes the last
+// step's timeline to `svg_path` when given; returns mismatches.
+int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfig& config,
+            const toy::StepData<double>& data, int steps, const std::string& svg_path = {}) {
   const int slices = s.problem.slices;
   std::vector<toy::GptStage<double>> stages;
   for (int st = 0; st < s.problem.stages; ++st)
@@ -223,7 +153,7 @@ int run_gpt(const char* label, const ps::Schedule& s, const toy::GptConfig& conf
   };
   ps::InprocPipeline<toy::GptStage<double>> pipe(s, stages, options);
   const auto training = toy::training_data(data, slices);
-  std::printf("\n%s:\n  loss per step:", label);
+  std::printf("\n%s:\n  loss per step:", label.c_str());
   ps::StepResult last;
   double seconds = 0;
   for (int step = 0; step < steps; ++step) {
@@ -247,18 +177,49 @@ int run_gpt(const char* label, const ps::Schedule& s, const toy::GptConfig& conf
                 kib(predicted.ranks[r].peak_memory).c_str(), same ? "" : " (MISMATCH)");
   }
   std::printf("\n");
+  if (!svg_path.empty()) {
+    ps::SvgOptions svg;
+    svg.title = s.name + " — measured step of the toy GPT";
+    svg.memory_unit = "bytes";
+    std::ofstream(svg_path) << ps::render_svg(last.executed, last.timeline(), svg);
+    std::printf("  timeline: %s\n", svg_path.c_str());
+  }
+  return failures;
+}
+
+int train(const Options& o) {
+  const toy::GptConfig config = demo_config(o);
+  const auto data = toy::make_gpt_data<double>(config, o.microbatches, 7);
+  std::error_code ec;
+  std::filesystem::create_directories(o.svg_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "pipesched_demo: cannot create '%s': %s\n", o.svg_dir.c_str(),
+                 ec.message().c_str());
+    return 2;
+  }
+  std::printf(
+      "\nTraining a tiny GPT (%d blocks, hidden %d, %d heads, sequence %d, vocabulary "
+      "%d) for %d steps, %d ranks as threads, %d microbatches of %d sequences, SGD:\n",
+      config.blocks, config.hidden, config.heads, config.sequence, config.vocabulary, o.steps,
+      o.ranks, o.microbatches, config.microbatch_size);
+  int failures = 0;
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v"}) {
+    const ps::GeneratorInfo& g = ps::find_generator(name);
+    ps::Schedule s;
+    try {
+      s = g.generate({.ranks = o.ranks, .microbatches = o.microbatches}, g.default_wgrad);
+    } catch (const ps::invalid_problem& e) {
+      std::printf("\n%s: refused: %s\n", name, e.what());
+      continue;
+    }
+    failures += run_gpt(std::string(name) + " (" + s.placement.describe() + ")", s, config, data,
+                        o.steps, o.svg_dir + "/" + name + ".svg");
+  }
   return failures;
 }
 
 int memory(const Options& o) {
-  const toy::GptConfig config{.vocabulary = 32,
-                              .hidden = 16,
-                              .heads = 2,
-                              .ffn = 64,
-                              .sequence = 16,
-                              .blocks = 2 * o.ranks,
-                              .microbatch_size = 2,
-                              .seed = 42};
+  const toy::GptConfig config = demo_config(o);
   const auto data = toy::make_gpt_data<double>(config, o.microbatches, 7);
   const ps::Schedule base =
       ps::schedule::one_f_one_b({.ranks = o.ranks, .microbatches = o.microbatches});
