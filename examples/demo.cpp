@@ -7,6 +7,9 @@
 // peak of held activation bytes beside the simulator's prediction, and an SVG timeline.
 // Part 3: the same model under a memory budget — 1F1B with Mario's checkpointing, and
 // slice-pipe over sequence slices — still computing the same losses.
+// With --transport mpi (under `mpirun -np P`), parts 2 and 3 run one rank per MPI process and
+// rank 0 prints.
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +25,9 @@
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
 #include "pipesched/toy/profile.hpp"
+#if PIPESCHED_WITH_MPI
+#include "pipesched/transport/mpi/mpi_pipeline.hpp"
+#endif
 
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
@@ -29,21 +35,38 @@ namespace toy = pipesched::toy;
 namespace {
 
 struct Options {
+  std::string transport = "inproc";
+  bool ranks_given = false;
   int ranks = 4;
   int microbatches = 8;
   int steps = 3;
   std::string svg_dir = "pipesched-demo";
 };
 
+bool quiet = false;  // with MPI, ranks other than 0 print only errors
+int process_rank = -1;  // with MPI, the rank this process runs
+
+// printf on rank 0 only.
+void say(const char* format, ...) {
+  if (quiet) return;
+  va_list args;
+  va_start(args, format);
+  std::vprintf(format, args);
+  va_end(args);
+}
+
 int usage(int code) {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: pipesched_demo [--ranks P] [--microbatches M] [--steps N] [--svg-dir DIR]\n"
+               "                      [--transport inproc|mpi]\n"
                "\n"
                "Generates, validates and simulates every built-in schedule for P ranks and M\n"
                "microbatches (default 4 and 8), then trains a tiny GPT for N steps (default 3)\n"
                "through several of them on P threads, printing loss, step time and each rank's\n"
                "measured peak of activation bytes beside the simulator's prediction, and writing\n"
-               "an SVG timeline per schedule into DIR (default ./pipesched-demo).\n");
+               "an SVG timeline per schedule into DIR (default ./pipesched-demo).\n"
+               "--transport mpi runs the ranks as MPI processes instead of threads: start it\n"
+               "as `mpirun -np P pipesched_demo --transport mpi` (P from mpirun).\n");
   return code;
 }
 
@@ -64,6 +87,16 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
       o.svg_dir = v;
       continue;
     }
+    if (a == "--transport") {
+      if (v != "inproc" && v != "mpi") {
+        std::fprintf(stderr, "pipesched_demo: --transport is inproc or mpi, got '%s'\n",
+                     v.c_str());
+        exit_code = 2;
+        return false;
+      }
+      o.transport = v;
+      continue;
+    }
     int* target = a == "--ranks"          ? &o.ranks
                   : a == "--microbatches" ? &o.microbatches
                   : a == "--steps"        ? &o.steps
@@ -82,14 +115,15 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
       return false;
     }
     *target = static_cast<int>(n);
+    o.ranks_given |= a == "--ranks";
   }
   return true;
 }
 
 int schedule_table(const Options& o) {
-  std::printf("Schedules for %d ranks, %d microbatches (UniformCost f=1 b=2 w=1):\n\n", o.ranks,
+  say("Schedules for %d ranks, %d microbatches (UniformCost f=1 b=2 w=1):\n\n", o.ranks,
               o.microbatches);
-  std::printf("%-17s %-22s %8s %9s %8s %9s  %s\n", "schedule", "placement", "actions", "makespan",
+  say("%-17s %-22s %8s %9s %8s %9s  %s\n", "schedule", "placement", "actions", "makespan",
               "bubble", "max peak", "status");
   int failures = 0;
   for (const ps::GeneratorInfo& g : ps::generators()) {
@@ -97,7 +131,7 @@ int schedule_table(const Options& o) {
     try {
       s = g.generate({.ranks = o.ranks, .microbatches = o.microbatches}, g.default_wgrad);
     } catch (const ps::invalid_problem& e) {
-      std::printf("%-17s refused: %s\n", std::string(g.name).c_str(), e.what());
+      say("%-17s refused: %s\n", std::string(g.name).c_str(), e.what());
       continue;
     }
     const ps::ValidationReport rep = ps::check(s);
@@ -105,10 +139,10 @@ int schedule_table(const Options& o) {
     const ps::SimulationResult r = ps::simulate(s);
     const bool ok = rep.ok() && lowered.ok() && !r.deadlock;
     failures += !ok;
-    std::printf("%-17s %-22s %8zu %9.2f %7.1f%% %9.3f  %s\n", std::string(g.name).c_str(),
+    say("%-17s %-22s %8zu %9.2f %7.1f%% %9.3f  %s\n", std::string(g.name).c_str(),
                 s.placement.describe().c_str(), s.action_count(), r.makespan, 100 * r.bubble_ratio,
                 r.peak_memory_max, ok ? "valid" : "INVALID");
-    if (!ok) std::printf("%s\n", (rep.ok() ? lowered : rep).summary().c_str());
+    if (!ok) say("%s\n", (rep.ok() ? lowered : rep).summary().c_str());
   }
   return failures;
 }
@@ -151,21 +185,31 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
           (*p)[i] -= 0.1 * (*gr)[i];
     }
   };
-  ps::InprocPipeline<toy::GptStage<double>> pipe(s, stages, options);
   const auto training = toy::training_data(data, slices);
-  std::printf("\n%s:\n  loss per step:", label.c_str());
+  say("\n%s:\n  loss per step:", label.c_str());
   ps::StepResult last;
   double seconds = 0;
-  for (int step = 0; step < steps; ++step) {
-    last = pipe.step(training);
-    seconds += last.seconds;
-    std::printf(" %.6f", last.loss);
+  auto train_with = [&](auto& pipe) {
+    for (int step = 0; step < steps; ++step) {
+      last = pipe.step(training);
+      seconds += last.seconds;
+      say(" %.6f", last.loss);
+    }
+  };
+  if (process_rank < 0) {
+    ps::InprocPipeline<toy::GptStage<double>> pipe(s, stages, options);
+    train_with(pipe);
+  } else {
+#if PIPESCHED_WITH_MPI
+    ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+    train_with(pipe);
+#endif
   }
   int recomputes = 0;
   for (const auto& list : s.ranks)
     for (const ps::Action& a : list)
       recomputes += a.kind == ps::OpKind::R;
-  std::printf(
+  say(
       "\n  mean step time: %.2f ms; %d recomputes\n  activation KiB held at peak, "
       "measured / simulated:",
       1e3 * seconds / steps, recomputes);
@@ -173,16 +217,16 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
   for (int r = 0; r < s.rank_count(); ++r) {
     const bool same = last.ranks[r].peak_bytes == predicted.ranks[r].peak_memory;
     failures += !same;
-    std::printf("  r%d %s/%s%s", r, kib(last.ranks[r].peak_bytes).c_str(),
+    say("  r%d %s/%s%s", r, kib(last.ranks[r].peak_bytes).c_str(),
                 kib(predicted.ranks[r].peak_memory).c_str(), same ? "" : " (MISMATCH)");
   }
-  std::printf("\n");
-  if (!svg_path.empty()) {
+  say("\n");
+  if (!svg_path.empty() && !quiet) {
     ps::SvgOptions svg;
     svg.title = s.name + " — measured step of the toy GPT";
     svg.memory_unit = "bytes";
     std::ofstream(svg_path) << ps::render_svg(last.executed, last.timeline(), svg);
-    std::printf("  timeline: %s\n", svg_path.c_str());
+    say("  timeline: %s\n", svg_path.c_str());
   }
   return failures;
 }
@@ -197,11 +241,12 @@ int train(const Options& o) {
                  ec.message().c_str());
     return 2;
   }
-  std::printf(
+  say(
       "\nTraining a tiny GPT (%d blocks, hidden %d, %d heads, sequence %d, vocabulary "
-      "%d) for %d steps, %d ranks as threads, %d microbatches of %d sequences, SGD:\n",
+      "%d) for %d steps, %d ranks as %s, %d microbatches of %d sequences, SGD:\n",
       config.blocks, config.hidden, config.heads, config.sequence, config.vocabulary, o.steps,
-      o.ranks, o.microbatches, config.microbatch_size);
+      o.ranks, process_rank < 0 ? "threads" : "MPI processes", o.microbatches,
+      config.microbatch_size);
   int failures = 0;
   for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v"}) {
     const ps::GeneratorInfo& g = ps::find_generator(name);
@@ -209,7 +254,7 @@ int train(const Options& o) {
     try {
       s = g.generate({.ranks = o.ranks, .microbatches = o.microbatches}, g.default_wgrad);
     } catch (const ps::invalid_problem& e) {
-      std::printf("\n%s: refused: %s\n", name, e.what());
+      say("\n%s: refused: %s\n", name, e.what());
       continue;
     }
     failures += run_gpt(std::string(name) + " (" + s.placement.describe() + ")", s, config, data,
@@ -229,7 +274,7 @@ int memory(const Options& o) {
   const ps::ProfiledCost bytes = toy::gpt_profiled_cost(stages);
   const double peak = ps::simulate(base, bytes).peak_memory_max;
   const double budget = 0.5 * peak;
-  std::printf(
+  say(
       "\nThe same GPT under a memory budget of %s KiB per rank (half of 1F1B's largest "
       "peak, %s KiB):\n",
       kib(budget).c_str(), kib(peak).c_str());
@@ -238,7 +283,7 @@ int memory(const Options& o) {
     const ps::Schedule mario = ps::checkpoint_mario(base, bytes, ps::MemoryBudget{.all = budget});
     failures += run_gpt("1f1b + Mario checkpointing", mario, config, data, o.steps);
   } catch (const ps::invalid_problem& e) {
-    std::printf("\n1f1b + Mario: %s\n", e.what());
+    say("\n1f1b + Mario: %s\n", e.what());
   }
   try {
     const ps::Schedule sliced =
@@ -246,22 +291,56 @@ int memory(const Options& o) {
     failures +=
         run_gpt("slice-pipe, 4 slices of 4 tokens, 2 chunks", sliced, config, data, o.steps);
   } catch (const ps::invalid_problem& e) {
-    std::printf("\nslice-pipe: %s\n", e.what());
+    say("\nslice-pipe: %s\n", e.what());
   }
   return failures;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Options o;
-  int code = 0;
-  if (!parse(argc, argv, o, code)) return code;
+int run(const Options& o) {
   try {
     const int failures = schedule_table(o) + train(o) + memory(o);
     return failures == 0 ? 0 : 1;
+#if PIPESCHED_WITH_MPI
+  } catch (const ps::peer_lost&) {
+    throw;  // main ends the job
+#endif
   } catch (const ps::error& e) {
     std::fprintf(stderr, "pipesched_demo: %s\n", e.what());
     return 1;
   }
+}
+
+int main(int argc, char** argv) {
+  Options o;
+  int code = 0;
+  if (!parse(argc, argv, o, code)) return code;
+  if (o.transport == "inproc") return run(o);
+#if PIPESCHED_WITH_MPI
+  ps::MpiSession session(argc, argv);
+  quiet = session.rank() != 0;
+  process_rank = session.rank();
+  if (o.ranks_given && o.ranks != session.size()) {
+    if (!quiet)
+      std::fprintf(stderr,
+                   "pipesched_demo: --ranks %d but mpirun started %d processes; with "
+                   "--transport mpi there is one rank per process (drop --ranks or use "
+                   "mpirun -np %d)\n",
+                   o.ranks, session.size(), o.ranks);
+    return 2;
+  }
+  o.ranks = session.size();
+  try {
+    return run(o);
+  } catch (const ps::peer_lost& e) {
+    std::fprintf(stderr, "pipesched_demo: %s\n", e.what());
+    session.abort(1);
+  }
+#else
+  std::fprintf(stderr,
+               "pipesched_demo: this build has no MPI transport (MPI was not found when it was "
+               "configured); use --transport inproc or install MPI and rebuild\n");
+  return 2;
+#endif
 }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -227,6 +228,9 @@ class Executor {
               "whole.");
       }
       if (is_fillable(a.kind)) fillable_.push_back(i);
+      if (a.kind == OpKind::RecvF || a.kind == OpKind::RecvB)
+        receives_.push_back({a.stage, a.microbatch, a.slice,
+                             a.kind == OpKind::RecvF ? Direction::Forward : Direction::Backward});
     }
   }
 
@@ -253,6 +257,11 @@ class Executor {
     held_ = 0;
     peak_ = 0;
     memory_.clear();
+    // A transport that can post receives ahead (MPI) gets the step's receives at once.
+    if constexpr (requires(Transport& t, std::span<const MessageKey> k) {
+                    t.post_receives(0, k);
+                  })
+      transport_->post_receives(rank_, std::span<const MessageKey>(receives_));
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (ran_early_[i]) continue;  // a fill already ran it, and recorded when
       if (options_.fill_waits && (list[i].kind == OpKind::RecvF || list[i].kind == OpKind::RecvB))
@@ -783,6 +792,7 @@ class Executor {
   std::vector<Stage*> stage_of_;
   std::unordered_set<std::uint64_t> checkpointed_;  // units this rank recomputes
   std::unordered_map<std::uint64_t, int> parts_;    // units whose W is cut: their part count
+  std::vector<MessageKey> receives_;                // this rank's receives, in list order
   std::vector<std::size_t> fillable_;               // list positions of fillable kinds
   std::size_t slices_ = 1;                          // the problem's slices per microbatch
   bool use_context_ = false;                        // slice contexts are made and passed

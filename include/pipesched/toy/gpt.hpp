@@ -232,13 +232,20 @@ class GptBlock {
   };
   using stash_type = Stash;
 
+  //! Element type of the key/value gradients a `Context` gathers: double for float blocks.
+  using key_value_gradient_type = detail::accumulator_t<T>;
+
   //! What the slices of one microbatch share in this block: per slice, its keys and values
   //! [batch, tokens, 2·hidden] (from its forward until its backward_input) and the gradients the
   //! backwards of later slices have sent to them (same shape; from the first such backward until
-  //! this slice's).
+  //! this slice's). The gradients are sums over later slices' queries kept in
+  //! `key_value_gradient_type` and rounded to T once, in this slice's backward: a float sum would
+  //! round differently from the whole-sequence pass, which visits the queries in another order,
+  //! while the double sum keeps sliced float gradients within double rounding of unsliced ones.
+  //! They count at that width in `context_bytes` and `gpt_block_slice_bytes`.
   struct Context {
     std::vector<Tensor<T>> kv;
-    std::vector<Tensor<T>> dkv;
+    std::vector<Tensor<key_value_gradient_type>> dkv;
   };
 
   //! The pieces of the weight gradient, in the order `backward_weight` runs them: the second
@@ -355,7 +362,7 @@ class GptBlock {
     std::size_t bytes = 0;
     for (const Tensor<T>& t : context.kv)
       bytes += t.bytes();
-    for (const Tensor<T>& t : context.dkv)
+    for (const Tensor<key_value_gradient_type>& t : context.dkv)
       bytes += t.bytes();
     return bytes;
   }
@@ -511,8 +518,9 @@ class GptBlock {
                                 ? prefix(*context, slice, offset, b, s, gathered, "backward_input")
                                 : stash.kv;
     const int key_count = offset + s;
+    using S = key_value_gradient_type;  // key/value gradients sum here (see Context)
     Tensor<T> dq({b, s, h});
-    Tensor<T> dkeys({b, key_count, 2 * h});
+    Tensor<S> dkeys({b, key_count, 2 * h});
     const detail::AttentionShape shape = attention_shape(s, key_count, offset);
     for (int i = 0; i < b; ++i) {
       const std::ptrdiff_t k0 = static_cast<std::ptrdiff_t>(i) * key_count * 2 * h;
@@ -525,7 +533,7 @@ class GptBlock {
     }
     // This slice's q/k/v gradient: its queries', and its keys/values' from its own queries plus
     // what later slices left in the context.
-    const Tensor<T>* later = nullptr;
+    const Tensor<S>* later = nullptr;
     if (context != nullptr && !context->dkv[static_cast<std::size_t>(slice)].empty())
       later = &context->dkv[static_cast<std::size_t>(slice)];
     stash.dqkv = Tensor<T>({b, s, 3 * h});
@@ -533,15 +541,17 @@ class GptBlock {
       for (int t = 0; t < s; ++t) {
         T* out = stash.dqkv.begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * 3 * h;
         const T* own_q = dq.begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * h;
-        const T* own_kv =
+        const S* own_kv =
             dkeys.begin_data() + (static_cast<std::ptrdiff_t>(i) * key_count + offset + t) * 2 * h;
         std::copy(own_q, own_q + h, out);
+        // The one rounding of the key/value sums to T.
         if (later != nullptr) {
-          const T* add = later->begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * 2 * h;
+          const S* add = later->begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * 2 * h;
           for (int d = 0; d < 2 * h; ++d)
-            out[h + d] = add[d] + own_kv[d];
+            out[h + d] = static_cast<T>(add[d] + own_kv[d]);
         } else {
-          std::copy(own_kv, own_kv + 2 * h, out + h);
+          for (int d = 0; d < 2 * h; ++d)
+            out[h + d] = static_cast<T>(own_kv[d]);
         }
       }
     if (context != nullptr) {
@@ -549,13 +559,13 @@ class GptBlock {
       int start = 0;
       for (int j = 0; j < slice; ++j) {
         const Tensor<T>& kj = context->kv[static_cast<std::size_t>(j)];
-        Tensor<T>& gj = context->dkv[static_cast<std::size_t>(j)];
-        if (gj.empty()) gj = Tensor<T>(kj.shape);
+        Tensor<S>& gj = context->dkv[static_cast<std::size_t>(j)];
+        if (gj.empty()) gj = Tensor<S>(kj.shape);
         const int len = kj.dim(1);
         for (int i = 0; i < b; ++i)
           for (int t = 0; t < len; ++t) {
-            T* to = gj.begin_data() + (static_cast<std::ptrdiff_t>(i) * len + t) * 2 * h;
-            const T* from = dkeys.begin_data() +
+            S* to = gj.begin_data() + (static_cast<std::ptrdiff_t>(i) * len + t) * 2 * h;
+            const S* from = dkeys.begin_data() +
                             (static_cast<std::ptrdiff_t>(i) * key_count + start + t) * 2 * h;
             for (int d = 0; d < 2 * h; ++d)
               to[d] += from[d];
@@ -563,7 +573,7 @@ class GptBlock {
         start += len;
       }
       context->kv[static_cast<std::size_t>(slice)] = Tensor<T>{};
-      context->dkv[static_cast<std::size_t>(slice)] = Tensor<T>{};
+      context->dkv[static_cast<std::size_t>(slice)] = Tensor<S>{};
     }
     Tensor<T> dn1({b, s, h});
     detail::linear_backward_input(stash.dqkv.begin_data(), p[qkv_weight].begin_data(),

@@ -6,6 +6,8 @@
 #include <array>
 #include <cstddef>
 
+#include "pipesched/toy/detail/ops.hpp"
+
 namespace pipesched::toy {
 
 //! Bytes one stash holds at the two points the executor cares about.
@@ -28,7 +30,8 @@ struct SliceStashBytes {
   std::size_t activation = 0;           //!< stash right after forward (keys/values not counted)
   std::size_t wgrad = 0;                //!< stash right after backward_input
   std::size_t key_values = 0;           //!< keys/values the slice adds to the context
-  std::size_t key_value_gradients = 0;  //!< gradient buffers for them (0 for the last slice)
+  std::size_t key_value_gradients = 0;  //!< gradient buffers for them (0 for the last slice),
+                                        //!< in the wider sum type for float
 
   friend constexpr SliceStashBytes operator+(SliceStashBytes a, SliceStashBytes b) noexcept {
     return {a.activation + b.activation, a.wgrad + b.wgrad, a.key_values + b.key_values,
@@ -79,7 +82,8 @@ constexpr StashBytes gpt_block_stash_bytes(std::size_t batch, std::size_t sequen
 //! block keeps except the keys/values (2·hidden), which go to the slice context, and the
 //! probabilities [batch, heads, tokens, keys]; after backward_input, the same as the whole
 //! block per row. `last` says whether this is the microbatch's last slice (which receives no
-//! key/value gradients from later ones).
+//! key/value gradients from later ones). The key/value gradient buffers hold sums in
+//! `detail::accumulator_t<T>` (double for float, see `GptBlock::Context`).
 template <class T>
 constexpr SliceStashBytes gpt_block_slice_bytes(std::size_t batch, std::size_t tokens,
                                                 std::size_t keys, std::size_t hidden,
@@ -89,7 +93,7 @@ constexpr SliceStashBytes gpt_block_slice_bytes(std::size_t batch, std::size_t t
   const std::size_t probabilities = batch * heads * tokens * keys;
   return {(rows * (4 * hidden + 2 + 2 * ffn) + probabilities) * sizeof(T),
           rows * (8 * hidden + 2 * ffn) * sizeof(T), rows * 2 * hidden * sizeof(T),
-          last ? 0 : rows * 2 * hidden * sizeof(T)};
+          last ? 0 : rows * 2 * hidden * sizeof(detail::accumulator_t<T>)};
 }
 
 //! The weight-gradient pieces of a GPT transformer block on `rows` rows, in the order the

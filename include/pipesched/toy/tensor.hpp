@@ -12,6 +12,9 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/core/error.hpp"
+#include "pipesched/exec/wire.hpp"
+
 namespace pipesched::toy {
 
 //! A host tensor: `shape` (outermost first) and `data`, contiguous and row-major. A plain
@@ -191,3 +194,50 @@ Tensor<T> uniform_tensor(std::vector<int> extents, Random& random, double spread
 }
 
 }  // namespace pipesched::toy
+
+namespace pipesched {
+
+//! toy::Tensor crosses process boundaries as its extents and its elements (element type code:
+//! the element size in bytes, plus 0x100 for floating point).
+template <class T>
+struct wire<toy::Tensor<T>> {
+  static constexpr std::uint32_t code = sizeof(T) + (std::is_floating_point_v<T> ? 0x100u : 0u);
+
+  static WireHeader describe(const toy::Tensor<T>& x) {
+    if (x.rank() > WireHeader::max_rank)
+      throw error("toy::Tensor with " + std::to_string(x.rank()) +
+                  " extents cannot be sent; at most " + std::to_string(WireHeader::max_rank) +
+                  " are supported.");
+    WireHeader h;
+    h.element_type = code;
+    h.rank = x.rank();
+    for (int i = 0; i < x.rank(); ++i)
+      h.extents[static_cast<std::size_t>(i)] = x.dim(i);
+    h.payload_bytes = x.bytes();
+    return h;
+  }
+  static std::span<const std::byte> payload(const toy::Tensor<T>& x) {
+    return std::as_bytes(std::span<const T>(x.data));
+  }
+  static std::span<std::byte> payload(toy::Tensor<T>& x) {
+    return std::as_writable_bytes(std::span<T>(x.data));
+  }
+  static toy::Tensor<T> make(const WireHeader& h) {
+    if (h.magic != WireHeader::magic_value || h.element_type != code || h.rank < 0 ||
+        h.rank > WireHeader::max_rank)
+      throw error("a received tensor header does not describe a toy::Tensor of " +
+                  std::to_string(sizeof(T)) + "-byte elements (element type code " +
+                  std::to_string(h.element_type) + ", expected " + std::to_string(code) +
+                  "); both ends must use the same tensor type.");
+    std::vector<int> extents;
+    for (int i = 0; i < h.rank; ++i)
+      extents.push_back(static_cast<int>(h.extents[static_cast<std::size_t>(i)]));
+    toy::Tensor<T> x(std::move(extents));
+    if (x.bytes() != h.payload_bytes)
+      throw error("a received tensor header announces " + std::to_string(h.payload_bytes) +
+                  " payload bytes for extents that need " + std::to_string(x.bytes()) + ".");
+    return x;
+  }
+};
+
+}  // namespace pipesched

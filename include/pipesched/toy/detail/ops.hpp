@@ -292,10 +292,13 @@ void causal_attention_forward(const T* q, int q_stride, const T* k, const T* v, 
 
 // Adds the gradients of q, k and v (same layouts and strides as their operands: dq like q, dk
 // and dv like k and v) given dout and the probabilities of the forward. Accumulates, so the
-// gradients of prefix keys/values held elsewhere can be gathered across calls.
-template <class T>
+// gradients of prefix keys/values held elsewhere can be gathered across calls. dk and dv sum
+// over queries, which a sequence cut into slices visits in another order (later slices first),
+// so they are kept in A — accumulator_t<T> for float — and rounded to T once by the caller; a
+// query's dq sums over keys in the same order however the sequence is cut and stays in T.
+template <class T, class A>
 void causal_attention_backward(const T* dout, int dout_stride, const T* q, int q_stride, const T* k,
-                               const T* v, int kv_stride, const T* p, T* dq, T* dk, T* dv,
+                               const T* v, int kv_stride, const T* p, T* dq, A* dk, A* dv,
                                const AttentionShape& s) {
   const T scale = T(1) / std::sqrt(T(s.head_dim));
   std::vector<T> dp(static_cast<std::size_t>(s.keys));
@@ -321,8 +324,8 @@ void causal_attention_backward(const T* dout, int dout_stride, const T* q, int q
         const T ds = pi[j] * (dp[static_cast<std::size_t>(j)] - weighted) * scale;
         for (int d = 0; d < s.head_dim; ++d) {
           dqi[d] += ds * k[row + d];
-          dk[row + d] += ds * qi[d];
-          dv[row + d] += pi[j] * doi[d];
+          dk[row + d] += A(ds) * A(qi[d]);
+          dv[row + d] += A(pi[j]) * A(doi[d]);
         }
       }
     }

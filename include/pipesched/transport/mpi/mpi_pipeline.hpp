@@ -1,0 +1,209 @@
+// A pipeline whose ranks are MPI processes: each process runs the Executor of its own rank
+// over the MPI transport. Every process calls `step` with the same schedule and data; every
+// process gets every rank's measurements back, and every process throws the same error
+// (naming the failing rank and action) when a rank fails.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipesched/device/host/host_device.hpp"
+#include "pipesched/exec/executor.hpp"
+#include "pipesched/exec/step_result.hpp"
+#include "pipesched/transport/mpi/mpi_session.hpp"
+#include "pipesched/transport/mpi/mpi_transport.hpp"
+
+namespace pipesched {
+
+namespace detail::mpi {
+
+// A RankRun as doubles, to gather every rank's measurements on every process.
+inline void append(std::vector<double>& out, const RankRun& run) {
+  out.insert(out.end(), {double(run.rank), run.loss, run.peak_bytes, run.end, double(run.filled),
+                         double(run.timing.size()), double(run.memory.size())});
+  for (const ActionTiming& t : run.timing)
+    out.insert(out.end(), {t.start, t.end});
+  for (const MemoryPoint& m : run.memory)
+    out.insert(out.end(), {m.time, m.value});
+}
+
+inline RankRun read_run(const double*& p) {
+  RankRun run;
+  run.rank = static_cast<int>(p[0]);
+  run.loss = p[1];
+  run.peak_bytes = p[2];
+  run.end = p[3];
+  run.filled = static_cast<int>(p[4]);
+  const auto timings = static_cast<std::size_t>(p[5]);
+  const auto points = static_cast<std::size_t>(p[6]);
+  p += 7;
+  run.timing.resize(timings);
+  for (ActionTiming& t : run.timing) {
+    t = {p[0], p[1]};
+    p += 2;
+  }
+  run.memory.resize(points);
+  for (MemoryPoint& m : run.memory) {
+    m = {p[0], p[1]};
+    p += 2;
+  }
+  return run;
+}
+
+}  // namespace detail::mpi
+
+//! Runs a schedule with one MPI process per rank (`comm`'s size must equal the schedule's
+//! rank count; rank r of `comm` runs pipeline rank r). `stages` is indexed by stage like
+//! InprocPipeline's; a process touches only the stages its rank holds (the others may be
+//! cheap placeholders). A failure on any rank — a layer that throws, a receive that times
+//! out — makes `step` throw on every process: the failing rank's execution_error (its rank,
+//! position and action), after which the communicator is clean and the next step may run; or
+//! peer_lost when some process stopped answering (dead or hung) within the receive timeout —
+//! then end the job with `MpiSession::abort`.
+template <class Stage>
+class MpiPipeline {
+ public:
+  using tensor_type = typename Stage::tensor_type;
+
+  MpiPipeline(const Schedule& schedule, std::span<Stage> stages, MPI_Comm comm = MPI_COMM_WORLD,
+              ExecutorOptions options = {}, MpiTransportOptions transport_options = {})
+      : transport_(schedule, comm, transport_options), timeout_(options.receive_timeout) {
+    if (static_cast<int>(stages.size()) != schedule.problem.stages)
+      throw invalid_problem("MpiPipeline: the schedule has " +
+                            std::to_string(schedule.problem.stages) + " stages but " +
+                            std::to_string(stages.size()) +
+                            " stage models were given; pass one per stage (indexed by stage).");
+    std::vector<Stage*> mine;
+    for (int s : schedule.placement.stages_of(transport_.rank()))
+      mine.push_back(&stages[static_cast<std::size_t>(s)]);
+    executor_.emplace(schedule, transport_.rank(), std::move(mine), transport_, HostDevice{},
+                      std::move(options));
+  }
+
+  //! This process's pipeline rank.
+  int rank() const noexcept { return transport_.rank(); }
+  //! Pipeline ranks (= processes).
+  int ranks() const noexcept { return transport_.ranks(); }
+
+  //! Runs one training step: every process must call it. Returns every rank's measurements
+  //! (times since a common start taken after a barrier) and the total loss, on every process.
+  StepResult step(const TrainingData<tensor_type>& data) {
+    if (broken_)
+      throw peer_lost("rank " + std::to_string(rank()) +
+                      ": an earlier step lost contact with a peer process; the job cannot run "
+                      "more steps (end it with MpiSession::abort).");
+    MPI_Comm comm = transport_.communicator();
+    transport_.begin_step();
+    MPI_Request request = MPI_REQUEST_NULL;
+    detail::mpi::check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
+    if (!transport_.wait(request, deadline()))
+      lost("not every process reached the start of the step");
+    const HostDevice clock;
+    const auto start = clock.mark();
+
+    RankRun run;
+    std::optional<FailureNotice> local, heard;
+    try {
+      run = executor_->step(data, start);
+    } catch (const transport_aborted&) {
+      // Another rank failed; the agreement below names it.
+      heard = transport_.failure();
+    } catch (const execution_error& e) {
+      local = FailureNotice{e.rank(), e.position(), e.action(), e.what()};
+    } catch (const std::exception& e) {
+      local = FailureNotice{rank(), -1, Action{}, "rank " + std::to_string(rank()) + ": " + e.what()};
+    }
+    if (local) transport_.notify_failure(*local);
+
+    // Every process learns whether (and which) a rank failed.
+    int failed = local ? rank() : INT_MAX;
+    int lowest = INT_MAX;
+    detail::mpi::check(MPI_Iallreduce(&failed, &lowest, 1, MPI_INT, MPI_MIN, comm, &request),
+                       "MPI_Iallreduce");
+    if (!transport_.wait(request, deadline()))
+      lost(local   ? local->message
+           : heard ? "rank " + std::to_string(heard->rank) + " failed (" + heard->message + ")"
+                   : std::string("the other processes did not finish the step"));
+    if (lowest != INT_MAX) fail(lowest, local);
+    return gather(std::move(run));
+  }
+
+  //! The transport (to inspect it in tests).
+  MpiTransport<tensor_type>& transport() noexcept { return transport_; }
+  //! The executed (lowered) schedule.
+  const Schedule& schedule() const noexcept { return executor_->schedule(); }
+
+ private:
+  std::chrono::steady_clock::time_point deadline() const {
+    return std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
+  }
+
+  [[noreturn]] void lost(const std::string& what) {
+    broken_ = true;
+    throw peer_lost("rank " + std::to_string(rank()) + ": " + what + "; no answer from every " +
+                    "process within " + detail::mpi::seconds_text(timeout_.count()) +
+                    " s, so a process has died or hangs. End the job (MpiSession::abort).");
+  }
+
+  // Rank `who` failed: every process gets its notice, the messages still in flight are
+  // dropped, and the failure is thrown here as that rank's execution_error.
+  [[noreturn]] void fail(int who, const std::optional<FailureNotice>& local) {
+    detail::mpi::NoticeWire wire;
+    if (who == rank()) wire = detail::mpi::encode(*local);
+    MPI_Request request = MPI_REQUEST_NULL;
+    detail::mpi::check(MPI_Ibcast(&wire, sizeof wire, MPI_BYTE, who, transport_.communicator(),
+                                  &request),
+                       "MPI_Ibcast");
+    if (!transport_.wait(request, deadline())) lost("rank " + std::to_string(who) + " failed");
+    const FailureNotice notice = detail::mpi::decode(wire);
+    if (!transport_.drain(timeout_)) lost(notice.message);
+    throw execution_error(notice.message, notice.rank, notice.position, notice.action);
+  }
+
+  StepResult gather(RankRun run) {
+    MPI_Comm comm = transport_.communicator();
+    std::vector<double> mine;
+    detail::mpi::append(mine, run);
+    int count = static_cast<int>(mine.size());
+    std::vector<int> counts(static_cast<std::size_t>(ranks()));
+    MPI_Request request = MPI_REQUEST_NULL;
+    detail::mpi::check(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm,
+                                      &request),
+                       "MPI_Iallgather");
+    if (!transport_.wait(request, deadline())) lost("gathering the step's measurements stalled");
+    std::vector<int> offsets(counts.size(), 0);
+    for (std::size_t i = 1; i < counts.size(); ++i)
+      offsets[i] = offsets[i - 1] + counts[i - 1];
+    std::vector<double> all(static_cast<std::size_t>(offsets.back() + counts.back()));
+    detail::mpi::check(MPI_Iallgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
+                                       offsets.data(), MPI_DOUBLE, comm, &request),
+                       "MPI_Iallgatherv");
+    if (!transport_.wait(request, deadline())) lost("gathering the step's measurements stalled");
+    StepResult res;
+    const double* p = all.data();
+    for (int r = 0; r < ranks(); ++r) {
+      res.ranks.push_back(detail::mpi::read_run(p));
+      res.loss += res.ranks.back().loss;
+      res.seconds = std::max(res.seconds, res.ranks.back().end);
+    }
+    res.executed = executor_->schedule();
+    return res;
+  }
+
+  MpiTransport<tensor_type> transport_;
+  std::optional<Executor<Stage, MpiTransport<tensor_type>>> executor_;
+  std::chrono::duration<double> timeout_;
+  bool broken_ = false;
+};
+
+}  // namespace pipesched

@@ -1,0 +1,69 @@
+// MpiSession: initializes MPI for a program's lifetime (and finalizes it), and ends a job
+// that can no longer finish cleanly.
+#pragma once
+
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // the C API is all pipesched uses
+#endif
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "pipesched/core/error.hpp"
+
+namespace pipesched {
+
+//! A step could not be agreed on because a peer process stopped answering (it died or hangs):
+//! the job cannot continue or finalize cleanly; end it with `MpiSession::abort`.
+class peer_lost : public error {
+ public:
+  using error::error;
+};
+
+//! Initializes MPI (with MPI_THREAD_FUNNELED: one thread per process calls MPI) unless the
+//! program already did, and finalizes it on destruction if it initialized it.
+class MpiSession {
+ public:
+  MpiSession(int& argc, char**& argv) {
+    int done = 0;
+    MPI_Initialized(&done);
+    if (!done) {
+      int provided = 0;
+      if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        throw error("MPI_Init_thread failed; is the program started by mpirun (or alone)?");
+      owns_ = true;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  ~MpiSession() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owns_ && !finalized) MPI_Finalize();
+  }
+
+  //! This process's rank in MPI_COMM_WORLD.
+  int rank() const noexcept { return rank_; }
+  //! Processes in MPI_COMM_WORLD.
+  int size() const noexcept { return size_; }
+
+  //! Ends every process of the job with `code` (MPI_Abort): what a program does after a
+  //! peer_lost, when waiting for the others could hang.
+  [[noreturn]] void abort(int code) const {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; should it, the process still ends
+  }
+
+ private:
+  bool owns_ = false;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace pipesched

@@ -1,0 +1,584 @@
+// The MPI transport: one pipeline rank per process. Each message is a fixed-size header
+// (extents, payload size) and the tensor's payload, sent non-blocking under tags derived from
+// (stage, microbatch, slice, direction); a rank posts the header receives of a whole step
+// ahead, posts each payload receive as soon as its header lands (straight into the tensor),
+// and tests for completion between sleeps of a few microseconds, so a waiting rank leaves its
+// core to others. A failing rank sends a failure notice to every other rank; their waits
+// stop with the failing rank, position and action named.
+#pragma once
+
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // the C API is all pipesched uses
+#endif
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
+#include "pipesched/core/action.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/exec/concepts.hpp"
+#include "pipesched/exec/errors.hpp"
+#include "pipesched/exec/wire.hpp"
+
+namespace pipesched {
+
+//! An MPI call returned an error; the message names the call and the MPI error text.
+class mpi_error : public error {
+ public:
+  using error::error;
+};
+
+//! Tuning knobs of MpiTransport.
+struct MpiTransportOptions {
+  //! Sleep between completion tests while a receive waits (the core is free meanwhile).
+  std::chrono::microseconds poll_interval{20};
+};
+
+//! What a failing rank tells every other rank: who failed, where, and why.
+struct FailureNotice {
+  int rank = -1;      //!< the rank that failed
+  int position = -1;  //!< position in its (lowered) list; -1 when outside the list
+  Action action{};    //!< the action at that position
+  std::string message;
+};
+
+namespace detail::mpi {
+
+inline std::string error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<std::size_t>(len));
+}
+
+//! Throws mpi_error naming `call` when `code` is not MPI_SUCCESS.
+inline void check(int code, const char* call) {
+  if (code != MPI_SUCCESS) throw mpi_error(std::string(call) + " failed: " + error_text(code));
+}
+
+inline std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+inline bool initialized() {
+  int flag = 0;
+  MPI_Initialized(&flag);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return flag != 0 && finalized == 0;
+}
+
+// The wire form of a FailureNotice: fixed size, so a receive for it can be posted ahead.
+struct NoticeWire {
+  std::int32_t step = 0;  // a notice from an earlier (failed, drained) step is stale
+  std::int32_t rank = -1;
+  std::int32_t position = -1;
+  std::array<std::int32_t, 8> action{};
+  char message[2000] = {};
+};
+
+inline NoticeWire encode(const FailureNotice& n) {
+  NoticeWire w;
+  w.rank = n.rank;
+  w.position = n.position;
+  const Action& a = n.action;
+  w.action = {static_cast<std::int32_t>(a.kind), a.stage,   a.microbatch,   a.slice,
+              a.part,                            a.b_stage, a.b_microbatch, a.b_slice};
+  const std::size_t len = std::min(n.message.size(), sizeof w.message - 1);
+  std::memcpy(w.message, n.message.data(), len);
+  w.message[len] = '\0';
+  return w;
+}
+
+inline FailureNotice decode(const NoticeWire& w) {
+  FailureNotice n;
+  n.rank = w.rank;
+  n.position = w.position;
+  n.action = Action{static_cast<OpKind>(w.action[0]), w.action[1], w.action[2], w.action[3],
+                    w.action[4], w.action[5], w.action[6], w.action[7]};
+  n.message.assign(w.message, strnlen(w.message, sizeof w.message));
+  return n;
+}
+
+//! Lets short sleeps be short: Linux rounds a thread's sleeps up by its timer slack (50 µs by
+//! default), which would add that much latency to every message a rank waits for.
+inline void tighten_timer_slack() {
+#if defined(__linux__)
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+#endif
+}
+
+}  // namespace detail::mpi
+
+//! Ranks as MPI processes: the process of rank r of `comm` runs pipeline rank r. Satisfies
+//! `transport<MpiTransport<Tensor>, Tensor>` for a `Tensor` with a `wire` specialization.
+//! One thread per process calls it (MPI_THREAD_FUNNELED is enough).
+template <class Tensor>
+class MpiTransport {
+  static_assert(check_wire_tensor<Tensor>());
+
+ public:
+  //! Duplicates `comm` (its size must be the schedule's rank count). MPI must be initialized.
+  MpiTransport(const Schedule& schedule, MPI_Comm comm = MPI_COMM_WORLD,
+               MpiTransportOptions options = {})
+      : options_(options),
+        stages_(schedule.problem.stages),
+        microbatches_(schedule.problem.microbatches),
+        slices_(std::max(1, schedule.problem.slices)),
+        placement_(schedule.placement) {
+    if (!detail::mpi::initialized())
+      throw error(
+          "MpiTransport: MPI is not initialized; create a pipesched::MpiSession (or call "
+          "MPI_Init_thread) before the transport.");
+    int size = 0;
+    detail::mpi::check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+    if (size != schedule.rank_count())
+      throw invalid_problem("MpiTransport: the schedule has " +
+                            std::to_string(schedule.rank_count()) +
+                            " ranks but the communicator has " + std::to_string(size) +
+                            " processes; start one process per rank (mpirun -np " +
+                            std::to_string(schedule.rank_count()) + ").");
+    // Tags: 0 carries failure notices; a message's header and payload take 2i+1 and 2i+2.
+    const long long messages =
+        static_cast<long long>(stages_) * microbatches_ * slices_ * 2;  // × directions
+    int* upper = nullptr;
+    int found = 0;
+    detail::mpi::check(MPI_Comm_get_attr(comm, MPI_TAG_UB, &upper, &found), "MPI_Comm_get_attr");
+    const long long tag_ub = found && upper ? *upper : 32767;
+    if (2 * messages + 2 > tag_ub)
+      throw invalid_problem(
+          "MpiTransport: " + std::to_string(stages_) + " stages × " +
+          std::to_string(microbatches_) + " microbatches × " + std::to_string(slices_) +
+          " slices need " + std::to_string(2 * messages + 2) + " message tags but this MPI "
+          "allows " + std::to_string(tag_ub) + "; use fewer microbatches per step.");
+    detail::mpi::check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    ranks_ = size;
+    sent_.assign(static_cast<std::size_t>(size), 0);
+    received_.assign(static_cast<std::size_t>(size), 0);
+    detail::mpi::tighten_timer_slack();
+    post_notice_receive();
+  }
+
+  MpiTransport(const MpiTransport&) = delete;
+  MpiTransport& operator=(const MpiTransport&) = delete;
+
+  //! Cancels the receives still posted and gives sends a moment to complete; never blocks
+  //! for long (a peer that is gone cannot make it wait).
+  ~MpiTransport() {
+    if (!detail::mpi::initialized()) return;
+    try {
+      cancel_receives();
+      if (notice_request_ != MPI_REQUEST_NULL) cancel(notice_request_);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (!outgoing_.empty() && std::chrono::steady_clock::now() < deadline) {
+        test_sends();
+        if (!outgoing_.empty()) std::this_thread::sleep_for(options_.poll_interval);
+      }
+    } catch (...) {
+    }
+    MPI_Comm_free(&comm_);
+  }
+
+  //! This process's pipeline rank.
+  int rank() const noexcept { return rank_; }
+  //! Processes (= pipeline ranks) in the communicator.
+  int ranks() const noexcept { return ranks_; }
+  //! The transport's own communicator (a duplicate of the one given).
+  MPI_Comm communicator() const noexcept { return comm_; }
+
+  //! Starts sending `x` to rank `to` under `key`; returns at once (the tensor is kept until
+  //! MPI is done with it).
+  void send(int from, int to, const MessageKey& key, Tensor&& x) {
+    check_self(from, "send from");
+    check_peer(to, "send to");
+    const int tag = header_tag(key);
+    if (to == rank_) {  // a message to itself never touches MPI
+      auto entry = std::make_unique<Incoming>();
+      entry->tensor.emplace(std::move(x));
+      entry->state = Incoming::Arrived;
+      auto [it, fresh] = incoming_.try_emplace(tag, std::move(entry));
+      if (!fresh) {
+        if (it->second->state != Incoming::HeaderPosted || it->second->source != rank_)
+          throw error("rank " + std::to_string(rank_) + " sent the " + detail::describe_key(key) +
+                      " to itself twice in one step.");
+        cancel(it->second->request);
+        it->second = std::make_unique<Incoming>();
+        it->second->tensor.emplace(std::move(x));
+        it->second->state = Incoming::Arrived;
+      }
+      return;
+    }
+    auto out = std::make_unique<Outgoing>();
+    out->header = wire<Tensor>::describe(x);
+    out->tensor.emplace(std::move(x));
+    const std::span<const std::byte> bytes = wire<Tensor>::payload(*out->tensor);
+    if (bytes.size() != out->header.payload_bytes)
+      throw error("wire<Tensor>::describe announces " + std::to_string(out->header.payload_bytes) +
+                  " payload bytes but payload() has " + std::to_string(bytes.size()) + ".");
+    if (bytes.size() > static_cast<std::size_t>(INT_MAX))
+      throw error("a tensor of " + std::to_string(bytes.size()) +
+                  " bytes is larger than one MPI message may be (2 GiB).");
+    detail::mpi::check(MPI_Isend(&out->header, sizeof(WireHeader), MPI_BYTE, to, tag, comm_,
+                                 &out->requests[0]),
+                       "MPI_Isend");
+    ++sent_[static_cast<std::size_t>(to)];
+    if (!bytes.empty()) {
+      detail::mpi::check(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to,
+                                   tag + 1, comm_, &out->requests[1]),
+                         "MPI_Isend");
+      ++sent_[static_cast<std::size_t>(to)];
+    }
+    outgoing_.push_back(std::move(out));
+    test_sends();
+  }
+
+  //! Posts the header receives of `keys` (the messages this rank will receive in the step,
+  //! in order) so they match as soon as their senders send.
+  void post_receives(int rank, std::span<const MessageKey> keys) {
+    check_self(rank, "post receives on");
+    for (const MessageKey& k : keys)
+      entry(k);
+  }
+
+  //! Waits (sleeping between tests) until the message `key` has arrived and returns it.
+  //! Throws receive_timeout after `timeout`; transport_aborted when another rank failed.
+  Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
+    check_self(rank, "receive on");
+    Incoming& in = entry(key);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    for (;;) {
+      progress();
+      if (in.state == Incoming::Arrived) return take(key);
+      if (failure_) throw transport_aborted(aborted_message(key));
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw receive_timeout("rank " + std::to_string(rank_) + " waited " +
+                              detail::mpi::seconds_text(timeout.count()) + " s for the " +
+                              detail::describe_key(key) + " from rank " +
+                              std::to_string(in.source) + " and none came; is that process "
+                              "alive and running the same schedule?");
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+  }
+
+  //! The message `key` if it has arrived; never waits.
+  std::optional<Tensor> try_receive(int rank, const MessageKey& key) {
+    check_self(rank, "receive on");
+    Incoming& in = entry(key);
+    progress();
+    if (in.state != Incoming::Arrived) {
+      if (failure_) throw transport_aborted(aborted_message(key));
+      return std::nullopt;
+    }
+    return take(key);
+  }
+
+  //! Stops this process's waits and tells every other rank that this one failed (without
+  //! details; see `notify_failure`).
+  void abort() { notify_failure(FailureNotice{rank_, -1, Action{}, "rank aborted"}); }
+
+  //! Tells every other rank that this one failed, and why; their waits then throw
+  //! transport_aborted carrying `notice`. Never waits.
+  void notify_failure(const FailureNotice& notice) {
+    if (!failure_) failure_ = notice;
+    if (notified_) return;
+    notified_ = true;
+    for (int r = 0; r < ranks_; ++r) {
+      if (r == rank_) continue;
+      auto out = std::make_unique<Outgoing>();
+      out->notice = detail::mpi::encode(notice);
+      out->notice.step = step_;
+      // A peer that is gone may refuse; the others still hear of it.
+      if (MPI_Isend(&out->notice, sizeof(detail::mpi::NoticeWire), MPI_BYTE, r, notice_tag,
+                    comm_, &out->requests[0]) == MPI_SUCCESS)
+        outgoing_.push_back(std::move(out));
+    }
+  }
+
+  //! The failure this process heard of (its own or a peer's), if any.
+  const std::optional<FailureNotice>& failure() const noexcept { return failure_; }
+
+  //! Runs MPI's progress once: completes arrived headers (posting their payload receives),
+  //! payloads, sends and failure notices. Receive and try_receive call it.
+  void progress() {
+    test_receives();
+    test_notice();
+    test_sends();
+  }
+
+  //! After a failed step in which every process is still alive and has called this: receives
+  //! and drops every message still in flight to this rank, cancels posted receives and
+  //! completes the sends, so the communicator is clean for the next step (collective over
+  //! the transport's communicator; bounded by `timeout`; returns false when it could not).
+  bool drain(std::chrono::duration<double> timeout) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    cancel_receives();
+    // Everyone learns how many messages each peer sent it.
+    std::vector<long long> to_me(static_cast<std::size_t>(ranks_), 0);
+    MPI_Request req = MPI_REQUEST_NULL;
+    detail::mpi::check(MPI_Ialltoall(sent_.data(), 1, MPI_LONG_LONG, to_me.data(), 1,
+                                     MPI_LONG_LONG, comm_, &req),
+                       "MPI_Ialltoall");
+    if (!wait(req, deadline)) return false;
+    std::vector<std::byte> sink;
+    for (int src = 0; src < ranks_; ++src) {
+      auto& got = received_[static_cast<std::size_t>(src)];
+      while (got < to_me[static_cast<std::size_t>(src)]) {
+        int flag = 0;
+        MPI_Message msg;
+        MPI_Status st;
+        detail::mpi::check(MPI_Improbe(src, MPI_ANY_TAG, comm_, &flag, &msg, &st), "MPI_Improbe");
+        if (!flag) {
+          test_sends();
+          if (std::chrono::steady_clock::now() >= deadline) return false;
+          std::this_thread::sleep_for(options_.poll_interval);
+          continue;
+        }
+        if (st.MPI_TAG == notice_tag) {  // a notice is not counted; drop it
+          detail::mpi::NoticeWire w;
+          MPI_Mrecv(&w, sizeof w, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+          continue;
+        }
+        int count = 0;
+        MPI_Get_count(&st, MPI_BYTE, &count);
+        sink.resize(static_cast<std::size_t>(std::max(count, 1)));
+        detail::mpi::check(MPI_Mrecv(sink.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE),
+                           "MPI_Mrecv");
+        ++got;
+      }
+    }
+    while (!outgoing_.empty()) {
+      test_sends();
+      if (outgoing_.empty()) break;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+    incoming_.clear();
+    failure_.reset();
+    notified_ = false;
+    return true;
+  }
+
+  //! Waits for `request` while running progress, up to `deadline`; false when it did not
+  //! complete in time.
+  bool wait(MPI_Request& request, std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      int done = 0;
+      detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return true;
+      progress();
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+  }
+
+  //! Per-step bookkeeping: called by MpiPipeline when a step starts.
+  void begin_step() {
+    ++step_;
+    std::fill(sent_.begin(), sent_.end(), 0);
+    std::fill(received_.begin(), received_.end(), 0);
+  }
+
+  //! Messages posted or arrived and not yet taken (0 after a clean step).
+  std::size_t pending() const noexcept { return incoming_.size(); }
+
+ private:
+  static constexpr int notice_tag = 0;
+
+  struct Incoming {
+    enum State { HeaderPosted, PayloadPosted, Arrived };
+    WireHeader header{};
+    std::optional<Tensor> tensor;
+    MPI_Request request = MPI_REQUEST_NULL;
+    State state = HeaderPosted;
+    int source = -1;
+  };
+  struct Outgoing {
+    WireHeader header{};
+    std::optional<Tensor> tensor;
+    detail::mpi::NoticeWire notice;
+    std::array<MPI_Request, 2> requests{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  };
+
+  void check_self(int r, const char* what) const {
+    if (r != rank_)
+      throw error("MpiTransport: asked to " + std::string(what) + " rank " + std::to_string(r) +
+                  " in the process of rank " + std::to_string(rank_) +
+                  "; each process runs only its own rank.");
+  }
+  void check_peer(int r, const char* what) const {
+    if (r < 0 || r >= ranks_)
+      throw error("MpiTransport: " + std::string(what) + " rank " + std::to_string(r) +
+                  ", but ranks run from 0 to " + std::to_string(ranks_ - 1) + ".");
+  }
+
+  int header_tag(const MessageKey& k) const {
+    if (k.stage < 0 || k.stage >= stages_ || k.microbatch < 0 || k.microbatch >= microbatches_ ||
+        k.slice < 0 || k.slice >= slices_)
+      throw error("MpiTransport: the " + detail::describe_key(k) +
+                  " is outside the schedule's problem (" + std::to_string(stages_) +
+                  " stages, " + std::to_string(microbatches_) + " microbatches, " +
+                  std::to_string(slices_) + " slices).");
+    const long long index =
+        ((static_cast<long long>(k.stage) * microbatches_ + k.microbatch) * slices_ + k.slice) *
+            2 +
+        (k.direction == Direction::Backward ? 1 : 0);
+    return static_cast<int>(2 * index + 1);
+  }
+
+  // The rank that sends the message `k` to this one: the previous stage's for a forward
+  // activation, the next stage's for an input gradient.
+  int source_of(const MessageKey& k) const {
+    const int from = k.direction == Direction::Forward ? k.stage - 1 : k.stage + 1;
+    if (from < 0 || from >= stages_)
+      throw error("MpiTransport: no stage sends the " + detail::describe_key(k) + ".");
+    return placement_.rank_of(from);
+  }
+
+  // The receive of `key`, posting its header receive if this is the first time it is asked.
+  Incoming& entry(const MessageKey& key) {
+    const int tag = header_tag(key);
+    auto it = incoming_.find(tag);
+    if (it != incoming_.end()) return *it->second;
+    auto in = std::make_unique<Incoming>();
+    in->source = source_of(key);
+    if (in->source != rank_) {
+      detail::mpi::check(MPI_Irecv(&in->header, sizeof(WireHeader), MPI_BYTE, in->source, tag,
+                                   comm_, &in->request),
+                         "MPI_Irecv");
+      active_.push_back(in.get());
+    }
+    return *incoming_.emplace(tag, std::move(in)).first->second;
+  }
+
+  Tensor take(const MessageKey& key) {
+    auto it = incoming_.find(header_tag(key));
+    Tensor x = std::move(*it->second->tensor);
+    incoming_.erase(it);
+    return x;
+  }
+
+  void test_receives() {
+    bool finished = false;
+    for (Incoming* in : active_) {
+      for (;;) {
+        int done = 0;
+        MPI_Status st;
+        detail::mpi::check(MPI_Test(&in->request, &done, &st), "MPI_Test");
+        if (!done) break;
+        ++received_[static_cast<std::size_t>(in->source)];
+        if (in->state == Incoming::PayloadPosted) {
+          in->state = Incoming::Arrived;
+          finished = true;
+          break;
+        }
+        // A header: make the tensor and receive the payload straight into it.
+        in->tensor.emplace(wire<Tensor>::make(in->header));
+        const std::span<std::byte> bytes = wire<Tensor>::payload(*in->tensor);
+        if (bytes.empty()) {
+          in->state = Incoming::Arrived;
+          finished = true;
+          break;
+        }
+        in->state = Incoming::PayloadPosted;
+        detail::mpi::check(MPI_Irecv(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE,
+                                     in->source, st.MPI_TAG + 1, comm_, &in->request),
+                           "MPI_Irecv");
+      }
+    }
+    if (finished)
+      std::erase_if(active_, [](const Incoming* in) { return in->state == Incoming::Arrived; });
+  }
+
+  void test_sends() {
+    std::erase_if(outgoing_, [](std::unique_ptr<Outgoing>& out) {
+      int done = 0;
+      MPI_Testall(2, out->requests.data(), &done, MPI_STATUSES_IGNORE);
+      return done != 0;
+    });
+  }
+
+  void post_notice_receive() {
+    detail::mpi::check(MPI_Irecv(&notice_in_, sizeof notice_in_, MPI_BYTE, MPI_ANY_SOURCE,
+                                 notice_tag, comm_, &notice_request_),
+                       "MPI_Irecv");
+  }
+
+  void test_notice() {
+    int done = 0;
+    detail::mpi::check(MPI_Test(&notice_request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (!done) return;
+    if (!failure_ && notice_in_.step == step_) failure_ = detail::mpi::decode(notice_in_);
+    post_notice_receive();
+  }
+
+  void cancel(MPI_Request& r) {
+    if (r == MPI_REQUEST_NULL) return;
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);  // a cancelled or completed receive returns at once
+  }
+
+  // Cancels the posted header and payload receives; one that completed first is counted.
+  void cancel_receives() {
+    for (Incoming* in : active_) {
+      if (in->request == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&in->request);
+      MPI_Status st;
+      MPI_Wait(&in->request, &st);
+      int cancelled = 0;
+      MPI_Test_cancelled(&st, &cancelled);
+      if (!cancelled) ++received_[static_cast<std::size_t>(in->source)];
+    }
+    active_.clear();
+  }
+
+  std::string aborted_message(const MessageKey& key) const {
+    const FailureNotice& f = *failure_;
+    return "rank " + std::to_string(rank_) + " stopped waiting for the " +
+           detail::describe_key(key) + ": rank " + std::to_string(f.rank) + " failed (" +
+           f.message + ")";
+  }
+
+  MpiTransportOptions options_;
+  int stages_, microbatches_, slices_;
+  Placement placement_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int ranks_ = 0;
+  std::unordered_map<int, std::unique_ptr<Incoming>> incoming_;  // by header tag
+  std::vector<Incoming*> active_;  // receives still posted (header or payload)
+  std::vector<std::unique_ptr<Outgoing>> outgoing_;
+  std::vector<long long> sent_, received_;  // messages this step, per peer
+  detail::mpi::NoticeWire notice_in_;
+  MPI_Request notice_request_ = MPI_REQUEST_NULL;
+  std::optional<FailureNotice> failure_;
+  bool notified_ = false;
+  std::int32_t step_ = 0;
+};
+
+}  // namespace pipesched

@@ -1,0 +1,327 @@
+// The MPI transport, run by ctest under `mpirun -np 2` and `-np 4` (one pipeline rank per
+// process). The toy GPT trained through 1F1B, interleaved 1F1B, ZB-H1, a Mario plan and a
+// slice-pipe plan gives the sequential reference's loss and gradients and, bit for bit, what
+// the in-process pipeline gives for the same plan; the measured peak of held bytes equals the
+// simulator's; dynamic filling runs; a layer that throws on one rank makes every process throw
+// the same error naming that rank and action, after which the next step runs cleanly.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipesched/analysis/profiled_cost.hpp"
+#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/pass/mario.hpp"
+#include "pipesched/schedule/one_f_one_b.hpp"
+#include "pipesched/schedule/registry.hpp"
+#include "pipesched/schedule/slice_pipe.hpp"
+#include "pipesched/toy/data.hpp"
+#include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/profile.hpp"
+#include "pipesched/toy/reference.hpp"
+#include "pipesched/toy/synthetic.hpp"
+#include "pipesched/transport/mpi/mpi_pipeline.hpp"
+
+namespace ps = pipesched;
+namespace toy = pipesched::toy;
+
+static_assert(ps::transport<ps::MpiTransport<toy::Tensor<float>>, toy::Tensor<float>>);
+static_assert(ps::wire_tensor<toy::Tensor<double>>);
+
+namespace {
+
+constexpr double learning_rate = 0.05;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+template <class T>
+double tolerance() {
+  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
+}
+
+toy::GptConfig config_for(int stages) {
+  return toy::GptConfig{.vocabulary = 16, .hidden = 8, .heads = 2, .ffn = 16, .sequence = 8,
+                        .blocks = stages, .microbatch_size = 2, .seed = 5};
+}
+
+template <class T>
+std::vector<toy::GptStage<T>> make_stages(const toy::GptConfig& config, int stages) {
+  std::vector<toy::GptStage<T>> v;
+  for (int s = 0; s < stages; ++s)
+    v.emplace_back(config, s, stages);
+  return v;
+}
+
+template <class T>
+std::function<void(int)> sgd(const ps::Schedule& s, std::vector<toy::GptStage<T>>& stages) {
+  return [&s, &stages](int rank) {
+    for (int st : s.placement.stages_of(rank)) {
+      auto params = stages[st].parameters();
+      auto grads = stages[st].gradients();
+      auto g = grads.begin();
+      for (auto p = params.begin(); p != params.end(); ++p, ++g)
+        for (std::size_t i = 0; i < (*p).size(); ++i)
+          (*p)[i] -= T(learning_rate) * (*g)[i];
+    }
+  };
+}
+
+// The stages this process's rank holds, out of `all`.
+template <class T>
+std::vector<toy::GptStage<T>> own(const ps::Schedule& s, const std::vector<toy::GptStage<T>>& all) {
+  std::vector<toy::GptStage<T>> v;
+  for (int st : s.placement.stages_of(world_rank()))
+    v.push_back(all[st]);
+  return v;
+}
+
+// Trains `s` for two steps over MPI, in-process and sequentially (unsliced); compares this
+// process's stages. `exact` asks for bit equality with the in-process run.
+template <class T>
+void expect_same_as_inproc(const ps::Schedule& s, ps::ExecutorOptions options = {},
+                           bool exact = true) {
+  const toy::GptConfig config = config_for(s.problem.stages);
+  const auto data = toy::make_gpt_data<T>(config, s.problem.microbatches, 11);
+  auto ref = make_stages<T>(config, s.problem.stages);
+  auto threads = make_stages<T>(config, s.problem.stages);
+  auto procs = make_stages<T>(config, s.problem.stages);
+  const ps::SimulationResult predicted =
+      ps::simulate(s, toy::gpt_profiled_cost(ref, s.problem.slices));
+  ps::ExecutorOptions inproc_options = options;
+  inproc_options.optimizer = sgd(s, threads);
+  options.optimizer = sgd(s, procs);
+  ps::InprocPipeline<toy::GptStage<T>> inproc(s, threads, inproc_options);
+  ps::MpiPipeline<toy::GptStage<T>> mpi(s, procs, MPI_COMM_WORLD, options);
+  ASSERT_EQ(mpi.rank(), world_rank());
+  const auto training = toy::training_data(data, s.problem.slices);
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step) + ", rank " + std::to_string(world_rank()));
+    const double ref_loss = toy::sequential_step(ref, data);
+    const auto ref_grads = toy::flat_gradients(own(s, ref));
+    toy::sgd_update(ref, learning_rate);
+    const ps::StepResult a = inproc.step(training);
+    const ps::StepResult b = mpi.step(training);
+    EXPECT_LE(std::abs(b.loss - ref_loss), tolerance<T>() * std::abs(ref_loss));
+    EXPECT_LE(toy::max_relative_error(toy::flat_gradients(own(s, procs)), ref_grads),
+              tolerance<T>());
+    EXPECT_LE(toy::max_relative_error(toy::flat_parameters(own(s, procs)),
+                                      toy::flat_parameters(own(s, ref))),
+              tolerance<T>());
+    if (exact) {
+      EXPECT_EQ(b.loss, a.loss);
+      EXPECT_TRUE(toy::flat_gradients(own(s, procs)) == toy::flat_gradients(own(s, threads)));
+      EXPECT_TRUE(toy::flat_parameters(own(s, procs)) == toy::flat_parameters(own(s, threads)));
+    }
+    ASSERT_EQ(b.ranks.size(), static_cast<std::size_t>(s.rank_count()));
+    for (int r = 0; r < s.rank_count(); ++r) {
+      EXPECT_EQ(b.ranks[r].rank, r);
+      EXPECT_EQ(b.ranks[r].timing.size(), b.executed.ranks[r].size());
+      if (!options.fill_waits) {
+        EXPECT_EQ(b.ranks[r].peak_bytes, predicted.ranks[r].peak_memory) << "rank " << r;
+      }
+    }
+    EXPECT_EQ(mpi.transport().pending(), 0u);
+  }
+}
+
+ps::Schedule generated(const char* name, int ranks, int microbatches, int slices = 1) {
+  const ps::GeneratorInfo& g = ps::find_generator(name);
+  return g.generate({.ranks = ranks, .microbatches = microbatches, .slices = slices},
+                    g.default_wgrad);
+}
+
+ps::Schedule mario_plan(int ranks) {
+  const ps::Schedule base = generated("1f1b", ranks, 2 * ranks);
+  const toy::GptConfig config = config_for(base.problem.stages);
+  const auto stages = make_stages<double>(config, base.problem.stages);
+  const ps::ProfiledCost cost = toy::gpt_profiled_cost(stages);
+  const double peak = ps::simulate(base, cost).peak_memory_max;
+  return ps::checkpoint_mario(base, cost, ps::MemoryBudget{.all = 0.6 * peak});
+}
+
+template <class T>
+class MpiNumerics : public ::testing::Test {};
+using Precisions = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(MpiNumerics, Precisions);
+
+TYPED_TEST(MpiNumerics, OneFOneB) {
+  expect_same_as_inproc<TypeParam>(generated("1f1b", world_size(), 2 * world_size()));
+}
+
+TYPED_TEST(MpiNumerics, Interleaved) {
+  expect_same_as_inproc<TypeParam>(generated("interleaved-1f1b", world_size(), 2 * world_size()));
+}
+
+TYPED_TEST(MpiNumerics, ZeroBubbleH1) {
+  expect_same_as_inproc<TypeParam>(generated("zb-h1", world_size(), 2 * world_size()));
+}
+
+TYPED_TEST(MpiNumerics, MarioPlan) {
+  const ps::Schedule s = mario_plan(world_size());
+  int recomputes = 0;
+  for (const auto& list : s.ranks)
+    for (const ps::Action& a : list)
+      recomputes += a.kind == ps::OpKind::R;
+  EXPECT_GT(recomputes, 0);
+  expect_same_as_inproc<TypeParam>(s);
+}
+
+TYPED_TEST(MpiNumerics, SlicePipe) {
+  for (int slices : {2, 4}) {
+    SCOPED_TRACE(std::to_string(slices) + " slices");
+    expect_same_as_inproc<TypeParam>(
+        ps::schedule::slice_pipe({.ranks = world_size(), .microbatches = 4, .slices = slices}));
+  }
+}
+
+// Dynamic filling on MPI: pending recomputes and W's run while a receive has not arrived;
+// the numerics stay within the tolerance (W's may add up in another order).
+TEST(MpiFilling, MarioAndZeroBubbleFillWaits) {
+  ps::ExecutorOptions options;
+  options.fill_waits = true;
+  expect_same_as_inproc<double>(mario_plan(world_size()), options, /*exact=*/false);
+  expect_same_as_inproc<float>(generated("zb-h1", world_size(), 2 * world_size()), options,
+                               /*exact=*/false);
+}
+
+// With 1 ms synthetic actions, rank 0 waits several ms for its first gradient: the pending
+// recomputes of a fully checkpointed 1F1B run in that wait, over MPI as on threads.
+TEST(MpiFilling, RankZeroRunsRecomputesWhileWaiting) {
+  const int p = world_size();
+  const ps::Schedule s = ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = p,
+                                                                       .microbatches = 2 * p}));
+  const toy::SyntheticCost cost{.forward = 1e-3, .backward_input = 1e-3, .backward_weight = 1e-3,
+                                .activation_bytes = 1000, .wgrad_bytes = 500};
+  std::vector<toy::SyntheticStage> stages(p, toy::SyntheticStage(cost));
+  ps::ExecutorOptions options;
+  options.fill_waits = true;
+  ps::MpiPipeline<toy::SyntheticStage> pipe(s, stages, MPI_COMM_WORLD, options);
+  ps::TrainingData<toy::SyntheticStage::tensor_type> data;
+  data.input = [](int, int) { return toy::SyntheticStage::sample_input(); };
+  data.loss = [](const toy::SyntheticStage::tensor_type& y, int, int, double&) { return y; };
+  const ps::StepResult r = pipe.step(data);
+  EXPECT_GT(r.ranks[0].filled, 0);
+}
+
+// A stage model that throws in the forward of one (stage, microbatch).
+template <class T>
+struct Faulty : toy::GptStage<T> {
+  using Base = toy::GptStage<T>;
+  using Base::Base;
+  using Base::forward;
+  int fail_microbatch = -1;
+  int seen = 0;
+  typename Base::tensor_type forward(const typename Base::tensor_type& x,
+                                     typename Base::stash_type& st) {
+    if (seen++ == fail_microbatch) throw std::runtime_error("injected fault");
+    return Base::forward(x, st);
+  }
+};
+
+TEST(MpiFaults, ExceptionOnOneRankStopsEveryRankWithItsName) {
+  const int p = world_size();
+  const ps::Schedule s = generated("1f1b", p, 2 * p);
+  const int bad_stage = p - 1;  // the last rank fails in its third forward
+  const toy::GptConfig config = config_for(s.problem.stages);
+  std::vector<Faulty<double>> stages;
+  for (int st = 0; st < s.problem.stages; ++st)
+    stages.emplace_back(config, st, s.problem.stages);
+  stages[bad_stage].fail_microbatch = 2;
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(20);
+  ps::MpiPipeline<Faulty<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+  const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 3);
+  const auto training = toy::training_data(data);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool threw = false;
+  try {
+    pipe.step(training);
+  } catch (const ps::execution_error& e) {
+    threw = true;
+    EXPECT_EQ(e.rank(), s.placement.rank_of(bad_stage));
+    EXPECT_EQ(e.action().kind, ps::OpKind::F);
+    EXPECT_EQ(e.action().stage, bad_stage);
+    EXPECT_EQ(e.action().microbatch, 2);
+    EXPECT_NE(std::string(e.what()).find("injected fault"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(p - 1)), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(threw);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  // The communicator is clean: the next step runs and matches a fault-free run's loss.
+  stages[bad_stage].fail_microbatch = -1;
+  const ps::StepResult r = pipe.step(training);
+  std::vector<toy::GptStage<double>> ref = make_stages<double>(config, s.problem.stages);
+  EXPECT_EQ(r.loss, toy::sequential_step(ref, data));
+  EXPECT_EQ(pipe.transport().pending(), 0u);
+}
+
+TEST(MpiErrors, WrongProcessCountIsNamed) {
+  const ps::Schedule s = generated("1f1b", world_size() + 1, 4);
+  try {
+    ps::MpiTransport<toy::Tensor<float>> t(s);
+    ADD_FAILURE() << "no error";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("mpirun -np " + std::to_string(world_size() + 1)),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Prints only failed assertions, prefixed with the rank: what the ranks other than 0 report.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::printf("[rank %d] %s:%d: failure in %s\n%s\n", rank_,
+                  r.file_name() ? r.file_name() : "?", r.line_number(),
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), r.message());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::MpiSession session(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (session.size() < 2) {
+    std::fprintf(stderr,
+                 "pipesched_mpi_tests: the pipelines need 2 or more processes; run it as "
+                 "`mpirun -np 2 %s` (or -np 4)\n",
+                 argv[0]);
+    return 2;
+  }
+  if (session.rank() != 0) {
+    // Rank 0 prints the run; the others report their failures only.
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(session.rank()));
+  }
+  const int failed = RUN_ALL_TESTS();
+  // Every process's result counts: the job fails when any rank failed.
+  int any = failed, worst = 0;
+  MPI_Allreduce(&any, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (session.rank() == 0 && worst != 0 && failed == 0)
+    std::printf("another rank reported failures (see its output above)\n");
+  return worst;
+}
