@@ -28,18 +28,11 @@ void run_case(benchmark::State& state, const char* name) {
                                 .activation_bytes = 1 << 20,
                                 .wgrad_bytes = 1 << 19};
   std::vector<toy::SyntheticStage> stages(s.problem.stages, toy::SyntheticStage(cost));
-  ps::ProfiledCost predicted;
-  predicted.stages.assign(s.problem.stages, {.forward = cost.forward,
-                                             .backward_input = cost.backward_input,
-                                             .backward_weight = cost.backward_weight,
-                                             .activation_bytes = double(cost.activation_bytes),
-                                             .wgrad_bytes = double(cost.wgrad_bytes)});
+  const ps::ProfiledCost predicted = toy::synthetic_profiled_cost(cost, s.problem.stages);
   const double makespan = ps::simulate(s, predicted).makespan;
 
   ps::InprocPipeline<toy::SyntheticStage> pipe(s, stages);
-  ps::TrainingData<toy::SyntheticStage::tensor_type> data;
-  data.input = [](int, int) { return toy::SyntheticStage::sample_input(); };
-  data.loss = [](const toy::SyntheticStage::tensor_type& y, int, int, double&) { return y; };
+  const auto data = toy::synthetic_training_data();
   pipe.step(data);  // warm up: threads, allocations, page faults
 
   double total = 0;

@@ -47,9 +47,7 @@ int main(int argc, char** argv) {
                                 .backward_weight = action_seconds,
                                 .activation_bytes = 1 << 20,
                                 .wgrad_bytes = 1 << 19};
-  ps::TrainingData<toy::SyntheticStage::tensor_type> data;
-  data.input = [](int, int) { return toy::SyntheticStage::sample_input(); };
-  data.loss = [](const toy::SyntheticStage::tensor_type& y, int, int, double&) { return y; };
+  const auto data = toy::synthetic_training_data();
   if (session.rank() == 0)
     std::printf("%d ranks as MPI processes, 16 microbatches, 1 ms actions, %d steps each\n\n"
                 "%-8s %13s %13s %8s %14s\n",
@@ -59,12 +57,7 @@ int main(int argc, char** argv) {
     for (const char* name : {"1f1b", "zb-h1"}) {
       const ps::GeneratorInfo& g = ps::find_generator(name);
       const ps::Schedule s = g.generate({.ranks = ranks, .microbatches = 16}, g.default_wgrad);
-      ps::ProfiledCost predicted;
-      predicted.stages.assign(s.problem.stages, {.forward = cost.forward,
-                                                 .backward_input = cost.backward_input,
-                                                 .backward_weight = cost.backward_weight,
-                                                 .activation_bytes = double(cost.activation_bytes),
-                                                 .wgrad_bytes = double(cost.wgrad_bytes)});
+      const ps::ProfiledCost predicted = toy::synthetic_profiled_cost(cost, s.problem.stages);
       const double makespan = ps::simulate(s, predicted).makespan;
       std::vector<toy::SyntheticStage> stages(s.problem.stages, toy::SyntheticStage(cost));
       ps::MpiPipeline<toy::SyntheticStage> mpi(s, stages);

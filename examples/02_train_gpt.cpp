@@ -184,16 +184,7 @@ int run(const Options& o, int process_rank) {
       o.transport == "mpi" ? "MPI processes" : "threads", o.microbatches, s.problem.slices,
       config.blocks, o.checkpoint == "mario" ? ", Mario checkpointing" : "");
   ps::ExecutorOptions options;
-  options.optimizer = [&](int rank) {
-    for (int st : s.placement.stages_of(rank)) {
-      auto params = stages[st].parameters();
-      auto grads = stages[st].gradients();
-      auto gr = grads.begin();
-      for (auto p = params.begin(); p != params.end(); ++p, ++gr)
-        for (std::size_t i = 0; i < (*p).size(); ++i)
-          (*p)[i] -= 0.1 * (*gr)[i];
-    }
-  };
+  options.optimizer = toy::sgd_optimizer(s.placement, stages, 0.1);
   if (process_rank < 0) {
     ps::InprocPipeline<Stage> pipe(s, stages, options);
     return train(pipe, s, stages, config, o, process_rank);

@@ -25,6 +25,7 @@
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
 #include "pipesched/toy/profile.hpp"
+#include "pipesched/toy/reference.hpp"
 #if PIPESCHED_WITH_MPI
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
 #endif
@@ -175,16 +176,7 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
     stages.emplace_back(config, st, s.problem.stages);
   const ps::SimulationResult predicted = ps::simulate(s, toy::gpt_profiled_cost(stages, slices));
   ps::ExecutorOptions options;
-  options.optimizer = [&](int rank) {
-    for (int st : s.placement.stages_of(rank)) {
-      auto params = stages[st].parameters();
-      auto grads = stages[st].gradients();
-      auto gr = grads.begin();
-      for (auto p = params.begin(); p != params.end(); ++p, ++gr)
-        for (std::size_t i = 0; i < (*p).size(); ++i)
-          (*p)[i] -= 0.1 * (*gr)[i];
-    }
-  };
+  options.optimizer = toy::sgd_optimizer(s.placement, stages, 0.1);
   const auto training = toy::training_data(data, slices);
   say("\n%s:\n  loss per step:", label.c_str());
   ps::StepResult last;

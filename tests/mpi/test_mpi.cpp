@@ -68,20 +68,6 @@ std::vector<toy::GptStage<T>> make_stages(const toy::GptConfig& config, int stag
   return v;
 }
 
-template <class T>
-std::function<void(int)> sgd(const ps::Schedule& s, std::vector<toy::GptStage<T>>& stages) {
-  return [&s, &stages](int rank) {
-    for (int st : s.placement.stages_of(rank)) {
-      auto params = stages[st].parameters();
-      auto grads = stages[st].gradients();
-      auto g = grads.begin();
-      for (auto p = params.begin(); p != params.end(); ++p, ++g)
-        for (std::size_t i = 0; i < (*p).size(); ++i)
-          (*p)[i] -= T(learning_rate) * (*g)[i];
-    }
-  };
-}
-
 // The stages this process's rank holds, out of `all`.
 template <class T>
 std::vector<toy::GptStage<T>> own(const ps::Schedule& s, const std::vector<toy::GptStage<T>>& all) {
@@ -104,8 +90,8 @@ void expect_same_as_inproc(const ps::Schedule& s, ps::ExecutorOptions options = 
   const ps::SimulationResult predicted =
       ps::simulate(s, toy::gpt_profiled_cost(ref, s.problem.slices));
   ps::ExecutorOptions inproc_options = options;
-  inproc_options.optimizer = sgd(s, threads);
-  options.optimizer = sgd(s, procs);
+  inproc_options.optimizer = toy::sgd_optimizer(s.placement, threads, learning_rate);
+  options.optimizer = toy::sgd_optimizer(s.placement, procs, learning_rate);
   ps::InprocPipeline<toy::GptStage<T>> inproc(s, threads, inproc_options);
   ps::MpiPipeline<toy::GptStage<T>> mpi(s, procs, MPI_COMM_WORLD, options);
   ASSERT_EQ(mpi.rank(), world_rank());
@@ -212,10 +198,7 @@ TEST(MpiFilling, RankZeroRunsRecomputesWhileWaiting) {
   ps::ExecutorOptions options;
   options.fill_waits = true;
   ps::MpiPipeline<toy::SyntheticStage> pipe(s, stages, MPI_COMM_WORLD, options);
-  ps::TrainingData<toy::SyntheticStage::tensor_type> data;
-  data.input = [](int, int) { return toy::SyntheticStage::sample_input(); };
-  data.loss = [](const toy::SyntheticStage::tensor_type& y, int, int, double&) { return y; };
-  const ps::StepResult r = pipe.step(data);
+  const ps::StepResult r = pipe.step(toy::synthetic_training_data());
   EXPECT_GT(r.ranks[0].filled, 0);
 }
 

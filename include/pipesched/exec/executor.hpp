@@ -257,6 +257,8 @@ class Executor {
     held_ = 0;
     peak_ = 0;
     memory_.clear();
+    memory_at_.clear();
+    marks_.assign(list.size(), std::nullopt);
     // A transport that can post receives ahead (MPI) gets the step's receives at once.
     if constexpr (requires(Transport& t, std::span<const MessageKey> k) {
                     t.post_receives(0, k);
@@ -279,6 +281,7 @@ class Executor {
                             rank_, static_cast<int>(list.size()), Action{});
     if (options_.optimizer) options_.optimizer(rank_);
     device_.synchronize();
+    resolve_times(start, run);
     run.loss = loss_;
     run.peak_bytes = peak_;
     run.memory = std::move(memory_);
@@ -374,14 +377,27 @@ class Executor {
 
   // Runs the action at list position `i` and records when it ran and what it left held.
   void run_at(std::size_t i, const mark_type& start, RankRun& run) {
+    (void)start;
+    (void)run;
     const mark_type m0 = device_.mark();
     guarded(i, [&] { execute(schedule_.ranks[rank_][i]); });
-    const mark_type m1 = device_.mark();
-    run.timing[i] = {device_.seconds_between(start, m0), device_.seconds_between(start, m1)};
+    marks_[i].emplace(m0, device_.mark());
     if (changed_) {
-      memory_.push_back({run.timing[i].end, held_});
+      memory_.push_back({0.0, held_});
+      memory_at_.push_back(i);
       changed_ = false;
     }
+  }
+
+  // Turns the marks into times, once the device has finished the step's work (on a GPU a
+  // mark is an event, and an event's time is known only once it has completed).
+  void resolve_times(const mark_type& start, RankRun& run) {
+    for (std::size_t i = 0; i < marks_.size(); ++i)
+      if (marks_[i])
+        run.timing[i] = {device_.seconds_between(start, marks_[i]->first),
+                         device_.seconds_between(start, marks_[i]->second)};
+    for (std::size_t k = 0; k < memory_.size(); ++k)
+      memory_[k].time = run.timing[memory_at_[k]].end;
   }
 
   // Position `i` is a receive: while its message has not arrived, run pending work from later
@@ -792,6 +808,8 @@ class Executor {
   std::vector<Stage*> stage_of_;
   std::unordered_set<std::uint64_t> checkpointed_;  // units this rank recomputes
   std::unordered_map<std::uint64_t, int> parts_;    // units whose W is cut: their part count
+  std::vector<std::optional<std::pair<mark_type, mark_type>>> marks_;  // per list position
+  std::vector<std::size_t> memory_at_;  // the list position after which memory_[k] was taken
   std::vector<MessageKey> receives_;                // this rank's receives, in list order
   std::vector<std::size_t> fillable_;               // list positions of fillable kinds
   std::size_t slices_ = 1;                          // the problem's slices per microbatch

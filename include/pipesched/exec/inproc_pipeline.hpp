@@ -4,15 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
-#include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/device/host/host_device.hpp"
+#include "pipesched/exec/detail/run_ranks.hpp"
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/transport/inproc/inproc_transport.hpp"
@@ -49,29 +47,11 @@ class InprocPipeline {
     transport_.reset();
     const int n = static_cast<int>(executors_.size());
     std::vector<RankRun> runs(n);
-    std::mutex failure_mutex;
-    std::exception_ptr failure;
     const HostDevice clock;
     const auto start = clock.mark();
-    {
-      std::vector<std::jthread> threads;
-      threads.reserve(n);
-      for (int r = 0; r < n; ++r)
-        threads.emplace_back([&, r] {
-          try {
-            runs[r] = executors_[r].step(data, start);
-          } catch (const transport_aborted&) {
-            // Another rank failed first; its error is the one reported.
-          } catch (...) {
-            {
-              std::lock_guard lock(failure_mutex);
-              if (!failure) failure = std::current_exception();
-            }
-            transport_.abort();
-          }
-        });
-    }  // joins every thread
-    if (failure) std::rethrow_exception(failure);
+    detail::run_ranks(
+        n, [&](int r) { runs[r] = executors_[r].step(data, start); },
+        [&] { transport_.abort(); });
     StepResult res;
     res.ranks = std::move(runs);
     res.executed = executors_.front().schedule();

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/placement.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/tensor.hpp"
 
@@ -90,17 +92,33 @@ std::vector<stage_value_t<Stage>> flat_gradients(const std::vector<Stage>& stage
   return detail::flatten(stages, [](const Stage& s) { return s.gradients(); });
 }
 
-//! Plain SGD: parameter −= learning_rate · gradient, on every stage.
+//! Plain SGD on one stage model: parameter −= learning_rate · gradient.
+template <class Stage>
+void sgd_update_stage(Stage& stage, double learning_rate) {
+  auto params = stage.parameters();
+  auto grads = stage.gradients();
+  auto g = grads.begin();
+  for (auto p = params.begin(); p != params.end(); ++p, ++g)
+    for (std::size_t i = 0; i < (*p).size(); ++i)
+      (*p)[i] -= static_cast<stage_value_t<Stage>>(learning_rate) * (*g)[i];
+}
+
+//! Plain SGD on every stage.
 template <class Stage>
 void sgd_update(std::vector<Stage>& stages, double learning_rate) {
-  for (Stage& stage : stages) {
-    auto params = stage.parameters();
-    auto grads = stage.gradients();
-    auto g = grads.begin();
-    for (auto p = params.begin(); p != params.end(); ++p, ++g)
-      for (std::size_t i = 0; i < (*p).size(); ++i)
-        (*p)[i] -= static_cast<stage_value_t<Stage>>(learning_rate) * (*g)[i];
-  }
+  for (Stage& stage : stages)
+    sgd_update_stage(stage, learning_rate);
+}
+
+//! An `ExecutorOptions::optimizer` hook: plain SGD on the stages (of `stages`, indexed by
+//! stage, kept by reference) that rank r holds under `placement`.
+template <class Stage>
+std::function<void(int)> sgd_optimizer(const Placement& placement, std::vector<Stage>& stages,
+                                       double learning_rate) {
+  return [placement, &stages, learning_rate](int rank) {
+    for (int s : placement.stages_of(rank))
+      sgd_update_stage(stages[static_cast<std::size_t>(s)], learning_rate);
+  };
 }
 
 //! max_i |a_i − b_i| / max(|a_i|, |b_i|, floor). The default floor (a negative `floor`) is

@@ -10,7 +10,9 @@
 #include <string>
 #include <thread>
 
+#include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/exec/training_data.hpp"
 #include "pipesched/toy/detail/ops.hpp"
 #include "pipesched/toy/tensor.hpp"
 
@@ -136,5 +138,28 @@ class SyntheticStage {
 
   SyntheticCost cost_;
 };
+
+//! What the simulator needs to predict `stages` synthetic stages of `cost`: their durations
+//! and byte counts (a checkpointed unit keeps `sample_input()`).
+inline ProfiledCost synthetic_profiled_cost(const SyntheticCost& cost, int stages) {
+  ProfiledCost c;
+  c.stages.assign(static_cast<std::size_t>(stages),
+                  {.forward = cost.forward,
+                   .backward_input = cost.backward_input,
+                   .backward_weight = cost.backward_weight,
+                   .activation_bytes = static_cast<double>(cost.activation_bytes),
+                   .wgrad_bytes = static_cast<double>(cost.wgrad_bytes),
+                   .boundary_bytes = static_cast<double>(SyntheticStage::sample_input().bytes())});
+  return c;
+}
+
+//! Training data for synthetic stages: `SyntheticStage::sample_input()` in, the output's own
+//! values back as its gradient, no loss.
+inline TrainingData<SyntheticStage::tensor_type> synthetic_training_data() {
+  TrainingData<SyntheticStage::tensor_type> data;
+  data.input = [](int, int) { return SyntheticStage::sample_input(); };
+  data.loss = [](const SyntheticStage::tensor_type& y, int, int, double&) { return y; };
+  return data;
+}
 
 }  // namespace pipesched::toy

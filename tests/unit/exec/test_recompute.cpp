@@ -274,13 +274,6 @@ TYPED_TEST(Recompute, GptFillingWaitsKeepsNumericsAndBudget) {
 
 namespace {
 
-ps::TrainingData<toy::Tensor<float>> synthetic_data() {
-  ps::TrainingData<toy::Tensor<float>> d;
-  d.input = [](int, int) { return toy::SyntheticStage::sample_input(); };
-  d.loss = [](const toy::Tensor<float>& y, int, int, double&) { return y; };
-  return d;
-}
-
 constexpr toy::SyntheticCost synthetic_cost{.forward = 2e-3,
                                             .backward_input = 2e-3,
                                             .backward_weight = 2e-3,
@@ -288,14 +281,7 @@ constexpr toy::SyntheticCost synthetic_cost{.forward = 2e-3,
                                             .wgrad_bytes = 500};
 
 ps::ProfiledCost synthetic_profile(int stages) {
-  ps::ProfiledCost c;
-  c.stages.assign(stages, {.forward = synthetic_cost.forward,
-                           .backward_input = synthetic_cost.backward_input,
-                           .backward_weight = synthetic_cost.backward_weight,
-                           .activation_bytes = double(synthetic_cost.activation_bytes),
-                           .wgrad_bytes = double(synthetic_cost.wgrad_bytes),
-                           .boundary_bytes = double(toy::SyntheticStage::sample_input().bytes())});
-  return c;
+  return toy::synthetic_profiled_cost(synthetic_cost, stages);
 }
 
 // True when some action of rank `rank` ran before the action listed just ahead of it: a
@@ -316,7 +302,7 @@ TEST(TimedRecomputeFill, FillingWaitsIsNoSlowerAndRunsRecomputesEarly) {
   const ps::SimulationResult sim = ps::simulate(s, synthetic_profile(4));
   ps::InprocPipeline<toy::SyntheticStage> plain(s, stages);
   ps::InprocPipeline<toy::SyntheticStage> filled_pipe(s, stages, filling());
-  const auto data = synthetic_data();
+  const auto data = toy::synthetic_training_data();
   // Alternate the two and keep each one's best step: the machine is shared and noisy.
   double best_plain = unlimited, best_filling = unlimited;
   for (int round = 0; round < 4; ++round) {
@@ -355,7 +341,7 @@ TEST(TimedRecomputeFill, BudgetBoundsTheFills) {
     const double budget = sim.peak_memory_max + extra;
     ps::InprocPipeline<toy::SyntheticStage> pipe(s, stages, filling(budget));
     for (int step = 0; step < 2; ++step) {
-      const ps::StepResult r = pipe.step(synthetic_data());
+      const ps::StepResult r = pipe.step(toy::synthetic_training_data());
       for (int rank = 0; rank < 4; ++rank)
         EXPECT_LE(r.ranks[rank].peak_bytes, budget) << "rank " << rank;
       // Rank 0 (list: … F(m+3) R(m) RECV_B(m) B(m) …) waits for each gradient holding its

@@ -4,6 +4,9 @@
 // (naming the failing rank and action) when a rank fails.
 #pragma once
 
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // the C API is all pipesched uses
+#endif
 #include <mpi.h>
 
 #include <algorithm>
@@ -61,33 +64,17 @@ inline RankRun read_run(const double*& p) {
 
 }  // namespace detail::mpi
 
-//! Runs a schedule with one MPI process per rank (`comm`'s size must equal the schedule's
-//! rank count; rank r of `comm` runs pipeline rank r). `stages` is indexed by stage like
-//! InprocPipeline's; a process touches only the stages its rank holds (the others may be
-//! cheap placeholders). A failure on any rank — a layer that throws, a receive that times
-//! out — makes `step` throw on every process: the failing rank's execution_error (its rank,
-//! position and action), after which the communicator is clean and the next step may run; or
-//! peer_lost when some process stopped answering (dead or hung) within the receive timeout —
-//! then end the job with `MpiSession::abort`.
-template <class Stage>
-class MpiPipeline {
+namespace detail::mpi {
+
+// A pipeline whose ranks are processes: this process runs its rank's Executor over `Transport`
+// (MpiTransport, or NcclTransport for GPUs) on `Device`; every step starts after a barrier, ends
+// with an agreement on whether (and which) a rank failed, and gathers every rank's figures on
+// every process. The transport provides rank(), ranks(), communicator(), begin_step(),
+// wait(request, deadline), notify_failure(), failure() and drain(timeout).
+template <class Stage, class Transport, class Device>
+class ProcessPipeline {
  public:
   using tensor_type = typename Stage::tensor_type;
-
-  MpiPipeline(const Schedule& schedule, std::span<Stage> stages, MPI_Comm comm = MPI_COMM_WORLD,
-              ExecutorOptions options = {}, MpiTransportOptions transport_options = {})
-      : transport_(schedule, comm, transport_options), timeout_(options.receive_timeout) {
-    if (static_cast<int>(stages.size()) != schedule.problem.stages)
-      throw invalid_problem("MpiPipeline: the schedule has " +
-                            std::to_string(schedule.problem.stages) + " stages but " +
-                            std::to_string(stages.size()) +
-                            " stage models were given; pass one per stage (indexed by stage).");
-    std::vector<Stage*> mine;
-    for (int s : schedule.placement.stages_of(transport_.rank()))
-      mine.push_back(&stages[static_cast<std::size_t>(s)]);
-    executor_.emplace(schedule, transport_.rank(), std::move(mine), transport_, HostDevice{},
-                      std::move(options));
-  }
 
   //! This process's pipeline rank.
   int rank() const noexcept { return transport_.rank(); }
@@ -104,11 +91,11 @@ class MpiPipeline {
     MPI_Comm comm = transport_.communicator();
     transport_.begin_step();
     MPI_Request request = MPI_REQUEST_NULL;
-    detail::mpi::check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
+    check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
     if (!transport_.wait(request, deadline()))
       lost("not every process reached the start of the step");
-    const HostDevice clock;
-    const auto start = clock.mark();
+    if constexpr (requires(const Device& d) { d.activate(); }) device_.activate();
+    const auto start = device_.mark();
 
     RankRun run;
     std::optional<FailureNotice> local, heard;
@@ -120,15 +107,16 @@ class MpiPipeline {
     } catch (const execution_error& e) {
       local = FailureNotice{e.rank(), e.position(), e.action(), e.what()};
     } catch (const std::exception& e) {
-      local = FailureNotice{rank(), -1, Action{}, "rank " + std::to_string(rank()) + ": " + e.what()};
+      local =
+          FailureNotice{rank(), -1, Action{}, "rank " + std::to_string(rank()) + ": " + e.what()};
     }
     if (local) transport_.notify_failure(*local);
 
     // Every process learns whether (and which) a rank failed.
     int failed = local ? rank() : INT_MAX;
     int lowest = INT_MAX;
-    detail::mpi::check(MPI_Iallreduce(&failed, &lowest, 1, MPI_INT, MPI_MIN, comm, &request),
-                       "MPI_Iallreduce");
+    check(MPI_Iallreduce(&failed, &lowest, 1, MPI_INT, MPI_MIN, comm, &request),
+          "MPI_Iallreduce");
     if (!transport_.wait(request, deadline()))
       lost(local   ? local->message
            : heard ? "rank " + std::to_string(heard->rank) + " failed (" + heard->message + ")"
@@ -138,9 +126,28 @@ class MpiPipeline {
   }
 
   //! The transport (to inspect it in tests).
-  MpiTransport<tensor_type>& transport() noexcept { return transport_; }
+  Transport& transport() noexcept { return transport_; }
   //! The executed (lowered) schedule.
   const Schedule& schedule() const noexcept { return executor_->schedule(); }
+
+ protected:
+  template <class... TransportArgs>
+  ProcessPipeline(const char* who, const Schedule& schedule, std::span<Stage> stages,
+                  Device device, ExecutorOptions options, TransportArgs&&... transport_args)
+      : transport_(std::forward<TransportArgs>(transport_args)...),
+        device_(std::move(device)),
+        timeout_(options.receive_timeout) {
+    if (static_cast<int>(stages.size()) != schedule.problem.stages)
+      throw invalid_problem(std::string(who) + ": the schedule has " +
+                            std::to_string(schedule.problem.stages) + " stages but " +
+                            std::to_string(stages.size()) +
+                            " stage models were given; pass one per stage (indexed by stage).");
+    std::vector<Stage*> mine;
+    for (int s : schedule.placement.stages_of(transport_.rank()))
+      mine.push_back(&stages[static_cast<std::size_t>(s)]);
+    executor_.emplace(schedule, transport_.rank(), std::move(mine), transport_, device_,
+                      std::move(options));
+  }
 
  private:
   std::chrono::steady_clock::time_point deadline() const {
@@ -151,21 +158,20 @@ class MpiPipeline {
   [[noreturn]] void lost(const std::string& what) {
     broken_ = true;
     throw peer_lost("rank " + std::to_string(rank()) + ": " + what + "; no answer from every " +
-                    "process within " + detail::mpi::seconds_text(timeout_.count()) +
+                    "process within " + seconds_text(timeout_.count()) +
                     " s, so a process has died or hangs. End the job (MpiSession::abort).");
   }
 
   // Rank `who` failed: every process gets its notice, the messages still in flight are
   // dropped, and the failure is thrown here as that rank's execution_error.
   [[noreturn]] void fail(int who, const std::optional<FailureNotice>& local) {
-    detail::mpi::NoticeWire wire;
-    if (who == rank()) wire = detail::mpi::encode(*local);
+    NoticeWire wire;
+    if (who == rank()) wire = encode(*local);
     MPI_Request request = MPI_REQUEST_NULL;
-    detail::mpi::check(MPI_Ibcast(&wire, sizeof wire, MPI_BYTE, who, transport_.communicator(),
-                                  &request),
-                       "MPI_Ibcast");
+    check(MPI_Ibcast(&wire, sizeof wire, MPI_BYTE, who, transport_.communicator(), &request),
+          "MPI_Ibcast");
     if (!transport_.wait(request, deadline())) lost("rank " + std::to_string(who) + " failed");
-    const FailureNotice notice = detail::mpi::decode(wire);
+    const FailureNotice notice = decode(wire);
     if (!transport_.drain(timeout_)) lost(notice.message);
     throw execution_error(notice.message, notice.rank, notice.position, notice.action);
   }
@@ -173,26 +179,25 @@ class MpiPipeline {
   StepResult gather(RankRun run) {
     MPI_Comm comm = transport_.communicator();
     std::vector<double> mine;
-    detail::mpi::append(mine, run);
+    append(mine, run);
     int count = static_cast<int>(mine.size());
     std::vector<int> counts(static_cast<std::size_t>(ranks()));
     MPI_Request request = MPI_REQUEST_NULL;
-    detail::mpi::check(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm,
-                                      &request),
-                       "MPI_Iallgather");
+    check(MPI_Iallgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm, &request),
+          "MPI_Iallgather");
     if (!transport_.wait(request, deadline())) lost("gathering the step's measurements stalled");
     std::vector<int> offsets(counts.size(), 0);
     for (std::size_t i = 1; i < counts.size(); ++i)
       offsets[i] = offsets[i - 1] + counts[i - 1];
     std::vector<double> all(static_cast<std::size_t>(offsets.back() + counts.back()));
-    detail::mpi::check(MPI_Iallgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
-                                       offsets.data(), MPI_DOUBLE, comm, &request),
-                       "MPI_Iallgatherv");
+    check(MPI_Iallgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
+                          offsets.data(), MPI_DOUBLE, comm, &request),
+          "MPI_Iallgatherv");
     if (!transport_.wait(request, deadline())) lost("gathering the step's measurements stalled");
     StepResult res;
     const double* p = all.data();
     for (int r = 0; r < ranks(); ++r) {
-      res.ranks.push_back(detail::mpi::read_run(p));
+      res.ranks.push_back(read_run(p));
       res.loss += res.ranks.back().loss;
       res.seconds = std::max(res.seconds, res.ranks.back().end);
     }
@@ -200,10 +205,31 @@ class MpiPipeline {
     return res;
   }
 
-  MpiTransport<tensor_type> transport_;
-  std::optional<Executor<Stage, MpiTransport<tensor_type>>> executor_;
+  Transport transport_;
+  Device device_;
+  std::optional<Executor<Stage, Transport, Device>> executor_;
   std::chrono::duration<double> timeout_;
   bool broken_ = false;
+};
+
+}  // namespace detail::mpi
+
+//! Runs a schedule with one MPI process per rank (`comm`'s size must equal the schedule's
+//! rank count; rank r of `comm` runs pipeline rank r). `stages` is indexed by stage like
+//! InprocPipeline's; a process touches only the stages its rank holds (the others may be
+//! cheap placeholders). A failure on any rank — a layer that throws, a receive that times
+//! out — makes `step` throw on every process: the failing rank's execution_error (its rank,
+//! position and action), after which the communicator is clean and the next step may run; or
+//! peer_lost when some process stopped answering (dead or hung) within the receive timeout —
+//! then end the job with `MpiSession::abort`.
+template <class Stage>
+class MpiPipeline : public detail::mpi::ProcessPipeline<
+                        Stage, MpiTransport<typename Stage::tensor_type>, HostDevice> {
+ public:
+  MpiPipeline(const Schedule& schedule, std::span<Stage> stages, MPI_Comm comm = MPI_COMM_WORLD,
+              ExecutorOptions options = {}, MpiTransportOptions transport_options = {})
+      : MpiPipeline::ProcessPipeline("MpiPipeline", schedule, stages, HostDevice{},
+                                     std::move(options), schedule, comm, transport_options) {}
 };
 
 }  // namespace pipesched

@@ -1,0 +1,173 @@
+// DeviceTensor: a shape and a contiguous row-major buffer in GPU memory, allocated from the
+// device's stream-ordered pool on the stream that writes it and freed on the stream that last
+// used it (the owner re-associates it when it hands the tensor to another stream).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipesched/device/cuda/check.cuh"
+#include "pipesched/exec/wire.hpp"
+
+namespace pipesched {
+
+//! A GPU tensor owned by one stream at a time. Move-only; `clone` copies on the GPU.
+template <class T>
+class DeviceTensor {
+ public:
+  using value_type = T;
+
+  DeviceTensor() = default;
+  //! Uninitialized elements, allocated in stream order on `stream`.
+  DeviceTensor(std::vector<int> shape, cudaStream_t stream)
+      : shape_(std::move(shape)), stream_(stream) {
+    size_ = element_count(shape_);
+    if (size_ > 0)
+      PIPESCHED_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&data_), size_ * sizeof(T),
+                                           stream_));
+  }
+  //! Zero-filled elements.
+  static DeviceTensor zeros(std::vector<int> shape, cudaStream_t stream) {
+    DeviceTensor t(std::move(shape), stream);
+    if (t.size_ > 0) PIPESCHED_CUDA_CHECK(cudaMemsetAsync(t.data_, 0, t.bytes(), stream));
+    return t;
+  }
+  //! A copy of host values (`values.size()` must be the shape's element count).
+  static DeviceTensor from_host(std::vector<int> shape, const std::vector<T>& values,
+                                cudaStream_t stream) {
+    DeviceTensor t(std::move(shape), stream);
+    if (values.size() != t.size_)
+      throw error("DeviceTensor::from_host: " + std::to_string(values.size()) +
+                  " values for a shape of " + std::to_string(t.size_) + " elements.");
+    if (t.size_ > 0)
+      PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(t.data_, values.data(), t.bytes(),
+                                           cudaMemcpyHostToDevice, stream));
+    // The host vector may go away once this returns.
+    PIPESCHED_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return t;
+  }
+
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  DeviceTensor(DeviceTensor&& o) noexcept
+      : shape_(std::move(o.shape_)),
+        data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)),
+        stream_(o.stream_) {}
+  DeviceTensor& operator=(DeviceTensor&& o) noexcept {
+    if (this != &o) {
+      release();
+      shape_ = std::move(o.shape_);
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+      stream_ = o.stream_;
+    }
+    return *this;
+  }
+  ~DeviceTensor() { release(); }
+
+  //! A copy on the GPU, ordered on `stream` (which must already see this tensor's data).
+  DeviceTensor clone(cudaStream_t stream) const {
+    DeviceTensor t(shape_, stream);
+    if (size_ > 0)
+      PIPESCHED_CUDA_CHECK(
+          cudaMemcpyAsync(t.data_, data_, bytes(), cudaMemcpyDeviceToDevice, stream));
+    return t;
+  }
+
+  //! The elements, copied to the host (waits for this tensor's stream).
+  std::vector<T> to_host() const {
+    std::vector<T> v(size_);
+    if (size_ > 0) {
+      PIPESCHED_CUDA_CHECK(
+          cudaMemcpyAsync(v.data(), data_, bytes(), cudaMemcpyDeviceToHost, stream_));
+      PIPESCHED_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    return v;
+  }
+
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  //! Bytes of the elements (what the stash accounting counts).
+  std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+  const std::vector<int>& shape() const noexcept { return shape_; }
+  int rank() const noexcept { return static_cast<int>(shape_.size()); }
+  int dim(int i) const noexcept { return shape_[static_cast<std::size_t>(i)]; }
+  bool empty() const noexcept { return size_ == 0; }
+
+  //! The stream that owns the tensor: its memory is freed in that stream's order.
+  cudaStream_t stream() const noexcept { return stream_; }
+  //! Hands the tensor to `stream`; the caller has ordered `stream` after every earlier use.
+  void set_stream(cudaStream_t stream) noexcept { stream_ = stream; }
+
+  static std::size_t element_count(const std::vector<int>& extents) noexcept {
+    if (extents.empty()) return 0;
+    std::size_t n = 1;
+    for (int e : extents)
+      n *= static_cast<std::size_t>(e > 0 ? e : 0);
+    return n;
+  }
+
+ private:
+  void release() noexcept {
+    if (data_) cudaFreeAsync(data_, stream_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+
+  std::vector<int> shape_;
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  cudaStream_t stream_ = nullptr;
+};
+
+//! DeviceTensor crosses processes as its extents and its elements; `make` allocates on the
+//! default stream's order (a transport re-associates it with its receive stream).
+template <class T>
+struct wire<DeviceTensor<T>> {
+  static constexpr std::uint32_t code =
+      0x10000u + sizeof(T) + (std::is_floating_point_v<T> ? 0x100u : 0u);
+
+  static WireHeader describe(const DeviceTensor<T>& x) {
+    if (x.rank() > WireHeader::max_rank)
+      throw error("DeviceTensor with " + std::to_string(x.rank()) +
+                  " extents cannot be sent; at most " + std::to_string(WireHeader::max_rank) +
+                  " are supported.");
+    WireHeader h;
+    h.element_type = code;
+    h.rank = x.rank();
+    for (int i = 0; i < x.rank(); ++i)
+      h.extents[static_cast<std::size_t>(i)] = x.dim(i);
+    h.payload_bytes = x.bytes();
+    return h;
+  }
+  //! Device memory: only a GPU-aware transport may read it.
+  static std::span<const std::byte> payload(const DeviceTensor<T>& x) {
+    return {reinterpret_cast<const std::byte*>(x.data()), x.bytes()};
+  }
+  static std::span<std::byte> payload(DeviceTensor<T>& x) {
+    return {reinterpret_cast<std::byte*>(x.data()), x.bytes()};
+  }
+  static DeviceTensor<T> make(const WireHeader& h, cudaStream_t stream = nullptr) {
+    if (h.magic != WireHeader::magic_value || h.element_type != code || h.rank < 0 ||
+        h.rank > WireHeader::max_rank)
+      throw error("a received tensor header does not describe a DeviceTensor of " +
+                  std::to_string(sizeof(T)) + "-byte elements (element type code " +
+                  std::to_string(h.element_type) + ", expected " + std::to_string(code) + ").");
+    std::vector<int> extents;
+    for (int i = 0; i < h.rank; ++i)
+      extents.push_back(static_cast<int>(h.extents[static_cast<std::size_t>(i)]));
+    DeviceTensor<T> x(std::move(extents), stream);
+    if (x.bytes() != h.payload_bytes)
+      throw error("a received tensor header announces " + std::to_string(h.payload_bytes) +
+                  " payload bytes for extents that need " + std::to_string(x.bytes()) + ".");
+    return x;
+  }
+};
+
+}  // namespace pipesched

@@ -1,0 +1,565 @@
+// The toy GPT's layers on the device — embedding, transformer block (with sequence slices and
+// their shared keys/values), final LayerNorm + LM head — the twins of toy::GptEmbedding,
+// toy::GptBlock and toy::GptHead: the same stashes (tensor for tensor, so the same bytes), the
+// same slice context, the same weight pieces.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/device/cuda/device_tensor.cuh"
+#include "pipesched/toy/cuda/detail/engine.cuh"
+#include "pipesched/toy/cuda/detail/kernels.cuh"
+#include "pipesched/toy/detail/ops.hpp"
+#include "pipesched/toy/gpt.hpp"
+
+namespace pipesched::toy::gpu::detail {
+
+using toy::detail::StashPhase;
+
+template <class T>
+void check_activation(const DeviceTensor<T>& x, int hidden, const char* who, const char* op) {
+  if (x.rank() != 3 || x.dim(0) < 1 || x.dim(1) < 1 || x.dim(2) != hidden)
+    throw invalid_problem(std::string(who) + "::" + op + ": tensor shape is " +
+                          shape_text(x.shape()) + "; expected [batch, sequence, " +
+                          std::to_string(hidden) + "] with batch, sequence >= 1");
+}
+
+// ---- embedding -------------------------------------------------------------------------------
+
+template <class T>
+class GptEmbedding {
+ public:
+  using Host = toy::GptEmbedding<T>;
+  struct Stash {
+    DeviceTensor<T> ids;  // forward: the token ids
+    DeviceTensor<T> dy;   // backward_input: the output gradient
+    int offset = 0;
+    StashPhase phase = StashPhase::Empty;
+  };
+
+  GptEmbedding(EnginePtr engine, const GptConfig& config)
+      : engine_(std::move(engine)),
+        vocabulary_(config.vocabulary),
+        hidden_(config.hidden),
+        sequence_(config.sequence),
+        params_(Host(config).parameters(), engine_->stream()) {}
+
+  DeviceTensor<T> forward(const DeviceTensor<T>& ids, Stash& stash, int offset) const {
+    if (ids.rank() != 2 || ids.dim(0) < 1 || ids.dim(1) < 1 || ids.dim(1) > sequence_)
+      throw invalid_problem("gpu::GptEmbedding::forward: token tensor shape is " +
+                            shape_text(ids.shape()) +
+                            "; expected [batch, sequence] with batch >= 1 and 1 <= sequence <= " +
+                            std::to_string(sequence_));
+    if (offset < 0 || offset + ids.dim(1) > sequence_)
+      throw invalid_problem("gpu::GptEmbedding::forward: a slice of " + std::to_string(ids.dim(1)) +
+                            " tokens starting at position " + std::to_string(offset) +
+                            " passes the end of the " + std::to_string(sequence_) +
+                            "-token sequence");
+    const cudaStream_t s = engine_->stream();
+    const int b = ids.dim(0), t = ids.dim(1);
+    DeviceTensor<T> y({b, t, hidden_}, s);
+    const std::size_t n = y.size();
+    embedding_forward_kernel<<<grid_for(n), block_threads, 0, s>>>(
+        ids.data(), params_[Host::tokens], params_[Host::positions], y.data(), t, offset, hidden_,
+        vocabulary_, n);
+    check_launch("embedding_forward_kernel");
+    stash = Stash{};
+    stash.ids = ids.clone(s);
+    stash.offset = offset;
+    stash.phase = StashPhase::Forwarded;
+    return y;
+  }
+
+  DeviceTensor<T> backward_input(const DeviceTensor<T>& dy, Stash& stash) const {
+    toy::detail::require_phase(stash.phase, StashPhase::Forwarded, "gpu::GptEmbedding",
+                               "backward_input");
+    const std::vector<int> expected{stash.ids.dim(0), stash.ids.dim(1), hidden_};
+    if (dy.shape() != expected)
+      throw invalid_problem("gpu::GptEmbedding::backward_input: gradient shape is " +
+                            shape_text(dy.shape()) + "; expected " + shape_text(expected));
+    const cudaStream_t s = engine_->stream();
+    stash.dy = dy.clone(s);
+    stash.phase = StashPhase::InputDone;
+    return DeviceTensor<T>::zeros(stash.ids.shape(), s);
+  }
+
+  void backward_weight(Stash& stash) {
+    toy::detail::require_phase(stash.phase, StashPhase::InputDone, "gpu::GptEmbedding",
+                               "backward_weight");
+    const cudaStream_t s = engine_->stream();
+    const int b = stash.ids.dim(0), t = stash.ids.dim(1);
+    const std::size_t tokens = static_cast<std::size_t>(vocabulary_) * hidden_;
+    embedding_token_gradient_kernel<<<grid_for(tokens), block_threads, 0, s>>>(
+        stash.ids.data(), stash.dy.data(), params_.sum(Host::tokens), b * t, hidden_, vocabulary_);
+    check_launch("embedding_token_gradient_kernel");
+    const std::size_t positions = static_cast<std::size_t>(t) * hidden_;
+    embedding_position_gradient_kernel<<<grid_for(positions), block_threads, 0, s>>>(
+        stash.dy.data(), params_.sum(Host::positions), b, t, stash.offset, hidden_);
+    check_launch("embedding_position_gradient_kernel");
+    params_.publish({Host::tokens, Host::positions}, s);
+    stash = Stash{};
+  }
+
+  std::size_t stash_bytes(const Stash& stash) const noexcept {
+    return stash.ids.bytes() + stash.dy.bytes();
+  }
+  DeviceParameters<T>& parameters() noexcept { return params_; }
+  const DeviceParameters<T>& parameters() const noexcept { return params_; }
+
+ private:
+  EnginePtr engine_;
+  int vocabulary_, hidden_, sequence_;
+  DeviceParameters<T> params_;
+};
+
+// ---- transformer block -----------------------------------------------------------------------
+
+template <class T>
+class GptBlock {
+ public:
+  using Host = toy::GptBlock<T>;
+  using A = acc_t<T>;
+  struct Stash {
+    DeviceTensor<T> xhat1, rstd1, q, kv, probs, attn, xhat2, rstd2, pre, act;  // forward
+    DeviceTensor<T> dy, dpre, dy1, dqkv;  // backward_input, for the weight pass
+    int slice = -1;
+    int pieces_done = 0;
+    StashPhase phase = StashPhase::Empty;
+  };
+  // Per slice: keys/values [batch, tokens, 2·hidden] and the double sums of their gradients.
+  struct Context {
+    std::vector<DeviceTensor<T>> kv;
+    std::vector<DeviceTensor<A>> dkv;
+  };
+  static constexpr int weight_pieces = Host::weight_pieces;
+
+  GptBlock(EnginePtr engine, const Host& host, const GptConfig& config)
+      : engine_(std::move(engine)),
+        hidden_(config.hidden),
+        heads_(config.heads),
+        ffn_(config.ffn),
+        params_(host.parameters(), engine_->stream()) {}
+
+  DeviceTensor<T> forward(const DeviceTensor<T>& x, Stash& stash, Context* context, int slice,
+                          int offset) const {
+    check_activation(x, hidden_, "gpu::GptBlock", "forward");
+    const Engine& g = *engine_;
+    const cudaStream_t s = g.stream();
+    const int b = x.dim(0), t = x.dim(1), n = b * t, h = hidden_;
+    const DeviceParameters<T>& p = params_;
+    stash = Stash{};
+    stash.slice = slice;
+    stash.xhat1 = DeviceTensor<T>({b, t, h}, s);
+    stash.rstd1 = DeviceTensor<T>({b, t}, s);
+    {
+      DeviceTensor<T> n1({b, t, h}, s);
+      layer_norm_forward(x.data(), p[Host::ln1_gamma], p[Host::ln1_beta], stash.xhat1.data(),
+                         stash.rstd1.data(), n1.data(), n, h, s);
+      DeviceTensor<T> qkv({b, t, 3 * h}, s);
+      linear_forward(g, n1.data(), p[Host::qkv_weight], p[Host::qkv_bias],
+                     static_cast<const T*>(nullptr), qkv.data(), n, h, 3 * h);
+      // Queries stay with the unit; keys/values go where every later slice can read them.
+      stash.q = DeviceTensor<T>({b, t, h}, s);
+      DeviceTensor<T> kv({b, t, 2 * h}, s);
+      copy_columns(qkv.data(), 3 * h, 0, stash.q.data(), h, h, n, s);
+      copy_columns(qkv.data(), 3 * h, h, kv.data(), 2 * h, 2 * h, n, s);
+      if (context != nullptr) {
+        const auto k = static_cast<std::size_t>(slice);
+        if (context->kv.size() <= k) {
+          context->kv.resize(k + 1);
+          context->dkv.resize(k + 1);
+        }
+        context->kv[k] = std::move(kv);
+      } else {
+        stash.kv = std::move(kv);
+      }
+    }
+    DeviceTensor<T> gathered;
+    const DeviceTensor<T>& keys =
+        context != nullptr ? prefix(*context, slice, offset, b, t, gathered, "forward") : stash.kv;
+    const int key_count = offset + t;
+    stash.probs = DeviceTensor<T>({b, heads_, t, key_count}, s);
+    stash.attn = DeviceTensor<T>({b, t, h}, s);
+    attention_forward(stash.q.data(), keys.data(), stash.probs.data(), stash.attn.data(), b,
+                      dims(t, key_count, offset), s);
+    DeviceTensor<T> y1({b, t, h}, s);
+    linear_forward(g, stash.attn.data(), p[Host::out_weight], p[Host::out_bias], x.data(),
+                   y1.data(), n, h, h);
+    stash.xhat2 = DeviceTensor<T>({b, t, h}, s);
+    stash.rstd2 = DeviceTensor<T>({b, t}, s);
+    DeviceTensor<T> n2({b, t, h}, s);
+    layer_norm_forward(y1.data(), p[Host::ln2_gamma], p[Host::ln2_beta], stash.xhat2.data(),
+                       stash.rstd2.data(), n2.data(), n, h, s);
+    stash.pre = DeviceTensor<T>({b, t, ffn_}, s);
+    linear_forward(g, n2.data(), p[Host::fc1_weight], p[Host::fc1_bias],
+                   static_cast<const T*>(nullptr), stash.pre.data(), n, h, ffn_);
+    stash.act = DeviceTensor<T>({b, t, ffn_}, s);
+    gelu(stash.pre.data(), stash.act.data(), stash.act.size(), s);
+    DeviceTensor<T> y({b, t, h}, s);
+    linear_forward(g, stash.act.data(), p[Host::fc2_weight], p[Host::fc2_bias], y1.data(), y.data(),
+                   n, ffn_, h);
+    stash.phase = StashPhase::Forwarded;
+    return y;
+  }
+
+  DeviceTensor<T> backward_input(const DeviceTensor<T>& dy, Stash& stash, Context* context,
+                                 int slice, int offset) const {
+    toy::detail::require_phase(stash.phase, StashPhase::Forwarded, "gpu::GptBlock",
+                               "backward_input");
+    if (dy.shape() != stash.xhat1.shape())
+      throw invalid_problem("gpu::GptBlock::backward_input: gradient shape is " +
+                            shape_text(dy.shape()) + "; expected the forward output's shape " +
+                            shape_text(stash.xhat1.shape()));
+    if (stash.slice != slice)
+      throw invalid_schedule("gpu::GptBlock::backward_input: the stash holds the forward of " +
+                             unit_name(stash.slice) + " but the backward is for " +
+                             unit_name(slice) +
+                             "; pass each backward the stash of its own forward");
+    const Engine& g = *engine_;
+    const cudaStream_t s = g.stream();
+    const int b = dy.dim(0), t = dy.dim(1), n = b * t, h = hidden_;
+    const DeviceParameters<T>& p = params_;
+    // MLP half.
+    stash.dpre = DeviceTensor<T>({b, t, ffn_}, s);
+    linear_backward_input(g, dy.data(), p[Host::fc2_weight], static_cast<const T*>(nullptr),
+                          stash.dpre.data(), n, ffn_, h);
+    times_gelu_gradient(stash.dpre.data(), stash.pre.data(), stash.dpre.size(), s);
+    DeviceTensor<T> dy1({b, t, h}, s);
+    {
+      DeviceTensor<T> dn2({b, t, h}, s);
+      linear_backward_input(g, stash.dpre.data(), p[Host::fc1_weight],
+                            static_cast<const T*>(nullptr), dn2.data(), n, h, ffn_);
+      layer_norm_backward_input(dn2.data(), stash.xhat2.data(), stash.rstd2.data(),
+                                p[Host::ln2_gamma], dy.data(), dy1.data(), n, h, s);
+    }
+    // Attention half: gradients of the queries, and of the keys/values of this slice and every
+    // earlier one.
+    DeviceTensor<T> dattn({b, t, h}, s);
+    linear_backward_input(g, dy1.data(), p[Host::out_weight], static_cast<const T*>(nullptr),
+                          dattn.data(), n, h, h);
+    DeviceTensor<T> gathered;
+    const DeviceTensor<T>& keys =
+        context != nullptr ? prefix(*context, slice, offset, b, t, gathered, "backward_input")
+                           : stash.kv;
+    const int key_count = offset + t;
+    DeviceTensor<T> dq({b, t, h}, s);
+    DeviceTensor<A> dkeys({b, key_count, 2 * h}, s);
+    {
+      DeviceTensor<A> ds({b, heads_, t, key_count}, s);
+      attention_backward(dattn.data(), stash.q.data(), keys.data(), stash.probs.data(), ds.data(),
+                         dq.data(), dkeys.data(), b, dims(t, key_count, offset), s);
+    }
+    const A* later = nullptr;
+    if (context != nullptr && !context->dkv[static_cast<std::size_t>(slice)].empty())
+      later = context->dkv[static_cast<std::size_t>(slice)].data();
+    stash.dqkv = DeviceTensor<T>({b, t, 3 * h}, s);
+    assemble_dqkv(dq.data(), dkeys.data(), later, stash.dqkv.data(), b, t, key_count, offset, h, s);
+    if (context != nullptr) {
+      // Earlier slices' keys/values: their backwards run later and take these.
+      int start = 0;
+      for (int j = 0; j < slice; ++j) {
+        const DeviceTensor<T>& kj = context->kv[static_cast<std::size_t>(j)];
+        DeviceTensor<A>& gj = context->dkv[static_cast<std::size_t>(j)];
+        if (gj.empty()) gj = DeviceTensor<A>::zeros(kj.shape(), s);
+        add_key_rows(gj.data(), dkeys.data(), b, kj.dim(1), key_count, start, 2 * h, s);
+        start += kj.dim(1);
+      }
+      context->kv[static_cast<std::size_t>(slice)] = DeviceTensor<T>{};
+      context->dkv[static_cast<std::size_t>(slice)] = DeviceTensor<A>{};
+    }
+    DeviceTensor<T> dx({b, t, h}, s);
+    {
+      DeviceTensor<T> dn1({b, t, h}, s);
+      linear_backward_input(g, stash.dqkv.data(), p[Host::qkv_weight],
+                            static_cast<const T*>(nullptr), dn1.data(), n, h, 3 * h);
+      layer_norm_backward_input(dn1.data(), stash.xhat1.data(), stash.rstd1.data(),
+                                p[Host::ln1_gamma], dy1.data(), dx.data(), n, h, s);
+    }
+    stash.dy = dy.clone(s);
+    stash.dy1 = std::move(dy1);
+    stash.rstd1 = DeviceTensor<T>{};
+    stash.q = DeviceTensor<T>{};
+    stash.kv = DeviceTensor<T>{};
+    stash.probs = DeviceTensor<T>{};
+    stash.rstd2 = DeviceTensor<T>{};
+    stash.pre = DeviceTensor<T>{};
+    stash.phase = StashPhase::InputDone;
+    return dx;
+  }
+
+  void backward_weight(Stash& stash) {
+    toy::detail::require_phase(stash.phase, StashPhase::InputDone, "gpu::GptBlock",
+                               "backward_weight");
+    for (int piece = 0; piece < weight_pieces; ++piece)
+      if ((stash.pieces_done & (1 << piece)) == 0) run_piece(stash, piece);
+    stash = Stash{};
+  }
+
+  void backward_weight_piece(Stash& stash, int piece) {
+    toy::detail::require_phase(stash.phase, StashPhase::InputDone, "gpu::GptBlock",
+                               "backward_weight_piece");
+    if ((stash.pieces_done & (1 << piece)) != 0)
+      throw invalid_schedule("gpu::GptBlock::backward_weight_piece: piece " +
+                             std::to_string(piece) +
+                             " already ran on this stash; each piece runs once");
+    run_piece(stash, piece);
+    if (stash.pieces_done == (1 << weight_pieces) - 1) stash = Stash{};
+  }
+
+  std::size_t stash_bytes(const Stash& st) const noexcept {
+    return st.xhat1.bytes() + st.rstd1.bytes() + st.q.bytes() + st.kv.bytes() + st.probs.bytes() +
+           st.attn.bytes() + st.xhat2.bytes() + st.rstd2.bytes() + st.pre.bytes() + st.act.bytes() +
+           st.dy.bytes() + st.dpre.bytes() + st.dy1.bytes() + st.dqkv.bytes();
+  }
+
+  std::size_t context_bytes(const Context& context) const noexcept {
+    std::size_t bytes = 0;
+    for (const DeviceTensor<T>& t : context.kv)
+      bytes += t.bytes();
+    for (const DeviceTensor<A>& t : context.dkv)
+      bytes += t.bytes();
+    return bytes;
+  }
+
+  DeviceParameters<T>& parameters() noexcept { return params_; }
+  const DeviceParameters<T>& parameters() const noexcept { return params_; }
+
+ private:
+  static std::string unit_name(int slice) {
+    return slice < 0 ? std::string("a whole sequence") : "slice " + std::to_string(slice);
+  }
+
+  AttentionDims dims(int tokens, int keys, int offset) const noexcept {
+    return {.tokens = tokens,
+            .keys = keys,
+            .offset = offset,
+            .heads = heads_,
+            .head_dim = hidden_ / heads_};
+  }
+
+  // Columns [first, first + width) of the `rows` rows of `from` (row stride from_stride) into
+  // `to` (row stride to_stride).
+  static void copy_columns(const T* from, int from_stride, int first, T* to, int to_stride,
+                           int width, int rows, cudaStream_t s) {
+    if (rows < 1 || width < 1) return;
+    PIPESCHED_CUDA_CHECK(
+        cudaMemcpy2DAsync(to, static_cast<std::size_t>(to_stride) * sizeof(T), from + first,
+                          static_cast<std::size_t>(from_stride) * sizeof(T),
+                          static_cast<std::size_t>(width) * sizeof(T),
+                          static_cast<std::size_t>(rows), cudaMemcpyDeviceToDevice, s));
+  }
+
+  // The keys/values of slices 0 … slice as one [batch, keys, 2·hidden] tensor: the context's
+  // own when the slice is the first, else gathered into `gathered`. Throws as the host block.
+  const DeviceTensor<T>& prefix(const Context& context, int slice, int offset, int batch,
+                                int tokens, DeviceTensor<T>& gathered, const char* op) const {
+    int count = 0;
+    for (int j = 0; j <= slice; ++j) {
+      const bool held = static_cast<std::size_t>(j) < context.kv.size() &&
+                        !context.kv[static_cast<std::size_t>(j)].empty();
+      if (!held)
+        throw invalid_schedule(
+            std::string("gpu::GptBlock::") + op + ": slice " + std::to_string(slice) +
+            " needs the keys/values of slice " + std::to_string(j) +
+            ", which the slice context does not hold; a microbatch's slices run their forwards "
+            "first to last and their backwards last to first");
+      const DeviceTensor<T>& kj = context.kv[static_cast<std::size_t>(j)];
+      if (kj.dim(0) != batch)
+        throw invalid_problem(
+            std::string("gpu::GptBlock::") + op + ": slice " + std::to_string(slice) + " has " +
+            std::to_string(batch) + " sequences but slice " + std::to_string(j) + " had " +
+            std::to_string(kj.dim(0)) + "; the slices of a microbatch cut the same sequences");
+      count += kj.dim(1);
+    }
+    if (count != offset + tokens)
+      throw invalid_problem(std::string("gpu::GptBlock::") + op + ": slice " +
+                            std::to_string(slice) + " starts at position " +
+                            std::to_string(offset) + " but the slices before it hold " +
+                            std::to_string(count - tokens) +
+                            " tokens; pass the sum of the earlier slices' lengths as the offset");
+    if (slice == 0) return context.kv.front();
+    const cudaStream_t s = engine_->stream();
+    const int h2 = 2 * hidden_;
+    gathered = DeviceTensor<T>({batch, count, h2}, s);
+    int start = 0;
+    for (int j = 0; j <= slice; ++j) {
+      const DeviceTensor<T>& kj = context.kv[static_cast<std::size_t>(j)];
+      const std::size_t row_bytes = static_cast<std::size_t>(kj.dim(1)) * h2 * sizeof(T);
+      PIPESCHED_CUDA_CHECK(cudaMemcpy2DAsync(
+          gathered.data() + static_cast<std::size_t>(start) * h2,
+          static_cast<std::size_t>(count) * h2 * sizeof(T), kj.data(), row_bytes, row_bytes,
+          static_cast<std::size_t>(batch), cudaMemcpyDeviceToDevice, s));
+      start += kj.dim(1);
+    }
+    return gathered;
+  }
+
+  void run_piece(Stash& stash, int piece) {
+    const Engine& g = *engine_;
+    const cudaStream_t s = g.stream();
+    const int h = hidden_;
+    DeviceParameters<T>& p = params_;
+    switch (piece) {
+      case 0: {  // W2, b2
+        const int n = stash.dy.dim(0) * stash.dy.dim(1);
+        linear_backward_weight(g, stash.dy.data(), stash.act.data(), p.sum(Host::fc2_weight),
+                               p.sum(Host::fc2_bias), n, ffn_, h);
+        p.publish({Host::fc2_weight, Host::fc2_bias}, s);
+        stash.dy = DeviceTensor<T>{};
+        stash.act = DeviceTensor<T>{};
+        break;
+      }
+      case 1: {  // W1, b1 and LN2
+        const int n = stash.dpre.dim(0) * stash.dpre.dim(1);
+        layer_norm_weight_piece(stash.dpre, stash.xhat2, Host::ln2_gamma, Host::ln2_beta,
+                                Host::fc1_weight, Host::fc1_bias, n, ffn_);
+        p.publish({Host::fc1_weight, Host::fc1_bias, Host::ln2_gamma, Host::ln2_beta}, s);
+        stash.dpre = DeviceTensor<T>{};
+        stash.xhat2 = DeviceTensor<T>{};
+        break;
+      }
+      case 2: {  // Wo, bo
+        const int n = stash.dy1.dim(0) * stash.dy1.dim(1);
+        linear_backward_weight(g, stash.dy1.data(), stash.attn.data(), p.sum(Host::out_weight),
+                               p.sum(Host::out_bias), n, h, h);
+        p.publish({Host::out_weight, Host::out_bias}, s);
+        stash.dy1 = DeviceTensor<T>{};
+        stash.attn = DeviceTensor<T>{};
+        break;
+      }
+      default: {  // Wqkv, bqkv and LN1
+        const int n = stash.dqkv.dim(0) * stash.dqkv.dim(1);
+        layer_norm_weight_piece(stash.dqkv, stash.xhat1, Host::ln1_gamma, Host::ln1_beta,
+                                Host::qkv_weight, Host::qkv_bias, n, 3 * h);
+        p.publish({Host::qkv_weight, Host::qkv_bias, Host::ln1_gamma, Host::ln1_beta}, s);
+        stash.dqkv = DeviceTensor<T>{};
+        stash.xhat1 = DeviceTensor<T>{};
+        break;
+      }
+    }
+    stash.pieces_done |= 1 << piece;
+  }
+
+  // A linear fed by a LayerNorm: its weight gradient from the rebuilt LayerNorm output, then
+  // the LayerNorm's γ/β gradients from the gradient into that output.
+  void layer_norm_weight_piece(const DeviceTensor<T>& dout, const DeviceTensor<T>& xhat,
+                               std::size_t gamma, std::size_t beta, std::size_t weight,
+                               std::size_t bias, int n, int out) {
+    const Engine& g = *engine_;
+    const cudaStream_t s = g.stream();
+    const int h = hidden_;
+    DeviceParameters<T>& p = params_;
+    DeviceTensor<T> normed(xhat.shape(), s);
+    layer_norm_apply(xhat.data(), p[gamma], p[beta], normed.data(), n, h, s);
+    linear_backward_weight(g, dout.data(), normed.data(), p.sum(weight), p.sum(bias), n, h, out);
+    DeviceTensor<T> dnormed(xhat.shape(), s);
+    linear_backward_input(g, dout.data(), p[weight], static_cast<const T*>(nullptr), dnormed.data(),
+                          n, h, out);
+    column_sums(dnormed.data(), xhat.data(), p.sum(gamma), n, h, s);
+    column_sums(dnormed.data(), static_cast<const T*>(nullptr), p.sum(beta), n, h, s);
+  }
+
+  EnginePtr engine_;
+  int hidden_, heads_, ffn_;
+  DeviceParameters<T> params_;
+};
+
+// ---- final LayerNorm + LM head ---------------------------------------------------------------
+
+template <class T>
+class GptHead {
+ public:
+  using Host = toy::GptHead<T>;
+  struct Stash {
+    DeviceTensor<T> xhat, rstd;  // forward
+    DeviceTensor<T> dlogits;     // backward_input
+    StashPhase phase = StashPhase::Empty;
+  };
+
+  GptHead(EnginePtr engine, const GptConfig& config)
+      : engine_(std::move(engine)),
+        hidden_(config.hidden),
+        vocabulary_(config.vocabulary),
+        params_(Host(config).parameters(), engine_->stream()) {}
+
+  DeviceTensor<T> forward(const DeviceTensor<T>& x, Stash& stash) const {
+    check_activation(x, hidden_, "gpu::GptHead", "forward");
+    const Engine& g = *engine_;
+    const cudaStream_t s = g.stream();
+    const int b = x.dim(0), t = x.dim(1), n = b * t;
+    stash = Stash{};
+    stash.xhat = DeviceTensor<T>({b, t, hidden_}, s);
+    stash.rstd = DeviceTensor<T>({b, t}, s);
+    DeviceTensor<T> normed({b, t, hidden_}, s);
+    layer_norm_forward(x.data(), params_[Host::ln_gamma], params_[Host::ln_beta], stash.xhat.data(),
+                       stash.rstd.data(), normed.data(), n, hidden_, s);
+    DeviceTensor<T> logits({b, t, vocabulary_}, s);
+    linear_forward(g, normed.data(), params_[Host::weight], static_cast<const T*>(nullptr),
+                   static_cast<const T*>(nullptr), logits.data(), n, hidden_, vocabulary_);
+    stash.phase = StashPhase::Forwarded;
+    return logits;
+  }
+
+  DeviceTensor<T> backward_input(const DeviceTensor<T>& dlogits, Stash& stash) const {
+    toy::detail::require_phase(stash.phase, StashPhase::Forwarded, "gpu::GptHead",
+                               "backward_input");
+    const std::vector<int> expected{stash.xhat.dim(0), stash.xhat.dim(1), vocabulary_};
+    if (dlogits.shape() != expected)
+      throw invalid_problem("gpu::GptHead::backward_input: gradient shape is " +
+                            shape_text(dlogits.shape()) + "; expected " + shape_text(expected));
+    const Engine& g = *engine_;
+    const cudaStream_t s = g.stream();
+    const int n = expected[0] * expected[1];
+    DeviceTensor<T> dnormed(stash.xhat.shape(), s);
+    linear_backward_input(g, dlogits.data(), params_[Host::weight], static_cast<const T*>(nullptr),
+                          dnormed.data(), n, hidden_, vocabulary_);
+    DeviceTensor<T> dx(stash.xhat.shape(), s);
+    layer_norm_backward_input(dnormed.data(), stash.xhat.data(), stash.rstd.data(),
+                              params_[Host::ln_gamma], static_cast<const T*>(nullptr), dx.data(), n,
+                              hidden_, s);
+    stash.dlogits = dlogits.clone(s);
+    stash.rstd = DeviceTensor<T>{};
+    stash.phase = StashPhase::InputDone;
+    return dx;
+  }
+
+  void backward_weight(Stash& stash) {
+    toy::detail::require_phase(stash.phase, StashPhase::InputDone, "gpu::GptHead",
+                               "backward_weight");
+    const Engine& g = *engine_;
+    const cudaStream_t s = g.stream();
+    const int n = stash.xhat.dim(0) * stash.xhat.dim(1);
+    DeviceTensor<T> normed(stash.xhat.shape(), s);
+    layer_norm_apply(stash.xhat.data(), params_[Host::ln_gamma], params_[Host::ln_beta],
+                     normed.data(), n, hidden_, s);
+    linear_backward_weight(g, stash.dlogits.data(), normed.data(), params_.sum(Host::weight),
+                           static_cast<acc_t<T>*>(nullptr), n, hidden_, vocabulary_);
+    DeviceTensor<T> dnormed(stash.xhat.shape(), s);
+    linear_backward_input(g, stash.dlogits.data(), params_[Host::weight],
+                          static_cast<const T*>(nullptr), dnormed.data(), n, hidden_, vocabulary_);
+    column_sums(dnormed.data(), stash.xhat.data(), params_.sum(Host::ln_gamma), n, hidden_, s);
+    column_sums(dnormed.data(), static_cast<const T*>(nullptr), params_.sum(Host::ln_beta), n,
+                hidden_, s);
+    params_.publish({Host::weight, Host::ln_gamma, Host::ln_beta}, s);
+    stash = Stash{};
+  }
+
+  std::size_t stash_bytes(const Stash& stash) const noexcept {
+    return stash.xhat.bytes() + stash.rstd.bytes() + stash.dlogits.bytes();
+  }
+  DeviceParameters<T>& parameters() noexcept { return params_; }
+  const DeviceParameters<T>& parameters() const noexcept { return params_; }
+
+ private:
+  EnginePtr engine_;
+  int hidden_, vocabulary_;
+  DeviceParameters<T> params_;
+};
+
+}  // namespace pipesched::toy::gpu::detail

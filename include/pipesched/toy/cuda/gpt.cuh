@@ -1,0 +1,343 @@
+// The toy causal GPT on the GPU: the twin of toy::GptStage (include/pipesched/toy/gpt.hpp), a
+// slice-aware stage model whose weight gradient runs whole or in parts, with the host stage's
+// parameters (copied to the device), stashes and slice contexts of the same shapes (so the
+// same byte figures), GEMMs through cuBLAS and every kernel on the device's compute stream.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/device/cuda/cuda_device.cuh"
+#include "pipesched/device/cuda/device_tensor.cuh"
+#include "pipesched/toy/cuda/detail/engine.cuh"
+#include "pipesched/toy/cuda/detail/gpt_layers.cuh"
+#include "pipesched/toy/detail/ops.hpp"
+#include "pipesched/toy/gpt.hpp"
+
+namespace pipesched::toy::gpu {
+
+//! One pipeline stage of the toy GPT on a GPU: the twin of toy::GptStage<T> with
+//! `tensor_type = DeviceTensor<T>` — the embedding on stage 0 (whose input is token ids held
+//! as T values, as the host model takes them), blocks [first_block(), last_block()), the LM
+//! head on the last stage. Built from the host stage of the same config, whose parameters are
+//! copied to the device. Whole-sequence calls and slice calls with a `Context` (the keys/values
+//! of a microbatch's slices and the double sums of their gradients), weight gradient whole or
+//! in parts — all as the host stage, with the same checks and the same `stash_bytes` /
+//! `context_bytes` for the same calls, so `toy::gpt_profiled_cost` built from host stages
+//! predicts this stage's bytes exactly. Work is enqueued on the device's compute stream; a call
+//! returns at once. Token ids outside [0, vocabulary) give NaN activations (checked on the host
+//! by gpu::training_data). Inputs are expected on the compute stream.
+template <class T>
+class GptStage {
+ public:
+  using tensor_type = DeviceTensor<T>;
+  using value_type = T;
+  struct Stash {
+    typename detail::GptEmbedding<T>::Stash embedding;  // stage 0 only
+    std::vector<typename detail::GptBlock<T>::Stash> blocks;
+    typename detail::GptHead<T>::Stash head;  // last stage only
+    toy::detail::StashPhase phase = toy::detail::StashPhase::Empty;
+    int first_block = -1;
+    int slice = -1;
+    std::vector<char> parts_done;
+  };
+  using stash_type = Stash;
+
+  //! What the slices of one microbatch share on this stage (see toy::GptStage::Context).
+  struct Context {
+    enum class SliceState : std::uint8_t { Pending, Live, Done };
+    std::vector<int> lengths;
+    std::vector<SliceState> state;
+    std::vector<typename detail::GptBlock<T>::Context> blocks;
+    int first_block = -1;
+  };
+  using context_type = Context;
+
+  //! Stage `stage` of `stages` on `device`; throws `invalid_problem` where the host stage would
+  //! and `cuda_error` when the device cannot take it.
+  GptStage(const GptConfig& config, int stage, int stages, CudaDevice device)
+      : host_(config, stage, stages), engine_(std::make_shared<detail::Engine>(std::move(device))) {
+    if (host_.has_embedding()) embedding_.emplace(engine_, config);
+    for (const toy::GptBlock<T>& b : host_.blocks())
+      blocks_.emplace_back(engine_, b, config);
+    if (host_.has_head()) head_.emplace(engine_, config);
+  }
+
+  //! Whole sequences; replaces whatever `stash` held (deterministic, so a recompute from the
+  //! stage input reproduces the stash).
+  tensor_type forward(const tensor_type& x, Stash& stash) const {
+    return run_forward(x, stash, nullptr, -1, 0);
+  }
+
+  //! Slice `slice` of a microbatch, as toy::GptStage::forward with a context.
+  tensor_type forward(const tensor_type& x, Stash& stash, Context& context, int slice) const {
+    if (slice < 0)
+      throw invalid_problem("gpu::GptStage::forward: slice is " + std::to_string(slice) +
+                            "; slices are numbered from 0");
+    if (x.rank() < 2)
+      throw invalid_problem("gpu::GptStage::forward: input shape is " +
+                            detail::shape_text(x.shape()) +
+                            "; expected [batch, tokens] ids or [batch, tokens, hidden]");
+    bind(context, "forward");
+    const auto k = static_cast<std::size_t>(slice);
+    if (context.state.size() <= k) {
+      context.state.resize(k + 1, Context::SliceState::Pending);
+      context.lengths.resize(k + 1, 0);
+    }
+    for (int j = 0; j < slice; ++j)
+      if (context.state[static_cast<std::size_t>(j)] != Context::SliceState::Live)
+        throw invalid_schedule(
+            "gpu::GptStage::forward: slice " + std::to_string(slice) + " attends to slice " +
+            std::to_string(j) + ", whose " +
+            (context.state[static_cast<std::size_t>(j)] == Context::SliceState::Pending
+                 ? "forward has not run"
+                 : "backward already ran") +
+            "; a microbatch's slices run their forwards first to last and their backwards last "
+            "to first");
+    if (context.state[k] == Context::SliceState::Done)
+      throw invalid_schedule("gpu::GptStage::forward: the backward of slice " +
+                             std::to_string(slice) +
+                             " already ran; a recompute runs between its forward and backward");
+    if (context.state[k] == Context::SliceState::Live && context.lengths[k] != x.dim(1))
+      throw invalid_problem("gpu::GptStage::forward: slice " + std::to_string(slice) +
+                            " ran with " + std::to_string(context.lengths[k]) +
+                            " tokens and now with " + std::to_string(x.dim(1)) +
+                            "; a recompute takes the same input");
+    tensor_type y = run_forward(x, stash, &context, slice, offset_of(context, slice));
+    context.lengths[k] = x.dim(1);
+    context.state[k] = Context::SliceState::Live;
+    return y;
+  }
+
+  //! Whole sequences: the output gradient → the input gradient (zeros [batch, sequence] on
+  //! stage 0, whose input is token ids).
+  tensor_type backward_input(const tensor_type& dy, Stash& stash) const {
+    check_stash(stash, toy::detail::StashPhase::Forwarded, "backward_input", -1);
+    return run_backward_input(dy, stash, nullptr, -1, 0);
+  }
+
+  //! The backward of slice `slice`; the later slices' backwards must have run.
+  tensor_type backward_input(const tensor_type& dy, Stash& stash, Context& context,
+                             int slice) const {
+    check_stash(stash, toy::detail::StashPhase::Forwarded, "backward_input", slice);
+    bind(context, "backward_input");
+    const auto k = static_cast<std::size_t>(slice);
+    if (k >= context.state.size() || context.state[k] != Context::SliceState::Live)
+      throw invalid_schedule("gpu::GptStage::backward_input: slice " + std::to_string(slice) +
+                             " is not forwarded in this slice context; pass the context its "
+                             "forward used");
+    for (std::size_t j = k + 1; j < context.state.size(); ++j)
+      if (context.state[j] == Context::SliceState::Live)
+        throw invalid_schedule("gpu::GptStage::backward_input: slice " + std::to_string(j) +
+                               " attended to slice " + std::to_string(slice) +
+                               " and its backward has not run; a microbatch's slices run their "
+                               "backwards last to first");
+    tensor_type dx = run_backward_input(dy, stash, &context, slice, offset_of(context, slice));
+    context.state[k] = Context::SliceState::Done;
+    return dx;
+  }
+
+  //! Adds every layer's weight gradients and empties the stash.
+  void backward_weight(Stash& stash) {
+    check_stash(stash, toy::detail::StashPhase::InputDone, "backward_weight", stash.slice);
+    if (!stash.parts_done.empty())
+      throw invalid_schedule(
+          "gpu::GptStage::backward_weight: part of this stash's weight gradient already ran; run "
+          "the remaining parts with backward_weight(stash, part, parts)");
+    if (head_) head_->backward_weight(stash.head);
+    for (std::size_t i = blocks_.size(); i-- > 0;)
+      blocks_[i].backward_weight(stash.blocks[i]);
+    if (embedding_) embedding_->backward_weight(stash.embedding);
+    stash = Stash{};
+  }
+
+  //! Pieces the weight gradient falls into (as the host stage's: head, four per block from the
+  //! last block, embedding).
+  int weight_parts() const noexcept { return host_.weight_parts(); }
+
+  //! Part `part` of `parts` of the weight gradient (as the host stage cuts it).
+  void backward_weight(Stash& stash, int part, int parts) {
+    check_stash(stash, toy::detail::StashPhase::InputDone, "backward_weight", stash.slice);
+    const auto [first, last] = toy::detail::begin_weight_part(stash.parts_done, part, parts,
+                                                              weight_parts(), "gpu::GptStage");
+    for (int piece = first; piece < last; ++piece)
+      run_piece(stash, piece);
+    if (toy::detail::all_parts_done(stash.parts_done)) stash = Stash{};
+  }
+
+  //! Bytes of the device tensors `stash` holds (what the host stage reports for its stash).
+  std::size_t stash_bytes(const Stash& stash) const noexcept {
+    std::size_t bytes = 0;
+    if (embedding_) bytes += embedding_->stash_bytes(stash.embedding);
+    for (std::size_t i = 0; i < stash.blocks.size() && i < blocks_.size(); ++i)
+      bytes += blocks_[i].stash_bytes(stash.blocks[i]);
+    if (head_) bytes += head_->stash_bytes(stash.head);
+    return bytes;
+  }
+
+  //! Bytes a slice context holds: every block's keys/values and their gradient sums.
+  std::size_t context_bytes(const Context& context) const noexcept {
+    std::size_t bytes = 0;
+    for (std::size_t i = 0; i < context.blocks.size() && i < blocks_.size(); ++i)
+      bytes += blocks_[i].context_bytes(context.blocks[i]);
+    return bytes;
+  }
+
+  //! Analytic figures, as the host stage's.
+  std::size_t activation_bytes() const noexcept { return host_.activation_bytes(); }
+  std::size_t wgrad_bytes() const noexcept { return host_.wgrad_bytes(); }
+  SliceStashBytes slice_bytes(int slice, int slices) const {
+    return host_.slice_bytes(slice, slices);
+  }
+  std::vector<std::size_t> weight_part_bytes(int parts, int slice = 0, int slices = 1) const {
+    return host_.weight_part_bytes(parts, slice, slices);
+  }
+
+  //! Sets every accumulated gradient (and the sums behind them) to zero, on the compute stream.
+  void zero_gradients() {
+    for_each_parameters([&](detail::DeviceParameters<T>& p) { p.zero(engine_->stream()); });
+  }
+
+  //! Plain SGD on the compute stream: parameter −= lr · gradient (an optimizer hook).
+  void sgd_step(double lr) {
+    for_each_parameters([&](detail::DeviceParameters<T>& p) { p.sgd(lr, engine_->stream()); });
+  }
+
+  //! Copies of the parameters, in the host stage's parameters() order (embedding, blocks, head;
+  //! waits for the compute stream).
+  std::vector<Tensor<T>> host_parameters() const {
+    std::vector<Tensor<T>> out;
+    for_each_parameters([&](const detail::DeviceParameters<T>& p) { p.append_parameters(out); });
+    return out;
+  }
+  //! Copies of the accumulated gradients, in the same order.
+  std::vector<Tensor<T>> host_gradients() const {
+    std::vector<Tensor<T>> out;
+    for_each_parameters([&](const detail::DeviceParameters<T>& p) { p.append_gradients(out); });
+    return out;
+  }
+
+  int first_block() const noexcept { return host_.first_block(); }
+  int last_block() const noexcept { return host_.last_block(); }
+  bool has_embedding() const noexcept { return embedding_.has_value(); }
+  bool has_head() const noexcept { return head_.has_value(); }
+  const GptConfig& config() const noexcept { return host_.config(); }
+  //! The device the stage runs on.
+  const CudaDevice& device() const noexcept { return engine_->device(); }
+
+ private:
+  template <class Fn>
+  void for_each_parameters(Fn&& fn) {
+    if (embedding_) fn(embedding_->parameters());
+    for (detail::GptBlock<T>& b : blocks_)
+      fn(b.parameters());
+    if (head_) fn(head_->parameters());
+  }
+  template <class Fn>
+  void for_each_parameters(Fn&& fn) const {
+    if (embedding_) fn(embedding_->parameters());
+    for (const detail::GptBlock<T>& b : blocks_)
+      fn(b.parameters());
+    if (head_) fn(head_->parameters());
+  }
+
+  tensor_type run_forward(const tensor_type& x, Stash& stash, Context* context, int slice,
+                          int offset) const {
+    stash = Stash{};
+    stash.blocks.resize(blocks_.size());
+    auto block = [&](std::size_t i, const tensor_type& in) {
+      return blocks_[i].forward(in, stash.blocks[i],
+                                context != nullptr ? &context->blocks[i] : nullptr, slice, offset);
+    };
+    tensor_type y = embedding_ ? embedding_->forward(x, stash.embedding, offset) : block(0, x);
+    for (std::size_t i = embedding_ ? 0 : 1; i < blocks_.size(); ++i)
+      y = block(i, y);
+    if (head_) y = head_->forward(y, stash.head);
+    stash.phase = toy::detail::StashPhase::Forwarded;
+    stash.first_block = host_.first_block();
+    stash.slice = slice;
+    return y;
+  }
+
+  tensor_type run_backward_input(const tensor_type& dy, Stash& stash, Context* context, int slice,
+                                 int offset) const {
+    auto block = [&](std::size_t i, const tensor_type& g) {
+      return blocks_[i].backward_input(
+          g, stash.blocks[i], context != nullptr ? &context->blocks[i] : nullptr, slice, offset);
+    };
+    tensor_type dx = head_ ? head_->backward_input(dy, stash.head) : block(blocks_.size() - 1, dy);
+    for (std::size_t i = blocks_.size() - (head_ ? 0 : 1); i-- > 0;)
+      dx = block(i, dx);
+    if (embedding_) dx = embedding_->backward_input(dx, stash.embedding);
+    stash.phase = toy::detail::StashPhase::InputDone;
+    return dx;
+  }
+
+  void run_piece(Stash& stash, int piece) {
+    if (head_) {
+      if (piece == 0) return head_->backward_weight(stash.head);
+      --piece;
+    }
+    const int per_block = detail::GptBlock<T>::weight_pieces;
+    if (piece < per_block * static_cast<int>(blocks_.size())) {
+      const std::size_t i = blocks_.size() - 1 - static_cast<std::size_t>(piece / per_block);
+      return blocks_[i].backward_weight_piece(stash.blocks[i], piece % per_block);
+    }
+    if (embedding_) embedding_->backward_weight(stash.embedding);
+  }
+
+  static int offset_of(const Context& context, int slice) {
+    int offset = 0;
+    for (int j = 0; j < slice && static_cast<std::size_t>(j) < context.lengths.size(); ++j)
+      offset += context.lengths[static_cast<std::size_t>(j)];
+    return offset;
+  }
+
+  void bind(Context& context, const char* op) const {
+    const int first = host_.first_block();
+    if (context.first_block < 0) {
+      context.first_block = first;
+      context.blocks.resize(blocks_.size());
+    } else if (context.first_block != first || context.blocks.size() != blocks_.size()) {
+      throw invalid_schedule(std::string("gpu::GptStage::") + op +
+                             ": the slice context belongs to the stage starting at block " +
+                             std::to_string(context.first_block) + ", not to this one (block " +
+                             std::to_string(first) + "); give each stage its own contexts");
+    }
+  }
+
+  void check_stash(const Stash& stash, toy::detail::StashPhase wanted, const char* op,
+                   int slice) const {
+    toy::detail::require_phase(stash.phase, wanted, "gpu::GptStage", op);
+    const int first = host_.first_block();
+    if (stash.first_block != first || stash.blocks.size() != blocks_.size())
+      throw invalid_schedule(std::string("gpu::GptStage::") + op +
+                             ": the stash was filled by the stage starting at block " +
+                             std::to_string(stash.first_block) + ", not by this one (block " +
+                             std::to_string(first) + "); pass each stage its own stashes");
+    if (stash.slice != slice)
+      throw invalid_schedule(
+          std::string("gpu::GptStage::") + op + ": the stash holds the forward of " +
+          (stash.slice < 0 ? std::string("a whole sequence")
+                           : "slice " + std::to_string(stash.slice)) +
+          " but the call is for " +
+          (slice < 0 ? std::string("a whole sequence") : "slice " + std::to_string(slice)) +
+          "; a sliced forward goes with the sliced backward_input of the same slice");
+  }
+
+  toy::GptStage<T> host_;  // shapes, partition and analytic figures
+  detail::EnginePtr engine_;
+  std::optional<detail::GptEmbedding<T>> embedding_;
+  std::vector<detail::GptBlock<T>> blocks_;
+  std::optional<detail::GptHead<T>> head_;
+};
+
+}  // namespace pipesched::toy::gpu

@@ -1,0 +1,139 @@
+// A synthetic stage on the GPU: forward, backward_input and backward_weight each launch a
+// kernel that spins for its set duration (read from the GPU's nanosecond global timer), and
+// the stash holds a set byte count — for measuring what the executor and a GPU transport add
+// to a schedule's simulated makespan.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+#include <string>
+
+#include "pipesched/device/cuda/cuda_device.cuh"
+#include "pipesched/device/cuda/device_tensor.cuh"
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/toy/synthetic.hpp"
+#include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
+
+namespace pipesched::toy::gpu {
+
+namespace detail {
+
+__device__ inline std::uint64_t global_nanoseconds() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// One thread spins until `nanoseconds` have passed since it started, then copies `n` values.
+__global__ void spin_and_copy(std::uint64_t nanoseconds, const float* in, float* out, int n) {
+  const std::uint64_t start = global_nanoseconds();
+  while (global_nanoseconds() - start < nanoseconds) {
+  }
+  for (int i = 0; i < n; ++i)
+    out[i] = in[i];
+}
+
+__global__ void spin(std::uint64_t nanoseconds) {
+  const std::uint64_t start = global_nanoseconds();
+  while (global_nanoseconds() - start < nanoseconds) {
+  }
+}
+
+inline std::uint64_t to_ns(double seconds) {
+  return static_cast<std::uint64_t>(std::llround(seconds * 1e9));
+}
+
+}  // namespace detail
+
+//! The GPU twin of toy::SyntheticStage: each action is one single-thread kernel on the
+//! device's compute stream that runs for its `SyntheticCost` duration; tensors (a few floats)
+//! are copied through. Its figures are those of the host stage, so `ProfiledCost` built from
+//! SyntheticCost predicts it.
+class SyntheticStage {
+ public:
+  using tensor_type = DeviceTensor<float>;
+  using Stash = toy::SyntheticStage::Stash;
+  using stash_type = Stash;
+
+  SyntheticStage(const SyntheticCost& cost, CudaDevice device)
+      : host_(cost), device_(std::move(device)) {}
+
+  tensor_type forward(const tensor_type& x, Stash& stash) {
+    stash = Stash{host_.cost().activation_bytes, toy::detail::StashPhase::Forwarded};
+    return pass(x, host_.cost().forward);
+  }
+  tensor_type backward_input(const tensor_type& dy, Stash& stash) {
+    toy::detail::require_phase(stash.phase, toy::detail::StashPhase::Forwarded,
+                               "gpu::SyntheticStage", "backward_input");
+    stash = Stash{host_.cost().wgrad_bytes, toy::detail::StashPhase::InputDone};
+    return pass(dy, host_.cost().backward_input);
+  }
+  void backward_weight(Stash& stash) {
+    toy::detail::require_phase(stash.phase, toy::detail::StashPhase::InputDone,
+                               "gpu::SyntheticStage", "backward_weight");
+    stash = Stash{};
+    detail::spin<<<1, 1, 0, device_.compute()>>>(detail::to_ns(host_.cost().backward_weight));
+    PIPESCHED_CUDA_CHECK(cudaGetLastError());
+  }
+
+  std::size_t stash_bytes(const Stash& stash) const noexcept { return stash.bytes; }
+  void zero_gradients() {}
+  std::size_t activation_bytes() const noexcept { return host_.activation_bytes(); }
+  std::size_t wgrad_bytes() const noexcept { return host_.wgrad_bytes(); }
+  const SyntheticCost& cost() const noexcept { return host_.cost(); }
+
+  //! A small input for the first stage, on `device`'s compute stream.
+  static tensor_type sample_input(const CudaDevice& device) {
+    return tensor_type::from_host({4}, std::vector<float>(4, 1.0f), device.compute());
+  }
+
+ private:
+  tensor_type pass(const tensor_type& x, double seconds) {
+    tensor_type y(x.shape(), device_.compute());
+    detail::spin_and_copy<<<1, 1, 0, device_.compute()>>>(detail::to_ns(seconds), x.data(),
+                                                           y.data(), static_cast<int>(x.size()));
+    PIPESCHED_CUDA_CHECK(cudaGetLastError());
+    return y;
+  }
+
+  toy::SyntheticStage host_;  // validates the cost and keeps the figures
+  CudaDevice device_;
+};
+
+//! Runs `schedule` with synthetic GPU stages of `cost` on CudaLocalPipeline (every rank on GPU
+//! 0): one warm-up step, then `steps` steps; returns the fastest step over the simulated
+//! makespan for the same costs, and checks every step's measured peak against the simulated
+//! one (throws `error` naming the rank when they differ).
+inline double synthetic_ratio(const Schedule& schedule, const SyntheticCost& cost, int steps = 5) {
+  const SimulationResult sim = simulate(schedule, toy::synthetic_profiled_cost(cost, schedule.problem.stages));
+  auto devices = CudaLocalPipeline<SyntheticStage>::devices_for(schedule);
+  std::vector<SyntheticStage> stages;
+  for (int st = 0; st < schedule.problem.stages; ++st)
+    stages.emplace_back(cost, devices[static_cast<std::size_t>(schedule.placement.rank_of(st))]);
+  CudaLocalPipeline<SyntheticStage> pipe(schedule, devices, stages);
+  TrainingData<DeviceTensor<float>> data;
+  const CudaDevice first = devices[static_cast<std::size_t>(schedule.placement.rank_of(0))];
+  data.input = [first](int, int) { return SyntheticStage::sample_input(first); };
+  data.loss = [](const DeviceTensor<float>& y, int, int, double&) { return y.clone(y.stream()); };
+  pipe.step(data);  // warm up: streams, pools, kernels
+  double best = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < steps; ++i) {
+    const StepResult r = pipe.step(data);
+    for (int k = 0; k < schedule.rank_count(); ++k)
+      if (r.ranks[static_cast<std::size_t>(k)].peak_bytes !=
+          sim.ranks[static_cast<std::size_t>(k)].peak_memory)
+        throw error("synthetic_ratio: rank " + std::to_string(k) + " held " +
+                    std::to_string(r.ranks[static_cast<std::size_t>(k)].peak_bytes) +
+                    " bytes at peak, the simulator predicts " +
+                    std::to_string(sim.ranks[static_cast<std::size_t>(k)].peak_memory) + ".");
+    best = std::min(best, r.seconds);
+  }
+  return best / sim.makespan;
+}
+
+}  // namespace pipesched::toy::gpu

@@ -1,0 +1,171 @@
+// cuda-local: every rank of the pipeline on one GPU, each with its own compute stream and
+// host thread. A send copies the tensor device to device on the sender's send stream once the
+// compute stream has produced it; the receiver's compute stream waits on the copy's event. No
+// host thread waits for the GPU inside a step, so what the timeline shows is the GPU's own
+// schedule. One GPU then runs the CUDA executor end to end.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipesched/device/cuda/cuda_device.cuh"
+#include "pipesched/device/cuda/device_tensor.cuh"
+#include "pipesched/exec/detail/run_ranks.hpp"
+#include "pipesched/exec/executor.hpp"
+#include "pipesched/exec/step_result.hpp"
+#include "pipesched/transport/inproc/inproc_transport.hpp"
+
+namespace pipesched {
+
+//! A tensor a GPU transport can hand between streams: it knows its owning stream, can be
+//! given to another one, and copies itself on the GPU.
+template <class Tensor>
+concept stream_tensor = std::movable<Tensor> && requires(Tensor& x, const Tensor& cx,
+                                                         cudaStream_t s) {
+  { cx.stream() } -> std::same_as<cudaStream_t>;
+  { x.set_stream(s) } -> std::same_as<void>;
+  { cx.clone(s) } -> std::same_as<Tensor>;
+};
+
+//! Ranks as streams of one GPU (one CudaDevice per rank, all on the same GPU or on several
+//! GPUs of one process). Satisfies `transport<CudaLocalTransport<Tensor>, Tensor>`.
+template <class Tensor>
+  requires stream_tensor<Tensor>
+class CudaLocalTransport {
+ public:
+  //! `devices[r]` is rank r's device.
+  explicit CudaLocalTransport(std::vector<CudaDevice> devices)
+      : devices_(std::move(devices)), mailboxes_(static_cast<int>(devices_.size())) {}
+
+  //! Copies `x` on the sender's send stream (after the sender's compute stream has produced
+  //! it) and posts the copy with its completion event; never waits for the GPU.
+  void send(int from, int to, const MessageKey& key, Tensor&& x) {
+    CudaDevice& d = device(from);
+    const cudaStream_t stream = d.send_stream(to);
+    CudaDevice::wait(stream, d.mark());  // the copy starts after the producer
+    Message m{x.clone(stream), {}};
+    x.set_stream(stream);  // the original is freed after the copy has read it
+    m.ready = d.mark_on(stream);
+    mailboxes_.send(from, to, key, std::move(m));
+  }
+
+  //! Waits (on the host) for the message, then makes the receiver's compute stream wait (on
+  //! the GPU) for its copy.
+  Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
+    return accept(rank, mailboxes_.receive(rank, key, timeout));
+  }
+
+  std::optional<Tensor> try_receive(int rank, const MessageKey& key) {
+    std::optional<Message> m = mailboxes_.try_receive(rank, key);
+    if (!m) return std::nullopt;
+    return accept(rank, std::move(*m));
+  }
+
+  void abort() { mailboxes_.abort(); }
+  void reset() { mailboxes_.reset(); }
+  int ranks() const noexcept { return static_cast<int>(devices_.size()); }
+  CudaDevice& device(int rank) {
+    if (rank < 0 || rank >= ranks())
+      throw error("CudaLocalTransport: rank " + std::to_string(rank) + ", but ranks run from 0 to " +
+                  std::to_string(ranks() - 1) + ".");
+    return devices_[static_cast<std::size_t>(rank)];
+  }
+
+ private:
+  struct Message {
+    Tensor tensor;
+    CudaDevice::Mark ready;
+  };
+
+  Tensor accept(int rank, Message m) {
+    const cudaStream_t compute = device(rank).compute();
+    CudaDevice::wait(compute, m.ready);
+    m.tensor.set_stream(compute);
+    return std::move(m.tensor);
+  }
+
+  std::vector<CudaDevice> devices_;
+  InprocTransport<Message> mailboxes_;
+};
+
+//! Runs a schedule with every rank on a GPU of this process (by default all on GPU 0), one
+//! host thread and one CudaDevice per rank, the ranks connected by CudaLocalTransport. Make
+//! the stage models with `device_of_stage(s)` (their compute stream); `stages` is indexed by
+//! stage and must outlive the pipeline. Failures stop every rank as in InprocPipeline.
+template <class Stage>
+class CudaLocalPipeline {
+ public:
+  using tensor_type = typename Stage::tensor_type;
+
+  //! One device per rank of `schedule`, on GPU `ordinal` (every rank on the same GPU).
+  static std::vector<CudaDevice> devices_for(const Schedule& schedule, int ordinal = 0) {
+    std::vector<CudaDevice> d;
+    for (int r = 0; r < schedule.rank_count(); ++r)
+      d.emplace_back(ordinal);
+    return d;
+  }
+
+  CudaLocalPipeline(const Schedule& schedule, std::vector<CudaDevice> devices,
+                    std::span<Stage> stages, ExecutorOptions options = {})
+      : transport_(std::move(devices)) {
+    if (transport_.ranks() != schedule.rank_count())
+      throw invalid_problem("CudaLocalPipeline: the schedule has " +
+                            std::to_string(schedule.rank_count()) + " ranks but " +
+                            std::to_string(transport_.ranks()) +
+                            " devices were given; pass one per rank (devices_for(schedule)).");
+    if (static_cast<int>(stages.size()) != schedule.problem.stages)
+      throw invalid_problem("CudaLocalPipeline: the schedule has " +
+                            std::to_string(schedule.problem.stages) + " stages but " +
+                            std::to_string(stages.size()) +
+                            " stage models were given; pass one per stage.");
+    for (int r = 0; r < schedule.rank_count(); ++r) {
+      std::vector<Stage*> mine;
+      for (int s : schedule.placement.stages_of(r))
+        mine.push_back(&stages[static_cast<std::size_t>(s)]);
+      executors_.emplace_back(schedule, r, std::move(mine), transport_, transport_.device(r),
+                              options);
+    }
+  }
+
+  //! Runs one training step on every rank; times are GPU times from a common start event.
+  StepResult step(const TrainingData<tensor_type>& data) {
+    transport_.reset();
+    const int n = transport_.ranks();
+    std::vector<RankRun> runs(static_cast<std::size_t>(n));
+    // Every rank's compute stream starts after one event, the zero of every timeline.
+    CudaDevice& first = transport_.device(0);
+    first.activate();
+    const CudaDevice::Mark start = first.mark();
+    for (int r = 0; r < n; ++r)
+      CudaDevice::wait(transport_.device(r).compute(), start);
+    detail::run_ranks(
+        n,
+        [&](int r) {
+          transport_.device(r).activate();
+          runs[static_cast<std::size_t>(r)] = executors_[static_cast<std::size_t>(r)].step(data, start);
+        },
+        [&] { transport_.abort(); });
+    StepResult res;
+    res.ranks = std::move(runs);
+    res.executed = executors_.front().schedule();
+    for (const RankRun& run : res.ranks) {
+      res.loss += run.loss;
+      res.seconds = std::max(res.seconds, run.end);
+    }
+    return res;
+  }
+
+  //! The device of rank `rank`.
+  CudaDevice& device(int rank) { return transport_.device(rank); }
+  CudaLocalTransport<tensor_type>& transport() noexcept { return transport_; }
+
+ private:
+  CudaLocalTransport<tensor_type> transport_;
+  std::vector<Executor<Stage, CudaLocalTransport<tensor_type>, CudaDevice>> executors_;
+};
+
+}  // namespace pipesched

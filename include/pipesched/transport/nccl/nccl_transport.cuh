@@ -1,0 +1,727 @@
+// The NCCL transport: one pipeline rank per MPI process, one GPU per rank. A tensor's payload
+// goes GPU to GPU by ncclSend/ncclRecv on the device's per-peer send and receive streams; its
+// description (a WireHeader, the message key and a sequence number) goes ahead over MPI, since
+// a receiver cannot size its buffer otherwise. No host thread waits for the GPU inside a step:
+// a send waits (on the GPU) for the compute stream that produced the tensor, a receive makes
+// the compute stream wait for the payload's event.
+//
+// Why one NCCL communicator per direction between two neighbouring ranks rather than one for
+// all: NCCL runs the operations of a communicator one after the other, and a send may wait on
+// the GPU until its receive is posted. With one communicator, 1F1B on two ranks would deadlock
+// once messages outgrow NCCL's buffers: rank 0's send of microbatch 1's activation and rank
+// 1's send of microbatch 0's gradient each run ahead of the receive their rank queued after
+// them, and each waits for that receive on the other rank. A communicator that carries one
+// direction only sees its sends and receives in the same order on both ends (the sender
+// numbers its sends; the receiver posts its receives strictly in that order), so it always
+// progresses.
+//
+// Failures reuse the MPI transport's control plane: an MpiTransport that carries no tensors
+// sends and hears the failure notices, so a failing rank stops every other one with its
+// message, and `drain` leaves NCCL and MPI clean for the next step.
+#pragma once
+
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/device/cuda/check.cuh"
+#include "pipesched/device/cuda/cuda_device.cuh"
+#include "pipesched/device/cuda/device_tensor.cuh"
+#include "pipesched/exec/concepts.hpp"
+#include "pipesched/exec/errors.hpp"
+#include "pipesched/exec/wire.hpp"
+#include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
+#include "pipesched/transport/mpi/mpi_session.hpp"
+#include "pipesched/transport/mpi/mpi_transport.hpp"
+
+namespace pipesched {
+
+namespace detail::nccl {
+
+//! Throws cuda_error naming `call`, `file` and `line` when `code` is not ncclSuccess.
+inline void check(ncclResult_t code, const char* call, const char* file, int line,
+                  const char* hint = nullptr) {
+  if (code == ncclSuccess) return;
+  std::string what = detail::gpu::where(call, file, line) + " failed: " + ncclGetErrorString(code);
+  if (const char* last = ncclGetLastError(nullptr); last != nullptr && *last != '\0')
+    what += std::string(" (") + last + ")";
+  if (hint) what += std::string("; ") + hint;
+  throw cuda_error(what);
+}
+
+}  // namespace detail::nccl
+
+}  // namespace pipesched
+
+//! Checks an NCCL call; throws pipesched::cuda_error naming the call, file and line (and what
+//! ncclGetErrorString and ncclGetLastError say) on failure.
+#define PIPESCHED_NCCL_CHECK(call) \
+  ::pipesched::detail::nccl::check((call), #call, __FILE__, __LINE__)
+
+namespace pipesched {
+
+//! Tuning knobs of NcclTransport.
+struct NcclTransportOptions {
+  //! Sleep between completion tests while a receive waits (the core is free meanwhile).
+  std::chrono::microseconds poll_interval{20};
+};
+
+namespace detail::nccl {
+
+//! What goes over MPI ahead of a payload: how to allocate it, which message it is, and its
+//! place in the sender's sends to this peer (the order NCCL will match them in).
+struct Ticket {
+  WireHeader header{};
+  std::int32_t stage = 0;
+  std::int32_t microbatch = 0;
+  std::int32_t slice = 0;
+  std::int32_t direction = 0;
+  std::uint64_t sequence = 0;
+
+  MessageKey key() const {
+    return {stage, microbatch, slice, direction != 0 ? Direction::Backward : Direction::Forward};
+  }
+};
+static_assert(std::is_trivially_copyable_v<Ticket>);
+
+//! A two-rank NCCL communicator that carries one direction between two ranks (the sender is
+//! its rank 0). Aborted on destruction unless `destroy` ended it cleanly first: an abort never
+//! waits, where a destroy would wait for a peer that may be gone.
+class Link {
+ public:
+  Link() = default;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+  Link(Link&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
+  Link& operator=(Link&& o) noexcept {
+    if (this != &o) {
+      abort();
+      comm_ = std::exchange(o.comm_, nullptr);
+    }
+    return *this;
+  }
+  ~Link() { abort(); }
+
+  ncclComm_t* out() noexcept { return &comm_; }
+  ncclComm_t get() const noexcept { return comm_; }
+
+  //! Frees the communicator once its operations are done (call only when they are).
+  void destroy() noexcept {
+    if (comm_) (void)ncclCommDestroy(comm_);
+    comm_ = nullptr;
+  }
+  void abort() noexcept {
+    if (comm_) (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace detail::nccl
+
+//! The tickets' own MPI wire form: a fixed-size host message with no payload of its own. This
+//! lets an `MpiTransport<Ticket>` serve as the NCCL transport's control plane.
+template <>
+struct wire<detail::nccl::Ticket> {
+  static constexpr std::uint32_t code = 0x4e43u;  // "NC"
+  static WireHeader describe(const detail::nccl::Ticket&) {
+    WireHeader h;
+    h.element_type = code;
+    return h;
+  }
+  static std::span<const std::byte> payload(const detail::nccl::Ticket&) { return {}; }
+  static std::span<std::byte> payload(detail::nccl::Ticket&) { return {}; }
+  static detail::nccl::Ticket make(const WireHeader& h) {
+    if (h.magic != WireHeader::magic_value || h.element_type != code)
+      throw error("a received header is not an NCCL transport ticket.");
+    return {};
+  }
+};
+
+//! Ranks as GPUs, one per MPI process: the process of rank r of `comm` runs pipeline rank r on
+//! its CudaDevice. Satisfies `transport<NcclTransport<Tensor>, Tensor>` for a stream-aware
+//! `Tensor` with a `wire` specialization (DeviceTensor<T>). One thread per process calls it.
+//!
+//! Construction is collective over `comm`: rank 0 makes one NCCL unique id per direction
+//! between ranks that hold neighbouring stages, MPI broadcasts them, and each rank joins its
+//! communicators in one global order (so the blocking joins cannot wait on each other in a
+//! cycle).
+template <class Tensor>
+requires stream_tensor<Tensor>
+class NcclTransport {
+  static_assert(check_wire_tensor<Tensor>());
+
+ public:
+  //! Runs this process's rank on `device`. MPI must be initialized (MpiSession) and `comm`'s
+  //! size must be the schedule's rank count; every process constructs its transport with the
+  //! same schedule.
+  NcclTransport(const Schedule& schedule, CudaDevice device, MPI_Comm comm = MPI_COMM_WORLD,
+                NcclTransportOptions options = {})
+      : NcclTransport(
+            schedule, [&] { return std::move(device); }, comm, options, 0) {}
+
+  //! Runs this process's rank on GPU `ordinal` (usually its local rank on the node). The
+  //! process count is checked before the GPU is touched.
+  NcclTransport(const Schedule& schedule, int ordinal, MPI_Comm comm = MPI_COMM_WORLD,
+                NcclTransportOptions options = {})
+      : NcclTransport(
+            schedule, [ordinal] { return CudaDevice(ordinal); }, comm, options, 0) {}
+
+  NcclTransport(const NcclTransport&) = delete;
+  NcclTransport& operator=(const NcclTransport&) = delete;
+
+  //! Ends the NCCL communicators (aborting them when the GPU still has communication queued,
+  //! which a peer that is gone would never complete) and cancels the posted header receives;
+  //! never blocks for long.
+  ~NcclTransport() {
+    try {
+      device_.activate();
+      ready_.clear();
+      local_.clear();
+      const bool idle = settle(std::chrono::steady_clock::now() + std::chrono::seconds(2));
+      for (auto& [peer, out] : to_)
+        idle ? out.comm.destroy() : out.comm.abort();
+      for (auto& [peer, in] : from_)
+        idle ? in.comm.destroy() : in.comm.abort();
+    } catch (...) {
+    }
+    if (!detail::mpi::initialized()) return;
+    for (auto& [peer, in] : from_)
+      if (in.request != MPI_REQUEST_NULL) {
+        MPI_Cancel(&in.request);
+        MPI_Wait(&in.request, MPI_STATUS_IGNORE);
+      }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!outgoing_.empty() && std::chrono::steady_clock::now() < deadline) {
+      test_sends();
+      if (!outgoing_.empty()) std::this_thread::sleep_for(options_.poll_interval);
+    }
+    if (header_comm_ != MPI_COMM_NULL) MPI_Comm_free(&header_comm_);
+  }
+
+  //! This process's pipeline rank.
+  int rank() const noexcept { return rank_; }
+  //! Processes (= pipeline ranks = GPUs).
+  int ranks() const noexcept { return ranks_; }
+  //! This rank's GPU.
+  CudaDevice& device() noexcept { return device_; }
+  //! The communicator of the control plane (barriers, agreement, failure notices).
+  MPI_Comm communicator() const noexcept { return control_.communicator(); }
+
+  //! Starts sending `x` to rank `to` under `key`: its ticket over MPI, its payload by ncclSend
+  //! on the send stream to `to` once the compute stream has produced it. Returns at once; the
+  //! tensor is freed in the send stream's order, after NCCL has read it.
+  void send(int from, int to, const MessageKey& key, Tensor&& x) {
+    check_self(from, "send from");
+    check_peer(to, "send to");
+    check_key(key);
+    Tensor t = std::move(x);
+    const cudaStream_t compute = device_.compute();
+    if (to == rank_) {  // a message to itself never leaves the GPU
+      follow(compute, t);
+      auto [it, fresh] = local_.try_emplace(detail::pack_key(key), std::move(t));
+      if (!fresh) throw twice(key, "sent to itself");
+      return;
+    }
+    auto link = to_.find(to);
+    if (link == to_.end())
+      throw error("NcclTransport: rank " + std::to_string(rank_) + " sends the " +
+                  detail::describe_key(key) + " to rank " + std::to_string(to) +
+                  ", but the placement has no neighbouring stages on these ranks, so no NCCL "
+                  "link joins them.");
+    auto out = std::make_unique<Outgoing>();
+    out->ticket.header = wire<Tensor>::describe(t);
+    out->ticket.stage = key.stage;
+    out->ticket.microbatch = key.microbatch;
+    out->ticket.slice = key.slice;
+    out->ticket.direction = key.direction == Direction::Backward ? 1 : 0;
+    out->ticket.sequence = link->second.count;
+    const std::span<const std::byte> bytes = wire<Tensor>::payload(t);
+    if (bytes.size() != out->ticket.header.payload_bytes)
+      throw error("wire<Tensor>::describe announces " +
+                  std::to_string(out->ticket.header.payload_bytes) +
+                  " payload bytes but payload() has " + std::to_string(bytes.size()) + ".");
+    const cudaStream_t stream = device_.send_stream(to);
+    if (!bytes.empty()) {
+      follow(stream, t);  // the send starts after the tensor's producer; freed after it
+      PIPESCHED_NCCL_CHECK(ncclSend(bytes.data(), bytes.size(), ncclUint8, /*peer=*/1,
+                                    link->second.comm.get(), stream));
+    }
+    // The ticket goes once the payload is queued: a receiver never posts a receive that has
+    // no send behind it.
+    detail::mpi::check(MPI_Isend(&out->ticket, sizeof(detail::nccl::Ticket), MPI_BYTE, to,
+                                 ticket_tag, header_comm_, &out->request),
+                       "MPI_Isend");
+    ++link->second.count;
+    outgoing_.push_back(std::move(out));
+    test_sends();
+  }
+
+  //! Waits (sleeping between tests) until the message `key` has arrived and returns it; the
+  //! compute stream waits (on the GPU) for its payload. Throws receive_timeout after
+  //! `timeout`; transport_aborted when another rank failed.
+  Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
+    check_self(rank, "receive on");
+    check_key(key);
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    for (;;) {
+      progress();
+      if (std::optional<Tensor> x = take(key)) return std::move(*x);
+      if (failure()) throw transport_aborted(aborted_message(key));
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw receive_timeout("rank " + std::to_string(rank_) + " waited " +
+                              detail::mpi::seconds_text(timeout.count()) + " s for the " +
+                              detail::describe_key(key) + " from rank " +
+                              std::to_string(source_of(key)) +
+                              " and none came; is that process alive and running the same "
+                              "schedule?");
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+  }
+
+  //! The message `key` if its ticket has arrived (its payload may still be on its way: the
+  //! compute stream waits for it); never waits.
+  std::optional<Tensor> try_receive(int rank, const MessageKey& key) {
+    check_self(rank, "receive on");
+    check_key(key);
+    progress();
+    if (std::optional<Tensor> x = take(key)) return x;
+    if (failure()) throw transport_aborted(aborted_message(key));
+    return std::nullopt;
+  }
+
+  //! Stops this process's waits and tells every other rank that this one failed.
+  void abort() { control_.abort(); }
+  //! Tells every other rank that this one failed, and why (see MpiTransport::notify_failure).
+  void notify_failure(const FailureNotice& notice) { control_.notify_failure(notice); }
+  //! The failure this process heard of (its own or a peer's), if any.
+  const std::optional<FailureNotice>& failure() const noexcept { return control_.failure(); }
+
+  //! Completes arrived tickets (posting their payload receives, in sequence order per peer,
+  //! grouped), sent tickets and failure notices. Receive and try_receive call it.
+  void progress() {
+    control_.progress();
+    for (auto& [peer, in] : from_)
+      receive_tickets(peer, in);
+    test_sends();
+  }
+
+  //! Waits for `request` while running progress, up to `deadline`; false when it did not
+  //! complete in time.
+  bool wait(MPI_Request& request, std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      int done = 0;
+      detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return true;
+      progress();
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+  }
+
+  //! After a failed step in which every process is still alive and has called this: posts the
+  //! receive of every payload a peer sent this rank, lets the GPU finish the step's
+  //! communication, drops the messages nobody took and clears the control plane, so the next
+  //! step starts clean (collective; bounded by `timeout`; false when it could not).
+  bool drain(std::chrono::duration<double> timeout) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    device_.activate();
+    // Everyone learns how many tickets each peer has sent it (counts never restart, as NCCL's
+    // matching never does).
+    std::vector<long long> sent(static_cast<std::size_t>(ranks_), 0), to_me(sent.size(), 0);
+    for (const auto& [peer, link] : to_)
+      sent[static_cast<std::size_t>(peer)] = static_cast<long long>(link.count);
+    MPI_Request request = MPI_REQUEST_NULL;
+    detail::mpi::check(MPI_Ialltoall(sent.data(), 1, MPI_LONG_LONG, to_me.data(), 1, MPI_LONG_LONG,
+                                     header_comm_, &request),
+                       "MPI_Ialltoall");
+    if (!wait(request, deadline)) return false;
+    for (;;) {
+      progress();
+      bool all = true;
+      for (const auto& [peer, in] : from_)
+        all = all && static_cast<long long>(in.count) >= to_me[static_cast<std::size_t>(peer)];
+      if (all) break;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+    if (!settle(deadline)) return false;
+    ready_.clear();
+    local_.clear();
+    const std::chrono::duration<double> left = deadline - std::chrono::steady_clock::now();
+    return control_.drain(std::max(left, std::chrono::duration<double>(0.0)));
+  }
+
+  //! Per-step bookkeeping: called by NcclPipeline when a step starts.
+  void begin_step() { control_.begin_step(); }
+
+  //! Messages arrived (or posted) and not yet taken (0 after a clean step).
+  std::size_t pending() const noexcept {
+    return ready_.size() + local_.size() + control_.pending();
+  }
+
+  //! The ranks this one has an NCCL link to, in increasing order (its pipeline neighbours).
+  std::vector<int> peers() const {
+    std::vector<int> p;
+    for (const auto& [peer, link] : to_)
+      p.push_back(peer);
+    for (const auto& [peer, link] : from_)
+      if (!to_.contains(peer)) p.push_back(peer);
+    std::sort(p.begin(), p.end());
+    return p;
+  }
+
+ private:
+  static constexpr int ticket_tag = 1;
+
+  // This rank → a peer: the link and how many tickets went over it.
+  struct Sender {
+    detail::nccl::Link comm;
+    std::uint64_t count = 0;
+  };
+  // A peer → this rank: the link, how many tickets were taken (their payload receives posted),
+  // and the ticket receive that is posted now.
+  struct Receiver {
+    detail::nccl::Link comm;
+    std::uint64_t count = 0;
+    detail::nccl::Ticket ticket{};
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  struct Outgoing {
+    detail::nccl::Ticket ticket{};
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  // A payload whose receive is posted: the compute stream waits for `done` before using it.
+  struct Ready {
+    Tensor tensor;
+    CudaDevice::Mark done;
+  };
+
+  template <class MakeDevice>
+  NcclTransport(const Schedule& schedule, MakeDevice&& make_device, MPI_Comm comm,
+                NcclTransportOptions options, int)
+      : options_(options),
+        control_(schedule, comm, MpiTransportOptions{options.poll_interval}),
+        device_(agreed_device(make_device, control_.communicator())),
+        stages_(schedule.problem.stages),
+        microbatches_(schedule.problem.microbatches),
+        slices_(std::max(1, schedule.problem.slices)),
+        placement_(schedule.placement) {
+    rank_ = control_.rank();
+    ranks_ = control_.ranks();
+    device_.activate();
+    connect(links_of(schedule));
+    detail::mpi::check(MPI_Comm_dup(control_.communicator(), &header_comm_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(header_comm_, MPI_ERRORS_RETURN);
+    for (auto& [peer, in] : from_)
+      post_ticket_receive(peer, in);
+  }
+
+  // The device `make` returns, once every process has made its own: a process whose GPU
+  // cannot be used makes every process throw here, rather than leave them waiting for it.
+  template <class MakeDevice>
+  static CudaDevice agreed_device(MakeDevice& make, MPI_Comm comm) {
+    std::optional<CudaDevice> device;
+    std::exception_ptr failure;
+    try {
+      device.emplace(make());
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    int ok = device.has_value() ? 1 : 0, all = 0;
+    detail::mpi::check(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+    if (failure) std::rethrow_exception(failure);
+    if (!all)
+      throw cuda_error(
+          "NcclTransport: another process could not set up its GPU (its own error says why), "
+          "so no rank can start.");
+    return std::move(*device);
+  }
+
+  // The (sender, receiver) pairs messages go between: each direction between the ranks of
+  // two neighbouring stages, in one order every process agrees on.
+  std::vector<std::pair<int, int>> links_of(const Schedule& schedule) const {
+    std::vector<std::pair<int, int>> links;
+    for (int s = 0; s + 1 < stages_; ++s) {
+      const int a = schedule.placement.rank_of(s), b = schedule.placement.rank_of(s + 1);
+      if (a == b) continue;
+      links.emplace_back(a, b);
+      links.emplace_back(b, a);
+    }
+    std::sort(links.begin(), links.end());
+    links.erase(std::unique(links.begin(), links.end()), links.end());
+    return links;
+  }
+
+  // Makes this rank's NCCL communicators, one per link it is on.
+  void connect(const std::vector<std::pair<int, int>>& links) {
+    MPI_Comm comm = control_.communicator();
+    // Every process must derive the same links; otherwise the joins below would never pair up.
+    unsigned long long mine[2] = {links.size(), 0};
+    for (const auto& [a, b] : links)
+      mine[1] = mine[1] * 1000003u + static_cast<unsigned long long>(a) * 1009u +
+                static_cast<unsigned long long>(b);
+    unsigned long long low[2] = {0, 0}, high[2] = {0, 0};
+    detail::mpi::check(MPI_Allreduce(mine, low, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm),
+                       "MPI_Allreduce");
+    detail::mpi::check(MPI_Allreduce(mine, high, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm),
+                       "MPI_Allreduce");
+    if (low[0] != high[0] || low[1] != high[1])
+      throw invalid_problem(
+          "NcclTransport: the processes were given schedules with different placements; every "
+          "process must construct its transport with the same schedule.");
+    if (links.empty()) return;
+    std::vector<ncclUniqueId> ids(links.size());
+    if (rank_ == 0)
+      for (ncclUniqueId& id : ids)
+        PIPESCHED_NCCL_CHECK(ncclGetUniqueId(&id));
+    detail::mpi::check(MPI_Bcast(ids.data(), static_cast<int>(ids.size() * sizeof(ncclUniqueId)),
+                                 MPI_BYTE, 0, comm),
+                       "MPI_Bcast");
+    // A join waits for the other rank of its link, and so does the first message over it
+    // (NCCL connects a peer on the host, with both ranks in the call, at the first send or
+    // receive); taking links in the one global order means the first unfinished link always
+    // has both its ranks at it. One byte over each link now keeps that host-side wait out of
+    // the steps, where a sender blocked in it could not post the receives its peer waits on.
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      const auto [from, to] = links[i];
+      if (from != rank_ && to != rank_) continue;
+      const bool sends = from == rank_;
+      detail::nccl::Link link;
+      detail::nccl::check(ncclCommInitRank(link.out(), 2, ids[i], sends ? 0 : 1),
+                          "ncclCommInitRank", __FILE__, __LINE__,
+                          "each rank needs a GPU of its own (give each process the CudaDevice "
+                          "of its rank on the node) and NCCL must reach the other process");
+      const cudaStream_t stream = sends ? device_.send_stream(to) : device_.recv_stream(from);
+      auto probe = DeviceTensor<unsigned char>::zeros({1}, stream);
+      if (sends)
+        PIPESCHED_NCCL_CHECK(ncclSend(probe.data(), 1, ncclUint8, 1, link.get(), stream));
+      else
+        PIPESCHED_NCCL_CHECK(ncclRecv(probe.data(), 1, ncclUint8, 0, link.get(), stream));
+      PIPESCHED_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (sends)
+        to_[to].comm = std::move(link);
+      else
+        from_[from].comm = std::move(link);
+    }
+  }
+
+  void post_ticket_receive(int peer, Receiver& in) {
+    detail::mpi::check(MPI_Irecv(&in.ticket, sizeof(detail::nccl::Ticket), MPI_BYTE, peer,
+                                 ticket_tag, header_comm_, &in.request),
+                       "MPI_Irecv");
+  }
+
+  // Takes every ticket from `peer` that has arrived: MPI delivers one source's messages on one
+  // tag in the order they were sent, so they come in sequence order, and their receives are
+  // posted in that order (together, in one NCCL group, when several came at once).
+  void receive_tickets(int peer, Receiver& in) {
+    std::vector<detail::nccl::Ticket> got;
+    for (;;) {
+      int done = 0;
+      detail::mpi::check(MPI_Test(&in.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (!done) break;
+      got.push_back(in.ticket);
+      post_ticket_receive(peer, in);
+    }
+    if (got.empty()) return;
+    const cudaStream_t stream = device_.recv_stream(peer);
+    std::vector<std::pair<MessageKey, Tensor>> batch;
+    batch.reserve(got.size());
+    for (const detail::nccl::Ticket& t : got) {
+      const MessageKey key = t.key();
+      if (t.sequence != in.count + batch.size())
+        throw error("NcclTransport: rank " + std::to_string(rank_) + " expected message " +
+                    std::to_string(in.count + batch.size()) + " from rank " + std::to_string(peer) +
+                    " but its ticket says " + std::to_string(t.sequence) +
+                    "; the two processes disagree on what was sent.");
+      check_key(key);
+      if (source_of(key) != peer)
+        throw error("NcclTransport: rank " + std::to_string(peer) + " sent the " +
+                    detail::describe_key(key) + ", which the placement has rank " +
+                    std::to_string(source_of(key)) +
+                    " send; do the processes run the same "
+                    "schedule?");
+      batch.emplace_back(key, make_on(t.header, stream));
+      const std::size_t size = wire<Tensor>::payload(batch.back().second).size();
+      if (size != t.header.payload_bytes)
+        throw error("wire<Tensor>::make gave a tensor of " + std::to_string(size) +
+                    " payload bytes for a header that announces " +
+                    std::to_string(t.header.payload_bytes) + ".");
+    }
+    const bool any = std::any_of(batch.begin(), batch.end(),
+                                 [](auto& m) { return !wire<Tensor>::payload(m.second).empty(); });
+    if (any) {
+      PIPESCHED_NCCL_CHECK(ncclGroupStart());
+      try {
+        for (auto& [key, x] : batch) {
+          const std::span<std::byte> bytes = wire<Tensor>::payload(x);
+          if (!bytes.empty())
+            PIPESCHED_NCCL_CHECK(
+                ncclRecv(bytes.data(), bytes.size(), ncclUint8, /*peer=*/0, in.comm.get(), stream));
+        }
+      } catch (...) {
+        (void)ncclGroupEnd();
+        throw;
+      }
+      PIPESCHED_NCCL_CHECK(ncclGroupEnd());
+    }
+    in.count += batch.size();
+    const CudaDevice::Mark done = device_.mark_on(stream);
+    for (auto& [key, x] : batch) {
+      auto [it, fresh] = ready_.try_emplace(detail::pack_key(key), Ready{std::move(x), done});
+      if (!fresh) throw twice(key, "received");
+    }
+  }
+
+  // A tensor shaped by `h` whose memory `stream` may write.
+  Tensor make_on(const WireHeader& h, cudaStream_t stream) {
+    if constexpr (requires {
+                    { wire<Tensor>::make(h, stream) } -> std::same_as<Tensor>;
+                  }) {
+      Tensor x = wire<Tensor>::make(h, stream);
+      x.set_stream(stream);
+      return x;
+    } else {
+      Tensor x = wire<Tensor>::make(h);
+      if (x.stream() != stream) CudaDevice::wait(stream, device_.mark_on(x.stream()));
+      x.set_stream(stream);
+      return x;
+    }
+  }
+
+  // Orders `stream` after the work on the stream that owns `x` (and after the compute stream,
+  // where the stage models write), then hands `x` to `stream`.
+  void follow(cudaStream_t stream, Tensor& x) {
+    if (stream != device_.compute()) CudaDevice::wait(stream, device_.mark());
+    if (x.stream() != stream && x.stream() != device_.compute())
+      CudaDevice::wait(stream, device_.mark_on(x.stream()));
+    x.set_stream(stream);
+  }
+
+  std::optional<Tensor> take(const MessageKey& key) {
+    const std::uint64_t k = detail::pack_key(key);
+    if (auto it = local_.find(k); it != local_.end()) {
+      std::optional<Tensor> x(std::move(it->second));
+      local_.erase(it);
+      return x;
+    }
+    auto it = ready_.find(k);
+    if (it == ready_.end()) return std::nullopt;
+    Ready r = std::move(it->second);
+    ready_.erase(it);
+    const cudaStream_t compute = device_.compute();
+    CudaDevice::wait(compute, r.done);
+    r.tensor.set_stream(compute);
+    return std::optional<Tensor>(std::move(r.tensor));
+  }
+
+  void test_sends() {
+    std::erase_if(outgoing_, [](std::unique_ptr<Outgoing>& out) {
+      int done = 0;
+      MPI_Test(&out->request, &done, MPI_STATUS_IGNORE);
+      return done != 0;
+    });
+  }
+
+  // Waits (polling, up to `deadline`) until the compute stream and the communication streams
+  // have no work left; false when they still have some then.
+  bool settle(std::chrono::steady_clock::time_point deadline) {
+    std::vector<cudaStream_t> streams{device_.compute()};
+    for (const auto& [peer, link] : to_)
+      streams.push_back(device_.send_stream(peer));
+    for (const auto& [peer, link] : from_)
+      streams.push_back(device_.recv_stream(peer));
+    for (;;) {
+      bool idle = true;
+      for (cudaStream_t s : streams) {
+        const cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaErrorNotReady) {
+          idle = false;
+          break;
+        }
+        PIPESCHED_CUDA_CHECK(e);
+      }
+      if (idle) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+  }
+
+  void check_self(int r, const char* what) const {
+    if (r != rank_)
+      throw error("NcclTransport: asked to " + std::string(what) + " rank " + std::to_string(r) +
+                  " in the process of rank " + std::to_string(rank_) +
+                  "; each process runs only its own rank.");
+  }
+  void check_peer(int r, const char* what) const {
+    if (r < 0 || r >= ranks_)
+      throw error("NcclTransport: " + std::string(what) + " rank " + std::to_string(r) +
+                  ", but ranks run from 0 to " + std::to_string(ranks_ - 1) + ".");
+  }
+  void check_key(const MessageKey& k) const {
+    if (k.stage < 0 || k.stage >= stages_ || k.microbatch < 0 || k.microbatch >= microbatches_ ||
+        k.slice < 0 || k.slice >= slices_)
+      throw error("NcclTransport: the " + detail::describe_key(k) +
+                  " is outside the schedule's problem (" + std::to_string(stages_) + " stages, " +
+                  std::to_string(microbatches_) + " microbatches, " + std::to_string(slices_) +
+                  " slices).");
+  }
+
+  // The rank that sends the message `k`: the previous stage's for a forward activation, the
+  // next stage's for an input gradient.
+  int source_of(const MessageKey& k) const {
+    const int from = k.direction == Direction::Forward ? k.stage - 1 : k.stage + 1;
+    if (from < 0 || from >= stages_)
+      throw error("NcclTransport: no stage sends the " + detail::describe_key(k) + ".");
+    return placement_.rank_of(from);
+  }
+
+  error twice(const MessageKey& key, const char* what) const {
+    return error("rank " + std::to_string(rank_) + " " + what + " the " +
+                 detail::describe_key(key) + " twice in one step.");
+  }
+
+  std::string aborted_message(const MessageKey& key) const {
+    const FailureNotice& f = *failure();
+    return "rank " + std::to_string(rank_) + " stopped waiting for the " +
+           detail::describe_key(key) + ": rank " + std::to_string(f.rank) + " failed (" +
+           f.message + ")";
+  }
+
+  NcclTransportOptions options_;
+  MpiTransport<detail::nccl::Ticket> control_;  // failure notices and the step's agreement
+  CudaDevice device_;
+  int stages_, microbatches_, slices_;
+  Placement placement_;
+  int rank_ = 0;
+  int ranks_ = 0;
+  MPI_Comm header_comm_ = MPI_COMM_NULL;  // tickets only, so drains of either side stay apart
+  std::map<int, Sender> to_;              // by receiving peer
+  std::map<int, Receiver> from_;          // by sending peer (map nodes keep `ticket` in place)
+  std::vector<std::unique_ptr<Outgoing>> outgoing_;
+  std::unordered_map<std::uint64_t, Ready> ready_;   // by packed key
+  std::unordered_map<std::uint64_t, Tensor> local_;  // messages to itself, by packed key
+};
+
+}  // namespace pipesched
