@@ -49,10 +49,10 @@ int main(int argc, char** argv) {
                                 .wgrad_bytes = 1 << 19};
   const auto data = toy::synthetic_training_data();
   if (session.rank() == 0)
-    std::printf("%d ranks as MPI processes, 16 microbatches, 1 ms actions, %d steps each\n\n"
-                "%-8s %13s %13s %8s %14s\n",
-                ranks, steps, "schedule", "measured ms", "simulated ms", "ratio",
-                "inproc ratio");
+    std::printf(
+        "%d ranks as MPI processes, 16 microbatches, 1 ms actions, %d steps each\n\n"
+        "%-8s %13s %13s %8s %14s\n",
+        ranks, steps, "schedule", "measured ms", "simulated ms", "ratio", "inproc ratio");
   try {
     for (const char* name : {"1f1b", "zb-h1"}) {
       const ps::GeneratorInfo& g = ps::find_generator(name);

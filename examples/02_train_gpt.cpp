@@ -96,7 +96,8 @@ bool parse(int argc, char** argv, Options& o, int& code) {
     char* end = nullptr;
     const long n = std::strtol(v.c_str(), &end, 10);
     if (v.empty() || *end != '\0' || n < 1 || n > 256) {
-      std::fprintf(stderr, "example_02_train_gpt: %s needs a whole number from 1 to 256, got '%s'\n",
+      std::fprintf(stderr,
+                   "example_02_train_gpt: %s needs a whole number from 1 to 256, got '%s'\n",
                    a.c_str(), v.c_str());
       code = 2;
       return false;
@@ -145,7 +146,8 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
     if (step + 1 == o.steps) {
       say("peak activation KiB per rank, measured / simulated:");
       for (int k = 0; k < s.rank_count(); ++k)
-        say("  r%d %.1f/%.1f", k, r.ranks[k].peak_bytes / 1024, predicted.ranks[k].peak_memory / 1024);
+        say("  r%d %.1f/%.1f", k, r.ranks[k].peak_bytes / 1024,
+            predicted.ranks[k].peak_memory / 1024);
       say("\n");
     }
   }
@@ -156,7 +158,8 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
       mine.push_back(stages[st]);
       theirs.push_back(ref[st]);
     }
-  const double err = toy::max_relative_error(toy::flat_parameters(mine), toy::flat_parameters(theirs));
+  const double err =
+      toy::max_relative_error(toy::flat_parameters(mine), toy::flat_parameters(theirs));
   if (!(err <= 1e-12)) {
     std::printf("parameters differ from the reference by %.3g (relative)\n", err);
     ++failures;
@@ -166,10 +169,15 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
 
 int run(const Options& o, int process_rank) {
   const ps::GeneratorInfo& g = ps::find_generator(o.schedule);
-  ps::Schedule s = g.generate({.ranks = o.ranks, .microbatches = o.microbatches, .slices = o.slices},
-                              g.default_wgrad);
-  const toy::GptConfig config{.vocabulary = 32, .hidden = 16, .heads = 2, .ffn = 32,
-                              .sequence = 16, .blocks = s.problem.stages, .microbatch_size = 2,
+  ps::Schedule s = g.generate(
+      {.ranks = o.ranks, .microbatches = o.microbatches, .slices = o.slices}, g.default_wgrad);
+  const toy::GptConfig config{.vocabulary = 32,
+                              .hidden = 16,
+                              .heads = 2,
+                              .ffn = 32,
+                              .sequence = 16,
+                              .blocks = s.problem.stages,
+                              .microbatch_size = 2,
                               .seed = 42};
   std::vector<Stage> stages;
   for (int st = 0; st < s.problem.stages; ++st)
@@ -180,9 +188,9 @@ int run(const Options& o, int process_rank) {
     s = ps::checkpoint_mario(s, cost, ps::MemoryBudget{.all = budget});
   }
   say("%s on %d ranks (%s), %d microbatches x %d slices, toy GPT with %d blocks%s\n",
-      s.name.c_str(), s.rank_count(),
-      o.transport == "mpi" ? "MPI processes" : "threads", o.microbatches, s.problem.slices,
-      config.blocks, o.checkpoint == "mario" ? ", Mario checkpointing" : "");
+      s.name.c_str(), s.rank_count(), o.transport == "mpi" ? "MPI processes" : "threads",
+      o.microbatches, s.problem.slices, config.blocks,
+      o.checkpoint == "mario" ? ", Mario checkpointing" : "");
   ps::ExecutorOptions options;
   options.optimizer = toy::sgd_optimizer(s.placement, stages, 0.1);
   if (process_rank < 0) {

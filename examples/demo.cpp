@@ -44,7 +44,7 @@ struct Options {
   std::string svg_dir = "pipesched-demo";
 };
 
-bool quiet = false;  // with MPI, ranks other than 0 print only errors
+bool quiet = false;     // with MPI, ranks other than 0 print only errors
 int process_rank = -1;  // with MPI, the rank this process runs
 
 // printf on rank 0 only.
@@ -90,8 +90,7 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
     }
     if (a == "--transport") {
       if (v != "inproc" && v != "mpi") {
-        std::fprintf(stderr, "pipesched_demo: --transport is inproc or mpi, got '%s'\n",
-                     v.c_str());
+        std::fprintf(stderr, "pipesched_demo: --transport is inproc or mpi, got '%s'\n", v.c_str());
         exit_code = 2;
         return false;
       }
@@ -123,9 +122,9 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
 
 int schedule_table(const Options& o) {
   say("Schedules for %d ranks, %d microbatches (UniformCost f=1 b=2 w=1):\n\n", o.ranks,
-              o.microbatches);
-  say("%-17s %-22s %8s %9s %8s %9s  %s\n", "schedule", "placement", "actions", "makespan",
-              "bubble", "max peak", "status");
+      o.microbatches);
+  say("%-17s %-22s %8s %9s %8s %9s  %s\n", "schedule", "placement", "actions", "makespan", "bubble",
+      "max peak", "status");
   int failures = 0;
   for (const ps::GeneratorInfo& g : ps::generators()) {
     ps::Schedule s;
@@ -141,8 +140,8 @@ int schedule_table(const Options& o) {
     const bool ok = rep.ok() && lowered.ok() && !r.deadlock;
     failures += !ok;
     say("%-17s %-22s %8zu %9.2f %7.1f%% %9.3f  %s\n", std::string(g.name).c_str(),
-                s.placement.describe().c_str(), s.action_count(), r.makespan, 100 * r.bubble_ratio,
-                r.peak_memory_max, ok ? "valid" : "INVALID");
+        s.placement.describe().c_str(), s.action_count(), r.makespan, 100 * r.bubble_ratio,
+        r.peak_memory_max, ok ? "valid" : "INVALID");
     if (!ok) say("%s\n", (rep.ok() ? lowered : rep).summary().c_str());
   }
   return failures;
@@ -201,8 +200,7 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
   for (const auto& list : s.ranks)
     for (const ps::Action& a : list)
       recomputes += a.kind == ps::OpKind::R;
-  say(
-      "\n  mean step time: %.2f ms; %d recomputes\n  activation KiB held at peak, "
+  say("\n  mean step time: %.2f ms; %d recomputes\n  activation KiB held at peak, "
       "measured / simulated:",
       1e3 * seconds / steps, recomputes);
   int failures = 0;
@@ -210,7 +208,7 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
     const bool same = last.ranks[r].peak_bytes == predicted.ranks[r].peak_memory;
     failures += !same;
     say("  r%d %s/%s%s", r, kib(last.ranks[r].peak_bytes).c_str(),
-                kib(predicted.ranks[r].peak_memory).c_str(), same ? "" : " (MISMATCH)");
+        kib(predicted.ranks[r].peak_memory).c_str(), same ? "" : " (MISMATCH)");
   }
   say("\n");
   if (!svg_path.empty() && !quiet) {
@@ -233,8 +231,7 @@ int train(const Options& o) {
                  ec.message().c_str());
     return 2;
   }
-  say(
-      "\nTraining a tiny GPT (%d blocks, hidden %d, %d heads, sequence %d, vocabulary "
+  say("\nTraining a tiny GPT (%d blocks, hidden %d, %d heads, sequence %d, vocabulary "
       "%d) for %d steps, %d ranks as %s, %d microbatches of %d sequences, SGD:\n",
       config.blocks, config.hidden, config.heads, config.sequence, config.vocabulary, o.steps,
       o.ranks, process_rank < 0 ? "threads" : "MPI processes", o.microbatches,
@@ -266,8 +263,7 @@ int memory(const Options& o) {
   const ps::ProfiledCost bytes = toy::gpt_profiled_cost(stages);
   const double peak = ps::simulate(base, bytes).peak_memory_max;
   const double budget = 0.5 * peak;
-  say(
-      "\nThe same GPT under a memory budget of %s KiB per rank (half of 1F1B's largest "
+  say("\nThe same GPT under a memory budget of %s KiB per rank (half of 1F1B's largest "
       "peak, %s KiB):\n",
       kib(budget).c_str(), kib(peak).c_str());
   int failures = 0;

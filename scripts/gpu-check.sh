@@ -23,6 +23,10 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L; then
 fi
 gpu_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 
+if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export CUDACXX=/usr/local/cuda/bin/nvcc
+fi
+
 say "configure ($build)"
 args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPIPESCHED_ENABLE_CUDA=ON
       -DPIPESCHED_BUILD_TOOLS=OFF -DPIPESCHED_BUILD_EXAMPLES=OFF -DPIPESCHED_BUILD_BENCHMARKS=ON
@@ -36,6 +40,8 @@ grep -q '^pipesched_cuda_tests' < <(ninja -C "$build" -t targets all 2>/dev/null
   targets+=(pipesched_cuda_tests)
 grep -q '^pipesched_nccl_tests' < <(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1) &&
   targets+=(pipesched_nccl_tests)
+[[ " ${targets[*]} " == *" pipesched_nccl_tests "* ]] ||
+  echo "gpu-check: the NCCL test is not built (it needs MPI and NCCL here); NCCL is not checked"
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || { echo "gpu-check: build failed" >&2; exit 1; }
 
 status=0

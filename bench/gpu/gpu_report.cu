@@ -43,14 +43,13 @@ std::vector<toy::GptStage<double>> host_stages(const toy::GptConfig& config, int
 }
 
 // The four plans of the numerics table (and, on a wider model, of the step-time table).
-std::vector<Plan> plans(const toy::GptConfig& whole, const toy::GptConfig& sliced,
-                        int microbatches, int slices) {
+std::vector<Plan> plans(const toy::GptConfig& whole, const toy::GptConfig& sliced, int microbatches,
+                        int slices) {
   std::vector<Plan> out;
   const ps::Schedule one = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = microbatches});
   const ps::ProfiledCost whole_cost = toy::gpt_profiled_cost(host_stages(whole, 4));
   out.push_back({"1F1B", one, whole_cost});
-  out.push_back({"ZB-H1",
-                 ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = microbatches}),
+  out.push_back({"ZB-H1", ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = microbatches}),
                  whole_cost});
   const double peak = ps::simulate(one, whole_cost).peak_memory_max;
   out.push_back({"1F1B + Mario (60 % of 1F1B's peak)",
@@ -102,11 +101,11 @@ std::vector<double> step_seconds(const Plan& p, const toy::GptConfig& config, in
       stages[static_cast<std::size_t>(st)].sgd_step(0.01);
   };
   ps::CudaLocalPipeline<gpu::GptStage<float>> pipe(s, devices, stages, options);
-  const auto data = gpu::training_data(toy::make_gpt_data<float>(config, s.problem.microbatches, 5),
-                                       devices[static_cast<std::size_t>(s.placement.rank_of(0))],
-                                       devices[static_cast<std::size_t>(
-                                           s.placement.rank_of(s.problem.stages - 1))],
-                                       s.problem.slices);
+  const auto data = gpu::training_data(
+      toy::make_gpt_data<float>(config, s.problem.microbatches, 5),
+      devices[static_cast<std::size_t>(s.placement.rank_of(0))],
+      devices[static_cast<std::size_t>(s.placement.rank_of(s.problem.stages - 1))],
+      s.problem.slices);
   pipe.step(data);
   std::vector<double> out;
   for (int i = 0; i < steps; ++i)
@@ -147,28 +146,42 @@ int main(int argc, char** argv) {
 
     std::printf("\n### Synthetic 1 ms layers: measured step / simulated makespan (best of 5)\n\n");
     std::printf("| schedule | ratio | |\n|---|---:|---|\n");
-    const toy::SyntheticCost cost{.forward = 1e-3, .backward_input = 1e-3,
-                                  .backward_weight = 1e-3, .activation_bytes = 1 << 20,
+    const toy::SyntheticCost cost{.forward = 1e-3,
+                                  .backward_input = 1e-3,
+                                  .backward_weight = 1e-3,
+                                  .activation_bytes = 1 << 20,
                                   .wgrad_bytes = 1 << 19};
     for (const char* name : {"1f1b", "zb-h1"}) {
-      const ps::Schedule s =
-          std::string(name) == "1f1b"
-              ? ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 16})
-              : ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 16});
+      const ps::Schedule s = std::string(name) == "1f1b"
+                                 ? ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 16})
+                                 : ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 16});
       const double ratio = gpu::synthetic_ratio(s, cost);
       const bool pass = ratio <= 1.05;
       ok = ok && pass;
       std::printf("| %s | %.3f | %s |\n", name, ratio, pass ? "pass (≤ 1.05)" : "FAIL (> 1.05)");
     }
 
-    std::printf("\n### Toy GPT step time (float; hidden 256, 8 heads, sequence 256, 8 blocks, "
-                "8 microbatches of 4)\n\n");
+    std::printf(
+        "\n### Toy GPT step time (float; hidden 256, 8 heads, sequence 256, 8 blocks, "
+        "8 microbatches of 4)\n\n");
     std::printf("| plan | step ms (median of 5) | simulated peak, max rank (MiB) |\n");
     std::printf("|---|---:|---:|\n");
-    const toy::GptConfig big{.vocabulary = 256, .hidden = 256, .heads = 8, .ffn = 1024,
-                             .sequence = 256, .blocks = 8, .microbatch_size = 4, .seed = 3};
-    const toy::GptConfig big4{.vocabulary = 256, .hidden = 256, .heads = 8, .ffn = 1024,
-                              .sequence = 256, .blocks = 4, .microbatch_size = 4, .seed = 3};
+    const toy::GptConfig big{.vocabulary = 256,
+                             .hidden = 256,
+                             .heads = 8,
+                             .ffn = 1024,
+                             .sequence = 256,
+                             .blocks = 8,
+                             .microbatch_size = 4,
+                             .seed = 3};
+    const toy::GptConfig big4{.vocabulary = 256,
+                              .hidden = 256,
+                              .heads = 8,
+                              .ffn = 1024,
+                              .sequence = 256,
+                              .blocks = 4,
+                              .microbatch_size = 4,
+                              .seed = 3};
     for (const Plan& p : plans(big4, big, 8, 4)) {
       if (p.name == "ZB-H1") continue;
       const toy::GptConfig& config = p.schedule.problem.slices > 1 ? big : big4;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/device/cuda/cuda_device.cuh"
@@ -18,18 +19,12 @@
 namespace ps = pipesched;
 
 static_assert(ps::device<ps::CudaDevice>);
-static_assert(ps::transport<ps::CudaLocalTransport<ps::DeviceTensor<float>>,
-                            ps::DeviceTensor<float>>);
+static_assert(
+    ps::transport<ps::CudaLocalTransport<ps::DeviceTensor<float>>, ps::DeviceTensor<float>>);
 static_assert(ps::stage_model<ps::toy::gpu::SyntheticStage>);
 static_assert(ps::wire_tensor<ps::DeviceTensor<double>>);
 
 namespace {
-
-#define PIPESCHED_NEEDS_GPU()                                     \
-  do {                                                            \
-    const ps::GpuStatus status = ps::gpu_status();                \
-    if (!status.available()) GTEST_SKIP() << status.reason;       \
-  } while (0)
 
 TEST(CudaCheck, AFailingCallIsNamedWithFileAndLine) {
   // Fails with or without a GPU: there is no GPU 9999.
@@ -90,8 +85,10 @@ TEST(CudaLocalTransport, MessagesArriveByKeyOnTheReceiversStream) {
 
 TEST(CudaLocalPipeline, SyntheticStepsStayWithinFivePercentOfTheSimulation) {
   PIPESCHED_NEEDS_GPU();
-  const ps::toy::SyntheticCost cost{.forward = 1e-3, .backward_input = 1e-3,
-                                    .backward_weight = 1e-3, .activation_bytes = 1 << 20,
+  const ps::toy::SyntheticCost cost{.forward = 1e-3,
+                                    .backward_input = 1e-3,
+                                    .backward_weight = 1e-3,
+                                    .activation_bytes = 1 << 20,
                                     .wgrad_bytes = 1 << 19};
   for (const char* name : {"1f1b", "zb-h1"}) {
     const ps::GeneratorInfo& g = ps::find_generator(name);

@@ -34,6 +34,7 @@
 #include "pipesched/toy/profile.hpp"
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
+#include "gpu_test.hpp"
 
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
@@ -52,12 +53,6 @@ static_assert(ps::splits_weight_gradient<gpu::MlpStage<float>>);
 static_assert(ps::splits_weight_gradient<gpu::MlpStage<double>>);
 
 namespace {
-
-#define PIPESCHED_NEEDS_GPU()                               \
-  do {                                                      \
-    const ps::GpuStatus status = ps::gpu_status();          \
-    if (!status.available()) GTEST_SKIP() << status.reason; \
-  } while (0)
 
 template <class Stage>
 using CudaExecutor =

@@ -20,6 +20,7 @@
 #include "pipesched/toy/cuda/synthetic.cuh"
 #include "pipesched/transport/nccl/nccl_pipeline.cuh"
 #include "pipesched/transport/nccl/nccl_transport.cuh"
+#include "../mpi/mpi_test_main.hpp"
 
 namespace ps = pipesched;
 namespace gpu = pipesched::toy::gpu;
@@ -322,37 +323,8 @@ TEST(NcclPipeline, ExceptionOnOneRankStopsEveryRankWithItsNameAndTheNextStepRuns
   EXPECT_EQ(pipe.transport().pending(), 0u);
 }
 
-// Prints only failed assertions, prefixed with the rank: what the ranks other than 0 report.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::printf("[rank %d] %s:%d: failure in %s\n%s\n", rank_,
-                  r.file_name() ? r.file_name() : "?", r.line_number(),
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), r.message());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::MpiSession session(argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  if (session.rank() != 0) {
-    // Rank 0 prints the run; the others report their failures only.
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(session.rank()));
-  }
-  const int failed = RUN_ALL_TESTS();
-  // Every process's result counts: the job fails when any rank failed.
-  int any = failed, worst = 0;
-  MPI_Allreduce(&any, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (session.rank() == 0 && worst != 0 && failed == 0)
-    std::printf("another rank reported failures (see its output above)\n");
-  return worst;
+  return pipesched::testing_support::run_mpi_tests(argc, argv, 1);
 }

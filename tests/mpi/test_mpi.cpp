@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi_test_main.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/exec/inproc_pipeline.hpp"
 #include "pipesched/pass/checkpoint.hpp"
@@ -56,8 +57,14 @@ double tolerance() {
 }
 
 toy::GptConfig config_for(int stages) {
-  return toy::GptConfig{.vocabulary = 16, .hidden = 8, .heads = 2, .ffn = 16, .sequence = 8,
-                        .blocks = stages, .microbatch_size = 2, .seed = 5};
+  return toy::GptConfig{.vocabulary = 16,
+                        .hidden = 8,
+                        .heads = 2,
+                        .ffn = 16,
+                        .sequence = 8,
+                        .blocks = stages,
+                        .microbatch_size = 2,
+                        .seed = 5};
 }
 
 template <class T>
@@ -190,10 +197,13 @@ TEST(MpiFilling, MarioAndZeroBubbleFillWaits) {
 // recomputes of a fully checkpointed 1F1B run in that wait, over MPI as on threads.
 TEST(MpiFilling, RankZeroRunsRecomputesWhileWaiting) {
   const int p = world_size();
-  const ps::Schedule s = ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = p,
-                                                                       .microbatches = 2 * p}));
-  const toy::SyntheticCost cost{.forward = 1e-3, .backward_input = 1e-3, .backward_weight = 1e-3,
-                                .activation_bytes = 1000, .wgrad_bytes = 500};
+  const ps::Schedule s =
+      ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = p, .microbatches = 2 * p}));
+  const toy::SyntheticCost cost{.forward = 1e-3,
+                                .backward_input = 1e-3,
+                                .backward_weight = 1e-3,
+                                .activation_bytes = 1000,
+                                .wgrad_bytes = 500};
   std::vector<toy::SyntheticStage> stages(p, toy::SyntheticStage(cost));
   ps::ExecutorOptions options;
   options.fill_waits = true;
@@ -267,44 +277,8 @@ TEST(MpiErrors, WrongProcessCountIsNamed) {
   }
 }
 
-// Prints only failed assertions, prefixed with the rank: what the ranks other than 0 report.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::printf("[rank %d] %s:%d: failure in %s\n%s\n", rank_,
-                  r.file_name() ? r.file_name() : "?", r.line_number(),
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), r.message());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::MpiSession session(argc, argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  if (session.size() < 2) {
-    std::fprintf(stderr,
-                 "pipesched_mpi_tests: the pipelines need 2 or more processes; run it as "
-                 "`mpirun -np 2 %s` (or -np 4)\n",
-                 argv[0]);
-    return 2;
-  }
-  if (session.rank() != 0) {
-    // Rank 0 prints the run; the others report their failures only.
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new FailurePrinter(session.rank()));
-  }
-  const int failed = RUN_ALL_TESTS();
-  // Every process's result counts: the job fails when any rank failed.
-  int any = failed, worst = 0;
-  MPI_Allreduce(&any, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (session.rank() == 0 && worst != 0 && failed == 0)
-    std::printf("another rank reported failures (see its output above)\n");
-  return worst;
+  return pipesched::testing_support::run_mpi_tests(argc, argv, 2);
 }

@@ -52,14 +52,7 @@ class InprocPipeline {
     detail::run_ranks(
         n, [&](int r) { runs[r] = executors_[r].step(data, start); },
         [&] { transport_.abort(); });
-    StepResult res;
-    res.ranks = std::move(runs);
-    res.executed = executors_.front().schedule();
-    for (const RankRun& run : res.ranks) {
-      res.loss += run.loss;
-      res.seconds = std::max(res.seconds, run.end);
-    }
-    return res;
+    return StepResult::from_runs(std::move(runs), executors_.front().schedule());
   }
 
   //! The transport (to inspect it in tests).

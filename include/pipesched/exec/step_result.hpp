@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "pipesched/analysis/simulate.hpp"
@@ -17,6 +18,19 @@ struct StepResult {
   double seconds = 0;  //!< wall time of the step (the latest rank end)
   std::vector<RankRun> ranks;
   Schedule executed;  //!< the schedule as run (lowered to sends and receives)
+
+  //! The step of `runs` (one per rank, in rank order) of `executed`: the loss is their sum,
+  //! the step time the latest end.
+  static StepResult from_runs(std::vector<RankRun> runs, Schedule executed) {
+    StepResult res;
+    res.ranks = std::move(runs);
+    res.executed = std::move(executed);
+    for (const RankRun& run : res.ranks) {
+      res.loss += run.loss;
+      res.seconds = std::max(res.seconds, run.end);
+    }
+    return res;
+  }
 
   //! The measured run in the simulator's shape, for `render_svg`, `render_chrome_trace` and
   //! `render_text_grid`: compute actions with their measured start and end, sends and

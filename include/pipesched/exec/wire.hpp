@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
+
+#include "pipesched/core/error.hpp"
 
 namespace pipesched {
 
@@ -41,13 +44,56 @@ concept wire_tensor = requires(const Tensor& cx, Tensor& x, const WireHeader& h)
   { wire<Tensor>::make(h) } -> std::same_as<Tensor>;
 };
 
+namespace detail {
+
+//! The header of a tensor of element type `code` with `extents` and `bytes` of payload; `type`
+//! names the tensor type in the error for too many extents.
+inline WireHeader wire_header(std::uint32_t code, const std::vector<int>& extents,
+                              std::uint64_t bytes, const char* type) {
+  if (extents.size() > static_cast<std::size_t>(WireHeader::max_rank))
+    throw error(std::string(type) + " with " + std::to_string(extents.size()) +
+                " extents cannot be sent; at most " + std::to_string(WireHeader::max_rank) +
+                " are supported.");
+  WireHeader h;
+  h.element_type = code;
+  h.rank = static_cast<std::int32_t>(extents.size());
+  for (std::size_t i = 0; i < extents.size(); ++i)
+    h.extents[i] = extents[i];
+  h.payload_bytes = bytes;
+  return h;
+}
+
+//! The extents a received header announces, once it is checked to describe a tensor of
+//! element type `code` (`type` names the tensor type in the error).
+inline std::vector<int> wire_extents(const WireHeader& h, std::uint32_t code, const char* type) {
+  if (h.magic != WireHeader::magic_value || h.element_type != code || h.rank < 0 ||
+      h.rank > WireHeader::max_rank)
+    throw error(std::string("a received tensor header does not describe a ") + type +
+                " (element type code " + std::to_string(h.element_type) + ", expected " +
+                std::to_string(code) + "); both ends must use the same tensor type.");
+  std::vector<int> extents;
+  for (int i = 0; i < h.rank; ++i)
+    extents.push_back(static_cast<int>(h.extents[static_cast<std::size_t>(i)]));
+  return extents;
+}
+
+//! Throws when a tensor made from `h` does not hold the payload it announces.
+inline void check_wire_bytes(const WireHeader& h, std::size_t bytes) {
+  if (bytes != h.payload_bytes)
+    throw error("a received tensor header announces " + std::to_string(h.payload_bytes) +
+                " payload bytes for extents that need " + std::to_string(bytes) + ".");
+}
+
+}  // namespace detail
+
 //! Checks `Tensor` against `wire_tensor` with a readable error.
 template <class Tensor>
 constexpr bool check_wire_tensor() {
-  static_assert(requires { sizeof(wire<Tensor>); },
-                "pipesched: this tensor type cannot cross a process boundary: specialize "
-                "`pipesched::wire<Tensor>` with describe, payload (const and non-const) and make "
-                "(see pipesched/exec/wire.hpp)");
+  static_assert(
+      requires { sizeof(wire<Tensor>); },
+      "pipesched: this tensor type cannot cross a process boundary: specialize "
+      "`pipesched::wire<Tensor>` with describe, payload (const and non-const) and make "
+      "(see pipesched/exec/wire.hpp)");
   return wire_tensor<Tensor>;
 }
 

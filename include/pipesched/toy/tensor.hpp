@@ -204,17 +204,7 @@ struct wire<toy::Tensor<T>> {
   static constexpr std::uint32_t code = sizeof(T) + (std::is_floating_point_v<T> ? 0x100u : 0u);
 
   static WireHeader describe(const toy::Tensor<T>& x) {
-    if (x.rank() > WireHeader::max_rank)
-      throw error("toy::Tensor with " + std::to_string(x.rank()) +
-                  " extents cannot be sent; at most " + std::to_string(WireHeader::max_rank) +
-                  " are supported.");
-    WireHeader h;
-    h.element_type = code;
-    h.rank = x.rank();
-    for (int i = 0; i < x.rank(); ++i)
-      h.extents[static_cast<std::size_t>(i)] = x.dim(i);
-    h.payload_bytes = x.bytes();
-    return h;
+    return detail::wire_header(code, x.shape, x.bytes(), "toy::Tensor");
   }
   static std::span<const std::byte> payload(const toy::Tensor<T>& x) {
     return std::as_bytes(std::span<const T>(x.data));
@@ -223,19 +213,8 @@ struct wire<toy::Tensor<T>> {
     return std::as_writable_bytes(std::span<T>(x.data));
   }
   static toy::Tensor<T> make(const WireHeader& h) {
-    if (h.magic != WireHeader::magic_value || h.element_type != code || h.rank < 0 ||
-        h.rank > WireHeader::max_rank)
-      throw error("a received tensor header does not describe a toy::Tensor of " +
-                  std::to_string(sizeof(T)) + "-byte elements (element type code " +
-                  std::to_string(h.element_type) + ", expected " + std::to_string(code) +
-                  "); both ends must use the same tensor type.");
-    std::vector<int> extents;
-    for (int i = 0; i < h.rank; ++i)
-      extents.push_back(static_cast<int>(h.extents[static_cast<std::size_t>(i)]));
-    toy::Tensor<T> x(std::move(extents));
-    if (x.bytes() != h.payload_bytes)
-      throw error("a received tensor header announces " + std::to_string(h.payload_bytes) +
-                  " payload bytes for extents that need " + std::to_string(x.bytes()) + ".");
+    toy::Tensor<T> x(detail::wire_extents(h, code, "toy::Tensor of this element type"));
+    detail::check_wire_bytes(h, x.bytes());
     return x;
   }
 };

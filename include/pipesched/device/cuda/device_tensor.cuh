@@ -27,8 +27,8 @@ class DeviceTensor {
       : shape_(std::move(shape)), stream_(stream) {
     size_ = element_count(shape_);
     if (size_ > 0)
-      PIPESCHED_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&data_), size_ * sizeof(T),
-                                           stream_));
+      PIPESCHED_CUDA_CHECK(
+          cudaMallocAsync(reinterpret_cast<void**>(&data_), size_ * sizeof(T), stream_));
   }
   //! Zero-filled elements.
   static DeviceTensor zeros(std::vector<int> shape, cudaStream_t stream) {
@@ -44,8 +44,8 @@ class DeviceTensor {
       throw error("DeviceTensor::from_host: " + std::to_string(values.size()) +
                   " values for a shape of " + std::to_string(t.size_) + " elements.");
     if (t.size_ > 0)
-      PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(t.data_, values.data(), t.bytes(),
-                                           cudaMemcpyHostToDevice, stream));
+      PIPESCHED_CUDA_CHECK(
+          cudaMemcpyAsync(t.data_, values.data(), t.bytes(), cudaMemcpyHostToDevice, stream));
     // The host vector may go away once this returns.
     PIPESCHED_CUDA_CHECK(cudaStreamSynchronize(stream));
     return t;
@@ -134,17 +134,7 @@ struct wire<DeviceTensor<T>> {
       0x10000u + sizeof(T) + (std::is_floating_point_v<T> ? 0x100u : 0u);
 
   static WireHeader describe(const DeviceTensor<T>& x) {
-    if (x.rank() > WireHeader::max_rank)
-      throw error("DeviceTensor with " + std::to_string(x.rank()) +
-                  " extents cannot be sent; at most " + std::to_string(WireHeader::max_rank) +
-                  " are supported.");
-    WireHeader h;
-    h.element_type = code;
-    h.rank = x.rank();
-    for (int i = 0; i < x.rank(); ++i)
-      h.extents[static_cast<std::size_t>(i)] = x.dim(i);
-    h.payload_bytes = x.bytes();
-    return h;
+    return detail::wire_header(code, x.shape(), x.bytes(), "DeviceTensor");
   }
   //! Device memory: only a GPU-aware transport may read it.
   static std::span<const std::byte> payload(const DeviceTensor<T>& x) {
@@ -154,18 +144,8 @@ struct wire<DeviceTensor<T>> {
     return {reinterpret_cast<std::byte*>(x.data()), x.bytes()};
   }
   static DeviceTensor<T> make(const WireHeader& h, cudaStream_t stream = nullptr) {
-    if (h.magic != WireHeader::magic_value || h.element_type != code || h.rank < 0 ||
-        h.rank > WireHeader::max_rank)
-      throw error("a received tensor header does not describe a DeviceTensor of " +
-                  std::to_string(sizeof(T)) + "-byte elements (element type code " +
-                  std::to_string(h.element_type) + ", expected " + std::to_string(code) + ").");
-    std::vector<int> extents;
-    for (int i = 0; i < h.rank; ++i)
-      extents.push_back(static_cast<int>(h.extents[static_cast<std::size_t>(i)]));
-    DeviceTensor<T> x(std::move(extents), stream);
-    if (x.bytes() != h.payload_bytes)
-      throw error("a received tensor header announces " + std::to_string(h.payload_bytes) +
-                  " payload bytes for extents that need " + std::to_string(x.bytes()) + ".");
+    DeviceTensor<T> x(detail::wire_extents(h, code, "DeviceTensor of this element type"), stream);
+    detail::check_wire_bytes(h, x.bytes());
     return x;
   }
 };

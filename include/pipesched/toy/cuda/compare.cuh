@@ -10,17 +10,17 @@
 
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/analysis/simulate.hpp"
-#include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
 #include "pipesched/toy/cuda/data.cuh"
 #include "pipesched/toy/reference.hpp"
+#include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
 
 namespace pipesched::toy::gpu {
 
 //! One step of a GPU run beside the reference (relative errors by toy::max_relative_error).
 struct StepComparison {
-  double loss = 0;        //!< |loss − reference| / |reference|
-  double gradients = 0;  //!< every gradient value
-  double parameters = 0;  //!< every parameter value after the SGD update
+  double loss = 0;          //!< |loss − reference| / |reference|
+  double gradients = 0;     //!< every gradient value
+  double parameters = 0;    //!< every parameter value after the SGD update
   bool peaks_match = true;  //!< every rank's measured peak == the simulated peak
   double seconds = 0;       //!< the step's GPU time
   double simulated = 0;     //!< the plan's simulated makespan under `cost`
@@ -62,10 +62,10 @@ std::vector<StepComparison> compare_with_reference(const Schedule& schedule, con
   };
   CudaLocalPipeline<Gpu> pipe(schedule, devices, piped, options);
   const SimulationResult predicted = simulate(schedule, cost);
-  const auto training = training_data(
-      data, devices[static_cast<std::size_t>(schedule.placement.rank_of(0))],
-      devices[static_cast<std::size_t>(schedule.placement.rank_of(stages - 1))],
-      schedule.problem.slices);
+  const auto training =
+      training_data(data, devices[static_cast<std::size_t>(schedule.placement.rank_of(0))],
+                    devices[static_cast<std::size_t>(schedule.placement.rank_of(stages - 1))],
+                    schedule.problem.slices);
   std::vector<StepComparison> out;
   for (int step = 0; step < steps; ++step) {
     const double ref_loss = sequential_step(ref, ref_data);
@@ -80,8 +80,9 @@ std::vector<StepComparison> compare_with_reference(const Schedule& schedule, con
     c.parameters = max_relative_error(flat_values(piped, false),
                                       std::vector<double>(ref_params.begin(), ref_params.end()));
     for (int rank = 0; rank < schedule.rank_count(); ++rank)
-      c.peaks_match = c.peaks_match && r.ranks[static_cast<std::size_t>(rank)].peak_bytes ==
-                                           predicted.ranks[static_cast<std::size_t>(rank)].peak_memory;
+      c.peaks_match =
+          c.peaks_match && r.ranks[static_cast<std::size_t>(rank)].peak_bytes ==
+                               predicted.ranks[static_cast<std::size_t>(rank)].peak_memory;
     c.seconds = r.seconds;
     c.simulated = predicted.makespan;
     out.push_back(c);

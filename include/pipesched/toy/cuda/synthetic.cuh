@@ -6,16 +6,16 @@
 
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
-#include <vector>
 #include <string>
+#include <vector>
 
+#include "pipesched/analysis/simulate.hpp"
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/device/cuda/device_tensor.cuh"
-#include "pipesched/analysis/simulate.hpp"
 #include "pipesched/toy/synthetic.hpp"
 #include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
 
@@ -96,7 +96,7 @@ class SyntheticStage {
   tensor_type pass(const tensor_type& x, double seconds) {
     tensor_type y(x.shape(), device_.compute());
     detail::spin_and_copy<<<1, 1, 0, device_.compute()>>>(detail::to_ns(seconds), x.data(),
-                                                           y.data(), static_cast<int>(x.size()));
+                                                          y.data(), static_cast<int>(x.size()));
     PIPESCHED_CUDA_CHECK(cudaGetLastError());
     return y;
   }
@@ -110,7 +110,8 @@ class SyntheticStage {
 //! makespan for the same costs, and checks every step's measured peak against the simulated
 //! one (throws `error` naming the rank when they differ).
 inline double synthetic_ratio(const Schedule& schedule, const SyntheticCost& cost, int steps = 5) {
-  const SimulationResult sim = simulate(schedule, toy::synthetic_profiled_cost(cost, schedule.problem.stages));
+  const SimulationResult sim =
+      simulate(schedule, toy::synthetic_profiled_cost(cost, schedule.problem.stages));
   auto devices = CudaLocalPipeline<SyntheticStage>::devices_for(schedule);
   std::vector<SyntheticStage> stages;
   for (int st = 0; st < schedule.problem.stages; ++st)

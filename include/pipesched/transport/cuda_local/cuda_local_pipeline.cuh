@@ -24,8 +24,8 @@ namespace pipesched {
 //! A tensor a GPU transport can hand between streams: it knows its owning stream, can be
 //! given to another one, and copies itself on the GPU.
 template <class Tensor>
-concept stream_tensor = std::movable<Tensor> && requires(Tensor& x, const Tensor& cx,
-                                                         cudaStream_t s) {
+concept stream_tensor = std::movable<Tensor> &&
+    requires(Tensor& x, const Tensor& cx, cudaStream_t s) {
   { cx.stream() } -> std::same_as<cudaStream_t>;
   { x.set_stream(s) } -> std::same_as<void>;
   { cx.clone(s) } -> std::same_as<Tensor>;
@@ -34,7 +34,7 @@ concept stream_tensor = std::movable<Tensor> && requires(Tensor& x, const Tensor
 //! Ranks as streams of one GPU (one CudaDevice per rank, all on the same GPU or on several
 //! GPUs of one process). Satisfies `transport<CudaLocalTransport<Tensor>, Tensor>`.
 template <class Tensor>
-  requires stream_tensor<Tensor>
+requires stream_tensor<Tensor>
 class CudaLocalTransport {
  public:
   //! `devices[r]` is rank r's device.
@@ -70,8 +70,8 @@ class CudaLocalTransport {
   int ranks() const noexcept { return static_cast<int>(devices_.size()); }
   CudaDevice& device(int rank) {
     if (rank < 0 || rank >= ranks())
-      throw error("CudaLocalTransport: rank " + std::to_string(rank) + ", but ranks run from 0 to " +
-                  std::to_string(ranks() - 1) + ".");
+      throw error("CudaLocalTransport: rank " + std::to_string(rank) +
+                  ", but ranks run from 0 to " + std::to_string(ranks() - 1) + ".");
     return devices_[static_cast<std::size_t>(rank)];
   }
 
@@ -146,17 +146,11 @@ class CudaLocalPipeline {
         n,
         [&](int r) {
           transport_.device(r).activate();
-          runs[static_cast<std::size_t>(r)] = executors_[static_cast<std::size_t>(r)].step(data, start);
+          runs[static_cast<std::size_t>(r)] =
+              executors_[static_cast<std::size_t>(r)].step(data, start);
         },
         [&] { transport_.abort(); });
-    StepResult res;
-    res.ranks = std::move(runs);
-    res.executed = executors_.front().schedule();
-    for (const RankRun& run : res.ranks) {
-      res.loss += run.loss;
-      res.seconds = std::max(res.seconds, run.end);
-    }
-    return res;
+    return StepResult::from_runs(std::move(runs), executors_.front().schedule());
   }
 
   //! The device of rank `rank`.

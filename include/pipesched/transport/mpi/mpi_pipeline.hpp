@@ -115,8 +115,7 @@ class ProcessPipeline {
     // Every process learns whether (and which) a rank failed.
     int failed = local ? rank() : INT_MAX;
     int lowest = INT_MAX;
-    check(MPI_Iallreduce(&failed, &lowest, 1, MPI_INT, MPI_MIN, comm, &request),
-          "MPI_Iallreduce");
+    check(MPI_Iallreduce(&failed, &lowest, 1, MPI_INT, MPI_MIN, comm, &request), "MPI_Iallreduce");
     if (!transport_.wait(request, deadline()))
       lost(local   ? local->message
            : heard ? "rank " + std::to_string(heard->rank) + " failed (" + heard->message + ")"
@@ -132,8 +131,8 @@ class ProcessPipeline {
 
  protected:
   template <class... TransportArgs>
-  ProcessPipeline(const char* who, const Schedule& schedule, std::span<Stage> stages,
-                  Device device, ExecutorOptions options, TransportArgs&&... transport_args)
+  ProcessPipeline(const char* who, const Schedule& schedule, std::span<Stage> stages, Device device,
+                  ExecutorOptions options, TransportArgs&&... transport_args)
       : transport_(std::forward<TransportArgs>(transport_args)...),
         device_(std::move(device)),
         timeout_(options.receive_timeout) {
@@ -190,19 +189,15 @@ class ProcessPipeline {
     for (std::size_t i = 1; i < counts.size(); ++i)
       offsets[i] = offsets[i - 1] + counts[i - 1];
     std::vector<double> all(static_cast<std::size_t>(offsets.back() + counts.back()));
-    check(MPI_Iallgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(),
-                          offsets.data(), MPI_DOUBLE, comm, &request),
+    check(MPI_Iallgatherv(mine.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(),
+                          MPI_DOUBLE, comm, &request),
           "MPI_Iallgatherv");
     if (!transport_.wait(request, deadline())) lost("gathering the step's measurements stalled");
-    StepResult res;
+    std::vector<RankRun> runs;
     const double* p = all.data();
-    for (int r = 0; r < ranks(); ++r) {
-      res.ranks.push_back(read_run(p));
-      res.loss += res.ranks.back().loss;
-      res.seconds = std::max(res.seconds, res.ranks.back().end);
-    }
-    res.executed = executor_->schedule();
-    return res;
+    for (int r = 0; r < ranks(); ++r)
+      runs.push_back(read_run(p));
+    return StepResult::from_runs(std::move(runs), executor_->schedule());
   }
 
   Transport transport_;
@@ -223,8 +218,9 @@ class ProcessPipeline {
 //! peer_lost when some process stopped answering (dead or hung) within the receive timeout —
 //! then end the job with `MpiSession::abort`.
 template <class Stage>
-class MpiPipeline : public detail::mpi::ProcessPipeline<
-                        Stage, MpiTransport<typename Stage::tensor_type>, HostDevice> {
+class MpiPipeline
+    : public detail::mpi::ProcessPipeline<Stage, MpiTransport<typename Stage::tensor_type>,
+                                          HostDevice> {
  public:
   MpiPipeline(const Schedule& schedule, std::span<Stage> stages, MPI_Comm comm = MPI_COMM_WORLD,
               ExecutorOptions options = {}, MpiTransportOptions transport_options = {})

@@ -104,8 +104,14 @@ inline NoticeWire encode(const FailureNotice& n) {
   w.rank = n.rank;
   w.position = n.position;
   const Action& a = n.action;
-  w.action = {static_cast<std::int32_t>(a.kind), a.stage,   a.microbatch,   a.slice,
-              a.part,                            a.b_stage, a.b_microbatch, a.b_slice};
+  w.action = {static_cast<std::int32_t>(a.kind),
+              a.stage,
+              a.microbatch,
+              a.slice,
+              a.part,
+              a.b_stage,
+              a.b_microbatch,
+              a.b_slice};
   const std::size_t len = std::min(n.message.size(), sizeof w.message - 1);
   std::memcpy(w.message, n.message.data(), len);
   w.message[len] = '\0';
@@ -116,8 +122,14 @@ inline FailureNotice decode(const NoticeWire& w) {
   FailureNotice n;
   n.rank = w.rank;
   n.position = w.position;
-  n.action = Action{static_cast<OpKind>(w.action[0]), w.action[1], w.action[2], w.action[3],
-                    w.action[4], w.action[5], w.action[6], w.action[7]};
+  n.action = Action{static_cast<OpKind>(w.action[0]),
+                    w.action[1],
+                    w.action[2],
+                    w.action[3],
+                    w.action[4],
+                    w.action[5],
+                    w.action[6],
+                    w.action[7]};
   n.message.assign(w.message, strnlen(w.message, sizeof w.message));
   return n;
 }
@@ -168,11 +180,13 @@ class MpiTransport {
     detail::mpi::check(MPI_Comm_get_attr(comm, MPI_TAG_UB, &upper, &found), "MPI_Comm_get_attr");
     const long long tag_ub = found && upper ? *upper : 32767;
     if (2 * messages + 2 > tag_ub)
-      throw invalid_problem(
-          "MpiTransport: " + std::to_string(stages_) + " stages × " +
-          std::to_string(microbatches_) + " microbatches × " + std::to_string(slices_) +
-          " slices need " + std::to_string(2 * messages + 2) + " message tags but this MPI "
-          "allows " + std::to_string(tag_ub) + "; use fewer microbatches per step.");
+      throw invalid_problem("MpiTransport: " + std::to_string(stages_) + " stages × " +
+                            std::to_string(microbatches_) + " microbatches × " +
+                            std::to_string(slices_) + " slices need " +
+                            std::to_string(2 * messages + 2) +
+                            " message tags but this MPI "
+                            "allows " +
+                            std::to_string(tag_ub) + "; use fewer microbatches per step.");
     detail::mpi::check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -242,9 +256,9 @@ class MpiTransport {
     if (bytes.size() > static_cast<std::size_t>(INT_MAX))
       throw error("a tensor of " + std::to_string(bytes.size()) +
                   " bytes is larger than one MPI message may be (2 GiB).");
-    detail::mpi::check(MPI_Isend(&out->header, sizeof(WireHeader), MPI_BYTE, to, tag, comm_,
-                                 &out->requests[0]),
-                       "MPI_Isend");
+    detail::mpi::check(
+        MPI_Isend(&out->header, sizeof(WireHeader), MPI_BYTE, to, tag, comm_, &out->requests[0]),
+        "MPI_Isend");
     ++sent_[static_cast<std::size_t>(to)];
     if (!bytes.empty()) {
       detail::mpi::check(MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, to,
@@ -279,7 +293,8 @@ class MpiTransport {
         throw receive_timeout("rank " + std::to_string(rank_) + " waited " +
                               detail::mpi::seconds_text(timeout.count()) + " s for the " +
                               detail::describe_key(key) + " from rank " +
-                              std::to_string(in.source) + " and none came; is that process "
+                              std::to_string(in.source) +
+                              " and none came; is that process "
                               "alive and running the same schedule?");
       std::this_thread::sleep_for(options_.poll_interval);
     }
@@ -313,8 +328,8 @@ class MpiTransport {
       out->notice = detail::mpi::encode(notice);
       out->notice.step = step_;
       // A peer that is gone may refuse; the others still hear of it.
-      if (MPI_Isend(&out->notice, sizeof(detail::mpi::NoticeWire), MPI_BYTE, r, notice_tag,
-                    comm_, &out->requests[0]) == MPI_SUCCESS)
+      if (MPI_Isend(&out->notice, sizeof(detail::mpi::NoticeWire), MPI_BYTE, r, notice_tag, comm_,
+                    &out->requests[0]) == MPI_SUCCESS)
         outgoing_.push_back(std::move(out));
     }
   }
@@ -341,9 +356,9 @@ class MpiTransport {
     // Everyone learns how many messages each peer sent it.
     std::vector<long long> to_me(static_cast<std::size_t>(ranks_), 0);
     MPI_Request req = MPI_REQUEST_NULL;
-    detail::mpi::check(MPI_Ialltoall(sent_.data(), 1, MPI_LONG_LONG, to_me.data(), 1,
-                                     MPI_LONG_LONG, comm_, &req),
-                       "MPI_Ialltoall");
+    detail::mpi::check(
+        MPI_Ialltoall(sent_.data(), 1, MPI_LONG_LONG, to_me.data(), 1, MPI_LONG_LONG, comm_, &req),
+        "MPI_Ialltoall");
     if (!wait(req, deadline)) return false;
     std::vector<std::byte> sink;
     for (int src = 0; src < ranks_; ++src) {
@@ -441,12 +456,11 @@ class MpiTransport {
     if (k.stage < 0 || k.stage >= stages_ || k.microbatch < 0 || k.microbatch >= microbatches_ ||
         k.slice < 0 || k.slice >= slices_)
       throw error("MpiTransport: the " + detail::describe_key(k) +
-                  " is outside the schedule's problem (" + std::to_string(stages_) +
-                  " stages, " + std::to_string(microbatches_) + " microbatches, " +
-                  std::to_string(slices_) + " slices).");
+                  " is outside the schedule's problem (" + std::to_string(stages_) + " stages, " +
+                  std::to_string(microbatches_) + " microbatches, " + std::to_string(slices_) +
+                  " slices).");
     const long long index =
-        ((static_cast<long long>(k.stage) * microbatches_ + k.microbatch) * slices_ + k.slice) *
-            2 +
+        ((static_cast<long long>(k.stage) * microbatches_ + k.microbatch) * slices_ + k.slice) * 2 +
         (k.direction == Direction::Backward ? 1 : 0);
     return static_cast<int>(2 * index + 1);
   }
