@@ -5,8 +5,10 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <ranges>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -133,6 +135,23 @@ struct MessageKey {
   Direction direction = Direction::Forward;
   friend bool operator==(const MessageKey&, const MessageKey&) = default;
 };
+
+namespace detail {
+// A key as one integer, for hashing (in-process mailboxes, the executor's unit tables).
+inline std::uint64_t pack_key(const MessageKey& k) {
+  // 24 bits stage, 24 bits microbatch, 15 bits slice, 1 bit direction.
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.stage) & 0xFFFFFF) << 40) |
+         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.microbatch) & 0xFFFFFF) << 16) |
+         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.slice) & 0x7FFF) << 1) |
+         static_cast<std::uint64_t>(k.direction == Direction::Backward);
+}
+// A key in words, for error messages.
+inline std::string describe_key(const MessageKey& k) {
+  return std::string(k.direction == Direction::Forward ? "forward activation" : "input gradient") +
+         " for stage " + std::to_string(k.stage) + " microbatch " + std::to_string(k.microbatch) +
+         (k.slice ? " slice " + std::to_string(k.slice) : std::string());
+}
+}  // namespace detail
 
 //! A transport moves tensors between ranks. `send` hands a tensor over (buffered: it never
 //! waits for the receiver); `receive` blocks, without burning a core, until the message with

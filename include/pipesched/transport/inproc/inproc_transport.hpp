@@ -19,21 +19,6 @@
 
 namespace pipesched {
 
-namespace detail {
-inline std::uint64_t pack_key(const MessageKey& k) {
-  // 24 bits stage, 24 bits microbatch, 15 bits slice, 1 bit direction.
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.stage) & 0xFFFFFF) << 40) |
-         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.microbatch) & 0xFFFFFF) << 16) |
-         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.slice) & 0x7FFF) << 1) |
-         static_cast<std::uint64_t>(k.direction == Direction::Backward);
-}
-inline std::string describe_key(const MessageKey& k) {
-  return std::string(k.direction == Direction::Forward ? "forward activation" : "input gradient") +
-         " for stage " + std::to_string(k.stage) + " microbatch " + std::to_string(k.microbatch) +
-         (k.slice ? " slice " + std::to_string(k.slice) : std::string());
-}
-}  // namespace detail
-
 //! Ranks as threads of one process. Satisfies `transport<InprocTransport<Tensor>, Tensor>`.
 template <class Tensor>
 class InprocTransport {

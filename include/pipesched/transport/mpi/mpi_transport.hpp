@@ -142,24 +142,66 @@ inline void tighten_timer_slack() {
 #endif
 }
 
+// What a process transport knows of the pipeline: its problem's extents, the placement, this
+// process's rank and the rank count; and the checks and lookups every such transport makes.
+class RankGeometry {
+ protected:
+  RankGeometry(const char* who, const Schedule& schedule)
+      : who_(who),
+        stages_(schedule.problem.stages),
+        microbatches_(schedule.problem.microbatches),
+        slices_(std::max(1, schedule.problem.slices)),
+        placement_(schedule.placement) {}
+
+  void check_self(int r, const char* what) const {
+    if (r != rank_)
+      throw error(std::string(who_) + ": asked to " + what + " rank " + std::to_string(r) +
+                  " in the process of rank " + std::to_string(rank_) +
+                  "; each process runs only its own rank.");
+  }
+  void check_peer(int r, const char* what) const {
+    if (r < 0 || r >= ranks_)
+      throw error(std::string(who_) + ": " + what + " rank " + std::to_string(r) +
+                  ", but ranks run from 0 to " + std::to_string(ranks_ - 1) + ".");
+  }
+  void check_key(const MessageKey& k) const {
+    if (k.stage < 0 || k.stage >= stages_ || k.microbatch < 0 || k.microbatch >= microbatches_ ||
+        k.slice < 0 || k.slice >= slices_)
+      throw error(std::string(who_) + ": the " + describe_key(k) +
+                  " is outside the schedule's problem (" + std::to_string(stages_) + " stages, " +
+                  std::to_string(microbatches_) + " microbatches, " + std::to_string(slices_) +
+                  " slices).");
+  }
+  // The rank that sends the message `k`: the previous stage's for a forward activation, the
+  // next stage's for an input gradient.
+  int source_of(const MessageKey& k) const {
+    const int from = k.direction == Direction::Forward ? k.stage - 1 : k.stage + 1;
+    if (from < 0 || from >= stages_)
+      throw error(std::string(who_) + ": no stage sends the " + describe_key(k) + ".");
+    return placement_.rank_of(from);
+  }
+
+  const char* who_;
+  int stages_, microbatches_, slices_;
+  Placement placement_;
+  int rank_ = 0;
+  int ranks_ = 0;
+};
+
 }  // namespace detail::mpi
 
 //! Ranks as MPI processes: the process of rank r of `comm` runs pipeline rank r. Satisfies
 //! `transport<MpiTransport<Tensor>, Tensor>` for a `Tensor` with a `wire` specialization.
 //! One thread per process calls it (MPI_THREAD_FUNNELED is enough).
 template <class Tensor>
-class MpiTransport {
+class MpiTransport : detail::mpi::RankGeometry {
   static_assert(check_wire_tensor<Tensor>());
 
  public:
   //! Duplicates `comm` (its size must be the schedule's rank count). MPI must be initialized.
   MpiTransport(const Schedule& schedule, MPI_Comm comm = MPI_COMM_WORLD,
                MpiTransportOptions options = {})
-      : options_(options),
-        stages_(schedule.problem.stages),
-        microbatches_(schedule.problem.microbatches),
-        slices_(std::max(1, schedule.problem.slices)),
-        placement_(schedule.placement) {
+      : RankGeometry("MpiTransport", schedule), options_(options) {
     if (!detail::mpi::initialized())
       throw error(
           "MpiTransport: MPI is not initialized; create a pipesched::MpiSession (or call "
@@ -440,38 +482,12 @@ class MpiTransport {
     std::array<MPI_Request, 2> requests{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   };
 
-  void check_self(int r, const char* what) const {
-    if (r != rank_)
-      throw error("MpiTransport: asked to " + std::string(what) + " rank " + std::to_string(r) +
-                  " in the process of rank " + std::to_string(rank_) +
-                  "; each process runs only its own rank.");
-  }
-  void check_peer(int r, const char* what) const {
-    if (r < 0 || r >= ranks_)
-      throw error("MpiTransport: " + std::string(what) + " rank " + std::to_string(r) +
-                  ", but ranks run from 0 to " + std::to_string(ranks_ - 1) + ".");
-  }
-
   int header_tag(const MessageKey& k) const {
-    if (k.stage < 0 || k.stage >= stages_ || k.microbatch < 0 || k.microbatch >= microbatches_ ||
-        k.slice < 0 || k.slice >= slices_)
-      throw error("MpiTransport: the " + detail::describe_key(k) +
-                  " is outside the schedule's problem (" + std::to_string(stages_) + " stages, " +
-                  std::to_string(microbatches_) + " microbatches, " + std::to_string(slices_) +
-                  " slices).");
+    check_key(k);
     const long long index =
         ((static_cast<long long>(k.stage) * microbatches_ + k.microbatch) * slices_ + k.slice) * 2 +
         (k.direction == Direction::Backward ? 1 : 0);
     return static_cast<int>(2 * index + 1);
-  }
-
-  // The rank that sends the message `k` to this one: the previous stage's for a forward
-  // activation, the next stage's for an input gradient.
-  int source_of(const MessageKey& k) const {
-    const int from = k.direction == Direction::Forward ? k.stage - 1 : k.stage + 1;
-    if (from < 0 || from >= stages_)
-      throw error("MpiTransport: no stage sends the " + detail::describe_key(k) + ".");
-    return placement_.rank_of(from);
   }
 
   // The receive of `key`, posting its header receive if this is the first time it is asked.
@@ -579,11 +595,7 @@ class MpiTransport {
   }
 
   MpiTransportOptions options_;
-  int stages_, microbatches_, slices_;
-  Placement placement_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0;
-  int ranks_ = 0;
   std::unordered_map<int, std::unique_ptr<Incoming>> incoming_;  // by header tag
   std::vector<Incoming*> active_;  // receives still posted (header or payload)
   std::vector<std::unique_ptr<Outgoing>> outgoing_;

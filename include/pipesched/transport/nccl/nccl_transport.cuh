@@ -166,7 +166,7 @@ struct wire<detail::nccl::Ticket> {
 //! cycle).
 template <class Tensor>
 requires stream_tensor<Tensor>
-class NcclTransport {
+class NcclTransport : detail::mpi::RankGeometry {
   static_assert(check_wire_tensor<Tensor>());
 
  public:
@@ -420,13 +420,10 @@ class NcclTransport {
   template <class MakeDevice>
   NcclTransport(const Schedule& schedule, MakeDevice&& make_device, MPI_Comm comm,
                 NcclTransportOptions options, int)
-      : options_(options),
+      : RankGeometry("NcclTransport", schedule),
+        options_(options),
         control_(schedule, comm, MpiTransportOptions{options.poll_interval}),
-        device_(agreed_device(make_device, control_.communicator())),
-        stages_(schedule.problem.stages),
-        microbatches_(schedule.problem.microbatches),
-        slices_(std::max(1, schedule.problem.slices)),
-        placement_(schedule.placement) {
+        device_(agreed_device(make_device, control_.communicator())) {
     rank_ = control_.rank();
     ranks_ = control_.ranks();
     device_.activate();
@@ -668,35 +665,6 @@ class NcclTransport {
     }
   }
 
-  void check_self(int r, const char* what) const {
-    if (r != rank_)
-      throw error("NcclTransport: asked to " + std::string(what) + " rank " + std::to_string(r) +
-                  " in the process of rank " + std::to_string(rank_) +
-                  "; each process runs only its own rank.");
-  }
-  void check_peer(int r, const char* what) const {
-    if (r < 0 || r >= ranks_)
-      throw error("NcclTransport: " + std::string(what) + " rank " + std::to_string(r) +
-                  ", but ranks run from 0 to " + std::to_string(ranks_ - 1) + ".");
-  }
-  void check_key(const MessageKey& k) const {
-    if (k.stage < 0 || k.stage >= stages_ || k.microbatch < 0 || k.microbatch >= microbatches_ ||
-        k.slice < 0 || k.slice >= slices_)
-      throw error("NcclTransport: the " + detail::describe_key(k) +
-                  " is outside the schedule's problem (" + std::to_string(stages_) + " stages, " +
-                  std::to_string(microbatches_) + " microbatches, " + std::to_string(slices_) +
-                  " slices).");
-  }
-
-  // The rank that sends the message `k`: the previous stage's for a forward activation, the
-  // next stage's for an input gradient.
-  int source_of(const MessageKey& k) const {
-    const int from = k.direction == Direction::Forward ? k.stage - 1 : k.stage + 1;
-    if (from < 0 || from >= stages_)
-      throw error("NcclTransport: no stage sends the " + detail::describe_key(k) + ".");
-    return placement_.rank_of(from);
-  }
-
   error twice(const MessageKey& key, const char* what) const {
     return error("rank " + std::to_string(rank_) + " " + what + " the " +
                  detail::describe_key(key) + " twice in one step.");
@@ -712,10 +680,6 @@ class NcclTransport {
   NcclTransportOptions options_;
   MpiTransport<detail::nccl::Ticket> control_;  // failure notices and the step's agreement
   CudaDevice device_;
-  int stages_, microbatches_, slices_;
-  Placement placement_;
-  int rank_ = 0;
-  int ranks_ = 0;
   MPI_Comm header_comm_ = MPI_COMM_NULL;  // tickets only, so drains of either side stay apart
   std::map<int, Sender> to_;              // by receiving peer
   std::map<int, Receiver> from_;          // by sending peer (map nodes keep `ticket` in place)
