@@ -14,6 +14,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "../unit/exec/exec_support.hpp"
+#include "gpu_test.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/device/cuda/cuda_device.cuh"
@@ -34,7 +36,6 @@
 #include "pipesched/toy/profile.hpp"
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
-#include "gpu_test.hpp"
 
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
@@ -94,9 +95,8 @@ void expect_matches_reference(const ps::Schedule& schedule, const Config& config
   using T = typename Gpu::value_type;
   const ps::SimulationResult predicted = ps::simulate(schedule, cost);
   ASSERT_FALSE(predicted.deadlock) << predicted.deadlock_report;
-  const auto steps =
-      gpu::compare_with_reference<Gpu, Reference>(schedule, config, data, ref_data, cost, 2,
-                                                  learning_rate);
+  const auto steps = gpu::compare_with_reference<Gpu, Reference>(schedule, config, data, ref_data,
+                                                                 cost, 2, learning_rate);
   for (std::size_t step = 0; step < steps.size(); ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     EXPECT_LE(steps[step].loss, tolerance<T>());
@@ -113,14 +113,6 @@ void expect_gpt_matches(const ps::Schedule& s, const toy::GptConfig& config,
   const auto ref_data = toy::make_gpt_data<double>(config, s.problem.microbatches, 17);
   expect_matches_reference<gpu::GptStage<T>, toy::GptStage<double>>(s, config, data, ref_data,
                                                                     cost);
-}
-
-int count_recomputes(const ps::Schedule& s) {
-  int n = 0;
-  for (const auto& list : s.ranks)
-    n += static_cast<int>(std::count_if(
-        list.begin(), list.end(), [](const ps::Action& a) { return a.kind == ps::OpKind::R; }));
-  return n;
 }
 
 const toy::GptConfig whole_config{.blocks = 8};                   // 8-token sequences
@@ -232,7 +224,7 @@ TYPED_TEST(CudaToy, GptMarioUnderSixtyPercentOfOneFOneB) {
   ps::MemoryBudget budget;
   budget.all = 0.6 * ps::simulate(base, cost).peak_memory_max;
   const ps::Schedule s = ps::checkpoint_mario(base, cost, budget);
-  EXPECT_GT(count_recomputes(s), 0);
+  EXPECT_GT(exec_test::count_recomputes(s), 0);
   for (int rank = 0; rank < s.rank_count(); ++rank)
     EXPECT_LE(ps::simulate(s, cost).ranks[rank].peak_memory, budget.all) << "rank " << rank;
   expect_gpt_matches<TypeParam>(s, whole_config, cost);

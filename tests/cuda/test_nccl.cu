@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "../mpi/mpi_test_main.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/schedule/registry.hpp"
 #include "pipesched/toy/cuda/synthetic.cuh"
 #include "pipesched/transport/nccl/nccl_pipeline.cuh"
 #include "pipesched/transport/nccl/nccl_transport.cuh"
-#include "../mpi/mpi_test_main.hpp"
 
 namespace ps = pipesched;
 namespace gpu = pipesched::toy::gpu;

@@ -260,15 +260,13 @@ class Executor {
     memory_at_.clear();
     marks_.assign(list.size(), std::nullopt);
     // A transport that can post receives ahead (MPI) gets the step's receives at once.
-    if constexpr (requires(Transport& t, std::span<const MessageKey> k) {
-                    t.post_receives(0, k);
-                  })
+    if constexpr (requires(Transport & t, std::span<const MessageKey> k) { t.post_receives(0, k); })
       transport_->post_receives(rank_, std::span<const MessageKey>(receives_));
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (ran_early_[i]) continue;  // a fill already ran it, and recorded when
       if (options_.fill_waits && (list[i].kind == OpKind::RecvF || list[i].kind == OpKind::RecvB))
-        guarded(i, [&] { fill_wait(i, start, run); });
-      run_at(i, start, run);
+        guarded(i, [&] { fill_wait(i, run); });
+      run_at(i);
     }
     if (!stashes_.empty() || !inputs_.empty() || !grads_.empty() || !outbox_.empty() ||
         !contexts_.empty())
@@ -376,9 +374,7 @@ class Executor {
   }
 
   // Runs the action at list position `i` and records when it ran and what it left held.
-  void run_at(std::size_t i, const mark_type& start, RankRun& run) {
-    (void)start;
-    (void)run;
+  void run_at(std::size_t i) {
     const mark_type m0 = device_.mark();
     guarded(i, [&] { execute(schedule_.ranks[rank_][i]); });
     marks_[i].emplace(m0, device_.mark());
@@ -403,7 +399,7 @@ class Executor {
   // Position `i` is a receive: while its message has not arrived, run pending work from later
   // in the list. Leaves the message in `arrived_` when it came during the fills; otherwise the
   // receive blocks as usual.
-  void fill_wait(std::size_t i, const mark_type& start, RankRun& run) {
+  void fill_wait(std::size_t i, RankRun& run) {
     const Action& a = schedule_.ranks[rank_][i];
     const MessageKey key{a.stage, a.microbatch, a.slice,
                          a.kind == OpKind::RecvF ? Direction::Forward : Direction::Backward};
@@ -416,7 +412,7 @@ class Executor {
       if (p == none) return;
       ran_early_[p] = 1;
       ++run.filled;
-      run_at(p, start, run);
+      run_at(p);
     }
   }
 
@@ -810,11 +806,11 @@ class Executor {
   std::unordered_map<std::uint64_t, int> parts_;    // units whose W is cut: their part count
   std::vector<std::optional<std::pair<mark_type, mark_type>>> marks_;  // per list position
   std::vector<std::size_t> memory_at_;  // the list position after which memory_[k] was taken
-  std::vector<MessageKey> receives_;                // this rank's receives, in list order
-  std::vector<std::size_t> fillable_;               // list positions of fillable kinds
-  std::size_t slices_ = 1;                          // the problem's slices per microbatch
-  bool use_context_ = false;                        // slice contexts are made and passed
-  std::vector<UnitFigures> seen_;                   // by (stage, slice)
+  std::vector<MessageKey> receives_;    // this rank's receives, in list order
+  std::vector<std::size_t> fillable_;   // list positions of fillable kinds
+  std::size_t slices_ = 1;              // the problem's slices per microbatch
+  bool use_context_ = false;            // slice contexts are made and passed
+  std::vector<UnitFigures> seen_;       // by (stage, slice)
   const TrainingData<tensor_type>* data_ = nullptr;
   std::unordered_map<std::uint64_t, Held> stashes_;
   std::unordered_map<std::uint64_t, HeldContext> contexts_;  // by (stage, microbatch)

@@ -50,8 +50,7 @@ class InprocPipeline {
     const HostDevice clock;
     const auto start = clock.mark();
     detail::run_ranks(
-        n, [&](int r) { runs[r] = executors_[r].step(data, start); },
-        [&] { transport_.abort(); });
+        n, [&](int r) { runs[r] = executors_[r].step(data, start); }, [&] { transport_.abort(); });
     return StepResult::from_runs(std::move(runs), executors_.front().schedule());
   }
 

@@ -23,18 +23,14 @@
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/toy/synthetic.hpp"
 
+#include "exec_support.hpp"
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
 namespace {
 
-constexpr double learning_rate = 0.05;
-constexpr double unlimited = std::numeric_limits<double>::infinity();
-
-template <class T>
-double tolerance() {
-  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
-}
+using namespace exec_test;
 
 // What the simulator needs to predict the executor's bytes: the stages' analytic stash sizes
 // and, for checkpointed units, the bytes of each stage's input (taken from a forward pass of
@@ -56,32 +52,6 @@ ps::ProfiledCost cost_of(const std::vector<Stage>& stages, const Data& data) {
   return c;
 }
 
-// True when each stage's weight-gradient work (B or W) runs in increasing microbatch order,
-// as the sequential pass does: then the arithmetic is the same, bit for bit.
-bool accumulates_in_order(const ps::Schedule& s) {
-  std::vector<int> last(s.problem.stages, -1);
-  for (const auto& list : s.ranks)
-    for (const ps::Action& a : list) {
-      if (a.kind != ps::OpKind::B && a.kind != ps::OpKind::W) continue;
-      if (a.microbatch < last[a.stage]) return false;
-      last[a.stage] = a.microbatch;
-    }
-  return true;
-}
-
-int count_recomputes(const ps::Schedule& s) {
-  int n = 0;
-  for (const auto& list : s.ranks)
-    n += static_cast<int>(std::count_if(
-        list.begin(), list.end(), [](const ps::Action& a) { return a.kind == ps::OpKind::R; }));
-  return n;
-}
-
-struct RunChecks {
-  bool exact_peak = true;  // measured peak == simulated peak on every rank
-  double budget = unlimited;
-};
-
 // Trains `schedule` for two steps (SGD between them, from each rank's optimizer hook) and
 // compares each step with the sequential reference. Returns the runs' total `filled`.
 template <class Stage, class Config, class Data>
@@ -94,16 +64,7 @@ int expect_matches_sequential(const ps::Schedule& schedule, const Config& config
     ref.emplace_back(config, s, stages);
     piped.emplace_back(config, s, stages);
   }
-  options.optimizer = [&](int rank) {
-    for (int s : schedule.placement.stages_of(rank)) {
-      auto params = piped[s].parameters();
-      auto grads = piped[s].gradients();
-      auto g = grads.begin();
-      for (auto p = params.begin(); p != params.end(); ++p, ++g)
-        for (std::size_t i = 0; i < (*p).size(); ++i)
-          (*p)[i] -= T(learning_rate) * (*g)[i];
-    }
-  };
+  options.optimizer = toy::sgd_optimizer(schedule.placement, piped, learning_rate);
   ps::InprocPipeline<Stage> pipe(schedule, piped, options);
   const ps::SimulationResult predicted = ps::simulate(schedule, cost_of(ref, data));
   const auto training = toy::training_data(data);

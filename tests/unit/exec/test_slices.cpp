@@ -26,6 +26,8 @@
 #include "pipesched/toy/profile.hpp"
 #include "pipesched/toy/reference.hpp"
 
+#include "exec_support.hpp"
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -37,35 +39,10 @@ static_assert(ps::stage_model<toy::MlpStage<double>>);
 
 namespace {
 
-constexpr double learning_rate = 0.05;
-constexpr double unlimited = std::numeric_limits<double>::infinity();
-
-// Relative error allowed against the reference. Gradients of sliced runs sum over tokens in another
-// order than the unsliced pass (a microbatch's slices run their backwards last to first). The toy
-// models add every weight-gradient contribution into a double sum per tensor, and the GPT sums the
-// gradients of keys/values over queries in double too (across slices through the slice context),
-// so in float the order moves a gradient by double rounding only: sliced runs meet the tolerance
-// of unsliced ones.
-template <class T>
-double tolerance() {
-  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
-}
+using namespace exec_test;
 
 // The toy GPT every pipelined test runs: 8 blocks, 16-token sequences.
 const toy::GptConfig gpt_config{.sequence = 16, .blocks = 8};
-
-template <class Stage, class Config>
-std::vector<Stage> make_stages(const Config& config, int stages) {
-  std::vector<Stage> v;
-  for (int s = 0; s < stages; ++s)
-    v.emplace_back(config, s, stages);
-  return v;
-}
-
-struct RunChecks {
-  bool exact_peak = true;  // measured peak == simulated peak on every rank
-  double budget = unlimited;
-};
 
 // Trains `schedule` (microbatches cut into its problem's slices) for two steps with SGD from
 // each rank's optimizer hook, and compares each step with the unsliced sequential reference.
@@ -78,16 +55,7 @@ int expect_matches_unsliced(const ps::Schedule& schedule, const Config& config, 
   const int stages = schedule.problem.stages;
   std::vector<Stage> ref = make_stages<Stage>(config, stages);
   std::vector<Stage> piped = make_stages<Stage>(config, stages);
-  options.optimizer = [&](int rank) {
-    for (int s : schedule.placement.stages_of(rank)) {
-      auto params = piped[s].parameters();
-      auto grads = piped[s].gradients();
-      auto g = grads.begin();
-      for (auto p = params.begin(); p != params.end(); ++p, ++g)
-        for (std::size_t i = 0; i < (*p).size(); ++i)
-          (*p)[i] -= T(learning_rate) * (*g)[i];
-    }
-  };
+  options.optimizer = toy::sgd_optimizer(schedule.placement, piped, learning_rate);
   ps::InprocPipeline<Stage> pipe(schedule, piped, options);
   const ps::SimulationResult predicted = ps::simulate(schedule, cost);
   EXPECT_FALSE(predicted.deadlock) << predicted.deadlock_report;

@@ -17,17 +17,14 @@
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/reference.hpp"
 
+#include "exec_support.hpp"
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
 namespace {
 
-constexpr double learning_rate = 0.05;
-
-template <class T>
-double tolerance() {
-  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
-}
+using namespace exec_test;
 
 // The simulator's prediction for these stage models: their analytic stash sizes.
 template <class Stage>
@@ -40,21 +37,6 @@ ps::ProfiledCost cost_of(const std::vector<Stage>& stages) {
                         .activation_bytes = double(s.activation_bytes()),
                         .wgrad_bytes = double(s.wgrad_bytes())});
   return c;
-}
-
-// True when each stage's weight-gradient work (B or W) runs in increasing microbatch order.
-bool accumulates_in_order(const ps::Schedule& s) {
-  std::vector<int> last(s.problem.stages, -1);
-  for (const auto& list : s.ranks)
-    for (const ps::Action& a : list) {
-      const bool weights = a.kind == ps::OpKind::B || a.kind == ps::OpKind::W;
-      const int stage = a.kind == ps::OpKind::Overlap ? a.b_stage : a.stage;
-      const int mb = a.kind == ps::OpKind::Overlap ? a.b_microbatch : a.microbatch;
-      if (!weights && a.kind != ps::OpKind::Overlap) continue;
-      if (mb < last[stage]) return false;
-      last[stage] = mb;
-    }
-  return true;
 }
 
 // Runs `schedule` for two steps (an SGD step between them, from the executor's optimizer
@@ -70,16 +52,7 @@ void expect_matches_sequential(const ps::Schedule& schedule, const Config& confi
     piped.emplace_back(config, s, stages);
   }
   ps::ExecutorOptions options;
-  options.optimizer = [&](int rank) {
-    for (int s : schedule.placement.stages_of(rank)) {
-      auto params = piped[s].parameters();
-      auto grads = piped[s].gradients();
-      auto g = grads.begin();
-      for (auto p = params.begin(); p != params.end(); ++p, ++g)
-        for (std::size_t i = 0; i < (*p).size(); ++i)
-          (*p)[i] -= T(learning_rate) * (*g)[i];
-    }
-  };
+  options.optimizer = toy::sgd_optimizer(schedule.placement, piped, learning_rate);
   ps::InprocPipeline<Stage> pipe(schedule, piped, options);
   const ps::SimulationResult predicted = ps::simulate(schedule, cost_of(ref));
   const auto training = toy::training_data(data);

@@ -28,6 +28,8 @@
 #include "pipesched/toy/profile.hpp"
 #include "pipesched/toy/reference.hpp"
 
+#include "exec_support.hpp"
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -36,20 +38,7 @@ static_assert(ps::splits_weight_gradient<toy::MlpStage<float>>);
 
 namespace {
 
-constexpr double learning_rate = 0.05;
-
-template <class T>
-double tolerance() {
-  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
-}
-
-template <class Stage, class Config>
-std::vector<Stage> make_stages(const Config& config, int stages) {
-  std::vector<Stage> v;
-  for (int s = 0; s < stages; ++s)
-    v.emplace_back(config, s, stages);
-  return v;
-}
+using namespace exec_test;
 
 // Cuts every W of `s` into `parts` parts: part 0 where the W was, part j moved `spread · j`
 // compute actions later (at most to the end of the list). Still valid: each part follows its I.
@@ -106,16 +95,7 @@ void expect_matches(const ps::Schedule& s, const Config& config, const Data& dat
   using T = typename Stage::tensor_type::value_type;
   std::vector<Stage> ref = make_stages<Stage>(config, s.problem.stages);
   std::vector<Stage> piped = make_stages<Stage>(config, s.problem.stages);
-  options.optimizer = [&](int rank) {
-    for (int st : s.placement.stages_of(rank)) {
-      auto params = piped[st].parameters();
-      auto grads = piped[st].gradients();
-      auto g = grads.begin();
-      for (auto p = params.begin(); p != params.end(); ++p, ++g)
-        for (std::size_t i = 0; i < (*p).size(); ++i)
-          (*p)[i] -= T(learning_rate) * (*g)[i];
-    }
-  };
+  options.optimizer = toy::sgd_optimizer(s.placement, piped, learning_rate);
   ps::InprocPipeline<Stage> pipe(s, piped, options);
   const ps::SimulationResult predicted = ps::simulate(s, cost);
   ASSERT_FALSE(predicted.deadlock) << predicted.deadlock_report;

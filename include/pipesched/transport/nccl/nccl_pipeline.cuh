@@ -39,8 +39,9 @@ namespace pipesched {
 //! clean and the next step may run; or peer_lost when some process stopped answering within
 //! the receive timeout — then end the job with `MpiSession::abort`.
 template <class Stage>
-class NcclPipeline : public detail::mpi::ProcessPipeline<
-                         Stage, NcclTransport<typename Stage::tensor_type>, CudaDevice> {
+class NcclPipeline
+    : public detail::mpi::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>,
+                                          CudaDevice> {
  public:
   NcclPipeline(const Schedule& schedule, CudaDevice device, std::span<Stage> stages,
                MPI_Comm comm = MPI_COMM_WORLD, ExecutorOptions options = {},

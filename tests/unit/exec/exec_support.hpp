@@ -1,0 +1,61 @@
+// What the executor tests share: the tolerances of the numerics checks, stage construction,
+// the per-run checks and two facts about a schedule.
+#pragma once
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "pipesched/core/schedule.hpp"
+
+namespace exec_test {
+
+inline constexpr double learning_rate = 0.05;
+inline constexpr double unlimited = std::numeric_limits<double>::infinity();
+
+// Relative error allowed against the sequential reference. The toy models add every
+// weight-gradient contribution into a double sum per tensor (and the GPT its key/value
+// gradients too), so a pipelined or sliced float run moves a value by double rounding only.
+template <class T>
+double tolerance() {
+  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
+}
+
+// One stage model per stage of `stages`.
+template <class Stage, class Config>
+std::vector<Stage> make_stages(const Config& config, int stages) {
+  std::vector<Stage> v;
+  for (int s = 0; s < stages; ++s)
+    v.emplace_back(config, s, stages);
+  return v;
+}
+
+struct RunChecks {
+  bool exact_peak = true;  // measured peak == simulated peak on every rank
+  double budget = unlimited;
+};
+
+// True when each stage's weight-gradient work (B or W) runs in increasing microbatch order,
+// as the sequential pass does: then the arithmetic is the same, bit for bit.
+inline bool accumulates_in_order(const pipesched::Schedule& s) {
+  std::vector<int> last(s.problem.stages, -1);
+  for (const auto& list : s.ranks)
+    for (const pipesched::Action& a : list) {
+      if (a.kind != pipesched::OpKind::B && a.kind != pipesched::OpKind::W) continue;
+      if (a.microbatch < last[a.stage]) return false;
+      last[a.stage] = a.microbatch;
+    }
+  return true;
+}
+
+inline int count_recomputes(const pipesched::Schedule& s) {
+  int n = 0;
+  for (const auto& list : s.ranks)
+    n += static_cast<int>(std::count_if(list.begin(), list.end(), [](const pipesched::Action& a) {
+      return a.kind == pipesched::OpKind::R;
+    }));
+  return n;
+}
+
+}  // namespace exec_test
