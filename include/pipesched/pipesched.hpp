@@ -3,6 +3,8 @@
 // parts live in their own headers and are never included from here.
 #pragma once
 
+#include "pipesched/version.hpp"
+
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/placement.hpp"

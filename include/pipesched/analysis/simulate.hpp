@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -70,10 +71,10 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
   if (!g.issues().empty())
     throw invalid_schedule("cannot simulate schedule '" + s.name +
                            "': " + g.issues().front().message);
-  int parts = 1;
+  int parts = 1;  // the largest part index + 1 (a part of INT_MAX counts as INT_MAX parts)
   for (const auto& list : s.ranks)
     for (const Action& a : list)
-      if (a.kind == OpKind::W) parts = std::max(parts, a.part + 1);
+      if (a.kind == OpKind::W && a.part >= parts) parts = a.part == INT_MAX ? INT_MAX : a.part + 1;
   const CostContext ctx{s.problem, s.placement, parts};
 
   SimulationResult res;

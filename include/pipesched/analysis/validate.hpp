@@ -4,10 +4,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pipesched/analysis/detail/graph.hpp"
+#include "pipesched/analysis/detail/unit_table.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 
@@ -25,24 +28,65 @@ struct Violation {
   std::string message;  //!< a full sentence: where, what, and the rule it breaks
 };
 
-//! Everything `check` found; empty when the schedule is valid.
-struct ValidationReport {
-  std::vector<Violation> violations;
+namespace detail {
 
-  bool ok() const noexcept { return violations.empty(); }
-  //! True when some violation has this rule identifier.
+//! `n` with its digits in groups of three: 1999990 → "1,999,990".
+inline std::string group_digits(std::uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+}  // namespace detail
+
+//! Everything `check` found; empty when the schedule is valid. A schedule can break a rule
+//! billions of times (a file naming a million microbatches and a million slices misses 10^12
+//! forwards), so the report keeps the first `max_recorded` violations in `violations` and
+//! counts the rest in `omitted`; `total()` is the number found.
+struct ValidationReport {
+  //! How many violations are kept with their messages.
+  static constexpr std::size_t max_recorded = 1000;
+
+  std::vector<Violation> violations;  //!< the first violations found, at most max_recorded
+  std::uint64_t omitted = 0;          //!< violations found beyond those kept
+
+  bool ok() const noexcept { return violations.empty() && omitted == 0; }
+  //! Every violation found, kept or not.
+  std::uint64_t total() const noexcept {
+    return detail::saturating_add(static_cast<std::uint64_t>(violations.size()), omitted);
+  }
+  //! True when no further violation would be kept.
+  bool full() const noexcept { return violations.size() >= max_recorded; }
+  //! Keeps `v` while there is room, else counts it.
+  void add(Violation v) {
+    if (full()) {
+      omitted = detail::saturating_add(omitted, 1);
+    } else {
+      violations.push_back(std::move(v));
+    }
+  }
+  //! True when some kept violation has this rule identifier.
   bool has(std::string_view rule) const {
     return std::any_of(violations.begin(), violations.end(),
                        [&](const Violation& v) { return v.rule == rule; });
   }
-  //! The first `max` messages, one per line, and a count of the rest.
+  //! The first `max` messages, one per line, and a count of the rest ("… and 1,999,990 more").
   std::string summary(std::size_t max = 8) const {
     std::string out;
     for (std::size_t i = 0; i < violations.size() && i < max; ++i)
       out += (i ? "\n" : "") + violations[i].message;
-    if (violations.size() > max)
-      out += "\n(and " + std::to_string(violations.size() - max) + " more)";
+    const std::uint64_t shown = std::min<std::uint64_t>(violations.size(), max);
+    if (total() > shown) out += "\n… and " + detail::group_digits(total() - shown) + " more";
     return out;
+  }
+  //! "schedule 'NAME' is invalid (N problems):" and the summary.
+  std::string message(const std::string& schedule_name, std::size_t max = 8) const {
+    const std::uint64_t n = total();
+    return "schedule '" + schedule_name + "' is invalid (" + detail::group_digits(n) + " problem" +
+           (n == 1 ? "" : "s") + "):\n" + summary(max);
   }
 };
 
@@ -52,32 +96,131 @@ inline std::string where(int rank, int position) {
   return "rank " + std::to_string(rank) + " position " + std::to_string(position);
 }
 
-// The structural checks: shape, ranges, placement, and exactly-once counts.
+inline std::string stage_count_text(int stages) {
+  return std::to_string(stages) + (stages == 1 ? " stage" : " stages") + " (0.." +
+         std::to_string(stages - 1) + ")";
+}
+
+//! What one unit (stage, microbatch, slice) holds: counts per kind and its W parts.
+struct UnitSeen {
+  int f = 0, b = 0, i = 0, r = 0;
+  std::vector<int> w_parts;  //!< the part index of every W of the unit, in list order
+  friend bool operator==(const UnitSeen&, const UnitSeen&) = default;
+};
+
+// The exactly-once rules for one unit; `emit(rule, make_message)` is called per violation
+// (make_message builds the text only when the report keeps it).
+template <class Emit>
+void unit_rules(const Schedule& s, UnitKey key, const UnitSeen& u, Emit&& emit) {
+  const Problem& p = s.problem;
+  const int st = key.stage, mb = key.microbatch, sl = key.slice;
+  const int owner = s.placement.rank_of(st);
+  auto unit = [&](OpKind k) { return to_string(Action::make(k, st, mb, sl)); };
+  const std::size_t w_total = u.w_parts.size();
+  if (u.f == 0)
+    emit("missing", [&] {
+      return "rank " + std::to_string(owner) + " never runs " + unit(OpKind::F) +
+             "; every (stage, microbatch, slice) needs exactly one forward.";
+    });
+  if (u.f > 1)
+    emit("duplicate", [&] {
+      return unit(OpKind::F) + " appears " + std::to_string(u.f) +
+             " times; every (stage, microbatch, slice) needs exactly one forward.";
+    });
+  if (u.b == 0 && u.i == 0)
+    emit("missing", [&] {
+      return "rank " + std::to_string(owner) + " never runs the backward of stage " +
+             std::to_string(st) + " microbatch " + std::to_string(mb) +
+             (p.slices > 1 ? " slice " + std::to_string(sl) : std::string()) + " (" +
+             unit(OpKind::B) + ", or " + unit(OpKind::I) + " and " + unit(OpKind::W) +
+             "); every forward needs exactly one backward.";
+    });
+  if (u.b + u.i > 1)
+    emit("duplicate", [&] {
+      return "the backward of " + unit(OpKind::F) + " appears " + std::to_string(u.b + u.i) +
+             " times (" + std::to_string(u.b) + " B, " + std::to_string(u.i) +
+             " I); every forward needs exactly one: B, or I followed by W.";
+    });
+  if (u.b >= 1 && w_total > 0)
+    emit("duplicate", [&] {
+      return unit(OpKind::W) + " runs although the backward is the full " + unit(OpKind::B) +
+             ", which already computes weight gradients; use B alone or I then W.";
+    });
+  if (u.i >= 1 && w_total == 0)
+    emit("missing", [&] {
+      return "rank " + std::to_string(owner) + " runs " + unit(OpKind::I) +
+             " but never its weight gradient " + unit(OpKind::W) +
+             "; a split backward needs both I and W.";
+    });
+  if (u.i == 0 && u.b == 0 && w_total > 0)
+    emit("missing", [&] {
+      return unit(OpKind::W) + " runs but " + unit(OpKind::I) + " never does; W follows its I.";
+    });
+  if (w_total > 0) {
+    // Parts are 0..n-1, each once: report every repeated part and every gap (a gap as one
+    // violation, so a lone part 2147483647 is one problem, not two billion).
+    std::vector<int> parts = u.w_parts;
+    std::sort(parts.begin(), parts.end());
+    const int top = parts.back();
+    long long expect = 0;  // the next part that should run
+    for (std::size_t j = 0; j < parts.size();) {
+      const int part = parts[j];
+      std::size_t n = 0;
+      while (j < parts.size() && parts[j] == part) {
+        ++j;
+        ++n;
+      }
+      if (part > expect) {
+        const long long lo = expect, hi = part - 1LL;
+        emit("missing", [&] {
+          return "the weight gradient of " + unit(OpKind::F) + " has parts up to " +
+                 std::to_string(top) +
+                 (lo == hi ? " but part " + std::to_string(lo) + " never runs"
+                           : " but parts " + std::to_string(lo) + ".." + std::to_string(hi) +
+                                 " never run") +
+                 "; parts are numbered 0..n-1 and each runs once.";
+        });
+      }
+      if (n > 1)
+        emit("duplicate", [&] {
+          return "W part " + std::to_string(part) + " of " + unit(OpKind::F) + " appears " +
+                 std::to_string(n) + " times; each part runs once.";
+        });
+      expect = part + 1LL;
+    }
+  }
+  if (u.r > 1)
+    emit("duplicate", [&] {
+      return unit(OpKind::R) + " appears " + std::to_string(u.r) +
+             " times; a checkpointed forward is recomputed at most once.";
+    });
+}
+
+// The structural checks: shape, ranges, placement, and exactly-once counts. Costs what the
+// schedule's actions cost (plus at most max_recorded absent units), whatever its dimensions.
 inline void check_units(const Schedule& s, ValidationReport& rep) {
   const Problem& p = s.problem;
-  auto add = [&](int r, int i, const Action& a, const char* rule, std::string msg) {
-    rep.violations.push_back({r, i, a, rule, std::move(msg)});
+  auto add = [&](int r, int i, const Action& a, const char* rule, auto make_message) {
+    if (rep.full()) {
+      rep.add({});
+      return;
+    }
+    rep.add({r, i, a, rule, make_message()});
   };
   if (s.rank_count() != p.ranks || s.placement.ranks() != p.ranks ||
       s.placement.stages() != p.stages || p.stages < 1 || p.microbatches < 1 || p.slices < 1) {
-    add(-1, -1, Action{}, "shape",
-        "the schedule's shape is inconsistent: problem says ranks = " + std::to_string(p.ranks) +
-            ", stages = " + std::to_string(p.stages) + ", microbatches = " +
-            std::to_string(p.microbatches) + ", slices = " + std::to_string(p.slices) +
-            "; it has " + std::to_string(s.rank_count()) + " rank lists and a placement of " +
-            std::to_string(s.placement.stages()) + " stages over " +
-            std::to_string(s.placement.ranks()) + " ranks; all must agree and be positive.");
+    add(-1, -1, Action{}, "shape", [&] {
+      return "the schedule's shape is inconsistent: problem says ranks = " +
+             std::to_string(p.ranks) + ", stages = " + std::to_string(p.stages) +
+             ", microbatches = " + std::to_string(p.microbatches) +
+             ", slices = " + std::to_string(p.slices) + "; it has " +
+             std::to_string(s.rank_count()) + " rank lists and a placement of " +
+             std::to_string(s.placement.stages()) + " stages over " +
+             std::to_string(s.placement.ranks()) + " ranks; all must agree and be positive.";
+    });
     return;
   }
-  const std::size_t units = static_cast<std::size_t>(p.stages) * p.microbatches * p.slices;
-  struct Seen {
-    int f = 0, b = 0, i = 0, r = 0;
-    std::vector<int> w_parts;  // count per part index
-  };
-  std::vector<Seen> seen(units);
-  auto key = [&](int st, int mb, int sl) {
-    return (static_cast<std::size_t>(st) * p.microbatches + mb) * p.slices + sl;
-  };
+  UnitTable<UnitSeen> seen(p, s.action_count());
   auto in_range = [&](int st, int mb, int sl) {
     return st >= 0 && st < p.stages && mb >= 0 && mb < p.microbatches && sl >= 0 && sl < p.slices;
   };
@@ -87,27 +230,28 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
       if (a.kind == OpKind::Idle) continue;
       auto unit_check = [&](int st, int mb, int sl) {
         if (!in_range(st, mb, sl)) {
-          add(r, i, a, "index-range",
-              to_string(a) + " at " + where(r, i) + " is out of range: stages run 0.." +
-                  std::to_string(p.stages - 1) + ", microbatches 0.." +
-                  std::to_string(p.microbatches - 1) + ", slices 0.." +
-                  std::to_string(p.slices - 1) + ".");
+          add(r, i, a, "index-range", [&] {
+            return to_string(a) + " at " + where(r, i) + " is out of range: stages run 0.." +
+                   std::to_string(p.stages - 1) + ", microbatches 0.." +
+                   std::to_string(p.microbatches - 1) + ", slices 0.." +
+                   std::to_string(p.slices - 1) + ".";
+          });
           return false;
         }
         if (s.placement.rank_of(st) != r) {
-          add(r, i, a, "placement",
-              to_string(a) + " at " + where(r, i) + " runs stage " + std::to_string(st) +
-                  ", which the placement (" + s.placement.describe() + ") puts on rank " +
-                  std::to_string(s.placement.rank_of(st)) +
-                  "; each stage lives on exactly one rank and all its actions run there.");
+          add(r, i, a, "placement", [&] {
+            return to_string(a) + " at " + where(r, i) + " runs stage " + std::to_string(st) +
+                   ", which the placement (" + s.placement.describe() + ") puts on rank " +
+                   std::to_string(s.placement.rank_of(st)) +
+                   "; each stage lives on exactly one rank and all its actions run there.";
+          });
         }
         return true;
       };
       if (a.kind == OpKind::Overlap) {
-        if (unit_check(a.stage, a.microbatch, a.slice))
-          ++seen[key(a.stage, a.microbatch, a.slice)].f;
+        if (unit_check(a.stage, a.microbatch, a.slice)) ++seen.at(a.stage, a.microbatch, a.slice).f;
         if (unit_check(a.b_stage, a.b_microbatch, a.b_slice))
-          ++seen[key(a.b_stage, a.b_microbatch, a.b_slice)].b;
+          ++seen.at(a.b_stage, a.b_microbatch, a.b_slice).b;
         continue;
       }
       if (is_comm(a.kind)) {
@@ -117,32 +261,35 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
         }
         const bool fwd = a.kind == OpKind::SendF || a.kind == OpKind::RecvF;
         const bool send = a.kind == OpKind::SendF || a.kind == OpKind::SendB;
-        const int peer = a.stage + ((fwd == send) ? 1 : -1);
+        const long long peer = a.stage + ((fwd == send) ? 1LL : -1LL);
         if (peer < 0 || peer >= p.stages) {
-          add(r, i, a, "index-range",
-              to_string(a) + " at " + where(r, i) + " talks to stage " + std::to_string(peer) +
-                  ", which does not exist; forward data flows from stage s to s+1 and "
-                  "gradients from s to s-1 within 0.." +
-                  std::to_string(p.stages - 1) + ".");
+          add(r, i, a, "index-range", [&] {
+            return to_string(a) + " at " + where(r, i) + (send ? " sends to" : " receives from") +
+                   " stage " + std::to_string(peer) + ", which does not exist: the schedule has " +
+                   stage_count_text(p.stages) +
+                   "; forward data flows from stage s to s+1 and gradients from s to s-1.";
+          });
           continue;
         }
         unit_check(a.stage, a.microbatch, a.slice);
-        if (s.placement.rank_of(peer) == s.placement.rank_of(a.stage))
-          add(r, i, a, "placement",
-              to_string(a) + " at " + where(r, i) + " communicates between stages " +
-                  std::to_string(a.stage) + " and " + std::to_string(peer) +
-                  ", which are both on rank " + std::to_string(s.placement.rank_of(a.stage)) +
-                  "; only cross-rank neighbours send and receive.");
+        if (s.placement.rank_of(static_cast<int>(peer)) == s.placement.rank_of(a.stage))
+          add(r, i, a, "placement", [&] {
+            return to_string(a) + " at " + where(r, i) + " communicates between stages " +
+                   std::to_string(a.stage) + " and " + std::to_string(peer) +
+                   ", which are both on rank " + std::to_string(s.placement.rank_of(a.stage)) +
+                   "; only cross-rank neighbours send and receive.";
+          });
         continue;
       }
       if (a.part < 0 || (a.part != 0 && a.kind != OpKind::W)) {
-        add(r, i, a, "index-range",
-            to_string(a) + " at " + where(r, i) + " has part " + std::to_string(a.part) +
-                "; only W actions have parts, numbered from 0.");
+        add(r, i, a, "index-range", [&] {
+          return to_string(a) + " at " + where(r, i) + " has part " + std::to_string(a.part) +
+                 "; only W actions have parts, numbered from 0.";
+        });
         continue;
       }
       if (!unit_check(a.stage, a.microbatch, a.slice)) continue;
-      Seen& u = seen[key(a.stage, a.microbatch, a.slice)];
+      UnitSeen& u = seen.at(a.stage, a.microbatch, a.slice);
       switch (a.kind) {
         case OpKind::F:
           ++u.f;
@@ -157,106 +304,74 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
           ++u.r;
           break;
         case OpKind::W:
-          if (static_cast<int>(u.w_parts.size()) <= a.part) u.w_parts.resize(a.part + 1, 0);
-          ++u.w_parts[a.part];
+          u.w_parts.push_back(a.part);
           break;
         default:
           break;
       }
     }
   }
-  // Exactly-once rules, reported per unit.
-  for (int st = 0; st < p.stages; ++st)
-    for (int mb = 0; mb < p.microbatches; ++mb)
+
+  // Exactly-once rules, per unit in (stage, microbatch, slice) order. The walk over every unit
+  // of the problem stops once the report is full; the rest is counted without a walk: a unit
+  // no action names misses its forward and its backward (two violations), and the units some
+  // action names are visited directly.
+  auto keep = [&](UnitKey k, const UnitSeen& u) {
+    unit_rules(s, k, u, [&](const char* rule, auto make_message) {
+      add(s.placement.rank_of(k.stage), -1, Action::make(OpKind::F, k.stage, k.microbatch, k.slice),
+          rule, make_message);
+    });
+  };
+  UnitKey stop{p.stages, 0, 0};  // the first unit not walked
+  std::uint64_t walked = 0;
+  for (int st = 0; st < p.stages && stop.stage == p.stages; ++st)
+    for (int mb = 0; mb < p.microbatches && stop.stage == p.stages; ++mb)
       for (int sl = 0; sl < p.slices; ++sl) {
-        const Seen& u = seen[key(st, mb, sl)];
-        const int owner = s.placement.rank_of(st);
-        auto unit = [&](OpKind k) { return to_string(Action::make(k, st, mb, sl)); };
-        auto missing = [&](std::string msg) {
-          rep.violations.push_back(
-              {owner, -1, Action::make(OpKind::F, st, mb, sl), "missing", std::move(msg)});
-        };
-        auto dup = [&](std::string msg) {
-          rep.violations.push_back(
-              {owner, -1, Action::make(OpKind::F, st, mb, sl), "duplicate", std::move(msg)});
-        };
-        if (u.f == 0)
-          missing("rank " + std::to_string(owner) + " never runs " + unit(OpKind::F) +
-                  "; every (stage, microbatch, slice) needs exactly one forward.");
-        if (u.f > 1)
-          dup(unit(OpKind::F) + " appears " + std::to_string(u.f) +
-              " times; every (stage, microbatch, slice) needs exactly one forward.");
-        const int w_total = [&] {
-          int n = 0;
-          for (int c : u.w_parts)
-            n += c;
-          return n;
-        }();
-        if (u.b == 0 && u.i == 0)
-          missing("rank " + std::to_string(owner) + " never runs the backward of stage " +
-                  std::to_string(st) + " microbatch " + std::to_string(mb) +
-                  (p.slices > 1 ? " slice " + std::to_string(sl) : std::string()) + " (" +
-                  unit(OpKind::B) + ", or " + unit(OpKind::I) + " and " + unit(OpKind::W) +
-                  "); every forward needs exactly one backward.");
-        if (u.b + u.i > 1)
-          dup("the backward of " + unit(OpKind::F) + " appears " + std::to_string(u.b + u.i) +
-              " times (" + std::to_string(u.b) + " B, " + std::to_string(u.i) +
-              " I); every forward needs exactly one: B, or I followed by W.");
-        if (u.b >= 1 && w_total > 0)
-          dup(unit(OpKind::W) + " runs although the backward is the full " + unit(OpKind::B) +
-              ", which already computes weight gradients; use B alone or I then W.");
-        if (u.i >= 1 && w_total == 0)
-          missing("rank " + std::to_string(owner) + " runs " + unit(OpKind::I) +
-                  " but never its weight gradient " + unit(OpKind::W) +
-                  "; a split backward needs both I and W.");
-        if (u.i == 0 && u.b == 0 && w_total > 0)
-          missing(unit(OpKind::W) + " runs but " + unit(OpKind::I) +
-                  " never does; W follows its I.");
-        for (std::size_t part = 0; part < u.w_parts.size(); ++part) {
-          if (u.w_parts[part] == 0)
-            missing("the weight gradient of " + unit(OpKind::F) + " has parts up to " +
-                    std::to_string(u.w_parts.size() - 1) + " but part " + std::to_string(part) +
-                    " never runs; parts are numbered 0..n-1 and each runs once.");
-          else if (u.w_parts[part] > 1)
-            dup("W part " + std::to_string(part) + " of " + unit(OpKind::F) + " appears " +
-                std::to_string(u.w_parts[part]) + " times; each part runs once.");
+        if (rep.full()) {
+          stop = {st, mb, sl};
+          break;
         }
-        if (u.r > 1)
-          dup(unit(OpKind::R) + " appears " + std::to_string(u.r) +
-              " times; a checkpointed forward is recomputed at most once.");
+        keep({st, mb, sl}, seen.get(st, mb, sl));
+        ++walked;
       }
+  if (stop.stage == p.stages) return;
+  std::uint64_t named_after = 0;
+  seen.for_each_stored([&](UnitKey k, const UnitSeen& u) {
+    if (k < stop) return;
+    ++named_after;
+    unit_rules(s, k, u, [&](const char*, auto) { rep.add({}); });
+  });
+  const std::uint64_t after = unit_count(p) - walked;
+  const std::uint64_t absent = after - std::min(after, named_after);
+  rep.omitted = saturating_add(rep.omitted, absent > UINT64_MAX / 2 ? UINT64_MAX : 2 * absent);
 }
 
-// Communication must come in matched pairs (each send has exactly one receive).
+// Communication must come in matched pairs (each send has exactly one receive). Messages to
+// or from a stage that does not exist are check_units' to report.
 inline void check_comm_pairs(const Schedule& s, ValidationReport& rep) {
   const Problem& p = s.problem;
   struct Count {
     int send = 0, recv = 0;
     int send_rank = -1, send_pos = -1, recv_rank = -1, recv_pos = -1;
+    bool operator==(const Count&) const = default;
   };
-  // key: (direction, producer stage, mb, slice)
-  const std::size_t units = static_cast<std::size_t>(p.stages) * p.microbatches * p.slices;
-  std::vector<Count> fwd(units), bwd(units);
-  auto key = [&](int st, int mb, int sl) {
-    return (static_cast<std::size_t>(st) * p.microbatches + mb) * p.slices + sl;
-  };
-  auto ok = [&](int st, int mb, int sl) {
+  // Keyed by the stage that produced the data: SendF(s) / RecvF(s+1) carry F(s); SendB(s) /
+  // RecvB(s-1) carry B(s).
+  UnitTable<Count> fwd(p, s.action_count()), bwd(p, s.action_count());
+  auto ok = [&](long long st, int mb, int sl) {
     return st >= 0 && st < p.stages && mb >= 0 && mb < p.microbatches && sl >= 0 && sl < p.slices;
   };
   for (int r = 0; r < s.rank_count(); ++r)
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       const Action& a = s.ranks[r][i];
       if (!is_comm(a.kind)) continue;
-      // Producer stage of the data: SendF(s) / RecvF(s+1) carry F(s); SendB(s) / RecvB(s-1) carry
-      // B(s).
-      int producer = a.kind == OpKind::RecvF   ? a.stage - 1
-                     : a.kind == OpKind::RecvB ? a.stage + 1
-                                               : a.stage;
-      if (!ok(producer, a.microbatch, a.slice) || !ok(a.stage, a.microbatch, a.slice)) continue;
-      Count& c = (a.kind == OpKind::SendF || a.kind == OpKind::RecvF
-                      ? fwd
-                      : bwd)[key(producer, a.microbatch, a.slice)];
-      if (a.kind == OpKind::SendF || a.kind == OpKind::SendB) {
+      const bool forward = a.kind == OpKind::SendF || a.kind == OpKind::RecvF;
+      const bool send = a.kind == OpKind::SendF || a.kind == OpKind::SendB;
+      const long long producer = send ? a.stage : a.stage + (forward ? -1LL : 1LL);
+      const long long consumer = forward ? producer + 1 : producer - 1;
+      if (!ok(producer, a.microbatch, a.slice) || !ok(consumer, a.microbatch, a.slice)) continue;
+      Count& c = (forward ? fwd : bwd).at(static_cast<int>(producer), a.microbatch, a.slice);
+      if (send) {
         ++c.send;
         c.send_rank = r;
         c.send_pos = i;
@@ -267,35 +382,33 @@ inline void check_comm_pairs(const Schedule& s, ValidationReport& rep) {
       }
     }
   for (int dir = 0; dir < 2; ++dir)
-    for (int st = 0; st < p.stages; ++st)
-      for (int mb = 0; mb < p.microbatches; ++mb)
-        for (int sl = 0; sl < p.slices; ++sl) {
-          const Count& c = (dir == 0 ? fwd : bwd)[key(st, mb, sl)];
-          if (c.send == 0 && c.recv == 0) continue;
-          Action send = Action::make(dir == 0 ? OpKind::SendF : OpKind::SendB, st, mb, sl);
-          Action recv = Action::make(dir == 0 ? OpKind::RecvF : OpKind::RecvB,
-                                     dir == 0 ? st + 1 : st - 1, mb, sl);
-          if (c.send > 1 || c.recv > 1)
-            rep.violations.push_back({c.send > 1 ? c.send_rank : c.recv_rank,
-                                      c.send > 1 ? c.send_pos : c.recv_pos,
-                                      c.send > 1 ? send : recv, "duplicate",
-                                      to_string(c.send > 1 ? send : recv) + " appears " +
-                                          std::to_string(c.send > 1 ? c.send : c.recv) +
-                                          " times; each message is sent once and received once."});
-          else if (c.send == 1 && c.recv == 0)
-            rep.violations.push_back({c.send_rank, c.send_pos, send, "unmatched-comm",
-                                      to_string(send) + " at " + where(c.send_rank, c.send_pos) +
-                                          " is never received; add " + to_string(recv) +
-                                          " on rank " +
-                                          std::to_string(s.placement.rank_of(recv.stage)) + "."});
-        }
+    (dir == 0 ? fwd : bwd).for_each_stored([&](UnitKey k, const Count& c) {
+      const int st = k.stage, mb = k.microbatch, sl = k.slice;
+      Action send = Action::make(dir == 0 ? OpKind::SendF : OpKind::SendB, st, mb, sl);
+      Action recv = Action::make(dir == 0 ? OpKind::RecvF : OpKind::RecvB,
+                                 dir == 0 ? st + 1 : st - 1, mb, sl);
+      if (rep.full()) {
+        if (c.send > 1 || c.recv > 1 || (c.send == 1 && c.recv == 0)) rep.add({});
+        return;
+      }
+      if (c.send > 1 || c.recv > 1)
+        rep.add({c.send > 1 ? c.send_rank : c.recv_rank, c.send > 1 ? c.send_pos : c.recv_pos,
+                 c.send > 1 ? send : recv, "duplicate",
+                 to_string(c.send > 1 ? send : recv) + " appears " +
+                     std::to_string(c.send > 1 ? c.send : c.recv) +
+                     " times; each message is sent once and received once."});
+      else if (c.send == 1 && c.recv == 0)
+        rep.add({c.send_rank, c.send_pos, send, "unmatched-comm",
+                 to_string(send) + " at " + where(c.send_rank, c.send_pos) +
+                     " is never received; add " + to_string(recv) + " on rank " +
+                     std::to_string(s.placement.rank_of(recv.stage)) + "."});
+    });
 }
 
 // Dry run: every rank runs its list in order; report ranks that can never finish.
 inline void check_deadlock(const DependencyGraph& g, ValidationReport& rep) {
   ReplayResult res = replay(g, [](int) {});
-  if (!res.complete)
-    rep.violations.push_back({-1, -1, Action{}, "deadlock", describe_deadlock(g, res)});
+  if (!res.complete) rep.add({-1, -1, Action{}, "deadlock", describe_deadlock(g, res)});
 }
 
 }  // namespace detail
@@ -309,9 +422,9 @@ inline ValidationReport check(const Schedule& s) {
   if (s.has_comm()) detail::check_comm_pairs(s, rep);
   detail::DependencyGraph g(s);
   for (const auto& issue : g.issues())
-    rep.violations.push_back({issue.at.rank, issue.at.position,
-                              s.ranks[issue.at.rank][issue.at.position], issue.rule,
-                              issue.message});
+    rep.add({issue.at.rank, issue.at.position, s.ranks[issue.at.rank][issue.at.position],
+             issue.rule, issue.message});
+  rep.omitted = detail::saturating_add(rep.omitted, g.issues_omitted());
   if (rep.ok()) detail::check_deadlock(g, rep);
   return rep;
 }
@@ -319,10 +432,7 @@ inline ValidationReport check(const Schedule& s) {
 //! Throws invalid_schedule with every violation's message when `s` breaks a rule.
 inline void validate(const Schedule& s) {
   ValidationReport rep = check(s);
-  if (!rep.ok())
-    throw invalid_schedule("schedule '" + s.name + "' is invalid (" +
-                           std::to_string(rep.violations.size()) + " problem" +
-                           (rep.violations.size() == 1 ? "" : "s") + "):\n" + rep.summary());
+  if (!rep.ok()) throw invalid_schedule(rep.message(s.name));
 }
 
 }  // namespace pipesched

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <string_view>
 
@@ -125,6 +126,17 @@ inline std::string to_string(const Action& a) {
     default:
       return unit(a.stage, a.kind, a.microbatch, a.slice, a.part);
   }
+}
+
+//! Writes the action string of `a` ("2F0", "(0F7;7B3)OVERLAP_F_B"; an idle slot as "idle"),
+//! so that test frameworks and logs print actions readably.
+inline std::ostream& operator<<(std::ostream& os, const Action& a) {
+  return os << (a.kind == OpKind::Idle ? std::string("idle") : to_string(a));
+}
+
+//! Writes the short name of `k` ("F", "SEND_F", ...).
+inline std::ostream& operator<<(std::ostream& os, OpKind k) {
+  return os << to_string(k);
 }
 
 }  // namespace pipesched

@@ -50,11 +50,23 @@ constexpr std::string_view trim(std::string_view text) noexcept {
   return text.substr(b, e - b);
 }
 
-//! `text` in double quotes, cut short when long so that a huge cell cannot flood a message.
+//! `c` as it can appear in a message: itself when printable, else `\xNN` (a NUL byte in a
+//! file must not end the message that quotes it, nor a control byte garble a terminal).
+inline std::string printable(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  if (u >= 0x20 && u != 0x7f) return std::string(1, c);
+  static constexpr char hex[] = "0123456789abcdef";
+  return std::string("\\x") + hex[u >> 4] + hex[u & 0xf];
+}
+
+//! `text` in double quotes, control bytes written `\xNN`, cut short when long so that a huge
+//! cell cannot flood a message.
 inline std::string quote_token(std::string_view text) {
   constexpr std::size_t limit = 60;
   std::string out = "\"";
-  out += text.size() > limit ? std::string(text.substr(0, limit)) + "..." : std::string(text);
+  for (char c : text.substr(0, limit))
+    out += printable(c);
+  if (text.size() > limit) out += "...";
   out += '"';
   return out;
 }
@@ -64,7 +76,8 @@ inline std::string found_at(std::string_view s, std::size_t pos, std::size_t end
                             const char* end_name = "the end of the action") {
   if (pos >= end) return end_name;
   if (is_blank(s[pos])) return "a blank";
-  return std::string("'") + s[pos] + "'";
+  if (s[pos] == '\0') return "a NUL byte (\\x00)";
+  return "'" + printable(s[pos]) + "'";
 }
 
 //! Recursive-descent reader over one token; on failure leaves the first error in `error_`.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -25,11 +26,18 @@
 
 namespace pipesched {
 
+//! The largest schedule file or stream the readers take: 64 MiB, some ten million actions —
+//! far beyond any real step (1F1B over 64 ranks and 512 microbatches, lowered with its
+//! communication, is about 2 MiB). Larger input is refused before it is parsed.
+inline constexpr std::uint64_t max_schedule_bytes = std::uint64_t{64} << 20;
+
 namespace detail::io {
 
 //! Readers refuse ranks, stages, microbatches or slices beyond this count: the file is
 //! surely wrong, and taking it would allocate per-stage tables of absurd size.
 inline constexpr int max_io_count = 1 << 20;
+
+using pipesched::max_schedule_bytes;
 
 //! One line of an input, without its terminator, and its 1-based number.
 struct InputLine {
@@ -41,6 +49,8 @@ struct InputLine {
 //! line rather than starting an empty one.
 inline std::vector<InputLine> split_lines(std::string_view content) {
   std::vector<InputLine> lines;
+  if (content.size() / 2 + 1 > static_cast<std::size_t>(INT_MAX))
+    throw error("the input has more lines than pipesched reads (" + std::to_string(INT_MAX) + ").");
   std::size_t start = 0;
   int number = 1;
   while (start < content.size()) {
@@ -79,12 +89,45 @@ inline std::string file_name_of(const std::string& path) {
   return name.empty() ? path : name;
 }
 
-//! The whole content of the file at `path`; throws pipesched::error naming the path and the
-//! operating system's reason when it cannot be read.
+//! The content of a schedule file or stream after its UTF-8 byte-order mark, if any
+//! (spreadsheet programs and some editors write one).
+inline std::string_view without_bom(std::string_view content) noexcept {
+  constexpr std::string_view bom = "\xEF\xBB\xBF";
+  return content.substr(0, bom.size()) == bom ? content.substr(bom.size()) : content;
+}
+
+inline std::string size_text(std::uint64_t bytes) {
+  if (bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+[[noreturn]] inline void too_large(const std::string& what) {
+  throw error("cannot read " + what + ": it is larger than the " + size_text(max_schedule_bytes) +
+              " pipesched reads as a schedule; check that it is a schedule file.");
+}
+
+//! The whole content of the file at `path`, at most max_schedule_bytes; throws
+//! pipesched::error naming the path and the reason when it cannot be read, is a directory or
+//! a device, or is larger. Pipes are read up to the limit.
 inline std::string read_file(const std::string& path) {
+  const std::string what = "schedule file \"" + path + "\"";
   auto fail = [&](int err) {
-    throw error("cannot read schedule file \"" + path + "\": " + std::strerror(err) + ".");
+    throw error("cannot read " + what + ": " + std::strerror(err) + ".");
   };
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!ec) {
+    if (std::filesystem::is_directory(st))
+      throw error("cannot read " + what + ": it is a directory; give the path of a schedule file.");
+    if (std::filesystem::is_character_file(st) || std::filesystem::is_block_file(st))
+      throw error("cannot read " + what +
+                  ": it is a device, not a schedule file; give the path of a CSV or text "
+                  "schedule.");
+    if (std::filesystem::is_regular_file(st)) {
+      const std::uintmax_t size = std::filesystem::file_size(path, ec);
+      if (!ec && size > max_schedule_bytes) too_large(what);
+    }
+  }
   errno = 0;
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) fail(errno != 0 ? errno : EIO);
@@ -93,6 +136,10 @@ inline std::string read_file(const std::string& path) {
   for (;;) {
     std::size_t n = std::fread(buffer, 1, sizeof buffer, f);
     content.append(buffer, n);
+    if (content.size() > max_schedule_bytes) {  // a pipe, or a file that grew
+      std::fclose(f);
+      too_large(what);
+    }
     if (n < sizeof buffer) break;
   }
   if (std::ferror(f)) {
@@ -119,9 +166,16 @@ inline void write_file(const std::string& path, std::string_view content) {
   if (err != 0) fail(err);
 }
 
-//! Everything left in `in`; throws pipesched::error when the stream fails while reading.
+//! Everything left in `in`, at most max_schedule_bytes; throws pipesched::error when the
+//! stream fails while reading or holds more.
 inline std::string read_stream(std::istream& in, const std::string& source) {
-  std::string content{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  std::string content;
+  char buffer[1 << 14];
+  while (in) {
+    in.read(buffer, sizeof buffer);
+    content.append(buffer, static_cast<std::size_t>(in.gcount()));
+    if (content.size() > max_schedule_bytes) too_large(source);
+  }
   if (in.bad()) throw error("cannot read " + source + ": the input stream failed while reading.");
   return content;
 }
@@ -200,7 +254,17 @@ inline std::vector<CsvCell> split_cells(std::string_view line, const std::string
 
 //! Reads CSV text; `name` names the schedule and prefixes error messages.
 inline Schedule read_csv_content(std::string_view content, std::string name) {
-  std::vector<InputLine> lines = split_lines(content);
+  std::vector<InputLine> lines = split_lines(without_bom(content));
+  // Blank lines at the end are not ranks: an editor adds them without a thought. (A rank with
+  // no actions inside the file is an empty line, as Python's csv module reads one; a last
+  // rank with nothing to do is written as one idle cell, `""`.)
+  while (!lines.empty() && trim(lines.back().text).empty())
+    lines.pop_back();
+  if (lines.size() > static_cast<std::size_t>(max_io_count))
+    throw parse_error(where(name, lines[max_io_count].number, 0) + "the CSV has more than " +
+                          std::to_string(max_io_count) +
+                          " rows, and each row is a rank; check the file.",
+                      lines[max_io_count].number, 0);
   if (lines.empty())
     throw parse_error(name +
                           ": the CSV is empty; expected one row of actions per rank, e.g. "
@@ -255,6 +319,24 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
                       .stages = max_stage + 1,
                       .microbatches = max_microbatch + 1,
                       .slices = max_slice + 1};
+  if (max_stage + 1 < ranks) {
+    // A rank with no stage has no place in the pipeline; name the first such row.
+    std::vector<char> holds(static_cast<std::size_t>(ranks), 0);
+    for (int r : rank_of_stage)
+      holds[static_cast<std::size_t>(r)] = 1;
+    for (int r = 0; r < ranks; ++r)
+      if (!holds[static_cast<std::size_t>(r)]) {
+        const int line = lines[static_cast<std::size_t>(r)].number;
+        throw parse_error(
+            where(name, line, 0) + "row " + std::to_string(r + 1) + " (rank " + std::to_string(r) +
+                ") runs no action, so rank " + std::to_string(r) +
+                " holds no stage: " + std::to_string(ranks) + " rows are " + std::to_string(ranks) +
+                " ranks, but the actions name only " + std::to_string(max_stage + 1) +
+                (max_stage == 0 ? " stage" : " stages") +
+                "; every rank needs a stage. Remove the row, or give it its stage's actions.",
+            line, 0);
+      }
+  }
   s.placement = Placement::from_map(std::move(rank_of_stage), ranks);
   return s;
 }
@@ -287,8 +369,11 @@ inline Schedule read_csv_file(const std::string& path) {
 //! invalid_schedule for an action that has no string form (see format_action).
 inline std::string to_csv(const Schedule& s) {
   std::string out;
-  for (const auto& list : s.ranks) {
-    if (list.size() == 1 && list.front().kind == OpKind::Idle) {
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    const auto& list = s.ranks[r];
+    // A trailing empty line would not be read back as a rank: write an idle cell instead.
+    const bool last_empty = list.empty() && r + 1 == s.ranks.size();
+    if (last_empty || (list.size() == 1 && list.front().kind == OpKind::Idle)) {
       out += "\"\"\n";
       continue;
     }

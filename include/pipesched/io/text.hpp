@@ -53,7 +53,7 @@ inline bool is_text_keyword(std::string_view word) {
 //! True when `content` looks like the text form: its first non-blank line is a `#` comment
 //! (which a CSV row cannot be) or starts with a keyword of the text form.
 inline bool looks_like_text_form(std::string_view content) {
-  for (const InputLine& line : split_lines(content)) {
+  for (const InputLine& line : split_lines(without_bom(content))) {
     std::string_view t = trim(line.text);
     if (t.empty()) continue;
     if (t.front() == '#') return true;
@@ -69,7 +69,7 @@ inline bool looks_like_text_form(std::string_view content) {
 class TextReader {
  public:
   TextReader(std::string_view content, std::string source)
-      : content_(content), source_(std::move(source)) {}
+      : content_(without_bom(content)), source_(std::move(source)) {}
 
   Schedule read() {
     for (const InputLine& line : split_lines(content_))

@@ -36,12 +36,18 @@ ps::Schedule two_rank_1f1b() {
   return s;
 }
 
-void expect_rule(const ps::Schedule& s, const std::string& rule, const std::string& text) {
+// Checks that `s` breaks `rule` with a message holding `text`, and returns the first
+// violation of that rule (an empty one when there is none: the failure is already recorded,
+// and callers can read the result without crashing the test program).
+ps::Violation expect_rule(const ps::Schedule& s, const std::string& rule, const std::string& text) {
   ps::ValidationReport rep = ps::check(s);
-  ASSERT_FALSE(rep.ok()) << "expected a '" << rule << "' violation";
+  EXPECT_FALSE(rep.ok()) << "expected a '" << rule << "' violation";
   EXPECT_TRUE(rep.has(rule)) << rep.summary();
-  EXPECT_NE(rep.summary().find(text), std::string::npos) << rep.summary();
+  EXPECT_NE(rep.summary(rep.violations.size()).find(text), std::string::npos) << rep.summary();
   EXPECT_THROW(ps::validate(s), ps::invalid_schedule);
+  for (const ps::Violation& v : rep.violations)
+    if (v.rule == rule) return v;
+  return {};
 }
 
 }  // namespace
@@ -66,7 +72,13 @@ TEST(Validate, AcceptsWeightGradientParts) {
   s.ranks[1].pop_back();
   expect_rule(s, "missing", "1W1");
   s.ranks[1].push_back(W(1, 1, 0, 2));  // parts 0 and 1 of 1W1 missing
-  expect_rule(s, "missing", "part 0");
+  expect_rule(s, "missing", "parts 0..1 never run");
+  s.ranks[1].push_back(W(1, 1, 0, 0));  // now only part 1
+  expect_rule(s, "missing", "but part 1 never runs");
+  s.ranks[1].push_back(W(1, 1, 0, 1));
+  EXPECT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
+  s.ranks[1].push_back(W(1, 1, 0, 1));
+  expect_rule(s, "duplicate", "W part 1 of 1F1 appears 2 times");
 }
 
 TEST(Validate, MissingBackward) {
@@ -84,10 +96,15 @@ TEST(Validate, MissingWeightGradientAfterI) {
 TEST(Validate, BackwardBeforeItsForward) {
   ps::Schedule s = two_rank_1f1b();
   s.ranks[1] = {B(1, 0), F(1, 0), F(1, 1), B(1, 1)};
-  ps::ValidationReport rep = ps::check(s);
-  expect_rule(s, "order", "1B0 at rank 1 position 0 needs 1F0");
-  EXPECT_EQ(rep.violations.front().rank, 1);
-  EXPECT_EQ(rep.violations.front().position, 0);
+  ps::Violation v = expect_rule(s, "order", "1B0 at rank 1 position 0 needs 1F0");
+  EXPECT_EQ(v.rank, 1);
+  EXPECT_EQ(v.position, 0);
+  EXPECT_EQ(v.action, B(1, 0));
+  // The same rule for a split backward and for a weight gradient before its I.
+  s.ranks[1] = {I(1, 0), F(1, 0), W(1, 0), F(1, 1), B(1, 1)};
+  expect_rule(s, "order", "1I0 at rank 1 position 0 needs 1F0");
+  s.ranks[1] = {F(1, 0), W(1, 0), I(1, 0), F(1, 1), B(1, 1)};
+  expect_rule(s, "order", "1W0 at rank 1 position 1 needs 1I0");
 }
 
 TEST(Validate, RecomputeAfterItsBackward) {
@@ -116,6 +133,16 @@ TEST(Validate, Duplicates) {
   ps::Schedule s = two_rank_1f1b();
   s.ranks[0].push_back(F(0, 1));
   expect_rule(s, "duplicate", "0F1 appears 2 times");
+  // A recompute twice, a full backward twice, a B beside an I: each one a duplicate.
+  s = two_rank_1f1b();
+  s.ranks[0] = {F(0, 0), F(0, 1), R(0, 0), R(0, 0), B(0, 0), B(0, 1)};
+  EXPECT_EQ(expect_rule(s, "duplicate", "0R0 appears 2 times").action, F(0, 0));
+  s = two_rank_1f1b();
+  s.ranks[0].push_back(B(0, 1));
+  expect_rule(s, "duplicate", "the backward of 0F1 appears 2 times (2 B, 0 I)");
+  s = two_rank_1f1b();
+  s.ranks[0] = {F(0, 0), F(0, 1), B(0, 0), I(0, 1), B(0, 1), W(0, 1)};
+  expect_rule(s, "duplicate", "the backward of 0F1 appears 2 times (1 B, 1 I)");
   s = two_rank_1f1b();
   s.ranks[0].push_back(W(0, 1));
   expect_rule(s, "duplicate", "0W1 runs although the backward is the full 0B1");
@@ -158,8 +185,7 @@ TEST(Validate, OverlapCountsAsForwardAndBackward) {
       {F(1, 0), F(2, 0), F(1, 1), B(2, 0), F(2, 1), B(1, 0), B(2, 1), B(1, 1)}};
   EXPECT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
   s.ranks[0][2] = Action::overlap(F(0, 1), B(3, 1));  // 3B1 before 3F1
-  ps::ValidationReport rep = ps::check(s);
-  EXPECT_FALSE(rep.ok());
+  expect_rule(s, "order", "needs 3F1");
 }
 
 TEST(Validate, ExplicitCommunication) {

@@ -168,3 +168,40 @@ TEST(Mario, PerRankBudgets) {
   for (int q = 0; q < 4; ++q)
     EXPECT_LE(r.ranks[q].peak_memory, b.per_rank[q] + 1e-9);
 }
+
+// The budget is a hard line for Mario: just below the base schedule's peak the pass must
+// checkpoint and fit, at the peak it must leave the schedule alone. (A fit test with any slack
+// would return the base unchanged below its peak.)
+TEST(Mario, BudgetsJustAboveAndBelowTheBasePeak) {
+  for (const char* name : {"1f1b", "interleaved-1f1b", "zb-h1"})
+    for (int p : {4, 8}) {
+      SCOPED_TRACE(std::string(name) + " p=" + std::to_string(p));
+      const ps::GeneratorInfo& gen = ps::find_generator(name);
+      ps::Schedule base = gen.generate({.ranks = p, .microbatches = 2 * p}, gen.default_wgrad);
+      const ps::SimulationResult rb = ps::simulate(base, cost);
+      const double peak = rb.peak_memory_max;
+      // At and just above the peak: nothing to do.
+      for (double b : {peak, peak * 1.01}) {
+        ps::Schedule same = ps::checkpoint_mario(base, cost, ps::MemoryBudget{.all = b});
+        EXPECT_EQ(same.ranks, base.ranks) << "budget " << b;
+      }
+      // Just below it: recomputes appear and every rank fits, for budgets 1 % to 10 % under.
+      for (double f : {0.99, 0.95, 0.9}) {
+        const double b = peak * f;
+        ps::Schedule m = ps::checkpoint_mario(base, cost, ps::MemoryBudget{.all = b});
+        ps::validate(m);
+        EXPECT_GT(count(m, ps::OpKind::R), 0) << "budget " << b;
+        const ps::SimulationResult rm = ps::simulate(m, cost);
+        EXPECT_LE(rm.peak_memory_max, b + 1e-9) << "budget " << b;
+        expect_fits(rm, b);
+      }
+      // Per rank: rank 0 gets 10 % less than its peak, the others exactly theirs.
+      ps::MemoryBudget per;
+      for (const ps::RankSummary& r : rb.ranks)
+        per.per_rank.push_back(r.peak_memory);
+      per.per_rank[0] *= 0.9;
+      const ps::SimulationResult rp = ps::simulate(ps::checkpoint_mario(base, cost, per), cost);
+      for (std::size_t q = 0; q < rp.ranks.size(); ++q)
+        EXPECT_LE(rp.ranks[q].peak_memory, per.per_rank[q] + 1e-9) << "rank " << q;
+    }
+}

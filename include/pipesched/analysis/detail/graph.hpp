@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "pipesched/analysis/detail/unit_table.hpp"
 #include "pipesched/core/schedule.hpp"
 
 namespace pipesched::detail {
@@ -59,7 +61,10 @@ class DependencyGraph {
   }
   //! Problems met while building (out-of-range index, dependency later on the same rank,
   //! missing receive, ...). Validation reports them; simulation refuses a graph with any.
+  //! At most max_issues are kept; issues_omitted() counts the rest.
   const std::vector<GraphIssue>& issues() const noexcept { return issues_; }
+  std::uint64_t issues_omitted() const noexcept { return issues_omitted_; }
+  static constexpr std::size_t max_issues = 1000;
 
   //! Producer lookups (flat index or none) by unit key.
   int forward_of(int s, int m, int k) const { return lookup(f_, s, m, k); }
@@ -73,28 +78,18 @@ class DependencyGraph {
   }
 
  private:
-  std::size_t key(int s, int m, int k) const {
-    const Problem& p = schedule_->problem;
-    return (static_cast<std::size_t>(s) * p.microbatches + m) * p.slices + k;
-  }
-  int lookup(const std::vector<int>& table, int s, int m, int k) const {
-    return in_range(s, m, k) ? table[key(s, m, k)] : none;
+  int lookup(const UnitTable<int>& table, int s, int m, int k) const {
+    return in_range(s, m, k) ? table.get(s, m, k) : none;
   }
 
   void build() {
     const Schedule& s = *schedule_;
     const Problem& p = s.problem;
     const int nranks = s.rank_count();
-    const std::size_t units = p.stages > 0 && p.microbatches > 0 && p.slices > 0
-                                  ? static_cast<std::size_t>(p.stages) * p.microbatches * p.slices
-                                  : 0;
-    f_.assign(units, none);
-    bi_.assign(units, none);
-    r_.assign(units, none);
-    send_f_.assign(units, none);
-    recv_f_.assign(units, none);
-    send_b_.assign(units, none);
-    recv_b_.assign(units, none);
+    // Sized by the actions, not by stages × microbatches × slices (see unit_table.hpp).
+    const std::size_t actions = s.action_count();
+    for (UnitTable<int>* t : {&f_, &bi_, &r_, &send_f_, &recv_f_, &send_b_, &recv_b_})
+      *t = UnitTable<int>(p, actions, none);
     flat_of_.assign(nranks, {});
     rank_order_.assign(nranks, {});
 
@@ -109,8 +104,10 @@ class DependencyGraph {
         refs_.push_back({r, i});
         flat_of_[r][i] = id;
         rank_order_[r].push_back(id);
-        auto record = [&](std::vector<int>& table, int st, int mb, int sl) {
-          if (in_range(st, mb, sl) && table[key(st, mb, sl)] == none) table[key(st, mb, sl)] = id;
+        auto record = [&](UnitTable<int>& table, int st, int mb, int sl) {
+          if (!in_range(st, mb, sl)) return;
+          int& slot = table.at(st, mb, sl);
+          if (slot == none) slot = id;
         };
         switch (a.kind) {
           case OpKind::F:
@@ -190,19 +187,18 @@ class DependencyGraph {
   // A dependency of `id` on the producer `dep` (flat index or none). Same rank: the
   // producer must be earlier in the list. Other rank: direct edge, or through a receive.
   void need(int id, int dep, const Action& consumer, const Action& wanted, bool explicit_comm,
-            OpKind recv_kind, const std::vector<int>& recv_table, int rs, int rm, int rk,
+            OpKind recv_kind, const UnitTable<int>& recv_table, int rs, int rm, int rk,
             std::vector<int>& out) {
     if (dep == none || dep == id) return;  // missing producers are reported by the validator
     const ActionRef& me = refs_[id];
     const ActionRef& them = refs_[dep];
     if (them.rank == me.rank) {
       if (them.position > me.position)
-        issues_.push_back({me, "order",
-                           to_string(consumer) + " at rank " + std::to_string(me.rank) +
-                               " position " + std::to_string(me.position) + " needs " +
-                               to_string(wanted) +
-                               ", which comes later on the same rank (position " +
-                               std::to_string(them.position) + "); " + rule_text(consumer.kind)});
+        add_issue({me, "order",
+                   to_string(consumer) + " at rank " + std::to_string(me.rank) + " position " +
+                       std::to_string(me.position) + " needs " + to_string(wanted) +
+                       ", which comes later on the same rank (position " +
+                       std::to_string(them.position) + "); " + rule_text(consumer.kind)});
       else
         out.push_back(dep);
       return;
@@ -211,20 +207,26 @@ class DependencyGraph {
       out.push_back(dep);
       return;
     }
-    int recv = in_range(rs, rm, rk) ? recv_table[key(rs, rm, rk)] : none;
+    int recv = lookup(recv_table, rs, rm, rk);
     if (recv == none || refs_[recv].rank != me.rank || refs_[recv].position > me.position) {
       Action r = Action::make(recv_kind, rs, rm, rk);
-      issues_.push_back({me, "missing-receive",
-                         to_string(consumer) + " at rank " + std::to_string(me.rank) +
-                             " position " + std::to_string(me.position) + " needs " +
-                             to_string(wanted) + " from rank " + std::to_string(them.rank) +
-                             ", but no " + to_string(r) + " comes before it on rank " +
-                             std::to_string(me.rank) +
-                             "; a schedule with communication must receive cross-rank inputs "
-                             "before using them."});
+      add_issue({me, "missing-receive",
+                 to_string(consumer) + " at rank " + std::to_string(me.rank) + " position " +
+                     std::to_string(me.position) + " needs " + to_string(wanted) + " from rank " +
+                     std::to_string(them.rank) + ", but no " + to_string(r) +
+                     " comes before it on rank " + std::to_string(me.rank) +
+                     "; a schedule with communication must receive cross-rank inputs "
+                     "before using them."});
       return;
     }
     out.push_back(recv);
+  }
+
+  void add_issue(GraphIssue issue) {
+    if (issues_.size() < max_issues)
+      issues_.push_back(std::move(issue));
+    else
+      ++issues_omitted_;
   }
 
   static std::string rule_text(OpKind k) {
@@ -309,12 +311,11 @@ class DependencyGraph {
         int send = lookup(fwd ? send_f_ : send_b_, from, m, k);
         if (send == none) {
           Action want = Action::make(fwd ? OpKind::SendF : OpKind::SendB, from, m, k);
-          issues_.push_back({me, "unmatched-comm",
-                             to_string(a) + " at rank " + std::to_string(me.rank) + " position " +
-                                 std::to_string(me.position) + " has no matching " +
-                                 to_string(want) +
-                                 " on any rank; every receive needs the send "
-                                 "of the neighbouring stage."});
+          add_issue({me, "unmatched-comm",
+                     to_string(a) + " at rank " + std::to_string(me.rank) + " position " +
+                         std::to_string(me.position) + " has no matching " + to_string(want) +
+                         " on any rank; every receive needs the send "
+                         "of the neighbouring stage."});
           return;
         }
         out.push_back(send);
@@ -329,9 +330,10 @@ class DependencyGraph {
   std::vector<ActionRef> refs_;
   std::vector<std::vector<int>> flat_of_;
   std::vector<std::vector<int>> rank_order_;
-  std::vector<int> f_, bi_, r_, send_f_, recv_f_, send_b_, recv_b_;
+  UnitTable<int> f_, bi_, r_, send_f_, recv_f_, send_b_, recv_b_;
   std::vector<int> dep_begin_, dep_list_, out_begin_, out_list_;
   std::vector<GraphIssue> issues_;
+  std::uint64_t issues_omitted_ = 0;
 };
 
 //! Outcome of replaying every rank's list in order.
@@ -395,9 +397,13 @@ ReplayResult replay(const DependencyGraph& g, OnRun&& on_run) {
 inline std::string describe_deadlock(const DependencyGraph& g, const ReplayResult& res) {
   const Schedule& s = g.schedule();
   std::string detail;
+  constexpr int max_ranks_shown = 16;  // a schedule of a million ranks gets a short report
+  int shown = 0, stuck = 0;
   for (int r = 0; r < s.rank_count(); ++r) {
     int pos = res.stuck_at[r];
     if (pos >= static_cast<int>(s.ranks[r].size())) continue;
+    if (++stuck > max_ranks_shown) continue;
+    ++shown;
     int a = g.index(r, pos);
     std::string waits;
     for (int d : g.deps(a)) {
@@ -412,6 +418,7 @@ inline std::string describe_deadlock(const DependencyGraph& g, const ReplayResul
               " (" + to_string(s.ranks[r][pos]) + "), waiting for " +
               (waits.empty() ? std::string("nothing it can name") : waits);
   }
+  if (stuck > shown) detail += "\n  and " + std::to_string(stuck - shown) + " more ranks are stuck";
   return "deadlock: no rank can make progress while actions remain; each rank runs its list in "
          "order and waits for what it needs:" +
          detail;

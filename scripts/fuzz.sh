@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Fuzzes pipesched's schedule readers with libFuzzer (Clang, AddressSanitizer and
+# UndefinedBehaviorSanitizer): the CSV reader, the text-form reader and the action-string
+# parser, each followed by validation, simulation, lowering and a write + re-read round trip.
+#
+#   scripts/fuzz.sh [SECONDS] [TARGET...]    SECONDS per target (default 60); TARGET: csv, text,
+#                                            action (default: all three)
+#
+# Installs clang and libFuzzer's runtime when run as root and they are missing. Builds into
+# build/fuzz (the `fuzz` preset). The working corpus of each target grows in
+# build/fuzz/corpus/TARGET; the seeds (tests/fuzz/seeds, tests/fuzz/regressions,
+# tests/data/pytorch) are read, never written. An input that crashes, hangs (10 s), or
+# allocates more than 256 MB at once is saved as build/fuzz/artifacts/TARGET-crash-… and the
+# script exits 1; docs/fuzzing.md says how to reproduce and keep it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-60}"
+[[ "$seconds" =~ ^[0-9]+$ && "$seconds" -gt 0 ]] || {
+  echo "usage: scripts/fuzz.sh [SECONDS] [csv|text|action ...]  (SECONDS: a positive whole number)" >&2
+  exit 2
+}
+shift $(( $# > 0 ? 1 : 0 ))
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=(csv text action)
+for t in "${targets[@]}"; do
+  case "$t" in
+    csv|text|action) ;;
+    *) echo "scripts/fuzz.sh: unknown target '$t'; the targets are csv, text and action" >&2; exit 2 ;;
+  esac
+done
+
+scripts/setup.sh
+fuzzer_links() {
+  command -v clang++ >/dev/null || return 1
+  local dir
+  dir="$(mktemp -d)"
+  echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' \
+    >"$dir/t.cpp"
+  clang++ -fsanitize=fuzzer,address,undefined "$dir/t.cpp" -o "$dir/t" >/dev/null 2>&1
+  local ok=$?
+  rm -rf "$dir"
+  return $ok
+}
+if ! fuzzer_links; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "scripts/fuzz.sh: clang++ with libFuzzer is needed; install clang and libclang-rt-14-dev" >&2
+    exit 1
+  fi
+  echo "pipesched fuzz: installing clang and libFuzzer's runtime"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev
+  fuzzer_links || { echo "scripts/fuzz.sh: clang++ -fsanitize=fuzzer still does not link" >&2; exit 1; }
+fi
+
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz
+
+build=build/fuzz
+mkdir -p "$build/artifacts"
+status=0
+for t in "${targets[@]}"; do
+  corpus="$build/corpus/$t"
+  mkdir -p "$corpus"
+  seeds=(tests/fuzz/seeds/"$t")
+  [ -d tests/fuzz/regressions/"$t" ] && seeds+=(tests/fuzz/regressions/"$t")
+  if [ "$t" != action ]; then
+    seeds+=(tests/data/pytorch)
+    for d in ../shared/data/pytorch ../shared/data/pytorch215; do
+      [ -d "$d" ] && seeds+=("$d")
+    done
+  fi
+  echo "pipesched fuzz: $t for ${seconds} s (corpus $corpus, seeds ${seeds[*]})"
+  if ! "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -malloc_limit_mb=256 \
+      -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
+      -artifact_prefix="$build/artifacts/$t-" "$corpus" "${seeds[@]}" 2>"$build/fuzz_$t.log"; then
+    status=1
+    echo "pipesched fuzz: $t FOUND A PROBLEM; the last lines of $build/fuzz_$t.log:" >&2
+    tail -n 40 "$build/fuzz_$t.log" >&2
+  else
+    grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|Done [0-9]+ runs" \
+      "$build/fuzz_$t.log" | tr '\n' ' ' | sed 's/^/pipesched fuzz: '"$t"': /'
+    echo
+  fi
+done
+if [ $status -ne 0 ]; then
+  echo "pipesched fuzz: inputs that failed are in $build/artifacts/ (see docs/fuzzing.md)" >&2
+else
+  echo "pipesched fuzz: ${targets[*]}: no finding in ${seconds} s each"
+fi
+exit $status
