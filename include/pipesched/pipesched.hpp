@@ -13,6 +13,7 @@
 
 #include "pipesched/policy/policy.hpp"
 
+#include "pipesched/schedule/list_schedule.hpp"
 #include "pipesched/schedule/registry.hpp"
 
 #include "pipesched/pass/apply_checkpoint.hpp"

@@ -1,7 +1,9 @@
 // The CUDA device and the cuda-local transport: error checks name the call, file and line;
-// device tensors round-trip; the executor runs synthetic GPU stages on one GPU with every rank
-// on its own stream, and the measured step stays within 5 % of the simulated makespan. Tests
-// that need a GPU skip, with the reason, where there is none.
+// cuda-local refuses ranks on different GPUs; device tensors round-trip; synthetic stages' data
+// is uploaded once and copied on the stream; the executor runs synthetic GPU stages on one GPU
+// with every rank on its own stream, and the measured step stays within 5 % of the simulated
+// makespan. Tests that need a GPU skip, with the reason, where there is none (and fail with
+// PIPESCHED_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -53,6 +55,21 @@ TEST(CudaDevice, WithoutAGpuTheErrorSaysSo) {
   }
 }
 
+TEST(CudaLocalTransport, EveryRankMustBeOnTheSameGpu) {
+  // Checked before any GPU is touched, so this runs without one.
+  EXPECT_NO_THROW(ps::detail::gpu::require_one_gpu({0, 0, 0, 0}, "CudaLocalTransport"));
+  EXPECT_NO_THROW(ps::detail::gpu::require_one_gpu({3}, "CudaLocalTransport"));
+  try {
+    ps::detail::gpu::require_one_gpu({0, 0, 1, 0}, "CudaLocalTransport");
+    ADD_FAILURE() << "no error";
+  } catch (const ps::invalid_problem& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 2 is on GPU 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("NcclPipeline"), std::string::npos) << what;
+  }
+  EXPECT_THROW(ps::detail::gpu::require_one_gpu({}, "CudaLocalTransport"), ps::invalid_problem);
+}
+
 TEST(DeviceTensor, RoundTripAndClone) {
   PIPESCHED_NEEDS_GPU();
   ps::CudaDevice d(0);
@@ -81,6 +98,24 @@ TEST(CudaLocalTransport, MessagesArriveByKeyOnTheReceiversStream) {
   ASSERT_TRUE(y.has_value());
   EXPECT_EQ(y->to_host(), (std::vector<float>{3, 4}));
   EXPECT_FALSE(t.try_receive(1, b).has_value());
+}
+
+TEST(SyntheticStage, TrainingDataCopiesOneUploadOnTheComputeStream) {
+  PIPESCHED_NEEDS_GPU();
+  ps::CudaDevice first(0), last(0);
+  const auto data = ps::toy::gpu::synthetic_training_data(first);
+  for (int mb : {0, 3}) {
+    ps::DeviceTensor<float> x = data.input(mb, 0);
+    EXPECT_EQ(x.stream(), first.compute());
+    EXPECT_EQ(x.to_host(), std::vector<float>(4, 1.0f));
+    // Each microbatch gets its own copy: the executor frees inputs as it goes.
+    EXPECT_NE(x.data(), data.input(mb, 0).data());
+  }
+  double loss = 0;
+  const auto y = ps::DeviceTensor<float>::from_host({2}, {5, 6}, last.compute());
+  const ps::DeviceTensor<float> dy = data.loss(y, 0, 0, loss);
+  EXPECT_EQ(dy.stream(), last.compute());
+  EXPECT_EQ(dy.to_host(), (std::vector<float>{5, 6}));
 }
 
 TEST(CudaLocalPipeline, SyntheticStepsStayWithinFivePercentOfTheSimulation) {

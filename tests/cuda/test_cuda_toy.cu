@@ -4,7 +4,7 @@
 // parameters, and every rank's measured peak equals the simulator's prediction from the HOST
 // stages' figures. Side by side with the host stage, a GPU stage's stash and context bytes are
 // the host's at every call. The static interface is checked without a GPU; every other test
-// skips, with the reason, where there is none.
+// skips, with the reason, where there is none (and fails with PIPESCHED_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,24 +1,33 @@
 // The NCCL transport and pipeline, run under mpirun (one process per rank, one GPU each). Without
 // a GPU: the transport's interface, NCCL errors named with call, file and line, a wrong process
-// count named with the `mpirun -np` to use, a missing GPU named. With a GPU: a 1-rank
-// NcclPipeline runs synthetic GPU stages through 1F1B with the simulator's peak bytes; with a
-// GPU per process and 2 or more processes: payloads of every size arrive by key in any order,
-// pipelines of every rank match the simulator, and a layer that throws on one rank makes every
-// process throw the same error, after which the next step runs cleanly. Tests that need GPUs
-// or processes they do not have skip with the reason.
+// count named with the `mpirun -np` to use, a missing GPU named, the links a placement needs and
+// the one order every rank ends them in. With a GPU: NCCL itself on a one-rank communicator
+// (bytes to itself, then finalize and destroy); a 1-rank NcclPipeline runs synthetic GPU stages
+// through 1F1B with the simulator's peak bytes. With a GPU per process and 2 or more processes
+// (suite NcclRanks): payloads of every size arrive by key in any order, pipelines of every rank
+// match the simulator, and a layer that throws on one rank makes every process throw the same
+// error, after which the next step runs cleanly.
+//
+// Tests that need GPUs or processes they do not have skip with the reason; with
+// PIPESCHED_REQUIRE_GPU=1 a process without a usable GPU fails them instead. With more
+// processes on a node than it has GPUs the program runs no test and exits 77 ("not run"); a
+// run in which a test skipped and none failed exits 77 too, so ctest never counts it as passed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "../mpi/mpi_test_main.hpp"
+#include "gpu_test.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/schedule/registry.hpp"
 #include "pipesched/toy/cuda/synthetic.cuh"
+#include "pipesched/transport/mpi/mpi_session.hpp"
 #include "pipesched/transport/nccl/nccl_pipeline.cuh"
 #include "pipesched/transport/nccl/nccl_transport.cuh"
 
@@ -81,14 +90,20 @@ GpuPlace gpu_place() {
   return p;
 }
 
-// Skips (on every process) unless every process has a GPU; `own_gpu_each` asks for one GPU per
-// process (what NCCL needs between ranks).
-#define PIPESCHED_NEEDS_GPU(place, own_gpu_each)                                   \
-  const GpuPlace place = gpu_place();                                              \
-  do {                                                                             \
-    if (!place.everywhere || ((own_gpu_each) && !place.own_each))                  \
-      GTEST_SKIP() << (place.missing.empty() ? std::string("a process has no GPU") \
-                                             : place.missing);                     \
+// Skips (on every process) unless every process has a GPU — fails instead when
+// PIPESCHED_REQUIRE_GPU is set; `own_gpu_each` asks for one GPU per process (what NCCL needs
+// between ranks), whose lack is a skip even then: too few GPUs is not a broken one.
+#define PIPESCHED_NCCL_NEEDS_GPUS(place, own_gpu_each)                                             \
+  const GpuPlace place = gpu_place();                                                              \
+  do {                                                                                             \
+    const std::string why =                                                                        \
+        place.missing.empty() ? std::string("a process has no GPU") : place.missing;               \
+    if (!place.everywhere) {                                                                       \
+      if (::pipesched::testing_support::gpu_required())                                            \
+        GTEST_FAIL() << "every process needs a GPU and PIPESCHED_REQUIRE_GPU is set, but " << why; \
+      GTEST_SKIP() << why;                                                                         \
+    }                                                                                              \
+    if ((own_gpu_each) && !place.own_each) GTEST_SKIP() << why;                                    \
   } while (0)
 
 #define PIPESCHED_NEEDS_PROCESSES(n)                                                   \
@@ -139,6 +154,47 @@ TEST(NcclTransport, WrongProcessCountNamesMpirun) {
   }
 }
 
+TEST(NcclLinks, OneLinkPerDirectionBetweenNeighbouringRanksInOneSortedOrder) {
+  // Each rank joins its links and later finalizes them in this order, so two ranks that share
+  // links meet at them in the same order.
+  using Links = std::vector<std::pair<int, int>>;
+  const Links line{{0, 1}, {1, 0}, {1, 2}, {2, 1}, {2, 3}, {3, 2}};
+  EXPECT_EQ(ps::detail::nccl::pipeline_links(generated("1f1b", 4, 8)), line);
+  // Interleaved: stage 4 is back on rank 0, after stage 3 on rank 3.
+  EXPECT_EQ(ps::detail::nccl::pipeline_links(generated("interleaved-1f1b", 4, 8)),
+            (Links{{0, 1}, {0, 3}, {1, 0}, {1, 2}, {2, 1}, {2, 3}, {3, 0}, {3, 2}}));
+  // V-shape: the turn's two stages share rank 3, so no link there and none between 3 and 0.
+  EXPECT_EQ(ps::detail::nccl::pipeline_links(generated("zb-v", 4, 8)), line);
+  EXPECT_TRUE(ps::detail::nccl::pipeline_links(generated("1f1b", 1, 2)).empty());
+}
+
+TEST(NcclLink, OneRankCommunicatorSendsToItselfThenFinalizes) {
+  // NCCL itself on one GPU: a one-rank communicator, a send and receive to its own rank in one
+  // group, then the transport's way of ending a link (finalize, then destroy).
+  PIPESCHED_NCCL_NEEDS_GPUS(place, false);
+  ps::CudaDevice device(place.ordinal);
+  device.activate();
+  ncclUniqueId id;
+  PIPESCHED_NCCL_CHECK(ncclGetUniqueId(&id));
+  ps::detail::nccl::Link link;
+  PIPESCHED_NCCL_CHECK(ncclCommInitRank(link.out(), 1, id, 0));
+  const cudaStream_t stream = device.send_stream(0);
+  const int n = (1 << 20) + 7;  // more than one of NCCL's chunks, and not a round size
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<unsigned char>(i * 31 + 7);
+  const auto from = ps::DeviceTensor<unsigned char>::from_host({n}, bytes, stream);
+  auto to = ps::DeviceTensor<unsigned char>::zeros({n}, stream);
+  PIPESCHED_NCCL_CHECK(ncclGroupStart());
+  PIPESCHED_NCCL_CHECK(ncclSend(from.data(), bytes.size(), ncclUint8, 0, link.get(), stream));
+  PIPESCHED_NCCL_CHECK(ncclRecv(to.data(), bytes.size(), ncclUint8, 0, link.get(), stream));
+  PIPESCHED_NCCL_CHECK(ncclGroupEnd());
+  EXPECT_EQ(to.to_host(), bytes);
+  EXPECT_TRUE(link.finalize(std::chrono::steady_clock::now() + std::chrono::seconds(20)));
+  link.destroy();
+  EXPECT_EQ(link.get(), nullptr);
+}
+
 TEST(NcclTransport, NeedsAGpuAndLinksOnlyNeighbours) {
   const GpuPlace place = gpu_place();
   const ps::Schedule s = generated("1f1b", world_size(), 2 * world_size());
@@ -154,7 +210,7 @@ TEST(NcclTransport, NeedsAGpuAndLinksOnlyNeighbours) {
     }
     return;
   }
-  if (!place.own_each) GTEST_SKIP() << place.missing;
+  if (!place.own_each) GTEST_SKIP() << place.missing;  // too few GPUs: not run
   ps::NcclTransport<Float> t(s, place.ordinal);
   EXPECT_EQ(t.rank(), world_rank());
   EXPECT_EQ(t.ranks(), world_size());
@@ -188,9 +244,7 @@ void expect_runs_as_simulated(const char* name, int ranks, int microbatches, MPI
   for (int st = 0; st < s.problem.stages; ++st)
     stages.emplace_back(cost, device);
   ps::NcclPipeline<gpu::SyntheticStage> pipe(s, device, stages, comm);
-  ps::TrainingData<Float> data;
-  data.input = [&](int, int) { return gpu::SyntheticStage::sample_input(device); };
-  data.loss = [](const Float& y, int, int, double&) { return y.clone(y.stream()); };
+  const ps::TrainingData<Float> data = gpu::synthetic_training_data(device);
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE(std::string(name) + ", step " + std::to_string(step));
     const ps::StepResult r = pipe.step(data);
@@ -208,21 +262,21 @@ void expect_runs_as_simulated(const char* name, int ranks, int microbatches, MPI
 }
 
 TEST(NcclPipeline, OneRankRunsOneFOneBAsSimulated) {
-  PIPESCHED_NEEDS_GPU(place, false);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, false);
   // Each process runs a pipeline of its own (a 1-rank communicator), whatever -np is.
   expect_runs_as_simulated("1f1b", 1, 4, MPI_COMM_SELF, place.ordinal);
 }
 
-TEST(NcclPipeline, EveryRankRunsAsSimulated) {
+TEST(NcclRanks, EveryRankRunsAsSimulated) {
   PIPESCHED_NEEDS_PROCESSES(2);
-  PIPESCHED_NEEDS_GPU(place, true);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
   for (const char* name : {"1f1b", "zb-h1", "interleaved-1f1b"})
     expect_runs_as_simulated(name, world_size(), 2 * world_size(), MPI_COMM_WORLD, place.ordinal);
 }
 
-TEST(NcclTransport, PayloadsOfEverySizeArriveByKeyInAnyOrder) {
+TEST(NcclRanks, PayloadsOfEverySizeArriveByKeyInAnyOrder) {
   PIPESCHED_NEEDS_PROCESSES(2);
-  PIPESCHED_NEEDS_GPU(place, true);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
   MPI_Comm pair = first_processes(2);
   if (pair == MPI_COMM_NULL) return;  // processes beyond the first two sit this one out
   {
@@ -280,9 +334,9 @@ struct Faulty : gpu::SyntheticStage {
   }
 };
 
-TEST(NcclPipeline, ExceptionOnOneRankStopsEveryRankWithItsNameAndTheNextStepRuns) {
+TEST(NcclRanks, ExceptionOnOneRankStopsEveryRankWithItsNameAndTheNextStepRuns) {
   PIPESCHED_NEEDS_PROCESSES(2);
-  PIPESCHED_NEEDS_GPU(place, true);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
   const int p = world_size();
   const ps::Schedule s = generated("1f1b", p, 2 * p);
   const ps::toy::SyntheticCost cost{.forward = 2e-4,
@@ -299,9 +353,7 @@ TEST(NcclPipeline, ExceptionOnOneRankStopsEveryRankWithItsNameAndTheNextStepRuns
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(20);
   ps::NcclPipeline<Faulty> pipe(s, device, stages, MPI_COMM_WORLD, options);
-  ps::TrainingData<Float> data;
-  data.input = [&](int, int) { return gpu::SyntheticStage::sample_input(device); };
-  data.loss = [](const Float& y, int, int, double&) { return y.clone(y.stream()); };
+  const ps::TrainingData<Float> data = gpu::synthetic_training_data(device);
   const auto t0 = std::chrono::steady_clock::now();
   bool threw = false;
   try {
@@ -325,6 +377,64 @@ TEST(NcclPipeline, ExceptionOnOneRankStopsEveryRankWithItsNameAndTheNextStepRuns
 
 }  // namespace
 
+// What ctest reads from the exit status (SKIP_RETURN_CODE): every rank returns the same code.
+constexpr int exit_not_run = 77;
+
+// On the ranks other than 0: only failed assertions, prefixed with the rank. The test's name is
+// kept from OnTestStart: asking GoogleTest for the current test inside OnTestPartResult takes
+// a lock GoogleTest already holds there, and the process would hang at its first failure.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    test_ = std::string(test.test_suite_name()) + "." + test.name();
+  }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::printf("[rank %d] %s:%d: failure in %s\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+                r.line_number(), test_.c_str(), r.message());
+    std::fflush(stdout);
+  }
+
+ private:
+  int rank_;
+  std::string test_;
+};
+
 int main(int argc, char** argv) {
-  return pipesched::testing_support::run_mpi_tests(argc, argv, 1);
+  ps::MpiSession session(argc, argv);
+  ::testing::InitGoogleTest(&argc, argv);
+#ifdef GTEST_FLAG_GET
+  const bool listing = GTEST_FLAG_GET(list_tests);
+#else
+  const bool listing = ::testing::GTEST_FLAG(list_tests);
+#endif
+  if (!listing && session.size() > 1) {
+    // Processes that share a GPU cannot form NCCL links: the tests between ranks need one GPU
+    // per process, and a run without them is "not run", neither passed nor failed.
+    const GpuPlace place = gpu_place();
+    if (place.everywhere && !place.own_each) {
+      if (session.rank() == 0)
+        std::printf("pipesched_nccl_tests: not run: needs %d GPUs, one per process (%s)\n",
+                    session.size(), place.missing.c_str());
+      // Out before any process ends: mpirun stops the others once one has exited non-zero.
+      std::fflush(stdout);
+      return exit_not_run;
+    }
+  }
+  if (session.rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(session.rank()));
+  }
+  const int failed = RUN_ALL_TESTS();
+  const ::testing::UnitTest& run = *::testing::UnitTest::GetInstance();
+  int mine[2] = {failed != 0 ? 1 : 0, run.skipped_test_count() > 0 ? 1 : 0}, all[2] = {0, 0};
+  MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (session.rank() == 0 && all[0] != 0 && mine[0] == 0)
+    std::printf("another rank reported failures (see its output above)\n");
+  if (all[1] != 0 && all[0] == 0 && session.rank() == 0)
+    std::printf("pipesched_nccl_tests: some tests skipped (reasons above), none failed\n");
+  std::fflush(stdout);
+  return all[0] != 0 ? 1 : all[1] != 0 ? exit_not_run : 0;
 }

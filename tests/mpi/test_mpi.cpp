@@ -2,8 +2,11 @@
 // process). The toy GPT trained through 1F1B, interleaved 1F1B, ZB-H1, a Mario plan and a
 // slice-pipe plan gives the sequential reference's loss and gradients and, bit for bit, what
 // the in-process pipeline gives for the same plan; the measured peak of held bytes equals the
-// simulator's; dynamic filling runs; a layer that throws on one rank makes every process throw
-// the same error naming that rank and action, after which the next step runs cleanly.
+// simulator's; dynamic filling runs; a layer that throws on one rank (a std::exception or
+// not), or an optimizer hook that throws, makes every process throw the same error naming that
+// rank and its action or optimizer step, after which the next step runs cleanly; a receive
+// timeout too long for the clock means no deadline; and processes given different schedules
+// are all refused when their pipelines are built, naming two ranks that differ.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -217,9 +220,10 @@ struct Faulty : toy::GptStage<T> {
   using Base::forward;
   int fail_microbatch = -1;
   int seen = 0;
+  std::function<void()> fault = [] { throw std::runtime_error("injected fault"); };
   typename Base::tensor_type forward(const typename Base::tensor_type& x,
                                      typename Base::stash_type& st) {
-    if (seen++ == fail_microbatch) throw std::runtime_error("injected fault");
+    if (seen++ == fail_microbatch) fault();
     return Base::forward(x, st);
   }
 };
@@ -260,6 +264,158 @@ TEST(MpiFaults, ExceptionOnOneRankStopsEveryRankWithItsName) {
   std::vector<toy::GptStage<double>> ref = make_stages<double>(config, s.problem.stages);
   EXPECT_EQ(r.loss, toy::sequential_step(ref, data));
   EXPECT_EQ(pipe.transport().pending(), 0u);
+}
+
+// A layer that throws something not derived from std::exception is attached like any other
+// failure: every process gets the failing rank's execution_error, and the next step runs.
+TEST(MpiFaults, NonStandardExceptionIsAttached) {
+  const int p = world_size();
+  const ps::Schedule s = generated("1f1b", p, 2 * p);
+  const int bad_stage = p - 1;
+  const toy::GptConfig config = config_for(s.problem.stages);
+  std::vector<Faulty<double>> stages;
+  for (int st = 0; st < s.problem.stages; ++st)
+    stages.emplace_back(config, st, s.problem.stages);
+  stages[bad_stage].fail_microbatch = 2;
+  stages[bad_stage].fault = [] { throw 42; };
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(20);
+  ps::MpiPipeline<Faulty<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+  const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 3);
+  const auto training = toy::training_data(data);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    pipe.step(training);
+    ADD_FAILURE() << "the step did not fail";
+  } catch (const ps::execution_error& e) {
+    EXPECT_EQ(e.rank(), s.placement.rank_of(bad_stage));
+    EXPECT_EQ(e.action().kind, ps::OpKind::F);
+    EXPECT_EQ(e.action().stage, bad_stage);
+    EXPECT_EQ(e.action().microbatch, 2);
+    EXPECT_NE(std::string(e.what()).find(
+                  "rank " + std::to_string(p - 1) + " failed at position " +
+                  std::to_string(e.position()) + " (" + std::to_string(bad_stage) +
+                  "F2): a non-standard exception (not derived from std::exception)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  stages[bad_stage].fail_microbatch = -1;
+  EXPECT_NO_THROW(pipe.step(training));
+  EXPECT_EQ(pipe.transport().pending(), 0u);
+}
+
+// An optimizer hook that throws on one rank stops every process with that rank's
+// execution_error, placed at its optimizer step (the position after its list).
+TEST(MpiFaults, OptimizerExceptionIsAttached) {
+  const int p = world_size();
+  const ps::Schedule s = generated("1f1b", p, 2 * p);
+  const toy::GptConfig config = config_for(s.problem.stages);
+  auto stages = make_stages<double>(config, s.problem.stages);
+  const int bad = p / 2;
+  bool armed = true;
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(20);
+  options.optimizer = [&](int rank) {
+    if (armed && rank == bad) throw std::runtime_error("optimizer boom");
+  };
+  ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+  const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 3);
+  const auto training = toy::training_data(data);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    pipe.step(training);
+    ADD_FAILURE() << "the step did not fail";
+  } catch (const ps::execution_error& e) {
+    EXPECT_EQ(e.rank(), bad);
+    EXPECT_EQ(e.position(), static_cast<int>(pipe.schedule().ranks[bad].size()));
+    EXPECT_EQ(e.action().kind, ps::OpKind::Idle);
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(bad) +
+                                         " failed in its optimizer step: optimizer boom"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  armed = false;
+  EXPECT_NO_THROW(pipe.step(training));
+}
+
+// A receive timeout too long for the clock means no deadline: the step runs (it used to fail
+// at once, and the agreement then reported a lost peer).
+TEST(MpiTimeouts, ForeverTimeoutStepSucceeds) {
+  const int p = world_size();
+  const ps::Schedule s = generated("1f1b", p, 2 * p);
+  const toy::GptConfig config = config_for(s.problem.stages);
+  const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 3);
+  auto ref = make_stages<double>(config, s.problem.stages);
+  const double ref_loss = toy::sequential_step(ref, data);
+  for (const std::chrono::duration<double> timeout :
+       {std::chrono::duration<double>(std::chrono::hours::max()),
+        std::chrono::duration<double>(std::numeric_limits<double>::infinity()),
+        std::chrono::duration<double>(1e10)}) {
+    SCOPED_TRACE("receive_timeout = " + std::to_string(timeout.count()) + " s");
+    auto stages = make_stages<double>(config, s.problem.stages);
+    ps::ExecutorOptions options;
+    options.receive_timeout = timeout;
+    ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+    for (int step = 0; step < 2; ++step) {
+      ps::StepResult r;
+      ASSERT_NO_THROW(r = pipe.step(toy::training_data(data)));
+      EXPECT_EQ(r.loss, ref_loss);
+    }
+  }
+}
+
+// Processes started with different schedules are refused when the pipeline is built, on every
+// process, naming a rank that differs and rank 0 — well before the 60 s receive timeout.
+void expect_schedules_refused(const ps::Schedule& mine, int odd) {
+  const toy::GptConfig config = config_for(mine.problem.stages);
+  auto stages = make_stages<double>(config, mine.problem.stages);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ps::MpiPipeline<toy::GptStage<double>> pipe(mine, stages);
+    ADD_FAILURE() << "different schedules were accepted";
+  } catch (const ps::schedule_mismatch& e) {
+    EXPECT_EQ(e.first_rank(), 0);
+    EXPECT_EQ(e.second_rank(), odd);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 0 and rank " + std::to_string(odd) +
+                        " were given different schedules (fingerprints "),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("start every process with the same schedule"), std::string::npos) << what;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+TEST(MpiErrors, DifferentSchedulesAreRefusedAtOnceOnEveryProcess) {
+  const int p = world_size();
+  // The last process runs two more microbatches than the others.
+  const int odd = p - 1;
+  expect_schedules_refused(generated("1f1b", p, world_rank() == odd ? 2 * p + 2 : 2 * p), odd);
+  // Rank 1 alone runs another schedule of the same shape.
+  expect_schedules_refused(generated(world_rank() == 1 ? "zb-h1" : "1f1b", p, 2 * p), 1);
+}
+
+TEST(MpiErrors, ScheduleForAnotherRankCountIsRefusedOnEveryProcess) {
+  // One process given a schedule for one rank more: it is the schedules that differ, so every
+  // process says so (rather than that process alone refusing the communicator's size while the
+  // others wait for it).
+  const int p = world_size();
+  expect_schedules_refused(generated("1f1b", world_rank() == 1 ? p + 1 : p, 2 * p), 1);
+}
+
+TEST(MpiErrors, NonPositiveTimeoutIsRefusedAtConstruction) {
+  const ps::Schedule s = generated("1f1b", world_size(), 2 * world_size());
+  auto stages = make_stages<double>(config_for(s.problem.stages), s.problem.stages);
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(0);
+  try {
+    ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+    ADD_FAILURE() << "a receive_timeout of 0 s was accepted";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("receive_timeout is 0 s"), std::string::npos) << e.what();
+  }
 }
 
 TEST(MpiErrors, WrongProcessCountIsNamed) {

@@ -1,6 +1,7 @@
 // Errors raised while executing a schedule.
 #pragma once
 
+#include <exception>
 #include <string>
 
 #include "pipesched/core/action.hpp"
@@ -35,5 +36,25 @@ class transport_aborted : public error {
  public:
   using error::error;
 };
+
+namespace detail {
+
+//! What is said of an exception that is not a std::exception (`throw 42`).
+inline constexpr const char* non_standard_exception =
+    "a non-standard exception (not derived from std::exception)";
+
+//! The message of the exception being handled (call inside a catch block): its what(), or
+//! `non_standard_exception` when it is not a std::exception.
+inline std::string current_exception_text() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return non_standard_exception;
+  }
+}
+
+}  // namespace detail
 
 }  // namespace pipesched

@@ -27,6 +27,7 @@
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/device/host/host_device.hpp"
 #include "pipesched/exec/concepts.hpp"
+#include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
 #include "pipesched/exec/training_data.hpp"
 #include "pipesched/pass/lower_communication.hpp"
@@ -36,10 +37,14 @@ namespace pipesched {
 
 //! Knobs of the executor.
 struct ExecutorOptions {
-  //! How long a receive waits before the step fails with the rank and action named.
+  //! How long a receive waits before the step fails with the rank and action named. Must be
+  //! more than 0 (0, negative and NaN are refused when the executor is built); infinity, or
+  //! any duration too long for the steady clock (std::chrono::hours::max()), waits without a
+  //! deadline. Process pipelines bound their start-of-step and end-of-step agreement by it too.
   std::chrono::duration<double> receive_timeout{60.0};
   //! Called by each rank once per step, after its list has run (e.g. an optimizer step on
-  //! that rank's stage models).
+  //! that rank's stage models). What it throws fails the step like a layer's exception: the
+  //! execution_error names the rank and "its optimizer step", at the position after the list.
   std::function<void(int rank)> optimizer;
   //! Dynamic bubble filling: when the rank's next action is a receive whose message has not
   //! arrived, run pending work from later in the rank's own list instead of waiting — the
@@ -184,6 +189,7 @@ class Executor {
                 "`std::size_t input_bytes(const tensor_type&) const` to the stage model (or a "
                 "`bytes()` member to its tensor type), or run a schedule without R.");
     }
+    detail::check_receive_timeout("Executor", options_.receive_timeout);
     if (!(options_.memory_budget_bytes >= 0))
       throw invalid_problem("Executor: memory_budget_bytes is " +
                             std::to_string(options_.memory_budget_bytes) +
@@ -240,10 +246,14 @@ class Executor {
 
   //! Runs one training step of this rank's list; `start` is the step's common start mark
   //! (timeline times are measured from it). Throws execution_error naming the rank, the
-  //! position and the action when anything fails; transport_aborted when another rank did.
+  //! position and the action when anything fails — whatever was thrown, std::exception or
+  //! not; position -1 for the stage models' zero_gradients before the list, the list's size
+  //! for the optimizer hook after it — and transport_aborted when another rank failed.
   RankRun step(const TrainingData<tensor_type>& data, const mark_type& start) {
-    for (Stage* s : stage_of_)
-      if (s) s->zero_gradients();
+    attached(-1, Action{}, "before its list (zero_gradients)", [&] {
+      for (Stage* s : stage_of_)
+        if (s) s->zero_gradients();
+    });
     clear();
     RankRun run;
     run.rank = rank_;
@@ -277,7 +287,9 @@ class Executor {
                                 " slice contexts left over; the schedule does not consume what "
                                 "it produces.",
                             rank_, static_cast<int>(list.size()), Action{});
-    if (options_.optimizer) options_.optimizer(rank_);
+    if (options_.optimizer)
+      attached(static_cast<int>(list.size()), Action{}, "in its optimizer step",
+               [&] { options_.optimizer(rank_); });
     device_.synchronize();
     resolve_times(start, run);
     run.loss = loss_;
@@ -365,11 +377,25 @@ class Executor {
     } catch (const transport_aborted&) {
       throw;
     } catch (const execution_error&) {
-      throw;
-    } catch (const std::exception& e) {
+      throw;  // a nested guard (a fill inside a receive's wait) already named its action
+    } catch (...) {
       throw execution_error("rank " + std::to_string(rank_) + " failed at position " +
-                                std::to_string(i) + " (" + to_string(a) + "): " + e.what(),
+                                std::to_string(i) + " (" + to_string(a) +
+                                "): " + detail::current_exception_text(),
                             rank_, static_cast<int>(i), a);
+    }
+  }
+
+  // Runs `fn`, work of this rank outside any one action of its list (`where`: "in its
+  // optimizer step"), turning whatever it throws into an execution_error at `position`.
+  template <class Fn>
+  void attached(int position, const Action& a, const char* where, Fn&& fn) {
+    try {
+      fn();
+    } catch (...) {
+      throw execution_error("rank " + std::to_string(rank_) + " failed " + where + ": " +
+                                detail::current_exception_text(),
+                            rank_, position, a);
     }
   }
 

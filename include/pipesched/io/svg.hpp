@@ -29,6 +29,10 @@ struct SvgOptions {
   //! Unit written after memory figures ("units" for the cost models' default unit, "GiB",
   //! ...); "bytes" reads the figures as byte counts and writes them with binary prefixes.
   std::string memory_unit = "units";
+  //! Unit of the simulated times: "seconds" writes the makespan and tooltips as seconds
+  //! ("0.447 s") and captions the time axis "time (s)"; any other text is written after the
+  //! figures ("44 units", axis "time (units)"); empty leaves bare numbers and no caption.
+  std::string time_unit;
   bool show_memory = true;  //!< draw each rank's memory curve beneath its row
 };
 
@@ -212,6 +216,11 @@ inline std::string render_svg(const Schedule& s, const SimulationResult& sim,
       left = std::max(
           left,
           pad + text_width("peak " + format_memory(rs.peak_memory, opt.memory_unit), small_font));
+  const std::string axis_caption =
+      opt.time_unit.empty()
+          ? std::string()
+          : "time (" + (opt.time_unit == "seconds" ? std::string("s") : opt.time_unit) + ")";
+  if (!axis_caption.empty()) left = std::max(left, pad + text_width(axis_caption, small_font));
   left = std::min(left + 8, width / 3);
   const double right = pad + 8;
   const double chart_w = width - left - right;
@@ -228,7 +237,7 @@ inline std::string render_svg(const Schedule& s, const SimulationResult& sim,
                                    "placement " + s.placement.describe(),
                                    std::to_string(s.problem.microbatches) + " microbatches"};
   if (s.problem.slices > 1) figures.push_back(std::to_string(s.problem.slices) + " slices");
-  figures.push_back("makespan " + format_number(sim.makespan));
+  figures.push_back("makespan " + format_time(sim.makespan, opt.time_unit));
   figures.push_back("bubble " + format_percent(sim.bubble_ratio));
   figures.push_back("peak memory " + format_memory(sim.peak_memory_max, opt.memory_unit));
   const std::vector<std::string> figure_lines =
@@ -247,6 +256,10 @@ inline std::string render_svg(const Schedule& s, const SimulationResult& sim,
   // Time axis above the rows.
   y += 8 + small_font;
   const double axis_y = y;
+  if (!axis_caption.empty())
+    body += "<text class=\"axis-caption\" x=\"" + px(pad) + "\" y=\"" + px(axis_y) +
+            "\" font-size=\"" + px(small_font) + "\" fill=\"#555\">" + xml_escape(axis_caption) +
+            "</text>\n";
   const double chart_top = axis_y + 6;
   const double block_h = row_h + mem_gap + mem_h;
   const double chart_bottom = chart_top + nranks * block_h + std::max(nranks - 1, 0) * rank_gap;
@@ -314,7 +327,8 @@ inline std::string render_svg(const Schedule& s, const SimulationResult& sim,
       if (a.kind == OpKind::Idle || !(t.end > t.start)) continue;
       const double x0 = x_of(t.start), w = (t.end - t.start) * scale;
       const std::string tip = xml_escape(to_string(a) + " on rank " + std::to_string(r) + ": " +
-                                         format_number(t.start) + " to " + format_number(t.end));
+                                         format_time(t.start, opt.time_unit) + " to " +
+                                         format_time(t.end, opt.time_unit));
       seen[static_cast<std::size_t>(a.kind)] = true;
       if (is_comm(a.kind)) {
         comm_seen = true;

@@ -26,6 +26,9 @@ struct TextGridOptions {
   bool color = false;     //!< ANSI colours per kind (for terminals that show them)
   //! Unit written after memory figures; "bytes" writes byte counts with binary prefixes.
   std::string memory_unit = "units";
+  //! Unit of the times (makespan, column width): "seconds" writes them as seconds ("0.447 s"),
+  //! any other text is written after them ("44 units"), empty leaves them bare numbers.
+  std::string time_unit;
 };
 
 namespace detail {
@@ -76,8 +79,9 @@ inline int grid_columns(const Schedule& s, const SimulationResult& sim,
 }  // namespace detail
 
 //! A terminal picture of `s` as simulated in `sim` (the result of `simulate(s, ...)`): a
-//! header line (name, makespan, bubble ratio, peak memory, time per column), then one line
-//! per rank, `rank r |cells| peak X`, rank labels padded to one width. Cell c covers time
+//! header line (name, makespan, bubble ratio, peak memory, time per column, in the units of
+//! `opt`), then one line per rank, `rank r |cells| peak X`, rank labels padded to one width.
+//! Cell c covers time
 //! [c·dt, (c+1)·dt), dt = makespan / columns, and shows the action running at its middle:
 //! the action's first cell holds its kind letter (F, B, I, W, R, O for Overlap, '>' send,
 //! '<' receive), the next ones its microbatch (`m.k` with slices, `f/b` for an Overlap) when
@@ -95,10 +99,10 @@ inline std::string render_text_grid(const Schedule& s, const SimulationResult& s
   std::string out = sanitize_utf8(s.name.empty() ? "schedule" : s.name);
   for (char& c : out)
     if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-  out += ": makespan " + format_number(sim.makespan) + ", bubble " +
+  out += ": makespan " + format_time(sim.makespan, opt.time_unit) + ", bubble " +
          format_percent(sim.bubble_ratio) + ", peak memory " +
          format_memory(sim.peak_memory_max, opt.memory_unit);
-  if (cols > 0) out += ", one column = " + format_number(dt);
+  if (cols > 0) out += ", one column = " + format_time(dt, opt.time_unit);
   out += "\n";
 
   const std::string widest = "rank " + std::to_string(std::max(nranks - 1, 0));

@@ -16,6 +16,7 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/io/detail/render_common.hpp"
+#include "pipesched/io/json.hpp"
 
 namespace pipesched {
 
@@ -29,50 +30,6 @@ struct TraceOptions {
 };
 
 namespace detail {
-
-//! `text` as a JSON string literal: valid UTF-8, quotes, backslashes and control characters
-//! escaped.
-inline std::string json_string(std::string_view text) {
-  std::string out = "\"";
-  for (char ch : sanitize_utf8(text)) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          static constexpr char digits[] = "0123456789abcdef";
-          out += "\\u00";
-          out += digits[c >> 4];
-          out += digits[c & 15];
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-//! A finite double as a JSON number, in the shortest form that reads back to the same value.
-inline std::string json_number(double v) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  std::string s = ec == std::errc() ? std::string(buf, end) : std::string("0");
-  return s == "-0" ? "0" : s;
-}
 
 //! Nanoseconds as microseconds with up to three decimals, exactly ("1500.25").
 inline std::string micros_of_nanos(std::int64_t ns) {
@@ -122,69 +79,89 @@ inline std::string render_chrome_trace(const Schedule& s, const SimulationResult
   nanos(sim.makespan);
 
   const int nranks = static_cast<int>(s.ranks.size());
-  const std::string series = json_string(opt.memory_unit.empty() ? "memory" : opt.memory_unit);
+  const std::string series = opt.memory_unit.empty() ? "memory" : opt.memory_unit;
+  // One event per line, each written by its own spaced json::Writer.
   std::string out = "{\"traceEvents\": [\n";
   bool first = true;
-  auto event = [&](const std::string& body) {
-    out += first ? "  {" : ",\n  {";
-    out += body;
-    out += "}";
+  auto event = [&](json::Writer& w) {
+    out += first ? "  " : ",\n  ";
+    out += w.take();
     first = false;
   };
+  auto begin_event = [](const char* name, const char* phase) {
+    json::Writer w(true);
+    w.begin_object().field("name", name).field("ph", phase).field("pid", 0);
+    return w;
+  };
 
-  event("\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": " +
-        json_string(s.name.empty() ? "schedule" : s.name) + "}");
+  {
+    json::Writer w = begin_event("process_name", "M");
+    w.key("args").begin_object().field("name", s.name.empty() ? "schedule" : s.name);
+    w.end_object().end_object();
+    event(w);
+  }
   for (int r = 0; r < nranks; ++r) {
-    const std::string tid = std::to_string(r);
-    event("\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " + tid +
-          ", \"args\": {\"name\": \"rank " + tid + "\"}");
-    event("\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 0, \"tid\": " + tid +
-          ", \"args\": {\"sort_index\": " + tid + "}");
+    json::Writer name = begin_event("thread_name", "M");
+    name.field("tid", r).key("args").begin_object().field("name", "rank " + std::to_string(r));
+    name.end_object().end_object();
+    event(name);
+    json::Writer order = begin_event("thread_sort_index", "M");
+    order.field("tid", r).key("args").begin_object().field("sort_index", r);
+    order.end_object().end_object();
+    event(order);
   }
 
   for (int r = 0; r < nranks; ++r) {
-    const std::string tid = std::to_string(r);
     for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
       const Action& a = s.ranks[r][i];
       if (a.kind == OpKind::Idle) continue;
       const ActionTiming& t = sim.timing[r][i];
       const std::int64_t start = nanos(t.start), end = nanos(t.end);
-      std::string args = "\"stage\": " + std::to_string(a.stage) +
-                         ", \"microbatch\": " + std::to_string(a.microbatch) +
-                         ", \"slice\": " + std::to_string(a.slice);
-      if (a.kind == OpKind::W) args += ", \"part\": " + std::to_string(a.part);
+      json::Writer w(true);
+      w.begin_object().field("name", to_string(a)).field("cat", to_string(a.kind));
+      w.field("ph", "X").field("pid", 0).field("tid", r);
+      w.key("ts").raw(micros_of_nanos(start)).key("dur").raw(micros_of_nanos(end - start));
+      w.key("args").begin_object();
+      w.field("stage", a.stage).field("microbatch", a.microbatch).field("slice", a.slice);
+      if (a.kind == OpKind::W) w.field("part", a.part);
       if (a.kind == OpKind::Overlap)
-        args += ", \"b_stage\": " + std::to_string(a.b_stage) +
-                ", \"b_microbatch\": " + std::to_string(a.b_microbatch) +
-                ", \"b_slice\": " + std::to_string(a.b_slice);
-      args += ", \"start\": " + json_number(t.start) + ", \"end\": " + json_number(t.end);
-      event("\"name\": " + json_string(to_string(a)) +
-            ", \"cat\": " + json_string(to_string(a.kind)) +
-            ", \"ph\": \"X\", \"pid\": 0, \"tid\": " + tid + ", \"ts\": " + micros_of_nanos(start) +
-            ", \"dur\": " + micros_of_nanos(end - start) + ", \"args\": {" + args + "}");
+        w.field("b_stage", a.b_stage)
+            .field("b_microbatch", a.b_microbatch)
+            .field("b_slice", a.b_slice);
+      w.field("start", t.start).field("end", t.end);
+      w.end_object().end_object();
+      event(w);
     }
   }
 
   for (int r = 0; r < nranks; ++r) {
-    const std::string head = "\"name\": \"memory rank " + std::to_string(r) +
-                             "\", \"ph\": \"C\", \"pid\": 0, \"tid\": " + std::to_string(r) +
-                             ", \"ts\": ";
-    event(head + "0, \"args\": {" + series + ": 0}");
+    const std::string name = "memory rank " + std::to_string(r);
+    auto counter = [&](const std::string& ts, double value) {
+      json::Writer w(true);
+      w.begin_object().field("name", name).field("ph", "C").field("pid", 0).field("tid", r);
+      w.key("ts").raw(ts).key("args").begin_object().field(series, value);
+      w.end_object().end_object();
+      event(w);
+    };
+    counter("0", 0.0);
     for (const MemoryPoint& p : sim.ranks[r].memory)
-      event(head + micros_of_nanos(nanos(std::max(p.time, 0.0))) + ", \"args\": {" + series + ": " +
-            json_number(p.value) + "}");
+      counter(micros_of_nanos(nanos(std::max(p.time, 0.0))), p.value);
   }
 
-  out += "\n],\n\"otherData\": {\"schedule\": " + json_string(s.name) +
-         ", \"ranks\": " + std::to_string(s.problem.ranks) +
-         ", \"stages\": " + std::to_string(s.problem.stages) +
-         ", \"microbatches\": " + std::to_string(s.problem.microbatches) +
-         ", \"slices\": " + std::to_string(s.problem.slices) +
-         ", \"makespan\": " + json_number(sim.makespan) +
-         ", \"bubble_ratio\": " + json_number(sim.bubble_ratio) +
-         ", \"peak_memory_max\": " + json_number(sim.peak_memory_max) +
-         ", \"memory_unit\": " + json_string(opt.memory_unit) +
-         ", \"time_scale_us\": " + json_number(opt.time_scale) + "}\n}\n";
+  json::Writer other(true);
+  other.begin_object()
+      .field("schedule", s.name)
+      .field("ranks", s.problem.ranks)
+      .field("stages", s.problem.stages)
+      .field("microbatches", s.problem.microbatches)
+      .field("slices", s.problem.slices)
+      .field("makespan", sim.makespan)
+      .field("bubble_ratio", sim.bubble_ratio)
+      .field("peak_memory_max", sim.peak_memory_max)
+      .field("memory_unit", opt.memory_unit)
+      .field("time_scale_us", opt.time_scale)
+      .end_object();
+  out += "\n],\n\"otherData\": " + other.take() + "\n}\n";
   return out;
 }
 

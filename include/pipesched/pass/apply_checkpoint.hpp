@@ -239,8 +239,8 @@ Schedule apply_checkpoint(const Schedule& s, CheckpointMode mode, const Cost& co
         throw invalid_problem("without checkpointing rank " + std::to_string(r) + " of '" +
                               out.name + "' holds " + detail::budget_text(held) +
                               ", over the budget " + detail::budget_text(limit) +
-                              "; use --checkpoint selective or mario (CheckpointMode::Selective "
-                              "or Mario), or give a budget of at least " +
+                              "; use CheckpointMode::Selective or CheckpointMode::Mario, or "
+                              "give a budget of at least " +
                               detail::budget_text(held) + ".");
       throw invalid_problem("with every forward checkpointed rank " + std::to_string(r) + " of '" +
                             out.name + "' still holds " + detail::budget_text(held) +

@@ -161,6 +161,20 @@ struct TunePlan {
   bool fine_wgrad = false;              //!< weight gradients cut into parts, placed in waits
 };
 
+//! Why configurations were refused: one note per distinct reason, naming the first
+//! configuration refused for it and counting all of them (a model too shallow for 64 stages
+//! refuses every microbatch size of that chunk count for the same reason).
+struct TuneNote {
+  //! The first configuration refused for this reason ("interleaved-1f1b with 4 chunks,
+  //! microbatch size 2 (32 microbatches)").
+  std::string configuration;
+  std::string reason;  //!< the generator's, pass's or cost model's message
+  int count = 1;       //!< configurations refused for this reason, the first included
+
+  //! "configuration: reason".
+  std::string text() const { return configuration + ": " + reason; }
+};
+
 //! What `tune` found. Plans are compared by step time (makespan) for the same global batch;
 //! on equal step time the one with fewer recomputes, then the simpler checkpoint mode wins.
 struct TuneResult {
@@ -173,9 +187,8 @@ struct TuneResult {
   int candidates_over_budget = 0;  //!< of those, over the budget on some rank
   int candidates_pruned = 0;       //!< of those, skipped: they could not beat a plan found
   double seconds = 0;              //!< wall-clock time of the search
-  //! Why configurations were refused: the first few distinct messages, each naming the
-  //! configuration.
-  std::vector<std::string> notes;
+  //! Why configurations were refused, one note per distinct reason, in the order first met.
+  std::vector<TuneNote> notes;
 };
 
 //! Called as the search goes: candidates settled so far, candidates in all, and the best plan
@@ -371,11 +384,15 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
       if (progress) progress(result.candidates_tried, total, result.best ? &*result.best : nullptr);
     }
   };
-  auto note = [&](const std::string& text) {
-    constexpr std::size_t max_notes = 16;
-    if (result.notes.size() < max_notes &&
-        std::find(result.notes.begin(), result.notes.end(), text) == result.notes.end())
-      result.notes.push_back(text);
+  // Repeats are counted, not stored: a grid can refuse thousands of configurations for a
+  // handful of reasons.
+  auto note = [&](const std::string& configuration, const std::string& reason) {
+    auto same = std::find_if(result.notes.begin(), result.notes.end(),
+                             [&](const TuneNote& n) { return n.reason == reason; });
+    if (same != result.notes.end())
+      ++same->count;
+    else
+      result.notes.push_back(TuneNote{configuration, reason, 1});
   };
   auto make_plan = [&](const detail::TuneConfig<Cost>& cfg, CheckpointMode mode, const Schedule& s,
                        const SimulationResult& sim) {
@@ -467,12 +484,12 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
         throw invalid_problem("the base schedule deadlocks: " + cfg.base_sim.deadlock_report);
     } catch (const invalid_problem& e) {
       cfg.refused = true;
-      note(cfg.label() + ": " + e.what());
+      note(cfg.label(), e.what());
       settle(modes, &result.candidates_refused);
       continue;
     } catch (const invalid_schedule& e) {
       cfg.refused = true;
-      note(cfg.label() + ": " + e.what());
+      note(cfg.label(), e.what());
       settle(modes, &result.candidates_refused);
       continue;
     }
@@ -551,7 +568,7 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
         // The pass found nothing within the budget.
         settle(1, &result.candidates_over_budget);
       } catch (const invalid_schedule& e) {
-        note(cfg.label() + ", " + to_string(mode) + ": " + e.what());
+        note(cfg.label() + ", " + to_string(mode), e.what());
         settle(1, &result.candidates_refused);
       }
     }

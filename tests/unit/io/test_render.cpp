@@ -15,16 +15,24 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/io/csv.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/io/text_grid.hpp"
 #include "pipesched/io/trace.hpp"
 #include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/registry.hpp"
+
+#include "json_checker.hpp"
 
 namespace pipesched {
 namespace {
+
+using test_json::Json;
+using test_json::parse_json;
 
 Action F(int s, int m, int k = 0) {
   return Action::make(OpKind::F, s, m, k);
@@ -273,209 +281,6 @@ std::vector<XmlElement> with_class(const std::vector<XmlElement>& all, const std
   return out;
 }
 
-// ---- a small strict JSON parser -------------------------------------------------------------
-
-struct Json {
-  enum Type { Null, Bool, Number, String, Array, Object } type = Null;
-  bool boolean = false;
-  double number = 0;
-  std::string string;
-  std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
-
-  const Json* find(const std::string& key) const {
-    for (const auto& [k, v] : object)
-      if (k == key) return &v;
-    return nullptr;
-  }
-  const Json& at(const std::string& key) const {
-    const Json* v = find(key);
-    if (!v) throw std::runtime_error("JSON: no key " + key);
-    return *v;
-  }
-};
-
-// RFC 8259 JSON: the number grammar, string escapes (no raw control characters), no trailing
-// commas, no duplicate keys in an object, valid UTF-8, nothing after the value.
-class JsonChecker {
- public:
-  explicit JsonChecker(const std::string& t) : t_(t) {}
-
-  Json parse() {
-    check_utf8();
-    Json v = value();
-    space();
-    if (i_ != t_.size()) fail("content after the value");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& why) const {
-    throw std::runtime_error("JSON: " + why + " at offset " + std::to_string(i_));
-  }
-  void check_utf8() {
-    for (std::size_t k = 0; k < t_.size();) {
-      const unsigned char c = static_cast<unsigned char>(t_[k]);
-      const int len = c < 0x80         ? 1
-                      : (c >> 5) == 6  ? 2
-                      : (c >> 4) == 14 ? 3
-                      : (c >> 3) == 30 ? 4
-                                       : 0;
-      if (len == 0 || k + len > t_.size()) throw std::runtime_error("JSON: invalid UTF-8");
-      for (int j = 1; j < len; ++j)
-        if ((static_cast<unsigned char>(t_[k + j]) & 0xC0) != 0x80)
-          throw std::runtime_error("JSON: invalid UTF-8");
-      k += len;
-    }
-  }
-  void space() {
-    while (i_ < t_.size() && (t_[i_] == ' ' || t_[i_] == '\n' || t_[i_] == '\r' || t_[i_] == '\t'))
-      ++i_;
-  }
-  bool take(char c) {
-    space();
-    if (i_ < t_.size() && t_[i_] == c) {
-      ++i_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!take(c)) fail(std::string("expected '") + c + "'");
-  }
-  bool digit() const { return i_ < t_.size() && std::isdigit(static_cast<unsigned char>(t_[i_])); }
-
-  Json value() {
-    space();
-    if (i_ >= t_.size()) fail("unexpected end");
-    Json v;
-    const char c = t_[i_];
-    if (c == '{') {
-      ++i_;
-      v.type = Json::Object;
-      if (take('}')) return v;
-      do {
-        space();
-        std::string key = string();
-        if (v.find(key)) fail("duplicate key " + key);
-        expect(':');
-        v.object.emplace_back(key, value());
-      } while (take(','));
-      expect('}');
-    } else if (c == '[') {
-      ++i_;
-      v.type = Json::Array;
-      if (take(']')) return v;
-      do {
-        v.array.push_back(value());
-      } while (take(','));
-      expect(']');
-    } else if (c == '"') {
-      v.type = Json::String;
-      v.string = string();
-    } else if (t_.compare(i_, 4, "true") == 0 || t_.compare(i_, 5, "false") == 0) {
-      v.type = Json::Bool;
-      v.boolean = c == 't';
-      i_ += v.boolean ? 4 : 5;
-    } else if (t_.compare(i_, 4, "null") == 0) {
-      i_ += 4;
-    } else {
-      v.type = Json::Number;
-      const std::size_t start = i_;
-      if (t_[i_] == '-') ++i_;
-      if (!digit()) fail("bad number");
-      if (t_[i_] == '0') {
-        ++i_;
-      } else {
-        while (digit())
-          ++i_;
-      }
-      if (i_ < t_.size() && t_[i_] == '.') {
-        ++i_;
-        if (!digit()) fail("bad fraction");
-        while (digit())
-          ++i_;
-      }
-      if (i_ < t_.size() && (t_[i_] == 'e' || t_[i_] == 'E')) {
-        ++i_;
-        if (i_ < t_.size() && (t_[i_] == '+' || t_[i_] == '-')) ++i_;
-        if (!digit()) fail("bad exponent");
-        while (digit())
-          ++i_;
-      }
-      v.number = std::stod(t_.substr(start, i_ - start));
-    }
-    return v;
-  }
-
-  std::string string() {
-    if (i_ >= t_.size() || t_[i_] != '"') fail("expected a string");
-    ++i_;
-    std::string s;
-    for (;;) {
-      if (i_ >= t_.size()) fail("unterminated string");
-      const char c = t_[i_++];
-      if (c == '"') return s;
-      if (static_cast<unsigned char>(c) < 0x20) fail("raw control character in a string");
-      if (c != '\\') {
-        s += c;
-        continue;
-      }
-      if (i_ >= t_.size()) fail("unterminated escape");
-      const char e = t_[i_++];
-      switch (e) {
-        case '"':
-          s += '"';
-          break;
-        case '\\':
-          s += '\\';
-          break;
-        case '/':
-          s += '/';
-          break;
-        case 'b':
-          s += '\b';
-          break;
-        case 'f':
-          s += '\f';
-          break;
-        case 'n':
-          s += '\n';
-          break;
-        case 'r':
-          s += '\r';
-          break;
-        case 't':
-          s += '\t';
-          break;
-        case 'u': {
-          if (i_ + 4 > t_.size()) fail("short \\u escape");
-          unsigned cp = 0;
-          for (int k = 0; k < 4; ++k) {
-            const char h = t_[i_++];
-            if (!std::isxdigit(static_cast<unsigned char>(h))) fail("bad \\u escape");
-            cp = cp * 16 + static_cast<unsigned>(std::isdigit(static_cast<unsigned char>(h))
-                                                     ? h - '0'
-                                                     : std::tolower(h) - 'a' + 10);
-          }
-          if (cp >= 0x80) fail("test parser reads \\u escapes only below 0x80");
-          s += static_cast<char>(cp);
-          break;
-        }
-        default:
-          fail(std::string("bad escape \\") + e);
-      }
-    }
-  }
-
-  const std::string& t_;
-  std::size_t i_ = 0;
-};
-
-Json parse_json(const std::string& t) {
-  return JsonChecker(t).parse();
-}
-
 std::size_t non_idle(const Schedule& s) {
   std::size_t n = 0;
   for (const auto& list : s.ranks)
@@ -542,6 +347,22 @@ TEST(RenderFormat, NumbersPercentagesAndMemory) {
   EXPECT_EQ(detail::format_memory(512, "bytes"), "512 B");
   EXPECT_EQ(detail::format_memory(1.5 * 1024 * 1024 * 1024, "bytes"), "1.5 GiB");
   EXPECT_EQ(detail::format_memory(3 * 1024.0 * 1024, "bytes"), "3 MiB");
+}
+
+TEST(RenderFormat, TimesAndMemoryInACostModelsUnits) {
+  EXPECT_EQ(detail::format_time(0.447, "seconds"), "0.447 s");
+  EXPECT_EQ(detail::format_time(0.24755, "seconds", 6), "0.24755 s");
+  EXPECT_EQ(detail::format_time(44, "units"), "44 units");
+  EXPECT_EQ(detail::format_time(1, "units"), "1 unit");
+  EXPECT_EQ(detail::format_time(9, ""), "9");
+  EXPECT_EQ(detail::format_memory(4, "microbatches"), "4 microbatches");
+  EXPECT_EQ(detail::format_memory(1, "microbatches"), "1 microbatch");
+  EXPECT_EQ(detail::format_memory(1.832e10, "bytes"), "17.06 GiB");
+  EXPECT_EQ(detail::format_memory(3.5e9, "bytes", 6), "3.25963 GiB");
+  EXPECT_EQ(detail::format_memory(3.42255e9, "bytes", 6), "3.1875 GiB");  // trailing 0 dropped
+  EXPECT_EQ(detail::format_number(123.456789, 6), "123.457");
+  EXPECT_EQ(detail::format_number(0.14595, 6), "0.14595");
+  EXPECT_EQ(detail::format_number(2e10, 6), "2e+10");
 }
 
 TEST(RenderFormat, SanitizeUtf8KeepsValidTextAndReplacesBadBytes) {
@@ -616,7 +437,7 @@ TEST(RenderSvg, MemoryCurvesAndPeaksPerRankUnlessTurnedOff) {
   const std::vector<XmlElement> peaks = with_class(els, "text", "peak");
   ASSERT_EQ(peaks.size(), 2u);
   EXPECT_EQ(peaks[0].text, "peak 2 units");
-  EXPECT_EQ(peaks[1].text, "peak 1 units");
+  EXPECT_EQ(peaks[1].text, "peak 1 unit");
 
   // Rank 0's curve reaches the top of its band at its peak (2 = the maximum over ranks) and
   // rank 1's only halfway.
@@ -663,6 +484,41 @@ TEST(RenderSvg, OptionsSetTitleSizeAndMemoryUnit) {
             std::string::npos);
   for (const XmlElement& e : with_class(els, "rect", "action"))
     EXPECT_EQ(e.attrs.at("height"), "40");
+}
+
+TEST(RenderSvg, TimeUnitInTheTitleTooltipsAndAxisCaption) {
+  const Schedule s = hand_1f1b();
+  const SimulationResult sim = simulate(s);
+  // No unit by default: bare figures, no caption.
+  std::vector<XmlElement> els = parse_xml(render_svg(s, sim));
+  EXPECT_TRUE(with_class(els, "text", "axis-caption").empty());
+  EXPECT_NE(all_text(with_class(els, "text", "figures")).find("makespan 9 "), std::string::npos);
+  struct Case {
+    const char* unit;
+    const char* makespan;
+    const char* caption;
+    const char* tooltip;  // of rank 0's first forward
+  };
+  for (const Case& c : {Case{"units", "makespan 9 units", "time (units)", "0 units to 1 unit"},
+                        Case{"seconds", "makespan 9 s", "time (s)", "0 s to 1 s"}}) {
+    SCOPED_TRACE(c.unit);
+    SvgOptions opt;
+    opt.time_unit = c.unit;
+    els = parse_xml(render_svg(s, sim, opt));
+    EXPECT_NE(all_text(with_class(els, "text", "figures")).find(c.makespan), std::string::npos);
+    const std::vector<XmlElement> caption = with_class(els, "text", "axis-caption");
+    ASSERT_EQ(caption.size(), 1u);
+    EXPECT_EQ(caption[0].text, c.caption);
+    const std::vector<XmlElement> actions = with_class(els, "rect", "action");
+    ASSERT_FALSE(actions.empty());
+    EXPECT_NE(actions[0].deep_text.find(c.tooltip), std::string::npos) << actions[0].deep_text;
+    // The caption sits left of the chart: it ends before the first tick (time 0) begins.
+    const std::vector<XmlElement> ticks = with_class(els, "text", "tick");
+    ASSERT_FALSE(ticks.empty());
+    const double caption_end =
+        std::stod(caption[0].attrs.at("x")) + detail::text_width(caption[0].text, 10);
+    EXPECT_LT(caption_end, std::stod(ticks[0].attrs.at("x")) - 3) << caption[0].text;
+  }
 }
 
 TEST(RenderSvg, KindsSlicesAndLegend) {
@@ -931,7 +787,37 @@ TEST(RenderTextGrid, HandMade1F1BAutomaticColumns) {
   // Two columns per time unit: a forward shows letter and microbatch, a backward its letter
   // again over the rest.
   EXPECT_EQ(lines[1], "rank 0 |F0F1....B0BB..B1BB| peak 2 units");
-  EXPECT_EQ(lines[2], "rank 1 |..F0B0BBF1B1BB....| peak 1 units");
+  EXPECT_EQ(lines[2], "rank 1 |..F0B0BBF1B1BB....| peak 1 unit");
+}
+
+TEST(RenderTextGrid, TimesAndMemoryInTheCostModelsUnits) {
+  const Schedule s = hand_1f1b();
+  TextGridOptions opt;
+  opt.time_unit = "units";
+  opt.memory_unit = "microbatches";
+  std::vector<std::string> lines = lines_of(render_text_grid(s, simulate(s), opt));
+  EXPECT_EQ(lines[0],
+            "hand-1f1b: makespan 9 units, bubble 33.3%, peak memory 2 microbatches, one column = "
+            "0.5 units");
+  EXPECT_EQ(lines[2], "rank 1 |..F0B0BBF1B1BB....| peak 1 microbatch");
+  // TransformerCost: seconds and binary byte prefixes, no abstract unit anywhere.
+  const TransformerCost cost{
+      presets::find_model("gpt3-1.3b"), presets::find_device("a100-80gb"), {}};
+  const Schedule big = schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const SimulationResult sim = simulate(big, cost);
+  opt.time_unit = "seconds";
+  opt.memory_unit = "bytes";
+  const std::string grid = render_text_grid(big, sim, opt);
+  lines = lines_of(grid);
+  EXPECT_EQ(lines[0].rfind("1f1b: makespan " + detail::format_number(sim.makespan) + " s, ", 0), 0u)
+      << lines[0];
+  EXPECT_NE(lines[0].find("peak memory " + detail::format_memory(sim.peak_memory_max, "bytes")),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find(" GiB"), std::string::npos) << lines[0];
+  EXPECT_EQ(grid.find("units"), std::string::npos) << grid;
+  for (std::size_t r = 1; r < lines.size(); ++r)
+    EXPECT_NE(lines[r].find(" GiB"), std::string::npos) << lines[r];
 }
 
 TEST(RenderTextGrid, ExplicitColumnsQuantiseTime) {
@@ -942,11 +828,11 @@ TEST(RenderTextGrid, ExplicitColumnsQuantiseTime) {
   std::vector<std::string> lines = lines_of(render_text_grid(s, sim, opt));
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[1], "rank 0 |FF..B0.B1| peak 2 units");
-  EXPECT_EQ(lines[2], "rank 1 |.FB0FB1..| peak 1 units");
+  EXPECT_EQ(lines[2], "rank 1 |.FB0FB1..| peak 1 unit");
   opt.columns = 3;  // cells cover [0,3), [3,6), [6,9): the action running at 1.5, 4.5, 7.5
   lines = lines_of(render_text_grid(s, sim, opt));
   EXPECT_EQ(lines[1], "rank 0 |FBB| peak 2 units");
-  EXPECT_EQ(lines[2], "rank 1 |FF.| peak 1 units");
+  EXPECT_EQ(lines[2], "rank 1 |FF.| peak 1 unit");
 }
 
 TEST(RenderTextGrid, KindLettersSlicesAndOverlap) {
@@ -963,7 +849,7 @@ TEST(RenderTextGrid, KindLettersSlicesAndOverlap) {
     opt.columns = 12;  // F 0.5 → 2 cells, B 1 → 4 cells, each half a unit's slice
     const std::vector<std::string> lines = lines_of(render_text_grid(s, simulate(s), opt));
     ASSERT_EQ(lines.size(), 2u);
-    EXPECT_EQ(lines[1], "rank 0 |FFFFB0.1B0.0| peak 1 units");
+    EXPECT_EQ(lines[1], "rank 0 |FFFFB0.1B0.0| peak 1 unit");
   }
   {
     const Schedule s =

@@ -198,7 +198,8 @@ TEST(ApplyCheckpoint, NoneKeepsTheScheduleAndChecksALimitedBudget) {
     expect_invalid_problem(
         [&] { apply_checkpoint(s, CheckpointMode::None, cost, budget_of(peak * 0.9)); },
         {"without checkpointing rank", "'" + s.name + "'",
-         "over the budget " + detail::budget_text(peak * 0.9), "--checkpoint selective or mario"});
+         "over the budget " + detail::budget_text(peak * 0.9),
+         "CheckpointMode::Selective or CheckpointMode::Mario"});
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,12 +14,16 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "pipesched/analysis/slicing.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pipesched.hpp"
 #include "pipesched/tune/tune.hpp"
+#include "pipesched/version.hpp"
+
+#include "../io/json_checker.hpp"
 
 namespace ps = pipesched;
 
@@ -44,10 +49,11 @@ std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
-CliRun run(const std::string& args) {
+// Runs the command with `args` after the shell commands in `before` (e.g. a ulimit).
+CliRun run_after(const std::string& before, const std::string& args) {
   const auto dir = scratch();
   const auto out = dir / "stdout", err = dir / "stderr";
-  std::string cmd = std::string("'") + PIPESCHED_CLI_PATH + "' " + args + " >'" + out.string() +
+  std::string cmd = before + "'" + PIPESCHED_CLI_PATH + "' " + args + " >'" + out.string() +
                     "' 2>'" + err.string() + "'";
   int status = std::system(cmd.c_str());
   CliRun r;
@@ -55,6 +61,10 @@ CliRun run(const std::string& args) {
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
+}
+
+CliRun run(const std::string& args) {
+  return run_after("", args);
 }
 
 std::string data(const std::string& name) {
@@ -114,7 +124,7 @@ TEST(Cli, BadUsageExitsTwoWithAMessage) {
            Case{"generate --schedule 1f1b --ranks 4 --microbatches 8 --bogus",
                 "unknown option '--bogus'"},
            Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --cost f=x",
-                "--cost f needs a number"},
+                "--cost f needs a finite decimal number"},
            Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --cost q=1",
                 "unknown key 'q'"},
            Case{"simulate --schedule 1f1b --ranks 2 --microbatches 2 --model nope --device h100",
@@ -151,7 +161,7 @@ TEST(Cli, BadUsageExitsTwoWithAMessage) {
            // Budgets the schedule cannot meet: the library's message, exit code 2.
            Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --memory-budget 2",
                 "without checkpointing rank 0 of '1f1b' holds 4, over the budget 2; use "
-                "--checkpoint selective or mario"},
+                "--checkpoint selective or --checkpoint mario"},
            Case{"generate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint full "
                 "--memory-budget 0.5",
                 "still holds 1.15, over the budget 0.5"},
@@ -672,4 +682,419 @@ TEST(CliSlicing, BadSlicingUsageExitsTwoWithAMessage) {
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Limits: sizes that would take the machine's memory are refused before anything is built
+
+namespace {
+
+// What no message of the command may show: C++'s own words.
+void expect_no_cxx_words(const std::string& err) {
+  for (const char* word : {"std::", "bad_alloc", "terminate", "what()", "::", "TuneRequest.",
+                           "Problem.", "ModelShape.", "MemoryBudget."})
+    EXPECT_EQ(err.find(word), std::string::npos) << "'" << word << "' in: " << err;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+TEST(CliLimits, SchedulesOverTheActionLimitAreRefusedNamingTheFlags) {
+  struct Case {
+    std::string args;
+    std::vector<std::string> names;  // in the message
+  };
+  for (const Case& c : {
+           Case{"simulate --schedule zb-v --ranks 1024 --microbatches 100000",
+                {"--ranks 1024", "--microbatches 100000", "2 chunks per rank",
+                 "614,400,000 actions", "F, I, W", "2,000,000"}},
+           Case{"generate --schedule interleaved-1f1b --ranks 64 --microbatches 4096 --chunks 1024",
+                {"--ranks", "--microbatches", "--chunks 1024", "2,000,000"}},
+           Case{"simulate --schedule seq-1f1b --ranks 8 --microbatches 1024 --slices 65536",
+                {"--slices 65536", "fewer --slices", "2,000,000"}},
+           Case{"render --schedule zb-h1 --ranks 64 --microbatches 1024 --wgrad fine "
+                "--wgrad-parts 1024",
+                {"--wgrad-parts 1024", "1024 W parts", "fewer --wgrad-parts"}},
+           Case{"generate --schedule 1f1b --ranks 64 --microbatches 16384 --checkpoint full",
+                {"F, B, R", "3,145,728 actions"}},
+           Case{"generate --schedule 1f1b --ranks 64 --microbatches 8192 --comm",
+                {"2 sends, 2 receives", "3,145,728 actions"}},
+           // Just over: 2 x 500001 units of F and B are 4 actions past the limit.
+           Case{"simulate --schedule 1f1b --ranks 2 --microbatches 500001", {"2,000,004 actions"}},
+       }) {
+    SCOPED_TRACE(c.args);
+    const auto start = std::chrono::steady_clock::now();
+    CliRun r = run(c.args);
+    EXPECT_LT(seconds_since(start), 10.0);  // refused before generating anything
+    EXPECT_EQ(r.code, 2) << r.err;
+    for (const std::string& n : c.names)
+      EXPECT_NE(r.err.find(n), std::string::npos) << n << " in: " << r.err;
+    expect_no_cxx_words(r.err);
+  }
+  // Under the limit the same flags work (2 x 50000 units of F and B: 200,000 actions).
+  CliRun r = run("simulate --json --schedule 1f1b --ranks 2 --microbatches 50000");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_DOUBLE_EQ(json_field(r.out, "actions"), 200000);
+  // Pictures have their own, lower limit.
+  r = run("render --schedule 1f1b --ranks 2 --microbatches 50001 --svg '" +
+          (scratch() / "big.svg").string() + "'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("draw at most 200,000"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(scratch() / "big.svg"));
+}
+
+TEST(CliLimits, RunningOutOfMemoryIsASentenceNotACrash) {
+  // 1.9 million actions need about 250 MB; 160 MB of address space is not enough.
+  CliRun r =
+      run_after("ulimit -v 160000; ", "simulate --schedule 1f1b --ranks 8 --microbatches 118000");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_EQ(r.err.rfind("pipesched simulate: out of memory while ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find("schedule '1f1b'"), std::string::npos) << r.err;
+  expect_no_cxx_words(r.err);
+}
+
+TEST(CliLimits, TuneRefusesASearchGridOverTheLimit) {
+  const auto start = std::chrono::steady_clock::now();
+  CliRun r = run("tune --ranks 4096 --global-batch 1048576 --memory-budget 2");
+  EXPECT_LT(seconds_since(start), 10.0);
+  EXPECT_EQ(r.code, 2) << r.err;
+  for (const char* n : {"--global-batch", "--ranks", "2,000,000", "interleaved-1f1b with 4"})
+    EXPECT_NE(r.err.find(n), std::string::npos) << n << " in: " << r.err;
+  expect_no_cxx_words(r.err);
+  // Too many configurations, however small each is.
+  std::string slices;
+  for (int k = 1; k <= 4096; ++k)
+    slices += (k > 1 ? "," : "") + std::to_string(k);
+  r =
+      run("tune --ranks 1 --global-batch 720720 --model gpt3-1.3b --device h100 --bases "
+          "seq-1f1b --microbatch-sizes 1,2,3,4,5,6,7,8,9,10 --slices " +
+          slices);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("over 10,000 configurations"), std::string::npos) << r.err;
+}
+
+// ---------------------------------------------------------------------------------------
+// Numbers: every numeric flag is finite and in range
+
+TEST(CliNumbers, CostsAndBudgetsMustBeFiniteAndInRange) {
+  const std::string sim = "simulate --schedule 1f1b --ranks 4 --microbatches 8 ";
+  struct Case {
+    std::string args;
+    std::string says;
+  };
+  for (const Case& c : {
+           Case{sim + "--cost f=1e308,b=1e308",
+                "--cost f = 1e308 is out of range; give a number from 0 to 1e+12"},
+           Case{sim + "--cost b=1e13", "--cost b = 1e13 is out of range"},
+           Case{sim + "--cost f=inf", "--cost f needs a finite decimal number from 0 to 1e+12"},
+           Case{sim + "--cost f=nan", "--cost f needs a finite decimal number"},
+           Case{sim + "--cost f=0x10", "--cost f needs a finite decimal number"},
+           Case{sim + "--cost f=1e999", "--cost f = 1e999 is out of range"},
+           Case{sim + "--cost comm=-1", "--cost comm = -1 is out of range"},
+           Case{sim + "--cost boundary=2",
+                "--cost boundary = 2 is out of range; give a number "
+                "from 0 to 1"},
+           Case{sim + "--cost f=1,b=2,f=3", "--cost gives f twice; give each key once"},
+           Case{sim + "--memory-budget nan", "memory budget 'nan' does not start with a number"},
+           Case{sim + "--memory-budget inf", "memory budget 'inf' does not start with a number"},
+           Case{sim + "--memory-budget 1e400", "memory budget '1e400' is too large"},
+           Case{sim + "--model gpt3-1.3b --device h100 --memory-budget 1e308TB", "is too large"},
+           Case{sim + "--model gpt3-1.3b --device h100 --sequence nan",
+                "--sequence needs a whole number"},
+           Case{"tune --ranks 4 --global-batch 8 --cost f=1e308",
+                "--cost f = 1e308 is out of range"},
+           Case{"tune --ranks 4 --global-batch 8 --memory-budget inf",
+                "memory budget 'inf' does not start with a number"},
+           Case{"tune --ranks 4 --global-batch 8 --cost w=1,w=1", "--cost gives w twice"},
+       }) {
+    SCOPED_TRACE(c.args);
+    CliRun r = run(c.args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_EQ(r.out.find("inf"), std::string::npos) << r.out;
+  }
+  // The largest times allowed still give finite figures.
+  CliRun r =
+      run("simulate --json " + sim.substr(9) + "--cost f=1e12,b=1e12,w=1e12,r=1e12,comm=1e12");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("null,\"bubble"), std::string::npos) << r.out;
+  EXPECT_GT(json_field(r.out, "makespan"), 1e12);
+  EXPECT_TRUE(std::isfinite(json_field(r.out, "bubble_ratio")));
+}
+
+// ---------------------------------------------------------------------------------------
+// JSON: always valid, whatever the file is called
+
+TEST(CliJson, NonUtf8FileNamesStillGiveValidJson) {
+  const auto file = scratch() / "caf\xE9-\x01.csv";  // Latin-1 'é' and a control character
+  std::filesystem::copy_file(data("zb1p_2rank_2stagep_compute.csv"), file,
+                             std::filesystem::copy_options::overwrite_existing);
+  CliRun r = run("simulate --json '" + file.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ps::test_json::Json doc;
+  ASSERT_NO_THROW(doc = ps::test_json::parse_json(r.out)) << r.out;
+  EXPECT_EQ(doc.at("schedule").string, "caf\xEF\xBF\xBD-\x01.csv");
+  EXPECT_NE(r.out.find("\\u0001"), std::string::npos) << r.out;
+  EXPECT_EQ(doc.at("ranks").array.size(), 2u);
+  // The trace of the same file is valid too.
+  const auto trace = scratch() / "named.json";
+  r = run("render '" + file.string() + "' --trace '" + trace.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_NO_THROW(doc = ps::test_json::parse_json(slurp(trace)));
+  EXPECT_EQ(doc.at("otherData").at("schedule").string, "caf\xEF\xBF\xBD-\x01.csv");
+}
+
+TEST(CliJson, EveryJsonOutputParses) {
+  for (const char* args :
+       {"list --json", "simulate --json --schedule zb-v --ranks 4 --microbatches 8",
+        "simulate --json --schedule seq-1f1b --ranks 8 --microbatches 8 --slices 2 --model "
+        "llama2-7b --device rtx-4090 --checkpoint selective --memory-budget device",
+        "tune --json --ranks 4 --global-batch 8 --memory-budget 2",
+        "tune --json --ranks 16 --global-batch 64 --model gpt3-1.3b --device a100-80gb --bases "
+        "interleaved-1f1b --microbatch-sizes 1,2,4"}) {
+    SCOPED_TRACE(args);
+    CliRun r = run(args);
+    ASSERT_LE(r.code, 1) << r.err;
+    EXPECT_NO_THROW(ps::test_json::parse_json(r.out)) << r.out;
+  }
+}
+
+TEST(CliList, JsonListsEveryGeneratorPolicyAndPreset) {
+  CliRun r = run("list --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
+  const auto& schedules = doc.at("schedules").array;
+  ASSERT_EQ(schedules.size(), ps::generators().size());
+  for (std::size_t i = 0; i < schedules.size(); ++i) {
+    const ps::GeneratorInfo& g = ps::generators()[i];
+    SCOPED_TRACE(g.name);
+    EXPECT_EQ(schedules[i].at("name").string, g.name);
+    EXPECT_EQ(schedules[i].at("chunks").number, g.default_chunks);
+    EXPECT_EQ(schedules[i].at("slices").boolean, g.slices);
+    EXPECT_EQ(schedules[i].at("warmup").boolean, g.generate_with_warmup != nullptr);
+    EXPECT_EQ(schedules[i].at("default_wgrad").string, ps::to_string(g.default_wgrad));
+  }
+  EXPECT_EQ(doc.at("checkpoint").array.size(), 4u);
+  EXPECT_EQ(doc.at("models").array.size(), ps::presets::models().size());
+  EXPECT_EQ(doc.at("devices").array.size(), ps::presets::devices().size());
+  EXPECT_EQ(doc.at("devices").array[0].at("memory_bytes").number,
+            ps::presets::devices()[0].device.memory_bytes);
+  // What list does not take, it says, naming what it does take.
+  r = run("list --all");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown option '--all'; list accepts --json"), std::string::npos) << r.err;
+  r = run("validate --all x.csv");
+  EXPECT_NE(r.err.find("validate takes no options"), std::string::npos) << r.err;
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages speak the command line's words
+
+TEST(CliWords, MessagesNameFlagsNotTheLibrarysFields) {
+  struct Case {
+    std::string args;
+    std::string command;
+    std::string says;  // in the command line's words
+  };
+  const std::string model = " --model gpt3-1.3b --device a100-80gb";
+  for (const Case& c : {
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --memory-budget 2", "simulate",
+                "use --checkpoint selective or --checkpoint mario"},
+           Case{"generate --schedule zb-h1 --ranks 4 --microbatches 8 --wgrad fused", "generate",
+                "--wgrad split"},
+           Case{"simulate --schedule 1f1b --ranks 64 --microbatches 8" + model, "simulate",
+                "the model's layers = 24 cannot be split over 64 stages"},
+           Case{
+               "simulate --schedule seq-1f1b --ranks 4 --microbatches 8 --slices 40 --sequence 32" +
+                   model,
+               "simulate", "--slicing uniform: slices = 40 exceeds the sequence of 32 tokens"},
+           Case{"tune --ranks 4 --global-batch 8 --bases ,", "tune", "--bases needs"},
+           Case{"tune --ranks 4 --global-batch 8 --bases 2f2b", "tune",
+                "--bases: unknown schedule '2f2b'"},
+           Case{"tune --ranks 4 --global-batch 8 --microbatch-sizes 3" + model, "tune",
+                "none of --microbatch-sizes 3 divides --global-batch 8"},
+           Case{"tune --ranks 4 --global-batch 8 --checkpoint ,", "tune", "--checkpoint needs"},
+           Case{"tune --ranks 4 --global-batch 8 --microbatch-sizes 2", "tune",
+                "--microbatch-sizes needs --model"},
+           Case{"render --schedule 1f1b --ranks 4 --microbatches 8 --cost f=1e12 --trace '" +
+                    (scratch() / "t.json").string() + "'",
+                "render", "--trace: the step takes"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --bogus", "simulate",
+                "unknown option '--bogus'; simulate accepts --schedule"},
+           Case{"validate", "validate", "give a schedule FILE"},
+           Case{"convert a", "convert", "give IN and OUT"},
+       }) {
+    SCOPED_TRACE(c.args);
+    CliRun r = run(c.args);
+    EXPECT_GE(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    // One prefix, naming the subcommand.
+    EXPECT_EQ(r.err.rfind("pipesched " + c.command + ": ", 0), 0u) << r.err;
+    EXPECT_EQ(r.err.find("pipesched " + c.command + ": pipesched"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find("pipesched: pipesched"), std::string::npos) << r.err;
+    expect_no_cxx_words(r.err);
+  }
+  // Tune's notes are translated too.
+  CliRun r =
+      run("tune --ranks 16 --global-batch 64 --bases interleaved-1f1b --microbatch-sizes "
+          "1,2,4" +
+          model);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.out.find("note: "), std::string::npos) << r.out;
+  expect_no_cxx_words(r.out);
+}
+
+// ---------------------------------------------------------------------------------------
+// Help and version
+
+TEST(CliHelp, EveryHelpFitsInAHundredColumnsAndNamesTheVersion) {
+  auto columns = [](const std::string& line) {
+    std::size_t n = 0;
+    for (char c : line)
+      n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    return n;
+  };
+  for (const char* args : {"--help", "list --help", "generate --help", "validate --help",
+                           "simulate --help", "render --help", "convert --help", "tune --help"}) {
+    SCOPED_TRACE(args);
+    CliRun r = run(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::istringstream lines(r.out);
+    int count = 0;
+    for (std::string line; std::getline(lines, line); ++count)
+      EXPECT_LE(columns(line), 100u) << line;
+    EXPECT_GT(count, 3);
+  }
+  CliRun r = run("--help");
+  EXPECT_NE(r.out.find("pipesched --version"), std::string::npos) << r.out;
+  r = run("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, std::string("pipesched ") + PIPESCHED_VERSION_STRING + "\n");
+  EXPECT_EQ(r.out, "pipesched 0.2.0\n");
+  // Option help wraps under its own column, not back at the margin.
+  r = run("simulate --help");
+  EXPECT_NE(r.out.find("\n                            "), std::string::npos) << r.out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Units: seconds and GiB under TransformerCost, abstract units under UniformCost
+
+TEST(CliUnits, TransformerCostFiguresAreSecondsAndGiBEverywhere) {
+  const std::string problem = "--schedule 1f1b --ranks 4 --microbatches 8";
+  const std::string model = " --model gpt3-1.3b --device a100-80gb";
+  const ps::TransformerCost cost{
+      ps::presets::find_model("gpt3-1.3b"), ps::presets::find_device("a100-80gb"), {}};
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const ps::SimulationResult lib = ps::simulate(s, cost);
+  const std::string makespan = ps::detail::format_time(lib.makespan, "seconds", 6);
+  const std::string peak = ps::detail::format_memory(lib.peak_memory_max, "bytes", 6);
+  CliRun r = run("simulate " + problem + model);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("makespan " + makespan + ", "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("max peak memory " + peak), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(ps::detail::format_time(lib.ranks[3].busy, "seconds", 6)), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("bytes"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("units"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("e+"), std::string::npos) << r.out;  // 3.2 GiB, not 3.42e+09
+
+  r = run("render --text " + problem + model);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("makespan " + ps::detail::format_time(lib.makespan, "seconds") + ", "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("GiB"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("units"), std::string::npos) << r.out;
+
+  const auto svg = scratch() / "units.svg";
+  r = run("render --svg '" + svg.string() + "' " + problem + model);
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string text = slurp(svg);
+  EXPECT_NE(text.find(">time (s)</text>"), std::string::npos);
+  EXPECT_NE(text.find("makespan " + ps::detail::format_time(lib.makespan, "seconds")),
+            std::string::npos);
+  EXPECT_NE(text.find("peak memory " + ps::detail::format_memory(lib.peak_memory_max, "bytes")),
+            std::string::npos);
+  EXPECT_EQ(text.find("units"), std::string::npos);
+
+  // JSON stays in seconds and bytes, as documented.
+  r = run("simulate --json " + problem + model);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_DOUBLE_EQ(json_field(r.out, "makespan"), lib.makespan);
+  EXPECT_DOUBLE_EQ(json_field(r.out, "peak_memory_max"), lib.peak_memory_max);
+  EXPECT_NE(r.out.find("\"memory_unit\":\"bytes\""), std::string::npos);
+
+  // UniformCost: abstract units.
+  r = run("simulate " + problem);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("makespan 33 units, bubble 27.27%, max peak memory 4 microbatches"),
+            std::string::npos)
+      << r.out;
+  r = run("render --text " + problem);
+  EXPECT_NE(r.out.find("makespan 33 units"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| peak 1 microbatch\n"), std::string::npos) << r.out;
+  r = run("render --svg '" + svg.string() + "' " + problem);
+  ASSERT_EQ(r.code, 0) << r.err;
+  text = slurp(svg);
+  EXPECT_NE(text.find(">time (units)</text>"), std::string::npos);
+  EXPECT_NE(text.find("makespan 33 units"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------------------
+// tune: progress and notes
+
+TEST(CliTune, ProgressRewritesItsLineCleanlyWithTheTimeLeft) {
+  CliRun r = run("tune --progress --ranks 4 --global-batch 16 --memory-budget 2 --chunks 2,4,8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.front(), '\r');
+  EXPECT_EQ(r.err.back(), '\n');
+  std::vector<std::string> updates;
+  std::stringstream ss(r.err.substr(1, r.err.size() - 2));
+  for (std::string u; std::getline(ss, u, '\r');)
+    updates.push_back(u);
+  ASSERT_GE(updates.size(), 2u) << r.err;
+  // Each update covers all of the one before: nothing of an older, longer line is left.
+  for (std::size_t i = 1; i < updates.size(); ++i)
+    EXPECT_GE(updates[i].size(), updates[i - 1].size()) << updates[i - 1] << "\n" << updates[i];
+  EXPECT_NE(updates.front().find("left"), std::string::npos) << updates.front();
+  EXPECT_EQ(updates.back().rfind("tune: 20/20 candidates in ", 0), 0u) << updates.back();
+  EXPECT_NE(updates.back().find(", best: "), std::string::npos) << updates.back();
+  for (const std::string& u : updates)
+    EXPECT_EQ(u.find('\n'), std::string::npos) << u;
+  // Without --progress and off a terminal, standard error stays quiet.
+  r = run("tune --ranks 4 --global-batch 16 --memory-budget 2");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST(CliTune, RepeatedNotesArePrintedOnceWithACount) {
+  // 24 layers over 16 x 2 and 16 x 4 stages: every microbatch size refused, twice over.
+  CliRun r =
+      run("tune --ranks 16 --global-batch 64 --model gpt3-1.3b --device a100-80gb "
+          "--bases interleaved-1f1b --microbatch-sizes 1,2,4");
+  EXPECT_EQ(r.code, 1) << r.err;
+  std::vector<std::string> notes;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("note: ", 0) == 0) notes.push_back(line);
+  ASSERT_EQ(notes.size(), 2u) << r.out;
+  for (const std::string& n : notes) {
+    EXPECT_EQ(n.substr(n.size() - 6),
+              " (\xC3\x97"
+              "3)")
+        << n;
+    EXPECT_NE(n.find("the model's layers = 24"), std::string::npos) << n;
+  }
+  EXPECT_NE(notes[0].find("32 stages"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[1].find("64 stages"), std::string::npos) << notes[1];
+  // The JSON carries the same notes with their counts.
+  r =
+      run("tune --json --ranks 16 --global-batch 64 --model gpt3-1.3b --device a100-80gb "
+          "--bases interleaved-1f1b --microbatch-sizes 1,2,4");
+  const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
+  ASSERT_EQ(doc.at("notes").array.size(), 2u);
+  EXPECT_EQ(doc.at("notes").array[0].at("count").number, 3);
 }

@@ -233,8 +233,10 @@ TEST(Tune, RefusedConfigurationsAreSkippedWithNotes) {
   EXPECT_EQ(r.candidates_refused, r.candidates_tried);
   EXPECT_EQ(r.candidates_tried, 2 * 4);  // chunks {2, 4} × modes none, selective, mario, full
   ASSERT_FALSE(r.notes.empty());
-  EXPECT_NE(r.notes.front().find("interleaved-1f1b"), std::string::npos) << r.notes.front();
-  EXPECT_NE(r.notes.front().find("microbatches"), std::string::npos) << r.notes.front();
+  EXPECT_NE(r.notes.front().text().find("interleaved-1f1b"), std::string::npos)
+      << r.notes.front().text();
+  EXPECT_NE(r.notes.front().reason.find("microbatches"), std::string::npos)
+      << r.notes.front().text();
 
   // With 1F1B alongside, the search goes on past the refused configurations.
   req.bases = {"interleaved-1f1b", "1f1b"};
@@ -255,7 +257,8 @@ TEST(Tune, FactoryRefusalSkipsThatMicrobatchSize) {
   EXPECT_EQ(r.candidates_tried, 2 * 4);
   EXPECT_EQ(r.candidates_refused, 4);
   ASSERT_FALSE(r.notes.empty());
-  EXPECT_NE(r.notes.front().find("UniformCost"), std::string::npos) << r.notes.front();
+  EXPECT_NE(r.notes.front().reason.find("UniformCost"), std::string::npos)
+      << r.notes.front().text();
   // The UniformCost overload searches microbatch size 1 only.
   r = ps::tune(req, ps::UniformCost{});
   EXPECT_EQ(r.candidates_refused, 0);
@@ -420,7 +423,35 @@ TEST(Tune, WeightsOverDeviceMemoryAreRefused) {
   EXPECT_FALSE(r.best);
   EXPECT_EQ(r.candidates_refused, r.candidates_tried);
   ASSERT_FALSE(r.notes.empty());
-  EXPECT_NE(r.notes.front().find("optimizer state"), std::string::npos) << r.notes.front();
+  EXPECT_NE(r.notes.front().reason.find("optimizer state"), std::string::npos)
+      << r.notes.front().text();
+}
+
+// Configurations refused for the same reason make one note that counts them, however many
+// there are; different reasons stay apart, in the order first met.
+TEST(Tune, RepeatedRefusalsAreCountedInOneNote) {
+  // GPT-3 1.3B has 24 layers: 16 ranks x 2 chunks (32 stages) is too many stages for every
+  // microbatch size, and so is x 4 (64 stages), for another reason (the stage count differs).
+  ps::TuneRequest req{.ranks = 16, .global_batch = 64};
+  req.bases = {"interleaved-1f1b"};
+  req.chunks = {2, 4};
+  req.microbatch_sizes = {1, 2, 4};  // 64, 32 and 16 microbatches: whole groups of 16
+  const ps::TuneResult r =
+      ps::tune(req, ps::presets::find_model("gpt3-1.3b"), ps::presets::find_device("a100-80gb"));
+  EXPECT_FALSE(r.best);
+  ASSERT_EQ(r.notes.size(), 2u);
+  int counted = 0;
+  for (const ps::TuneNote& n : r.notes) {
+    SCOPED_TRACE(n.text());
+    EXPECT_EQ(n.count, 3);  // one per microbatch size
+    EXPECT_NE(n.reason.find("24"), std::string::npos);
+    EXPECT_NE(n.configuration.find("microbatch size 1 "), std::string::npos);
+    counted += n.count;
+  }
+  EXPECT_NE(r.notes[0].reason.find("32 stages"), std::string::npos) << r.notes[0].reason;
+  EXPECT_NE(r.notes[1].reason.find("64 stages"), std::string::npos) << r.notes[1].reason;
+  // Every refused configuration is in some note's count (each refuses all its modes).
+  EXPECT_EQ(counted * 4, r.candidates_refused);
 }
 
 // A memory budget given in bytes overrides the device-derived one.

@@ -78,11 +78,37 @@ class CudaEvent {
 
 namespace detail::gpu {
 
+// Makes `device` current for the calling thread (each rank's thread sets its own).
+inline void use_device(int device) {
+  int current = -1;
+  PIPESCHED_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) PIPESCHED_CUDA_CHECK(cudaSetDevice(device));
+}
+
+// Makes `device` current for a scope and restores the previous one: an event or stream belongs
+// to the device current when it is created, whichever thread asks for it.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    PIPESCHED_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) PIPESCHED_CUDA_CHECK(cudaSetDevice(device));
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { (void)cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
 // Events handed out as shared pointers that return to the pool when the last holder lets go:
 // a step records two marks per action, and creating events that often would cost more than
-// the actions of a toy model.
+// the actions of a toy model. Every event is made on the pool's GPU, so it can be recorded on
+// that GPU's streams from any thread.
 class EventPool : public std::enable_shared_from_this<EventPool> {
  public:
+  explicit EventPool(int ordinal) : ordinal_(ordinal) {}
+
   std::shared_ptr<CudaEvent> take() {
     std::unique_ptr<CudaEvent> e;
     {
@@ -92,7 +118,10 @@ class EventPool : public std::enable_shared_from_this<EventPool> {
         free_.pop_back();
       }
     }
-    if (!e) e = std::make_unique<CudaEvent>();
+    if (!e) {
+      const DeviceScope on(ordinal_);
+      e = std::make_unique<CudaEvent>();
+    }
     std::weak_ptr<EventPool> home = weak_from_this();
     return std::shared_ptr<CudaEvent>(e.release(), [home](CudaEvent* p) {
       if (auto pool = home.lock()) {
@@ -105,16 +134,10 @@ class EventPool : public std::enable_shared_from_this<EventPool> {
   }
 
  private:
+  int ordinal_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<CudaEvent>> free_;
 };
-
-// Makes `device` current for the calling thread (each rank's thread sets its own).
-inline void use_device(int device) {
-  int current = -1;
-  PIPESCHED_CUDA_CHECK(cudaGetDevice(&current));
-  if (current != device) PIPESCHED_CUDA_CHECK(cudaSetDevice(device));
-}
 
 }  // namespace detail::gpu
 
@@ -143,7 +166,7 @@ class CudaDevice {
     state_->ordinal = ordinal;
     activate();
     state_->compute = std::make_unique<CudaStream>();
-    state_->events = std::make_shared<detail::gpu::EventPool>();
+    state_->events = std::make_shared<detail::gpu::EventPool>(ordinal);
     // Keep freed activation memory in the pool (a caching allocator) rather than give it back
     // to the driver at every synchronization.
     cudaMemPool_t pool = nullptr;
@@ -205,7 +228,10 @@ class CudaDevice {
   cudaStream_t comm_stream(std::map<int, std::unique_ptr<CudaStream>>& streams, int peer) const {
     std::lock_guard lock(state_->mutex);
     auto& s = streams[peer];
-    if (!s) s = std::make_unique<CudaStream>();
+    if (!s) {
+      const detail::gpu::DeviceScope on(state_->ordinal);  // the stream belongs to this GPU
+      s = std::make_unique<CudaStream>();
+    }
     return s->get();
   }
 

@@ -1,8 +1,10 @@
-// What the schedule pictures (SVG timeline, Chrome trace, text grid) share: the check that a
-// simulation result belongs to the schedule being drawn, locale-independent number formatting,
-// memory and percentage figures, and UTF-8 clean-up for user text.
+// What the schedule pictures (SVG timeline, Chrome trace, text grid) and the command's reports
+// share: the check that a simulation result belongs to the schedule being drawn,
+// locale-independent number formatting, time, memory and percentage figures in a cost model's
+// units, and (from io/json.hpp) UTF-8 clean-up for user text.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
@@ -14,6 +16,7 @@
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/io/json.hpp"
 
 namespace pipesched::detail {
 
@@ -75,16 +78,22 @@ inline std::string fixed_number(double v, int decimals) {
   return out;
 }
 
-//! A figure for people to read: about four significant digits, no exponent below 10^9.
-inline std::string format_number(double v) {
+//! A figure for people to read: about `digits` significant digits (at most `digits` − 1
+//! decimals), no exponent from 10^-3 up to 10^9.
+inline std::string format_number(double v, int digits = 4) {
   if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+  digits = digits < 1 ? 1 : digits > 17 ? 17 : digits;
   const double a = std::fabs(v);
   if (a >= 1e9 || (a > 0 && a < 1e-3)) {
     char buf[64];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 4);
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, digits);
     return ec == std::errc() ? std::string(buf, end) : std::string("?");
   }
-  const int decimals = a >= 1000 ? 0 : a >= 100 ? 1 : a >= 10 ? 2 : 3;
+  // Digits before the point of a in [1, 1e9); below 1 the decimals stay at digits − 1.
+  int whole = 1;
+  for (double x = a; x >= 10.0; x /= 10.0)
+    ++whole;
+  const int decimals = a >= 1 ? std::max(digits - whole, 0) : digits - 1;
   return fixed_number(v, decimals);
 }
 
@@ -95,10 +104,26 @@ inline std::string format_percent(double ratio) {
   return s + "%";
 }
 
-//! A memory figure: with unit "bytes" the value is a byte count written with a binary
-//! prefix ("1.5 GiB"); any other unit is written after the number ("2.5 units").
-inline std::string format_memory(double v, const std::string& unit) {
-  if (unit != "bytes") return format_number(v) + (unit.empty() ? "" : " " + unit);
+//! `number` (the figure `v` written out) followed by `unit`, singular for exactly 1 ("1 unit",
+//! "1 microbatch", "2 units"); a bare number for an empty unit.
+inline std::string with_unit(std::string number, double v, const std::string& unit) {
+  if (unit.empty()) return number;
+  if (v != 1 || unit.size() < 2 || unit.back() != 's') return number + " " + unit;
+  // English plurals in -es after a sibilant ("microbatches", "boxes"); the rest in -s.
+  auto ends = [&](std::string_view tail) {
+    return unit.size() > tail.size() &&
+           unit.compare(unit.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const bool es = ends("ches") || ends("shes") || ends("sses") || ends("xes") || ends("zes");
+  return number + " " + unit.substr(0, unit.size() - (es ? 2 : 1));
+}
+
+//! A memory figure in a cost model's unit: with unit "bytes" the value is a byte count
+//! written with a binary prefix ("1.5 GiB"); any other unit is written after the number
+//! ("2.5 microbatches", singular for 1), an empty one not at all. `digits` as for
+//! format_number.
+inline std::string format_memory(double v, const std::string& unit, int digits = 4) {
+  if (unit != "bytes") return with_unit(format_number(v, digits), v, unit);
   static constexpr const char* prefixes[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double x = v;
   int k = 0;
@@ -106,53 +131,15 @@ inline std::string format_memory(double v, const std::string& unit) {
     x /= 1024.0;
     ++k;
   }
-  return format_number(x) + " " + prefixes[k];
+  return format_number(x, digits) + " " + prefixes[k];
 }
 
-//! `text` with every byte sequence that is not valid UTF-8 replaced by U+FFFD, so that
-//! XML and JSON readers accept it.
-inline std::string sanitize_utf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const std::size_t n = text.size();
-  std::size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    std::size_t len = 0;
-    std::uint32_t cp = 0;
-    if (c < 0x80) {
-      len = 1;
-      cp = c;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    }
-    bool ok = len > 0 && i + len <= n;
-    for (std::size_t k = 1; ok && k < len; ++k) {
-      ok = (p[i + k] & 0xC0) == 0x80;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not valid UTF-8.
-    if (ok) {
-      static constexpr std::uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
-      ok = cp >= least[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    }
-    if (ok) {
-      out.append(text.substr(i, len));
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    }
-  }
-  return out;
+//! A time figure in a cost model's unit: with unit "seconds" (or "s") the value is written as
+//! seconds ("0.447 s"); any other unit is written after the number ("44 units", singular for
+//! 1), an empty one not at all (a bare number). `digits` as for format_number.
+inline std::string format_time(double v, const std::string& unit, int digits = 4) {
+  if (unit == "seconds" || unit == "s") return format_number(v, digits) + " s";
+  return with_unit(format_number(v, digits), v, unit);
 }
 
 //! The one-letter name of a kind in the text grid and the SVG legend: F, B, I, W, R, O for

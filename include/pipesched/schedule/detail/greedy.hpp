@@ -1,7 +1,7 @@
-// A deterministic list scheduler for split-backward pipelines: it simulates every rank with
-// planned durations and, whenever a rank is free, starts the most urgent ready action (input
-// gradient, then forward within the rank's in-flight limit, then the oldest weight gradient).
-// The Zero Bubble generators are thin wrappers around it; it works on any placement.
+// The Zero Bubble planner: a rule on the list-scheduling engine (schedule/list_schedule.hpp)
+// that, whenever a rank is free, starts the most urgent ready action (input gradient, then
+// forward within the rank's in-flight limit, then the oldest weight gradient). The Zero Bubble
+// generators are thin wrappers around it; it works on any placement.
 #pragma once
 
 #include <algorithm>
@@ -11,8 +11,8 @@
 #include <functional>
 #include <limits>
 #include <queue>
-#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -22,6 +22,7 @@
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/list_schedule.hpp"
 
 namespace pipesched::schedule::detail {
 
@@ -72,14 +73,56 @@ struct GreedyPlan {
 
 namespace greedy_detail {
 
-// Kinds the planner handles, as dense indices.
-inline constexpr int kind_f = 0;
-inline constexpr int kind_i = 1;
-inline constexpr int kind_w = 2;
-
 inline std::string stage_mb(int stage, int mb) {
   return "(stage " + std::to_string(stage) + ", microbatch " + std::to_string(mb) + ")";
 }
+
+//! The planning durations as a cost model: F, I and W take what GreedyDurations says, nothing
+//! crosses ranks slowly, memory is not the planner's concern (its limit is a count).
+struct PlanningCost {
+  GreedyDurations d;
+  double duration(const CostContext&, const Action& a) const {
+    return a.kind == OpKind::F ? d.f : a.kind == OpKind::I ? d.i : d.w;
+  }
+  double memory_delta(const CostContext&, const Action&, bool) const { return 0.0; }
+  double transfer_time(const CostContext&, const Action&) const { return 0.0; }
+};
+
+//! The Zero Bubble planner as a list-scheduling rule: a ready I first (lowest microbatch, then
+//! the stage order asked for), then a forward within the rank's in-flight limit, then the
+//! oldest weight gradient (before the forward once max_pending_w of them wait).
+struct ZeroBubbleRule {
+  const GreedyOptions* opt;
+  std::int64_t span;  //!< > every microbatch and every stage key + stages: keys pack into one int
+  // (class, a, b) packed as one integer, compared as the tuple would be: input gradients by
+  // (microbatch, stage order), then forwards by (stage order, microbatch), then W in the
+  // order their I ran (equal keys: ties go FIFO).
+  std::int64_t pack(int cls, std::int64_t a, std::int64_t b) const {
+    return (static_cast<std::int64_t>(cls) * span + a) * span + b;
+  }
+  std::int64_t stage_key(int stage, StageOrder order) const {
+    return order == StageOrder::LaterFirst ? span / 2 - stage : span / 2 + stage;
+  }
+  std::int64_t key(const ReadyAction& r) const {
+    const Action& a = r.action;
+    switch (a.kind) {
+      case OpKind::I:
+        return pack(0, a.microbatch, stage_key(a.stage, opt->backward_order));
+      case OpKind::F:
+        return pack(1, stage_key(a.stage, opt->forward_order), a.microbatch);
+      default:
+        return pack(2, 0, 0);
+    }
+  }
+  bool admit_kind(const RankState& st, OpKind k) const {
+    if (k != OpKind::F) return true;
+    const int in_flight =
+        st.forwards - (opt->in_flight_until_w ? st.weight_gradients : st.backwards);
+    if (in_flight >= opt->max_in_flight[static_cast<std::size_t>(st.rank)]) return false;
+    const int pending_w = st.ready_count(OpKind::W);
+    return !(pending_w > 0 && opt->max_pending_w <= pending_w);
+  }
+};
 
 }  // namespace greedy_detail
 
@@ -88,9 +131,9 @@ inline std::string stage_mb(int stage, int mb) {
 //! chain is the critical path; (2) a ready F that keeps the rank within `max_in_flight`; (3) the
 //! oldest W whose I has run (before (2) once `max_pending_w` of them wait). With none of these it
 //! waits for the next action to finish anywhere. Dependencies: F(s,m) after F(s−1,m); I(s,m) after
-//! F(s,m) and I(s+1,m); W(s,m) after I(s,m); crossing ranks costs nothing. Throws invalid_problem
-//! on bad options, or when the in-flight limits leave no rank able to progress (naming the ranks
-//! and limits that block). Cost: O(actions · (ranks + log actions)).
+//! F(s,m) and I(s+1,m); W(s,m) after I(s,m); crossing ranks costs nothing. This is
+//! `list_schedule` with the rule above. Throws invalid_problem on bad options, or when the
+//! in-flight limits leave no rank able to progress (naming the ranks and limits that block).
 inline GreedyPlan greedy_list_schedule(const GreedyOptions& opt) {
   using namespace greedy_detail;
   const std::string gen = opt.generator;
@@ -122,142 +165,44 @@ inline GreedyPlan greedy_list_schedule(const GreedyOptions& opt) {
       throw invalid_problem(gen + ": the planning duration of " + kind_name[k] + " is " +
                             std::to_string(dur[k]) + "; durations must be positive and finite.");
 
-  const std::size_t units = static_cast<std::size_t>(stages) * static_cast<std::size_t>(mbs);
-  auto id = [&](int kind, int s, int m) {
-    return static_cast<std::size_t>(kind) * units +
-           static_cast<std::size_t>(s) * static_cast<std::size_t>(mbs) +
-           static_cast<std::size_t>(m);
-  };
-  // Unfinished dependencies per action; an action becomes ready when this reaches 0.
-  std::vector<std::uint8_t> waiting(3 * units, 0);
-  for (int s = 0; s < stages; ++s)
-    for (int m = 0; m < mbs; ++m) {
-      waiting[id(kind_f, s, m)] = s > 0 ? 1 : 0;
-      waiting[id(kind_i, s, m)] = s + 1 < stages ? 2 : 1;
-      waiting[id(kind_w, s, m)] = 1;
+  ListProblem lp{.problem = Problem{.ranks = ranks, .stages = stages, .microbatches = mbs},
+                 .placement = pl,
+                 .wgrad = WGradMode::Split,
+                 .name = gen};
+  ListPlan lplan;
+  try {
+    const std::int64_t span = 2 * (static_cast<std::int64_t>(stages) + mbs) + 2;
+    lplan = list_schedule_plan(lp, ZeroBubbleRule{&opt, span}, PlanningCost{opt.durations});
+  } catch (const schedule_stalled& e) {
+    // Only a forward held back by its rank's limit can be refused: say which limits block.
+    std::string blocked;
+    for (const RankStall& st : e.stalls()) {
+      const Action& f = st.refused.front();
+      const int in_flight =
+          st.forwards - (opt.in_flight_until_w ? st.weight_gradients : st.backwards);
+      blocked += (blocked.empty() ? "" : "; ") + std::string("rank ") + std::to_string(st.rank) +
+                 " holds " + std::to_string(in_flight) +
+                 " forwards whose input gradient has not run (max_in_flight = " +
+                 std::to_string(opt.max_in_flight[static_cast<std::size_t>(st.rank)]) +
+                 ") and cannot start F" + stage_mb(f.stage, f.microbatch);
     }
-
-  // Ready sets per rank. Forwards and input gradients are keyed so that begin() is the
-  // preferred one; weight gradients are kept in the order their I ran.
-  using Key = std::pair<int, int>;  // (primary, secondary), smaller first
-  const auto fwd_key = [&](int s, int m) {
-    return opt.forward_order == StageOrder::LaterFirst ? Key{-s, m} : Key{s, m};
-  };
-  const auto bwd_key = [&](int s, int m) {
-    return Key{m, opt.backward_order == StageOrder::LaterFirst ? -s : s};
-  };
-  const auto from_fwd_key = [&](Key k) {
-    return opt.forward_order == StageOrder::LaterFirst ? Key{-k.first, k.second} : k;
-  };
-  const auto from_bwd_key = [&](Key k) {
-    return Key{opt.backward_order == StageOrder::LaterFirst ? -k.second : k.second, k.first};
-  };
-  std::vector<std::set<Key>> ready_f(static_cast<std::size_t>(ranks));
-  std::vector<std::set<Key>> ready_i(static_cast<std::size_t>(ranks));
-  std::vector<std::deque<Key>> ready_w(static_cast<std::size_t>(ranks));
-  auto make_ready = [&](int kind, int s, int m) {
-    const auto r = static_cast<std::size_t>(pl.rank_of(s));
-    if (kind == kind_f) ready_f[r].insert(fwd_key(s, m));
-    if (kind == kind_i) ready_i[r].insert(bwd_key(s, m));
-    if (kind == kind_w) ready_w[r].emplace_back(s, m);
-  };
-  for (int m = 0; m < mbs; ++m)
-    make_ready(kind_f, 0, m);
-
-  // Running actions, finishing first on top; ties resolve in start order.
-  struct Running {
-    double end;
-    std::uint64_t seq;
-    int kind, stage, mb;
-    bool operator>(const Running& o) const { return end != o.end ? end > o.end : seq > o.seq; }
-  };
-  std::priority_queue<Running, std::vector<Running>, std::greater<>> running;
-  auto finish = [&](const Running& a) {
-    auto release = [&](int kind, int s, int m) {
-      if (--waiting[id(kind, s, m)] == 0) make_ready(kind, s, m);
-    };
-    if (a.kind == kind_f) {
-      if (a.stage + 1 < stages) release(kind_f, a.stage + 1, a.mb);
-      release(kind_i, a.stage, a.mb);
-    } else if (a.kind == kind_i) {
-      if (a.stage > 0) release(kind_i, a.stage - 1, a.mb);
-      release(kind_w, a.stage, a.mb);
-    }
-  };
-
+    throw invalid_problem(gen +
+                          ": the in-flight limits leave no rank able to progress: " + blocked +
+                          ". The backwards those forwards wait on need forwards that the "
+                          "limits hold back; raise max_in_flight on those ranks.");
+  }
   GreedyPlan plan;
-  plan.ranks.assign(static_cast<std::size_t>(ranks), {});
+  plan.ranks = std::move(lplan.schedule.ranks);
+  plan.makespan = lplan.makespan;
+  // In flight as the limit counts it: until the I, or until the W with in_flight_until_w.
   plan.peak_in_flight.assign(static_cast<std::size_t>(ranks), 0);
-  for (int r = 0; r < ranks; ++r)
-    plan.ranks[static_cast<std::size_t>(r)].reserve(3 * pl.stages_of(r).size() *
-                                                    static_cast<std::size_t>(mbs));
-  std::vector<double> free_at(static_cast<std::size_t>(ranks), 0.0);
-  std::vector<int> in_flight(static_cast<std::size_t>(ranks), 0);
-  std::size_t left = 3 * units;
-  std::uint64_t seq = 0;
-  double now = 0.0;
-
-  auto start = [&](int r, int kind, int s, int m) {
-    const auto ru = static_cast<std::size_t>(r);
-    const OpKind op = kind == kind_f ? OpKind::F : kind == kind_i ? OpKind::I : OpKind::W;
-    plan.ranks[ru].push_back(Action::make(op, s, m));
-    if (kind == kind_f)
-      plan.peak_in_flight[ru] = std::max(plan.peak_in_flight[ru], ++in_flight[ru]);
-    if (kind == (opt.in_flight_until_w ? kind_w : kind_i)) --in_flight[ru];
-    free_at[ru] = now + dur[kind];
-    plan.makespan = std::max(plan.makespan, free_at[ru]);
-    running.push(Running{free_at[ru], seq++, kind, s, m});
-    --left;
-  };
-
-  while (left > 0) {
-    // Every action that has finished by `now` releases its dependents before anyone picks,
-    // so the ranks' choices at one instant do not depend on the order they are visited in.
-    while (!running.empty() && running.top().end <= now) {
-      finish(running.top());
-      running.pop();
+  for (int r = 0; r < ranks; ++r) {
+    int n = 0, peak = 0;
+    for (const Action& a : plan.ranks[static_cast<std::size_t>(r)]) {
+      if (a.kind == OpKind::F) peak = std::max(peak, ++n);
+      if (a.kind == (opt.in_flight_until_w ? OpKind::W : OpKind::I)) --n;
     }
-    for (int r = 0; r < ranks; ++r) {
-      const auto ru = static_cast<std::size_t>(r);
-      if (free_at[ru] > now) continue;
-      const bool w_due =
-          !ready_w[ru].empty() && static_cast<std::size_t>(opt.max_pending_w) <= ready_w[ru].size();
-      if (!ready_i[ru].empty()) {
-        const Key k = from_bwd_key(*ready_i[ru].begin());
-        ready_i[ru].erase(ready_i[ru].begin());
-        start(r, kind_i, k.first, k.second);
-      } else if (!ready_f[ru].empty() && in_flight[ru] < opt.max_in_flight[ru] && !w_due) {
-        const Key k = from_fwd_key(*ready_f[ru].begin());
-        ready_f[ru].erase(ready_f[ru].begin());
-        start(r, kind_f, k.first, k.second);
-      } else if (!ready_w[ru].empty()) {
-        // Also the tail: once a rank has no F or I left, its deferred W's run in I order.
-        const Key k = ready_w[ru].front();
-        ready_w[ru].pop_front();
-        start(r, kind_w, k.first, k.second);
-      }
-    }
-    if (left == 0) break;
-    if (running.empty()) {
-      // Nothing runs and nothing could start: only a forward held back by its rank's limit
-      // can be ready (the dependency graph is acyclic), so the limits are too tight.
-      std::string blocked;
-      for (int r = 0; r < ranks; ++r) {
-        const auto ru = static_cast<std::size_t>(r);
-        if (ready_f[ru].empty()) continue;
-        const Key k = from_fwd_key(*ready_f[ru].begin());
-        blocked += (blocked.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
-                   " holds " + std::to_string(in_flight[ru]) +
-                   " forwards whose input gradient has not run (max_in_flight = " +
-                   std::to_string(opt.max_in_flight[ru]) + ") and cannot start F" +
-                   stage_mb(k.first, k.second);
-      }
-      throw invalid_problem(gen + ": the in-flight limits leave no rank able to progress with " +
-                            std::to_string(left) + " actions left: " + blocked +
-                            ". The backwards those forwards wait on need forwards that the "
-                            "limits hold back; raise max_in_flight on those ranks.");
-    }
-    now = running.top().end;
+    plan.peak_in_flight[static_cast<std::size_t>(r)] = peak;
   }
   return plan;
 }

@@ -10,12 +10,14 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/device/cuda/device_tensor.cuh"
+#include "pipesched/exec/training_data.hpp"
 #include "pipesched/toy/synthetic.hpp"
 #include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
 
@@ -87,7 +89,8 @@ class SyntheticStage {
   std::size_t wgrad_bytes() const noexcept { return host_.wgrad_bytes(); }
   const SyntheticCost& cost() const noexcept { return host_.cost(); }
 
-  //! A small input for the first stage, on `device`'s compute stream.
+  //! A small input for the first stage, on `device`'s compute stream. Uploading waits for the
+  //! stream, so call it before a step (synthetic_training_data does), never inside one.
   static tensor_type sample_input(const CudaDevice& device) {
     return tensor_type::from_host({4}, std::vector<float>(4, 1.0f), device.compute());
   }
@@ -105,6 +108,23 @@ class SyntheticStage {
   CudaDevice device_;
 };
 
+//! A step's data for synthetic GPU stages: the input is uploaded once, here, to `first` (the
+//! device of stage 0); each microbatch's input is a device-to-device copy of it on `first`'s
+//! compute stream, and the loss gradient a copy of the output on its own stream. Neither
+//! callback waits for the GPU, so a step's host threads run ahead of it as the design asks.
+inline TrainingData<DeviceTensor<float>> synthetic_training_data(const CudaDevice& first) {
+  // The device is held before the tensor, so its stream outlives the tensor freed in its order.
+  struct Uploaded {
+    CudaDevice device;
+    DeviceTensor<float> input;
+  };
+  auto up = std::make_shared<const Uploaded>(Uploaded{first, SyntheticStage::sample_input(first)});
+  TrainingData<DeviceTensor<float>> data;
+  data.input = [up](int, int) { return up->input.clone(up->device.compute()); };
+  data.loss = [](const DeviceTensor<float>& y, int, int, double&) { return y.clone(y.stream()); };
+  return data;
+}
+
 //! Runs `schedule` with synthetic GPU stages of `cost` on CudaLocalPipeline (every rank on GPU
 //! 0): one warm-up step, then `steps` steps; returns the fastest step over the simulated
 //! makespan for the same costs, and checks every step's measured peak against the simulated
@@ -117,10 +137,8 @@ inline double synthetic_ratio(const Schedule& schedule, const SyntheticCost& cos
   for (int st = 0; st < schedule.problem.stages; ++st)
     stages.emplace_back(cost, devices[static_cast<std::size_t>(schedule.placement.rank_of(st))]);
   CudaLocalPipeline<SyntheticStage> pipe(schedule, devices, stages);
-  TrainingData<DeviceTensor<float>> data;
-  const CudaDevice first = devices[static_cast<std::size_t>(schedule.placement.rank_of(0))];
-  data.input = [first](int, int) { return SyntheticStage::sample_input(first); };
-  data.loss = [](const DeviceTensor<float>& y, int, int, double&) { return y.clone(y.stream()); };
+  const TrainingData<DeviceTensor<float>> data =
+      synthetic_training_data(devices[static_cast<std::size_t>(schedule.placement.rank_of(0))]);
   pipe.step(data);  // warm up: streams, pools, kernels
   double best = std::numeric_limits<double>::infinity();
   for (int i = 0; i < steps; ++i) {

@@ -3,6 +3,11 @@
 // compute stream has produced it; the receiver's compute stream waits on the copy's event. No
 // host thread waits for the GPU inside a step, so what the timeline shows is the GPU's own
 // schedule. One GPU then runs the CUDA executor end to end.
+//
+// cuda-local is one GPU by design: every rank's device must be the same GPU (checked at
+// construction). Ranks on several GPUs would need peer access for the copies, events recorded
+// and compared per device and a common clock across GPUs; one GPU per rank is what the NCCL
+// transport is for.
 #pragma once
 
 #include <chrono>
@@ -21,6 +26,24 @@
 
 namespace pipesched {
 
+namespace detail::gpu {
+
+//! Throws invalid_problem unless every rank's GPU (`ordinals[r]` for rank r) is the same one:
+//! cuda-local runs all its ranks on one GPU.
+inline void require_one_gpu(const std::vector<int>& ordinals, const char* who) {
+  if (ordinals.empty())
+    throw invalid_problem(std::string(who) + ": no devices were given; pass one per rank.");
+  for (std::size_t r = 1; r < ordinals.size(); ++r)
+    if (ordinals[r] != ordinals.front())
+      throw invalid_problem(std::string(who) + ": rank 0 is on GPU " +
+                            std::to_string(ordinals.front()) + " but rank " + std::to_string(r) +
+                            " is on GPU " + std::to_string(ordinals[r]) +
+                            "; cuda-local runs every rank on one GPU (devices_for(schedule, "
+                            "ordinal)). For one GPU per rank, use NcclPipeline.");
+}
+
+}  // namespace detail::gpu
+
 //! A tensor a GPU transport can hand between streams: it knows its owning stream, can be
 //! given to another one, and copies itself on the GPU.
 template <class Tensor>
@@ -31,15 +54,16 @@ concept stream_tensor = std::movable<Tensor> &&
   { cx.clone(s) } -> std::same_as<Tensor>;
 };
 
-//! Ranks as streams of one GPU (one CudaDevice per rank, all on the same GPU or on several
-//! GPUs of one process). Satisfies `transport<CudaLocalTransport<Tensor>, Tensor>`.
+//! Ranks as streams of one GPU (one CudaDevice per rank, all of them the same GPU). Satisfies
+//! `transport<CudaLocalTransport<Tensor>, Tensor>`.
 template <class Tensor>
 requires stream_tensor<Tensor>
 class CudaLocalTransport {
  public:
-  //! `devices[r]` is rank r's device.
+  //! `devices[r]` is rank r's device; all must be the same GPU (throws invalid_problem
+  //! otherwise).
   explicit CudaLocalTransport(std::vector<CudaDevice> devices)
-      : devices_(std::move(devices)), mailboxes_(static_cast<int>(devices_.size())) {}
+      : devices_(checked(std::move(devices))), mailboxes_(static_cast<int>(devices_.size())) {}
 
   //! Copies `x` on the sender's send stream (after the sender's compute stream has produced
   //! it) and posts the copy with its completion event; never waits for the GPU.
@@ -47,6 +71,8 @@ class CudaLocalTransport {
     CudaDevice& d = device(from);
     const cudaStream_t stream = d.send_stream(to);
     CudaDevice::wait(stream, d.mark());  // the copy starts after the producer
+    if (x.stream() != d.compute() && x.stream() != stream)
+      CudaDevice::wait(stream, d.mark_on(x.stream()));  // and after its owner's last use
     Message m{x.clone(stream), {}};
     x.set_stream(stream);  // the original is freed after the copy has read it
     m.ready = d.mark_on(stream);
@@ -81,6 +107,14 @@ class CudaLocalTransport {
     CudaDevice::Mark ready;
   };
 
+  static std::vector<CudaDevice> checked(std::vector<CudaDevice> devices) {
+    std::vector<int> ordinals;
+    for (const CudaDevice& d : devices)
+      ordinals.push_back(d.ordinal());
+    detail::gpu::require_one_gpu(ordinals, "CudaLocalTransport");
+    return devices;
+  }
+
   Tensor accept(int rank, Message m) {
     const cudaStream_t compute = device(rank).compute();
     CudaDevice::wait(compute, m.ready);
@@ -92,10 +126,12 @@ class CudaLocalTransport {
   InprocTransport<Message> mailboxes_;
 };
 
-//! Runs a schedule with every rank on a GPU of this process (by default all on GPU 0), one
-//! host thread and one CudaDevice per rank, the ranks connected by CudaLocalTransport. Make
-//! the stage models with `device_of_stage(s)` (their compute stream); `stages` is indexed by
-//! stage and must outlive the pipeline. Failures stop every rank as in InprocPipeline.
+//! Runs a schedule with every rank on one GPU of this process (GPU 0 by default), one host
+//! thread and one CudaDevice per rank, the ranks connected by CudaLocalTransport. Make the
+//! stage of stage s with the device of its rank, `devices[schedule.placement.rank_of(s)]`
+//! (its compute stream); `stages` is indexed by stage and must outlive the pipeline. Devices
+//! on different GPUs are refused with invalid_problem. Failures stop every rank as in
+//! InprocPipeline.
 template <class Stage>
 class CudaLocalPipeline {
  public:

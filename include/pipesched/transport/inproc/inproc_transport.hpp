@@ -15,6 +15,7 @@
 
 #include "pipesched/core/error.hpp"
 #include "pipesched/exec/concepts.hpp"
+#include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
 
 namespace pipesched {
@@ -49,12 +50,12 @@ class InprocTransport {
   }
 
   //! Waits until the message `key` for `rank` arrives and returns it. Throws
-  //! receive_timeout after `timeout`, transport_aborted when another rank failed.
+  //! receive_timeout after `timeout` (one too long for the clock, infinity included, waits
+  //! without a deadline), transport_aborted when another rank failed.
   Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
     Mailbox& box = mailbox(rank, "receive on");
     const std::uint64_t k = detail::pack_key(key);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    const auto deadline = detail::deadline_after(timeout);
     std::unique_lock lock(box.mutex);
     for (;;) {
       if (box.aborted)
@@ -65,11 +66,17 @@ class InprocTransport {
         box.messages.erase(it);
         return x;
       }
+      if (deadline == detail::no_deadline) {
+        // No deadline: nothing but a message or an abort ends the wait, and a plain wait does
+        // not ask the library to convert the clock's last time point into a system timeout.
+        box.ready.wait(lock);
+        continue;
+      }
       if (box.ready.wait_until(lock, deadline) == std::cv_status::timeout &&
           std::chrono::steady_clock::now() >= deadline && !box.aborted &&
           box.messages.find(k) == box.messages.end())
         throw receive_timeout("rank " + std::to_string(rank) + " waited " +
-                              std::to_string(timeout.count()) + " s for the " +
+                              detail::seconds_text(timeout.count()) + " s for the " +
                               detail::describe_key(key) + " and none came.");
     }
   }

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "pipesched/device/host/host_device.hpp"
+#include "pipesched/exec/detail/deadline.hpp"
+#include "pipesched/exec/errors.hpp"
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/transport/mpi/mpi_session.hpp"
@@ -106,9 +108,11 @@ class ProcessPipeline {
       heard = transport_.failure();
     } catch (const execution_error& e) {
       local = FailureNotice{e.rank(), e.position(), e.action(), e.what()};
-    } catch (const std::exception& e) {
-      local =
-          FailureNotice{rank(), -1, Action{}, "rank " + std::to_string(rank()) + ": " + e.what()};
+    } catch (...) {
+      // The executor attaches what a layer or the optimizer throws; anything else still
+      // reaches every process, as this rank's failure outside its list.
+      local = FailureNotice{rank(), -1, Action{},
+                            "rank " + std::to_string(rank()) + ": " + current_exception_text()};
     }
     if (local) transport_.notify_failure(*local);
 
@@ -150,8 +154,7 @@ class ProcessPipeline {
 
  private:
   std::chrono::steady_clock::time_point deadline() const {
-    return std::chrono::steady_clock::now() +
-           std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
+    return detail::deadline_after(timeout_);
   }
 
   [[noreturn]] void lost(const std::string& what) {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -37,7 +38,9 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/concepts.hpp"
+#include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
+#include "pipesched/exec/fingerprint.hpp"
 #include "pipesched/exec/wire.hpp"
 
 namespace pipesched {
@@ -46,6 +49,22 @@ namespace pipesched {
 class mpi_error : public error {
  public:
   using error::error;
+};
+
+//! The processes of one pipeline were started with different schedules: `first_rank()` (0)
+//! and `second_rank()` (the lowest rank whose schedule differs from rank 0's) hold schedules
+//! with different fingerprints (`schedule_fingerprint`). Every process throws it, alike, when
+//! its transport is built.
+class schedule_mismatch : public invalid_problem {
+ public:
+  schedule_mismatch(const std::string& what, int first, int second)
+      : invalid_problem(what), first_(first), second_(second) {}
+  int first_rank() const noexcept { return first_; }
+  int second_rank() const noexcept { return second_; }
+
+ private:
+  int first_;
+  int second_;
 };
 
 //! Tuning knobs of MpiTransport.
@@ -76,10 +95,56 @@ inline void check(int code, const char* call) {
   if (code != MPI_SUCCESS) throw mpi_error(std::string(call) + " failed: " + error_text(code));
 }
 
-inline std::string seconds_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
+using pipesched::detail::seconds_text;
+
+inline std::string hex_text(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+// What a process whose schedule cannot be fingerprinted (lowering it failed) contributes, so
+// that it still takes part in the agreement.
+inline constexpr std::uint64_t no_fingerprint = 0;
+
+// Every process of `comm` learns every process's schedule fingerprint; all of them throw the
+// same schedule_mismatch when one differs from rank 0's. Runs before anything that could
+// refuse on some processes only (a schedule for another rank count, say), which would leave
+// the others waiting in a collective call for processes that already gave up. A process whose
+// own schedule cannot even be lowered still joins the gather, then throws its own error.
+inline void agree_on_schedule(const char* who, const Schedule& schedule, MPI_Comm comm,
+                              std::chrono::microseconds poll_interval) {
+  int size = 0;
+  check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  std::uint64_t mine = no_fingerprint;
+  std::exception_ptr own_failure;
+  try {
+    mine = schedule_fingerprint(schedule);
+  } catch (...) {
+    own_failure = std::current_exception();
+  }
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(size), 0);
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Iallgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm, &request),
+        "MPI_Iallgather");
+  // Every process builds its transport at start-up, like MPI_Comm_dup after this; polling
+  // leaves the core to processes that are still getting there.
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) break;
+    std::this_thread::sleep_for(poll_interval);
+  }
+  if (own_failure) std::rethrow_exception(own_failure);
+  for (int r = 1; r < size; ++r)
+    if (all[static_cast<std::size_t>(r)] != all[0])
+      throw schedule_mismatch(
+          std::string(who) + ": rank 0 and rank " + std::to_string(r) +
+              " were given different schedules (fingerprints " + hex_text(all[0]) + " and " +
+              hex_text(all[static_cast<std::size_t>(r)]) +
+              "); start every process with the same schedule (the same generator, problem, "
+              "placement and passes).",
+          0, r);
 }
 
 inline bool initialized() {
@@ -199,6 +264,9 @@ class MpiTransport : detail::mpi::RankGeometry {
 
  public:
   //! Duplicates `comm` (its size must be the schedule's rank count). MPI must be initialized.
+  //! Collective over `comm`: the processes first compare their schedules' fingerprints
+  //! (`schedule_fingerprint`) and every one throws schedule_mismatch, naming rank 0 and the
+  //! first rank that differs, unless all are the same.
   MpiTransport(const Schedule& schedule, MPI_Comm comm = MPI_COMM_WORLD,
                MpiTransportOptions options = {})
       : RankGeometry("MpiTransport", schedule), options_(options) {
@@ -206,6 +274,7 @@ class MpiTransport : detail::mpi::RankGeometry {
       throw error(
           "MpiTransport: MPI is not initialized; create a pipesched::MpiSession (or call "
           "MPI_Init_thread) before the transport.");
+    detail::mpi::agree_on_schedule("MpiTransport", schedule, comm, options_.poll_interval);
     int size = 0;
     detail::mpi::check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
     if (size != schedule.rank_count())
@@ -325,8 +394,7 @@ class MpiTransport : detail::mpi::RankGeometry {
   Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
     check_self(rank, "receive on");
     Incoming& in = entry(key);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    const auto deadline = detail::deadline_after(timeout);
     for (;;) {
       progress();
       if (in.state == Incoming::Arrived) return take(key);
@@ -392,8 +460,7 @@ class MpiTransport : detail::mpi::RankGeometry {
   //! completes the sends, so the communicator is clean for the next step (collective over
   //! the transport's communicator; bounded by `timeout`; returns false when it could not).
   bool drain(std::chrono::duration<double> timeout) {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    const auto deadline = detail::deadline_after(timeout);
     cancel_receives();
     // Everyone learns how many messages each peer sent it.
     std::vector<long long> to_me(static_cast<std::size_t>(ranks_), 0);

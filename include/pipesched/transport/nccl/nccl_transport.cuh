@@ -101,8 +101,8 @@ struct Ticket {
 static_assert(std::is_trivially_copyable_v<Ticket>);
 
 //! A two-rank NCCL communicator that carries one direction between two ranks (the sender is
-//! its rank 0). Aborted on destruction unless `destroy` ended it cleanly first: an abort never
-//! waits, where a destroy would wait for a peer that may be gone.
+//! its rank 0). Ended cleanly by `finalize` and then `destroy`, on both ranks; aborted on
+//! destruction otherwise: an abort never waits, where a finalize waits for the other rank.
 class Link {
  public:
   Link() = default;
@@ -121,7 +121,25 @@ class Link {
   ncclComm_t* out() noexcept { return &comm_; }
   ncclComm_t get() const noexcept { return comm_; }
 
-  //! Frees the communicator once its operations are done (call only when they are).
+  //! Flushes the communicator's operations and waits (NCCL's ncclCommFinalize) until it is
+  //! quiescent on both of its ranks; false when NCCL reports an error, or the communicator is
+  //! still finalizing at `deadline` (then `abort` it). On a blocking communicator, as the
+  //! transport's are, the finalize call itself is the wait. Both ranks call it, and a rank with
+  //! several links finalizes them in the order every rank agrees on, so no two ranks wait on
+  //! each other in a cycle.
+  bool finalize(std::chrono::steady_clock::time_point deadline) noexcept {
+    if (!comm_) return true;
+    const ncclResult_t started = ncclCommFinalize(comm_);
+    if (started != ncclSuccess && started != ncclInProgress) return false;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return false;
+      if (state == ncclSuccess) return true;
+      if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  //! Frees the communicator; call after `finalize` succeeded on it.
   void destroy() noexcept {
     if (comm_) (void)ncclCommDestroy(comm_);
     comm_ = nullptr;
@@ -134,6 +152,22 @@ class Link {
  private:
   ncclComm_t comm_ = nullptr;
 };
+
+//! The (sender, receiver) pairs a schedule's messages go between: each direction between the
+//! ranks of two neighbouring stages, sorted, without repeats. Every process derives the same
+//! list, and each rank joins and ends its links in this order.
+inline std::vector<std::pair<int, int>> pipeline_links(const Schedule& schedule) {
+  std::vector<std::pair<int, int>> links;
+  for (int s = 0; s + 1 < schedule.problem.stages; ++s) {
+    const int a = schedule.placement.rank_of(s), b = schedule.placement.rank_of(s + 1);
+    if (a == b) continue;
+    links.emplace_back(a, b);
+    links.emplace_back(b, a);
+  }
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  return links;
+}
 
 }  // namespace detail::nccl
 
@@ -196,12 +230,15 @@ class NcclTransport : detail::mpi::RankGeometry {
       device_.activate();
       ready_.clear();
       local_.clear();
-      const bool idle = settle(std::chrono::steady_clock::now() + std::chrono::seconds(2));
-      for (auto& [peer, out] : to_)
-        idle ? out.comm.destroy() : out.comm.abort();
-      for (auto& [peer, in] : from_)
-        idle ? in.comm.destroy() : in.comm.abort();
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      // After a wait that timed out a peer may be gone, and a finalize would wait for it; and
+      // either every process finalizes its links or none does, since a finalize waits for the
+      // link's other rank.
+      const bool idle = !stalled_ && settle(deadline);
+      end_links(every_process(idle, deadline + std::chrono::seconds(2)),
+                deadline + std::chrono::seconds(10));
     } catch (...) {
+      end_links(false, std::chrono::steady_clock::now());
     }
     if (!detail::mpi::initialized()) return;
     for (auto& [peer, in] : from_)
@@ -281,8 +318,7 @@ class NcclTransport : detail::mpi::RankGeometry {
   Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
     check_self(rank, "receive on");
     check_key(key);
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    const auto deadline = detail::deadline_after(timeout);
     for (;;) {
       progress();
       if (std::optional<Tensor> x = take(key)) return std::move(*x);
@@ -333,7 +369,10 @@ class NcclTransport : detail::mpi::RankGeometry {
       detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) return true;
       progress();
-      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        stalled_ = true;
+        return false;
+      }
       std::this_thread::sleep_for(options_.poll_interval);
     }
   }
@@ -343,8 +382,7 @@ class NcclTransport : detail::mpi::RankGeometry {
   //! communication, drops the messages nobody took and clears the control plane, so the next
   //! step starts clean (collective; bounded by `timeout`; false when it could not).
   bool drain(std::chrono::duration<double> timeout) {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    const auto deadline = detail::deadline_after(timeout);
     device_.activate();
     // Everyone learns how many tickets each peer has sent it (counts never restart, as NCCL's
     // matching never does).
@@ -355,21 +393,21 @@ class NcclTransport : detail::mpi::RankGeometry {
     detail::mpi::check(MPI_Ialltoall(sent.data(), 1, MPI_LONG_LONG, to_me.data(), 1, MPI_LONG_LONG,
                                      header_comm_, &request),
                        "MPI_Ialltoall");
-    if (!wait(request, deadline)) return false;
+    if (!wait(request, deadline)) return false;  // wait() marks the stall
     for (;;) {
       progress();
       bool all = true;
       for (const auto& [peer, in] : from_)
         all = all && static_cast<long long>(in.count) >= to_me[static_cast<std::size_t>(peer)];
       if (all) break;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (std::chrono::steady_clock::now() >= deadline) return stall();
       std::this_thread::sleep_for(options_.poll_interval);
     }
-    if (!settle(deadline)) return false;
+    if (!settle(deadline)) return stall();
     ready_.clear();
     local_.clear();
     const std::chrono::duration<double> left = deadline - std::chrono::steady_clock::now();
-    return control_.drain(std::max(left, std::chrono::duration<double>(0.0)));
+    return control_.drain(std::max(left, std::chrono::duration<double>(0.0))) || stall();
   }
 
   //! Per-step bookkeeping: called by NcclPipeline when a step starts.
@@ -427,7 +465,7 @@ class NcclTransport : detail::mpi::RankGeometry {
     rank_ = control_.rank();
     ranks_ = control_.ranks();
     device_.activate();
-    connect(links_of(schedule));
+    connect(detail::nccl::pipeline_links(schedule));
     detail::mpi::check(MPI_Comm_dup(control_.communicator(), &header_comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(header_comm_, MPI_ERRORS_RETURN);
     for (auto& [peer, in] : from_)
@@ -453,21 +491,6 @@ class NcclTransport : detail::mpi::RankGeometry {
           "NcclTransport: another process could not set up its GPU (its own error says why), "
           "so no rank can start.");
     return std::move(*device);
-  }
-
-  // The (sender, receiver) pairs messages go between: each direction between the ranks of
-  // two neighbouring stages, in one order every process agrees on.
-  std::vector<std::pair<int, int>> links_of(const Schedule& schedule) const {
-    std::vector<std::pair<int, int>> links;
-    for (int s = 0; s + 1 < stages_; ++s) {
-      const int a = schedule.placement.rank_of(s), b = schedule.placement.rank_of(s + 1);
-      if (a == b) continue;
-      links.emplace_back(a, b);
-      links.emplace_back(b, a);
-    }
-    std::sort(links.begin(), links.end());
-    links.erase(std::unique(links.begin(), links.end()), links.end());
-    return links;
   }
 
   // Makes this rank's NCCL communicators, one per link it is on.
@@ -520,6 +543,54 @@ class NcclTransport : detail::mpi::RankGeometry {
         to_[to].comm = std::move(link);
       else
         from_[from].comm = std::move(link);
+      joined_.push_back(links[i]);
+    }
+  }
+
+  // Notes that a peer may be gone (the links are then aborted, not finalized); false.
+  bool stall() noexcept {
+    stalled_ = true;
+    return false;
+  }
+
+  // Whether `mine` holds on every process, agreed by an all-reduce that must finish by
+  // `deadline` (false when some process does not take part in time).
+  bool every_process(bool mine, std::chrono::steady_clock::time_point deadline) noexcept {
+    if (ranks_ < 2 || header_comm_ == MPI_COMM_NULL || !detail::mpi::initialized()) return mine;
+    int in = mine ? 1 : 0, all = 0;
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Iallreduce(&in, &all, 1, MPI_INT, MPI_MIN, header_comm_, &request) != MPI_SUCCESS)
+      return false;
+    for (;;) {
+      int done = 0;
+      if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+      if (done) return all == 1;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(options_.poll_interval);
+    }
+  }
+
+  // This rank's links in the order every rank joined them (pipeline_links' order).
+  std::vector<detail::nccl::Link*> links_in_order() {
+    std::vector<detail::nccl::Link*> out;
+    for (const auto& [from, to] : joined_)
+      out.push_back(from == rank_ ? &to_.at(to).comm : &from_.at(from).comm);
+    return out;
+  }
+
+  // Ends every NCCL link: when the GPU is idle (`clean`), each is finalized in the global
+  // order — a finalize waits for the other rank of its link, and ranks that took their links
+  // in different orders (outgoing first, say) could each wait for the other — and then all are
+  // destroyed; otherwise, or when a finalize fails or passes `deadline`, the rest are aborted.
+  void end_links(bool clean, std::chrono::steady_clock::time_point deadline) noexcept {
+    try {
+      const std::vector<detail::nccl::Link*> links = links_in_order();
+      for (detail::nccl::Link* link : links)
+        clean = clean && link->finalize(deadline);
+      for (detail::nccl::Link* link : links)
+        clean ? link->destroy() : link->abort();
+    } catch (...) {
+      // Link's own destructor aborts whatever is left.
     }
   }
 
@@ -680,9 +751,11 @@ class NcclTransport : detail::mpi::RankGeometry {
   NcclTransportOptions options_;
   MpiTransport<detail::nccl::Ticket> control_;  // failure notices and the step's agreement
   CudaDevice device_;
-  MPI_Comm header_comm_ = MPI_COMM_NULL;  // tickets only, so drains of either side stay apart
-  std::map<int, Sender> to_;              // by receiving peer
-  std::map<int, Receiver> from_;          // by sending peer (map nodes keep `ticket` in place)
+  MPI_Comm header_comm_ = MPI_COMM_NULL;     // tickets only, so drains of either side stay apart
+  std::map<int, Sender> to_;                 // by receiving peer
+  std::map<int, Receiver> from_;             // by sending peer (map nodes keep `ticket` in place)
+  std::vector<std::pair<int, int>> joined_;  // this rank's links, (sender, receiver), in order
+  bool stalled_ = false;                     // a collective wait timed out: a peer may be gone
   std::vector<std::unique_ptr<Outgoing>> outgoing_;
   std::unordered_map<std::uint64_t, Ready> ready_;   // by packed key
   std::unordered_map<std::uint64_t, Tensor> local_;  // messages to itself, by packed key

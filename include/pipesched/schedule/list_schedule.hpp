@@ -1,0 +1,656 @@
+// A schedule written as a rule: list scheduling in simulated time.
+//
+// `list_schedule` runs every rank of a pipeline under a cost model. Whenever a rank is free it
+// collects the actions whose inputs have arrived — forwards, backwards (B, or I then W) of every
+// (stage, microbatch, slice) the rank holds — and asks a user **rule** two questions: may this
+// one start now (`admit`: a memory cap, a count of forwards in flight, a warm-up), and which of
+// those that may goes first (`priority`: smallest first). Dependencies, durations, transfer
+// times and each rank's memory are tracked as the simulator tracks them, and the result is an
+// ordinary compute-only `Schedule`, which validation, simulation, lowering, rendering, the
+// tuner and the executor take like any other. A rule that refuses everything while nothing
+// runs gets `schedule_stalled`, naming every rank, the time, and the ready actions it refused.
+//
+//   struct OneFOneB {  // 1F1B: backwards first; rank r keeps at most p − r forwards in flight
+//     int ranks;
+//     int priority(const RankState&, const ReadyAction& a) const { return a.action.kind ==
+//     OpKind::F; } bool admit(const RankState& st, const ReadyAction& a) const {
+//       return a.action.kind != OpKind::F || st.in_flight() < ranks - st.rank;
+//     }
+//   };
+//   Schedule s = list_schedule({.problem = {.ranks = 4, .microbatches = 8},
+//                               .placement = Placement::linear(4)}, OneFOneB{4});
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <queue>
+#include <set>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/uniform_cost.hpp"
+#include "pipesched/core/action.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/placement.hpp"
+#include "pipesched/core/problem.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/schedule/common.hpp"
+
+namespace pipesched {
+
+//! What the engine schedules: every (stage, microbatch, slice) of `problem` on `placement`,
+//! each a forward and a backward — one B, or I then W when `wgrad` is Split.
+struct ListProblem {
+  Problem problem;      //!< ranks, microbatches, slices; stages 0 = the placement's
+  Placement placement;  //!< stage → rank (its rank count must equal problem.ranks)
+  WGradMode wgrad = WGradMode::Fused;
+  std::string name = "list";  //!< the schedule's name, and the prefix of error messages
+};
+
+//! An action whose inputs have arrived, as a rule sees it.
+struct ReadyAction {
+  Action action;            //!< F, B, I or W (part 0)
+  double ready_at = 0;      //!< when its last input arrived (transfer time included)
+  double duration = 0;      //!< how long it runs, under the cost model
+  double memory = 0;        //!< what it adds to (> 0) or frees from (< 0) the rank's memory
+  std::uint64_t order = 0;  //!< when it became ready, as a sequence number: ties go FIFO
+};
+
+//! A free rank at a decision point.
+struct RankState {
+  int rank = 0;
+  double now = 0;            //!< the simulated time
+  double memory = 0;         //!< activations the rank holds now (the simulator's unit)
+  double peak_memory = 0;    //!< the most it has held so far
+  int forwards = 0;          //!< F started on this rank
+  int backwards = 0;         //!< B or I started
+  int weight_gradients = 0;  //!< W started (split backward only)
+  //! Every ready action of the rank, admitted or not — for rules ordering by `priority`; a
+  //! rule ordering by `key` sees it empty (the engine keeps them sorted elsewhere) and counts
+  //! them with ready_count.
+  std::span<const ReadyAction> ready;
+  std::span<const Action> started;  //!< the rank's list so far, in start order
+  const ListProblem* problem = nullptr;
+
+  //! Forwards started whose backward (B or I) has not.
+  int in_flight() const noexcept { return forwards - backwards; }
+  //! Ready actions of kind `k` (F, B, I or W); constant time.
+  int ready_count(OpKind k) const noexcept {
+    return k == OpKind::F                     ? ready_by_kind[0]
+           : k == OpKind::B || k == OpKind::I ? ready_by_kind[1]
+           : k == OpKind::W                   ? ready_by_kind[2]
+                                              : 0;
+  }
+  int ready_by_kind[3] = {0, 0, 0};  //!< ready forwards, backwards (B or I), weight gradients
+};
+
+//! A list-scheduling rule orders the ready actions of a free rank, smallest first, ties in
+//! the order they became ready, by one of:
+//! - `priority(const RankState&, const ReadyAction&) const` — any totally ordered value (a
+//!   number, a pair, a tuple), free to depend on the rank's state; the engine asks it for every
+//!   ready action at every decision;
+//! - `key(const ReadyAction&) const` — a totally ordered value that depends on the action
+//!   alone; the engine then keeps each rank's ready actions sorted by it, per kind, and a
+//!   decision costs a logarithm instead of a pass over everything ready (use it when a rank
+//!   may hold hundreds of ready actions, e.g. deferred weight gradients).
+//! It may also refuse, for now: `bool admit(const RankState&, const ReadyAction&) const` one
+//! action, `bool admit_kind(const RankState&, OpKind) const` every ready action of a kind (F,
+//! B, I or W) at once — the cheap way to say "no forward while four are in flight".
+template <class R>
+concept prioritized_rule = requires(const R& rule, const RankState& st, const ReadyAction& a) {
+  { rule.priority(st, a) } -> std::totally_ordered;
+};
+template <class R>
+concept keyed_rule = requires(const R& rule, const ReadyAction& a) {
+  { rule.key(a) } -> std::totally_ordered;
+};
+template <class R>
+concept list_rule = prioritized_rule<R> || keyed_rule<R>;
+
+//! True when rule `R` has an `admit` member for single actions.
+template <class R>
+concept admitting_rule = requires(const R& rule, const RankState& st, const ReadyAction& a) {
+  { rule.admit(st, a) } -> std::convertible_to<bool>;
+};
+//! True when rule `R` has an `admit_kind` member.
+template <class R>
+concept kind_admitting_rule = requires(const R& rule, const RankState& st, OpKind k) {
+  { rule.admit_kind(st, k) } -> std::convertible_to<bool>;
+};
+
+//! Where the engine found every rank refusing: the rank, its state and what it refused.
+struct RankStall {
+  int rank = 0;
+  double time = 0;
+  int forwards = 0, backwards = 0, weight_gradients = 0;
+  double memory = 0;
+  std::vector<Action> refused;  //!< its ready actions, most preferred first
+};
+
+//! A rule refused every ready action on every rank while nothing ran: the schedule cannot go
+//! on. `stalls()` gives each rank that had ready actions.
+class schedule_stalled : public invalid_problem {
+ public:
+  schedule_stalled(const std::string& what, std::vector<RankStall> stalls)
+      : invalid_problem(what), stalls_(std::move(stalls)) {}
+  const std::vector<RankStall>& stalls() const noexcept { return stalls_; }
+
+ private:
+  std::vector<RankStall> stalls_;
+};
+
+//! A list schedule and what the engine measured while building it.
+struct ListPlan {
+  Schedule schedule;
+  double makespan = 0;              //!< end of the last action, under the cost model
+  std::vector<double> peak_memory;  //!< per rank
+  std::vector<int> peak_in_flight;  //!< per rank: most forwards whose B/I had not started
+};
+
+//! Checks `R` against `list_rule`, with a message per missing requirement (list_schedule
+//! calls it, so a rule that does not fit is named in one readable error).
+template <class R>
+constexpr bool check_list_rule() {
+  static_assert(
+      requires(const R& rule, const RankState& st, const ReadyAction& a) {
+        rule.priority(st, a);
+      } || requires(const R& rule, const ReadyAction& a) { rule.key(a); },
+      "pipesched: a list-scheduling rule needs `priority(const RankState&, const ReadyAction&) "
+      "const` or `key(const ReadyAction&) const`, returning a totally ordered value (smaller "
+      "runs first)");
+  if constexpr (requires(const R& rule, const RankState& st, const ReadyAction& a) {
+                  rule.priority(st, a);
+                }) {
+    static_assert(prioritized_rule<R>,
+                  "pipesched: a list-scheduling rule's priority must return a totally ordered "
+                  "value (a number, a std::pair or a std::tuple of numbers), smaller first");
+  }
+  if constexpr (requires(const R& rule, const ReadyAction& a) { rule.key(a); }) {
+    static_assert(keyed_rule<R>,
+                  "pipesched: a list-scheduling rule's key must return a totally ordered value "
+                  "(a number, a std::pair or a std::tuple of numbers), smaller first");
+  }
+  if constexpr (requires { &R::admit; }) {
+    static_assert(admitting_rule<R>,
+                  "pipesched: a list-scheduling rule's admit must be `bool admit(const "
+                  "RankState&, const ReadyAction&) const`");
+  }
+  if constexpr (requires { &R::admit_kind; }) {
+    static_assert(kind_admitting_rule<R>,
+                  "pipesched: a list-scheduling rule's admit_kind must be `bool admit_kind(const "
+                  "RankState&, OpKind) const`");
+  }
+  return list_rule<R>;
+}
+
+namespace detail::list {
+
+//! What orders a rule's ready actions: its key when it has one, else its priority.
+template <class Rule>
+auto rank_value(const Rule& rule, const RankState& st, const ReadyAction& a) {
+  if constexpr (keyed_rule<Rule>) {
+    (void)st;
+    return rule.key(a);
+  } else {
+    return rule.priority(st, a);
+  }
+}
+
+//! The ready actions of one kind on one rank, in (key, order) order. A rule that admits
+//! action by action needs them all in order (a std::set); one that admits at most by kind
+//! always takes the first, so a binary heap does.
+template <class Entry, bool scan>
+class Ordered;
+template <class Entry>
+class Ordered<Entry, true> {
+ public:
+  void insert(const Entry& e) { set_.insert(e); }
+  void erase(const Entry& e) { set_.erase(e); }
+  bool empty() const { return set_.empty(); }
+  auto begin() const { return set_.begin(); }
+  auto end() const { return set_.end(); }
+  const std::set<Entry>& all() const { return set_; }
+
+ private:
+  std::set<Entry> set_;
+};
+template <class Entry>
+class Ordered<Entry, false> {
+ public:
+  void insert(const Entry& e) {
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), later);
+  }
+  void erase(const Entry&) {  // only ever the first
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    heap_.pop_back();
+  }
+  bool empty() const { return heap_.empty(); }
+  const Entry* begin() const { return heap_.data(); }
+  const Entry* end() const { return heap_.empty() ? heap_.data() : heap_.data() + 1; }
+  const std::vector<Entry>& all() const { return heap_; }
+
+ private:
+  static bool later(const Entry& a, const Entry& b) { return b < a; }
+  std::vector<Entry> heap_;
+};
+
+//! Every entry of an Ordered, in no particular order.
+template <class O>
+const auto& all_entries(const O& o) {
+  return o.all();
+}
+
+//! The entry of a keyed rule's ordered ready set: its key and the ready action.
+template <class Rule, bool = keyed_rule<Rule>>
+struct KeyOf {
+  struct entry {
+    int key;
+    std::uint64_t order;
+    std::uint32_t slot;
+    bool operator<(const entry& o) const { return key < o.key; }
+  };
+};
+template <class Rule>
+struct KeyOf<Rule, true> {
+  using key_type =
+      std::decay_t<decltype(std::declval<const Rule&>().key(std::declval<const ReadyAction&>()))>;
+  struct entry {
+    key_type key;
+    std::uint64_t order;
+    std::uint32_t slot;  //!< where the ready action lies in its rank's slab
+    bool operator<(const entry& o) const {
+      if (key < o.key) return true;
+      if (o.key < key) return false;
+      return order < o.order;
+    }
+  };
+};
+
+inline std::string seconds_text(double t) {
+  std::string s = std::to_string(t);
+  while (s.size() > 1 && s.back() == '0')
+    s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+}  // namespace detail::list
+
+namespace detail::list {
+
+template <class Rule, class Cost>
+ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
+  const std::string& gen = lp.name;
+  Problem p = lp.problem;
+  const Placement& pl = lp.placement;
+  if (p.stages == 0) p.stages = pl.stages();
+  if (pl.ranks() != p.ranks || pl.stages() != p.stages)
+    throw invalid_problem(gen + ": the placement maps " + std::to_string(pl.stages()) +
+                          " stages onto " + std::to_string(pl.ranks()) +
+                          " ranks, but the problem has ranks = " + std::to_string(p.ranks) +
+                          " and stages = " + std::to_string(p.stages) + "; they must agree.");
+  try {
+    p.check();
+  } catch (const invalid_problem& e) {
+    throw invalid_problem(gen + ": " + e.what());
+  }
+  const int S = p.stages, M = p.microbatches, K = p.slices, R = p.ranks;
+  const bool split = lp.wgrad == WGradMode::Split;
+  const int kinds = split ? 3 : 2;  // 0 F, 1 B or I, 2 W
+  const std::uint64_t units64 =
+      static_cast<std::uint64_t>(S) * static_cast<std::uint64_t>(M) * static_cast<std::uint64_t>(K);
+  constexpr std::uint64_t max_actions = std::uint64_t{1} << 28;
+  if (units64 * static_cast<std::uint64_t>(kinds) > max_actions)
+    throw invalid_problem(gen + ": stages × microbatches × slices = " + std::to_string(units64) +
+                          " units is more than a list schedule builds (" +
+                          std::to_string(max_actions / static_cast<std::uint64_t>(kinds)) +
+                          "); use fewer microbatches or slices.");
+  const std::size_t units = static_cast<std::size_t>(units64);
+  const CostContext ctx{p, pl, 1};
+  const OpKind back = split ? OpKind::I : OpKind::B;
+  auto unit_of = [&](int s, int m, int k) {
+    return (static_cast<std::size_t>(s) * static_cast<std::size_t>(M) +
+            static_cast<std::size_t>(m)) *
+               static_cast<std::size_t>(K) +
+           static_cast<std::size_t>(k);
+  };
+  auto id_of = [&](int kind, int s, int m, int k) {
+    return static_cast<std::size_t>(kind) * units + unit_of(s, m, k);
+  };
+  auto action_of = [&](std::size_t id) {
+    const int kind = static_cast<int>(id / units);
+    std::size_t u = id % units;
+    const int k = static_cast<int>(u % static_cast<std::size_t>(K));
+    u /= static_cast<std::size_t>(K);
+    const int m = static_cast<int>(u % static_cast<std::size_t>(M));
+    const int s = static_cast<int>(u / static_cast<std::size_t>(M));
+    return Action::make(kind == 0 ? OpKind::F : kind == 1 ? back : OpKind::W, s, m, k);
+  };
+
+  std::vector<std::uint8_t> waiting(static_cast<std::size_t>(kinds) * units);
+  std::vector<double> arrives(waiting.size(), 0.0);  // latest input arrival so far
+  for (int s = 0; s < S; ++s)
+    for (int m = 0; m < M; ++m)
+      for (int k = 0; k < K; ++k) {
+        waiting[id_of(0, s, m, k)] = static_cast<std::uint8_t>((s > 0) + (k > 0));
+        waiting[id_of(1, s, m, k)] = static_cast<std::uint8_t>(1 + (s + 1 < S) + (k + 1 < K));
+        if (split) waiting[id_of(2, s, m, k)] = 1;
+      }
+
+  // Events: an action finishing, or becoming ready (its last input arriving); earliest first,
+  // ties in the order they were created.
+  struct Event {
+    double time;
+    std::uint64_t seq;
+    std::size_t id;  //!< finishing: the rank; becoming ready: the action's id
+    bool finish;
+    bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+  };
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  std::uint64_t seq = 0, ready_seq = 0;
+
+  std::vector<std::vector<ReadyAction>> ready(static_cast<std::size_t>(R));
+  ListPlan plan;
+  plan.schedule = Schedule{gen, p, pl, {}};
+  auto& lists = plan.schedule.ranks;
+  lists.assign(static_cast<std::size_t>(R), {});
+  plan.peak_memory.assign(static_cast<std::size_t>(R), 0.0);
+  plan.peak_in_flight.assign(static_cast<std::size_t>(R), 0);
+  for (int r = 0; r < R; ++r)
+    lists[static_cast<std::size_t>(r)].reserve(
+        static_cast<std::size_t>(kinds) * pl.stages_of(r).size() * static_cast<std::size_t>(M) *
+        static_cast<std::size_t>(K));
+  std::vector<RankState> state(static_cast<std::size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    state[static_cast<std::size_t>(r)].rank = r;
+    state[static_cast<std::size_t>(r)].problem = &lp;
+  }
+  std::vector<double> free_at(static_cast<std::size_t>(R), 0.0);
+  std::vector<Action> running(static_cast<std::size_t>(R));  // each rank's current action
+  // A rank is asked again only when something it can see changed: an action of its own
+  // ended, or one became ready on it. (Rules see the rank's state and ready set; between those
+  // events neither changes, so asking again would give the same answer.)
+  std::vector<char> changed(static_cast<std::size_t>(R), 1);
+  auto kind_slot = [](OpKind k) { return k == OpKind::F ? 0 : k == OpKind::W ? 2 : 1; };
+
+  [[maybe_unused]] auto bad_cost = [&](const Action& a, const char* what, double v) {
+    throw invalid_problem(gen + ": the cost model gives " + to_string(a) + " a " + what + " of " +
+                          std::to_string(v) + "; it must be finite" +
+                          (what[0] == 'd' ? " and not negative." : "."));
+  };
+
+  // Keyed rules keep each rank's ready actions ordered by (key, order), per kind, and not in
+  // `ready` (RankState::ready is then empty; ready_count still counts them).
+  using Entry = typename detail::list::KeyOf<Rule>::entry;
+  // The ready actions themselves lie in a slab per rank (small heap entries, reused slots).
+  struct KeyedRank {
+    std::array<detail::list::Ordered<Entry, admitting_rule<Rule>>, 3> sorted;
+    std::vector<ReadyAction> slab;
+    std::vector<std::uint32_t> free_slots;
+  };
+  std::vector<KeyedRank> keyed;
+  if constexpr (keyed_rule<Rule>) keyed.resize(static_cast<std::size_t>(R));
+
+  auto make_ready = [&](std::size_t id, const Action& a) {
+    ReadyAction ra;
+    ra.action = a;
+    ra.ready_at = arrives[id];
+    ra.duration = static_cast<double>(cost.duration(ctx, a));
+    ra.memory = static_cast<double>(cost.memory_delta(ctx, a, false));
+    if (!(ra.duration >= 0 && ra.duration <= std::numeric_limits<double>::max()))
+      bad_cost(a, "duration", ra.duration);
+    if (!(std::abs(ra.memory) <= std::numeric_limits<double>::max()))
+      bad_cost(a, "memory delta", ra.memory);
+    ra.order = ready_seq++;
+    const auto ru = static_cast<std::size_t>(pl.rank_of(a.stage));
+    if constexpr (keyed_rule<Rule>) {
+      KeyedRank& kr = keyed[ru];
+      std::uint32_t slot;
+      if (kr.free_slots.empty()) {
+        slot = static_cast<std::uint32_t>(kr.slab.size());
+        kr.slab.push_back(ra);
+      } else {
+        slot = kr.free_slots.back();
+        kr.free_slots.pop_back();
+        kr.slab[slot] = ra;
+      }
+      kr.sorted[static_cast<std::size_t>(kind_slot(a.kind))].insert(
+          Entry{rule.key(ra), ra.order, slot});
+    } else {
+      ready[ru].push_back(ra);
+    }
+    ++state[ru].ready_by_kind[kind_slot(a.kind)];
+    changed[ru] = 1;
+  };
+
+  std::size_t left = static_cast<std::size_t>(kinds) * units;
+  double now = 0.0;
+  // An action whose last input arrives at or before `now` is ready at once (in the order the
+  // finishing actions release it); a later arrival (a transfer in flight) is an event.
+  auto become_ready = [&](std::size_t id, const Action& a) {
+    if (arrives[id] <= now)
+      make_ready(id, a);
+    else
+      events.push(Event{arrives[id], seq++, id, false});
+  };
+  // A dependency of `a` (action `id`) on `producer` ended at `end`.
+  auto release = [&](std::size_t id, const Action& a, const Action& producer, double end) {
+    double at = end;
+    if (pl.rank_of(a.stage) != pl.rank_of(producer.stage))
+      at += static_cast<double>(cost.transfer_time(ctx, producer));
+    arrives[id] = std::max(arrives[id], at);
+    if (--waiting[id] == 0) become_ready(id, a);
+  };
+  auto finish = [&](const Action& a, double end) {
+    const int s = a.stage, m = a.microbatch, k = a.slice;
+    if (a.kind == OpKind::F) {
+      if (s + 1 < S) release(id_of(0, s + 1, m, k), Action::make(OpKind::F, s + 1, m, k), a, end);
+      if (k + 1 < K) release(id_of(0, s, m, k + 1), Action::make(OpKind::F, s, m, k + 1), a, end);
+      release(id_of(1, s, m, k), Action::make(back, s, m, k), a, end);
+    } else if (a.kind == OpKind::B || a.kind == OpKind::I) {
+      if (s > 0) release(id_of(1, s - 1, m, k), Action::make(back, s - 1, m, k), a, end);
+      if (k > 0) release(id_of(1, s, m, k - 1), Action::make(back, s, m, k - 1), a, end);
+      if (split) release(id_of(2, s, m, k), Action::make(OpKind::W, s, m, k), a, end);
+    }
+  };
+  for (int m = 0; m < M; ++m)
+    become_ready(id_of(0, 0, m, 0), Action::make(OpKind::F, 0, m, 0));
+
+  constexpr OpKind slot_kind[3] = {OpKind::F, OpKind::B, OpKind::W};
+  // May the rank start anything of this kind now (admit_kind), and this action (admit)?
+  auto kind_open = [&](const RankState& rs, int slot) {
+    if constexpr (kind_admitting_rule<Rule>) {
+      const OpKind k = slot == 1 ? back : slot_kind[slot];
+      return static_cast<bool>(rule.admit_kind(rs, k));
+    } else {
+      (void)rs;
+      (void)slot;
+      return true;
+    }
+  };
+  auto admitted = [&](const RankState& rs, const ReadyAction& ra) {
+    if constexpr (admitting_rule<Rule>) {
+      return static_cast<bool>(rule.admit(rs, ra));
+    } else {
+      (void)rs;
+      (void)ra;
+      return true;
+    }
+  };
+  // Starts the rank's preferred admitted action; false when it admits none.
+  auto choose_and_start = [&](int r) -> bool {
+    const auto ru = static_cast<std::size_t>(r);
+    auto& rs = state[ru];
+    const auto& list = lists[ru];
+    auto& cand = ready[ru];
+    rs.now = now;
+    rs.ready = std::span<const ReadyAction>(cand.data(), cand.size());
+    rs.started = std::span<const Action>(list.data(), list.size());
+    bool open[3];
+    for (int k = 0; k < 3; ++k)
+      open[k] = rs.ready_by_kind[k] > 0 && kind_open(rs, k);
+    ReadyAction picked;
+    const ReadyAction* chosen = &picked;
+    if constexpr (keyed_rule<Rule>) {
+      KeyedRank& kr = keyed[ru];
+      const Entry* best = nullptr;
+      int best_kind = -1;
+      for (int k = 0; k < 3; ++k) {
+        if (!open[k]) continue;
+        for (const Entry& e : kr.sorted[static_cast<std::size_t>(k)]) {
+          if (!admitted(rs, kr.slab[e.slot])) continue;
+          if (best == nullptr || e < *best) {
+            best = &e;
+            best_kind = k;
+          }
+          break;
+        }
+      }
+      if (best == nullptr) return false;
+      chosen = &kr.slab[best->slot];  // stays put: nothing is inserted before it is used
+      kr.free_slots.push_back(best->slot);
+      kr.sorted[static_cast<std::size_t>(best_kind)].erase(*best);
+    } else {
+      long best = -1;
+      using P = decltype(rule.priority(rs, cand.front()));
+      std::optional<P> best_priority;
+      for (std::size_t i = 0; i < cand.size(); ++i) {
+        if (!open[kind_slot(cand[i].action.kind)] || !admitted(rs, cand[i])) continue;
+        P pr = rule.priority(rs, cand[i]);
+        if (best < 0 || pr < *best_priority ||
+            (!(*best_priority < pr) &&
+             cand[i].order < cand[static_cast<std::size_t>(best)].order)) {
+          best = static_cast<long>(i);
+          best_priority.emplace(std::move(pr));
+        }
+      }
+      if (best < 0) return false;
+      picked = cand[static_cast<std::size_t>(best)];
+      cand[static_cast<std::size_t>(best)] = cand.back();  // ties use ReadyAction::order
+      cand.pop_back();
+    }
+    const ReadyAction& ra = *chosen;
+    --rs.ready_by_kind[kind_slot(ra.action.kind)];
+    lists[ru].push_back(ra.action);
+    if (ra.action.kind == OpKind::F) ++rs.forwards;
+    if (ra.action.kind == OpKind::B || ra.action.kind == OpKind::I) ++rs.backwards;
+    if (ra.action.kind == OpKind::W) ++rs.weight_gradients;
+    plan.peak_in_flight[ru] = std::max(plan.peak_in_flight[ru], rs.in_flight());
+    rs.memory += ra.memory;
+    rs.peak_memory = std::max(rs.peak_memory, rs.memory);
+    plan.peak_memory[ru] = rs.peak_memory;
+    free_at[ru] = now + ra.duration;
+    plan.makespan = std::max(plan.makespan, free_at[ru]);
+    running[ru] = ra.action;
+    events.push(Event{free_at[ru], seq++, ru, true});
+    --left;
+    return true;
+  };
+
+  while (left > 0) {
+    // Everything that has happened by `now` lands before any rank chooses, so the choices at
+    // one instant do not depend on the order the ranks are visited in.
+    while (!events.empty() && events.top().time <= now) {
+      const Event e = events.top();
+      events.pop();
+      if (e.finish) {  // id is the rank that ran it
+        finish(running[e.id], e.time);
+        changed[e.id] = 1;
+      } else {
+        make_ready(e.id, action_of(e.id));
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const auto ru = static_cast<std::size_t>(r);
+      const RankState& rs = state[ru];
+      if (!changed[ru] || free_at[ru] > now ||
+          rs.ready_by_kind[0] + rs.ready_by_kind[1] + rs.ready_by_kind[2] == 0)
+        continue;
+      changed[ru] = 0;
+      choose_and_start(r);
+    }
+    if (left == 0) break;
+    if (events.empty()) {
+      // Nothing runs and nothing will arrive: the rule refused every ready action.
+      std::vector<RankStall> stalls;
+      std::string detail;
+      for (int r = 0; r < R; ++r) {
+        const auto ru = static_cast<std::size_t>(r);
+        const RankState& rs = state[ru];
+        std::vector<ReadyAction> refused = ready[ru];
+        if constexpr (keyed_rule<Rule>)
+          for (const auto& kind_set : keyed[ru].sorted)
+            for (const Entry& e : detail::list::all_entries(kind_set))
+              refused.push_back(keyed[ru].slab[e.slot]);
+        if (refused.empty()) continue;
+        RankStall st{r, now, rs.forwards, rs.backwards, rs.weight_gradients, rs.memory, {}};
+        std::sort(refused.begin(), refused.end(), [&](const ReadyAction& a, const ReadyAction& b) {
+          auto pa = detail::list::rank_value(rule, rs, a),
+               pb = detail::list::rank_value(rule, rs, b);
+          return pa < pb || (!(pb < pa) && a.order < b.order);
+        });
+        std::string names;
+        for (std::size_t i = 0; i < refused.size(); ++i) {
+          st.refused.push_back(refused[i].action);
+          if (i < 8) names += (i ? ", " : "") + to_string(refused[i].action);
+        }
+        if (refused.size() > 8) names += " and " + std::to_string(refused.size() - 8) + " more";
+        detail += "\n  rank " + std::to_string(r) + " (" + std::to_string(rs.forwards) +
+                  " forwards, " + std::to_string(rs.backwards) + " backwards, " +
+                  std::to_string(rs.in_flight()) + " in flight, memory " +
+                  detail::list::seconds_text(rs.memory) + ") refused " + names;
+        stalls.push_back(std::move(st));
+      }
+      throw schedule_stalled(gen + ": the rule refuses every ready action at time " +
+                                 detail::list::seconds_text(now) + " with nothing running and " +
+                                 std::to_string(left) +
+                                 " actions left, so no rank can go on:" + detail +
+                                 "\nAdmit at least one of them (a limit that holds back "
+                                 "forwards must let the backwards they feed run first).",
+                             std::move(stalls));
+    }
+    now = std::max(now, events.top().time);
+  }
+  return plan;
+}
+
+}  // namespace detail::list
+
+//! Builds a schedule of `lp` by list scheduling under `cost` with `rule` (see the file
+//! comment). Dependencies: F(s,m,k) after F(s−1,m,k) and F(s,m,k−1); B/I(s,m,k) after
+//! F(s,m,k), B/I(s+1,m,k) and B/I(s,m,k+1); W after its I. A dependency on another rank adds
+//! the cost model's transfer time. Memory: each action's memory_delta (no checkpointing)
+//! counts from its start, so `RankState::memory` is what the simulator reports along the list.
+//! Throws invalid_problem for a problem or placement that does not fit, a cost model giving a
+//! negative or non-finite duration, and schedule_stalled when the rule starves every rank.
+//! A type that is not a list_rule gets one error naming what it lacks. Cost: per decision, a
+//! pass over the rank's ready actions (priority rules) or a logarithm (key rules).
+template <class Rule, cost_model Cost = UniformCost>
+ListPlan list_schedule_plan(const ListProblem& lp, const Rule& rule, const Cost& cost = {}) {
+  static_assert(check_list_rule<Rule>());
+  if constexpr (list_rule<Rule>) {
+    return detail::list::run(lp, rule, cost);
+  } else {
+    return {};
+  }
+}
+
+//! The schedule of list_schedule_plan.
+template <class Rule, cost_model Cost = UniformCost>
+Schedule list_schedule(const ListProblem& lp, const Rule& rule, const Cost& cost = {}) {
+  return list_schedule_plan(lp, rule, cost).schedule;
+}
+
+}  // namespace pipesched

@@ -1,0 +1,158 @@
+// pipesched simulate: time and memory of a schedule under a cost model, as a table in the cost
+// model's units (seconds and bytes, or abstract units and microbatches) or as one JSON object.
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "pipesched/io/detail/render_common.hpp"
+#include "pipesched/io/json.hpp"
+
+namespace pipesched::cli {
+
+namespace {
+
+// The JSON is a contract (docs/cli.md): its fields and their units do not change.
+std::string simulate_json(const Prepared& p, const SimulationResult& r) {
+  const Schedule& s = p.schedule;
+  const Units units = units_of(p.cost);
+  json::Writer w;
+  w.begin_object().field("schedule", s.name).key("problem").begin_object();
+  w.field("ranks", s.problem.ranks)
+      .field("stages", s.problem.stages)
+      .field("microbatches", s.problem.microbatches)
+      .field("slices", s.problem.slices)
+      .end_object();
+  if (is_transformer(p.cost)) {
+    w.field("slicing", to_string(p.slicing.mode)).key("slice_lengths").begin_array();
+    for (int t : p.slicing.lengths)
+      w.value(t);
+    w.end_array();
+  }
+  w.field("placement", s.placement.describe())
+      .field("actions", s.action_count())
+      .field("checkpoint", to_string(p.checkpoint.mode));
+  // One number for a budget shared by every rank; the smallest when ranks differ ('device'),
+  // each rank's own in "ranks".
+  double least_budget = p.checkpoint.budget.all;
+  for (int i = 0; i < s.rank_count(); ++i)
+    least_budget = std::min(least_budget, p.checkpoint.budget.of(i));
+  w.field("memory_budget", least_budget)
+      .field("recomputes", recompute_count(s))
+      .field("time_unit", units.time)
+      .field("memory_unit", units.memory)
+      .field("deadlock", r.deadlock)
+      .field("makespan", r.makespan)
+      .field("bubble_ratio", r.bubble_ratio)
+      .field("peak_memory_max", r.peak_memory_max)
+      .key("ranks")
+      .begin_array();
+  for (int i = 0; i < s.rank_count(); ++i) {
+    const RankSummary& rk = r.ranks[static_cast<std::size_t>(i)];
+    w.begin_object()
+        .field("rank", i)
+        .field("busy", rk.busy)
+        .field("idle", rk.idle)
+        .field("peak_memory", rk.peak_memory)
+        .field("memory_budget", p.checkpoint.budget.of(i))
+        .end_object();
+  }
+  w.end_array().end_object();
+  return w.take() + "\n";
+}
+
+// Six significant digits: the table is for reading figures off, not for a glance.
+constexpr int digits = 6;
+
+void print_table(const Prepared& p, const SimulationResult& r) {
+  const Schedule& s = p.schedule;
+  const Units u = units_of(p.cost);
+  const bool tc = is_transformer(p.cost);
+  auto time = [&](double v) { return detail::format_time(v, u.time, digits); };
+  auto memory = [&](double v) { return detail::format_memory(v, u.memory, digits); };
+  std::printf("%s: %d ranks, %d stages (%s), %d microbatches, %zu actions\n", s.name.c_str(),
+              s.problem.ranks, s.problem.stages, s.placement.describe().c_str(),
+              s.problem.microbatches, s.action_count());
+  if (s.problem.slices > 1) {
+    std::string line = std::to_string(s.problem.slices) + " slices per microbatch";
+    if (tc)
+      line += std::string(", ") + to_string(p.slicing.mode) + ": " +
+              join_ints(p.slicing.lengths, ", ") + " tokens";
+    std::printf("%s\n", line.c_str());
+  }
+  std::printf("makespan %s, bubble %.2f%%, max peak memory %s\n", time(r.makespan).c_str(),
+              100 * r.bubble_ratio, memory(r.peak_memory_max).c_str());
+  const CheckpointChoice& choice = p.checkpoint;
+  if (choice.mode != CheckpointMode::None || choice.budgeted) {
+    std::string budget = "no memory budget";
+    if (choice.budgeted && choice.budget.per_rank.empty())
+      budget = "memory budget " + memory(choice.budget.all) + " per rank";
+    else if (choice.budgeted)
+      budget = "memory budget per rank as listed";
+    std::printf("checkpoint %s, %s, %d recomputes\n", to_string(choice.mode), budget.c_str(),
+                recompute_count(s));
+  }
+  const bool per_rank_budget = !choice.budget.per_rank.empty();
+  std::printf("%6s %16s %16s %18s", "rank", "busy", "idle", "peak memory");
+  if (per_rank_budget) std::printf(" %18s", "memory budget");
+  std::printf("\n");
+  for (int i = 0; i < s.rank_count(); ++i) {
+    const RankSummary& rk = r.ranks[static_cast<std::size_t>(i)];
+    std::printf("%6d %16s %16s %18s", i, time(rk.busy).c_str(), time(rk.idle).c_str(),
+                memory(rk.peak_memory).c_str());
+    if (per_rank_budget) std::printf(" %18s", memory(choice.budget.of(i)).c_str());
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int cmd_simulate(const std::vector<std::string>& argv) {
+  std::vector<OptionSpec> specs = schedule_options;
+  specs.insert(specs.end(), cost_options.begin(), cost_options.end());
+  specs.insert(specs.end(), slicing_options.begin(), slicing_options.end());
+  specs.insert(specs.end(), checkpoint_options.begin(), checkpoint_options.end());
+  specs.push_back({"--json", false, "print one JSON object (schema: docs/cli.md)"});
+  if (wants_help(argv)) {
+    std::cout << help_text(
+        "pipesched simulate (--schedule NAME --ranks P --microbatches M ... | FILE) "
+        "[--cost K=V,...] [--model NAME --device NAME [--slicing MODE]] [--checkpoint MODE] "
+        "[--memory-budget X] [--json]",
+        "Simulates time and memory. UniformCost (default f=1,b=2,w=1,r=1,comm=0,boundary=0.05)\n"
+        "measures time in units of one forward and memory in microbatches of activations;\n"
+        "TransformerCost (--model, --device) in seconds and bytes (the table writes GiB, MiB).\n"
+        "--checkpoint full|selective|mario recomputes forwards (selective and mario need\n"
+        "--memory-budget); a budget counts activations only, per rank, and one the schedule\n"
+        "cannot meet is refused (exit 2). With none or full, a budget is only checked. It is\n"
+        "a plain number of microbatches under UniformCost; under TransformerCost bytes with a\n"
+        "unit (kB MB GB TB, KiB MiB GiB TiB) or 'device': each rank's device memory less its\n"
+        "weights, gradients and optimizer state.\n"
+        "--slices K cuts each microbatch into K slices (gpipe, seq-1f1b, slice-pipe); under\n"
+        "TransformerCost --slicing sets their lengths: uniform (default), balanced (equal\n"
+        "forward time: later slices, which attend to a longer prefix, get fewer tokens) or\n"
+        "terapipe (TeraPipe's optimum for P ranks). --wgrad fine places the weight-gradient\n"
+        "parts under the same cost and budget.\n"
+        "A schedule may hold at most " +
+            grouped(max_actions) +
+            " actions (recomputes and W parts included); the\n"
+            "--cost times go from 0 to 1e12.",
+        specs);
+    return exit_ok;
+  }
+  const Args a = parse_args("simulate", argv, specs, 1);
+  const Prepared p = prepare(a);
+  const SimulationResult r = simulate_schedule(p.schedule, p.cost);
+  if (a.has("--json"))
+    std::cout << simulate_json(p, r);
+  else
+    print_table(p, r);
+  if (r.deadlock) {
+    std::fprintf(stderr, "%s\n", r.deadlock_report.c_str());
+    return exit_invalid;
+  }
+  return exit_ok;
+}
+
+}  // namespace pipesched::cli

@@ -1,0 +1,262 @@
+// What the subcommands of the pipesched command share: errors and exit codes, option parsing
+// and help, the limits on what a command may build, the one pipeline from options to a
+// simulated schedule (parse → generate or read → slice → checkpoint → place weight gradients
+// → simulate), cost models and their units, and the translation of the library's words
+// (API fields, enumerators) into the command line's (flags and their values).
+//
+// This header stays light (no generators, passes or renderers): every subcommand's source
+// includes it, and only common.cpp and the subcommand that needs them pay for the heavy
+// headers.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/slicing.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/analysis/uniform_cost.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/schedule/common.hpp"
+
+namespace pipesched::cli {
+
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_invalid = 1;
+inline constexpr int exit_usage = 2;
+
+//! Bad usage or unreadable input: reported on stderr, exit code 2.
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+//! The schedule breaks a rule: exit code 1.
+struct invalid_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------------------------------
+// Limits. Measured on one core of the development machine: generating, validating and
+// simulating takes 0.5 to 1 s and 120 to 135 MB per million actions with every generator
+// (fine W parts: 3 s and 265 MB), so 2 million actions stay within a few hundred MB and a few
+// seconds. Drawing costs more (an SVG and a trace of a million
+// actions are 500 MB of text and 15 s), so pictures have a lower limit.
+
+//! Most actions a schedule built by a command may hold (R, W parts and communication
+//! included).
+inline constexpr double max_actions = 2'000'000;
+//! Most actions `render` draws into an SVG or a Chrome trace.
+inline constexpr double max_drawn_actions = 200'000;
+//! Largest time a --cost key may give: a step of max_actions such actions is at most 2e18,
+//! far from overflowing, so makespans, idle times and bubble ratios stay finite numbers.
+inline constexpr double max_cost_time = 1e12;
+//! Most configurations (base, chunks, microbatch size, slices, fine W) `tune` searches.
+inline constexpr std::size_t max_tune_configurations = 10'000;
+
+//! `n` with thousands separators: "2,000,000".
+std::string grouped(double n);
+
+// ---------------------------------------------------------------------------------------
+// Options: --name VALUE or --name=VALUE, switches and positionals, checked against what each
+// subcommand accepts.
+
+struct OptionSpec {
+  std::string name;  //!< "--ranks"
+  bool takes_value;  //!< false for switches
+  std::string help;  //!< what it does, for --help (wrapped there)
+  std::string value_name = "";
+};
+
+struct Args {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> positionals;
+  bool has(const std::string& k) const { return values.count(k) != 0; }
+  std::string get(const std::string& k, const std::string& def = "") const {
+    auto it = values.find(k);
+    return it == values.end() ? def : it->second;
+  }
+};
+
+//! Parses `argv` against `specs`; refuses unknown options (listing the accepted ones), an
+//! option given twice, a missing value and more than `max_positionals` positionals.
+Args parse_args(const std::string& command, const std::vector<std::string>& argv,
+                const std::vector<OptionSpec>& specs, std::size_t max_positionals);
+
+//! A whole number from `lo` to `hi`, or usage_error naming `option`.
+int parse_int(const std::string& option, const std::string& text, int lo, int hi);
+//! A finite decimal number from `lo` to `hi` (no "inf", "nan" or hexadecimal), or
+//! usage_error naming `what` and the range.
+double parse_number(const std::string& what, const std::string& text, double lo, double hi);
+//! The non-empty items of a comma-separated list.
+std::vector<std::string> split_list(const std::string& text);
+//! A comma-separated list of whole numbers from `lo` to `hi`.
+std::vector<int> parse_int_list(const std::string& option, const std::string& text, int lo, int hi);
+//! The numbers joined by `separator`.
+std::string join_ints(const std::vector<int>& values, const char* separator);
+
+//! Help text wrapped to help_width columns: usage, about (its own line breaks kept, long
+//! lines wrapped), then one entry per option with its help in a hanging column.
+std::string help_text(const std::string& usage, const std::string& about,
+                      const std::vector<OptionSpec>& specs);
+inline constexpr std::size_t help_width = 100;
+//! `text` wrapped at blanks to `width` columns, continuation lines indented by `indent`
+//! blanks, the first line starting `first_column` columns in.
+std::string wrap(const std::string& text, std::size_t width, std::size_t indent,
+                 std::size_t first_column = 0);
+bool wants_help(const std::vector<std::string>& argv);
+
+// ---------------------------------------------------------------------------------------
+// What the command is doing, for the message when memory runs out.
+
+//! Names the step in progress while it lives ("simulating the schedule"); steps nest. A step
+//! left by an exception is remembered (the innermost one), so that main, which catches the
+//! exception after every step has ended, can still say where it happened.
+class Step {
+ public:
+  explicit Step(std::string what);
+  ~Step();
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
+  //! The innermost step an exception left, or the innermost step in progress, or "starting".
+  static std::string failed();
+
+ private:
+  int exceptions_;  // uncaught exceptions when the step began
+};
+
+// ---------------------------------------------------------------------------------------
+// The library names its API (Problem.ranks, CheckpointMode::Selective, TuneRequest.bases);
+// a command's user typed flags. Every message the command passes on goes through here.
+
+//! `message` with the library's field and enumerator names replaced by the flags and values
+//! of `command` ("tune" maps TuneRequest fields to its list options).
+std::string in_cli_words(std::string_view message, std::string_view command);
+
+// ---------------------------------------------------------------------------------------
+// Cost models, and the units their figures are in.
+
+using AnyCost = std::variant<UniformCost, TransformerCost>;
+
+extern const std::vector<OptionSpec> cost_options;
+//! --cost, or --model with --device (and --sequence, --microbatch-size).
+AnyCost get_cost(const Args& a);
+//! --cost K=V,...: UniformCost, each key once, times from 0 to max_cost_time.
+UniformCost parse_uniform_cost(const std::string& text);
+bool is_transformer(const AnyCost& c);
+
+//! The units of a cost model's figures, as the JSON output names them: time "units" or
+//! "seconds", memory "microbatches" or "bytes". The text output and the pictures write
+//! figures with io/detail/render_common.hpp's format_time and format_memory in these.
+struct Units {
+  std::string time;
+  std::string memory;
+};
+Units units_of(const AnyCost& c);
+
+// ---------------------------------------------------------------------------------------
+// The pipeline: options → schedule → slicing → checkpointing → weight gradients.
+
+extern const std::vector<OptionSpec> schedule_options;
+extern const std::vector<OptionSpec> slicing_options;
+extern const std::vector<OptionSpec> checkpoint_options;
+
+//! How the backward is asked for: the generator's mode, and for `fine` the parts that
+//! fill_weight_gradients cuts each W into after checkpointing.
+struct WGradChoice {
+  WGradMode mode = WGradMode::Fused;
+  bool fine = false;
+  int parts = 4;
+};
+
+//! The slicing asked for and, under TransformerCost, the lengths it gave.
+struct SlicingChoice {
+  SlicingMode mode = SlicingMode::Uniform;
+  std::vector<int> lengths;  //!< empty without TransformerCost
+};
+
+//! The checkpointing asked for and the budget it was held to.
+struct CheckpointChoice {
+  CheckpointMode mode = CheckpointMode::None;
+  MemoryBudget budget;  //!< unlimited when --memory-budget is not given
+  bool budgeted = false;
+};
+
+//! What `prepare` may start from and do at the end.
+struct PrepareOptions {
+  bool allow_file = true;   //!< a schedule FILE instead of --schedule (simulate, render)
+  bool lower_comm = false;  //!< lower to explicit sends and receives (generate --comm)
+};
+
+//! A schedule made as the options ask, with what was chosen on the way.
+struct Prepared {
+  AnyCost cost;
+  Schedule schedule;
+  WGradChoice wgrad;
+  SlicingChoice slicing;
+  CheckpointChoice checkpoint;
+};
+
+//! The shared pipeline: the cost model, the schedule (generated within max_actions, or read
+//! from a FILE and validated), slice lengths, checkpointing, fine weight gradients and
+//! communication lowering as asked, and a last validation. Bad options are usage_error, an
+//! invalid schedule invalid_error.
+Prepared prepare(const Args& a, const PrepareOptions& options = {});
+
+//! `s` simulated under `cost`.
+SimulationResult simulate_schedule(const Schedule& s, const AnyCost& cost);
+
+//! The schedule in a file (PyTorch CSV or pipesched text), or usage_error.
+Schedule read_schedule(const std::string& path);
+//! invalid_error with the validator's report unless `s` is valid.
+void require_valid(const Schedule& s);
+//! `content` to `path`, or to standard output for "" and "-".
+void write_output(const std::string& path, const std::string& content);
+//! R actions in `s`.
+int recompute_count(const Schedule& s);
+
+//! The schedule as PyTorch's CSV (`csv`) or as pipesched's text form.
+std::string schedule_as_text(const Schedule& s, bool csv);
+//! `s` to `path`, as CSV when the path ends in .csv, else as text; usage_error when it fails.
+void write_schedule(const std::string& path, const Schedule& s);
+
+//! What `list` tells about a generator: the registry's facts without its code, so that `list`
+//! does not compile every generator again.
+struct GeneratorFacts {
+  std::string name, summary, placement, default_wgrad;
+  int default_chunks = 1;
+  bool chunks_vary = false, fused = false, split = false, slices = false, warmup = false;
+};
+std::vector<GeneratorFacts> generator_facts();
+
+//! The upper bound on the actions of a generated schedule that `prepare` checks against
+//! max_actions, and how it came about (for the message).
+struct ActionEstimate {
+  double units = 0;       //!< stages × microbatches × slices
+  double per_unit = 0;    //!< actions each unit may take
+  double actions = 0;     //!< units × per_unit
+  std::string breakdown;  //!< "F, I, W, R", the actions of one unit
+};
+//! The bound for `stages` stages, `microbatches`, `slices`, a backward `w`, recomputes when
+//! `checkpointed`, and sends and receives when `comm`.
+ActionEstimate estimate_actions(double stages, double microbatches, double slices,
+                                const WGradChoice& w, bool checkpointed, bool comm);
+
+// ---------------------------------------------------------------------------------------
+// The subcommands, one source file each: `argv` is what follows the subcommand's name; the
+// result is the exit code. Errors are thrown (usage_error, invalid_error, the library's) and
+// reported by main.
+
+int cmd_list(const std::vector<std::string>& argv);
+int cmd_generate(const std::vector<std::string>& argv);
+int cmd_validate(const std::vector<std::string>& argv);
+int cmd_simulate(const std::vector<std::string>& argv);
+int cmd_render(const std::vector<std::string>& argv);
+int cmd_convert(const std::vector<std::string>& argv);
+int cmd_tune(const std::vector<std::string>& argv);
+
+}  // namespace pipesched::cli
