@@ -637,7 +637,7 @@ std::vector<GeneratorFacts> generator_facts() {
   for (const GeneratorInfo& g : generators())
     out.push_back({std::string(g.name), std::string(g.summary), to_string(g.placement),
                    to_string(g.default_wgrad), g.default_chunks, g.chunks_vary, g.fused, g.split,
-                   g.slices, g.generate_with_warmup != nullptr});
+                   g.slices, static_cast<bool>(g.generate_with_warmup)});
   return out;
 }
 
@@ -759,11 +759,17 @@ CheckpointMode checked_checkpoint_mode(const Args& a) {
     throw usage_error(std::string("--checkpoint ") + to_string(mode) +
                       " chooses what to recompute from a memory budget; give --memory-budget X "
                       "too (e.g. 2 microbatches, or 24GB / device with --model and --device)");
-  // The same rule as plan<..., checkpoint::Mario>; a schedule file is taken as it is.
+  // The order's own fact (GeneratorInfo::mario, as plan<..., checkpoint::Mario> reads it);
+  // a schedule file has no order and is taken as it is.
   if (mode == CheckpointMode::Mario && a.has("--schedule")) {
     const std::string name = a.get("--schedule");
-    if (name != order::OneFOneB::name && name != order::Interleaved1F1B::name &&
-        name != order::ZeroBubbleH1::name)
+    bool applies = true;
+    try {
+      applies = find_generator(name).mario;
+    } catch (const invalid_problem& e) {
+      throw usage_error(e.what());
+    }
+    if (!applies)
       throw usage_error(
           "--checkpoint mario hides recomputes in the bubbles of a one-forward-one-backward "
           "rhythm and runs on 1f1b, interleaved-1f1b and zb-h1 only, not on '" +

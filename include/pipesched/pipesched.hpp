@@ -18,6 +18,7 @@
 
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/pass/mario.hpp"
 
@@ -41,5 +42,9 @@
 #include "pipesched/device/host/host_device.hpp"
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/executor.hpp"
+#include "pipesched/exec/fingerprint.hpp"
 #include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/exec/profile.hpp"
+#include "pipesched/exec/stage_variant.hpp"
+#include "pipesched/exec/step_result.hpp"
 #include "pipesched/transport/inproc/inproc_transport.hpp"

@@ -20,6 +20,8 @@ struct None : detail::CheckpointTag {
   static constexpr CheckpointMode mode = CheckpointMode::None;
   //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
   static constexpr bool needs_budget = false;
+  //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
+  static constexpr int held_microbatches = 0;
   //! Whether the policy can checkpoint a schedule of order `Order`.
   template <class Order>
   static constexpr bool runs_on = true;
@@ -31,6 +33,8 @@ struct Full : detail::CheckpointTag {
   static constexpr CheckpointMode mode = CheckpointMode::Full;
   //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
   static constexpr bool needs_budget = false;
+  //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
+  static constexpr int held_microbatches = 0;
   //! Whether the policy can checkpoint a schedule of order `Order`.
   template <class Order>
   static constexpr bool runs_on = true;
@@ -43,6 +47,8 @@ struct Selective : detail::CheckpointTag {
   static constexpr CheckpointMode mode = CheckpointMode::Selective;
   //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
   static constexpr bool needs_budget = true;
+  //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
+  static constexpr int held_microbatches = 0;
   //! Whether the policy can checkpoint a schedule of order `Order`.
   template <class Order>
   static constexpr bool runs_on = true;
@@ -56,11 +62,28 @@ struct Mario : detail::CheckpointTag {
   static constexpr CheckpointMode mode = CheckpointMode::Mario;
   //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
   static constexpr bool needs_budget = true;
+  //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
+  static constexpr int held_microbatches = 0;
   //! Whether the policy can checkpoint a schedule of order `Order`.
+  //! (The order's own fact, `Order::mario_applies`, which a refined order inherits.)
   template <class Order>
-  static constexpr bool runs_on = std::is_base_of_v<order::OneFOneB, Order> ||
-                                  std::is_base_of_v<order::Interleaved1F1B, Order> ||
-                                  std::is_base_of_v<order::ZeroBubbleH1, Order>;
+  static constexpr bool runs_on = Order::mario_applies;
+};
+
+//! Selective checkpointing with the budget in the policy: each rank recomputes what it takes
+//! to hold at most `Microbatches` microbatches' activations at once (one microbatch's
+//! activations on a rank: the memory its forwards of one microbatch take on every stage the
+//! rank holds, under the plan's cost model). generate(problem) plans under UniformCost;
+//! generate(problem, cost, budget) under `cost`, within the tighter of the two budgets.
+template <int Microbatches>
+struct SelectiveWithin : Selective {
+  static_assert(Microbatches >= 1,
+                "pipesched::checkpoint::SelectiveWithin<N>: N is how many microbatches' "
+                "activations a rank may hold and must be at least 1 (1 holds about what full "
+                "checkpointing needs; the pipeline depth holds what 1F1B holds without it)");
+  static constexpr bool needs_budget = false;
+  //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
+  static constexpr int held_microbatches = Microbatches;
 };
 
 }  // namespace checkpoint

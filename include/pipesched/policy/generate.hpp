@@ -1,6 +1,5 @@
-// The link from an order policy to its run-time generator in pipesched::schedule. The
-// primary template refuses any type without a specialization here; adding an order means
-// adding its tag in order.hpp and one specialization below.
+// From an order policy to its schedule: the order's own `generate` (its customization point,
+// see order::Custom) called with the backward mode of a weight-gradient policy.
 #pragma once
 
 #include "pipesched/core/problem.hpp"
@@ -9,75 +8,35 @@
 #include "pipesched/policy/order.hpp"
 #include "pipesched/policy/wgrad.hpp"
 #include "pipesched/schedule/common.hpp"
-#include "pipesched/schedule/dualpipe_v.hpp"
-#include "pipesched/schedule/gpipe.hpp"
-#include "pipesched/schedule/interleaved_1f1b.hpp"
-#include "pipesched/schedule/looped_bfs.hpp"
-#include "pipesched/schedule/one_f_one_b.hpp"
-#include "pipesched/schedule/slice_pipe.hpp"
-#include "pipesched/schedule/zero_bubble_h1.hpp"
-#include "pipesched/schedule/zero_bubble_h2.hpp"
-#include "pipesched/schedule/zero_bubble_v.hpp"
 
 namespace pipesched::detail {
 
-//! `run(Problem, WGradMode)` calls the generator of `Order`.
-template <class Order>
-struct OrderGenerator {
-  static_assert(dependent_false_v<Order>,
-                "pipesched::plan: no run-time generator is registered for this order policy; "
-                "give it a specialization of pipesched::detail::OrderGenerator in "
-                "pipesched/policy/generate.hpp");
-};
-
-template <>
-struct OrderGenerator<order::GPipe> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::gpipe(p, w); }
-};
-template <>
-struct OrderGenerator<order::OneFOneB> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::one_f_one_b(p, w); }
-};
-template <>
-struct OrderGenerator<order::Interleaved1F1B> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::interleaved_1f1b(p, w); }
-};
-template <>
-struct OrderGenerator<order::LoopedBFS> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::looped_bfs(p, w); }
-};
-template <>
-struct OrderGenerator<order::ZeroBubbleH1> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::zero_bubble_h1(p, w); }
-};
-template <>
-struct OrderGenerator<order::ZeroBubbleH2> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::zero_bubble_h2(p, w); }
-};
-template <>
-struct OrderGenerator<order::ZeroBubbleV> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::zero_bubble_v(p, w); }
-};
-template <>
-struct OrderGenerator<order::DualPipeV> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::dualpipe_v(p, w); }
-};
-
-template <>
-struct OrderGenerator<order::SeqOneFOneB> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::seq_1f1b(p, w); }
-};
-template <>
-struct OrderGenerator<order::SlicePipe> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::slice_pipe(p, w); }
-};
-template <int N>
-struct OrderGenerator<order::SlicePipeWarmup<N>> {
-  static Schedule run(Problem p, WGradMode w) { return schedule::slice_pipe(p, w, {.warmup = N}); }
-};
-
-//! The generators' backward mode for a weight-gradient policy.
+//! The generators' backward mode for a weight-gradient policy (Fine cuts a split backward).
 template <class WGrad>
 inline constexpr WGradMode wgrad_mode_v = WGrad::splits ? WGradMode::Split : WGradMode::Fused;
+
+//! True when `Order` has `generate(Problem, WGradMode, const Cost&)`.
+template <class Order, class Cost>
+concept cost_generating_order = requires(Problem p, WGradMode w, const Cost& c) {
+  { Order::generate(p, w, c) } -> std::same_as<Schedule>;
+};
+
+//! `Order`'s schedule for `p`; with a cost model, its cost-aware generator when it has one.
+template <class Order>
+Schedule generate_order(const Problem& p, WGradMode w) {
+  static_assert(generating_order<Order>,
+                "pipesched::plan: this order policy has no generator; give it "
+                "`static pipesched::Schedule generate(pipesched::Problem, pipesched::WGradMode)` "
+                "(see pipesched::order::Custom), or derive it from a built-in order such as "
+                "order::OneFOneB to inherit that order's generator");
+  return Order::generate(p, w);
+}
+template <class Order, class Cost>
+Schedule generate_order(const Problem& p, WGradMode w, const Cost& cost) {
+  if constexpr (cost_generating_order<Order, Cost>)
+    return Order::generate(p, w, cost);
+  else
+    return generate_order<Order>(p, w);
+}
 
 }  // namespace pipesched::detail

@@ -1,15 +1,33 @@
 // Order policies: which schedule family arranges each rank's forwards and backwards. Each
-// tag carries what plan<...> needs to complete and check a combination: the placements it
-// runs on, its natural placement and weight-gradient mode, whether it must split W, and
-// whether it schedules sequences cut into several slices.
+// tag is the one place that holds its schedule's facts: its command-line name and summary,
+// the placements it runs on, its natural placement and weight-gradient mode, whether it must
+// split W, whether it schedules sequences cut into several slices, whether Mario applies, and
+// its generator (`static Schedule generate(Problem, WGradMode)`). plan<>, the run-time
+// registry (schedule/registry.hpp), the tuner and the command line all read them from here.
+//
+// A user's order is a type derived from order::Custom (or from a built-in tag, whose facts
+// and generator it inherits) that defines `generate`; see docs/custom_schedules.md.
 #pragma once
 
+#include <concepts>
 #include <string_view>
 #include <type_traits>
 
+#include "pipesched/core/problem.hpp"
+#include "pipesched/core/schedule.hpp"
 #include "pipesched/policy/family.hpp"
 #include "pipesched/policy/placement.hpp"
 #include "pipesched/policy/wgrad.hpp"
+#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/dualpipe_v.hpp"
+#include "pipesched/schedule/gpipe.hpp"
+#include "pipesched/schedule/interleaved_1f1b.hpp"
+#include "pipesched/schedule/looped_bfs.hpp"
+#include "pipesched/schedule/one_f_one_b.hpp"
+#include "pipesched/schedule/slice_pipe.hpp"
+#include "pipesched/schedule/zero_bubble_h1.hpp"
+#include "pipesched/schedule/zero_bubble_h2.hpp"
+#include "pipesched/schedule/zero_bubble_v.hpp"
 
 namespace pipesched {
 namespace order {
@@ -19,87 +37,152 @@ enum class PlacementRule {
   Linear,   //!< one stage per rank (placement::Linear, or Interleaved<1>)
   Looped,   //!< any looped placement (Linear or Interleaved<V>), never a V-shape
   VShape2,  //!< exactly two chunks per rank in a V-shape (placement::VShape<2>)
+  Any,      //!< any placement policy (a user's order; plan<> still checks what it returns)
+};
+
+//! The base of a user's order policy: derive from it, give your order a `name` (and a
+//! `summary` for `pipesched list`-style listings), override the facts that differ, and define
+//!
+//!     static Schedule generate(Problem p, WGradMode w);
+//!
+//! which plan<> calls with `p.stages` and `p.slices` already resolved against the plan's
+//! placement and slicing policies. Optionally also
+//!
+//!     template <cost_model Cost> static Schedule generate(Problem p, WGradMode w, const Cost&);
+//!
+//! which plan<>::generate(problem, cost, budget) calls instead, so a list-scheduling rule can
+//! plan with the cost it will be simulated under. The defaults: any placement (Linear when
+//! none is given), fused backward, whole microbatches, Mario not applied.
+struct Custom : detail::OrderTag {
+  static constexpr std::string_view name = "custom";
+  static constexpr std::string_view summary = "a user's order";
+  static constexpr PlacementRule placement_rule = PlacementRule::Any;
+  using default_placement = placement::Linear;
+  using default_wgrad = wgrad::Fused;
+  static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
+  static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
 };
 
 //! GPipe: all forwards, then all backwards. Over K > 1 slices this is TeraPipe's order.
 struct GPipe : detail::OrderTag {
   static constexpr std::string_view name = "gpipe";
+  static constexpr std::string_view summary =
+      "all forwards, then all backwards (Huang et al. 2019; over slices: TeraPipe)";
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
   using default_placement = placement::Linear;
   using default_wgrad = wgrad::Fused;
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = true;        //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::gpipe(p, w); }
 };
 
 //! 1F1B (PipeDream-Flush): warm-up forwards, then one forward and one backward in turn.
 struct OneFOneB : detail::OrderTag {
   static constexpr std::string_view name = "1f1b";
+  static constexpr std::string_view summary =
+      "one forward, one backward after a warm-up (PipeDream-Flush)";
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
   using default_placement = placement::Linear;
   using default_wgrad = wgrad::Fused;
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = true;       //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::one_f_one_b(p, w); }
 };
 
 //! Interleaved 1F1B (Megatron-LM): 1F1B over several looped chunks per rank.
 struct Interleaved1F1B : detail::OrderTag {
   static constexpr std::string_view name = "interleaved-1f1b";
+  static constexpr std::string_view summary =
+      "1F1B over looped virtual stages, Megatron-LM's order";
   static constexpr PlacementRule placement_rule = PlacementRule::Looped;
   using default_placement = placement::Interleaved<2>;
   using default_wgrad = wgrad::Fused;
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = true;       //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::interleaved_1f1b(p, w); }
 };
 
 //! Looped BFS: every microbatch through one chunk before the next chunk (breadth first).
 struct LoopedBFS : detail::OrderTag {
   static constexpr std::string_view name = "looped-bfs";
+  static constexpr std::string_view summary =
+      "breadth-first over looped virtual stages (all chunk-0 forwards first)";
   static constexpr PlacementRule placement_rule = PlacementRule::Looped;
   using default_placement = placement::Interleaved<2>;
   using default_wgrad = wgrad::Fused;
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::looped_bfs(p, w); }
 };
 
 //! Zero Bubble H1: 1F1B's memory with weight gradients deferred into the bubbles.
 struct ZeroBubbleH1 : detail::OrderTag {
   static constexpr std::string_view name = "zb-h1";
+  static constexpr std::string_view summary =
+      "Zero Bubble H1: 1F1B memory, weight gradients fill the cooldown";
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
   using default_placement = placement::Linear;
   using default_wgrad = wgrad::Split;
   static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = true;      //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::zero_bubble_h1(p, w); }
 };
 
 //! Zero Bubble H2: more warm-up forwards than H1, trading memory for (near) no bubble.
 struct ZeroBubbleH2 : detail::OrderTag {
   static constexpr std::string_view name = "zb-h2";
+  static constexpr std::string_view summary =
+      "Zero Bubble H2: more warm-up forwards, weight gradients deferred";
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
   using default_placement = placement::Linear;
   using default_wgrad = wgrad::Split;
   static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::zero_bubble_h2(p, w); }
 };
 
 //! Zero Bubble V (ZB-V): two chunks per rank in a V-shape, weight gradients deferred.
 struct ZeroBubbleV : detail::OrderTag {
   static constexpr std::string_view name = "zb-v";
+  static constexpr std::string_view summary =
+      "Zero Bubble V: two chunks per rank in a V, 1F1B's peak memory";
   static constexpr PlacementRule placement_rule = PlacementRule::VShape2;
   using default_placement = placement::VShape<2>;
   using default_wgrad = wgrad::Split;
   static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::zero_bubble_v(p, w); }
 };
 
 //! DualPipeV (DeepSeek): DualPipe folded onto a V-shape, overlapping a forward and a
 //! backward of different microbatches.
 struct DualPipeV : detail::OrderTag {
   static constexpr std::string_view name = "dualpipe-v";
+  static constexpr std::string_view summary =
+      "DualPipeV: V placement, forward and backward overlapped in pairs";
   static constexpr PlacementRule placement_rule = PlacementRule::VShape2;
   using default_placement = placement::VShape<2>;
   using default_wgrad = wgrad::Split;
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::dualpipe_v(p, w); }
 };
 
 //! seq-1f1b: 1F1B over (microbatch, slice) units on one stage per rank, so a rank holds the
@@ -107,11 +190,16 @@ struct DualPipeV : detail::OrderTag {
 //! pipeline). Give it K > 1 slices with slicing::Uniform<K> or Balanced<K>.
 struct SeqOneFOneB : detail::OrderTag {
   static constexpr std::string_view name = "seq-1f1b";
+  static constexpr std::string_view summary =
+      "1F1B over (microbatch, slice) units: a rank holds slices, not microbatches";
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
   using default_placement = placement::Linear;
   using default_wgrad = wgrad::Fused;
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = true;        //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::seq_1f1b(p, w); }
 };
 
 //! slice-pipe: MEPipe's sequence × virtual pipeline (SVPP), (microbatch, slice) units over
@@ -119,13 +207,22 @@ struct SeqOneFOneB : detail::OrderTag {
 //! the warm-up.
 struct SlicePipe : detail::OrderTag {
   static constexpr std::string_view name = "slice-pipe";
+  static constexpr std::string_view summary =
+      "MEPipe's sequence x virtual pipeline: slices over looped chunks, tunable warm-up";
   static constexpr PlacementRule placement_rule = PlacementRule::Looped;
   using default_placement = placement::Interleaved<2>;
   using default_wgrad = wgrad::Fused;
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = true;        //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
   //! Forwards rank 0 runs before its first backward; -1: slice_pipe's default.
   static constexpr int warmup = -1;
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::slice_pipe(p, w); }
+  //! The schedule for `p` with `forwards` warm-up forwards on rank 0.
+  static Schedule generate_with_warmup(Problem p, WGradMode w, int forwards) {
+    return schedule::slice_pipe(p, w, {.warmup = forwards});
+  }
 };
 
 //! slice-pipe with `N` forwards on rank 0 before its first backward (rank r runs N − r, at
@@ -138,6 +235,10 @@ struct SlicePipeWarmup : SlicePipe {
                 "before its first backward and must be at least 1; use order::SlicePipe for the "
                 "default");
   static constexpr int warmup = N;
+  //! The schedule for `p` with N warm-up forwards on rank 0.
+  static Schedule generate(Problem p, WGradMode w) {
+    return schedule::slice_pipe(p, w, {.warmup = N});
+  }
 };
 
 }  // namespace order
@@ -150,5 +251,20 @@ inline constexpr bool is_order_v = is_order<T>::value;
 //! An order policy.
 template <class T>
 concept order_policy = is_order_v<T>;
+
+//! An order policy with a generator: `O::generate(Problem, WGradMode)` returns a Schedule.
+//! This is the customization point through which plan<> reaches a user's order.
+template <class O>
+concept generating_order = order_policy<O> && requires(Problem p, WGradMode w) {
+  { O::generate(p, w) } -> std::same_as<Schedule>;
+};
+
+//! Every built-in order, in the order `pipesched list` shows them.
+template <class... Orders>
+struct order_list {};
+using builtin_orders =
+    order_list<order::GPipe, order::OneFOneB, order::Interleaved1F1B, order::LoopedBFS,
+               order::ZeroBubbleH1, order::ZeroBubbleH2, order::ZeroBubbleV, order::DualPipeV,
+               order::SeqOneFOneB, order::SlicePipe>;
 
 }  // namespace pipesched

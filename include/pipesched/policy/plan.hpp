@@ -3,17 +3,21 @@
 // checkpoint policy's pass; the slicing policy also sets the slice lengths of a cost model.
 #pragma once
 
+#include <algorithm>
 #include <climits>
+#include <cstddef>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/policy/checkpoint.hpp"
 #include "pipesched/policy/family.hpp"
 #include "pipesched/policy/generate.hpp"
@@ -48,6 +52,24 @@ struct FirstKnob<Is, Default, First, Rest...> {
 //! How many of `Knobs` satisfy `Is`.
 template <template <class> class Is, class... Knobs>
 inline constexpr int knob_count_v = (0 + ... + (Is<Knobs>::value ? 1 : 0));
+
+//! A per-rank budget of `n` microbatches' activations of `s` under `cost` (what the forwards of
+//! one microbatch take on every stage of the rank), each within `given`.
+template <class Cost>
+MemoryBudget held_microbatches_budget(const Schedule& s, const Cost& cost, int n,
+                                      const MemoryBudget& given) {
+  const CostContext ctx{s.problem, s.placement, 1};
+  std::vector<double> one(static_cast<std::size_t>(s.rank_count()), 0.0);
+  for (int stage = 0; stage < s.problem.stages; ++stage)
+    for (int k = 0; k < s.problem.slices; ++k)
+      one[static_cast<std::size_t>(s.placement.rank_of(stage))] +=
+          cost.memory_delta(ctx, Action::make(OpKind::F, stage, 0, k), false);
+  MemoryBudget out;
+  out.per_rank.resize(one.size());
+  for (std::size_t r = 0; r < one.size(); ++r)
+    out.per_rank[r] = std::min(given.of(static_cast<int>(r)), n * one[r]);
+  return out;
+}
 
 //! The knobs of a plan sorted into families, with defaults for the missing ones. The
 //! placement and weight-gradient defaults depend on the order, so the order comes first.
@@ -146,8 +168,9 @@ struct plan {
   static_assert(!Knobs_::well_formed || Knobs_::checkpoint_ok,
                 "pipesched::plan: checkpoint::Mario hides recomputes in the bubbles of a "
                 "one-forward-one-backward rhythm and runs on order::OneFOneB, Interleaved1F1B or "
-                "ZeroBubbleH1 only; pass one of those orders, or use checkpoint::Selective or "
-                "Full with this one");
+                "ZeroBubbleH1 only (orders whose mario_applies is true, and orders derived from "
+                "them); pass one of those orders, or use checkpoint::Selective or Full with this "
+                "one");
   static_assert(!Knobs_::well_formed || Knobs_::slicing_ok,
                 "pipesched::plan: this order schedules whole microbatches and cannot take more "
                 "than one slice per microbatch; use a slice-level order (order::SeqOneFOneB, "
@@ -163,14 +186,18 @@ struct plan {
   //! "1f1b, linear (1 chunk per rank), checkpoint none, slicing whole, wgrad fused"; a
   //! slicing other than whole shows its slice count: "slicing balanced (4 slices)".
   static std::string describe() {
-    std::string slices;
+    std::string slices, held, parts;
+    if constexpr (checkpoint::held_microbatches > 0)
+      held = " (at most " + std::to_string(checkpoint::held_microbatches) + " microbatches held)";
+    if constexpr (wgrad::fills)
+      parts = " (" + std::to_string(wgrad::parts) + (wgrad::parts == 1 ? " part)" : " parts)");
     if (slicing::name != pipesched::slicing::Whole::name)
       slices =
           " (" + std::to_string(slicing::slices) + (slicing::slices == 1 ? " slice)" : " slices)");
     return std::string(order::name) + ", " + std::string(placement::name) + " (" +
            std::to_string(placement::chunks) + (placement::chunks == 1 ? " chunk" : " chunks") +
-           " per rank), checkpoint " + std::string(checkpoint::name) + ", slicing " +
-           std::string(slicing::name) + slices + ", wgrad " + std::string(wgrad::name);
+           " per rank), checkpoint " + std::string(checkpoint::name) + held + ", slicing " +
+           std::string(slicing::name) + slices + ", wgrad " + std::string(wgrad::name) + parts;
   }
 
   //! The slice lengths the plan gives a TransformerCost: slice_lengths(cost, slicing::mode,
@@ -208,18 +235,26 @@ struct plan {
   //! overload with them does not compile, nor with slicing::Balanced, whose slice lengths
   //! come from a cost model.
   static Schedule generate(Problem p) {
-    static_assert(checkpoint::mode != CheckpointMode::Selective,
+    static_assert(checkpoint::mode != CheckpointMode::Selective || !checkpoint::needs_budget,
                   "pipesched::plan: checkpoint::Selective needs a memory budget and a cost model: "
-                  "call generate(problem, cost, budget)");
+                  "call generate(problem, cost, budget), or use checkpoint::SelectiveWithin<N> "
+                  "(at most N microbatches' activations per rank)");
     static_assert(checkpoint::mode != CheckpointMode::Mario,
                   "pipesched::plan: checkpoint::Mario needs a memory budget and a cost model: "
                   "call generate(problem, cost, budget)");
     static_assert(!slicing::needs_cost,
                   "pipesched::plan: slicing::Balanced chooses slice lengths with a cost model: "
                   "call generate(problem, cost, budget) and simulate with sliced_cost(cost)");
-    Schedule s = generate_compute(p);
-    if constexpr (checkpoint::mode == CheckpointMode::Full) s = checkpoint_full(s);
-    return s;
+    static_assert(!wgrad::fills,
+                  "pipesched::plan: wgrad::Fine<Parts> places weight-gradient parts in the waits a "
+                  "cost model predicts: call generate(problem, cost, budget)");
+    if constexpr (checkpoint::held_microbatches > 0) {
+      return generate(p, UniformCost{}, MemoryBudget{});
+    } else {
+      Schedule s = generate_compute<std::nullptr_t>(p, nullptr);
+      if constexpr (checkpoint::mode == CheckpointMode::Full) s = checkpoint_full(s);
+      return s;
+    }
   }
 
   //! The schedule for `p` checkpointed by the plan's policy under sliced_cost(cost) and a
@@ -227,20 +262,32 @@ struct plan {
   //! Full throw invalid_problem when a rank's peak exceeds a limited budget; Selective and
   //! Mario recompute what the budget requires and throw when even recomputing everything
   //! does not fit. Problems that do not fit the plan are refused as by generate(p).
+  //! checkpoint::SelectiveWithin<N> plans within the tighter of `budget` and N microbatches'
+  //! activations per rank. wgrad::Fine<Parts> then cuts every weight gradient into Parts W
+  //! actions placed in the waits `cost` predicts, within `budget` (fill_weight_gradients).
+  //! An order with a cost-aware generator (`generate(Problem, WGradMode, const Cost&)`) is
+  //! given sliced_cost(cost).
   template <cost_model Cost>
   static Schedule generate(Problem p, const Cost& cost, const MemoryBudget& budget) {
-    Schedule s = generate_compute(p);
     const Cost sliced = sliced_cost(cost);
+    Schedule s = generate_compute(p, &sliced);
     try {
-      return apply_checkpoint(s, checkpoint::mode, sliced, budget);
+      MemoryBudget b = budget;
+      if constexpr (checkpoint::held_microbatches > 0)
+        b = detail::held_microbatches_budget(s, sliced, checkpoint::held_microbatches, budget);
+      s = apply_checkpoint(s, checkpoint::mode, sliced, b);
+      if constexpr (wgrad::fills) s = fill_weight_gradients(s, sliced, b, wgrad::parts);
+      return s;
     } catch (const invalid_problem& e) {
       throw invalid_problem("plan<" + describe() + ">: " + e.what());
     }
   }
 
  private:
-  // The order's compute-only schedule for `p`, before any checkpointing.
-  static Schedule generate_compute(Problem p) {
+  // The order's compute-only schedule for `p`, before any checkpointing; `cost` (null for
+  // none) goes to an order with a cost-aware generator.
+  template <class Cost>
+  static Schedule generate_compute(Problem p, const Cost* cost) {
     const std::string who = "plan<" + describe() + ">";
     try {
       p.check();
@@ -270,7 +317,11 @@ struct plan {
           (slicing::slices > 1 ? ", or leave it at 1 and the plan sets it." : "."));
     p.slices = slicing::slices;
 
-    Schedule s = detail::OrderGenerator<order>::run(p, detail::wgrad_mode_v<wgrad>);
+    Schedule s;
+    if constexpr (std::is_null_pointer_v<Cost>)
+      s = detail::generate_order<order>(p, detail::wgrad_mode_v<wgrad>);
+    else
+      s = detail::generate_order<order>(p, detail::wgrad_mode_v<wgrad>, *cost);
     // The plan promises its placement; a generator that built another map would make
     // every later pass, simulation and execution silently wrong.
     if (!(s.placement == placement::build(p.ranks)))

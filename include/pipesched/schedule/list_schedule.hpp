@@ -12,9 +12,9 @@
 //
 //   struct OneFOneB {  // 1F1B: backwards first; rank r keeps at most p − r forwards in flight
 //     int ranks;
-//     int priority(const RankState&, const ReadyAction& a) const { return a.action.kind ==
-//     OpKind::F; } bool admit(const RankState& st, const ReadyAction& a) const {
-//       return a.action.kind != OpKind::F || st.in_flight() < ranks - st.rank;
+//     int key(const ReadyAction& a) const { return a.action.kind == OpKind::F; }
+//     bool admit_kind(const RankState& st, OpKind k) const {
+//       return k != OpKind::F || st.in_flight() < ranks - st.rank;
 //     }
 //   };
 //   Schedule s = list_schedule({.problem = {.ranks = 4, .microbatches = 8},
@@ -228,27 +228,53 @@ class Ordered<Entry, true> {
 template <class Entry>
 class Ordered<Entry, false> {
  public:
+  // Entries usually arrive in order (weight gradients FIFO, a stage's microbatches in turn):
+  // while they do, a queue in a vector serves them at constant cost; the first one out of
+  // order turns what is left into a binary heap, until it empties.
   void insert(const Entry& e) {
-    heap_.push_back(e);
-    std::push_heap(heap_.begin(), heap_.end(), later);
+    if (!heap_) {
+      if (head_ == buf_.size() || !(e < buf_.back())) {
+        buf_.push_back(e);
+        return;
+      }
+      buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+      std::make_heap(buf_.begin(), buf_.end(), Later{});
+      heap_ = true;
+    }
+    buf_.push_back(e);
+    std::push_heap(buf_.begin(), buf_.end(), Later{});
   }
   void erase(const Entry&) {  // only ever the first
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    heap_.pop_back();
+    if (heap_) {
+      std::pop_heap(buf_.begin(), buf_.end(), Later{});
+      buf_.pop_back();
+      heap_ = !buf_.empty();
+    } else if (++head_ == buf_.size()) {
+      buf_.clear();
+      head_ = 0;
+    } else if (head_ >= 4096 && 2 * head_ >= buf_.size()) {
+      buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
   }
-  bool empty() const { return heap_.empty(); }
-  const Entry* begin() const { return heap_.data(); }
-  const Entry* end() const { return heap_.empty() ? heap_.data() : heap_.data() + 1; }
-  const std::vector<Entry>& all() const { return heap_; }
+  bool empty() const { return head_ == buf_.size(); }
+  const Entry* begin() const { return buf_.data() + head_; }
+  const Entry* end() const { return empty() ? begin() : begin() + 1; }
+  std::span<const Entry> all() const { return {buf_.data() + head_, buf_.size() - head_}; }
 
  private:
-  static bool later(const Entry& a, const Entry& b) { return b < a; }
-  std::vector<Entry> heap_;
+  struct Later {  // a function object, so that the heap's comparisons inline
+    bool operator()(const Entry& a, const Entry& b) const { return b < a; }
+  };
+  std::vector<Entry> buf_;
+  std::size_t head_ = 0;  //!< queue mode: entries before it have been taken
+  bool heap_ = false;
 };
 
 //! Every entry of an Ordered, in no particular order.
 template <class O>
-const auto& all_entries(const O& o) {
+decltype(auto) all_entries(const O& o) {
   return o.all();
 }
 
@@ -350,15 +376,24 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
       }
 
   // Events: an action finishing, or becoming ready (its last input arriving); earliest first,
-  // ties in the order they were created.
+  // ties in the order they were created. Packed in 16 bytes (the heap is the engine's hottest
+  // structure): the sequence number in the high half of `tag`, then the id, then the kind.
+  // Ids stay below 2^29 and sequence numbers below 2^30 (at most 2^28 actions, each one
+  // finishing and at most one arrival event).
   struct Event {
     double time;
-    std::uint64_t seq;
-    std::size_t id;  //!< finishing: the rank; becoming ready: the action's id
-    bool finish;
-    bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
+    std::uint64_t tag;
+    std::size_t id() const { return static_cast<std::size_t>((tag & 0xffffffffu) >> 1); }
+    bool finish() const { return (tag & 1u) != 0; }
+    bool operator>(const Event& o) const { return time != o.time ? time > o.time : tag > o.tag; }
   };
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
+  auto event = [](double time, std::uint64_t n, std::size_t id, bool finish) {
+    return Event{time, (n << 32) | (static_cast<std::uint64_t>(id) << 1) | (finish ? 1u : 0u)};
+  };
+  std::vector<Event> event_storage;
+  event_storage.reserve(static_cast<std::size_t>(R) + 64);
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events(std::greater<>{},
+                                                                        std::move(event_storage));
   std::uint64_t seq = 0, ready_seq = 0;
 
   std::vector<std::vector<ReadyAction>> ready(static_cast<std::size_t>(R));
@@ -443,7 +478,7 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
     if (arrives[id] <= now)
       make_ready(id, a);
     else
-      events.push(Event{arrives[id], seq++, id, false});
+      events.push(event(arrives[id], seq++, id, false));
   };
   // A dependency of `a` (action `id`) on `producer` ended at `end`.
   auto release = [&](std::size_t id, const Action& a, const Action& producer, double end) {
@@ -554,7 +589,7 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
     free_at[ru] = now + ra.duration;
     plan.makespan = std::max(plan.makespan, free_at[ru]);
     running[ru] = ra.action;
-    events.push(Event{free_at[ru], seq++, ru, true});
+    events.push(event(free_at[ru], seq++, ru, true));
     --left;
     return true;
   };
@@ -565,11 +600,11 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
     while (!events.empty() && events.top().time <= now) {
       const Event e = events.top();
       events.pop();
-      if (e.finish) {  // id is the rank that ran it
-        finish(running[e.id], e.time);
-        changed[e.id] = 1;
+      if (e.finish()) {  // id is the rank that ran it
+        finish(running[e.id()], e.time);
+        changed[e.id()] = 1;
       } else {
-        make_ready(e.id, action_of(e.id));
+        make_ready(e.id(), action_of(e.id()));
       }
     }
     for (int r = 0; r < R; ++r) {

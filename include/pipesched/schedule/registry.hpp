@@ -1,22 +1,20 @@
-// Run-time access to every schedule generator by its command-line name.
+// Run-time access to every schedule generator by its command-line name: the built-in orders
+// (their facts read from the order tags in policy/order.hpp, the one place that holds them)
+// and the generators a program registers at run time, which the tuner and any tool built on
+// the registry then offer beside the built-ins.
 #pragma once
 
-#include <array>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/placement.hpp"
-#include "pipesched/schedule/dualpipe_v.hpp"
-#include "pipesched/schedule/gpipe.hpp"
-#include "pipesched/schedule/interleaved_1f1b.hpp"
-#include "pipesched/schedule/looped_bfs.hpp"
-#include "pipesched/schedule/one_f_one_b.hpp"
-#include "pipesched/schedule/slice_pipe.hpp"
-#include "pipesched/schedule/zero_bubble_h1.hpp"
-#include "pipesched/schedule/zero_bubble_h2.hpp"
-#include "pipesched/schedule/zero_bubble_v.hpp"
+#include "pipesched/policy/order.hpp"
 
 namespace pipesched {
 
@@ -30,50 +28,156 @@ struct GeneratorInfo {
   bool fused;                //!< accepts WGradMode::Fused
   bool split;                //!< accepts WGradMode::Split
   WGradMode default_wgrad;   //!< what it uses when not told
-  Schedule (*generate)(Problem, WGradMode);
+  std::function<Schedule(Problem, WGradMode)> generate;
   bool slices = false;  //!< accepts Problem.slices > 1 (slice-level schedules)
-  //! Generates with a given warm-up (forwards before rank 0's first backward); null for
+  //! Generates with a given warm-up (forwards before rank 0's first backward); empty for
   //! generators without that knob.
-  Schedule (*generate_with_warmup)(Problem, WGradMode, int) = nullptr;
+  std::function<Schedule(Problem, WGradMode, int)> generate_with_warmup = {};
+  //! Whether Mario checkpointing applies (checkpoint::Mario::runs_on for its order).
+  bool mario = false;
 };
 
-//! Every generator, in the order `pipesched list` shows them.
-inline std::span<const GeneratorInfo> generators() {
-  static const std::array<GeneratorInfo, 10> all{{
-      {"gpipe", "all forwards, then all backwards (Huang et al. 2019; over slices: TeraPipe)",
-       PlacementKind::Linear, 1, false, true, true, WGradMode::Fused, &schedule::gpipe, true},
-      {"1f1b", "one forward, one backward after a warm-up (PipeDream-Flush)", PlacementKind::Linear,
-       1, false, true, true, WGradMode::Fused, &schedule::one_f_one_b},
-      {"interleaved-1f1b", "1F1B over looped virtual stages, Megatron-LM's order",
-       PlacementKind::Interleaved, 2, true, true, true, WGradMode::Fused,
-       &schedule::interleaved_1f1b},
-      {"looped-bfs", "breadth-first over looped virtual stages (all chunk-0 forwards first)",
-       PlacementKind::Interleaved, 2, true, true, true, WGradMode::Fused, &schedule::looped_bfs},
-      {"zb-h1", "Zero Bubble H1: 1F1B memory, weight gradients fill the cooldown",
-       PlacementKind::Linear, 1, false, false, true, WGradMode::Split, &schedule::zero_bubble_h1},
-      {"zb-h2", "Zero Bubble H2: more warm-up forwards, weight gradients deferred",
-       PlacementKind::Linear, 1, false, false, true, WGradMode::Split, &schedule::zero_bubble_h2},
-      {"zb-v", "Zero Bubble V: two chunks per rank in a V, 1F1B's peak memory",
-       PlacementKind::VShape, 2, false, false, true, WGradMode::Split, &schedule::zero_bubble_v},
-      {"dualpipe-v", "DualPipeV: V placement, forward and backward overlapped in pairs",
-       PlacementKind::VShape, 2, false, true, true, WGradMode::Split, &schedule::dualpipe_v},
-      {"seq-1f1b", "1F1B over (microbatch, slice) units: a rank holds slices, not microbatches",
-       PlacementKind::Linear, 1, false, true, true, WGradMode::Fused, &schedule::seq_1f1b, true},
-      {"slice-pipe",
-       "MEPipe's sequence x virtual pipeline: slices over looped chunks, tunable warm-up",
-       PlacementKind::Interleaved, 2, true, true, true, WGradMode::Fused,
-       [](Problem p, WGradMode w) { return schedule::slice_pipe(p, w); }, true,
-       [](Problem p, WGradMode w, int warmup) {
-         return schedule::slice_pipe(p, w, {.warmup = warmup});
-       }},
-  }};
+namespace detail {
+
+template <class Order>
+concept warmup_generating_order = requires(Problem p, WGradMode w, int n) {
+  { Order::generate_with_warmup(p, w, n) } -> std::same_as<Schedule>;
+};
+
+}  // namespace detail
+
+//! The GeneratorInfo of an order policy with a generator (a built-in tag, a tag derived from
+//! one, or a user's order on order::Custom), read from the tag's facts. An order with
+//! PlacementRule::Any is listed with its default placement; only a looped order varies chunks.
+template <generating_order Order>
+GeneratorInfo generator_info() {
+  using P = typename Order::default_placement;
+  using Rule = order::PlacementRule;
+  GeneratorInfo g{
+      .name = Order::name,
+      .summary = Order::summary,
+      .placement = P::kind,
+      .default_chunks = P::chunks,
+      .chunks_vary = Order::placement_rule == Rule::Looped,
+      .fused = !Order::needs_split_wgrad,
+      .split = true,
+      .default_wgrad = Order::default_wgrad::splits ? WGradMode::Split : WGradMode::Fused,
+      .generate = [](Problem p, WGradMode w) { return Order::generate(p, w); },
+      .slices = Order::takes_slices,
+      .mario = Order::mario_applies,
+  };
+  if constexpr (detail::warmup_generating_order<Order>)
+    g.generate_with_warmup = [](Problem p, WGradMode w, int n) {
+      return Order::generate_with_warmup(p, w, n);
+    };
+  return g;
+}
+
+namespace detail {
+
+template <class... Orders>
+std::vector<GeneratorInfo> infos_of(order_list<Orders...>) {
+  return {generator_info<Orders>()...};
+}
+
+//! The run-time registry: the built-ins, then registered generators in registration order.
+//! A deque keeps every entry (and the names it owns) in place as others are added, so a
+//! reference from find_generator stays valid for the life of the program.
+struct GeneratorRegistry {
+  struct Entry {
+    std::string name, summary;
+    GeneratorInfo info;
+  };
+  std::mutex mutex;
+  std::deque<Entry> entries;
+
+  static GeneratorRegistry& instance() {
+    static GeneratorRegistry r;
+    return r;
+  }
+};
+
+inline bool valid_generator_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
+      return false;
+  return name.front() != '-';
+}
+
+}  // namespace detail
+
+//! The built-in generators, in the order `pipesched list` shows them.
+inline std::span<const GeneratorInfo> builtin_generators() {
+  static const std::vector<GeneratorInfo> all = detail::infos_of(builtin_orders{});
   return all;
+}
+
+//! Every generator: the built-ins, then those registered with register_generator, in
+//! registration order. A copy, safe to iterate while another thread registers.
+inline std::vector<GeneratorInfo> generators() {
+  std::vector<GeneratorInfo> out(builtin_generators().begin(), builtin_generators().end());
+  detail::GeneratorRegistry& r = detail::GeneratorRegistry::instance();
+  const std::lock_guard lock(r.mutex);
+  for (const auto& e : r.entries)
+    out.push_back(e.info);
+  return out;
+}
+
+//! Adds `info` to the registry, so find_generator, generators() and the tuner (TuneRequest
+//! bases) know it by `info.name`. The name and summary are copied. Throws invalid_problem when
+//! the name is empty, longer than 64 characters or not lower-case letters, digits, '-', '_'
+//! and '.' (it must be usable as a command-line word), when a generator of that name already
+//! exists, when `generate` is empty, when it accepts neither backward mode, when its default
+//! mode is one it refuses, or when default_chunks < 1.
+inline void register_generator(const GeneratorInfo& info) {
+  const std::string name(info.name);
+  auto refuse = [&](const std::string& why) {
+    throw invalid_problem("register_generator('" + name + "'): " + why + ".");
+  };
+  if (!detail::valid_generator_name(info.name))
+    refuse(
+        "a generator's name is 1 to 64 characters of lower-case letters, digits, '-', '_' "
+        "and '.', not starting with '-' (e.g. \"my-1f1b\")");
+  if (!info.generate) refuse("generate is empty; give the function that builds the schedule");
+  if (!info.fused && !info.split) refuse("it accepts neither fused nor split backward");
+  if ((info.default_wgrad == WGradMode::Fused && !info.fused) ||
+      (info.default_wgrad == WGradMode::Split && !info.split))
+    refuse(std::string("its default backward mode, ") + to_string(info.default_wgrad) +
+           ", is one it does not accept");
+  if (info.default_chunks < 1)
+    refuse("default_chunks = " + std::to_string(info.default_chunks) +
+           "; a rank holds at least 1 stage");
+  for (const GeneratorInfo& g : builtin_generators())
+    if (g.name == info.name) refuse("a built-in generator has that name; choose another");
+  detail::GeneratorRegistry& r = detail::GeneratorRegistry::instance();
+  const std::lock_guard lock(r.mutex);
+  for (const auto& e : r.entries)
+    if (e.name == name) refuse("a generator of that name is already registered");
+  auto& e = r.entries.emplace_back();
+  e.name = name;
+  e.summary = std::string(info.summary);
+  e.info = info;
+  e.info.name = e.name;
+  e.info.summary = e.summary;
+}
+
+//! Registers the generator of an order policy (generator_info<Order>()).
+template <generating_order Order>
+void register_order() {
+  register_generator(generator_info<Order>());
 }
 
 //! The generator called `name`; throws invalid_problem listing the known names.
 inline const GeneratorInfo& find_generator(std::string_view name) {
-  for (const GeneratorInfo& g : generators())
+  for (const GeneratorInfo& g : builtin_generators())
     if (g.name == name) return g;
+  detail::GeneratorRegistry& r = detail::GeneratorRegistry::instance();
+  {
+    const std::lock_guard lock(r.mutex);
+    for (const auto& e : r.entries)
+      if (e.info.name == name) return e.info;
+  }
   std::string known;
   for (const GeneratorInfo& g : generators())
     known += (known.empty() ? "" : ", ") + std::string(g.name);

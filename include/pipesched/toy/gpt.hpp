@@ -1,7 +1,8 @@
 // The toy causal GPT on the host, float or double: token + position embedding, pre-LayerNorm
 // transformer blocks (causal multi-head attention, GELU MLP), final LayerNorm + LM head — each
-// a `layer` with a hand-written backward — and a pipeline stage made of them (a slice-aware
-// `stage_model` whose weight gradient can run in parts).
+// a `layer` with a hand-written backward — and the pipeline stages made of them (slice-aware
+// `stage_model`s whose weight gradient can run in parts): `GptStage` for any place, or one type
+// per role — `GptEmbeddingStage`, `GptBlockStage`, `GptHeadStage` — in a `StageVariant`.
 #pragma once
 
 #include <algorithm>
@@ -12,10 +13,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/exec/stage_variant.hpp"
 #include "pipesched/toy/detail/ops.hpp"
 #include "pipesched/toy/memory.hpp"
 #include "pipesched/toy/slicing.hpp"
@@ -822,35 +825,50 @@ class GptHead {
   detail::GradientSums<T> grads_;
 };
 
-//! One pipeline stage of the toy GPT: the embedding on stage 0, blocks [first_block(),
-//! last_block()) of the global list (split as evenly as possible, earlier stages taking the
-//! remainder), the LM head on the last stage. Stage 0 takes token ids [batch, sequence]; the
-//! others take activations [batch, sequence, hidden]; the last returns logits [batch, sequence,
-//! vocabulary], the others activations. Every layer draws its parameters from its own seeded
-//! stream, so any partition of one config computes the same function.
-//!
-//! It is a slice-aware stage model: `forward(x, stash, context, slice)` runs slice `slice` of
-//! a microbatch (token ids [batch, tokens] or activations [batch, tokens, hidden]; any lengths,
-//! its position is the sum of the earlier slices' lengths), reading the earlier slices'
-//! keys/values from the microbatch's `Context`; the backwards run from the last slice to the
-//! first. `forward(x, stash)` and `backward_input(dy, stash)` run whole sequences. Its weight
-//! gradient runs whole or in parts (`weight_parts()`, `backward_weight(stash, part, parts)`).
-//!
-//! Every layer of a float stage adds its weight-gradient contributions into a double sum per
-//! parameter tensor and shows those sums rounded to float in `gradients()`, as mixed-precision
-//! training accumulates in a wider type: the gradients then do not depend on the order slices,
-//! weight parts and microbatches arrive in beyond float rounding of the contributions. For double
-//! stages the gradients are the sums.
-template <class T>
-class GptStage {
+namespace detail {
+// Stands in for an end layer (the embedding or the head) a stage model never holds, and for its
+// stash: nothing is stored. (Not [[no_unique_address]]: nvcc 13's device compiler runs out of
+// memory on it, and a byte per stash is nothing.)
+struct GptNoLayer {};
+
+// A stage model placed where its type does not belong: the first stage of a pipeline is a
+// GptEmbeddingStage, the last a GptHeadStage, the others GptBlockStages; one stage is a GptStage.
+inline void check_gpt_role(const char* who, int stage, int stages, bool embedding, bool head) {
+  const bool first = stage == 0;
+  const bool last = stage == stages - 1;
+  if (first == embedding && last == head) return;
+  const std::string place =
+      stages == 1 ? "the only stage, which holds the embedding and the head: use GptStage"
+      : first     ? "the first stage, which holds the embedding: use GptEmbeddingStage"
+      : last      ? "the last stage, which holds the LM head: use GptHeadStage"
+                  : "a middle stage, which holds blocks only: use GptBlockStage";
+  throw invalid_problem(std::string(who) + ": stage is " + std::to_string(stage) + " of " +
+                        std::to_string(stages) + ", " + place +
+                        " (make_gpt_pipeline_stages builds each stage with its type)");
+}
+
+//! What every stage model of the toy GPT is made of and how it runs: the embedding when the stage
+//! can hold one (`Embedding`) and is the first, blocks [first_block(), last_block()) of the global
+//! list (split as evenly as possible, earlier stages taking the remainder), the LM head when it
+//! can hold one (`Head`) and is the last. `GptStage` can hold both and decides by its place; the
+//! role stage models (`GptEmbeddingStage`, `GptBlockStage`, `GptHeadStage`) fix them in the type,
+//! so a block stage's stash has no embedding or head part and its code no branch for them. The
+//! slice logic (the context, the order checks, the weight pieces, the byte figures) is this one.
+template <class T, bool Embedding, bool Head>
+class GptStageModel {
+  template <bool On, class L>
+  using slot = std::conditional_t<On, std::optional<L>, GptNoLayer>;
+  template <bool On, class L>
+  using slot_stash = std::conditional_t<On, typename L::stash_type, GptNoLayer>;
+
  public:
   using tensor_type = Tensor<T>;
   using value_type = T;
   struct Stash {
-    typename GptEmbedding<T>::stash_type embedding;  // used on stage 0 only
+    slot_stash<Embedding, GptEmbedding<T>> embedding;  // first stage only
     std::vector<typename GptBlock<T>::stash_type> blocks;
-    typename GptHead<T>::stash_type head;  // used on the last stage only
-    detail::StashPhase phase = detail::StashPhase::Empty;
+    slot_stash<Head, GptHead<T>> head;  // last stage only
+    StashPhase phase = StashPhase::Empty;
     int first_block = -1;  // the filling stage's first block, to catch a stash of another stage
     int slice = -1;        // the slice a sliced forward ran; -1 for a whole sequence
     std::vector<char> parts_done;  // weight parts run so far, when the weight pass is cut
@@ -870,19 +888,6 @@ class GptStage {
   };
   using context_type = Context;
 
-  //! Stage `stage` of `stages`; throws `invalid_problem` when the config or the split does not
-  //! fit (a non-positive size, hidden not a multiple of heads, more stages than blocks, a stage
-  //! out of range).
-  GptStage(const GptConfig& config, int stage, int stages) : config_(config) {
-    detail::check_gpt_config(config, "GptStage");
-    const auto [first, last] = detail::block_range(config.blocks, stage, stages, "GptStage");
-    first_ = first;
-    if (stage == 0) embedding_.emplace(config);
-    for (int i = first; i < last; ++i)
-      blocks_.emplace_back(config, i);
-    if (stage == stages - 1) head_.emplace(config);
-  }
-
   //! Runs the stage's layers in order on whole sequences; replaces whatever `stash` held.
   //! Deterministic (no dropout), so a recompute from the stage input reproduces output and
   //! stash.
@@ -895,10 +900,10 @@ class GptStage {
   //! backward is a recompute: it reproduces the stash and rewrites the same keys/values.
   Tensor<T> forward(const Tensor<T>& x, Stash& stash, Context& context, int slice) const {
     if (slice < 0)
-      throw invalid_problem("GptStage::forward: slice is " + std::to_string(slice) +
+      throw invalid_problem(name("forward") + ": slice is " + std::to_string(slice) +
                             "; slices are numbered from 0");
     if (x.rank() < 2)
-      throw invalid_problem("GptStage::forward: input shape is " + shape_string(x.shape) +
+      throw invalid_problem(name("forward") + ": input shape is " + shape_string(x.shape) +
                             "; expected [batch, tokens] ids or [batch, tokens, hidden]");
     bind(context, "forward");
     const auto k = static_cast<std::size_t>(slice);
@@ -909,7 +914,7 @@ class GptStage {
     for (int j = 0; j < slice; ++j)
       if (context.state[static_cast<std::size_t>(j)] != Context::SliceState::Live)
         throw invalid_schedule(
-            "GptStage::forward: slice " + std::to_string(slice) + " attends to slice " +
+            name("forward") + ": slice " + std::to_string(slice) + " attends to slice " +
             std::to_string(j) + ", whose " +
             (context.state[static_cast<std::size_t>(j)] == Context::SliceState::Pending
                  ? "forward has not run"
@@ -917,10 +922,10 @@ class GptStage {
             "; a microbatch's slices run their forwards first to last and their backwards last "
             "to first");
     if (context.state[k] == Context::SliceState::Done)
-      throw invalid_schedule("GptStage::forward: the backward of slice " + std::to_string(slice) +
+      throw invalid_schedule(name("forward") + ": the backward of slice " + std::to_string(slice) +
                              " already ran; a recompute runs between its forward and backward");
     if (context.state[k] == Context::SliceState::Live && context.lengths[k] != x.dim(1))
-      throw invalid_problem("GptStage::forward: slice " + std::to_string(slice) + " ran with " +
+      throw invalid_problem(name("forward") + ": slice " + std::to_string(slice) + " ran with " +
                             std::to_string(context.lengths[k]) + " tokens and now with " +
                             std::to_string(x.dim(1)) + "; a recompute takes the same input");
     Tensor<T> y = run_forward(x, stash, &context, slice, offset_of(context, slice));
@@ -932,23 +937,23 @@ class GptStage {
   //! The gradient of the stage output → the gradient of its input (zeros [batch, sequence]
   //! on stage 0, whose input is token ids).
   Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash) const {
-    check_stash(stash, detail::StashPhase::Forwarded, "backward_input", -1);
+    check_stash(stash, StashPhase::Forwarded, "backward_input", -1);
     return run_backward_input(dy, stash, nullptr, -1, 0);
   }
 
   //! The backward of slice `slice`; the backwards of the later slices that ran their forwards
   //! must have run already (they send gradients to this slice's keys/values).
   Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash, Context& context, int slice) const {
-    check_stash(stash, detail::StashPhase::Forwarded, "backward_input", slice);
+    check_stash(stash, StashPhase::Forwarded, "backward_input", slice);
     bind(context, "backward_input");
     const auto k = static_cast<std::size_t>(slice);
     if (k >= context.state.size() || context.state[k] != Context::SliceState::Live)
-      throw invalid_schedule("GptStage::backward_input: slice " + std::to_string(slice) +
+      throw invalid_schedule(name("backward_input") + ": slice " + std::to_string(slice) +
                              " is not forwarded in this slice context; pass the context its "
                              "forward used");
     for (std::size_t j = k + 1; j < context.state.size(); ++j)
       if (context.state[j] == Context::SliceState::Live)
-        throw invalid_schedule("GptStage::backward_input: slice " + std::to_string(j) +
+        throw invalid_schedule(name("backward_input") + ": slice " + std::to_string(j) +
                                " attended to slice " + std::to_string(slice) +
                                " and its backward has not run; a microbatch's slices run their "
                                "backwards last to first");
@@ -959,15 +964,18 @@ class GptStage {
 
   //! Adds every layer's weight gradients and empties the stash.
   void backward_weight(Stash& stash) {
-    check_stash(stash, detail::StashPhase::InputDone, "backward_weight", stash.slice);
+    check_stash(stash, StashPhase::InputDone, "backward_weight", stash.slice);
     if (!stash.parts_done.empty())
       throw invalid_schedule(
-          "GptStage::backward_weight: part of this stash's weight gradient already ran; run the "
-          "remaining parts with backward_weight(stash, part, parts)");
-    if (head_) head_->backward_weight(stash.head);
+          name("backward_weight") +
+          ": part of this stash's weight gradient already ran; run the remaining parts with "
+          "backward_weight(stash, part, parts)");
+    if constexpr (Head)
+      if (head_) head_->backward_weight(stash.head);
     for (std::size_t i = blocks_.size(); i-- > 0;)
       blocks_[i].backward_weight(stash.blocks[i]);
-    if (embedding_) embedding_->backward_weight(stash.embedding);
+    if constexpr (Embedding)
+      if (embedding_) embedding_->backward_weight(stash.embedding);
     stash = Stash{};
   }
 
@@ -975,8 +983,8 @@ class GptStage {
   //! `GptBlock::weight_pieces`), the embedding's, in the order they run (head first, blocks last
   //! to first, embedding last).
   int weight_parts() const noexcept {
-    return (head_ ? 1 : 0) + GptBlock<T>::weight_pieces * static_cast<int>(blocks_.size()) +
-           (embedding_ ? 1 : 0);
+    return (has_head() ? 1 : 0) + GptBlock<T>::weight_pieces * static_cast<int>(blocks_.size()) +
+           (has_embedding() ? 1 : 0);
   }
 
   //! Part `part` of `parts` of the weight gradient: the pieces [part·n/parts, (part+1)·n/parts)
@@ -984,21 +992,23 @@ class GptStage {
   //! neighbouring pieces evenly, more leave some parts empty. Each piece frees what only it
   //! needed; once every part has run the stash is empty. Parts run once each, in any order.
   void backward_weight(Stash& stash, int part, int parts) {
-    check_stash(stash, detail::StashPhase::InputDone, "backward_weight", stash.slice);
+    check_stash(stash, StashPhase::InputDone, "backward_weight", stash.slice);
     const auto [first, last] =
-        detail::begin_weight_part(stash.parts_done, part, parts, weight_parts(), "GptStage");
+        begin_weight_part(stash.parts_done, part, parts, weight_parts(), who_);
     for (int piece = first; piece < last; ++piece)
       run_piece(stash, piece);
-    if (detail::all_parts_done(stash.parts_done)) stash = Stash{};
+    if (all_parts_done(stash.parts_done)) stash = Stash{};
   }
 
   //! Bytes of the tensors `stash` holds, over every layer.
   std::size_t stash_bytes(const Stash& stash) const noexcept {
     std::size_t bytes = 0;
-    if (embedding_) bytes += embedding_->stash_bytes(stash.embedding);
+    if constexpr (Embedding)
+      if (embedding_) bytes += embedding_->stash_bytes(stash.embedding);
     for (std::size_t i = 0; i < stash.blocks.size() && i < blocks_.size(); ++i)
       bytes += blocks_[i].stash_bytes(stash.blocks[i]);
-    if (head_) bytes += head_->stash_bytes(stash.head);
+    if constexpr (Head)
+      if (head_) bytes += head_->stash_bytes(stash.head);
     return bytes;
   }
 
@@ -1024,14 +1034,14 @@ class GptStage {
     const auto t = static_cast<std::size_t>(at.length);
     const auto h = static_cast<std::size_t>(config_.hidden);
     SliceStashBytes total;
-    if (embedding_) {
+    if (has_embedding()) {
       const StashBytes e = gpt_embedding_stash_bytes<T>(b, t, h);
       total = total + SliceStashBytes{e.activation, e.wgrad, 0, 0};
     }
     for (const GptBlock<T>& blk : blocks_)
       total = total + blk.predicted_slice_bytes(config_.microbatch_size, at.length,
                                                 at.start + at.length, slice == slices - 1);
-    if (head_) {
+    if (has_head()) {
       const StashBytes e =
           gpt_head_stash_bytes<T>(b, t, h, static_cast<std::size_t>(config_.vocabulary));
       total = total + SliceStashBytes{e.activation, e.wgrad, 0, 0};
@@ -1048,22 +1058,24 @@ class GptStage {
     const auto t = static_cast<std::size_t>(at.length);
     const auto h = static_cast<std::size_t>(config_.hidden);
     std::vector<std::size_t> pieces;
-    if (head_)
+    if (has_head())
       pieces.push_back(
           gpt_head_stash_bytes<T>(b, t, h, static_cast<std::size_t>(config_.vocabulary)).wgrad);
     for (std::size_t i = blocks_.size(); i-- > 0;)
       for (std::size_t bytes : blocks_[i].predicted_piece_bytes(rows))
         pieces.push_back(bytes);
-    if (embedding_) pieces.push_back(gpt_embedding_stash_bytes<T>(b, t, h).wgrad);
-    return detail::part_bytes(pieces, parts, "GptStage");
+    if (has_embedding()) pieces.push_back(gpt_embedding_stash_bytes<T>(b, t, h).wgrad);
+    return part_bytes(pieces, parts, who_);
   }
 
   //! Sets every layer's accumulated gradients to zero.
   void zero_gradients() {
-    if (embedding_) embedding_->zero_gradients();
+    if constexpr (Embedding)
+      if (embedding_) embedding_->zero_gradients();
     for (GptBlock<T>& b : blocks_)
       b.zero_gradients();
-    if (head_) head_->zero_gradients();
+    if constexpr (Head)
+      if (head_) head_->zero_gradients();
   }
 
   //! Every parameter tensor of the stage: embedding, blocks, head, each layer's in its order.
@@ -1083,19 +1095,50 @@ class GptStage {
 
   int first_block() const noexcept { return first_; }
   int last_block() const noexcept { return first_ + static_cast<int>(blocks_.size()); }
-  bool has_embedding() const noexcept { return embedding_.has_value(); }
-  bool has_head() const noexcept { return head_.has_value(); }
+  bool has_embedding() const noexcept {
+    if constexpr (Embedding)
+      return embedding_.has_value();
+    else
+      return false;
+  }
+  bool has_head() const noexcept {
+    if constexpr (Head)
+      return head_.has_value();
+    else
+      return false;
+  }
   std::span<const GptBlock<T>> blocks() const noexcept { return blocks_; }
   const GptConfig& config() const noexcept { return config_; }
 
+ protected:
+  // Stage `stage` of `stages`, named `who` in errors. A stage model whose type fixes its role
+  // (`fixed_role`) must stand where that role is: the embedding's first, the head's last.
+  GptStageModel(const GptConfig& config, int stage, int stages, const char* who, bool fixed_role)
+      : config_(config), who_(who) {
+    check_gpt_config(config, who);
+    const auto [first, last] = block_range(config.blocks, stage, stages, who);
+    if (fixed_role) check_gpt_role(who, stage, stages, Embedding, Head);
+    first_ = first;
+    if constexpr (Embedding)
+      if (stage == 0) embedding_.emplace(config);
+    for (int i = first; i < last; ++i)
+      blocks_.emplace_back(config, i);
+    if constexpr (Head)
+      if (stage == stages - 1) head_.emplace(config);
+  }
+
  private:
+  std::string name(const char* op) const { return std::string(who_) + "::" + op; }
+
   template <class Elem, class Self, class Get>
   static TensorRange<Elem> joined(Self& self, Get get) {
     TensorRange<Elem> range;
-    if (self.embedding_) range.append(get(*self.embedding_));
+    if constexpr (Embedding)
+      if (self.embedding_) range.append(get(*self.embedding_));
     for (auto& b : self.blocks_)
       range.append(get(b));
-    if (self.head_) range.append(get(*self.head_));
+    if constexpr (Head)
+      if (self.head_) range.append(get(*self.head_));
     return range;
   }
 
@@ -1108,11 +1151,19 @@ class GptStage {
                  ? blocks_[i].forward(in, stash.blocks[i], context->blocks[i], slice, offset)
                  : blocks_[i].forward(in, stash.blocks[i]);
     };
-    Tensor<T> y = embedding_ ? embedding_->forward(x, stash.embedding, offset) : block(0, x);
-    for (std::size_t i = embedding_ ? 0 : 1; i < blocks_.size(); ++i)
+    std::size_t next = 1;  // the first block left to run
+    Tensor<T> y;
+    if constexpr (Embedding)
+      if (embedding_) {
+        y = embedding_->forward(x, stash.embedding, offset);
+        next = 0;
+      }
+    if (next == 1) y = block(0, x);
+    for (std::size_t i = next; i < blocks_.size(); ++i)
       y = block(i, y);
-    if (head_) y = head_->forward(y, stash.head);
-    stash.phase = detail::StashPhase::Forwarded;
+    if constexpr (Head)
+      if (head_) y = head_->forward(y, stash.head);
+    stash.phase = StashPhase::Forwarded;
     stash.first_block = first_;
     stash.slice = slice;
     return y;
@@ -1125,27 +1176,37 @@ class GptStage {
                  ? blocks_[i].backward_input(g, stash.blocks[i], context->blocks[i], slice, offset)
                  : blocks_[i].backward_input(g, stash.blocks[i]);
     };
-    Tensor<T> dx = head_ ? head_->backward_input(dy, stash.head) : block(blocks_.size() - 1, dy);
-    for (std::size_t i = blocks_.size() - (head_ ? 0 : 1); i-- > 0;)
+    std::size_t next = blocks_.size() - 1;  // blocks [0, next) are left to run, last first
+    Tensor<T> dx;
+    if constexpr (Head)
+      if (head_) {
+        dx = head_->backward_input(dy, stash.head);
+        next = blocks_.size();
+      }
+    if (next != blocks_.size()) dx = block(next, dy);
+    for (std::size_t i = next; i-- > 0;)
       dx = block(i, dx);
-    if (embedding_) dx = embedding_->backward_input(dx, stash.embedding);
-    stash.phase = detail::StashPhase::InputDone;
+    if constexpr (Embedding)
+      if (embedding_) dx = embedding_->backward_input(dx, stash.embedding);
+    stash.phase = StashPhase::InputDone;
     return dx;
   }
 
   // Piece `piece` of weight_parts(): the head's, then four per block from the last block, then
   // the embedding's.
   void run_piece(Stash& stash, int piece) {
-    if (head_) {
-      if (piece == 0) return head_->backward_weight(stash.head);
-      --piece;
-    }
+    if constexpr (Head)
+      if (head_) {
+        if (piece == 0) return head_->backward_weight(stash.head);
+        --piece;
+      }
     const int per_block = GptBlock<T>::weight_pieces;
     if (piece < per_block * static_cast<int>(blocks_.size())) {
       const std::size_t i = blocks_.size() - 1 - static_cast<std::size_t>(piece / per_block);
       return blocks_[i].backward_weight_piece(stash.blocks[i], piece % per_block);
     }
-    if (embedding_) embedding_->backward_weight(stash.embedding);
+    if constexpr (Embedding)
+      if (embedding_) embedding_->backward_weight(stash.embedding);
   }
 
   // The position of slice `slice`'s first token: the earlier slices' lengths.
@@ -1162,7 +1223,7 @@ class GptStage {
       context.first_block = first_;
       context.blocks.resize(blocks_.size());
     } else if (context.first_block != first_ || context.blocks.size() != blocks_.size()) {
-      throw invalid_schedule(std::string("GptStage::") + op +
+      throw invalid_schedule(name(op) +
                              ": the slice context belongs to the stage starting at block " +
                              std::to_string(context.first_block) + ", not to this one (block " +
                              std::to_string(first_) + "); give each stage its own contexts");
@@ -1171,16 +1232,15 @@ class GptStage {
 
   // A stash filled by another stage would be read against the wrong weights (or out of
   // bounds): refuse it; so is one filled by a forward of another slice.
-  void check_stash(const Stash& stash, detail::StashPhase wanted, const char* op, int slice) const {
-    detail::require_phase(stash.phase, wanted, "GptStage", op);
+  void check_stash(const Stash& stash, StashPhase wanted, const char* op, int slice) const {
+    require_phase(stash.phase, wanted, who_, op);
     if (stash.first_block != first_ || stash.blocks.size() != blocks_.size())
-      throw invalid_schedule(std::string("GptStage::") + op +
-                             ": the stash was filled by the stage starting at block " +
+      throw invalid_schedule(name(op) + ": the stash was filled by the stage starting at block " +
                              std::to_string(stash.first_block) + ", not by this one (block " +
                              std::to_string(first_) + "); pass each stage its own stashes");
     if (stash.slice != slice)
       throw invalid_schedule(
-          std::string("GptStage::") + op + ": the stash holds the forward of " +
+          name(op) + ": the stash holds the forward of " +
           (stash.slice < 0 ? std::string("a whole sequence")
                            : "slice " + std::to_string(stash.slice)) +
           " but the call is for " +
@@ -1193,20 +1253,109 @@ class GptStage {
     const auto s = static_cast<std::size_t>(config_.sequence);
     const auto h = static_cast<std::size_t>(config_.hidden);
     StashBytes total;
-    if (embedding_) total = total + gpt_embedding_stash_bytes<T>(b, s, h);
+    if (has_embedding()) total = total + gpt_embedding_stash_bytes<T>(b, s, h);
     for (const GptBlock<T>& blk : blocks_)
       total = total + blk.predicted_stash_bytes(config_.microbatch_size, config_.sequence);
-    if (head_)
+    if (has_head())
       total =
           total + gpt_head_stash_bytes<T>(b, s, h, static_cast<std::size_t>(config_.vocabulary));
     return total;
   }
 
   GptConfig config_;
+  const char* who_;
   int first_ = 0;
-  std::optional<GptEmbedding<T>> embedding_;
+  slot<Embedding, GptEmbedding<T>> embedding_;
   std::vector<GptBlock<T>> blocks_;
-  std::optional<GptHead<T>> head_;
+  slot<Head, GptHead<T>> head_;
 };
+}  // namespace detail
+
+//! One pipeline stage of the toy GPT, any stage: the embedding on stage 0, its share of the
+//! blocks, the LM head on the last stage (see `detail::GptStageModel` for the split). Stage 0 takes
+//! token ids [batch, sequence]; the others take activations [batch, sequence, hidden]; the last
+//! returns logits [batch, sequence, vocabulary], the others activations. Every layer draws its
+//! parameters from its own seeded stream, so any partition of one config computes the same
+//! function.
+//!
+//! It is a slice-aware stage model: `forward(x, stash, context, slice)` runs slice `slice` of
+//! a microbatch (token ids [batch, tokens] or activations [batch, tokens, hidden]; any lengths,
+//! its position is the sum of the earlier slices' lengths), reading the earlier slices'
+//! keys/values from the microbatch's `Context`; the backwards run from the last slice to the
+//! first. `forward(x, stash)` and `backward_input(dy, stash)` run whole sequences. Its weight
+//! gradient runs whole or in parts (`weight_parts()`, `backward_weight(stash, part, parts)`).
+//!
+//! Every layer of a float stage adds its weight-gradient contributions into a double sum per
+//! parameter tensor and shows those sums rounded to float in `gradients()`, as mixed-precision
+//! training accumulates in a wider type: the gradients then do not depend on the order slices,
+//! weight parts and microbatches arrive in beyond float rounding of the contributions. For double
+//! stages the gradients are the sums.
+//!
+//! A pipeline can instead give each role its own type — `GptEmbeddingStage`, `GptBlockStage`,
+//! `GptHeadStage`, held in a `StageVariant` (`make_gpt_pipeline_stages`) — which compute the same.
+template <class T>
+class GptStage : public detail::GptStageModel<T, true, true> {
+ public:
+  //! Stage `stage` of `stages`; throws `invalid_problem` when the config or the split does not
+  //! fit (a non-positive size, hidden not a multiple of heads, more stages than blocks, a stage
+  //! out of range).
+  GptStage(const GptConfig& config, int stage, int stages)
+      : detail::GptStageModel<T, true, true>(config, stage, stages, "GptStage", false) {}
+};
+
+//! The first stage of a pipeline of at least two: the embedding and its share of the blocks
+//! (the same split as `GptStage`). Takes token ids [batch, tokens], returns activations.
+template <class T>
+class GptEmbeddingStage : public detail::GptStageModel<T, true, false> {
+ public:
+  //! Stage `stage` (which must be 0) of `stages` (at least 2); throws `invalid_problem` otherwise,
+  //! naming the type for that place.
+  GptEmbeddingStage(const GptConfig& config, int stage, int stages)
+      : detail::GptStageModel<T, true, false>(config, stage, stages, "GptEmbeddingStage", true) {}
+};
+
+//! A middle stage (neither the first nor the last): its share of the blocks, activations in and
+//! out.
+template <class T>
+class GptBlockStage : public detail::GptStageModel<T, false, false> {
+ public:
+  //! Stage `stage` of `stages`, 0 < stage < stages − 1; throws `invalid_problem` otherwise.
+  GptBlockStage(const GptConfig& config, int stage, int stages)
+      : detail::GptStageModel<T, false, false>(config, stage, stages, "GptBlockStage", true) {}
+};
+
+//! The last stage of a pipeline of at least two: its share of the blocks, the final LayerNorm and
+//! the LM head. Takes activations, returns logits [batch, tokens, vocabulary].
+template <class T>
+class GptHeadStage : public detail::GptStageModel<T, false, true> {
+ public:
+  //! Stage `stage` (which must be stages − 1) of `stages` (at least 2); throws `invalid_problem`
+  //! otherwise.
+  GptHeadStage(const GptConfig& config, int stage, int stages)
+      : detail::GptStageModel<T, false, true>(config, stage, stages, "GptHeadStage", true) {}
+};
+
+//! A stage of the toy GPT whose type depends on its place: embedding, blocks or head.
+template <class T>
+using GptPipelineStage = StageVariant<GptEmbeddingStage<T>, GptBlockStage<T>, GptHeadStage<T>>;
+
+//! The `stages` stages of the toy GPT, each of its role's type: a GptEmbeddingStage, then
+//! GptBlockStages, then a GptHeadStage. They hold the parameters and compute the function of
+//! `GptStage`s of the same split. Throws `invalid_problem` for fewer than 2 stages (one stage
+//! holds the embedding and the head together: use `GptStage`) and whatever `GptStage` refuses.
+template <class T>
+std::vector<GptPipelineStage<T>> make_gpt_pipeline_stages(const GptConfig& config, int stages) {
+  if (stages < 2)
+    throw invalid_problem("make_gpt_pipeline_stages: stages is " + std::to_string(stages) +
+                          "; a pipeline of embedding, block and head stages has at least 2 (one "
+                          "stage holds the embedding and the head together: use GptStage)");
+  std::vector<GptPipelineStage<T>> v;
+  v.reserve(static_cast<std::size_t>(stages));
+  v.emplace_back(std::in_place_type<GptEmbeddingStage<T>>, config, 0, stages);
+  for (int s = 1; s + 1 < stages; ++s)
+    v.emplace_back(std::in_place_type<GptBlockStage<T>>, config, s, stages);
+  v.emplace_back(std::in_place_type<GptHeadStage<T>>, config, stages - 1, stages);
+  return v;
+}
 
 }  // namespace pipesched::toy

@@ -394,6 +394,16 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
     else
       result.notes.push_back(TuneNote{configuration, reason, 1});
   };
+  // Mario where the base's order says it applies (GeneratorInfo::mario); elsewhere the
+  // candidate is counted as refused, with one note per base.
+  auto mario_applies = [&](const detail::TuneConfig<Cost>& cfg) {
+    if (cfg.generator->mario) return true;
+    note(std::string(cfg.generator->name),
+         "checkpoint mario does not apply to " + std::string(cfg.generator->name) +
+             " (it plans on a one-forward-one-backward rhythm: 1f1b, interleaved-1f1b, zb-h1)");
+    settle(1, &result.candidates_refused);
+    return false;
+  };
   auto make_plan = [&](const detail::TuneConfig<Cost>& cfg, CheckpointMode mode, const Schedule& s,
                        const SimulationResult& sim) {
     TunePlan p;
@@ -525,6 +535,7 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
     if (cfg.base_fits) {
       for (CheckpointMode m : {CheckpointMode::Selective, CheckpointMode::Mario}) {
         if (!named(m)) continue;
+        if (m == CheckpointMode::Mario && !mario_applies(cfg)) continue;
         TunePlan p = make_plan(cfg, m, cfg.base, cfg.base_sim);
         p.schedule.name += m == CheckpointMode::Selective ? "+selective" : "+mario";
         keep(p);
@@ -549,6 +560,7 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
   auto run_pass = [&](CheckpointMode mode, std::optional<TunePlan>& rival) {
     for (std::size_t i : order) {
       const auto& cfg = configs[i];
+      if (mode == CheckpointMode::Mario && !mario_applies(cfg)) continue;
       if (cannot_beat(cfg, rival)) {
         settle(1, &result.candidates_pruned);
         continue;

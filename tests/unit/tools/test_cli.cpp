@@ -87,7 +87,7 @@ TEST(Cli, HelpAndList) {
   EXPECT_NE(r.out.find("simulate"), std::string::npos);
   r = run("list");
   EXPECT_EQ(r.code, 0);
-  for (const auto& g : ps::generators())
+  for (const auto& g : ps::builtin_generators())
     EXPECT_NE(r.out.find(std::string(g.name)), std::string::npos) << g.name;
   for (const char* mode : {"full", "selective", "mario"})
     EXPECT_NE(r.out.find(mode), std::string::npos) << mode;
@@ -867,14 +867,14 @@ TEST(CliList, JsonListsEveryGeneratorPolicyAndPreset) {
   ASSERT_EQ(r.code, 0) << r.err;
   const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
   const auto& schedules = doc.at("schedules").array;
-  ASSERT_EQ(schedules.size(), ps::generators().size());
+  ASSERT_EQ(schedules.size(), ps::builtin_generators().size());
   for (std::size_t i = 0; i < schedules.size(); ++i) {
-    const ps::GeneratorInfo& g = ps::generators()[i];
+    const ps::GeneratorInfo& g = ps::builtin_generators()[i];
     SCOPED_TRACE(g.name);
     EXPECT_EQ(schedules[i].at("name").string, g.name);
     EXPECT_EQ(schedules[i].at("chunks").number, g.default_chunks);
     EXPECT_EQ(schedules[i].at("slices").boolean, g.slices);
-    EXPECT_EQ(schedules[i].at("warmup").boolean, g.generate_with_warmup != nullptr);
+    EXPECT_EQ(schedules[i].at("warmup").boolean, static_cast<bool>(g.generate_with_warmup));
     EXPECT_EQ(schedules[i].at("default_wgrad").string, ps::to_string(g.default_wgrad));
   }
   EXPECT_EQ(doc.at("checkpoint").array.size(), 4u);
