@@ -183,6 +183,39 @@ TYPED_TEST(MpiNumerics, SlicePipe) {
   }
 }
 
+// Stages of different types (embedding / blocks / head as one StageVariant) over MPI processes
+// train as the whole model does sequentially.
+TEST(MpiHeterogeneous, EmbeddingBlockHeadStagesMatchSequentialTraining) {
+  using Mixed = toy::GptPipelineStage<double>;
+  for (const ps::Schedule& s :
+       {generated("zb-h1", world_size(), 2 * world_size()),
+        ps::schedule::slice_pipe({.ranks = world_size(), .microbatches = 4, .slices = 2})}) {
+    SCOPED_TRACE(s.name + ", rank " + std::to_string(world_rank()));
+    const toy::GptConfig config = config_for(s.problem.stages);
+    const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 11);
+    auto ref = make_stages<double>(config, s.problem.stages);
+    std::vector<Mixed> procs = toy::make_gpt_pipeline_stages<double>(config, s.problem.stages);
+    ps::ExecutorOptions options;
+    options.optimizer = toy::sgd_optimizer(s.placement, procs, learning_rate);
+    ps::MpiPipeline<Mixed> mpi(s, procs, MPI_COMM_WORLD, options);
+    const auto training = toy::training_data(data, s.problem.slices);
+    for (int step = 0; step < 2; ++step) {
+      const double ref_loss = toy::sequential_step(ref, data);
+      toy::sgd_update(ref, learning_rate);
+      const ps::StepResult b = mpi.step(training);
+      EXPECT_LE(std::abs(b.loss - ref_loss), tolerance<double>() * std::abs(ref_loss));
+    }
+    std::vector<Mixed> mine;
+    std::vector<toy::GptStage<double>> theirs;
+    for (int st : s.placement.stages_of(world_rank())) {
+      mine.push_back(procs[static_cast<std::size_t>(st)]);
+      theirs.push_back(ref[static_cast<std::size_t>(st)]);
+    }
+    EXPECT_LE(toy::max_relative_error(toy::flat_parameters(mine), toy::flat_parameters(theirs)),
+              tolerance<double>());
+  }
+}
+
 // Dynamic filling on MPI: pending recomputes and W's run while a receive has not arrived;
 // the numerics stay within the tolerance (W's may add up in another order).
 TEST(MpiFilling, MarioAndZeroBubbleFillWaits) {
