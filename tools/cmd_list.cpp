@@ -13,8 +13,8 @@ namespace pipesched::cli {
 namespace {
 
 struct Entry {
-  const char* name;
-  const char* summary;
+  std::string name;
+  std::string summary;
 };
 
 // One table per policy, shared by the text and the JSON form.
@@ -23,14 +23,19 @@ const std::vector<Entry> placements = {
     {"interleaved", "looped: rank r holds stages r, r+p, r+2p, ..."},
     {"v-shape", "zig-zag: rank r holds stages r and 2p-1-r (and so on)"},
 };
-const std::vector<Entry> checkpoint_policies = {
-    {"none", "keep every activation until its backward"},
-    {"full", "recompute every forward right before its backward"},
-    {"selective", "recompute what --memory-budget requires, right before its backward"},
-    {"mario",
-     "recompute in bubbles, prepose forwards, within --memory-budget (1f1b, interleaved-1f1b, "
-     "zb-h1)"},
-};
+// Mario's schedules come from the orders' own facts, as --checkpoint mario checks them.
+std::vector<Entry> checkpoint_policies() {
+  std::string mario_orders;
+  for (const GeneratorFacts& g : generator_facts())
+    if (g.mario) mario_orders += (mario_orders.empty() ? "" : ", ") + g.name;
+  return {
+      {"none", "keep every activation until its backward"},
+      {"full", "recompute every forward right before its backward"},
+      {"selective", "recompute what --memory-budget requires, right before its backward"},
+      {"mario",
+       "recompute in bubbles, prepose forwards, within --memory-budget (" + mario_orders + ")"},
+  };
+}
 const std::vector<Entry> slicing_policies = {
     {"whole", "whole sequences (one slice per microbatch, --slices 1)"},
     {"uniform", "K slices of equal length, the last taking the remainder (the default)"},
@@ -57,7 +62,7 @@ std::vector<const char*> wgrad_modes_of(const GeneratorFacts& g) {
 void print_entries(const char* heading, const std::vector<Entry>& entries) {
   std::printf("\n%s:\n", heading);
   for (const Entry& e : entries)
-    std::printf("  %-18s %s\n", e.name, e.summary);
+    std::printf("  %-18s %s\n", e.name.c_str(), e.summary.c_str());
 }
 
 std::string list_json() {
@@ -72,6 +77,7 @@ std::string list_json() {
         .field("chunks_vary", g.chunks_vary)
         .field("slices", g.slices)
         .field("warmup", g.warmup)
+        .field("mario", g.mario)
         .key("wgrad")
         .begin_array();
     for (const char* m : wgrad_modes_of(g))
@@ -86,7 +92,7 @@ std::string list_json() {
     w.end_array();
   };
   entries("placements", placements);
-  entries("checkpoint", checkpoint_policies);
+  entries("checkpoint", checkpoint_policies());
   entries("slicing", slicing_policies);
   entries("wgrad", wgrad_policies);
   w.key("models").begin_array();
@@ -134,12 +140,13 @@ int cmd_list(const std::vector<std::string>& argv) {
     std::string modes;
     for (const char* m : wgrad_modes_of(g))
       modes += (modes.empty() ? "" : "|") + std::string(m);
-    std::printf("  %-18s %s [%s%s%s%s; wgrad: %s]\n", g.name.c_str(), g.summary.c_str(),
+    std::printf("  %-18s %s [%s%s%s%s; wgrad: %s%s]\n", g.name.c_str(), g.summary.c_str(),
                 g.placement.c_str(), g.chunks_vary ? ", --chunks" : "",
-                g.slices ? ", --slices" : "", g.warmup ? ", --warmup" : "", modes.c_str());
+                g.slices ? ", --slices" : "", g.warmup ? ", --warmup" : "", modes.c_str(),
+                g.mario ? "; mario" : "");
   }
   print_entries("placements", placements);
-  print_entries("checkpoint policies (--checkpoint)", checkpoint_policies);
+  print_entries("checkpoint policies (--checkpoint)", checkpoint_policies());
   print_entries("slicing policies (--slices K, --slicing)", slicing_policies);
   print_entries("wgrad policies (--wgrad)", wgrad_policies);
   std::printf("\nmodels (--model):\n");

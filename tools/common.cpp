@@ -637,7 +637,7 @@ std::vector<GeneratorFacts> generator_facts() {
   for (const GeneratorInfo& g : generators())
     out.push_back({std::string(g.name), std::string(g.summary), to_string(g.placement),
                    to_string(g.default_wgrad), g.default_chunks, g.chunks_vary, g.fused, g.split,
-                   g.slices, static_cast<bool>(g.generate_with_warmup)});
+                   g.slices, static_cast<bool>(g.generate_with_warmup), g.mario});
   return out;
 }
 

@@ -230,6 +230,7 @@ struct GeneratorFacts {
   std::string name, summary, placement, default_wgrad;
   int default_chunks = 1;
   bool chunks_vary = false, fused = false, split = false, slices = false, warmup = false;
+  bool mario = false;  //!< --checkpoint mario applies (the order's own fact)
 };
 std::vector<GeneratorFacts> generator_facts();
 

@@ -108,6 +108,27 @@ TEST(Cli, HelpAndList) {
   }
 }
 
+// `list` shows where Mario applies from the orders' own facts, in each schedule's row and in
+// the --checkpoint mario entry, and `--checkpoint mario` follows the same facts.
+TEST(Cli, ListShowsWhereMarioAppliesAsTheOrdersSay) {
+  const CliRun r = run("list");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string mario_orders;
+  for (const auto& g : ps::builtin_generators()) {
+    SCOPED_TRACE(g.name);
+    const std::size_t at = r.out.find("  " + std::string(g.name) + " ");
+    ASSERT_NE(at, std::string::npos);
+    const std::string row = r.out.substr(at, r.out.find('\n', at) - at);
+    EXPECT_EQ(row.find("; mario]") != std::string::npos, g.mario) << row;
+    if (g.mario) mario_orders += (mario_orders.empty() ? "" : ", ") + std::string(g.name);
+    const CliRun m = run("simulate --schedule " + std::string(g.name) +
+                         " --ranks 2 --microbatches 4 --checkpoint mario --memory-budget 1");
+    EXPECT_EQ(m.code == 2 && m.err.find("runs on") != std::string::npos, !g.mario) << m.err;
+  }
+  EXPECT_NE(r.out.find("within --memory-budget (" + mario_orders + ")"), std::string::npos)
+      << r.out;
+}
+
 TEST(Cli, BadUsageExitsTwoWithAMessage) {
   struct Case {
     const char* args;
@@ -875,6 +896,7 @@ TEST(CliList, JsonListsEveryGeneratorPolicyAndPreset) {
     EXPECT_EQ(schedules[i].at("chunks").number, g.default_chunks);
     EXPECT_EQ(schedules[i].at("slices").boolean, g.slices);
     EXPECT_EQ(schedules[i].at("warmup").boolean, static_cast<bool>(g.generate_with_warmup));
+    EXPECT_EQ(schedules[i].at("mario").boolean, g.mario);
     EXPECT_EQ(schedules[i].at("default_wgrad").string, ps::to_string(g.default_wgrad));
   }
   EXPECT_EQ(doc.at("checkpoint").array.size(), 4u);
