@@ -2,12 +2,18 @@
 // the per-run checks and two facts about a schedule.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/exec/step_result.hpp"
+#include "pipesched/toy/reference.hpp"
 
 namespace exec_test {
 
@@ -29,6 +35,33 @@ std::vector<Stage> make_stages(const Config& config, int stages) {
   for (int s = 0; s < stages; ++s)
     v.emplace_back(config, s, stages);
   return v;
+}
+
+// One training step of `pipe` beside the sequential reference.
+template <class Grads>
+struct ReferenceStep {
+  pipesched::StepResult step;  // what the pipeline measured
+  double ref_loss = 0;         // the sequential step's loss
+  Grads ref_grads;             // the sequential step's gradients, before its update
+};
+
+// Runs one step of `pipe` (whose stage models are `piped`) on `training` and one sequential
+// step of `ref` (stage models of the whole model) on `data`, updating `ref` with SGD as the
+// pipeline's optimizer does; expects the loss, `piped`'s gradients and then its parameters to
+// equal the reference's within tolerance<T>().
+template <class T, class Pipe, class Piped, class Ref, class Data, class Training>
+auto step_against_reference(Pipe& pipe, const Piped& piped, Ref& ref, const Data& data,
+                            const Training& training) {
+  namespace toy = pipesched::toy;
+  const double ref_loss = toy::sequential_step(ref, data);
+  auto ref_grads = toy::flat_gradients(ref);
+  toy::sgd_update(ref, learning_rate);
+  pipesched::StepResult r = pipe.step(training);
+  EXPECT_LE(std::abs(r.loss - ref_loss), tolerance<T>() * std::abs(ref_loss));
+  EXPECT_LE(toy::max_relative_error(toy::flat_gradients(piped), ref_grads), tolerance<T>());
+  EXPECT_LE(toy::max_relative_error(toy::flat_parameters(piped), toy::flat_parameters(ref)),
+            tolerance<T>());
+  return ReferenceStep<decltype(ref_grads)>{std::move(r), ref_loss, std::move(ref_grads)};
 }
 
 struct RunChecks {

@@ -75,14 +75,8 @@ void expect_matches_sequential(const ps::Schedule& schedule, int parts = 1) {
   const auto training = toy::training_data(data, slices);
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    const double ref_loss = toy::sequential_step(whole, data);
-    const auto ref_grads = toy::flat_gradients(whole);
-    toy::sgd_update(whole, learning_rate);
-    const ps::StepResult r = pipe.step(training);
-    EXPECT_LE(std::abs(r.loss - ref_loss), tolerance<double>() * std::abs(ref_loss));
-    EXPECT_LE(toy::max_relative_error(toy::flat_gradients(piped), ref_grads), tolerance<double>());
-    EXPECT_LE(toy::max_relative_error(toy::flat_parameters(piped), toy::flat_parameters(whole)),
-              tolerance<double>());
+    const auto [r, ref_loss, ref_grads] =
+        step_against_reference<double>(pipe, piped, whole, data, training);
     // Whole microbatches accumulated in the sequential order: the same arithmetic, bit for bit.
     if (slices == 1 && accumulates_in_order(schedule)) {
       EXPECT_EQ(r.loss, ref_loss);

@@ -63,14 +63,8 @@ int expect_matches_unsliced(const ps::Schedule& schedule, const Config& config, 
   int filled = 0;
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    const double ref_loss = toy::sequential_step(ref, data);
-    const auto ref_grads = toy::flat_gradients(ref);
-    toy::sgd_update(ref, learning_rate);
-    const ps::StepResult r = pipe.step(training);
-    EXPECT_LE(std::abs(r.loss - ref_loss), tolerance<T>() * std::abs(ref_loss));
-    EXPECT_LE(toy::max_relative_error(toy::flat_gradients(piped), ref_grads), tolerance<T>());
-    EXPECT_LE(toy::max_relative_error(toy::flat_parameters(piped), toy::flat_parameters(ref)),
-              tolerance<T>());
+    const auto [r, ref_loss, ref_grads] =
+        step_against_reference<T>(pipe, piped, ref, data, training);
     for (int rank = 0; rank < schedule.rank_count(); ++rank) {
       SCOPED_TRACE("rank " + std::to_string(rank));
       const ps::RankRun& run = r.ranks[rank];
