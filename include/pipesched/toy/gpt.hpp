@@ -80,10 +80,7 @@ class GptStageModel {
   //! its position), where each is in its life, and each block's keys/values and their
   //! gradients (see `GptBlock::Context`).
   struct Context {
-    //! Where a slice is in its life: not run yet, forwarded, or its backward_input ran.
-    enum class SliceState : std::uint8_t { Pending, Live, Done };
-    std::vector<int> lengths;  // tokens of each slice forwarded so far
-    std::vector<SliceState> state;
+    SliceLedger slices;  // each slice's length and where it is in its life
     std::vector<typename GptBlock<T>::Context> blocks;
     int first_block = -1;  // the stage that uses it, to catch a context of another stage
   };
@@ -107,31 +104,9 @@ class GptStageModel {
       throw invalid_problem(name("forward") + ": input shape is " + shape_string(x.shape) +
                             "; expected [batch, tokens] ids or [batch, tokens, hidden]");
     bind(context, "forward");
-    const auto k = static_cast<std::size_t>(slice);
-    if (context.state.size() <= k) {
-      context.state.resize(k + 1, Context::SliceState::Pending);
-      context.lengths.resize(k + 1, 0);
-    }
-    for (int j = 0; j < slice; ++j)
-      if (context.state[static_cast<std::size_t>(j)] != Context::SliceState::Live)
-        throw invalid_schedule(
-            name("forward") + ": slice " + std::to_string(slice) + " attends to slice " +
-            std::to_string(j) + ", whose " +
-            (context.state[static_cast<std::size_t>(j)] == Context::SliceState::Pending
-                 ? "forward has not run"
-                 : "backward already ran") +
-            "; a microbatch's slices run their forwards first to last and their backwards last "
-            "to first");
-    if (context.state[k] == Context::SliceState::Done)
-      throw invalid_schedule(name("forward") + ": the backward of slice " + std::to_string(slice) +
-                             " already ran; a recompute runs between its forward and backward");
-    if (context.state[k] == Context::SliceState::Live && context.lengths[k] != x.dim(1))
-      throw invalid_problem(name("forward") + ": slice " + std::to_string(slice) + " ran with " +
-                            std::to_string(context.lengths[k]) + " tokens and now with " +
-                            std::to_string(x.dim(1)) + "; a recompute takes the same input");
-    Tensor<T> y = run_forward(x, stash, &context, slice, offset_of(context, slice));
-    context.lengths[k] = x.dim(1);
-    context.state[k] = Context::SliceState::Live;
+    const int offset = context.slices.begin_forward(name("forward"), slice, x.dim(1));
+    Tensor<T> y = run_forward(x, stash, &context, slice, offset);
+    context.slices.end_forward(slice, x.dim(1));
     return y;
   }
 
@@ -147,19 +122,9 @@ class GptStageModel {
   Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash, Context& context, int slice) const {
     check_stash(stash, StashPhase::Forwarded, "backward_input", slice);
     bind(context, "backward_input");
-    const auto k = static_cast<std::size_t>(slice);
-    if (k >= context.state.size() || context.state[k] != Context::SliceState::Live)
-      throw invalid_schedule(name("backward_input") + ": slice " + std::to_string(slice) +
-                             " is not forwarded in this slice context; pass the context its "
-                             "forward used");
-    for (std::size_t j = k + 1; j < context.state.size(); ++j)
-      if (context.state[j] == Context::SliceState::Live)
-        throw invalid_schedule(name("backward_input") + ": slice " + std::to_string(j) +
-                               " attended to slice " + std::to_string(slice) +
-                               " and its backward has not run; a microbatch's slices run their "
-                               "backwards last to first");
-    Tensor<T> dx = run_backward_input(dy, stash, &context, slice, offset_of(context, slice));
-    context.state[k] = Context::SliceState::Done;
+    const int offset = context.slices.begin_backward(name("backward_input"), slice);
+    Tensor<T> dx = run_backward_input(dy, stash, &context, slice, offset);
+    context.slices.end_backward(slice);
     return dx;
   }
 
@@ -408,14 +373,6 @@ class GptStageModel {
     }
     if constexpr (Embedding)
       if (embedding_) embedding_->backward_weight(stash.embedding);
-  }
-
-  // The position of slice `slice`'s first token: the earlier slices' lengths.
-  static int offset_of(const Context& context, int slice) {
-    int offset = 0;
-    for (int j = 0; j < slice && static_cast<std::size_t>(j) < context.lengths.size(); ++j)
-      offset += context.lengths[static_cast<std::size_t>(j)];
-    return offset;
   }
 
   // A fresh context is taken by this stage; one of another stage is refused.

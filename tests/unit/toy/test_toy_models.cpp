@@ -17,6 +17,7 @@
 #include "pipesched/toy/memory.hpp"
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/reference.hpp"
+#include "pipesched/toy/slicing.hpp"
 #include "pipesched/toy/tensor.hpp"
 
 namespace ps = pipesched;
@@ -496,6 +497,37 @@ TEST(StepData, IsDeterministicAndSumsToTheStepLoss) {
   EXPECT_NEAR(mse, 0.25, 1e-7);
   EXPECT_THROW(m.loss_gradient(toy::Tensor<float>({2, 7}), 0, mse), ps::invalid_problem);
   EXPECT_THROW(toy::make_mlp_data<float>(mlp, 0, 1), ps::invalid_problem);
+}
+
+// The slice bookkeeping the host and GPU GPT stages share: offsets from the lengths forwarded,
+// forwards first to last, backwards last to first, a recompute of the same length only.
+TEST(SliceLedger, OrdersSlicesAndGivesOffsets) {
+  toy::SliceLedger l;
+  EXPECT_EQ(l.begin_forward("f", 0, 3), 0);
+  l.end_forward(0, 3);
+  EXPECT_THROW(l.begin_forward("f", 2, 4), pipesched::invalid_schedule);  // slice 1 has not run
+  EXPECT_EQ(l.begin_forward("f", 1, 4), 3);
+  l.end_forward(1, 4);
+  EXPECT_EQ(l.begin_forward("f", 2, 5), 7);
+  l.end_forward(2, 5);
+  EXPECT_EQ(l.begin_forward("f", 1, 4), 3);  // a recompute
+  try {
+    l.begin_forward("stage", 1, 2);
+    ADD_FAILURE() << "a recompute of another length was taken";
+  } catch (const pipesched::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("stage: slice 1 ran with 4 tokens and now with 2"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(l.begin_backward("b", 1), pipesched::invalid_schedule);  // slice 2 still live
+  EXPECT_THROW(l.begin_backward("b", 3), pipesched::invalid_schedule);  // never forwarded
+  EXPECT_EQ(l.begin_backward("b", 2), 7);
+  l.end_backward(2);
+  EXPECT_EQ(l.begin_backward("b", 1), 3);
+  l.end_backward(1);
+  EXPECT_THROW(l.begin_forward("f", 1, 4), pipesched::invalid_schedule);  // its backward ran
+  EXPECT_THROW(l.begin_forward("f", 2, 5), pipesched::invalid_schedule);  // slice 1 is done
+  EXPECT_EQ(l.offset(3), 12);
 }
 
 TEST(Reference, MaxRelativeError) {

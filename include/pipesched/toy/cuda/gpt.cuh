@@ -53,9 +53,7 @@ class GptStage {
 
   //! What the slices of one microbatch share on this stage (see toy::GptStage::Context).
   struct Context {
-    enum class SliceState : std::uint8_t { Pending, Live, Done };
-    std::vector<int> lengths;
-    std::vector<SliceState> state;
+    toy::SliceLedger slices;  // each slice's length and where it is in its life
     std::vector<typename detail::GptBlock<T>::Context> blocks;
     int first_block = -1;
   };
@@ -87,33 +85,9 @@ class GptStage {
                             detail::shape_text(x.shape()) +
                             "; expected [batch, tokens] ids or [batch, tokens, hidden]");
     bind(context, "forward");
-    const auto k = static_cast<std::size_t>(slice);
-    if (context.state.size() <= k) {
-      context.state.resize(k + 1, Context::SliceState::Pending);
-      context.lengths.resize(k + 1, 0);
-    }
-    for (int j = 0; j < slice; ++j)
-      if (context.state[static_cast<std::size_t>(j)] != Context::SliceState::Live)
-        throw invalid_schedule(
-            "gpu::GptStage::forward: slice " + std::to_string(slice) + " attends to slice " +
-            std::to_string(j) + ", whose " +
-            (context.state[static_cast<std::size_t>(j)] == Context::SliceState::Pending
-                 ? "forward has not run"
-                 : "backward already ran") +
-            "; a microbatch's slices run their forwards first to last and their backwards last "
-            "to first");
-    if (context.state[k] == Context::SliceState::Done)
-      throw invalid_schedule("gpu::GptStage::forward: the backward of slice " +
-                             std::to_string(slice) +
-                             " already ran; a recompute runs between its forward and backward");
-    if (context.state[k] == Context::SliceState::Live && context.lengths[k] != x.dim(1))
-      throw invalid_problem("gpu::GptStage::forward: slice " + std::to_string(slice) +
-                            " ran with " + std::to_string(context.lengths[k]) +
-                            " tokens and now with " + std::to_string(x.dim(1)) +
-                            "; a recompute takes the same input");
-    tensor_type y = run_forward(x, stash, &context, slice, offset_of(context, slice));
-    context.lengths[k] = x.dim(1);
-    context.state[k] = Context::SliceState::Live;
+    const int offset = context.slices.begin_forward("gpu::GptStage::forward", slice, x.dim(1));
+    tensor_type y = run_forward(x, stash, &context, slice, offset);
+    context.slices.end_forward(slice, x.dim(1));
     return y;
   }
 
@@ -129,19 +103,9 @@ class GptStage {
                              int slice) const {
     check_stash(stash, toy::detail::StashPhase::Forwarded, "backward_input", slice);
     bind(context, "backward_input");
-    const auto k = static_cast<std::size_t>(slice);
-    if (k >= context.state.size() || context.state[k] != Context::SliceState::Live)
-      throw invalid_schedule("gpu::GptStage::backward_input: slice " + std::to_string(slice) +
-                             " is not forwarded in this slice context; pass the context its "
-                             "forward used");
-    for (std::size_t j = k + 1; j < context.state.size(); ++j)
-      if (context.state[j] == Context::SliceState::Live)
-        throw invalid_schedule("gpu::GptStage::backward_input: slice " + std::to_string(j) +
-                               " attended to slice " + std::to_string(slice) +
-                               " and its backward has not run; a microbatch's slices run their "
-                               "backwards last to first");
-    tensor_type dx = run_backward_input(dy, stash, &context, slice, offset_of(context, slice));
-    context.state[k] = Context::SliceState::Done;
+    const int offset = context.slices.begin_backward("gpu::GptStage::backward_input", slice);
+    tensor_type dx = run_backward_input(dy, stash, &context, slice, offset);
+    context.slices.end_backward(slice);
     return dx;
   }
 
@@ -292,13 +256,6 @@ class GptStage {
       return blocks_[i].backward_weight_piece(stash.blocks[i], piece % per_block);
     }
     if (embedding_) embedding_->backward_weight(stash.embedding);
-  }
-
-  static int offset_of(const Context& context, int slice) {
-    int offset = 0;
-    for (int j = 0; j < slice && static_cast<std::size_t>(j) < context.lengths.size(); ++j)
-      offset += context.lengths[static_cast<std::size_t>(j)];
-    return offset;
   }
 
   void bind(Context& context, const char* op) const {
