@@ -26,9 +26,12 @@ int cmd_generate(const std::vector<std::string>& argv) {
         "[--comm] [-o FILE]",
         "Generates a schedule, checkpoints it (recompute actions R, e.g. 2R0), places fine\n"
         "weight-gradient parts (--wgrad fine, e.g. 2W0:1), validates it and writes it. Slices\n"
-        "appear as a suffix (2F0.3: slice 3). The cost options only matter for checkpointing\n"
-        "and fine weight gradients: they say what an action takes and holds, and so what\n"
-        "--memory-budget admits (see pipesched simulate --help). A schedule may hold at most\n" +
+        "appear as a suffix (2F0.3: slice 3). The cost options only matter with\n"
+        "--memory-budget (checkpointing; without it, zb-h1/zb-h2/zb-v and slice-pipe fitting\n"
+        "themselves to it) and for fine weight gradients: they say what an action takes and holds, "
+        "and\n"
+        "so what --memory-budget admits (see pipesched simulate --help). A schedule may hold at "
+        "most\n" +
             grouped(max_actions) + " actions (sends and receives of --comm included).",
         specs);
     return exit_ok;

@@ -44,6 +44,7 @@ void plan_json(json::Writer& w, const std::optional<TunePlan>& plan) {
       .field("recomputes", p.recomputes)
       .field("slices", p.slices)
       .field("fine_wgrad", p.fine_wgrad)
+      .field("fitted", p.fitted)
       .key("peak_memory")
       .begin_array();
   for (double v : p.peak_per_rank)
@@ -113,7 +114,7 @@ class ProgressLine {
 //! Refuses a search grid too large to keep in memory: the tuner holds every configuration's
 //! base schedule and simulation while it searches.
 void check_grid(const TuneRequest& req) {
-  std::set<std::tuple<std::string, int, int, int, bool>> configs;
+  std::set<std::tuple<std::string, int, int, int, bool, bool>> configs;
   double actions = 0, largest = 0;
   std::string largest_label;
   const bool checkpointed =
@@ -128,30 +129,32 @@ void check_grid(const TuneRequest& req) {
       for (int b : req.microbatch_sizes) {
         if (req.global_batch % b != 0) continue;
         for (int k : g.slices ? req.slices : whole)
-          for (bool fine : fines) {
-            if (!configs.emplace(std::string(g.name), c, b, k, fine).second) continue;
-            if (configs.size() > max_tune_configurations)
-              throw usage_error(
-                  "the search grid has over " + grouped(max_tune_configurations) +
-                  " configurations (--bases x --chunks x --microbatch-sizes x --slices" +
-                  (req.fine_wgrad ? " x --fine-wgrad" : "") +
-                  "); give fewer values in those lists");
-            WGradChoice w;
-            w.mode = fine ? WGradMode::Split : g.default_wgrad;
-            w.fine = fine;
-            w.parts = req.wgrad_parts;
-            const ActionEstimate e =
-                estimate_actions(static_cast<double>(req.ranks) * c, req.global_batch / b, k, w,
-                                 checkpointed, false);
-            actions += e.actions;
-            if (e.actions > largest) {
-              largest = e.actions;
-              largest_label = std::string(g.name) +
-                              (c > 1 ? " with " + std::to_string(c) + " chunks per rank" : "") +
-                              ", microbatch size " + std::to_string(b) +
-                              (k > 1 ? ", " + std::to_string(k) + " slices" : "");
+          for (bool fine : fines)
+            for (bool fitted : {false, true}) {
+              if (fitted && !g.generate_within) continue;
+              if (!configs.emplace(std::string(g.name), c, b, k, fine, fitted).second) continue;
+              if (configs.size() > max_tune_configurations)
+                throw usage_error(
+                    "the search grid has over " + grouped(max_tune_configurations) +
+                    " configurations (--bases x --chunks x --microbatch-sizes x --slices" +
+                    (req.fine_wgrad ? " x --fine-wgrad" : "") +
+                    "); give fewer values in those lists");
+              WGradChoice w;
+              w.mode = fine ? WGradMode::Split : g.default_wgrad;
+              w.fine = fine;
+              w.parts = req.wgrad_parts;
+              const ActionEstimate e =
+                  estimate_actions(static_cast<double>(req.ranks) * c, req.global_batch / b, k, w,
+                                   checkpointed, false);
+              actions += e.actions;
+              if (e.actions > largest) {
+                largest = e.actions;
+                largest_label = std::string(g.name) +
+                                (c > 1 ? " with " + std::to_string(c) + " chunks per rank" : "") +
+                                ", microbatch size " + std::to_string(b) +
+                                (k > 1 ? ", " + std::to_string(k) + " slices" : "");
+              }
             }
-          }
       }
   }
   if (actions > max_actions)

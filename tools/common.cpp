@@ -779,18 +779,47 @@ CheckpointMode checked_checkpoint_mode(const Args& a) {
 }
 
 //! `s` checkpointed as --checkpoint and --memory-budget ask, under `cost`. A budget the
-//! schedule cannot meet is bad usage (exit 2) with the library's message.
+//! schedule cannot meet is bad usage (exit 2) with the library's message. A generated order
+//! with a memory knob (GeneratorInfo::generate_within: Zero Bubble's capped weight-gradient
+//! deferral, slice-pipe's warm-up unless --warmup sets it) fits itself to the budget first
+//! without checkpointing; with checkpointing its own schedule is checkpointed, and the fitted
+//! one only where that cannot meet the budget (pipesched tune searches both).
 Schedule apply_checkpoint_options(Schedule s, const Args& a, const AnyCost& cost,
-                                  CheckpointChoice& choice) {
+                                  CheckpointChoice& choice, const WGradChoice& wgrad,
+                                  bool generated) {
   if (a.has("--memory-budget")) {
     choice.budget = parse_budget_option(a.get("--memory-budget"), cost, s);
     choice.budgeted = true;
   }
   if (choice.mode == CheckpointMode::None && !choice.budgeted) return s;
-  Step step(std::string("checkpointing (--checkpoint ") + to_string(choice.mode) + ")");
-  try {
+  const GeneratorInfo* g = nullptr;
+  if (generated && choice.budget.limited() && !a.has("--warmup")) {
+    g = &find_generator(a.get("--schedule"));
+    if (!g->generate_within) g = nullptr;
+  }
+  auto fitted = [&] {
+    Step step("fitting schedule '" + std::string(g->name) + "' to the memory budget");
     return std::visit(
-        [&](const auto& c) { return apply_checkpoint(s, choice.mode, c, choice.budget); }, cost);
+        [&](const auto& c) { return g->generate_within(s.problem, wgrad.mode, c, choice.budget); },
+        cost);
+  };
+  auto checkpointed = [&](const Schedule& base) {
+    Step step(std::string("checkpointing (--checkpoint ") + to_string(choice.mode) + ")");
+    return std::visit(
+        [&](const auto& c) { return apply_checkpoint(base, choice.mode, c, choice.budget); }, cost);
+  };
+  try {
+    if (g && choice.mode == CheckpointMode::None) return checkpointed(fitted());
+    try {
+      return checkpointed(s);
+    } catch (const invalid_problem&) {
+      if (!g) throw;
+      try {
+        return checkpointed(fitted());
+      } catch (const invalid_problem&) {
+      }
+      throw;  // the order's own schedule's reason
+    }
   } catch (const invalid_problem& e) {
     throw usage_error(e.what());
   }
@@ -819,6 +848,7 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
       throw usage_error(
           "give either a schedule FILE or --schedule NAME with its options, not both");
     out.schedule = read_schedule(a.positionals[0]);
+    out.from_file = true;
     // Checkpointing adds at most one R per unit; the file itself is within the readers' limits.
     if (checkpointed) {
       const Problem& p = out.schedule.problem;
@@ -838,7 +868,8 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
     out.schedule = generated_schedule(a, out.checkpoint.mode, options.lower_comm, out.wgrad);
   }
   out.slicing = apply_slicing_options(out.cost, a, out.schedule);
-  out.schedule = apply_checkpoint_options(std::move(out.schedule), a, out.cost, out.checkpoint);
+  out.schedule = apply_checkpoint_options(std::move(out.schedule), a, out.cost, out.checkpoint,
+                                          out.wgrad, !out.from_file);
   out.schedule =
       apply_wgrad_choice(std::move(out.schedule), out.wgrad, out.cost, out.checkpoint.budget);
   if (options.lower_comm) {

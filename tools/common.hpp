@@ -199,6 +199,7 @@ struct Prepared {
   WGradChoice wgrad;
   SlicingChoice slicing;
   CheckpointChoice checkpoint;
+  bool from_file = false;  //!< read from a FILE (taken as it is), not generated
 };
 
 //! The shared pipeline: the cost model, the schedule (generated within max_actions, or read

@@ -2,6 +2,7 @@
 // see order::Custom) called with the backward mode of a weight-gradient policy.
 #pragma once
 
+#include "pipesched/core/memory_budget.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/policy/family.hpp"
@@ -21,7 +22,16 @@ concept cost_generating_order = requires(Problem p, WGradMode w, const Cost& c) 
   { Order::generate(p, w, c) } -> std::same_as<Schedule>;
 };
 
-//! `Order`'s schedule for `p`; with a cost model, its cost-aware generator when it has one.
+//! True when `Order` has `generate(Problem, WGradMode, const Cost&, const MemoryBudget&)`
+//! (a memory-bounded generator; the built-ins take a CostRef, which any cost model converts to).
+template <class Order, class Cost>
+concept budget_generating_order =
+    requires(Problem p, WGradMode w, const Cost& c, const MemoryBudget& b) {
+      { Order::generate(p, w, c, b) } -> std::same_as<Schedule>;
+    };
+
+//! `Order`'s schedule for `p`; with a cost model, its cost-aware generator when it has one;
+//! with a budget too, its memory-bounded generator when it has one.
 template <class Order>
 Schedule generate_order(const Problem& p, WGradMode w) {
   static_assert(generating_order<Order>,
@@ -37,6 +47,14 @@ Schedule generate_order(const Problem& p, WGradMode w, const Cost& cost) {
     return Order::generate(p, w, cost);
   else
     return generate_order<Order>(p, w);
+}
+template <class Order, class Cost>
+Schedule generate_order(const Problem& p, WGradMode w, const Cost& cost,
+                        const MemoryBudget& budget) {
+  if constexpr (budget_generating_order<Order, Cost>)
+    return Order::generate(p, w, cost, budget);
+  else
+    return generate_order<Order>(p, w, cost);
 }
 
 }  // namespace pipesched::detail

@@ -12,7 +12,10 @@
 #include <concepts>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/core/memory_budget.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/policy/family.hpp"
@@ -51,7 +54,13 @@ enum class PlacementRule {
 //!     template <cost_model Cost> static Schedule generate(Problem p, WGradMode w, const Cost&);
 //!
 //! which plan<>::generate(problem, cost, budget) calls instead, so a list-scheduling rule can
-//! plan with the cost it will be simulated under. The defaults: any placement (Linear when
+//! plan with the cost it will be simulated under, or
+//!
+//!     static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget&);
+//!
+//! (preferred over both when present) to fit the order to the per-rank memory budget, as the
+//! Zero Bubble orders do; the registry, the tuner and the command line's --memory-budget then
+//! use it too. The defaults: any placement (Linear when
 //! none is given), fused backward, whole microbatches, Mario not applied.
 struct Custom : detail::OrderTag {
   static constexpr std::string_view name = "custom";
@@ -137,6 +146,10 @@ struct ZeroBubbleH1 : detail::OrderTag {
   static constexpr bool mario_applies = true;      //!< whether checkpoint::Mario runs on it
   //! The schedule for `p` (stages and slices resolved by plan<>).
   static Schedule generate(Problem p, WGradMode w) { return schedule::zero_bubble_h1(p, w); }
+  //! Memory-bounded: weight gradients deferred only while the next forward fits `budget`.
+  static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget& budget) {
+    return schedule::zero_bubble_h1_within(p, w, cost, budget);
+  }
 };
 
 //! Zero Bubble H2: more warm-up forwards than H1, trading memory for (near) no bubble.
@@ -152,6 +165,10 @@ struct ZeroBubbleH2 : detail::OrderTag {
   static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
   //! The schedule for `p` (stages and slices resolved by plan<>).
   static Schedule generate(Problem p, WGradMode w) { return schedule::zero_bubble_h2(p, w); }
+  //! Memory-bounded: weight gradients deferred only while the next forward fits `budget`.
+  static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget& budget) {
+    return schedule::zero_bubble_h2_within(p, w, cost, budget);
+  }
 };
 
 //! Zero Bubble V (ZB-V): two chunks per rank in a V-shape, weight gradients deferred.
@@ -167,6 +184,10 @@ struct ZeroBubbleV : detail::OrderTag {
   static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
   //! The schedule for `p` (stages and slices resolved by plan<>).
   static Schedule generate(Problem p, WGradMode w) { return schedule::zero_bubble_v(p, w); }
+  //! Memory-bounded: weight gradients deferred only while the next forward fits `budget`.
+  static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget& budget) {
+    return schedule::zero_bubble_v_within(p, w, cost, budget);
+  }
 };
 
 //! DualPipeV (DeepSeek): DualPipe folded onto a V-shape, overlapping a forward and a
@@ -219,6 +240,19 @@ struct SlicePipe : detail::OrderTag {
   static constexpr int warmup = -1;
   //! The schedule for `p` (stages and slices resolved by plan<>).
   static Schedule generate(Problem p, WGradMode w) { return schedule::slice_pipe(p, w); }
+  //! Fitted to `budget`: the largest warm-up whose peak fits (schedule::slice_pipe_within),
+  //! the default when the budget is not limited or no warm-up fits.
+  static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget& budget) {
+    if (!budget.limited()) return schedule::slice_pipe(p, w);
+    std::vector<double> per_rank;
+    for (int r = 0; r < p.ranks; ++r)
+      per_rank.push_back(budget.of(r));
+    try {
+      return schedule::slice_pipe_within(p, w, cost, per_rank);
+    } catch (const invalid_problem&) {
+      return schedule::slice_pipe(p, w);  // nothing fits: checkpointing chooses what to drop
+    }
+  }
   //! The schedule for `p` with `forwards` warm-up forwards on rank 0.
   static Schedule generate_with_warmup(Problem p, WGradMode w, int forwards) {
     return schedule::slice_pipe(p, w, {.warmup = forwards});

@@ -251,7 +251,7 @@ struct plan {
     if constexpr (checkpoint::held_microbatches > 0) {
       return generate(p, UniformCost{}, MemoryBudget{});
     } else {
-      Schedule s = generate_compute<std::nullptr_t>(p, nullptr);
+      Schedule s = generate_compute<std::nullptr_t>(p, nullptr, nullptr);
       if constexpr (checkpoint::mode == CheckpointMode::Full) s = checkpoint_full(s);
       return s;
     }
@@ -266,11 +266,18 @@ struct plan {
   //! activations per rank. wgrad::Fine<Parts> then cuts every weight gradient into Parts W
   //! actions placed in the waits `cost` predicts, within `budget` (fill_weight_gradients).
   //! An order with a cost-aware generator (`generate(Problem, WGradMode, const Cost&)`) is
-  //! given sliced_cost(cost).
+  //! given sliced_cost(cost); with checkpoint::None, one with a memory-bounded generator (the
+  //! Zero Bubble orders, slice-pipe) is given the budget too and fits its order to it (with a
+  //! checkpointing policy, the order's own schedule is checkpointed: fitting first could trade
+  //! more step time than the recomputes it saves — tune() searches both).
   template <cost_model Cost>
   static Schedule generate(Problem p, const Cost& cost, const MemoryBudget& budget) {
     const Cost sliced = sliced_cost(cost);
-    Schedule s = generate_compute(p, &sliced);
+    // Without checkpointing, an order with a memory knob fits itself to the budget (else the
+    // budget is only checked); with checkpointing, the order's own schedule is checkpointed.
+    constexpr bool fit_order =
+        checkpoint::mode == CheckpointMode::None && checkpoint::held_microbatches == 0;
+    Schedule s = generate_compute(p, &sliced, fit_order ? &budget : nullptr);
     try {
       MemoryBudget b = budget;
       if constexpr (checkpoint::held_microbatches > 0)
@@ -285,9 +292,10 @@ struct plan {
 
  private:
   // The order's compute-only schedule for `p`, before any checkpointing; `cost` (null for
-  // none) goes to an order with a cost-aware generator.
+  // none) goes to an order with a cost-aware generator, and `budget` with it to an order with
+  // a memory-bounded one.
   template <class Cost>
-  static Schedule generate_compute(Problem p, const Cost* cost) {
+  static Schedule generate_compute(Problem p, const Cost* cost, const MemoryBudget* budget) {
     const std::string who = "plan<" + describe() + ">";
     try {
       p.check();
@@ -320,6 +328,8 @@ struct plan {
     Schedule s;
     if constexpr (std::is_null_pointer_v<Cost>)
       s = detail::generate_order<order>(p, detail::wgrad_mode_v<wgrad>);
+    else if (budget)
+      s = detail::generate_order<order>(p, detail::wgrad_mode_v<wgrad>, *cost, *budget);
     else
       s = detail::generate_order<order>(p, detail::wgrad_mode_v<wgrad>, *cost);
     // The plan promises its placement; a generator that built another map would make

@@ -12,8 +12,11 @@
 #include <string_view>
 #include <vector>
 
+#include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/memory_budget.hpp"
 #include "pipesched/core/placement.hpp"
+#include "pipesched/policy/generate.hpp"
 #include "pipesched/policy/order.hpp"
 
 namespace pipesched {
@@ -35,6 +38,10 @@ struct GeneratorInfo {
   std::function<Schedule(Problem, WGradMode, int)> generate_with_warmup = {};
   //! Whether Mario checkpointing applies (checkpoint::Mario::runs_on for its order).
   bool mario = false;
+  //! Generates fitted to a per-rank memory budget under a cost model (the order's
+  //! memory-bounded generator: Zero Bubble's capped weight-gradient deferral, slice-pipe's
+  //! warm-up); empty for orders without one, which are fitted by checkpointing alone.
+  std::function<Schedule(Problem, WGradMode, CostRef, const MemoryBudget&)> generate_within = {};
 };
 
 namespace detail {
@@ -66,6 +73,10 @@ GeneratorInfo generator_info() {
       .slices = Order::takes_slices,
       .mario = Order::mario_applies,
   };
+  if constexpr (detail::budget_generating_order<Order, CostRef>)
+    g.generate_within = [](Problem p, WGradMode w, CostRef c, const MemoryBudget& b) {
+      return Order::generate(p, w, c, b);
+    };
   if constexpr (detail::warmup_generating_order<Order>)
     g.generate_with_warmup = [](Problem p, WGradMode w, int n) {
       return Order::generate_with_warmup(p, w, n);

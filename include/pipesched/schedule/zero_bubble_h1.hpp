@@ -8,7 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/memory_budget.hpp"
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
@@ -32,6 +34,17 @@ inline Problem resolve_zero_bubble_linear(Problem p, WGradMode wgrad, const char
   return p;
 }
 
+inline Schedule zero_bubble_h1_impl(Problem p, WGradMode wgrad, const CostRef* memory,
+                                    const MemoryBudget* budget) {
+  constexpr const char* generator = "zb-h1";
+  p = detail::resolve_zero_bubble_linear(p, wgrad, generator);
+  std::vector<int> limit(static_cast<std::size_t>(p.ranks));
+  for (int r = 0; r < p.ranks; ++r)
+    limit[static_cast<std::size_t>(r)] = p.ranks - r;
+  return detail::greedy_schedule(generator, p, Placement::linear(p.ranks), std::move(limit), memory,
+                                 budget);
+}
+
 }  // namespace detail
 
 //! ZB-H1 on a linear placement (stage s on rank s), compute-only lists of F, I and W. Rank r of
@@ -43,12 +56,19 @@ inline Problem resolve_zero_bubble_linear(Problem p, WGradMode wgrad, const char
 //! backward chains two apart. Needs `wgrad` Split, `stages == ranks` (or 0) and `slices == 1`;
 //! throws invalid_problem otherwise.
 inline Schedule zero_bubble_h1(Problem p, WGradMode wgrad = WGradMode::Split) {
-  constexpr const char* generator = "zb-h1";
-  p = detail::resolve_zero_bubble_linear(p, wgrad, generator);
-  std::vector<int> limit(static_cast<std::size_t>(p.ranks));
-  for (int r = 0; r < p.ranks; ++r)
-    limit[static_cast<std::size_t>(r)] = p.ranks - r;
-  return detail::greedy_schedule(generator, p, Placement::linear(p.ranks), std::move(limit));
+  return detail::zero_bubble_h1_impl(p, wgrad, nullptr, nullptr);
+}
+
+//! The same, memory-bounded (Zero Bubble's `max_mem`): where the next forward would take a rank
+//! over `budget` (in `cost`'s memory unit: its memory_delta of F, I and W, as the simulator
+//! counts it), the rank first runs its pending weight gradients, oldest first. The plan's
+//! clock stays the unit one, so a budget the unbounded schedule never reaches gives that
+//! schedule. The peak stays within the budget wherever deferring less suffices; when even
+//! running every W at once leaves a forward over it, the forward runs (the peak is then the
+//! order's least, and checkpointing or a larger budget must make up the rest).
+inline Schedule zero_bubble_h1_within(Problem p, WGradMode wgrad, CostRef cost,
+                                      const MemoryBudget& budget) {
+  return detail::zero_bubble_h1_impl(p, wgrad, &cost, &budget);
 }
 
 }  // namespace pipesched::schedule

@@ -15,6 +15,24 @@
 
 namespace pipesched::schedule {
 
+namespace detail {
+
+inline Schedule zero_bubble_h2_impl(Problem p, WGradMode wgrad, const CostRef* memory,
+                                    const MemoryBudget* budget) {
+  constexpr const char* generator = "zb-h2";
+  p = detail::resolve_zero_bubble_linear(p, wgrad, generator);
+  std::vector<int> limit(static_cast<std::size_t>(p.ranks));
+  for (int r = 0; r < p.ranks; ++r)
+    limit[static_cast<std::size_t>(r)] = 2 * (p.ranks - r) - 1;
+  std::vector<int> h1_limit(static_cast<std::size_t>(p.ranks));  // the floor under a cap
+  for (int r = 0; r < p.ranks; ++r)
+    h1_limit[static_cast<std::size_t>(r)] = p.ranks - r;
+  return detail::greedy_schedule(generator, p, Placement::linear(p.ranks), std::move(limit), memory,
+                                 budget, std::move(h1_limit));
+}
+
+}  // namespace detail
+
 //! ZB-H2 on a linear placement (stage s on rank s), compute-only lists of F, I and W. Rank r of
 //! p keeps at most 2(p − r) − 1 microbatches whose I has not run (rank 0: 2p − 1, the last
 //! rank: 1), so the early ranks run forwards where ZB-H1 waits for the first gradient; W's
@@ -25,12 +43,19 @@ namespace pipesched::schedule {
 //! is memory: up to 2p − 1 microbatches of activations on rank 0 instead of p. Needs `wgrad`
 //! Split, `stages == ranks` (or 0) and `slices == 1`; throws invalid_problem otherwise.
 inline Schedule zero_bubble_h2(Problem p, WGradMode wgrad = WGradMode::Split) {
-  constexpr const char* generator = "zb-h2";
-  p = detail::resolve_zero_bubble_linear(p, wgrad, generator);
-  std::vector<int> limit(static_cast<std::size_t>(p.ranks));
-  for (int r = 0; r < p.ranks; ++r)
-    limit[static_cast<std::size_t>(r)] = 2 * (p.ranks - r) - 1;
-  return detail::greedy_schedule(generator, p, Placement::linear(p.ranks), std::move(limit));
+  return detail::zero_bubble_h2_impl(p, wgrad, nullptr, nullptr);
+}
+
+//! The same, memory-bounded (Zero Bubble's `max_mem`): where the next forward would take a rank
+//! over `budget` (in `cost`'s memory unit: its memory_delta of F, I and W, as the simulator
+//! counts it), the rank first runs its pending weight gradients, oldest first. The plan's
+//! clock stays the unit one, so a budget the unbounded schedule never reaches gives that
+//! schedule. The peak stays within the budget wherever deferring less suffices; when even
+//! running every W at once leaves a forward over it, the forward runs (the peak is then the
+//! order's least, and checkpointing or a larger budget must make up the rest).
+inline Schedule zero_bubble_h2_within(Problem p, WGradMode wgrad, CostRef cost,
+                                      const MemoryBudget& budget) {
+  return detail::zero_bubble_h2_impl(p, wgrad, &cost, &budget);
 }
 
 }  // namespace pipesched::schedule

@@ -9,6 +9,9 @@
 //                      (interleaved-1f1b, looped-bfs), the generator's own count otherwise;
 //   microbatch size    each of TuneRequest::microbatch_sizes that divides global_batch;
 //                      microbatches = global_batch / microbatch size;
+//   memory fitting     for orders with a memory knob (GeneratorInfo::generate_within: the
+//                      Zero Bubble orders, slice-pipe), the order's own schedule and the one
+//                      fitted to the budget (TunePlan::fitted);
 //   checkpointing      each of TuneRequest::checkpoints (none, selective, mario by default),
 //                      and full checkpointing as a fallback when nothing else fits.
 // A configuration a generator or the cost model refuses (microbatches that do not make whole
@@ -159,6 +162,10 @@ struct TunePlan {
   int recomputes = 0;                   //!< R actions in the schedule
   int slices = 1;                       //!< slices per microbatch
   bool fine_wgrad = false;              //!< weight gradients cut into parts, placed in waits
+  //! The base schedule was fitted to the budget by its order's memory knob
+  //! (GeneratorInfo::generate_within: Zero Bubble's capped weight-gradient deferral, slice-pipe's
+  //! warm-up) before checkpointing; false: the order's own schedule.
+  bool fitted = false;
 };
 
 //! Why configurations were refused: one note per distinct reason, naming the first
@@ -202,6 +209,7 @@ inline std::string describe(const TunePlan& p) {
   s += ", " + std::to_string(p.microbatches) + " mb of " + std::to_string(p.microbatch_size);
   if (p.slices > 1) s += " in " + std::to_string(p.slices) + " slices";
   if (p.fine_wgrad) s += ", fine W";
+  if (p.fitted) s += ", fitted";
   s += ", ";
   s += to_string(p.checkpoint);
   if (p.recomputes > 0) s += " (" + std::to_string(p.recomputes) + " R)";
@@ -288,6 +296,7 @@ struct TuneConfig {
   int microbatches = 1;
   int slices = 1;
   bool fine = false;
+  bool fitted = false;  //!< base from the order's memory-bounded generator
   std::optional<Cost> cost;
   Schedule base;
   MemoryBudget budget;
@@ -304,6 +313,7 @@ struct TuneConfig {
          std::to_string(microbatches) + " microbatches)";
     if (slices > 1) s += ", " + std::to_string(slices) + " slices";
     if (fine) s += ", fine W";
+    if (fitted) s += ", fitted to the budget";
     return s;
   }
 };
@@ -354,24 +364,28 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
     const std::vector<int> own{g.default_chunks}, whole{1};
     std::vector<bool> fines{false};
     if (request.fine_wgrad && g.split) fines.push_back(true);
+    std::vector<bool> fitting{false};
+    if (g.generate_within) fitting.push_back(true);
     for (int c : g.chunks_vary ? chunk_counts : own)
       for (int b : sizes)
         for (int k : g.slices ? request.slices : whole)
-          for (bool fine : fines) {
-            if (std::find_if(configs.begin(), configs.end(), [&](const auto& x) {
-                  return x.generator == &g && x.chunks == c && x.microbatch_size == b &&
-                         x.slices == k && x.fine == fine;
-                }) != configs.end())
-              continue;
-            detail::TuneConfig<Cost> cfg;
-            cfg.generator = &g;
-            cfg.chunks = c;
-            cfg.microbatch_size = b;
-            cfg.microbatches = request.global_batch / b;
-            cfg.slices = k;
-            cfg.fine = fine;
-            configs.push_back(std::move(cfg));
-          }
+          for (bool fine : fines)
+            for (bool fitted : fitting) {
+              if (std::find_if(configs.begin(), configs.end(), [&](const auto& x) {
+                    return x.generator == &g && x.chunks == c && x.microbatch_size == b &&
+                           x.slices == k && x.fine == fine && x.fitted == fitted;
+                  }) != configs.end())
+                continue;
+              detail::TuneConfig<Cost> cfg;
+              cfg.generator = &g;
+              cfg.chunks = c;
+              cfg.microbatch_size = b;
+              cfg.microbatches = request.global_batch / b;
+              cfg.slices = k;
+              cfg.fine = fine;
+              cfg.fitted = fitted;
+              configs.push_back(std::move(cfg));
+            }
   }
 
   TuneResult result;
@@ -422,6 +436,7 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
     p.recomputes = detail::count_recomputes(s);
     p.slices = cfg.slices;
     p.fine_wgrad = cfg.fine;
+    p.fitted = cfg.fitted;
     return p;
   };
   auto keep = [&](const TunePlan& p) {
@@ -468,16 +483,17 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
       cfg.budget = request.budget
                        ? *request.budget
                        : default_memory_budget(*cfg.cost, cfg.base.problem, cfg.base.placement);
-      // slice-pipe's warm-up is its memory knob: fit it to the budget before checkpointing.
-      if (cfg.generator->name == "slice-pipe" && cfg.budget.limited()) {
-        std::vector<double> per_rank;
-        for (int r = 0; r < request.ranks; ++r)
-          per_rank.push_back(cfg.budget.of(r));
-        try {
-          cfg.base = schedule::slice_pipe_within(problem, wgrad, *cfg.cost, per_rank);
-        } catch (const invalid_problem&) {
-          // No warm-up fits without checkpointing: keep the default and let checkpointing try.
+      // An order with a memory knob (Zero Bubble's capped W deferral, slice-pipe's warm-up)
+      // is searched twice: as it is, and fitted to the budget before checkpointing (what it
+      // cannot fit, checkpointing brings down below). Neither dominates: a fitted base may
+      // need no recompute, the order's own may leave Mario more bubble to hide recomputes in.
+      if (cfg.fitted) {
+        if (!cfg.budget.limited()) {  // nothing to fit: the same as the order's own
+          cfg.refused = true;
+          settle(modes, &result.candidates_pruned);
+          continue;
         }
+        cfg.base = cfg.generator->generate_within(problem, wgrad, *cfg.cost, cfg.budget);
       }
       if (cfg.fine) {
         try {

@@ -1091,7 +1091,7 @@ TEST(CliTune, ProgressRewritesItsLineCleanlyWithTheTimeLeft) {
     EXPECT_GE(updates[i].size(), text) << updates[i - 1] << "\n" << updates[i];
   }
   EXPECT_NE(updates.front().find("left"), std::string::npos) << updates.front();
-  EXPECT_EQ(updates.back().rfind("tune: 20/20 candidates in ", 0), 0u) << updates.back();
+  EXPECT_EQ(updates.back().rfind("tune: 24/24 candidates in ", 0), 0u) << updates.back();
   EXPECT_NE(updates.back().find(", best: "), std::string::npos) << updates.back();
   for (const std::string& u : updates)
     EXPECT_EQ(u.find('\n'), std::string::npos) << u;

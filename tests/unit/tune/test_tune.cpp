@@ -59,34 +59,38 @@ BruteForce brute_force(const ps::TuneRequest& req, const ps::UniformCost& cost) 
   for (const std::string& name : req.bases) {
     const ps::GeneratorInfo& g = ps::find_generator(name);
     const std::vector<int> own{g.default_chunks};
-    for (int chunks : g.chunks_vary ? req.chunks : own) {
-      ps::Schedule base;
-      try {
-        base = g.generate(
-            {.ranks = req.ranks, .stages = req.ranks * chunks, .microbatches = req.global_batch},
-            g.default_wgrad);
-      } catch (const ps::invalid_problem&) {
-        continue;
-      }
-      for (CheckpointMode mode : {CheckpointMode::None, CheckpointMode::Selective,
-                                  CheckpointMode::Mario, CheckpointMode::Full}) {
-        ps::Schedule s;
+    std::vector<bool> fitting{false};
+    if (g.generate_within) fitting.push_back(true);
+    for (int chunks : g.chunks_vary ? req.chunks : own)
+      for (bool fitted : fitting) {
+        ps::Schedule base;
+        const ps::Problem p{
+            .ranks = req.ranks, .stages = req.ranks * chunks, .microbatches = req.global_batch};
         try {
-          s = ps::apply_checkpoint(base, mode, cost, *req.budget);
+          base = fitted ? g.generate_within(p, g.default_wgrad, cost, *req.budget)
+                        : g.generate(p, g.default_wgrad);
         } catch (const ps::invalid_problem&) {
           continue;
         }
-        const ps::SimulationResult sim = ps::simulate(s, cost);
-        bool fits = !sim.deadlock;
-        for (int r = 0; r < req.ranks; ++r)
-          fits = fits && sim.ranks[r].peak_memory <= req.budget->of(r) + eps;
-        if (!fits) continue;
-        if (mode == CheckpointMode::None) keep(out.none, sim.makespan);
-        if (mode == CheckpointMode::Selective) keep(out.conventional, sim.makespan);
-        if (mode == CheckpointMode::Mario) keep(out.mario, sim.makespan);
-        if (mode == CheckpointMode::Full) keep(out.full, sim.makespan);
+        for (CheckpointMode mode : {CheckpointMode::None, CheckpointMode::Selective,
+                                    CheckpointMode::Mario, CheckpointMode::Full}) {
+          ps::Schedule s;
+          try {
+            s = ps::apply_checkpoint(base, mode, cost, *req.budget);
+          } catch (const ps::invalid_problem&) {
+            continue;
+          }
+          const ps::SimulationResult sim = ps::simulate(s, cost);
+          bool fits = !sim.deadlock;
+          for (int r = 0; r < req.ranks; ++r)
+            fits = fits && sim.ranks[r].peak_memory <= req.budget->of(r) + eps;
+          if (!fits) continue;
+          if (mode == CheckpointMode::None) keep(out.none, sim.makespan);
+          if (mode == CheckpointMode::Selective) keep(out.conventional, sim.makespan);
+          if (mode == CheckpointMode::Mario) keep(out.mario, sim.makespan);
+          if (mode == CheckpointMode::Full) keep(out.full, sim.makespan);
+        }
       }
-    }
   }
   return out;
 }
@@ -368,8 +372,9 @@ TEST(Tune, ProgressCountsEveryCandidate) {
           }
         });
     EXPECT_TRUE(monotone);
-    // 1f1b, interleaved ×2, ×4, zb-h1, each with none, selective, mario and full (fallback).
-    EXPECT_EQ(last_total, 4 * 4);
+    // 1f1b, interleaved ×2, ×4, zb-h1 as it is and fitted to the budget, each with none,
+    // selective, mario and full (fallback).
+    EXPECT_EQ(last_total, 5 * 4);
     EXPECT_EQ(calls, last_total);
     EXPECT_EQ(r.candidates_tried, last_total);
     EXPECT_LE(r.candidates_refused + r.candidates_over_budget + r.candidates_pruned,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -16,8 +17,10 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/memory_budget.hpp"
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
@@ -62,6 +65,19 @@ struct GreedyOptions {
   //! Count a forward as in flight until its W has run (not only its I): then a rank never
   //! holds more than `max_in_flight` units' activations, whatever W keeps.
   bool in_flight_until_w = false;
+  //! Memory-bounded planning (Zero Bubble's own `max_mem`): with a cost model here, a rank
+  //! whose memory (the model's memory_delta of its F, I and W, counted from each start) would
+  //! exceed `memory_cap` of that rank with the next forward runs its pending weight gradients
+  //! first, oldest first, and starts the forward only once it fits or none is left to run.
+  //! Durations stay those of `durations`: the cap changes where W runs, not the plan's clock,
+  //! so a cap no schedule reaches gives the unbounded plan. Null: memory is not planned.
+  const CostRef* memory_cost = nullptr;
+  std::vector<double> memory_cap;  //!< per rank, with memory_cost (infinity: no cap)
+  //! Per rank, with memory_cost: with no weight gradient left to run, a forward over the cap
+  //! still starts while fewer than this many are in flight (empty: max_in_flight, i.e. memory
+  //! never holds forwards back below the order's own limit). ZB-H2 gives ZB-H1's limits, so a
+  //! tight cap turns it into ZB-H1 and no further.
+  std::vector<int> min_in_flight;
 };
 
 //! The planned lists and what the plan measured.
@@ -85,6 +101,19 @@ struct PlanningCost {
     return a.kind == OpKind::F ? d.f : a.kind == OpKind::I ? d.i : d.w;
   }
   double memory_delta(const CostContext&, const Action&, bool) const { return 0.0; }
+  double transfer_time(const CostContext&, const Action&) const { return 0.0; }
+};
+
+//! The planning durations with a cost model's memory: what the memory-bounded planner runs on.
+struct BoundedPlanningCost {
+  GreedyDurations d;
+  const CostRef* memory;
+  double duration(const CostContext& c, const Action& a) const {
+    return PlanningCost{d}.duration(c, a);
+  }
+  double memory_delta(const CostContext& c, const Action& a, bool ckpt) const {
+    return memory->memory_delta(c, a, ckpt);
+  }
   double transfer_time(const CostContext&, const Action&) const { return 0.0; }
 };
 
@@ -121,6 +150,44 @@ struct ZeroBubbleRule {
     if (in_flight >= opt->max_in_flight[static_cast<std::size_t>(st.rank)]) return false;
     const int pending_w = st.ready_count(OpKind::W);
     return !(pending_w > 0 && opt->max_pending_w <= pending_w);
+  }
+};
+
+//! ZeroBubbleRule under a memory cap. A forward that starts a microbatch on the rank (at its
+//! first stage there) is admitted when what the rank holds, plus this forward, plus the later
+//! forwards on the rank of every microbatch it has started (a V's second chunk: they only add)
+//! stays within the cap. Otherwise the rank first runs its pending weight gradients (they free
+//! what they hold), and with none pending waits for an input gradient to free memory — unless
+//! it has fewer than its floor in flight (GreedyOptions::min_in_flight), when the forward runs
+//! anyway: the cap then holds back only what the order's floor allows.
+//! A forward that carries on a microbatch the rank already holds is never held back: the input
+//! gradients that would free memory depend on it, and its memory was reserved.
+struct BoundedZeroBubbleRule : ZeroBubbleRule {
+  const std::vector<char>* starts_microbatch;  //!< per stage: the lowest stage of its rank
+  const std::vector<double>* f_memory;         //!< per stage: what one forward adds
+  const std::vector<double>* later_memory;     //!< per stage: the rank's later forwards
+  std::vector<int> floor;                      //!< per rank: GreedyOptions::min_in_flight
+  // Per rank, what the forwards still to come of its started microbatches will add, brought
+  // up to date from RankState::started (only ever appended to) at each question.
+  mutable std::vector<double> reserved;
+  mutable std::vector<std::size_t> seen;
+
+  bool admit(const RankState& st, const ReadyAction& r) const {
+    if (r.action.kind != OpKind::F) return true;
+    const auto ru = static_cast<std::size_t>(st.rank);
+    const auto stage = static_cast<std::size_t>(r.action.stage);
+    if (!(*starts_microbatch)[stage]) return true;
+    for (; seen[ru] < st.started.size(); ++seen[ru]) {
+      const Action& a = st.started[seen[ru]];
+      if (a.kind != OpKind::F) continue;
+      const auto s = static_cast<std::size_t>(a.stage);
+      reserved[ru] += (*starts_microbatch)[s] ? (*later_memory)[s] : -(*f_memory)[s];
+    }
+    const double cap = opt->memory_cap[ru];
+    const double need = st.memory + r.memory + (*later_memory)[stage] + reserved[ru];
+    if (need <= cap + 1e-9 * std::max(1.0, std::abs(cap))) return true;
+    if (st.ready_count(OpKind::W) > 0) return false;
+    return st.in_flight() < floor[ru];
   }
 };
 
@@ -170,9 +237,42 @@ inline GreedyPlan greedy_list_schedule(const GreedyOptions& opt) {
                  .wgrad = WGradMode::Split,
                  .name = gen};
   ListPlan lplan;
+  if (opt.memory_cost && static_cast<int>(opt.memory_cap.size()) != ranks)
+    throw invalid_problem(gen + ": memory_cap has " + std::to_string(opt.memory_cap.size()) +
+                          " entries; give one cap per rank (" + std::to_string(ranks) + ").");
   try {
     const std::int64_t span = 2 * (static_cast<std::int64_t>(stages) + mbs) + 2;
-    lplan = list_schedule_plan(lp, ZeroBubbleRule{&opt, span}, PlanningCost{opt.durations});
+    if (opt.memory_cost) {
+      // Per stage: whether it is its rank's first, what a forward adds, and what the rank's
+      // later stages' forwards of the same microbatch add (microbatch 0 stands for all).
+      const auto S = static_cast<std::size_t>(stages);
+      std::vector<char> starts(S, 0);
+      std::vector<double> f_mem(S, 0.0), later(S, 0.0);
+      const CostContext ctx{lp.problem, pl, 1};
+      for (int st = 0; st < stages; ++st)
+        f_mem[static_cast<std::size_t>(st)] = std::max(
+            0.0, opt.memory_cost->memory_delta(ctx, Action::make(OpKind::F, st, 0), false));
+      for (int r = 0; r < ranks; ++r) {
+        std::vector<int> own = pl.stages_of(r);
+        if (own.empty()) continue;
+        std::sort(own.begin(), own.end());
+        starts[static_cast<std::size_t>(own.front())] = 1;
+        for (std::size_t i = 1; i < own.size(); ++i)
+          later[static_cast<std::size_t>(own.front())] += f_mem[static_cast<std::size_t>(own[i])];
+      }
+      BoundedZeroBubbleRule rule{{&opt, span}, &starts, &f_mem, &later, opt.min_in_flight, {}, {}};
+      if (rule.floor.empty()) rule.floor = opt.max_in_flight;
+      if (rule.floor.size() != static_cast<std::size_t>(ranks))
+        throw invalid_problem(gen + ": min_in_flight has " + std::to_string(rule.floor.size()) +
+                              " entries; give one per rank (" + std::to_string(ranks) + ").");
+      for (int& f : rule.floor)
+        f = std::max(f, 1);
+      rule.reserved.assign(static_cast<std::size_t>(ranks), 0.0);
+      rule.seen.assign(static_cast<std::size_t>(ranks), 0);
+      lplan = list_schedule_plan(lp, rule, BoundedPlanningCost{opt.durations, opt.memory_cost});
+    } else {
+      lplan = list_schedule_plan(lp, ZeroBubbleRule{&opt, span}, PlanningCost{opt.durations});
+    }
   } catch (const schedule_stalled& e) {
     // Only a forward held back by its rank's limit can be refused: say which limits block.
     std::string blocked;
@@ -218,13 +318,23 @@ inline void require_split_backward(WGradMode wgrad, const char* generator, const
 
 //! A compute-only Schedule of `p` (already resolved: stages set) planned by the list scheduler
 //! with unit durations on `placement` under per-rank `max_in_flight` limits.
+//! With `memory` (a cost model) and `budget`, forwards wait for pending weight gradients where
+//! they would take a rank over its budget (GreedyOptions::memory_cost).
 inline Schedule greedy_schedule(const char* generator, const Problem& p, Placement placement,
-                                std::vector<int> max_in_flight) {
+                                std::vector<int> max_in_flight, const CostRef* memory = nullptr,
+                                const MemoryBudget* budget = nullptr,
+                                std::vector<int> min_in_flight = {}) {
   GreedyOptions opt;
   opt.generator = generator;
   opt.placement = std::move(placement);
   opt.microbatches = p.microbatches;
   opt.max_in_flight = std::move(max_in_flight);
+  if (memory && budget && budget->limited()) {
+    opt.memory_cost = memory;
+    for (int r = 0; r < p.ranks; ++r)
+      opt.memory_cap.push_back(budget->of(r));
+    opt.min_in_flight = std::move(min_in_flight);
+  }
   GreedyPlan plan = greedy_list_schedule(opt);
   return Schedule{generator, p, std::move(opt.placement), std::move(plan.ranks)};
 }
