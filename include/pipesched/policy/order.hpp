@@ -25,6 +25,7 @@
 #include "pipesched/schedule/dualpipe_v.hpp"
 #include "pipesched/schedule/gpipe.hpp"
 #include "pipesched/schedule/interleaved_1f1b.hpp"
+#include "pipesched/schedule/interleaved_zero_bubble.hpp"
 #include "pipesched/schedule/looped_bfs.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/slice_pipe.hpp"
@@ -171,6 +172,28 @@ struct ZeroBubbleH2 : detail::OrderTag {
   }
 };
 
+//! Interleaved Zero Bubble: the Zero Bubble rule over looped chunks (PyTorch's
+//! ScheduleInterleavedZeroBubble; the Zero Bubble paper's ZB-1P on an interleaved placement).
+struct InterleavedZeroBubble : detail::OrderTag {
+  static constexpr std::string_view name = "interleaved-zb";
+  static constexpr std::string_view summary =
+      "Zero Bubble over looped virtual stages: 1F1B's peak memory, W fills the bubbles";
+  static constexpr PlacementRule placement_rule = PlacementRule::Looped;
+  using default_placement = placement::Interleaved<2>;
+  using default_wgrad = wgrad::Split;
+  static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
+  static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) {
+    return schedule::interleaved_zero_bubble(p, w);
+  }
+  //! Memory-bounded: weight gradients deferred only while the next forward fits `budget`.
+  static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget& budget) {
+    return schedule::interleaved_zero_bubble_within(p, w, cost, budget);
+  }
+};
+
 //! Zero Bubble V (ZB-V): two chunks per rank in a V-shape, weight gradients deferred.
 struct ZeroBubbleV : detail::OrderTag {
   static constexpr std::string_view name = "zb-v";
@@ -298,7 +321,8 @@ template <class... Orders>
 struct order_list {};
 using builtin_orders =
     order_list<order::GPipe, order::OneFOneB, order::Interleaved1F1B, order::LoopedBFS,
-               order::ZeroBubbleH1, order::ZeroBubbleH2, order::ZeroBubbleV, order::DualPipeV,
-               order::SeqOneFOneB, order::SlicePipe>;
+               order::ZeroBubbleH1, order::ZeroBubbleH2, order::ZeroBubbleV,
+               order::InterleavedZeroBubble, order::DualPipeV, order::SeqOneFOneB,
+               order::SlicePipe>;
 
 }  // namespace pipesched

@@ -42,10 +42,24 @@ inline int slice_group(int ranks, int slices) {
   return (ranks + slices - 1) / slices * slices;
 }
 
-//! The default warm-up of rank r: (V − 1)·g + (K − 1) + (p − 1 − r) forwards, g the group
+//! The rounds units go in, in units: whole microbatches, at least slice_group units each —
+//! max(1, ⌊M / (g / K)⌋) rounds, the first M mod rounds one microbatch larger (as
+//! interleaved_1f1b's rounds; a round smaller than g can deadlock, a larger one cannot).
+inline std::vector<int> slice_rounds(int ranks, int slices, int microbatches) {
+  const int per = slice_group(ranks, slices) / slices;  // microbatches in the smallest round
+  const int rounds = std::max(1, microbatches / per);
+  std::vector<int> units(static_cast<std::size_t>(rounds), microbatches / rounds * slices);
+  for (int i = 0; i < microbatches % rounds; ++i)
+    units[static_cast<std::size_t>(i)] += slices;
+  return units;
+}
+
+//! The default warm-up of rank r: (V − 1)·g + (K − 1) + (p − 1 − r) forwards, g the first
+//! round's units when `first_round` exceeds the group size (slice_rounds), else the group
 //! size. With V = 1 this is seq-1f1b's published min(p − r − 2 + K, M·K) before the cap.
-inline int slice_warmup(int ranks, int chunks, int slices, int rank) {
-  return (chunks - 1) * slice_group(ranks, slices) + (slices - 1) + (ranks - 1 - rank);
+inline int slice_warmup(int ranks, int chunks, int slices, int rank, int first_round = 0) {
+  const int g = std::max(slice_group(ranks, slices), first_round);
+  return (chunks - 1) * g + (slices - 1) + (ranks - 1 - rank);
 }
 
 //! The lists of an SVPP schedule: units (microbatch, slice) in a stream, forwards with
@@ -68,9 +82,9 @@ Schedule sliced_one_f_one_b(const char* generator, const Problem& p, WGradMode w
     std::vector<Action> forwards, backwards;
     forwards.reserve(static_cast<std::size_t>(units) * chunks);
     backwards.reserve(static_cast<std::size_t>(units) * chunks);
-    const int group = slice_group(ranks, slices);
-    for (int first = 0; first < units; first += group) {
-      const int last = std::min(first + group, units);
+    int first = 0;
+    for (int round : slice_rounds(ranks, slices, p.microbatches)) {
+      const int last = first + round;
       for (int v = 0; v < chunks; ++v)
         for (int i = first; i < last; ++i) {
           auto [m, k] = fwd_unit(i);
@@ -81,6 +95,7 @@ Schedule sliced_one_f_one_b(const char* generator, const Problem& p, WGradMode w
           auto [m, k] = bwd_unit(i);
           backwards.push_back(Action::make(OpKind::B, v * ranks + r, m, k));
         }
+      first = last;
     }
     const int w = std::clamp(warmup(r), 0, units * chunks);
     s.ranks[static_cast<std::size_t>(r)] = merge_one_f_one_b(forwards, backwards, w, wgrad);
@@ -115,9 +130,11 @@ inline Schedule seq_1f1b(Problem p, WGradMode wgrad = WGradMode::Fused) {
 //! group's forwards chunk by chunk, its backwards chunk by chunk in reverse with each
 //! microbatch's slices from last to first; rank r runs `warmup − r` forwards (default
 //! (V − 1)·g + (K − 1) + (p − 1)) before alternating. With V chunks and K slices a unit holds
-//! 1/(V·K) of a microbatch's activations, so the warm-up costs little memory. Needs M·K a
-//! multiple of g, or at most g, when V > 1 (a smaller last group can deadlock, as in
-//! interleaved 1F1B). A warm-up too small to run is refused (the schedule is dry-run).
+//! 1/(V·K) of a microbatch's activations, so the warm-up costs little memory. Any microbatch
+//! count runs: units go in rounds of whole microbatches, each at least g units, the larger
+//! first (detail::slice_rounds; g then is the first round's size), since a smaller last group
+//! can deadlock, as in interleaved 1F1B. A warm-up too small to run is refused (the schedule
+//! is dry-run).
 inline Schedule slice_pipe(Problem p, WGradMode wgrad = WGradMode::Fused,
                            const SlicePipeOptions& options = {}) {
   constexpr const char* generator = "slice-pipe";
@@ -125,20 +142,12 @@ inline Schedule slice_pipe(Problem p, WGradMode wgrad = WGradMode::Fused,
   p = detail::resolve_problem(p, 2, generator);
   const int ranks = p.ranks, chunks = p.chunks(), slices = p.slices;
   const int units = p.microbatches * slices;
-  const int group = detail::slice_group(ranks, slices);
-  if (chunks > 1 && units > group && units % group != 0)
-    throw invalid_problem(
-        std::string(generator) + ": microbatches × slices = " + std::to_string(units) +
-        " units do not fit ranks = " + std::to_string(ranks) +
-        " with chunks = " + std::to_string(chunks) + " and slices = " + std::to_string(slices) +
-        " (units go in groups of " + std::to_string(group) +
-        ", whole microbatches of at least one unit per rank, and a smaller last "
-        "group can deadlock); use microbatches × slices a multiple of " +
-        std::to_string(group) + ", or at most " + std::to_string(group) + ", or chunks = 1.");
+  const int first_round = detail::slice_rounds(ranks, slices, p.microbatches).front();
+  const int group = std::max(detail::slice_group(ranks, slices), first_round);
   // Every rank's first backward is of its last chunk's first backward unit, which its own
   // forward order reaches only after (V − 1)·g + K − 1 forwards: the least warm-up there is.
   const int floor = (chunks - 1) * group + slices - 1;
-  const int most = detail::slice_warmup(ranks, chunks, slices, 0);
+  const int most = detail::slice_warmup(ranks, chunks, slices, 0, first_round);
   if (options.warmup != -1 &&
       (options.warmup < std::min(floor, units * chunks) || options.warmup > units * chunks))
     throw invalid_problem(
@@ -151,16 +160,16 @@ inline Schedule slice_pipe(Problem p, WGradMode wgrad = WGradMode::Fused,
   const int w0 = options.warmup > 0 ? options.warmup : most;
   Schedule s = detail::sliced_one_f_one_b(generator, p, wgrad, [&](int r) {
     return options.warmup > 0 ? std::max(floor, w0 - r)
-                              : detail::slice_warmup(ranks, chunks, slices, r);
+                              : detail::slice_warmup(ranks, chunks, slices, r, first_round);
   });
   if (options.warmup > 0) {
     ValidationReport rep = check(s);
     if (!rep.ok())
-      throw invalid_problem(
-          std::string(generator) + ": warmup = " + std::to_string(options.warmup) +
-          " cannot run (" + rep.violations.front().rule +
-          "); use a larger warm-up, at most the default " +
-          std::to_string(detail::slice_warmup(ranks, chunks, slices, 0)) + " is always safe.");
+      throw invalid_problem(std::string(generator) +
+                            ": warmup = " + std::to_string(options.warmup) + " cannot run (" +
+                            rep.violations.front().rule +
+                            "); use a larger warm-up, at most the default " + std::to_string(most) +
+                            " is always safe.");
   }
   return s;
 }
@@ -174,7 +183,8 @@ Schedule slice_pipe_within(Problem p, WGradMode wgrad, const Cost& cost,
                            const std::vector<double>& budget_per_rank) {
   const Schedule first = slice_pipe(p, wgrad);
   const Problem q = first.problem;
-  const int group = detail::slice_group(q.ranks, q.slices);
+  const int first_round = detail::slice_rounds(q.ranks, q.slices, q.microbatches).front();
+  const int group = std::max(detail::slice_group(q.ranks, q.slices), first_round);
   const int floor =
       std::min((q.chunks() - 1) * group + q.slices - 1, q.microbatches * q.slices * q.chunks());
   auto fits = [&](const SimulationResult& r) {
@@ -186,7 +196,8 @@ Schedule slice_pipe_within(Problem p, WGradMode wgrad, const Cost& cost,
   SimulationResult r = simulate(first, cost);
   if (fits(r)) return first;
   double least = 0;
-  for (int w = detail::slice_warmup(q.ranks, q.chunks(), q.slices, 0) - 1; w >= floor; --w) {
+  for (int w = detail::slice_warmup(q.ranks, q.chunks(), q.slices, 0, first_round) - 1; w >= floor;
+       --w) {
     Schedule s = slice_pipe(q, wgrad, {.warmup = w});
     r = simulate(s, cost);
     if (fits(r)) return s;

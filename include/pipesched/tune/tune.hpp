@@ -14,8 +14,8 @@
 //                      fitted to the budget (TunePlan::fitted);
 //   checkpointing      each of TuneRequest::checkpoints (none, selective, mario by default),
 //                      and full checkpointing as a fallback when nothing else fits.
-// A configuration a generator or the cost model refuses (microbatches that do not make whole
-// interleaved groups, more stages than layers, weights alone over the device memory) is
+// A configuration a generator or the cost model refuses (too few microbatches for DualPipeV,
+// more stages than layers, weights alone over the device memory) is
 // skipped, as is every plan whose simulated peak exceeds the budget on some rank.
 //
 // Pruning, all of it safe (it never drops a plan that would have been kept):

@@ -81,8 +81,8 @@ const std::vector<Generator>& generators() {
        [](Problem p, WGradMode w) { return pipesched::schedule::interleaved_1f1b(p, w); },
        {1, 2, 3, 4},
        2,
-       // Megatron's groups of `ranks` microbatches: a whole number of groups, or one group.
-       [](int p, int m, int v) { return v == 1 || m <= p || m % p == 0; },
+       // Rounds of at least `ranks` microbatches: every count.
+       [](int, int, int) { return true; },
        [](int p, int v) { return Placement::interleaved(p, v); }},
       {"looped-bfs",
        [](Problem p, WGradMode w) { return pipesched::schedule::looped_bfs(p, w); },
@@ -476,8 +476,18 @@ TEST(OneFOneB, RefusesMoreThanOneStagePerRank) {
 
 // ---- Interleaved 1F1B -------------------------------------------------------------------
 
-// Megatron's warm-up: min(2(p − r − 1) + (V − 1)p, M·V) forwards before the steady state
-// (V >= 2). With V = 1 the schedule is 1F1B, whose warm-up is min(p − r − 1, M).
+// The rounds of Interleaved 1F1B: max(1, M / p) of them, the first M mod rounds one larger.
+std::vector<int> interleaved_rounds(int p, int m) {
+  const int rounds = std::max(1, m / p);
+  std::vector<int> size(static_cast<std::size_t>(rounds), m / rounds);
+  for (int i = 0; i < m % rounds; ++i)
+    ++size[static_cast<std::size_t>(i)];
+  return size;
+}
+
+// Megatron's and PyTorch's warm-up: min(2(p − r − 1) + (V − 1)·max(g, p), M·V) forwards
+// before the steady state, g the first round's size (V >= 2). With V = 1 the schedule is
+// 1F1B, whose warm-up is min(p − r − 1, M).
 TEST(Interleaved1F1B, MegatronWarmupThenAlternation) {
   for (WGradMode w : {WGradMode::Fused, WGradMode::Split})
     for_each_accepted(generator("interleaved-1f1b"), w, [](const Schedule& s, int p, int m, int v) {
@@ -485,14 +495,16 @@ TEST(Interleaved1F1B, MegatronWarmupThenAlternation) {
         SCOPED_TRACE("rank " + std::to_string(r));
         const auto& list = s.ranks[static_cast<std::size_t>(r)];
         const int warmup =
-            v == 1 ? std::min(p - r - 1, m) : std::min(2 * (p - r - 1) + (v - 1) * p, m * v);
+            v == 1 ? std::min(p - r - 1, m)
+                   : std::min(2 * (p - r - 1) + (v - 1) * std::max(interleaved_rounds(p, m)[0], p),
+                              m * v);
         EXPECT_EQ(forwards_before_first_backward(list), std::min(warmup + 1, m * v));
         expect_one_f_one_b_shape(list, warmup, m * v);
       }
     });
 }
 
-// Forward order: for each group of p microbatches, chunk 0..V−1 over the group; backward
+// Forward order: for each round of microbatches, chunk 0..V−1 over the round; backward
 // order: the same with the chunks reversed.
 TEST(Interleaved1F1B, GroupChunkOrder) {
   for_each_accepted(generator("interleaved-1f1b"), WGradMode::Split,
@@ -500,14 +512,16 @@ TEST(Interleaved1F1B, GroupChunkOrder) {
                       for (int r = 0; r < p; ++r) {
                         SCOPED_TRACE("rank " + std::to_string(r));
                         std::vector<Action> fwd, bwd;
-                        for (int first = 0; first < m; first += p) {
-                          const int last = std::min(first + p, m);
+                        int first = 0;
+                        for (int g : interleaved_rounds(p, m)) {
+                          const int last = first + g;
                           for (int c = 0; c < v; ++c)
                             for (int mb = first; mb < last; ++mb)
                               fwd.push_back(F(c * p + r, mb));
                           for (int c = v - 1; c >= 0; --c)
                             for (int mb = first; mb < last; ++mb)
                               bwd.push_back(B(c * p + r, mb));
+                          first = last;
                         }
                         const auto& list = s.ranks[static_cast<std::size_t>(r)];
                         expect_lists_eq(forwards_of(list), fwd);
@@ -540,17 +554,36 @@ TEST(Interleaved1F1B, SmallCaseInFull) {
                                        F(3, 3), B(3, 3), B(1, 2), B(1, 3)}));
 }
 
-// A smaller last group deadlocks for some counts (p = 5, V = 2, M = 7 is one), so counts
-// other than multiples of ranks, or at most ranks, are refused with what would be taken.
-TEST(Interleaved1F1B, RefusesPartialLastGroup) {
-  expect_refused(
-      [] {
-        pipesched::schedule::interleaved_1f1b(Problem{.ranks = 5, .stages = 10, .microbatches = 7});
-      },
-      {"interleaved-1f1b", "microbatches = 7", "ranks = 5", "chunks = 2", "multiple of ranks = 5",
-       "at most 5"});
-  EXPECT_NO_THROW(
-      pipesched::schedule::interleaved_1f1b(Problem{.ranks = 5, .stages = 5, .microbatches = 7}));
+// Every microbatch count runs: rounds of at least p microbatches, the larger ones first, as
+// PyTorch cuts them where M divides evenly (p = 4, M = 10: two rounds of 5). The validator's
+// dry run finds no deadlock for any p <= 16, V <= 5, M <= 70, fused or split.
+TEST(Interleaved1F1B, EveryMicrobatchCountRunsInRoundsOfAtLeastRanks) {
+  for (int p = 2; p <= 16; ++p)
+    for (int v = 2; v <= 5; ++v)
+      for (int m = 1; m <= 70; ++m)
+        for (WGradMode w : {WGradMode::Fused, WGradMode::Split}) {
+          if (w == WGradMode::Split && (m % 7 != 0 || p % 3 != 1)) continue;  // a sample
+          const Schedule s = pipesched::schedule::interleaved_1f1b(
+              Problem{.ranks = p, .stages = p * v, .microbatches = m}, w);
+          const pipesched::ValidationReport rep = pipesched::check(s);
+          ASSERT_TRUE(rep.ok()) << "p=" << p << " V=" << v << " M=" << m << ": " << rep.summary();
+        }
+  // p = 4, V = 2, M = 10: rank 0 runs chunk 0 then chunk 1 of microbatches 0-4, then of 5-9;
+  // its warm-up is 2·3 + 5 = 11 forwards (PyTorch's (V − 1)·round + 2(p − 1 − r)), and its
+  // first pair starts with a twelfth.
+  const Schedule s = pipesched::schedule::interleaved_1f1b(Problem{.ranks = 4, .microbatches = 10});
+  std::vector<Action> fwd;
+  for (int first : {0, 5})
+    for (int c = 0; c < 2; ++c)
+      for (int mb = first; mb < first + 5; ++mb)
+        fwd.push_back(F(c * 4, mb));
+  expect_lists_eq(forwards_of(s.ranks[0]), fwd);
+  EXPECT_EQ(forwards_before_first_backward(s.ranks[0]), 12);
+  // M = 11 (PyTorch refuses: 11 is not a multiple of its 2 rounds): rounds of 6 and 5.
+  const Schedule t = pipesched::schedule::interleaved_1f1b(Problem{.ranks = 4, .microbatches = 11});
+  EXPECT_EQ(forwards_of(t.ranks[0])[6], F(4, 0));
+  EXPECT_EQ(forwards_of(t.ranks[0])[12], F(0, 6));
+  EXPECT_TRUE(pipesched::check(t).ok());
 }
 
 // ---- Looped BFS ---------------------------------------------------------------------------

@@ -17,6 +17,8 @@
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/schedule/detail/greedy.hpp"
+#include "pipesched/schedule/interleaved_1f1b.hpp"
+#include "pipesched/schedule/interleaved_zero_bubble.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
 #include "pipesched/schedule/zero_bubble_h2.hpp"
@@ -643,3 +645,80 @@ TEST(MemoryBoundedZeroBubble, BudgetBelowOneMicrobatchStillRuns) {
 }
 
 }  // namespace memory_bounded
+
+// ---------------------------------------------------------------------------------------
+// Interleaved Zero Bubble: the Zero Bubble rule over looped chunks.
+
+TEST(InterleavedZeroBubble, ValidOptimalUnderUnitCostsAndWithinOneFOneBsMemory) {
+  namespace ps = pipesched;
+  const ps::UniformCost cost;
+  for (int p = 1; p <= max_ranks; ++p)
+    for (int v = 2; v <= 4; ++v)
+      for (int m = 1; m <= max_microbatches; m += (m < 12 ? 1 : 5)) {
+        SCOPED_TRACE("p=" + std::to_string(p) + " V=" + std::to_string(v) +
+                     " m=" + std::to_string(m));
+        const Problem pr{.ranks = p, .stages = v * p, .microbatches = m};
+        const Schedule s = ps::schedule::interleaved_zero_bubble(pr);
+        EXPECT_EQ(s.name, "interleaved-zb");
+        ASSERT_EQ(s.placement, Placement::interleaved(p, v));
+        ASSERT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
+        EXPECT_EQ(s.action_count(), static_cast<std::size_t>(3 * v * p * m));
+        for (int r = 0; r < p; ++r)
+          for (const Action& a : s.ranks[static_cast<std::size_t>(r)])
+            ASSERT_EQ(s.placement.rank_of(a.stage), r);
+        const Timeline t = replay(s);
+        // In chunk units (1/V of a ZB-H1 action): the last rank starts at p − 1 at the
+        // earliest and has 3·V·M of work, so 3·V·M + p − 1 is the least any order reaches;
+        // reached at M = p and M >= 2p, within 1.21x between.
+        const int least = 3 * v * m + p - 1;
+        if (m == p || m >= 2 * p) EXPECT_EQ(t.makespan, least);
+        if (m >= p) EXPECT_LE(t.makespan, 1.21 * least);
+        const ps::SimulationResult zb = ps::simulate(s, cost);
+        const ps::SimulationResult il =
+            ps::simulate(ps::schedule::interleaved_1f1b(pr, WGradMode::Split), cost);
+        const ps::SimulationResult one =
+            ps::simulate(ps::schedule::one_f_one_b({.ranks = p, .microbatches = m}), cost);
+        EXPECT_LE(zb.makespan, il.makespan + 1e-9);
+        EXPECT_LE(zb.peak_memory_max,
+                  std::max(1.27 * one.peak_memory_max, il.peak_memory_max) + 1e-9);
+      }
+  // PyTorch's ScheduleInterleavedZeroBubble under the same unit cost: 6.5 at p = 2, M = 2 and
+  // 13.5 at p = 4, M = 4 (V = 2), where interleaved 1F1B with a split backward takes 7 and 15.
+  EXPECT_DOUBLE_EQ(
+      ps::simulate(ps::schedule::interleaved_zero_bubble({.ranks = 2, .microbatches = 2}), cost)
+          .makespan,
+      6.5);
+  EXPECT_DOUBLE_EQ(
+      ps::simulate(ps::schedule::interleaved_zero_bubble({.ranks = 4, .microbatches = 4}), cost)
+          .makespan,
+      13.5);
+  const std::string msg = message_of([] {
+    pipesched::schedule::interleaved_zero_bubble({.ranks = 4, .microbatches = 8}, WGradMode::Fused);
+  });
+  EXPECT_NE(msg.find("interleaved-zb needs split backward"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("use interleaved-1f1b"), std::string::npos) << msg;
+}
+
+TEST(InterleavedZeroBubble, MemoryBoundedFitsOneFOneBsPeak) {
+  namespace ps = pipesched;
+  ps::UniformCost cost;
+  cost.w_memory = 0.5;
+  for (auto [p, m] : {std::pair{4, 8}, {4, 10}, {8, 16}}) {
+    const Problem pr{.ranks = p, .microbatches = m};
+    const ps::SimulationResult one = ps::simulate(ps::schedule::one_f_one_b(pr), cost);
+    const ps::SimulationResult free = ps::simulate(ps::schedule::interleaved_zero_bubble(pr), cost);
+    ps::MemoryBudget cap;
+    cap.all = one.peak_memory_max;
+    const Schedule s =
+        ps::schedule::interleaved_zero_bubble_within(pr, WGradMode::Split, cost, cap);
+    EXPECT_TRUE(ps::check(s).ok());
+    const ps::SimulationResult r = ps::simulate(s, cost);
+    EXPECT_LE(r.peak_memory_max, cap.all * (1 + 1e-9));
+    EXPECT_LT(r.makespan, one.makespan);
+    EXPECT_GE(free.peak_memory_max, r.peak_memory_max);
+    ps::MemoryBudget huge;
+    huge.all = 1e9;
+    EXPECT_EQ(ps::schedule::interleaved_zero_bubble_within(pr, WGradMode::Split, cost, huge).ranks,
+              ps::schedule::interleaved_zero_bubble(pr).ranks);
+  }
+}

@@ -238,25 +238,25 @@ TEST(Tune, BudgetTooSmallGivesNoPlan) {
 
 // Configurations a generator refuses are skipped and explained.
 TEST(Tune, RefusedConfigurationsAreSkippedWithNotes) {
-  // Interleaved 1F1B takes 6 microbatches on 4 ranks only in whole groups of 4.
+  // DualPipeV needs at least 2p microbatches: 6 on 4 ranks are refused.
   ps::TuneRequest req = uniform_request(4, 6, 2.0);
-  req.bases = {"interleaved-1f1b"};
+  req.bases = {"dualpipe-v"};
   ps::TuneResult r = ps::tune(req, ps::UniformCost{});
   EXPECT_FALSE(r.best);
   EXPECT_EQ(r.candidates_refused, r.candidates_tried);
-  EXPECT_EQ(r.candidates_tried, 2 * 4);  // chunks {2, 4} × modes none, selective, mario, full
+  EXPECT_EQ(r.candidates_tried, 4);  // its own chunks × modes none, selective, mario, full
   ASSERT_FALSE(r.notes.empty());
-  EXPECT_NE(r.notes.front().text().find("interleaved-1f1b"), std::string::npos)
+  EXPECT_NE(r.notes.front().text().find("dualpipe-v"), std::string::npos)
       << r.notes.front().text();
   EXPECT_NE(r.notes.front().reason.find("microbatches"), std::string::npos)
       << r.notes.front().text();
 
   // With 1F1B alongside, the search goes on past the refused configurations.
-  req.bases = {"interleaved-1f1b", "1f1b"};
+  req.bases = {"dualpipe-v", "1f1b"};
   r = ps::tune(req, ps::UniformCost{});
   ASSERT_TRUE(r.best);
   EXPECT_EQ(r.best->base, "1f1b");
-  EXPECT_EQ(r.candidates_refused, 2 * 4);
+  EXPECT_EQ(r.candidates_refused, 4);
 }
 
 // A factory that cannot model a microbatch size: that size is skipped, the others searched.

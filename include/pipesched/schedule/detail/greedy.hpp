@@ -78,6 +78,10 @@ struct GreedyOptions {
   //! never holds forwards back below the order's own limit). ZB-H2 gives ZB-H1's limits, so a
   //! tight cap turns it into ZB-H1 and no further.
   std::vector<int> min_in_flight;
+  //! Apply `max_in_flight` only to forwards that start a microbatch on a rank, never to the
+  //! later chunks of one it holds (CappedZeroBubbleRule): what a looped placement needs for
+  //! its limit never to hold back the chunks its backwards wait on.
+  bool limit_new_microbatches = false;
 };
 
 //! The planned lists and what the plan measured.
@@ -104,7 +108,8 @@ struct PlanningCost {
   double transfer_time(const CostContext&, const Action&) const { return 0.0; }
 };
 
-//! The planning durations with a cost model's memory: what the memory-bounded planner runs on.
+//! The planning durations with a cost model's memory (none when null): what the
+//! memory-bounded planner runs on.
 struct BoundedPlanningCost {
   GreedyDurations d;
   const CostRef* memory;
@@ -112,7 +117,7 @@ struct BoundedPlanningCost {
     return PlanningCost{d}.duration(c, a);
   }
   double memory_delta(const CostContext& c, const Action& a, bool ckpt) const {
-    return memory->memory_delta(c, a, ckpt);
+    return memory ? memory->memory_delta(c, a, ckpt) : 0.0;
   }
   double transfer_time(const CostContext&, const Action&) const { return 0.0; }
 };
@@ -153,18 +158,22 @@ struct ZeroBubbleRule {
   }
 };
 
-//! ZeroBubbleRule under a memory cap. A forward that starts a microbatch on the rank (at its
-//! first stage there) is admitted when what the rank holds, plus this forward, plus the later
-//! forwards on the rank of every microbatch it has started (a V's second chunk: they only add)
-//! stays within the cap. Otherwise the rank first runs its pending weight gradients (they free
-//! what they hold), and with none pending waits for an input gradient to free memory — unless
-//! it has fewer than its floor in flight (GreedyOptions::min_in_flight), when the forward runs
-//! anyway: the cap then holds back only what the order's floor allows.
-//! A forward that carries on a microbatch the rank already holds is never held back: the input
-//! gradients that would free memory depend on it, and its memory was reserved.
-struct BoundedZeroBubbleRule : ZeroBubbleRule {
+//! ZeroBubbleRule with either or both of two admissions of forwards, which need the action
+//! (so per action, not per kind).
+//! - New microbatches only (GreedyOptions::limit_new_microbatches): the in-flight limit holds
+//!   back only a forward that starts a microbatch on the rank (at its first stage there); the
+//!   later chunk forwards of a microbatch it holds always run. Otherwise a looped rank can
+//!   fill its limit with first-chunk forwards whose backwards need the later chunks it no
+//!   longer admits (p = 3, V = 4, M = 24 stalls so).
+//! - Memory cap (GreedyOptions::memory_cost): a forward that starts a microbatch is admitted
+//!   when what the rank holds, plus this forward, plus the later forwards on the rank of every
+//!   microbatch it has started (they only add) stays within the cap. Otherwise the rank first
+//!   runs its pending weight gradients (they free what they hold), and with none pending
+//!   waits for an input gradient to free memory — unless it has fewer than its floor in flight
+//!   (GreedyOptions::min_in_flight), when the forward runs anyway.
+struct CappedZeroBubbleRule : ZeroBubbleRule {
   const std::vector<char>* starts_microbatch;  //!< per stage: the lowest stage of its rank
-  const std::vector<double>* f_memory;         //!< per stage: what one forward adds
+  const std::vector<double>* f_memory;         //!< per stage: what one forward adds (memory)
   const std::vector<double>* later_memory;     //!< per stage: the rank's later forwards
   std::vector<int> floor;                      //!< per rank: GreedyOptions::min_in_flight
   // Per rank, what the forwards still to come of its started microbatches will add, brought
@@ -172,6 +181,12 @@ struct BoundedZeroBubbleRule : ZeroBubbleRule {
   mutable std::vector<double> reserved;
   mutable std::vector<std::size_t> seen;
 
+  bool admit_kind(const RankState& st, OpKind k) const {
+    if (!opt->limit_new_microbatches) return ZeroBubbleRule::admit_kind(st, k);
+    if (k != OpKind::F) return true;  // the in-flight limit is applied by admit
+    const int pending_w = st.ready_count(OpKind::W);
+    return !(pending_w > 0 && opt->max_pending_w <= pending_w);
+  }
   bool admit(const RankState& st, const ReadyAction& r) const {
     if (r.action.kind != OpKind::F) return true;
     const auto ru = static_cast<std::size_t>(st.rank);
@@ -181,8 +196,11 @@ struct BoundedZeroBubbleRule : ZeroBubbleRule {
       const Action& a = st.started[seen[ru]];
       if (a.kind != OpKind::F) continue;
       const auto s = static_cast<std::size_t>(a.stage);
-      reserved[ru] += (*starts_microbatch)[s] ? (*later_memory)[s] : -(*f_memory)[s];
+      if (opt->memory_cost)
+        reserved[ru] += (*starts_microbatch)[s] ? (*later_memory)[s] : -(*f_memory)[s];
     }
+    if (opt->limit_new_microbatches && st.in_flight() >= opt->max_in_flight[ru]) return false;
+    if (!opt->memory_cost) return true;
     const double cap = opt->memory_cap[ru];
     const double need = st.memory + r.memory + (*later_memory)[stage] + reserved[ru];
     if (need <= cap + 1e-9 * std::max(1.0, std::abs(cap))) return true;
@@ -242,16 +260,17 @@ inline GreedyPlan greedy_list_schedule(const GreedyOptions& opt) {
                           " entries; give one cap per rank (" + std::to_string(ranks) + ").");
   try {
     const std::int64_t span = 2 * (static_cast<std::int64_t>(stages) + mbs) + 2;
-    if (opt.memory_cost) {
+    if (opt.memory_cost || opt.limit_new_microbatches) {
       // Per stage: whether it is its rank's first, what a forward adds, and what the rank's
       // later stages' forwards of the same microbatch add (microbatch 0 stands for all).
       const auto S = static_cast<std::size_t>(stages);
       std::vector<char> starts(S, 0);
       std::vector<double> f_mem(S, 0.0), later(S, 0.0);
       const CostContext ctx{lp.problem, pl, 1};
-      for (int st = 0; st < stages; ++st)
-        f_mem[static_cast<std::size_t>(st)] = std::max(
-            0.0, opt.memory_cost->memory_delta(ctx, Action::make(OpKind::F, st, 0), false));
+      if (opt.memory_cost)
+        for (int st = 0; st < stages; ++st)
+          f_mem[static_cast<std::size_t>(st)] = std::max(
+              0.0, opt.memory_cost->memory_delta(ctx, Action::make(OpKind::F, st, 0), false));
       for (int r = 0; r < ranks; ++r) {
         std::vector<int> own = pl.stages_of(r);
         if (own.empty()) continue;
@@ -260,7 +279,7 @@ inline GreedyPlan greedy_list_schedule(const GreedyOptions& opt) {
         for (std::size_t i = 1; i < own.size(); ++i)
           later[static_cast<std::size_t>(own.front())] += f_mem[static_cast<std::size_t>(own[i])];
       }
-      BoundedZeroBubbleRule rule{{&opt, span}, &starts, &f_mem, &later, opt.min_in_flight, {}, {}};
+      CappedZeroBubbleRule rule{{&opt, span}, &starts, &f_mem, &later, opt.min_in_flight, {}, {}};
       if (rule.floor.empty()) rule.floor = opt.max_in_flight;
       if (rule.floor.size() != static_cast<std::size_t>(ranks))
         throw invalid_problem(gen + ": min_in_flight has " + std::to_string(rule.floor.size()) +
@@ -269,7 +288,10 @@ inline GreedyPlan greedy_list_schedule(const GreedyOptions& opt) {
         f = std::max(f, 1);
       rule.reserved.assign(static_cast<std::size_t>(ranks), 0.0);
       rule.seen.assign(static_cast<std::size_t>(ranks), 0);
-      lplan = list_schedule_plan(lp, rule, BoundedPlanningCost{opt.durations, opt.memory_cost});
+      if (opt.memory_cost)
+        lplan = list_schedule_plan(lp, rule, BoundedPlanningCost{opt.durations, opt.memory_cost});
+      else
+        lplan = list_schedule_plan(lp, rule, PlanningCost{opt.durations});
     } else {
       lplan = list_schedule_plan(lp, ZeroBubbleRule{&opt, span}, PlanningCost{opt.durations});
     }
@@ -323,12 +345,14 @@ inline void require_split_backward(WGradMode wgrad, const char* generator, const
 inline Schedule greedy_schedule(const char* generator, const Problem& p, Placement placement,
                                 std::vector<int> max_in_flight, const CostRef* memory = nullptr,
                                 const MemoryBudget* budget = nullptr,
-                                std::vector<int> min_in_flight = {}) {
+                                std::vector<int> min_in_flight = {},
+                                bool limit_new_microbatches = false) {
   GreedyOptions opt;
   opt.generator = generator;
   opt.placement = std::move(placement);
   opt.microbatches = p.microbatches;
   opt.max_in_flight = std::move(max_in_flight);
+  opt.limit_new_microbatches = limit_new_microbatches;
   if (memory && budget && budget->limited()) {
     opt.memory_cost = memory;
     for (int r = 0; r < p.ranks; ++r)
