@@ -169,6 +169,14 @@ TYPED_TEST(MpiNumerics, ZeroBubbleH1) {
   expect_same_as_inproc<TypeParam>(generated("zb-h1", world_size(), 2 * world_size()));
 }
 
+// The baselines: Zero Bubble over looped chunks, and the V-shapes of controllable memory.
+TYPED_TEST(MpiNumerics, InterleavedZeroBubbleAndControllableMemoryV) {
+  for (const char* name : {"interleaved-zb", "v-half", "v-min"}) {
+    SCOPED_TRACE(name);
+    expect_same_as_inproc<TypeParam>(generated(name, world_size(), 2 * world_size() + 1));
+  }
+}
+
 TYPED_TEST(MpiNumerics, MarioPlan) {
   const ps::Schedule s = mario_plan(world_size());
   EXPECT_GT(exec_test::count_recomputes(s), 0);

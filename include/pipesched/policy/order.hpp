@@ -29,6 +29,7 @@
 #include "pipesched/schedule/looped_bfs.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/slice_pipe.hpp"
+#include "pipesched/schedule/v_shape_memory.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
 #include "pipesched/schedule/zero_bubble_h2.hpp"
 #include "pipesched/schedule/zero_bubble_v.hpp"
@@ -177,7 +178,7 @@ struct ZeroBubbleH2 : detail::OrderTag {
 struct InterleavedZeroBubble : detail::OrderTag {
   static constexpr std::string_view name = "interleaved-zb";
   static constexpr std::string_view summary =
-      "Zero Bubble over looped virtual stages: 1F1B's peak memory, W fills the bubbles";
+      "Zero Bubble over looped virtual stages: weight gradients fill the bubbles";
   static constexpr PlacementRule placement_rule = PlacementRule::Looped;
   using default_placement = placement::Interleaved<2>;
   using default_wgrad = wgrad::Split;
@@ -210,6 +211,45 @@ struct ZeroBubbleV : detail::OrderTag {
   //! Memory-bounded: weight gradients deferred only while the next forward fits `budget`.
   static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget& budget) {
     return schedule::zero_bubble_v_within(p, w, cost, budget);
+  }
+};
+
+//! V-Half (Qi et al. 2024): a V-shape schedule holding about half of 1F1B's activations.
+struct VHalf : detail::OrderTag {
+  static constexpr std::string_view name = "v-half";
+  static constexpr std::string_view summary =
+      "V-shape, about half of 1F1B's activation memory (Qi et al. 2024)";
+  static constexpr PlacementRule placement_rule = PlacementRule::VShape2;
+  using default_placement = placement::VShape<2>;
+  using default_wgrad = wgrad::Split;
+  static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
+  static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>), memory measured uniformly.
+  static Schedule generate(Problem p, WGradMode w) { return schedule::v_half(p, w); }
+  //! With the memory of the cost it will be simulated under.
+  template <cost_model Cost>
+  static Schedule generate(Problem p, WGradMode w, const Cost& cost) {
+    return schedule::v_half(p, w, cost);
+  }
+  //! Within `budget` too.
+  static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget& budget) {
+    return schedule::v_half_within(p, w, cost, budget);
+  }
+};
+
+//! V-Min (Qi et al. 2024): a V-shape schedule holding about a third of 1F1B's activations.
+struct VMin : VHalf {
+  static constexpr std::string_view name = "v-min";
+  static constexpr std::string_view summary =
+      "V-shape, about a third of 1F1B's activation memory (Qi et al. 2024)";
+  static Schedule generate(Problem p, WGradMode w) { return schedule::v_min(p, w); }
+  template <cost_model Cost>
+  static Schedule generate(Problem p, WGradMode w, const Cost& cost) {
+    return schedule::v_min(p, w, cost);
+  }
+  static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget& budget) {
+    return schedule::v_min_within(p, w, cost, budget);
   }
 };
 
@@ -322,7 +362,7 @@ struct order_list {};
 using builtin_orders =
     order_list<order::GPipe, order::OneFOneB, order::Interleaved1F1B, order::LoopedBFS,
                order::ZeroBubbleH1, order::ZeroBubbleH2, order::ZeroBubbleV,
-               order::InterleavedZeroBubble, order::DualPipeV, order::SeqOneFOneB,
-               order::SlicePipe>;
+               order::InterleavedZeroBubble, order::VHalf, order::VMin, order::DualPipeV,
+               order::SeqOneFOneB, order::SlicePipe>;
 
 }  // namespace pipesched

@@ -152,16 +152,19 @@ struct plan {
   // stay quiet otherwise so that a bad knob produces one message, not several.
   static_assert(!Knobs_::well_formed || Knobs_::wgrad_ok,
                 "pipesched::plan: a Zero Bubble order (order::ZeroBubbleH1, ZeroBubbleH2, "
-                "ZeroBubbleV, InterleavedZeroBubble) fills its bubbles with deferred weight gradients and cannot use "
+                "ZeroBubbleV, InterleavedZeroBubble) fills its bubbles with deferred weight "
+                "gradients and cannot use "
                 "wgrad::Fused; pass wgrad::Split or leave wgrad out");
-  static_assert(!Knobs_::well_formed || Knobs_::v_shape_ok,
-                "pipesched::plan: order::ZeroBubbleV and order::DualPipeV run on two chunks per "
-                "rank in a V-shape and need placement::VShape<2>; pass it or leave placement out");
-  static_assert(!Knobs_::well_formed || Knobs_::linear_ok,
-                "pipesched::plan: this order (order::GPipe, OneFOneB, ZeroBubbleH1, ZeroBubbleH2) "
-                "runs one stage per rank and needs placement::Linear; pass it or leave placement "
-                "out, or use order::Interleaved1F1B, InterleavedZeroBubble or LoopedBFS for several "
-                "chunks per rank");
+  static_assert(
+      !Knobs_::well_formed || Knobs_::v_shape_ok,
+      "pipesched::plan: order::ZeroBubbleV, VHalf, VMin and DualPipeV run on two chunks "
+      "per rank in a V-shape and need placement::VShape<2>; pass it or leave placement out");
+  static_assert(
+      !Knobs_::well_formed || Knobs_::linear_ok,
+      "pipesched::plan: this order (order::GPipe, OneFOneB, ZeroBubbleH1, ZeroBubbleH2) "
+      "runs one stage per rank and needs placement::Linear; pass it or leave placement "
+      "out, or use order::Interleaved1F1B, InterleavedZeroBubble or LoopedBFS for several "
+      "chunks per rank");
   static_assert(!Knobs_::well_formed || Knobs_::looped_ok,
                 "pipesched::plan: order::Interleaved1F1B, InterleavedZeroBubble and LoopedBFS loop "
                 "over chunks "

@@ -20,6 +20,7 @@
 #include "pipesched/schedule/interleaved_1f1b.hpp"
 #include "pipesched/schedule/interleaved_zero_bubble.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
+#include "pipesched/schedule/v_shape_memory.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
 #include "pipesched/schedule/zero_bubble_h2.hpp"
 #include "pipesched/schedule/zero_bubble_v.hpp"
@@ -721,4 +722,47 @@ TEST(InterleavedZeroBubble, MemoryBoundedFitsOneFOneBsPeak) {
     EXPECT_EQ(ps::schedule::interleaved_zero_bubble_within(pr, WGradMode::Split, cost, huge).ranks,
               ps::schedule::interleaved_zero_bubble(pr).ranks);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// V-Half and V-Min: ZB-V within a half and a third of 1F1B's activation memory.
+
+TEST(ControllableMemoryV, HalfAndThirdOfOneFOneBsPeak) {
+  namespace ps = pipesched;
+  const ps::UniformCost cost;
+  for (int p = 1; p <= max_ranks; ++p)
+    for (int m : {1, 2, 3, p, 2 * p, 3 * p + 1, 24}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const Problem pr{.ranks = p, .microbatches = m};
+      const ps::SimulationResult one = ps::simulate(ps::schedule::one_f_one_b(pr), cost);
+      const ps::Schedule half = ps::schedule::v_half(pr);
+      const ps::Schedule third = ps::schedule::v_min(pr);
+      for (const ps::Schedule* s : {&half, &third}) {
+        EXPECT_EQ(s->placement, Placement::v_shape(p, 2));
+        ASSERT_TRUE(ps::check(*s).ok()) << s->name << ": " << ps::check(*s).summary();
+        EXPECT_EQ(s->action_count(), static_cast<std::size_t>(3 * 2 * p * m));
+      }
+      EXPECT_EQ(half.name, "v-half");
+      EXPECT_EQ(third.name, "v-min");
+      const ps::SimulationResult h = ps::simulate(half, cost), t = ps::simulate(third, cost);
+      // ⌈p/2⌉ + 1 and ⌈p/3⌉ + 1 microbatches of 1F1B's p on rank 0 (never more than 1F1B).
+      const double rank0 = one.ranks.front().peak_memory, unit = rank0 / std::min(p, m);
+      EXPECT_LE(h.peak_memory_max,
+                std::min(rank0, unit * ((p + 1) / 2 + 1)) + 1e-9 + (m < p ? rank0 : 0.0));
+      EXPECT_LE(t.peak_memory_max,
+                std::min(rank0, unit * ((p + 2) / 3 + 1)) + 1e-9 + (m < p ? rank0 : 0.0));
+      EXPECT_LE(t.peak_memory_max, h.peak_memory_max + 1e-9);
+      if (p >= 8 && m >= 2 * p) {
+        EXPECT_LE(h.peak_memory_max, 0.63 * rank0);  // about a half: (p/2 + 1)/p
+        EXPECT_LE(t.peak_memory_max, 0.51 * rank0);  // about a third: (p/3 + 1)/p
+        EXPECT_LT(h.makespan, one.makespan);         // and V-Half is faster than 1F1B
+      }
+    }
+  const std::string msg = message_of(
+      [] { pipesched::schedule::v_half({.ranks = 4, .microbatches = 8}, WGradMode::Fused); });
+  EXPECT_NE(msg.find("v-half needs split backward"), std::string::npos) << msg;
+  EXPECT_NE(message_of([] {
+              pipesched::schedule::v_min({.ranks = 4, .stages = 4, .microbatches = 8});
+            }).find("stages = 4"),
+            std::string::npos);
 }
