@@ -272,6 +272,12 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
                       0, 0);
   Schedule s;
   s.name = name;
+  {
+    // The line-end style is the first line's: what a writer of the whole file chose.
+    const std::string_view body = without_bom(content);
+    const std::size_t nl = body.find('\n');
+    s.crlf = nl != std::string_view::npos && nl > 0 && body[nl - 1] == '\r';
+  }
   int max_stage = -1, max_microbatch = -1, max_slice = -1;
   std::vector<int> first_row_of_stage;
   auto note = [&](int stage, int microbatch, int slice, int row, int line, int column) {
@@ -348,7 +354,8 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
 //! slices = the largest index used + 1 (both halves of an overlap count); stage s belongs
 //! to the first row where an action of s appears, or to rank s mod ranks when none does.
 //! A stage that also appears in other rows is read as written (validation reports it).
-//! Accepts `\n` and `\r\n` line endings. Throws parse_error naming the line, the column of
+//! Accepts `\n` and `\r\n` line endings and remembers in `crlf` whether the first line ended
+//! in `\r\n`. Throws parse_error naming the line, the column of
 //! the cell's first character, the bad token and what was expected; `name` becomes the
 //! schedule's name and prefixes messages.
 inline Schedule read_csv(std::istream& in, std::string name = "csv") {
@@ -363,25 +370,28 @@ inline Schedule read_csv_file(const std::string& path) {
 }
 
 //! The CSV text of `s`: each rank's actions joined by `,` (an idle slot is an empty cell,
-//! trailing ones kept), one row per rank, each ending in `\n`. A row holding one idle slot
+//! trailing ones kept), one row per rank, each ending in `\n`, or in `\r\n` when `s.crlf` (set
+//! by read_csv for a file whose lines end so). A row holding one idle slot
 //! alone is written `""` as Python's csv module does, so that it reads back as one cell.
 //! Placement and problem sizes are not stored: read_csv infers them again. Throws
 //! invalid_schedule for an action that has no string form (see format_action).
 inline std::string to_csv(const Schedule& s) {
+  const char* const eol = s.crlf ? "\r\n" : "\n";
   std::string out;
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     const auto& list = s.ranks[r];
     // A trailing empty line would not be read back as a rank: write an idle cell instead.
     const bool last_empty = list.empty() && r + 1 == s.ranks.size();
     if (last_empty || (list.size() == 1 && list.front().kind == OpKind::Idle)) {
-      out += "\"\"\n";
+      out += "\"\"";
+      out += eol;
       continue;
     }
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (i != 0) out += ',';
       out += format_action(list[i]);
     }
-    out += '\n';
+    out += eol;
   }
   return out;
 }
