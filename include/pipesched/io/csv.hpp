@@ -396,6 +396,44 @@ inline std::string to_csv(const Schedule& s) {
   return out;
 }
 
+//! Throws invalid_schedule when `s` uses an extension PyTorch's runtime (2.15) cannot run:
+//! a slice suffix (PyTorch reads `2F0.1` as `2F0`, the whole microbatch), a weight-gradient
+//! part (`2W0:1` is read as `2W0`, so the whole W would run once per part) or a recompute
+//! (`2R0`, a kind PyTorch's reader refuses). The message names the first such action, its rank
+//! and position, why PyTorch cannot run it, and what to do instead. Every other kind, overlaps
+//! and the FSDP and send-wait actions included, is PyTorch's own.
+inline void check_pytorch_runnable(const Schedule& s) {
+  for (std::size_t r = 0; r < s.ranks.size(); ++r)
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.kind == OpKind::Idle) continue;
+      const std::string at = "schedule '" + s.name + "' cannot run in PyTorch: " + to_string(a) +
+                             " (rank " + std::to_string(r) + " position " + std::to_string(i) +
+                             ") ";
+      if (a.kind == OpKind::R)
+        throw invalid_schedule(at +
+                               "recomputes a checkpointed forward, an action PyTorch's schedules "
+                               "do not have (its reader refuses the kind R); write the schedule "
+                               "without pipesched's checkpointing (--checkpoint none) and "
+                               "checkpoint inside the stage modules instead.");
+      if (a.slice != 0 || (a.kind == OpKind::Overlap && a.b_slice != 0))
+        throw invalid_schedule(
+            at +
+            "runs one slice of a microbatch's sequence; PyTorch has no slices "
+            "and reads the suffix away (" +
+            to_string(a) + " as " +
+            to_string(Action::make(a.kind == OpKind::Overlap ? OpKind::F : a.kind, a.stage,
+                                   a.microbatch)) +
+            "), so it would run the whole microbatch once per slice; write a "
+            "schedule without slices (--slices 1).");
+      if (a.part != 0)
+        throw invalid_schedule(at + "is one part of a split weight gradient; PyTorch reads it as " +
+                               to_string(Action::make(a.kind, a.stage, a.microbatch)) +
+                               " and would compute the whole weight gradient once per part; "
+                               "write each W whole (--wgrad split rather than fine).");
+    }
+}
+
 //! Writes to_csv(s) to `out`; throws pipesched::error when the stream fails.
 inline void write_csv(std::ostream& out, const Schedule& s) {
   detail::io::write_stream(out, to_csv(s), "CSV schedule");
