@@ -19,7 +19,7 @@ namespace pipesched {
 //! One broken rule. `rank`/`position` locate the action (-1 when the violation is about
 //! something absent, e.g. a missing backward); `rule` is a short stable identifier:
 //! `shape`, `index-range`, `placement`, `duplicate`, `missing`, `order`, `missing-receive`,
-//! `unmatched-comm`, `missing-wait`, `channel-order`, `deadlock`.
+//! `unmatched-comm`, `missing-wait`, `channel-order`, `reduce-grad`, `deadlock`.
 struct Violation {
   int rank = -1;
   int position = -1;
@@ -558,6 +558,42 @@ inline void check_channels(const Schedule& s, ValidationReport& rep) {
   }
 }
 
+// PyTorch 2.15 runs one gradient reduction at a time per rank: each REDUCE_GRAD is completed by
+// the WAIT_REDUCE_GRAD of the same stage before the next REDUCE_GRAD, and none is left open.
+inline void check_gradient_reductions(const Schedule& s, ValidationReport& rep) {
+  for (int r = 0; r < s.rank_count(); ++r) {
+    int pending = -1, pending_pos = -1;  // the stage whose reduction is open, and where
+    const auto& list = s.ranks[r];
+    for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+      const Action& a = list[i];
+      if (a.kind == OpKind::ReduceGrad) {
+        if (pending >= 0)
+          rep.add({r, i, a, "reduce-grad",
+                   to_string(a) + " at " + where(r, i) + " starts a reduction while stage " +
+                       std::to_string(pending) + "'s (position " + std::to_string(pending_pos) +
+                       ") is open; a rank runs one gradient reduction at a time, so put " +
+                       std::to_string(pending) + "WAIT_REDUCE_GRAD before it."});
+        pending = a.stage;
+        pending_pos = i;
+      } else if (a.kind == OpKind::WaitReduceGrad) {
+        if (pending != a.stage)
+          rep.add({r, i, a, "reduce-grad",
+                   to_string(a) + " at " + where(r, i) + " waits for a reduction of stage " +
+                       std::to_string(a.stage) + ", but " +
+                       (pending < 0 ? std::string("none is open")
+                                    : "the open one is stage " + std::to_string(pending) + "'s") +
+                       "; each WAIT_REDUCE_GRAD follows the REDUCE_GRAD of its stage."});
+        pending = -1;
+      }
+    }
+    if (pending >= 0)
+      rep.add({r, pending_pos, list[static_cast<std::size_t>(pending_pos)], "reduce-grad",
+               to_string(list[static_cast<std::size_t>(pending_pos)]) + " at " +
+                   where(r, pending_pos) + " is never waited for; add " + std::to_string(pending) +
+                   "WAIT_REDUCE_GRAD after it on rank " + std::to_string(r) + "."});
+  }
+}
+
 // Dry run: every rank runs its list in order; report ranks that can never finish.
 inline void check_deadlock(const DependencyGraph& g, ValidationReport& rep) {
   ReplayResult res = replay(g, [](int) {});
@@ -577,6 +613,7 @@ inline ValidationReport check(const Schedule& s) {
     detail::check_channels(s, rep);
   }
   detail::check_send_waits(s, rep);
+  detail::check_gradient_reductions(s, rep);
   detail::DependencyGraph g(s);
   for (const auto& issue : g.issues())
     rep.add({issue.at.rank, issue.at.position, s.ranks[issue.at.rank][issue.at.position],

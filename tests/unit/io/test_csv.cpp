@@ -152,6 +152,23 @@ TEST(PyTorch215Csv, CommsDumpReadsValidatesSimulatesAndRoundTrips) {
   }
 }
 
+TEST(PyTorch215Csv, GradientReductionsArePaired) {
+  Schedule s = read_csv_file(data215("interleaved1f1b_2rank_4mb_comms.csv"));
+  // Drop rank 0's first WAIT_REDUCE_GRAD (stage 2's): the next reduction then starts while
+  // stage 2's is open.
+  auto& list = s.ranks[0];
+  for (auto it = list.begin(); it != list.end(); ++it)
+    if (it->kind == OpKind::WaitReduceGrad) {
+      list.erase(it);
+      break;
+    }
+  ValidationReport rep = check(s);
+  ASSERT_TRUE(rep.has("reduce-grad")) << rep.summary();
+  EXPECT_NE(rep.summary().find("0REDUCE_GRAD at rank 0"), std::string::npos) << rep.summary();
+  EXPECT_NE(rep.summary().find("put 2WAIT_REDUCE_GRAD before it"), std::string::npos);
+  EXPECT_NE(rep.summary().find("one gradient reduction at a time"), std::string::npos);
+}
+
 TEST(PyTorch215Csv, MixedLineEndsFollowTheFirstLine) {
   EXPECT_TRUE(from_csv("0F0,0B0\r\n1F0,1B0\n").crlf);
   EXPECT_FALSE(from_csv("0F0,0B0\n1F0,1B0\r\n").crlf);
