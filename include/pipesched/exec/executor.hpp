@@ -277,8 +277,8 @@ class Executor {
       if (options_.fill_waits && (list[i].kind == OpKind::RecvF || list[i].kind == OpKind::RecvB))
         guarded(i, [&] { fill_wait(i, run); });
       // A receive only posts; the action that uses its data waits for it (untimed, like the
-      // wait inside a blocking receive).
-      guarded(i, [&] { await_inputs(list[i]); });
+      // wait inside a blocking receive; a failure names the receive).
+      await_inputs(list[i]);
       run_at(i);
     }
     if (!stashes_.empty() || !inputs_.empty() || !grads_.empty() || !outbox_.empty() ||
@@ -859,7 +859,9 @@ class Executor {
       const std::size_t at = it->second;
       posted.erase(it);
       const mark_type m0 = device_.mark();
-      into.insert_or_assign(key, receive({c.stage, c.microbatch, c.slice, d}));
+      guarded(at, [&] {
+        into.insert_or_assign(key, receive({c.stage, c.microbatch, c.slice, d}));
+      });
       marks_[at].emplace(m0, device_.mark());
     };
     auto one = [&](const Action& c) {

@@ -68,13 +68,18 @@ inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}
     int to_stage, microbatch, slice;
   };
   std::vector<std::unordered_map<int, std::vector<Msg>>> channel(static_cast<std::size_t>(n));
-  std::map<detail::MessageId, std::size_t> place;  // message -> index in its channel
+  struct Place {
+    int from, to;       // sending and receiving rank
+    std::size_t index;  // in the channel from -> to
+  };
+  std::map<detail::MessageId, Place> place;
   for (int r = 0; r < n; ++r)
     for (const Action& a : s.ranks[r])
       each_half(a, [&](const Action& c) {
         sent_by(c, [&](const Out& o) {
-          auto& ch = channel[static_cast<std::size_t>(r)][pl.rank_of(o.to)];
-          place[detail::MessageId(o.forward, o.from, c.microbatch, c.slice)] = ch.size();
+          const int to = pl.rank_of(o.to);
+          auto& ch = channel[static_cast<std::size_t>(r)][to];
+          place[detail::MessageId(o.forward, o.from, c.microbatch, c.slice)] = {r, to, ch.size()};
           ch.push_back({o.forward, o.to, c.microbatch, c.slice});
         });
       });
@@ -86,15 +91,18 @@ inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}
     std::unordered_map<int, std::size_t> posted;     // sender rank -> receives posted so far
     std::vector<Action> gradient_waits;              // WaitSendB, in send order, for the end
     std::map<detail::MessageId, char> forward_sent;  // SendF not yet waited for
-    // Receives for the message (forward?, producer, m, k) from `from`: the channel's
-    // unposted messages up to and including it, in send order.
+    // Receives for the message (forward?, producer, m, k): its channel's unposted messages up
+    // to and including it, in send order.
     auto receive = [&](bool forward, int producer, const Action& c) {
-      const int from = pl.rank_of(producer);
       auto it = place.find(detail::MessageId(forward, producer, c.microbatch, c.slice));
       if (it == place.end()) return;  // a schedule that never produces it: validation says so
-      std::size_t& next = posted[from];
-      const auto& ch = channel[static_cast<std::size_t>(from)][r];
-      for (; next <= it->second; ++next) {
+      // A consumer on another rank than its stage's (a schedule validation refuses) has no
+      // channel here; it gets no receive.
+      const Place& at = it->second;
+      if (at.to != r) return;
+      const auto& ch = channel[static_cast<std::size_t>(at.from)].at(r);
+      std::size_t& next = posted[at.from];
+      for (; next <= at.index; ++next) {
         const Msg& m = ch[next];
         list.push_back(Action::make(m.forward ? OpKind::RecvF : OpKind::RecvB, m.to_stage,
                                     m.microbatch, m.slice));
