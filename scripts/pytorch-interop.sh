@@ -26,7 +26,7 @@ while [[ $# -gt 0 ]]; do
     --torch) torch_version="$2"; shift 2 ;;
     --pipesched) binary="$2"; shift 2 ;;
     --quick) quick="--quick"; shift ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "pytorch-interop.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

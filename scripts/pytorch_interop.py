@@ -11,7 +11,9 @@ scripts/pytorch-interop.sh, which sets up the interpreter; not part of the defau
    a wait for every send, one gradient reduction at a time). Each channel's order is checked
    here too, since PyTorch relies on it without checking.
 3. A few --comm files run in PyTorch's runtime on gloo processes (CPU); each stage's gradients
-   are compared with sequential training of the same model.
+   are compared with sequential training of the same model. As a negative control, two of
+   them are also run with each receive moved right before its consumer (which breaks a
+   channel's order there): pipesched must refuse that file and PyTorch must get it wrong.
 
 Exits 1 when any check fails and prints one line per check.
 """
@@ -242,7 +244,58 @@ def worker(rank, world, path, num_stages, m, placement, out_dir, port):
         dist.destroy_process_group()
 
 
-def part3(binary, work, cases):
+def consumer_order(path, out_path):
+    """The file with each receive moved right before the action that consumes it: how
+    pipesched lowered before it kept channels in order (the negative control)."""
+    rows = read_rows(path)
+    fixed = []
+    for row in rows:
+        recvs = [a for a in row if a.computation_type in (S.RECV_F, S.RECV_B)]
+        rest = [a for a in row if a.computation_type not in (S.RECV_F, S.RECV_B)]
+        out = []
+        for a in rest:
+            for x in a.sub_actions or (a,):
+                want = {S.FORWARD: S.RECV_F, S.FULL_BACKWARD: S.RECV_B,
+                        S.BACKWARD_INPUT: S.RECV_B}.get(x.computation_type)
+                for r in recvs:
+                    if (r.computation_type == want and r.stage_index == x.stage_index
+                            and r.microbatch_index == x.microbatch_index):
+                        out.append(r)
+            out.append(a)
+        fixed.append(out)
+    with open(out_path, "w", newline="") as f:
+        w = csv.writer(f)
+        for row in fixed:
+            w.writerow(row)
+
+
+def run_in_pytorch(path, p, m, work, port):
+    """Runs the file on p gloo processes; returns (worst gradient difference, error text)."""
+    placement = placement_of(read_rows(path))
+    n = len(placement)
+    out_dir = tempfile.mkdtemp(dir=work)
+    try:
+        mp.spawn(worker, args=(p, path, n, m, placement, out_dir, port), nprocs=p, join=True)
+    except Exception as e:
+        return None, str(e)[-400:]
+    model = make_model(n)
+    torch.manual_seed(1)
+    x = torch.randn(m * 2, WIDTH, dtype=torch.float64)
+    y = torch.randn(m * 2, WIDTH, dtype=torch.float64)
+    h = x
+    for s in range(n):
+        h = model[s](h)
+    torch.nn.MSELoss(reduction="sum")(h, y).backward()
+    worst = 0.0
+    for rank in range(p):
+        got = torch.load(os.path.join(out_dir, f"grads_{rank}.pt"))
+        for s, gs in got.items():
+            for g, ref in zip(gs, model[s].parameters()):
+                worst = max(worst, (g - ref.grad).abs().max().item())
+    return worst, ""
+
+
+def part3(binary, work, cases, controls):
     port = 29600
     for name, p, m in cases:
         path = os.path.join(work, f"run_{name}_{p}_{m}.csv")
@@ -252,31 +305,26 @@ def part3(binary, work, cases):
         if rc != 0:
             report(False, f"{tag}: pipesched cannot write it: {out.strip()[:200]}")
             continue
-        placement = placement_of(read_rows(path))
-        n = len(placement)
-        out_dir = tempfile.mkdtemp(dir=work)
         port += 1
-        try:
-            mp.spawn(worker, args=(p, path, n, m, placement, out_dir, port), nprocs=p, join=True)
-        except Exception as e:
-            report(False, f"{tag}: PyTorch's runtime failed: {str(e)[-400:]}")
+        worst, err = run_in_pytorch(path, p, m, work, port)
+        if worst is None:
+            report(False, f"{tag}: PyTorch's runtime failed: {err}")
             continue
-        # Sequential reference: the whole batch through every stage, summed loss.
-        model = make_model(n)
-        torch.manual_seed(1)
-        x = torch.randn(m * 2, WIDTH, dtype=torch.float64)
-        y = torch.randn(m * 2, WIDTH, dtype=torch.float64)
-        h = x
-        for s in range(n):
-            h = model[s](h)
-        torch.nn.MSELoss(reduction="sum")(h, y).backward()
-        worst = 0.0
-        for rank in range(p):
-            got = torch.load(os.path.join(out_dir, f"grads_{rank}.pt"))
-            for s, gs in got.items():
-                for g, ref in zip(gs, model[s].parameters()):
-                    worst = max(worst, (g - ref.grad).abs().max().item())
         report(worst < 1e-9, f"{tag}: gradients match sequential training (max diff {worst:.2e})")
+        if (name, p, m) not in controls:
+            continue
+        # The negative control: receives before their consumers break a channel's order here,
+        # and PyTorch must then compute something else (or fail); else this check proves nothing.
+        bad = os.path.join(work, f"control_{name}_{p}_{m}.csv")
+        consumer_order(path, bad)
+        rc, out = run(binary, "validate", bad)
+        report(rc == 1 and "first-in first-out" in out,
+               f"{tag} control: pipesched refuses the consumer-ordered file")
+        port += 1
+        worst, err = run_in_pytorch(bad, p, m, work, port)
+        report(worst is None or worst > 1e-6,
+               f"{tag} control: PyTorch runs the consumer-ordered file wrong ("
+               + (f"max diff {worst:.2e}" if worst is not None else "it fails") + ")")
 
 
 def main():
@@ -289,8 +337,9 @@ def main():
     rc, out = run(binary, "list", "--json")
     gens = [g["name"] for g in json.loads(out)["schedules"]]
     part2(binary, work, gens, grid)
-    part3(binary, work, [("zb-v", 2, 4), ("zb-v", 4, 8), ("dualpipe-v", 4, 8),
-                         ("interleaved-1f1b", 2, 4), ("1f1b", 4, 8), ("zb-h1", 2, 4)])
+    runs = [("zb-v", 2, 4), ("zb-v", 4, 8), ("dualpipe-v", 4, 8), ("slice-pipe", 2, 4),
+            ("interleaved-1f1b", 2, 4), ("1f1b", 4, 8), ("zb-h1", 2, 4)]
+    part3(binary, work, runs, controls={("zb-v", 2, 4), ("dualpipe-v", 4, 8)})
     print(f"{len(FAILURES)} checks failed" if FAILURES else "all checks passed")
     sys.exit(1 if FAILURES else 0)
 
