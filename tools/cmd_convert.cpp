@@ -4,27 +4,48 @@
 #include <vector>
 
 #include "common.hpp"
+#include "pipesched/io/csv.hpp"
 
 namespace pipesched::cli {
 
 int cmd_convert(const std::vector<std::string>& argv) {
+  const std::vector<OptionSpec> specs = {
+      {"--format", true,
+       "output form instead of OUT's extension: csv, pytorch (CSV that PyTorch can run: refuses "
+       "slices, W parts and R) or text",
+       "csv|pytorch|text"}};
   if (wants_help(argv)) {
-    std::cout << help_text("pipesched convert IN OUT",
+    std::cout << help_text("pipesched convert IN OUT [--format csv|pytorch|text]",
                            "Converts a schedule between PyTorch's CSV and pipesched's text form.\n"
                            "The input form is detected; the output form follows OUT's extension\n"
                            "(.csv → CSV, anything else → text; '-' writes text to standard "
-                           "output).",
-                           {});
+                           "output)\nunless --format says otherwise. A CSV read with CRLF line "
+                           "ends is written with them.\nWith --format pytorch a schedule that "
+                           "uses slices, W parts or recomputes, which\nPyTorch misreads or "
+                           "refuses, is refused (exit 1) with the action and the reason.",
+                           specs);
     return exit_ok;
   }
-  const Args a = parse_args("convert", argv, {}, 2);
+  const Args a = parse_args("convert", argv, specs, 2);
   if (a.positionals.size() != 2) throw usage_error("give IN and OUT");
+  const std::string format = a.get("--format", "");
+  if (!format.empty() && format != "csv" && format != "text" && format != "pytorch")
+    throw usage_error("--format takes csv, pytorch or text, got '" + format + "'");
   const Schedule s = read_schedule(a.positionals[0]);
+  if (format == "pytorch") check_pytorch_runnable(s);
   const std::string& out = a.positionals[1];
-  if (out == "-")
-    std::cout << schedule_as_text(s, false);
-  else
-    write_schedule(out, s);
+  if (format.empty()) {
+    if (out == "-")
+      std::cout << schedule_as_text(s, false);
+    else
+      write_schedule(out, s);
+  } else {
+    const std::string text = schedule_as_text(s, format != "text");
+    if (out == "-")
+      std::cout << text;
+    else
+      write_output(out, text);
+  }
   return exit_ok;
 }
 

@@ -583,9 +583,10 @@ ActionEstimate estimate_actions(double stages, double microbatches, double slice
     e.breakdown += ", R";
   }
   if (comm) {
-    // At most one activation and one gradient cross ranks per unit: a send and a receive each.
-    e.per_unit += 4;
-    e.breakdown += ", 2 sends, 2 receives";
+    // At most one activation and one gradient cross ranks per unit: a send, its wait and a
+    // receive each.
+    e.per_unit += 6;
+    e.breakdown += ", 2 sends, 2 receives, 2 send waits";
   }
   e.actions = e.units * e.per_unit;
   return e;

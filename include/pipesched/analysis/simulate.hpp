@@ -1,11 +1,14 @@
 // Time-and-memory simulation of a schedule under a cost model.
 //
 // Each rank runs its list in order. An action starts at max(the rank is free, every
-// dependency has finished, plus the transfer time when the dependency is on another rank);
-// a receive in a schedule with communication starts when the data has arrived. Makespan is
-// the last end; bubble ratio = 1 − Σ busy / (ranks × makespan). Memory: the running sum of
-// memory deltas along each rank's list (a forward's activations count from its start, a
-// backward frees at its end); the per-rank peak is its maximum.
+// dependency has finished, plus the transfer time when the dependency is on another rank).
+// In a schedule with communication a receive is posted where it stands and takes no wait;
+// its consumer starts once the data has arrived (the send's end plus the transfer time), as
+// PyTorch's runtime and pipesched's MPI transport run it. A WAIT_SEND ends once its send has
+// been delivered (the send's end plus the transfer time) and the peer has posted the receive.
+// Makespan is the last end; bubble ratio = 1 − Σ busy / (ranks × makespan). Memory: the running sum
+// of memory deltas along each rank's list (a forward's activations count from its start, a backward
+// frees at its end); the per-rank peak is its maximum.
 #pragma once
 
 #include <algorithm>
@@ -118,7 +121,12 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
     for (int d : g.deps(id)) {
       const detail::ActionRef& dref = g.ref(d);
       double ready = end[d];
-      if (dref.rank != r) ready += cost.transfer_time(ctx, g.action(d));
+      if (is_wait_send(a.kind)) {
+        // Delivered: the send's end plus the transfer; the peer's receive only needs posting.
+        if (dref.rank == r) ready += cost.transfer_time(ctx, g.action(d));
+      } else if (dref.rank != r) {
+        ready += cost.transfer_time(ctx, g.action(d));
+      }
       start = std::max(start, ready);
     }
     const double dur = duration(a);

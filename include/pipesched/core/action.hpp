@@ -14,9 +14,33 @@ namespace pipesched {
 //! checkpointed forward. `SendF`/`RecvF` move a forward activation, `SendB`/`RecvB` an
 //! input gradient. `Overlap` runs one forward and one full backward together (DualPipe).
 //! `Idle` is an explicit empty slot in a rank's list (a blank cell in PyTorch's CSV).
-enum class OpKind : std::uint8_t { F, B, I, W, R, SendF, RecvF, SendB, RecvB, Overlap, Idle };
+//! The kinds after `Idle` come from PyTorch's lowered schedules: `WaitSendF`/`WaitSendB`
+//! complete an earlier send of the same unit (a send is posted, and done only at its wait);
+//! `Unshard`/`Reshard` (FSDP: gather and release a stage's sharded parameters) and
+//! `ReduceGrad`/`WaitReduceGrad` (start and finish the data-parallel gradient reduction of a
+//! stage) act on a whole stage and have no microbatch. pipesched schedules them as written and
+//! gives them no dependency; see docs/formats.md.
+enum class OpKind : std::uint8_t {
+  F,
+  B,
+  I,
+  W,
+  R,
+  SendF,
+  RecvF,
+  SendB,
+  RecvB,
+  Overlap,
+  Idle,
+  WaitSendF,
+  WaitSendB,
+  Unshard,
+  Reshard,
+  ReduceGrad,
+  WaitReduceGrad
+};
 
-inline constexpr int op_kind_count = 11;
+inline constexpr int op_kind_count = 17;
 
 //! Short name of a kind as used in action strings (`F`, `B`, `SEND_F`, `OVERLAP_F_B`, ...).
 constexpr std::string_view to_string(OpKind k) noexcept {
@@ -43,6 +67,18 @@ constexpr std::string_view to_string(OpKind k) noexcept {
       return "OVERLAP_F_B";
     case OpKind::Idle:
       return "IDLE";
+    case OpKind::WaitSendF:
+      return "WAIT_SEND_F";
+    case OpKind::WaitSendB:
+      return "WAIT_SEND_B";
+    case OpKind::Unshard:
+      return "UNSHARD";
+    case OpKind::Reshard:
+      return "RESHARD";
+    case OpKind::ReduceGrad:
+      return "REDUCE_GRAD";
+    case OpKind::WaitReduceGrad:
+      return "WAIT_REDUCE_GRAD";
   }
   return "?";
 }
@@ -55,6 +91,24 @@ constexpr bool is_compute(OpKind k) noexcept {
 //! True for SendF, RecvF, SendB, RecvB.
 constexpr bool is_comm(OpKind k) noexcept {
   return k == OpKind::SendF || k == OpKind::RecvF || k == OpKind::SendB || k == OpKind::RecvB;
+}
+//! True for WaitSendF and WaitSendB: the completion of an earlier send of the same unit.
+constexpr bool is_wait_send(OpKind k) noexcept {
+  return k == OpKind::WaitSendF || k == OpKind::WaitSendB;
+}
+//! True for the actions on a whole stage (no microbatch): Unshard, Reshard, ReduceGrad and
+//! WaitReduceGrad.
+constexpr bool is_stage_action(OpKind k) noexcept {
+  return k == OpKind::Unshard || k == OpKind::Reshard || k == OpKind::ReduceGrad ||
+         k == OpKind::WaitReduceGrad;
+}
+//! The send a WaitSendF / WaitSendB completes (SendF / SendB); `k` itself otherwise.
+constexpr OpKind send_of_wait(OpKind k) noexcept {
+  return k == OpKind::WaitSendF ? OpKind::SendF : k == OpKind::WaitSendB ? OpKind::SendB : k;
+}
+//! The wait that completes a SendF / SendB (WaitSendF / WaitSendB); `k` itself otherwise.
+constexpr OpKind wait_of_send(OpKind k) noexcept {
+  return k == OpKind::SendF ? OpKind::WaitSendF : k == OpKind::SendB ? OpKind::WaitSendB : k;
 }
 //! True for the kinds that propagate a gradient to the previous stage (B and I).
 constexpr bool is_input_backward(OpKind k) noexcept {
@@ -107,7 +161,8 @@ struct Action {
 
 //! The action in pipesched's action-string form: PyTorch's exact form (`2F0`, `0I1`,
 //! `3SEND_F1`, `(0F7;7B3)OVERLAP_F_B`) when it uses no extension, plus a slice suffix `.k`
-//! when slice != 0 and a part suffix `:j` when part != 0 (`2W0.3:1`). Idle is "".
+//! when slice != 0 and a part suffix `:j` when part != 0 (`2W0.3:1`). Idle is "". An action on
+//! a whole stage has no microbatch: `0UNSHARD`, `2REDUCE_GRAD`.
 inline std::string to_string(const Action& a) {
   auto unit = [](int stage, OpKind kind, int mb, int slice, int part) {
     std::string s = std::to_string(stage);
@@ -120,6 +175,11 @@ inline std::string to_string(const Action& a) {
   switch (a.kind) {
     case OpKind::Idle:
       return {};
+    case OpKind::Unshard:
+    case OpKind::Reshard:
+    case OpKind::ReduceGrad:
+    case OpKind::WaitReduceGrad:
+      return std::to_string(a.stage) + std::string(to_string(a.kind));  // a whole stage
     case OpKind::Overlap:
       return "(" + unit(a.stage, OpKind::F, a.microbatch, a.slice, 0) + ";" +
              unit(a.b_stage, OpKind::B, a.b_microbatch, a.b_slice, 0) + ")OVERLAP_F_B";

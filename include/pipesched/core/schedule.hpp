@@ -18,6 +18,10 @@ struct Schedule {
   Problem problem;      //!< ranks, stages, microbatches, slices
   Placement placement;  //!< stage → rank
   std::vector<std::vector<Action>> ranks;  //!< ranks[r] = rank r's actions in order
+  //! True when the CSV it was read from ended its lines in `\r\n` (Python's csv module, and so
+  //! PyTorch's `_dump_csv`, writes them): the CSV writer then writes `\r\n` too, so that a file
+  //! read and written again keeps its bytes. Not compared by `==`.
+  bool crlf = false;
 
   //! Number of ranks (== problem.ranks).
   int rank_count() const noexcept { return static_cast<int>(ranks.size()); }

@@ -276,13 +276,17 @@ class Executor {
       if (ran_early_[i]) continue;  // a fill already ran it, and recorded when
       if (options_.fill_waits && (list[i].kind == OpKind::RecvF || list[i].kind == OpKind::RecvB))
         guarded(i, [&] { fill_wait(i, run); });
+      // A receive only posts; the action that uses its data waits for it (untimed, like the
+      // wait inside a blocking receive; a failure names the receive).
+      await_inputs(list[i]);
       run_at(i);
     }
     if (!stashes_.empty() || !inputs_.empty() || !grads_.empty() || !outbox_.empty() ||
-        !contexts_.empty())
+        !contexts_.empty() || !posted_inputs_.empty() || !posted_grads_.empty())
       throw execution_error("rank " + std::to_string(rank_) + " ended the step with " +
                                 std::to_string(stashes_.size()) + " stashes, " +
-                                std::to_string(inputs_.size() + grads_.size() + outbox_.size()) +
+                                std::to_string(inputs_.size() + grads_.size() + outbox_.size() +
+                                               posted_inputs_.size() + posted_grads_.size()) +
                                 " tensors and " + std::to_string(contexts_.size()) +
                                 " slice contexts left over; the schedule does not consume what "
                                 "it produces.",
@@ -402,6 +406,7 @@ class Executor {
   // Runs the action at list position `i` and records when it ran and what it left held.
   void run_at(std::size_t i) {
     const mark_type m0 = device_.mark();
+    executing_ = i;
     guarded(i, [&] { execute(schedule_.ranks[rank_][i]); });
     marks_[i].emplace(m0, device_.mark());
     if (changed_) {
@@ -804,13 +809,70 @@ class Executor {
                  "input gradient", a));
         return;
       case OpKind::RecvF:
-        inputs_.insert_or_assign(detail::unit_key(a.stage, a.microbatch, a.slice),
-                                 receive({a.stage, a.microbatch, a.slice, Direction::Forward}));
+        post(a, Direction::Forward, inputs_, posted_inputs_);
         return;
       case OpKind::RecvB:
-        grads_.insert_or_assign(detail::unit_key(a.stage, a.microbatch, a.slice),
-                                receive({a.stage, a.microbatch, a.slice, Direction::Backward}));
+        post(a, Direction::Backward, grads_, posted_grads_);
         return;
+      // Sends complete when the transport has taken the tensor (it owns it from then on), so a
+      // WAIT_SEND has nothing left to wait for. The stages hold whole parameters (no FSDP
+      // sharding) and data-parallel gradient reduction belongs to the optimizer hook, so the
+      // FSDP and reduction actions of PyTorch's lowered files are no-ops here.
+      case OpKind::WaitSendF:
+      case OpKind::WaitSendB:
+      case OpKind::Unshard:
+      case OpKind::Reshard:
+      case OpKind::ReduceGrad:
+      case OpKind::WaitReduceGrad:
+        return;
+    }
+  }
+
+  // A receive posts: the message is taken if it is there (or a fill picked it up), else the
+  // unit is marked and its consumer waits for it (await_inputs).
+  template <class Map>
+  void post(const Action& a, Direction d, Map& into,
+            std::unordered_map<std::uint64_t, std::size_t>& posted) {
+    const std::uint64_t key = detail::unit_key(a.stage, a.microbatch, a.slice);
+    const MessageKey message{a.stage, a.microbatch, a.slice, d};
+    std::optional<tensor_type> x;
+    if (arrived_) {
+      x = std::move(arrived_);
+      arrived_.reset();
+    } else {
+      x = transport_->try_receive(rank_, message);
+    }
+    if (x)
+      into.insert_or_assign(key, std::move(*x));
+    else
+      posted.insert_or_assign(key, executing_);
+  }
+
+  // Waits for the posted receives whose data `a` (or a half of an overlap) consumes. The wait
+  // is recorded as the receive's time, so that the timeline shows when the data came.
+  void await_inputs(const Action& a) {
+    auto wait = [&](const Action& c, Direction d, auto& into,
+                    std::unordered_map<std::uint64_t, std::size_t>& posted) {
+      const std::uint64_t key = detail::unit_key(c.stage, c.microbatch, c.slice);
+      auto it = posted.find(key);
+      if (it == posted.end()) return;
+      const std::size_t at = it->second;
+      posted.erase(it);
+      const mark_type m0 = device_.mark();
+      guarded(at, [&] {
+        into.insert_or_assign(key, receive({c.stage, c.microbatch, c.slice, d}));
+      });
+      marks_[at].emplace(m0, device_.mark());
+    };
+    auto one = [&](const Action& c) {
+      if (c.kind == OpKind::F) wait(c, Direction::Forward, inputs_, posted_inputs_);
+      if (is_input_backward(c.kind)) wait(c, Direction::Backward, grads_, posted_grads_);
+    };
+    if (a.kind == OpKind::Overlap) {
+      one(a.forward_half());
+      one(a.backward_half());
+    } else if (is_compute(a.kind)) {
+      one(a);
     }
   }
 
@@ -820,6 +882,8 @@ class Executor {
     inputs_.clear();
     grads_.clear();
     outbox_.clear();
+    posted_inputs_.clear();
+    posted_grads_.clear();
   }
 
   Schedule schedule_;
@@ -844,8 +908,12 @@ class Executor {
   std::unordered_map<std::uint64_t, tensor_type> grads_;     // output gradients by unit
   std::unordered_map<std::uint64_t, tensor_type> outbox_;    // produced, waiting for a send
   std::optional<tensor_type> arrived_;                       // a receive's message, got early
-  std::vector<char> ran_early_;                              // per list position, this step
-  std::size_t next_fillable_ = 0;                            // into fillable_
+  // Units whose receive is posted but not yet taken, with the receive's list position.
+  std::unordered_map<std::uint64_t, std::size_t> posted_inputs_;  // RECV_F
+  std::unordered_map<std::uint64_t, std::size_t> posted_grads_;   // RECV_B
+  std::size_t executing_ = 0;      // the list position execute() runs
+  std::vector<char> ran_early_;    // per list position, this step
+  std::size_t next_fillable_ = 0;  // into fillable_
   double loss_ = 0, held_ = 0, peak_ = 0;
   bool changed_ = false;
   std::vector<MemoryPoint> memory_;

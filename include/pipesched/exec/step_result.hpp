@@ -46,7 +46,7 @@ struct StepResult {
       r.timing[i] = run.timing;
       RankSummary& rs = r.ranks[i];
       for (std::size_t p = 0; p < list.size(); ++p) {
-        if (is_comm(list[p].kind) || list[p].kind == OpKind::Idle)
+        if (!is_compute(list[p].kind))
           r.timing[i][p].start = r.timing[i][p].end;
         else
           rs.busy += r.timing[i][p].end - r.timing[i][p].start;

@@ -155,7 +155,8 @@ class ActionReader {
       ++pos_;
     std::string_view word = s_.substr(start, pos_ - start);
     static constexpr std::string_view expected =
-        "expected one of F, B, BW, I, W, R, SEND_F, RECV_F, SEND_B, RECV_B";
+        "expected one of F, B, BW, I, W, R, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, "
+        "WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD";
     if (word.empty()) {
       fail(start, "expected a kind after stage " + std::to_string(stage) + " but found " +
                       found_at(s_, start, end_) + "; " + std::string(expected));
@@ -166,20 +167,26 @@ class ActionReader {
       OpKind kind;
     };
     static constexpr Entry table[] = {
-        {"F", OpKind::F},          {"B", OpKind::B},          {"BW", OpKind::B},
-        {"I", OpKind::I},          {"W", OpKind::W},          {"R", OpKind::R},
-        {"SEND_F", OpKind::SendF}, {"RECV_F", OpKind::RecvF}, {"SEND_B", OpKind::SendB},
+        {"F", OpKind::F},
+        {"B", OpKind::B},
+        {"BW", OpKind::B},
+        {"I", OpKind::I},
+        {"W", OpKind::W},
+        {"R", OpKind::R},
+        {"SEND_F", OpKind::SendF},
+        {"RECV_F", OpKind::RecvF},
+        {"SEND_B", OpKind::SendB},
         {"RECV_B", OpKind::RecvB},
+        {"WAIT_SEND_F", OpKind::WaitSendF},
+        {"WAIT_SEND_B", OpKind::WaitSendB},
+        {"UNSHARD", OpKind::Unshard},
+        {"RESHARD", OpKind::Reshard},
+        {"REDUCE_GRAD", OpKind::ReduceGrad},
+        {"WAIT_REDUCE_GRAD", OpKind::WaitReduceGrad},
     };
     for (const Entry& e : table)
       if (e.word == word) return e.kind;
     std::string w(word);
-    if (w == "UNSHARD" || w == "RESHARD" || w == "REDUCE_GRAD") {
-      fail(start, w + " is an FSDP action, which pipesched does not model; remove the UNSHARD, "
-                      "RESHARD and REDUCE_GRAD actions (pipesched schedules compute and "
-                      "pipeline communication only)");
-      return OpKind::Idle;
-    }
     if (w == "OVERLAP_F_B") {
       fail(start,
            "an overlap is written (<F action>;<B action>)OVERLAP_F_B, e.g. (0F7;7B3)OVERLAP_F_B");
@@ -204,6 +211,19 @@ class ActionReader {
     int stage = read_number("stage", "2F0");
     OpKind kind = read_kind(stage);
     std::string head = std::to_string(stage) + std::string(to_string(kind));
+    if (ok_ && is_stage_action(kind)) {
+      // UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD act on a whole stage.
+      if (in_overlap)
+        fail(pos_ - to_string(kind).size(),
+             std::string(to_string(kind)) +
+                 " cannot be part of an overlap, which holds one F and "
+                 "one B");
+      else if (pos_ < end_ && (is_digit(s_[pos_]) || s_[pos_] == '.' || s_[pos_] == ':'))
+        fail(pos_, std::string(to_string(kind)) +
+                       " acts on a whole stage and takes no microbatch, slice or part; write " +
+                       head);
+      return Action::make(kind, stage, 0);
+    }
     int microbatch = read_number("microbatch", head + "0");
     int slice = 0, part = 0;
     if (ok_ && pos_ < end_ && s_[pos_] == '.') {
@@ -290,6 +310,10 @@ inline void check_writable(const Action& a) {
     return;
   }
   non_negative("part", a.part);
+  if (is_stage_action(a.kind) && (a.microbatch != 0 || a.slice != 0 || a.part != 0))
+    bad("it acts on a whole stage, so microbatch, slice and part must be 0 (they are " +
+        std::to_string(a.microbatch) + ", " + std::to_string(a.slice) + " and " +
+        std::to_string(a.part) + ")");
   if (a.part != 0 && a.kind != OpKind::W)
     bad("part = " + std::to_string(a.part) +
         " is set, but only W actions have parts; use part = 0");

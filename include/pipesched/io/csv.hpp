@@ -272,6 +272,12 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
                       0, 0);
   Schedule s;
   s.name = name;
+  {
+    // The line-end style is the first line's: what a writer of the whole file chose.
+    const std::string_view body = without_bom(content);
+    const std::size_t nl = body.find('\n');
+    s.crlf = nl != std::string_view::npos && nl > 0 && body[nl - 1] == '\r';
+  }
   int max_stage = -1, max_microbatch = -1, max_slice = -1;
   std::vector<int> first_row_of_stage;
   auto note = [&](int stage, int microbatch, int slice, int row, int line, int column) {
@@ -348,7 +354,8 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
 //! slices = the largest index used + 1 (both halves of an overlap count); stage s belongs
 //! to the first row where an action of s appears, or to rank s mod ranks when none does.
 //! A stage that also appears in other rows is read as written (validation reports it).
-//! Accepts `\n` and `\r\n` line endings. Throws parse_error naming the line, the column of
+//! Accepts `\n` and `\r\n` line endings and remembers in `crlf` whether the first line ended
+//! in `\r\n`. Throws parse_error naming the line, the column of
 //! the cell's first character, the bad token and what was expected; `name` becomes the
 //! schedule's name and prefixes messages.
 inline Schedule read_csv(std::istream& in, std::string name = "csv") {
@@ -363,27 +370,68 @@ inline Schedule read_csv_file(const std::string& path) {
 }
 
 //! The CSV text of `s`: each rank's actions joined by `,` (an idle slot is an empty cell,
-//! trailing ones kept), one row per rank, each ending in `\n`. A row holding one idle slot
+//! trailing ones kept), one row per rank, each ending in `\n`, or in `\r\n` when `s.crlf` (set
+//! by read_csv for a file whose lines end so). A row holding one idle slot
 //! alone is written `""` as Python's csv module does, so that it reads back as one cell.
 //! Placement and problem sizes are not stored: read_csv infers them again. Throws
 //! invalid_schedule for an action that has no string form (see format_action).
 inline std::string to_csv(const Schedule& s) {
+  const char* const eol = s.crlf ? "\r\n" : "\n";
   std::string out;
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     const auto& list = s.ranks[r];
     // A trailing empty line would not be read back as a rank: write an idle cell instead.
     const bool last_empty = list.empty() && r + 1 == s.ranks.size();
     if (last_empty || (list.size() == 1 && list.front().kind == OpKind::Idle)) {
-      out += "\"\"\n";
+      out += "\"\"";
+      out += eol;
       continue;
     }
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (i != 0) out += ',';
       out += format_action(list[i]);
     }
-    out += '\n';
+    out += eol;
   }
   return out;
+}
+
+//! Throws invalid_schedule when `s` uses an extension PyTorch's runtime (2.15) cannot run:
+//! a slice suffix (PyTorch reads `2F0.1` as `2F0`, the whole microbatch), a weight-gradient
+//! part (`2W0:1` is read as `2W0`, so the whole W would run once per part) or a recompute
+//! (`2R0`, a kind PyTorch's reader refuses). The message names the first such action, its rank
+//! and position, why PyTorch cannot run it, and what to do instead. Every other kind, overlaps
+//! and the FSDP and send-wait actions included, is PyTorch's own.
+inline void check_pytorch_runnable(const Schedule& s) {
+  for (std::size_t r = 0; r < s.ranks.size(); ++r)
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.kind == OpKind::Idle) continue;
+      const std::string at = "schedule '" + s.name + "' cannot run in PyTorch: " + to_string(a) +
+                             " (rank " + std::to_string(r) + " position " + std::to_string(i) +
+                             ") ";
+      if (a.kind == OpKind::R)
+        throw invalid_schedule(at +
+                               "recomputes a checkpointed forward, an action PyTorch's schedules "
+                               "do not have (its reader refuses the kind R); write the schedule "
+                               "without pipesched's checkpointing (--checkpoint none) and "
+                               "checkpoint inside the stage modules instead.");
+      if (a.slice != 0 || (a.kind == OpKind::Overlap && a.b_slice != 0))
+        throw invalid_schedule(
+            at +
+            "runs one slice of a microbatch's sequence; PyTorch has no slices "
+            "and reads the suffix away (" +
+            to_string(a) + " as " +
+            to_string(Action::make(a.kind == OpKind::Overlap ? OpKind::F : a.kind, a.stage,
+                                   a.microbatch)) +
+            "), so it would run the whole microbatch once per slice; write a "
+            "schedule without slices (--slices 1).");
+      if (a.part != 0)
+        throw invalid_schedule(at + "is one part of a split weight gradient; PyTorch reads it as " +
+                               to_string(Action::make(a.kind, a.stage, a.microbatch)) +
+                               " and would compute the whole weight gradient once per part; "
+                               "write each W whole (--wgrad split rather than fine).");
+    }
 }
 
 //! Writes to_csv(s) to `out`; throws pipesched::error when the stream fails.

@@ -212,8 +212,14 @@ TEST(LowerCommunication, PlacesReceivesBeforeConsumersAndSendsAfterProducers) {
       out += (out.empty() ? "" : ",") + ps::to_string(a);
     return out;
   };
-  EXPECT_EQ(str(s.ranks[0]), "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1");
-  EXPECT_EQ(str(s.ranks[1]), "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1");
+  // Each send has its wait: a forward output's after the unit's backward, a gradient's at the end.
+  EXPECT_EQ(str(s.ranks[0]),
+            "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0WAIT_SEND_F0,0RECV_B1,0B1,0WAIT_SEND_F1");
+  EXPECT_EQ(str(s.ranks[1]),
+            "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1WAIT_SEND_B0,1WAIT_SEND_B1");
+  const ps::Schedule bare = ps::lower_communication(two_rank_1f1b(), {.wait_sends = false});
+  EXPECT_EQ(str(bare.ranks[0]), "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1");
+  EXPECT_EQ(str(bare.ranks[1]), "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1");
   // Lowering is idempotent.
   EXPECT_EQ(ps::lower_communication(s), s);
 }

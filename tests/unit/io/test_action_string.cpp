@@ -44,6 +44,14 @@ std::vector<Spelled> spelled_actions() {
       {Action::overlap(Action::make(OpKind::F, 0, 7, 2), Action::make(OpKind::B, 7, 3, 0)),
        "(0F7.2;7B3)OVERLAP_F_B"},
       {Action::make(OpKind::F, INT_MAX, INT_MAX, INT_MAX), "2147483647F2147483647.2147483647"},
+      // PyTorch 2.15's lowered kinds: send waits, and the actions on a whole stage.
+      {Action::make(OpKind::WaitSendF, 2, 0), "2WAIT_SEND_F0"},
+      {Action::make(OpKind::WaitSendB, 3, 11), "3WAIT_SEND_B11"},
+      {Action::make(OpKind::WaitSendB, 3, 1, 2), "3WAIT_SEND_B1.2"},
+      {Action::make(OpKind::Unshard, 1, 0), "1UNSHARD"},
+      {Action::make(OpKind::Reshard, 12, 0), "12RESHARD"},
+      {Action::make(OpKind::ReduceGrad, 0, 0), "0REDUCE_GRAD"},
+      {Action::make(OpKind::WaitReduceGrad, 2, 0), "2WAIT_REDUCE_GRAD"},
   };
 }
 
@@ -151,32 +159,40 @@ TEST_P(MalformedAction, ThrowsParseErrorSayingWhatWasExpected) {
 
 INSTANTIATE_TEST_SUITE_P(
     Tokens, MalformedAction,
-    ::testing::Values(
-        Malformed{"2X0", 2, {"unknown kind \"X\"", "F, B, BW, I, W, R, SEND_F"}},
-        Malformed{"F0", 1, {"expected the stage", "found 'F'"}},
-        Malformed{"2F", 3, {"expected the microbatch", "end of the action", "2F0"}},
-        Malformed{"-1F0", 1, {"negative", "non-negative"}},
-        Malformed{"(0F1;1B0)", 10, {"missing OVERLAP_F_B", "(0F7;7B3)OVERLAP_F_B"}},
-        Malformed{"(0F1 1B0)OVERLAP_F_B", 5, {"expected ';'", "found a blank"}},
-        Malformed{"(0F1;1B0)OVERLAP", 10, {"expected OVERLAP_F_B", "\"OVERLAP\""}},
-        Malformed{"(0F1;1B0", 9, {"expected ')'"}},
-        Malformed{"(0B1;1B0)OVERLAP_F_B", 2, {"must be a forward (F)", "found B"}},
-        Malformed{"(0F1;1I0)OVERLAP_F_B", 6, {"must be a full backward (B)", "found I"}},
-        Malformed{"(0F1:1;1B0)OVERLAP_F_B", 5, {"only allowed on W", "overlap"}},
-        Malformed{"2F0.", 5, {"expected the slice", "2F0.1"}},
-        Malformed{"2W0:", 5, {"expected the part", "2W0:1"}},
-        Malformed{"2B0:1", 4, {"only allowed on W"}}, Malformed{"2F0x", 4, {"unexpected 'x'"}},
-        Malformed{"2F0.1.2", 6, {"unexpected '.'"}},
-        Malformed{"99999999999F0", 1, {"too large", "2147483647"}},
-        Malformed{"2F2147483648", 3, {"microbatch 2147483648 is too large"}},
-        Malformed{"2f0", 2, {"case-sensitive", "\"F\""}},
-        Malformed{"2send_f0", 2, {"case-sensitive", "\"SEND_F\""}},
-        Malformed{"2IDLE0", 2, {"unknown kind \"IDLE\""}},
-        Malformed{"2OVERLAP_F_B0", 2, {"(<F action>;<B action>)OVERLAP_F_B"}},
-        Malformed{"", 1, {"empty"}}, Malformed{"1UNSHARD", 2, {"FSDP", "does not model"}},
-        Malformed{"1RESHARD", 2, {"FSDP", "does not model"}},
-        Malformed{"0REDUCE_GRAD", 2, {"FSDP", "does not model"}},
-        Malformed{"1UNSHARD0", 2, {"FSDP", "does not model"}}));
+    ::testing::Values(Malformed{"2X0", 2, {"unknown kind \"X\"", "F, B, BW, I, W, R, SEND_F"}},
+                      Malformed{"F0", 1, {"expected the stage", "found 'F'"}},
+                      Malformed{"2F", 3, {"expected the microbatch", "end of the action", "2F0"}},
+                      Malformed{"-1F0", 1, {"negative", "non-negative"}},
+                      Malformed{"(0F1;1B0)", 10, {"missing OVERLAP_F_B", "(0F7;7B3)OVERLAP_F_B"}},
+                      Malformed{"(0F1 1B0)OVERLAP_F_B", 5, {"expected ';'", "found a blank"}},
+                      Malformed{"(0F1;1B0)OVERLAP", 10, {"expected OVERLAP_F_B", "\"OVERLAP\""}},
+                      Malformed{"(0F1;1B0", 9, {"expected ')'"}},
+                      Malformed{"(0B1;1B0)OVERLAP_F_B", 2, {"must be a forward (F)", "found B"}},
+                      Malformed{
+                          "(0F1;1I0)OVERLAP_F_B", 6, {"must be a full backward (B)", "found I"}},
+                      Malformed{"(0F1:1;1B0)OVERLAP_F_B", 5, {"only allowed on W", "overlap"}},
+                      Malformed{"2F0.", 5, {"expected the slice", "2F0.1"}},
+                      Malformed{"2W0:", 5, {"expected the part", "2W0:1"}},
+                      Malformed{"2B0:1", 4, {"only allowed on W"}},
+                      Malformed{"2F0x", 4, {"unexpected 'x'"}},
+                      Malformed{"2F0.1.2", 6, {"unexpected '.'"}},
+                      Malformed{"99999999999F0", 1, {"too large", "2147483647"}},
+                      Malformed{"2F2147483648", 3, {"microbatch 2147483648 is too large"}},
+                      Malformed{"2f0", 2, {"case-sensitive", "\"F\""}},
+                      Malformed{"2send_f0", 2, {"case-sensitive", "\"SEND_F\""}},
+                      Malformed{"2IDLE0", 2, {"unknown kind \"IDLE\""}},
+                      Malformed{"2OVERLAP_F_B0", 2, {"(<F action>;<B action>)OVERLAP_F_B"}},
+                      Malformed{"", 1, {"empty"}},
+                      Malformed{"1UNSHARD0", 9, {"whole stage", "no microbatch", "write 1UNSHARD"}},
+                      Malformed{"0REDUCE_GRAD.1", 13, {"whole stage", "write 0REDUCE_GRAD"}},
+                      Malformed{"1unshard", 2, {"case-sensitive", "\"UNSHARD\""}},
+                      Malformed{"(1UNSHARD;1B0)OVERLAP_F_B", 3, {"cannot be part of an overlap"}},
+                      Malformed{"2WAIT_SEND0", 2, {"unknown kind \"WAIT_SEND\"", "WAIT_SEND_F"}}));
+
+TEST(ActionString, StageActionsWithAMicrobatchCannotBeWritten) {
+  EXPECT_THROW(format_action(Action::make(OpKind::Unshard, 1, 3)), invalid_schedule);
+  EXPECT_THROW(format_action(Action::make(OpKind::ReduceGrad, 1, 0, 2)), invalid_schedule);
+}
 
 TEST(ActionString, BlankOnlyTokenIsAnError) {
   EXPECT_THROW(parse_action("   "), parse_error);

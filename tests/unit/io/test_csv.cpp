@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/io/csv.hpp"
 
@@ -80,7 +81,99 @@ TEST_P(PyTorchCsv, CrlfLineEndingsReadTheSame) {
     crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
   Schedule a = from_csv(bytes), b = from_csv(crlf);
   EXPECT_EQ(a, b);
-  EXPECT_EQ(to_csv(b), bytes);
+  // Each is written back with the line ends it was read with.
+  EXPECT_FALSE(a.crlf);
+  EXPECT_TRUE(b.crlf);
+  EXPECT_EQ(to_csv(a), bytes);
+  EXPECT_EQ(to_csv(b), crlf);
+}
+
+// PyTorch 2.15's dumps of Interleaved 1F1B (2 ranks, 4 stages, 4 microbatches), written with
+// CRLF line ends: the compute-only one and the one after PyTorch's lowering passes.
+std::string data215(const std::string& file) {
+  return std::string(PIPESCHED_TEST_DATA_DIR) + "/pytorch215/" + file;
+}
+
+std::size_t count_kind(const Schedule& s, OpKind k) {
+  std::size_t n = 0;
+  for (const auto& list : s.ranks)
+    for (const Action& a : list)
+      n += a.kind == k;
+  return n;
+}
+
+TEST(PyTorch215Csv, ComputeOnlyDumpRoundTripsByteForByte) {
+  const std::string path = data215("interleaved1f1b_2rank_4mb_compute.csv");
+  const std::string bytes = file_bytes(path);
+  ASSERT_NE(bytes.find("\r\n"), std::string::npos) << "the test vector should have CRLF line ends";
+  Schedule s = read_csv_file(path);
+  EXPECT_TRUE(s.crlf);
+  EXPECT_EQ(s.problem, (Problem{.ranks = 2, .stages = 4, .microbatches = 4, .slices = 1}));
+  EXPECT_EQ(s.placement.kind(), PlacementKind::Interleaved);
+  EXPECT_EQ(to_csv(s), bytes);
+  ValidationReport rep = check(s);
+  EXPECT_TRUE(rep.ok()) << rep.summary();
+  SimulationResult sim = simulate(s);
+  EXPECT_FALSE(sim.deadlock);
+  EXPECT_GT(sim.makespan, 0);
+}
+
+TEST(PyTorch215Csv, CommsDumpReadsValidatesSimulatesAndRoundTrips) {
+  const std::string path = data215("interleaved1f1b_2rank_4mb_comms.csv");
+  const std::string bytes = file_bytes(path);
+  Schedule s = read_csv_file(path);
+  EXPECT_TRUE(s.crlf);
+  EXPECT_EQ(s.problem, (Problem{.ranks = 2, .stages = 4, .microbatches = 4, .slices = 1}));
+  EXPECT_EQ(to_csv(s), bytes);
+  // Every stage is unsharded, resharded and reduced once; every send has its wait.
+  EXPECT_EQ(count_kind(s, OpKind::Unshard), 4u);
+  EXPECT_EQ(count_kind(s, OpKind::Reshard), 4u);
+  EXPECT_EQ(count_kind(s, OpKind::ReduceGrad), 4u);
+  EXPECT_EQ(count_kind(s, OpKind::WaitReduceGrad), 4u);
+  EXPECT_EQ(count_kind(s, OpKind::WaitSendF), count_kind(s, OpKind::SendF));
+  EXPECT_EQ(count_kind(s, OpKind::WaitSendB), count_kind(s, OpKind::SendB));
+  EXPECT_EQ(count_kind(s, OpKind::SendF), 12u);
+  ValidationReport rep = check(s);
+  EXPECT_TRUE(rep.ok()) << rep.summary();
+  // Receives are posted ahead and waited for by their consumer: the lowered schedule takes
+  // exactly as long as the compute-only one.
+  SimulationResult sim = simulate(s);
+  ASSERT_FALSE(sim.deadlock) << sim.deadlock_report;
+  Schedule compute = read_csv_file(data215("interleaved1f1b_2rank_4mb_compute.csv"));
+  EXPECT_DOUBLE_EQ(sim.makespan, simulate(compute).makespan);
+  // The same order of compute actions as the compute-only dump.
+  for (int r = 0; r < 2; ++r) {
+    std::vector<Action> a, b;
+    for (const Action& x : s.ranks[r])
+      if (is_compute(x.kind)) a.push_back(x);
+    for (const Action& x : compute.ranks[r])
+      if (is_compute(x.kind)) b.push_back(x);
+    EXPECT_EQ(a, b) << "rank " << r;
+  }
+}
+
+TEST(PyTorch215Csv, GradientReductionsArePaired) {
+  Schedule s = read_csv_file(data215("interleaved1f1b_2rank_4mb_comms.csv"));
+  // Drop rank 0's first WAIT_REDUCE_GRAD (stage 2's): the next reduction then starts while
+  // stage 2's is open.
+  auto& list = s.ranks[0];
+  for (auto it = list.begin(); it != list.end(); ++it)
+    if (it->kind == OpKind::WaitReduceGrad) {
+      list.erase(it);
+      break;
+    }
+  ValidationReport rep = check(s);
+  ASSERT_TRUE(rep.has("reduce-grad")) << rep.summary();
+  EXPECT_NE(rep.summary().find("0REDUCE_GRAD at rank 0"), std::string::npos) << rep.summary();
+  EXPECT_NE(rep.summary().find("put 2WAIT_REDUCE_GRAD before it"), std::string::npos);
+  EXPECT_NE(rep.summary().find("one gradient reduction at a time"), std::string::npos);
+}
+
+TEST(PyTorch215Csv, MixedLineEndsFollowTheFirstLine) {
+  EXPECT_TRUE(from_csv("0F0,0B0\r\n1F0,1B0\n").crlf);
+  EXPECT_FALSE(from_csv("0F0,0B0\n1F0,1B0\r\n").crlf);
+  EXPECT_EQ(to_csv(from_csv("0F0,0B0\r\n1F0,1B0")), "0F0,0B0\r\n1F0,1B0\r\n");
+  EXPECT_FALSE(from_csv("0F0,0B0").crlf);
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, PyTorchCsv,
@@ -214,7 +307,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCsv{"0F0,0F1\n1F0,1X0\n", 2, 5, {"\"1X0\"", "unknown kind", "expected one of"}},
         BadCsv{"0F0\r\n1F0,,2Q1\r\n", 2, 6, {"\"2Q1\"", "unknown kind"}},
         BadCsv{"0F0, 2F\n", 1, 6, {"\"2F\"", "expected the microbatch"}},
-        BadCsv{"0F0,0B0\n1F0,1UNSHARD\n", 2, 5, {"FSDP", "does not model"}},
+        BadCsv{"0F0,0B0\n1F0,1UNSHARD0\n", 2, 5, {"\"1UNSHARD0\"", "whole stage"}},
         BadCsv{"(0F1 1B0)OVERLAP_F_B\n", 1, 1, {"expected ';'"}},
         BadCsv{"0F0,\"1F0\n", 1, 5, {"closing"}},
         BadCsv{"0F0,\"1F0\"x\n", 1, 10, {"after a quoted cell"}},

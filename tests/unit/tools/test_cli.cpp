@@ -742,7 +742,7 @@ TEST(CliLimits, SchedulesOverTheActionLimitAreRefusedNamingTheFlags) {
            Case{"generate --schedule 1f1b --ranks 64 --microbatches 16384 --checkpoint full",
                 {"F, B, R", "3,145,728 actions"}},
            Case{"generate --schedule 1f1b --ranks 64 --microbatches 8192 --comm",
-                {"2 sends, 2 receives", "3,145,728 actions"}},
+                {"2 sends, 2 receives, 2 send waits", "4,194,304 actions"}},
            // Just over: 2 x 500001 units of F and B are 4 actions past the limit.
            Case{"simulate --schedule 1f1b --ranks 2 --microbatches 500001", {"2,000,004 actions"}},
        }) {

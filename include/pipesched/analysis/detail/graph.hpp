@@ -10,7 +10,13 @@
 // sent when produced and waited for when needed: exactly the dry run of the schedule
 // lowered to sends and receives, with buffered sends). In a schedule with communication
 // actions a cross-rank dependency must go through a receive earlier in the consumer's
-// list, the receive depends on the matching send, and the send on its producer.
+// list. A receive is *posted* where it stands (PyTorch's irecv, pipesched's MPI transport):
+// it waits for nothing, and the consumer waits for the data, so the consumer depends on its
+// receive (same rank, earlier) and on the matching send, and the send on its producer.
+// A WAIT_SEND completes its send: it depends on the send (same rank, earlier) and on the
+// peer having posted the matching receive (a send completes only once it can be delivered).
+// Actions on a whole stage (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD) depend on
+// nothing but their place in their rank's list.
 #pragma once
 
 #include <cstddef>
@@ -153,7 +159,7 @@ class DependencyGraph {
       if (a.kind == OpKind::Overlap) {
         add_compute_deps(id, a.forward_half(), explicit_comm, deps);
         add_compute_deps(id, a.backward_half(), explicit_comm, deps);
-      } else if (is_comm(a.kind)) {
+      } else if (is_comm(a.kind) || is_wait_send(a.kind)) {
         add_comm_deps(id, a, deps);
       } else {
         add_compute_deps(id, a, explicit_comm, deps);
@@ -220,6 +226,10 @@ class DependencyGraph {
       return;
     }
     out.push_back(recv);
+    // The data itself: the send the receive matches (a missing one is reported at the receive).
+    const bool fwd = recv_kind == OpKind::RecvF;
+    const int send = lookup(fwd ? send_f_ : send_b_, fwd ? rs - 1 : rs + 1, rm, rk);
+    if (send != none) out.push_back(send);
   }
 
   void add_issue(GraphIssue issue) {
@@ -318,7 +328,37 @@ class DependencyGraph {
                          "of the neighbouring stage."});
           return;
         }
+        (void)send;  // posted: the consumer waits for the send, not the receive
+        break;
+      }
+      case OpKind::WaitSendF:
+      case OpKind::WaitSendB: {
+        const bool fwd = a.kind == OpKind::WaitSendF;
+        const Action send_action = Action::make(send_of_wait(a.kind), s, m, k);
+        const int send = lookup(fwd ? send_f_ : send_b_, s, m, k);
+        if (send == none) {
+          add_issue({me, "unmatched-comm",
+                     to_string(a) + " at rank " + std::to_string(me.rank) + " position " +
+                         std::to_string(me.position) + " waits for " + to_string(send_action) +
+                         ", which no rank runs; a WAIT_SEND completes an earlier send of the "
+                         "same stage, microbatch and slice on its rank."});
+          return;
+        }
+        const ActionRef& sref = refs_[send];
+        if (sref.rank != me.rank || sref.position > me.position) {
+          add_issue({me, "order",
+                     to_string(a) + " at rank " + std::to_string(me.rank) + " position " +
+                         std::to_string(me.position) + " waits for " + to_string(send_action) +
+                         (sref.rank != me.rank ? ", which runs on rank " + std::to_string(sref.rank)
+                                               : ", which comes later (position " +
+                                                     std::to_string(sref.position) + ")") +
+                         "; a WAIT_SEND comes after its send on the same rank."});
+          return;
+        }
         out.push_back(send);
+        const int to = fwd ? s + 1 : s - 1;
+        if (const int recv = lookup(fwd ? recv_f_ : recv_b_, to, m, k); recv != none)
+          out.push_back(recv);  // an unreceived send is the validator's to report
         break;
       }
       default:

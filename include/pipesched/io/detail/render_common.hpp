@@ -143,7 +143,8 @@ inline std::string format_time(double v, const std::string& unit, int digits = 4
 }
 
 //! The one-letter name of a kind in the text grid and the SVG legend: F, B, I, W, R, O for
-//! Overlap, '>' for a send, '<' for a receive, '.' for idle.
+//! Overlap, '>' for a send or its wait, '<' for a receive, '*' for an action on a whole stage
+//! (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD), '.' for idle.
 constexpr char kind_letter(OpKind k) noexcept {
   switch (k) {
     case OpKind::F:
@@ -160,10 +161,17 @@ constexpr char kind_letter(OpKind k) noexcept {
       return 'O';
     case OpKind::SendF:
     case OpKind::SendB:
+    case OpKind::WaitSendF:
+    case OpKind::WaitSendB:
       return '>';
     case OpKind::RecvF:
     case OpKind::RecvB:
       return '<';
+    case OpKind::Unshard:
+    case OpKind::Reshard:
+    case OpKind::ReduceGrad:
+    case OpKind::WaitReduceGrad:
+      return '*';
     case OpKind::Idle:
       return '.';
   }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Cross-checks pipesched against PyTorch's torch.distributed.pipelining: PyTorch's schedule
+# classes against pipesched's generators, pipesched's files loaded and checked by PyTorch, and a
+# few run in PyTorch's runtime on gloo CPU processes with gradients compared to sequential
+# training (scripts/pytorch_interop.py says what each part does). Not part of the default tests:
+# it downloads PyTorch (about 5 GB, a few minutes) into a scratch virtual environment.
+#
+#   scripts/pytorch-interop.sh [--quick] [--venv DIR] [--torch VERSION] [--pipesched BINARY]
+#
+# --venv DIR         where the environment lives (default build/pytorch-venv; kept, so a second
+#                    run starts at once)
+# --torch VERSION    the PyTorch release to install (default 2.15.0)
+# --pipesched BINARY the command to check (default: build it in build/pytorch-interop)
+# --quick            fewer sizes
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+venv="$root/build/pytorch-venv"
+torch_version="2.15.0"
+binary=""
+quick=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --venv) venv="$2"; shift 2 ;;
+    --torch) torch_version="$2"; shift 2 ;;
+    --pipesched) binary="$2"; shift 2 ;;
+    --quick) quick="--quick"; shift ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "pytorch-interop.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+if [[ -z "$binary" ]]; then
+  build="$root/build/pytorch-interop"
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$build" --target pipesched_cli -j "$(nproc)"
+  binary="$build/tools/pipesched"
+fi
+[[ -x "$binary" ]] || { echo "pytorch-interop.sh: '$binary' is not an executable" >&2; exit 2; }
+
+if [[ ! -x "$venv/bin/python" ]]; then
+  python3 -m venv "$venv"
+fi
+if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
+  "$venv/bin/pip" install --quiet "torch==$torch_version" numpy
+fi
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/pipesched-interop.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+"$venv/bin/python" "$here/pytorch_interop.py" "$binary" "$work" $quick

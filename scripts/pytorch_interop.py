@@ -1,0 +1,348 @@
+"""Cross-checks pipesched against PyTorch's torch.distributed.pipelining (run by
+scripts/pytorch-interop.sh, which sets up the interpreter; not part of the default tests).
+
+  python3 pytorch_interop.py PIPESCHED_BINARY WORK_DIR [--quick]
+
+1. PyTorch's schedule classes against pipesched's generators: each class's compute-only and
+   lowered dumps are read, validated and simulated by pipesched, next to pipesched's own
+   schedule of the same name and size.
+2. pipesched's files in PyTorch: every generator's compute-only CSV and its --comm CSV are
+   loaded by PyTorch's runtime, which checks them as it checks its own (stage mapping, counts,
+   a wait for every send, one gradient reduction at a time). Each channel's order is checked
+   here too, since PyTorch relies on it without checking.
+3. A few --comm files run in PyTorch's runtime on gloo processes (CPU); each stage's gradients
+   are compared with sequential training of the same model. As a negative control, two of
+   them are also run with each receive moved right before its consumer (which breaks a
+   channel's order there): pipesched must refuse that file and PyTorch must get it wrong.
+
+Exits 1 when any check fails and prints one line per check.
+"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining import schedules as S
+
+FAILURES = []
+
+
+def report(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    if not ok:
+        FAILURES.append(what)
+
+
+def run(binary, *args):
+    p = subprocess.run([binary, *args], capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def makespan(binary, path):
+    rc, out = run(binary, "simulate", path, "--json")
+    if rc != 0:
+        return None, out
+    return json.loads(out)["makespan"], out
+
+
+# A stand-in for a pipeline stage with only what the schedule classes read when they build
+# and lower their action lists (no model, no process group).
+class PlanStage:
+    def __init__(self, stage_index, num_stages, group_size, group_rank):
+        self.stage_index = stage_index
+        self.num_stages = num_stages
+        self.group_size = group_size
+        self.group_rank = group_rank
+        self.is_first = stage_index == 0
+        self.is_last = stage_index == num_stages - 1
+        self.submod = torch.nn.Identity()
+        self.stage_index_to_group_rank = {}
+
+
+def rank_stages(placement, rank):
+    return [s for s, r in enumerate(placement) if r == rank]
+
+
+def looped(ranks, chunks):
+    return [s % ranks for s in range(ranks * chunks)]
+
+
+def v_shape(ranks):
+    return [s if s < ranks else 2 * ranks - 1 - s for s in range(2 * ranks)]
+
+
+# PyTorch's multi-stage classes and the pipesched generator of the same schedule.
+CLASSES = [
+    ("ScheduleInterleaved1F1B", "interleaved-1f1b", "looped", 2),
+    ("ScheduleLoopedBFS", "looped-bfs", "looped", 2),
+    ("ScheduleInterleavedZeroBubble", "zb-h1", "looped", 2),
+    ("ScheduleZBVZeroBubble", "zb-v", "v", 2),
+    ("ScheduleDualPipeV", "dualpipe-v", "v", 2),
+]
+
+
+def part1(binary, work, grid):
+    for cls_name, ours, shape, chunks in CLASSES:
+        cls = getattr(S, cls_name, None)
+        if cls is None:
+            report(False, f"{cls_name}: not in this PyTorch")
+            continue
+        for p, m in grid:
+            placement = looped(p, chunks) if shape == "looped" else v_shape(p)
+            n = len(placement)
+            tag = f"{cls_name} p={p} m={m}"
+            try:
+                sched = cls(
+                    [PlanStage(s, n, p, 0) for s in rank_stages(placement, 0)], m
+                )
+            except Exception as e:  # a size the class refuses
+                print(f"skip  {tag}: PyTorch refuses it ({e})")
+                continue
+            for fmt in ("compute_only", "compute_comms"):
+                path = os.path.join(work, f"torch_{cls_name}_{p}_{m}_{fmt}.csv")
+                try:
+                    if fmt == "compute_only":
+                        with open(path, "w", newline="") as f:
+                            w = csv.writer(f)
+                            for r in sorted(sched.pipeline_order):
+                                w.writerow(sched.pipeline_order[r])
+                    else:
+                        sched._dump_csv(path, format="compute_comms")
+                except Exception as e:
+                    report(False, f"{tag} {fmt}: PyTorch cannot dump it ({e})")
+                    continue
+                rc, out = run(binary, "validate", path)
+                report(rc == 0, f"{tag} {fmt}: pipesched validates PyTorch's dump"
+                       + ("" if rc == 0 else ": " + out.strip()[:300]))
+                if rc != 0:
+                    continue
+                ms, _ = makespan(binary, path)
+                mine = os.path.join(work, f"ours_{ours}_{p}_{m}.csv")
+                args = ["generate", "--schedule", ours, "--ranks", str(p),
+                        "--microbatches", str(m), "-o", mine]
+                rc2, out2 = run(binary, *args)
+                ours_ms = makespan(binary, mine)[0] if rc2 == 0 else None
+                print(f"      {tag} {fmt}: makespan {ms} (pipesched's {ours}: {ours_ms})")
+
+
+def fifo_problem(rows, placement):
+    """The first channel whose receives are not in the order of its sends, or None."""
+    sends, recvs = {}, {}
+    for r, row in enumerate(rows):
+        for a in row:
+            if a is None or a.computation_type not in (S.SEND_F, S.SEND_B, S.RECV_F, S.RECV_B):
+                continue
+            s, mb, t = a.stage_index, a.microbatch_index, a.computation_type
+            if t == S.SEND_F:
+                sends.setdefault((r, placement[s + 1]), []).append(("F", s, mb))
+            elif t == S.SEND_B:
+                sends.setdefault((r, placement[s - 1]), []).append(("B", s, mb))
+            elif t == S.RECV_F:
+                recvs.setdefault((placement[s - 1], r), []).append(("F", s - 1, mb))
+            else:
+                recvs.setdefault((placement[s + 1], r), []).append(("B", s + 1, mb))
+    for ch, msgs in sends.items():
+        got = recvs.get(ch, [])
+        if got != msgs:
+            return f"channel {ch[0]}->{ch[1]}: sends {msgs[:4]}..., receives {got[:4]}..."
+    return None
+
+
+def read_rows(path):
+    with open(path, newline="") as f:
+        return [[S._Action.from_str(c) for c in row] for row in csv.reader(f)]
+
+
+def placement_of(rows):
+    first = {}
+    for r, row in enumerate(rows):
+        for a in row:
+            if a is None:
+                continue
+            for x in a.sub_actions or (a,):
+                first.setdefault(x.stage_index, r)
+    return [first[s] for s in range(len(first))]
+
+
+def part2(binary, work, gens, grid):
+    checked = 0
+    for name in gens:
+        for p, m in grid:
+            for comm in (False, True):
+                path = os.path.join(work, f"gen_{name}_{p}_{m}_{int(comm)}.csv")
+                args = ["generate", "--schedule", name, "--ranks", str(p),
+                        "--microbatches", str(m), "--format", "pytorch", "-o", path]
+                if comm:
+                    args.append("--comm")
+                rc, out = run(binary, *args)
+                if rc != 0:
+                    print(f"skip  {name} p={p} m={m}: {out.strip()[:160]}")
+                    break
+                rows = read_rows(path)
+                placement = placement_of(rows)
+                n = len(placement)
+                tag = f"{name} p={p} m={m} {'comm' if comm else 'compute'}"
+                try:
+                    for rank in range(p):
+                        rt = S._PipelineScheduleRuntime(
+                            [PlanStage(s, n, p, rank) for s in rank_stages(placement, rank)], m
+                        )
+                        rt._load_csv(path, format="compute_comms" if comm else "compute_only")
+                    ok, why = True, ""
+                except Exception as e:
+                    ok, why = False, f": {type(e).__name__}: {str(e)[:300]}"
+                if ok and comm:
+                    why = fifo_problem(rows, placement)
+                    ok = why is None
+                    why = "" if ok else ": " + why
+                report(ok, f"{tag}: PyTorch loads and checks pipesched's file" + why)
+                checked += 1
+    print(f"      {checked} pipesched files loaded by PyTorch")
+
+
+# Part 3: a small model, one Linear+Tanh block per stage, trained one step in PyTorch's runtime
+# and sequentially; gradients compared per stage.
+WIDTH = 8
+
+
+def make_model(num_stages):
+    torch.manual_seed(0)
+    return torch.nn.ModuleList(
+        torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh())
+        for _ in range(num_stages)
+    ).double()
+
+
+def worker(rank, world, path, num_stages, m, placement, out_dir, port):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model = make_model(num_stages)
+        torch.manual_seed(1)
+        x = torch.randn(m * 2, WIDTH, dtype=torch.float64)
+        y = torch.randn(m * 2, WIDTH, dtype=torch.float64)
+        mine = rank_stages(placement, rank)
+        stages = [PipelineStage(model[s], s, num_stages, torch.device("cpu")) for s in mine]
+        loss = torch.nn.MSELoss(reduction="sum")
+        rt = S._PipelineScheduleRuntime(stages, m, loss_fn=loss, scale_grads=False)
+        rt._load_csv(path, format="compute_comms")
+        if placement[0] == rank:
+            rt.step(x, target=y)
+        else:
+            rt.step(target=y)
+        grads = {s: [p.grad.clone() for p in model[s].parameters()] for s in mine}
+        torch.save(grads, os.path.join(out_dir, f"grads_{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def consumer_order(path, out_path):
+    """The file with each receive moved right before the action that consumes it: how
+    pipesched lowered before it kept channels in order (the negative control)."""
+    rows = read_rows(path)
+    fixed = []
+    for row in rows:
+        recvs = [a for a in row if a.computation_type in (S.RECV_F, S.RECV_B)]
+        rest = [a for a in row if a.computation_type not in (S.RECV_F, S.RECV_B)]
+        out = []
+        for a in rest:
+            for x in a.sub_actions or (a,):
+                want = {S.FORWARD: S.RECV_F, S.FULL_BACKWARD: S.RECV_B,
+                        S.BACKWARD_INPUT: S.RECV_B}.get(x.computation_type)
+                for r in recvs:
+                    if (r.computation_type == want and r.stage_index == x.stage_index
+                            and r.microbatch_index == x.microbatch_index):
+                        out.append(r)
+            out.append(a)
+        fixed.append(out)
+    with open(out_path, "w", newline="") as f:
+        w = csv.writer(f)
+        for row in fixed:
+            w.writerow(row)
+
+
+def run_in_pytorch(path, p, m, work, port):
+    """Runs the file on p gloo processes; returns (worst gradient difference, error text)."""
+    placement = placement_of(read_rows(path))
+    n = len(placement)
+    out_dir = tempfile.mkdtemp(dir=work)
+    try:
+        mp.spawn(worker, args=(p, path, n, m, placement, out_dir, port), nprocs=p, join=True)
+    except Exception as e:
+        return None, str(e)[-400:]
+    model = make_model(n)
+    torch.manual_seed(1)
+    x = torch.randn(m * 2, WIDTH, dtype=torch.float64)
+    y = torch.randn(m * 2, WIDTH, dtype=torch.float64)
+    h = x
+    for s in range(n):
+        h = model[s](h)
+    torch.nn.MSELoss(reduction="sum")(h, y).backward()
+    worst = 0.0
+    for rank in range(p):
+        got = torch.load(os.path.join(out_dir, f"grads_{rank}.pt"))
+        for s, gs in got.items():
+            for g, ref in zip(gs, model[s].parameters()):
+                worst = max(worst, (g - ref.grad).abs().max().item())
+    return worst, ""
+
+
+def part3(binary, work, cases, controls):
+    port = 29600
+    for name, p, m in cases:
+        path = os.path.join(work, f"run_{name}_{p}_{m}.csv")
+        rc, out = run(binary, "generate", "--schedule", name, "--ranks", str(p),
+                      "--microbatches", str(m), "--comm", "--format", "pytorch", "-o", path)
+        tag = f"{name} p={p} m={m}"
+        if rc != 0:
+            report(False, f"{tag}: pipesched cannot write it: {out.strip()[:200]}")
+            continue
+        port += 1
+        worst, err = run_in_pytorch(path, p, m, work, port)
+        if worst is None:
+            report(False, f"{tag}: PyTorch's runtime failed: {err}")
+            continue
+        report(worst < 1e-9, f"{tag}: gradients match sequential training (max diff {worst:.2e})")
+        if (name, p, m) not in controls:
+            continue
+        # The negative control: receives before their consumers break a channel's order here,
+        # and PyTorch must then compute something else (or fail); else this check proves nothing.
+        bad = os.path.join(work, f"control_{name}_{p}_{m}.csv")
+        consumer_order(path, bad)
+        rc, out = run(binary, "validate", bad)
+        report(rc == 1 and "first-in first-out" in out,
+               f"{tag} control: pipesched refuses the consumer-ordered file")
+        port += 1
+        worst, err = run_in_pytorch(bad, p, m, work, port)
+        report(worst is None or worst > 1e-6,
+               f"{tag} control: PyTorch runs the consumer-ordered file wrong ("
+               + (f"max diff {worst:.2e}" if worst is not None else "it fails") + ")")
+
+
+def main():
+    binary, work = sys.argv[1], sys.argv[2]
+    quick = "--quick" in sys.argv
+    os.makedirs(work, exist_ok=True)
+    print(f"PyTorch {torch.__version__}")
+    grid = [(2, 4), (4, 8)] if quick else [(2, 4), (2, 8), (4, 8), (4, 12)]
+    part1(binary, work, grid)
+    rc, out = run(binary, "list", "--json")
+    gens = [g["name"] for g in json.loads(out)["schedules"]]
+    part2(binary, work, gens, grid)
+    runs = [("zb-v", 2, 4), ("zb-v", 4, 8), ("dualpipe-v", 4, 8), ("slice-pipe", 2, 4),
+            ("interleaved-1f1b", 2, 4), ("1f1b", 4, 8), ("zb-h1", 2, 4)]
+    part3(binary, work, runs, controls={("zb-v", 2, 4), ("dualpipe-v", 4, 8)})
+    print(f"{len(FAILURES)} checks failed" if FAILURES else "all checks passed")
+    sys.exit(1 if FAILURES else 0)
+
+
+if __name__ == "__main__":
+    main()
