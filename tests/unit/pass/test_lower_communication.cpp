@@ -154,10 +154,9 @@ ps::Schedule consumer_order_lowering(const ps::Schedule& s) {
   return out;
 }
 
+// find_generator's references stay valid for the program's life (generators() is a copy).
 const ps::GeneratorInfo& generator(std::string_view name) {
-  for (const ps::GeneratorInfo& g : ps::generators())
-    if (g.name == name) return g;
-  throw std::runtime_error("no generator " + std::string(name));
+  return ps::find_generator(name);
 }
 
 }  // namespace
