@@ -25,10 +25,10 @@ concept cost_generating_order = requires(Problem p, WGradMode w, const Cost& c) 
 //! True when `Order` has `generate(Problem, WGradMode, const Cost&, const MemoryBudget&)`
 //! (a memory-bounded generator; the built-ins take a CostRef, which any cost model converts to).
 template <class Order, class Cost>
-concept budget_generating_order =
-    requires(Problem p, WGradMode w, const Cost& c, const MemoryBudget& b) {
-      { Order::generate(p, w, c, b) } -> std::same_as<Schedule>;
-    };
+concept budget_generating_order = requires(Problem p, WGradMode w, const Cost& c,
+                                           const MemoryBudget& b) {
+  { Order::generate(p, w, c, b) } -> std::same_as<Schedule>;
+};
 
 //! `Order`'s schedule for `p`; with a cost model, its cost-aware generator when it has one;
 //! with a budget too, its memory-bounded generator when it has one.

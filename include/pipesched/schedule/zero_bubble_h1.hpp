@@ -20,6 +20,14 @@
 namespace pipesched::schedule {
 namespace detail {
 
+//! 1F1B's forwards in flight per rank, p − r: ZB-H1's limit and ZB-H2's floor under a cap.
+inline std::vector<int> one_f_one_b_in_flight(int ranks) {
+  std::vector<int> limit(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    limit[static_cast<std::size_t>(r)] = ranks - r;
+  return limit;
+}
+
 //! Checks and resolves a problem for a Zero Bubble generator on a linear placement.
 inline Problem resolve_zero_bubble_linear(Problem p, WGradMode wgrad, const char* generator) {
   check_problem(p, generator);
@@ -38,9 +46,7 @@ inline Schedule zero_bubble_h1_impl(Problem p, WGradMode wgrad, const CostRef* m
                                     const MemoryBudget* budget) {
   constexpr const char* generator = "zb-h1";
   p = detail::resolve_zero_bubble_linear(p, wgrad, generator);
-  std::vector<int> limit(static_cast<std::size_t>(p.ranks));
-  for (int r = 0; r < p.ranks; ++r)
-    limit[static_cast<std::size_t>(r)] = p.ranks - r;
+  std::vector<int> limit = one_f_one_b_in_flight(p.ranks);
   return detail::greedy_schedule(generator, p, Placement::linear(p.ranks), std::move(limit), memory,
                                  budget);
 }

@@ -24,11 +24,8 @@ inline Schedule zero_bubble_h2_impl(Problem p, WGradMode wgrad, const CostRef* m
   std::vector<int> limit(static_cast<std::size_t>(p.ranks));
   for (int r = 0; r < p.ranks; ++r)
     limit[static_cast<std::size_t>(r)] = 2 * (p.ranks - r) - 1;
-  std::vector<int> h1_limit(static_cast<std::size_t>(p.ranks));  // the floor under a cap
-  for (int r = 0; r < p.ranks; ++r)
-    h1_limit[static_cast<std::size_t>(r)] = p.ranks - r;
   return detail::greedy_schedule(generator, p, Placement::linear(p.ranks), std::move(limit), memory,
-                                 budget, std::move(h1_limit));
+                                 budget, one_f_one_b_in_flight(p.ranks));  // ZB-H1 as the floor
 }
 
 }  // namespace detail

@@ -246,8 +246,7 @@ TEST(Tune, RefusedConfigurationsAreSkippedWithNotes) {
   EXPECT_EQ(r.candidates_refused, r.candidates_tried);
   EXPECT_EQ(r.candidates_tried, 4);  // its own chunks × modes none, selective, mario, full
   ASSERT_FALSE(r.notes.empty());
-  EXPECT_NE(r.notes.front().text().find("dualpipe-v"), std::string::npos)
-      << r.notes.front().text();
+  EXPECT_NE(r.notes.front().text().find("dualpipe-v"), std::string::npos) << r.notes.front().text();
   EXPECT_NE(r.notes.front().reason.find("microbatches"), std::string::npos)
       << r.notes.front().text();
 
