@@ -30,10 +30,16 @@ std::vector<Entry> checkpoint_policies() {
     if (g.mario) mario_orders += (mario_orders.empty() ? "" : ", ") + g.name;
   return {
       {"none", "keep every activation until its backward"},
-      {"full", "recompute every forward right before its backward"},
-      {"selective", "recompute what --memory-budget requires, right before its backward"},
+      {"full",
+       "recompute every forward right before its backward, once its gradient is there "
+       "(Megatron-LM)"},
+      {"selective",
+       "recompute what --memory-budget requires, right before its backward, the same way"},
       {"mario",
        "recompute in bubbles, prepose forwards, within --memory-budget (" + mario_orders + ")"},
+      {"full-early", "as full, each recompute free to run while its gradient is on its way"},
+      {"selective-early",
+       "as selective, each recompute free to run while its gradient is on its way"},
   };
 }
 const std::vector<Entry> slicing_policies = {

@@ -183,7 +183,9 @@ int cmd_tune(const std::vector<std::string>& argv) {
        "sequences per microbatch tried, with --model (default 1,2,4,8); UniformCost's figures "
        "are per microbatch, so without --model the size is 1",
        "LIST"},
-      {"--checkpoint", true, "modes searched (default none,selective,mario; full is the fallback)",
+      {"--checkpoint", true,
+       "modes searched (default none,selective,mario; full is the fallback; also full-early, "
+       "selective-early)",
        "LIST"},
       {"--slices", true, "slices per microbatch tried for gpipe, seq-1f1b, slice-pipe (default 1)",
        "LIST"},
@@ -248,8 +250,8 @@ int cmd_tune(const std::vector<std::string>& argv) {
     }
     if (req.checkpoints.empty())
       throw usage_error(
-          "--checkpoint needs a comma-separated list of modes (none, full, "
-          "selective, mario), got '" +
+          "--checkpoint needs a comma-separated list of modes (none, full, selective, mario, "
+          "full-early, selective-early), got '" +
           a.get("--checkpoint") + "'");
   }
   if (a.has("--slices")) req.slices = parse_int_list("--slices", a.get("--slices"), 1, 4096);

@@ -274,6 +274,8 @@ std::string in_cli_words(std::string_view message, std::string_view command) {
   // Longer phrases first: each rule rewrites what the ones before it left.
   const Wording rules[] = {
       {"CheckpointMode::None", "--checkpoint none"},
+      {"CheckpointMode::FullEarly", "--checkpoint full-early"},
+      {"CheckpointMode::SelectiveEarly", "--checkpoint selective-early"},
       {"CheckpointMode::Full", "--checkpoint full"},
       {"CheckpointMode::Selective", "--checkpoint selective"},
       {"CheckpointMode::Mario", "--checkpoint mario"},
@@ -756,7 +758,7 @@ MemoryBudget parse_budget_option(const std::string& text, const AnyCost& cost, c
 //! What --checkpoint asks for, refused before anything is built when it cannot run.
 CheckpointMode checked_checkpoint_mode(const Args& a) {
   const CheckpointMode mode = parse_checkpoint_option(a);
-  const bool chooses = mode == CheckpointMode::Selective || mode == CheckpointMode::Mario;
+  const bool chooses = is_selective(mode) || mode == CheckpointMode::Mario;
   if (chooses && !a.has("--memory-budget"))
     throw usage_error(std::string("--checkpoint ") + to_string(mode) +
                       " chooses what to recompute from a memory budget; give --memory-budget X "
@@ -830,7 +832,10 @@ Schedule apply_checkpoint_options(Schedule s, const Args& a, const AnyCost& cost
 }  // namespace
 
 const std::vector<OptionSpec> checkpoint_options = {
-    {"--checkpoint", true, "none (default), full, selective or mario (the last two need a budget)",
+    {"--checkpoint", true,
+     "none (default), full, selective, mario, full-early or selective-early (selective and mario "
+     "need a budget; full and selective recompute after the gradient arrives, as Megatron-LM; "
+     "the -early ones may recompute before it)",
      "MODE"},
     {"--memory-budget", true,
      "activation memory per rank: N (microbatches), 24GB, 512MiB or device", "X"},

@@ -116,7 +116,10 @@ constexpr bool is_input_backward(OpKind k) noexcept {
 }
 
 //! One step of a rank's list. `stage`, `microbatch`, `slice` and `part` locate it; an
-//! `Overlap` holds its forward half in those fields and its backward half in `b_*`.
+//! `Overlap` holds its forward half in those fields and its backward half in `b_*`. A recompute
+//! with `late` set (written `RL`) also waits for the inputs of its backward — the gradient of
+//! the next stage and the backward of the next slice — as a recompute inside the backward call
+//! runs (Megatron-LM's activation checkpointing); a plain R needs only its forward.
 struct Action {
   OpKind kind = OpKind::Idle;
   int stage = 0;
@@ -126,6 +129,7 @@ struct Action {
   int b_stage = 0;       //!< Overlap only: stage of the backward half
   int b_microbatch = 0;  //!< Overlap only: microbatch of the backward half
   int b_slice = 0;       //!< Overlap only: slice of the backward half
+  bool late = false;     //!< R only: waits for its backward's inputs (see above)
 
   //! An explicit idle slot.
   static constexpr Action idle() noexcept { return Action{}; }
@@ -133,6 +137,13 @@ struct Action {
   static constexpr Action make(OpKind kind, int stage, int microbatch, int slice = 0,
                                int part = 0) noexcept {
     return Action{kind, stage, microbatch, slice, part};
+  }
+  //! A late recompute (`RL`) of unit (stage, microbatch, slice): it runs once its backward's
+  //! inputs are there.
+  static constexpr Action late_recompute(int stage, int microbatch, int slice = 0) noexcept {
+    Action a = make(OpKind::R, stage, microbatch, slice);
+    a.late = true;
+    return a;
   }
   //! A forward `f` and a full backward `b` run together.
   static constexpr Action overlap(const Action& f, const Action& b) noexcept {
@@ -155,18 +166,20 @@ struct Action {
       return a.stage == b.stage && a.microbatch == b.microbatch && a.slice == b.slice &&
              a.b_stage == b.b_stage && a.b_microbatch == b.b_microbatch && a.b_slice == b.b_slice;
     return a.stage == b.stage && a.microbatch == b.microbatch && a.slice == b.slice &&
-           a.part == b.part;
+           a.part == b.part && a.late == b.late;
   }
 };
 
 //! The action in pipesched's action-string form: PyTorch's exact form (`2F0`, `0I1`,
 //! `3SEND_F1`, `(0F7;7B3)OVERLAP_F_B`) when it uses no extension, plus a slice suffix `.k`
-//! when slice != 0 and a part suffix `:j` when part != 0 (`2W0.3:1`). Idle is "". An action on
-//! a whole stage has no microbatch: `0UNSHARD`, `2REDUCE_GRAD`.
+//! when slice != 0 and a part suffix `:j` when part != 0 (`2W0.3:1`). A late recompute is
+//! `RL` (`2RL0`). Idle is "". An action on a whole stage has no microbatch: `0UNSHARD`,
+//! `2REDUCE_GRAD`.
 inline std::string to_string(const Action& a) {
-  auto unit = [](int stage, OpKind kind, int mb, int slice, int part) {
+  auto unit = [&](int stage, OpKind kind, int mb, int slice, int part) {
     std::string s = std::to_string(stage);
     s += to_string(kind);
+    if (kind == OpKind::R && a.late) s += 'L';
     s += std::to_string(mb);
     if (slice != 0) s += "." + std::to_string(slice);
     if (part != 0) s += ":" + std::to_string(part);

@@ -233,7 +233,8 @@ class Executor {
               "`void backward_weight(stash_type&, int part, int parts)` to it, or run each W "
               "whole.");
       }
-      if (is_fillable(a.kind)) fillable_.push_back(i);
+      // A late recompute waits for its gradient, so it never runs ahead of its place.
+      if (is_fillable(a.kind) && !a.late) fillable_.push_back(i);
       if (a.kind == OpKind::RecvF || a.kind == OpKind::RecvB)
         receives_.push_back({a.stage, a.microbatch, a.slice,
                              a.kind == OpKind::RecvF ? Direction::Forward : Direction::Backward});
@@ -866,7 +867,8 @@ class Executor {
     };
     auto one = [&](const Action& c) {
       if (c.kind == OpKind::F) wait(c, Direction::Forward, inputs_, posted_inputs_);
-      if (is_input_backward(c.kind)) wait(c, Direction::Backward, grads_, posted_grads_);
+      if (is_input_backward(c.kind) || (c.kind == OpKind::R && c.late))
+        wait(c, Direction::Backward, grads_, posted_grads_);
     };
     if (a.kind == OpKind::Overlap) {
       one(a.forward_half());

@@ -155,7 +155,7 @@ class ActionReader {
       ++pos_;
     std::string_view word = s_.substr(start, pos_ - start);
     static constexpr std::string_view expected =
-        "expected one of F, B, BW, I, W, R, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, "
+        "expected one of F, B, BW, I, W, R, RL, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, "
         "WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD";
     if (word.empty()) {
       fail(start, "expected a kind after stage " + std::to_string(stage) + " but found " +
@@ -173,6 +173,7 @@ class ActionReader {
         {"I", OpKind::I},
         {"W", OpKind::W},
         {"R", OpKind::R},
+        {"RL", OpKind::R},  // a late recompute (read_simple sets Action::late)
         {"SEND_F", OpKind::SendF},
         {"RECV_F", OpKind::RecvF},
         {"SEND_B", OpKind::SendB},
@@ -209,8 +210,12 @@ class ActionReader {
   // cannot continue it. Inside an overlap no part suffix exists, which the W-only rule enforces.
   Action read_simple(bool in_overlap) {
     int stage = read_number("stage", "2F0");
+    const std::size_t kind_at = pos_;
     OpKind kind = read_kind(stage);
-    std::string head = std::to_string(stage) + std::string(to_string(kind));
+    const bool late = ok_ && kind == OpKind::R && pos_ - kind_at == 2;  // RL
+    if (late && in_overlap)
+      fail(kind_at, "a recompute cannot be part of an overlap, which holds one F and one B");
+    std::string head = std::to_string(stage) + std::string(to_string(kind)) + (late ? "L" : "");
     if (ok_ && is_stage_action(kind)) {
       // UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD act on a whole stage.
       if (in_overlap)
@@ -239,7 +244,9 @@ class ActionReader {
         part = read_number("part after ':'", head + std::to_string(microbatch) + ":1");
       }
     }
-    return Action::make(kind, stage, microbatch, slice, part);
+    Action a = Action::make(kind, stage, microbatch, slice, part);
+    a.late = late;
+    return a;
   }
 
   // (<F action>;<B action>)OVERLAP_F_B
@@ -317,17 +324,19 @@ inline void check_writable(const Action& a) {
   if (a.part != 0 && a.kind != OpKind::W)
     bad("part = " + std::to_string(a.part) +
         " is set, but only W actions have parts; use part = 0");
+  if (a.late && a.kind != OpKind::R)
+    bad("late is set, but only a recompute (R) can be late; use late = false");
 }
 
 }  // namespace detail::io
 
 //! Reads one action string such as `2F0`, `0I1`, `1W3`, `3SEND_F1`, `2BW0` (read as B),
-//! `2R0`, `2F0.3` (slice 3), `2W0.3:1` (slice 3, part 1) or `(0F7;7B3)OVERLAP_F_B`.
-//! Blanks around the token are ignored; kinds are case-sensitive. An empty token is an error
-//! (an idle slot is an empty CSV cell, handled by the CSV reader).
-//! Throws parse_error whose message names the token, what was wrong and what was expected;
-//! its line() is 0 and its column() is the 1-based position, within `token` exactly as
-//! passed (leading blanks counted), of the first character that could not be read.
+//! `2R0`, `2RL0` (a late recompute), `2F0.3` (slice 3), `2W0.3:1` (slice 3, part 1) or
+//! `(0F7;7B3)OVERLAP_F_B`. Blanks around the token are ignored; kinds are case-sensitive. An empty
+//! token is an error (an idle slot is an empty CSV cell, handled by the CSV reader). Throws
+//! parse_error whose message names the token, what was wrong and what was expected; its line() is 0
+//! and its column() is the 1-based position, within `token` exactly as passed (leading blanks
+//! counted), of the first character that could not be read.
 inline Action parse_action(std::string_view token) {
   detail::io::ActionParse r = detail::io::try_parse_action(token);
   if (!r.ok) {

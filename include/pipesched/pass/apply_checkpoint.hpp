@@ -139,17 +139,24 @@ inline MemoryBudgetValue parse_memory_budget(std::string_view text) {
   return out;
 }
 
-//! Reads a checkpoint mode: "none", "full", "selective" or "mario" (any case). Throws
-//! parse_error naming the text and listing the choices.
+//! Every checkpoint mode, in the order messages and help list them.
+inline constexpr CheckpointMode checkpoint_modes[] = {
+    CheckpointMode::None,  CheckpointMode::Full,      CheckpointMode::Selective,
+    CheckpointMode::Mario, CheckpointMode::FullEarly, CheckpointMode::SelectiveEarly};
+
+//! Reads a checkpoint mode: "none", "full", "selective", "mario", "full-early" or
+//! "selective-early" (any case). Throws parse_error naming the text and listing the choices.
 inline CheckpointMode parse_checkpoint_mode(std::string_view text) {
   const std::string t = detail::lower_ascii(text);
-  for (CheckpointMode m : {CheckpointMode::None, CheckpointMode::Full, CheckpointMode::Selective,
-                           CheckpointMode::Mario})
+  for (CheckpointMode m : checkpoint_modes)
     if (t == to_string(m)) return m;
   throw parse_error("checkpoint mode '" + std::string(text) +
                         "' is unknown; choose none (keep every activation), full (recompute "
-                        "every forward), selective (recompute what a memory budget needs) or "
-                        "mario (recompute in the bubbles, within a memory budget).",
+                        "every forward, after its gradient arrives, as Megatron-LM does), "
+                        "selective (recompute what a memory budget needs, the same way), mario "
+                        "(recompute in the bubbles, within a memory budget), full-early or "
+                        "selective-early (as full and selective, the recompute free to run "
+                        "before the gradient arrives).",
                     0, 1);
 }
 
@@ -218,9 +225,11 @@ inline void check_budget_values(const MemoryBudget& budget) {
 //! cost model's memory unit):
 //! - None: `s` unchanged; with a limited budget, throws invalid_problem when a rank's peak
 //!   exceeds it.
-//! - Full: every unit recomputed right before its backward (checkpoint_full); a limited
-//!   budget is checked the same way.
-//! - Selective: the units the budget requires (checkpoint_selective).
+//! - Full: every unit recomputed right before its backward, once its gradient is there
+//!   (checkpoint_full, RL); a limited budget is checked the same way.
+//! - Selective: the units the budget requires (checkpoint_selective, RL).
+//! - FullEarly, SelectiveEarly: the same units, recomputed with R (free to run before the
+//!   gradient arrives).
 //! - Mario: recomputes hoisted into bubbles and forwards preposed (checkpoint_mario).
 //! Selective and Mario choose from the budget: under an unlimited one they recompute
 //! nothing. Errors are invalid_problem with the rank, what it holds and the budget.
@@ -253,18 +262,21 @@ Schedule apply_checkpoint(const Schedule& s, CheckpointMode mode, const Cost& co
     case CheckpointMode::None:
       require_fit(s);
       return s;
-    case CheckpointMode::Full: {
-      Schedule out = checkpoint_full(s);
+    case CheckpointMode::Full:
+    case CheckpointMode::FullEarly: {
+      Schedule out = checkpoint_full(s, timing_of(mode));
       require_fit(out);
       return out;
     }
     case CheckpointMode::Selective:
-      return checkpoint_selective(s, cost, budget);
+    case CheckpointMode::SelectiveEarly:
+      return checkpoint_selective(s, cost, budget, nullptr, timing_of(mode));
     case CheckpointMode::Mario:
       return checkpoint_mario(s, cost, budget);
   }
   throw invalid_problem("checkpoint mode " + std::to_string(static_cast<int>(mode)) +
-                        " is unknown; use None, Full, Selective or Mario.");
+                        " is unknown; use None, Full, Selective, Mario, FullEarly or "
+                        "SelectiveEarly.");
 }
 
 }  // namespace pipesched

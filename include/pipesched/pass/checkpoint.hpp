@@ -1,9 +1,13 @@
 // Activation checkpointing as scheduled recompute: passes that choose which (stage,
 // microbatch, slice) units keep only their input and insert their recompute R.
 //
-// - Full: every unit is checkpointed; R runs right before its backward.
+// - Full: every unit is checkpointed; its recompute runs right before its backward.
 // - Selective: the conventional way — just the units a per-rank memory budget requires,
-//   chosen by a greedy walk of each rank's list; R right before its backward.
+//   chosen by a greedy walk of each rank's list; recompute right before its backward.
+// Both place the recompute as Megatron-LM runs it by default: a late recompute RL, which waits
+// for the gradient its backward consumes (the recompute is part of the backward call), or, with
+// RecomputeTiming::Early (`full-early`, `selective-early`), a plain R, which runs as soon as the
+// previous action on its rank ends — while the gradient is still on its way.
 // - Mario (pass/mario.hpp): R moved into bubbles, forwards preposed, the checkpointed set
 //   chosen with the simulator.
 #pragma once
@@ -22,8 +26,10 @@
 
 namespace pipesched {
 
-//! Which checkpointing a schedule gets.
-enum class CheckpointMode { None, Full, Selective, Mario };
+//! Which checkpointing a schedule gets. Full and Selective recompute as Megatron-LM does, after
+//! the gradient arrives (RL); FullEarly and SelectiveEarly checkpoint the same units with the
+//! recompute free to start before it (R), which hides part of it in the wait for the gradient.
+enum class CheckpointMode { None, Full, Selective, Mario, FullEarly, SelectiveEarly };
 
 constexpr const char* to_string(CheckpointMode m) noexcept {
   switch (m) {
@@ -35,8 +41,31 @@ constexpr const char* to_string(CheckpointMode m) noexcept {
       return "selective";
     case CheckpointMode::Mario:
       return "mario";
+    case CheckpointMode::FullEarly:
+      return "full-early";
+    case CheckpointMode::SelectiveEarly:
+      return "selective-early";
   }
   return "?";
+}
+
+//! When a conventional (full or selective) recompute may run: Late (RL) once its backward's
+//! gradient is there, as inside Megatron-LM's backward call; Early (R) once its forward is.
+enum class RecomputeTiming { Late, Early };
+
+//! True for the modes that checkpoint every unit (Full, FullEarly).
+constexpr bool is_full(CheckpointMode m) noexcept {
+  return m == CheckpointMode::Full || m == CheckpointMode::FullEarly;
+}
+//! True for the conventional budgeted modes (Selective, SelectiveEarly).
+constexpr bool is_selective(CheckpointMode m) noexcept {
+  return m == CheckpointMode::Selective || m == CheckpointMode::SelectiveEarly;
+}
+//! The recompute timing of a conventional mode (Early for FullEarly and SelectiveEarly).
+constexpr RecomputeTiming timing_of(CheckpointMode m) noexcept {
+  return m == CheckpointMode::FullEarly || m == CheckpointMode::SelectiveEarly
+             ? RecomputeTiming::Early
+             : RecomputeTiming::Late;
 }
 
 namespace detail {
@@ -61,20 +90,26 @@ inline Schedule without_recompute(const Schedule& s) {
   return out;
 }
 
-//! Inserts R(u) right before the backward (B, I or the backward half of an Overlap) of
-//! every unit u with `checkpointed[u]`.
+//! Inserts a recompute of every unit u with `checkpointed[u]` right before its backward (B, I
+//! or the backward half of an Overlap): RL when `timing` is Late, R when Early.
 inline Schedule insert_recompute_before_backward(const Schedule& s,
-                                                 const std::vector<char>& checkpointed) {
+                                                 const std::vector<char>& checkpointed,
+                                                 RecomputeTiming timing = RecomputeTiming::Late) {
   const UnitIndex unit(s.problem);
   Schedule out = s;
+  auto recompute = [&](int stage, int mb, int slice) {
+    Action r = Action::make(OpKind::R, stage, mb, slice);
+    r.late = timing == RecomputeTiming::Late;
+    return r;
+  };
   for (auto& list : out.ranks) {
     std::vector<Action> next;
     next.reserve(list.size() + list.size() / 2);
     for (const Action& a : list) {
       if (is_input_backward(a.kind) && checkpointed[unit(a)])
-        next.push_back(Action::make(OpKind::R, a.stage, a.microbatch, a.slice));
+        next.push_back(recompute(a.stage, a.microbatch, a.slice));
       if (a.kind == OpKind::Overlap && checkpointed[unit(a.b_stage, a.b_microbatch, a.b_slice)])
-        next.push_back(Action::make(OpKind::R, a.b_stage, a.b_microbatch, a.b_slice));
+        next.push_back(recompute(a.b_stage, a.b_microbatch, a.b_slice));
       next.push_back(a);
     }
     list = std::move(next);
@@ -120,12 +155,13 @@ inline std::string budget_text(double b) {
 
 }  // namespace detail
 
-//! Every unit checkpointed, R right before its backward. Any R already in `s` is replaced.
-inline Schedule checkpoint_full(const Schedule& s) {
+//! Every unit checkpointed, its recompute right before its backward: RL (Late, Megatron-LM's
+//! way, the default) or R (Early). Any recompute already in `s` is replaced.
+inline Schedule checkpoint_full(const Schedule& s, RecomputeTiming timing = RecomputeTiming::Late) {
   Schedule base = detail::without_recompute(s);
   std::vector<char> all(detail::UnitIndex(base.problem).size(), 1);
-  Schedule out = detail::insert_recompute_before_backward(base, all);
-  out.name = base.name + "+full";
+  Schedule out = detail::insert_recompute_before_backward(base, all, timing);
+  out.name = base.name + (timing == RecomputeTiming::Late ? "+full" : "+full-early");
   return out;
 }
 
@@ -133,10 +169,13 @@ inline Schedule checkpoint_full(const Schedule& s) {
 //! each backward and, wherever the held memory exceeds the rank's budget, checkpoint the live
 //! unit whose backward comes last (it would stay resident longest), until the rank fits.
 //! Throws invalid_problem naming the rank, its budget and the least it needs when even
-//! checkpointing every unit does not fit. Returns the units chosen through `chosen`.
+//! checkpointing every unit does not fit. Returns the units chosen through `chosen`. The
+//! recompute is RL (Late, the default) or R (Early), as for checkpoint_full; the units chosen
+//! are the same either way (a recompute holds its bytes from its start to its backward's end).
 template <cost_model Cost>
 Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryBudget& budget,
-                              std::vector<char>* chosen = nullptr) {
+                              std::vector<char>* chosen = nullptr,
+                              RecomputeTiming timing = RecomputeTiming::Late) {
   Schedule base = detail::without_recompute(s);
   const detail::UnitIndex unit(base.problem);
   std::vector<char> ckpt(unit.size(), 0);
@@ -197,8 +236,8 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
       ckpt[static_cast<std::size_t>(best)] = 1;
     }
   }
-  Schedule out = detail::insert_recompute_before_backward(base, ckpt);
-  out.name = base.name + "+selective";
+  Schedule out = detail::insert_recompute_before_backward(base, ckpt, timing);
+  out.name = base.name + (timing == RecomputeTiming::Late ? "+selective" : "+selective-early");
   if (chosen) *chosen = std::move(ckpt);
   return out;
 }

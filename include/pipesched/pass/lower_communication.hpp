@@ -111,7 +111,9 @@ inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}
     for (const Action& a : s.ranks[r]) {
       each_half(a, [&](const Action& c) {
         if (c.kind == OpKind::F && cross(c.stage - 1, c.stage)) receive(true, c.stage - 1, c);
-        if (is_input_backward(c.kind) && cross(c.stage + 1, c.stage))
+        // A late recompute (RL) is the gradient's first consumer when it comes before B.
+        if ((is_input_backward(c.kind) || (c.kind == OpKind::R && c.late)) &&
+            cross(c.stage + 1, c.stage))
           receive(false, c.stage + 1, c);
       });
       list.push_back(a);

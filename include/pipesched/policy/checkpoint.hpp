@@ -27,7 +27,8 @@ struct None : detail::CheckpointTag {
   static constexpr bool runs_on = true;
 };
 
-//! Full checkpointing: every forward keeps only its input; R runs right before its backward.
+//! Full checkpointing: every forward keeps only its input; its recompute runs right before its
+//! backward, once the gradient is there (RL), as in Megatron-LM.
 struct Full : detail::CheckpointTag {
   static constexpr std::string_view name = "full";
   static constexpr CheckpointMode mode = CheckpointMode::Full;
@@ -40,8 +41,8 @@ struct Full : detail::CheckpointTag {
   static constexpr bool runs_on = true;
 };
 
-//! Selective checkpointing: just the forwards a per-rank memory budget requires, R right
-//! before its backward (checkpoint_selective).
+//! Selective checkpointing: just the forwards a per-rank memory budget requires, recomputed
+//! right before the backward once the gradient is there (checkpoint_selective, RL).
 struct Selective : detail::CheckpointTag {
   static constexpr std::string_view name = "selective";
   static constexpr CheckpointMode mode = CheckpointMode::Selective;
@@ -52,6 +53,18 @@ struct Selective : detail::CheckpointTag {
   //! Whether the policy can checkpoint a schedule of order `Order`.
   template <class Order>
   static constexpr bool runs_on = true;
+};
+
+//! Full checkpointing with each recompute free to start before its gradient arrives (R).
+struct FullEarly : Full {
+  static constexpr std::string_view name = "full-early";
+  static constexpr CheckpointMode mode = CheckpointMode::FullEarly;
+};
+
+//! Selective checkpointing with each recompute free to start before its gradient arrives (R).
+struct SelectiveEarly : Selective {
+  static constexpr std::string_view name = "selective-early";
+  static constexpr CheckpointMode mode = CheckpointMode::SelectiveEarly;
 };
 
 //! Mario: recomputes moved into bubbles and extra forwards preposed within a per-rank memory

@@ -234,13 +234,13 @@ struct plan {
   //! The schedule for `p`. `p.stages` = 0 becomes ranks × the placement's chunks per rank;
   //! any other value must equal that. Throws invalid_problem naming the field, its value
   //! and the accepted one when `p` does not fit the plan, and whatever the order's
-  //! generator throws (e.g. too few microbatches). checkpoint::Full adds a recompute R
-  //! right before every backward. checkpoint::Selective and Mario choose what to recompute
-  //! from a memory budget: they need generate(problem, cost, budget), and calling this
-  //! overload with them does not compile, nor with slicing::Balanced, whose slice lengths
-  //! come from a cost model.
+  //! generator throws (e.g. too few microbatches). checkpoint::Full adds a late recompute RL
+  //! right before every backward (checkpoint::FullEarly an R). checkpoint::Selective and Mario
+  //! choose what to recompute from a memory budget: they need generate(problem, cost, budget), and
+  //! calling this overload with them does not compile, nor with slicing::Balanced, whose slice
+  //! lengths come from a cost model.
   static Schedule generate(Problem p) {
-    static_assert(checkpoint::mode != CheckpointMode::Selective || !checkpoint::needs_budget,
+    static_assert(!is_selective(checkpoint::mode) || !checkpoint::needs_budget,
                   "pipesched::plan: checkpoint::Selective needs a memory budget and a cost model: "
                   "call generate(problem, cost, budget), or use checkpoint::SelectiveWithin<N> "
                   "(at most N microbatches' activations per rank)");
@@ -257,7 +257,7 @@ struct plan {
       return generate(p, UniformCost{}, MemoryBudget{});
     } else {
       Schedule s = generate_compute<std::nullptr_t>(p, nullptr, nullptr);
-      if constexpr (checkpoint::mode == CheckpointMode::Full) s = checkpoint_full(s);
+      if constexpr (is_full(checkpoint::mode)) s = checkpoint_full(s, timing_of(checkpoint::mode));
       return s;
     }
   }

@@ -344,8 +344,11 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
   const bool want_full = named(CheckpointMode::Full);
   const bool want_selective = named(CheckpointMode::Selective);
   const bool want_mario = named(CheckpointMode::Mario);
+  const bool want_full_early = named(CheckpointMode::FullEarly);
+  const bool want_selective_early = named(CheckpointMode::SelectiveEarly);
   const bool fallback_full = !want_full && request.full_fallback;
-  const int modes = want_none + want_full + want_selective + want_mario + fallback_full;
+  const int modes = want_none + want_full + want_selective + want_mario + fallback_full +
+                    want_full_early + want_selective_early;
 
   // Configurations, without duplicates.
   std::vector<detail::TuneConfig<Cost>> configs;
@@ -447,7 +450,7 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
     detail::keep_better(result.best, p);
     if (p.checkpoint == CheckpointMode::None)
       detail::keep_better(result.best_without_checkpoint, p);
-    if (p.checkpoint == CheckpointMode::Selective || p.checkpoint == CheckpointMode::Full)
+    if (is_selective(p.checkpoint) || is_full(p.checkpoint))
       detail::keep_better(result.best_conventional, p);
     if (p.checkpoint == CheckpointMode::Mario) detail::keep_better(result.best_mario, p);
   };
@@ -547,18 +550,29 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
         }
       }
     }
+    // The early recompute holds what the late one holds (the same list, the same units).
+    if (want_full_early) {
+      if (cfg.full_fits) {
+        const Schedule early = checkpoint_full(cfg.base, RecomputeTiming::Early);
+        keep(make_plan(cfg, CheckpointMode::FullEarly, early, simulate(early, cost)));
+        settle(1, nullptr);
+      } else {
+        settle(1, &result.candidates_over_budget);
+      }
+    }
     // Both passes return the base unchanged when it fits.
     if (cfg.base_fits) {
-      for (CheckpointMode m : {CheckpointMode::Selective, CheckpointMode::Mario}) {
+      for (CheckpointMode m :
+           {CheckpointMode::Selective, CheckpointMode::SelectiveEarly, CheckpointMode::Mario}) {
         if (!named(m)) continue;
         if (m == CheckpointMode::Mario && !mario_applies(cfg)) continue;
         TunePlan p = make_plan(cfg, m, cfg.base, cfg.base_sim);
-        p.schedule.name += m == CheckpointMode::Selective ? "+selective" : "+mario";
+        p.schedule.name += std::string("+") + to_string(m);
         keep(p);
         settle(1, nullptr);
       }
     } else if (!cfg.full_fits) {
-      settle(want_selective + want_mario, &result.candidates_over_budget);
+      settle(want_selective + want_selective_early + want_mario, &result.candidates_over_budget);
     }
   }
 
@@ -582,9 +596,10 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
         continue;
       }
       try {
-        const Schedule s = mode == CheckpointMode::Selective
-                               ? checkpoint_selective(cfg.base, *cfg.cost, cfg.budget)
-                               : checkpoint_mario(cfg.base, *cfg.cost, cfg.budget, request.mario);
+        const Schedule s =
+            is_selective(mode)
+                ? checkpoint_selective(cfg.base, *cfg.cost, cfg.budget, nullptr, timing_of(mode))
+                : checkpoint_mario(cfg.base, *cfg.cost, cfg.budget, request.mario);
         const SimulationResult sim = simulate(s, *cfg.cost);
         if (sim.deadlock || !detail::fits_budget(detail::peaks_of(sim), cfg.budget)) {
           settle(1, &result.candidates_over_budget);
@@ -602,6 +617,7 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
     }
   };
   if (want_selective) run_pass(CheckpointMode::Selective, result.best_conventional);
+  if (want_selective_early) run_pass(CheckpointMode::SelectiveEarly, result.best_conventional);
   if (want_mario) run_pass(CheckpointMode::Mario, result.best_mario);
 
   // Full checkpointing as the fallback: only when nothing else fits.

@@ -251,8 +251,8 @@ bool ran_out_of_order(const ps::StepResult& r, int rank) {
 }  // namespace
 
 TEST(TimedRecomputeFill, FillingWaitsIsNoSlowerAndRunsRecomputesEarly) {
-  const ps::Schedule s =
-      ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}));
+  const ps::Schedule s = ps::checkpoint_full(
+      ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}), ps::RecomputeTiming::Early);
   std::vector<toy::SyntheticStage> stages(4, toy::SyntheticStage(synthetic_cost));
   const ps::SimulationResult sim = ps::simulate(s, synthetic_profile(4));
   ps::InprocPipeline<toy::SyntheticStage> plain(s, stages);
@@ -283,11 +283,21 @@ TEST(TimedRecomputeFill, FillingWaitsIsNoSlowerAndRunsRecomputesEarly) {
   }
   EXPECT_LE(best_filling, 1.02 * best_plain)
       << "filling " << best_filling << " s, plain " << best_plain << " s";
+  // A late recompute (RL, full checkpointing as Megatron-LM runs it) waits for its gradient:
+  // filling never runs one ahead of its place.
+  const ps::Schedule late =
+      ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}));
+  ps::InprocPipeline<toy::SyntheticStage> late_pipe(late, stages, filling());
+  const ps::StepResult l = late_pipe.step(data);
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(l.ranks[rank].filled, 0) << "rank " << rank;
+    EXPECT_FALSE(ran_out_of_order(l, rank)) << "rank " << rank;
+  }
 }
 
 TEST(TimedRecomputeFill, BudgetBoundsTheFills) {
-  const ps::Schedule s =
-      ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}));
+  const ps::Schedule s = ps::checkpoint_full(
+      ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}), ps::RecomputeTiming::Early);
   std::vector<toy::SyntheticStage> stages(4, toy::SyntheticStage(synthetic_cost));
   const ps::SimulationResult sim = ps::simulate(s, synthetic_profile(4));
   const double act = double(synthetic_cost.activation_bytes);

@@ -35,6 +35,8 @@ std::vector<Spelled> spelled_actions() {
       {Action::make(OpKind::B, 4, 1, 2), "4B1.2"},
       {Action::make(OpKind::I, 4, 1, 7), "4I1.7"},
       {Action::make(OpKind::R, 5, 6, 1), "5R6.1"},
+      {Action::late_recompute(2, 0), "2RL0"},
+      {Action::late_recompute(5, 6, 1), "5RL6.1"},
       {Action::make(OpKind::SendB, 3, 2, 1), "3SEND_B2.1"},
       {Action::make(OpKind::W, 2, 0, 3, 1), "2W0.3:1"},
       {Action::make(OpKind::W, 2, 0, 0, 1), "2W0:1"},
@@ -159,35 +161,37 @@ TEST_P(MalformedAction, ThrowsParseErrorSayingWhatWasExpected) {
 
 INSTANTIATE_TEST_SUITE_P(
     Tokens, MalformedAction,
-    ::testing::Values(Malformed{"2X0", 2, {"unknown kind \"X\"", "F, B, BW, I, W, R, SEND_F"}},
-                      Malformed{"F0", 1, {"expected the stage", "found 'F'"}},
-                      Malformed{"2F", 3, {"expected the microbatch", "end of the action", "2F0"}},
-                      Malformed{"-1F0", 1, {"negative", "non-negative"}},
-                      Malformed{"(0F1;1B0)", 10, {"missing OVERLAP_F_B", "(0F7;7B3)OVERLAP_F_B"}},
-                      Malformed{"(0F1 1B0)OVERLAP_F_B", 5, {"expected ';'", "found a blank"}},
-                      Malformed{"(0F1;1B0)OVERLAP", 10, {"expected OVERLAP_F_B", "\"OVERLAP\""}},
-                      Malformed{"(0F1;1B0", 9, {"expected ')'"}},
-                      Malformed{"(0B1;1B0)OVERLAP_F_B", 2, {"must be a forward (F)", "found B"}},
-                      Malformed{
-                          "(0F1;1I0)OVERLAP_F_B", 6, {"must be a full backward (B)", "found I"}},
-                      Malformed{"(0F1:1;1B0)OVERLAP_F_B", 5, {"only allowed on W", "overlap"}},
-                      Malformed{"2F0.", 5, {"expected the slice", "2F0.1"}},
-                      Malformed{"2W0:", 5, {"expected the part", "2W0:1"}},
-                      Malformed{"2B0:1", 4, {"only allowed on W"}},
-                      Malformed{"2F0x", 4, {"unexpected 'x'"}},
-                      Malformed{"2F0.1.2", 6, {"unexpected '.'"}},
-                      Malformed{"99999999999F0", 1, {"too large", "2147483647"}},
-                      Malformed{"2F2147483648", 3, {"microbatch 2147483648 is too large"}},
-                      Malformed{"2f0", 2, {"case-sensitive", "\"F\""}},
-                      Malformed{"2send_f0", 2, {"case-sensitive", "\"SEND_F\""}},
-                      Malformed{"2IDLE0", 2, {"unknown kind \"IDLE\""}},
-                      Malformed{"2OVERLAP_F_B0", 2, {"(<F action>;<B action>)OVERLAP_F_B"}},
-                      Malformed{"", 1, {"empty"}},
-                      Malformed{"1UNSHARD0", 9, {"whole stage", "no microbatch", "write 1UNSHARD"}},
-                      Malformed{"0REDUCE_GRAD.1", 13, {"whole stage", "write 0REDUCE_GRAD"}},
-                      Malformed{"1unshard", 2, {"case-sensitive", "\"UNSHARD\""}},
-                      Malformed{"(1UNSHARD;1B0)OVERLAP_F_B", 3, {"cannot be part of an overlap"}},
-                      Malformed{"2WAIT_SEND0", 2, {"unknown kind \"WAIT_SEND\"", "WAIT_SEND_F"}}));
+    ::testing::Values(
+        Malformed{"2X0", 2, {"unknown kind \"X\"", "F, B, BW, I, W, R, RL, SEND_F"}},
+        Malformed{"2RL0:1", 5, {"only allowed on W"}},
+        Malformed{"2rl0", 2, {"case-sensitive", "\"RL\""}},
+        Malformed{"(0RL1;1B0)OVERLAP_F_B", 3, {"recompute cannot be part of an overlap"}},
+        Malformed{"F0", 1, {"expected the stage", "found 'F'"}},
+        Malformed{"2F", 3, {"expected the microbatch", "end of the action", "2F0"}},
+        Malformed{"-1F0", 1, {"negative", "non-negative"}},
+        Malformed{"(0F1;1B0)", 10, {"missing OVERLAP_F_B", "(0F7;7B3)OVERLAP_F_B"}},
+        Malformed{"(0F1 1B0)OVERLAP_F_B", 5, {"expected ';'", "found a blank"}},
+        Malformed{"(0F1;1B0)OVERLAP", 10, {"expected OVERLAP_F_B", "\"OVERLAP\""}},
+        Malformed{"(0F1;1B0", 9, {"expected ')'"}},
+        Malformed{"(0B1;1B0)OVERLAP_F_B", 2, {"must be a forward (F)", "found B"}},
+        Malformed{"(0F1;1I0)OVERLAP_F_B", 6, {"must be a full backward (B)", "found I"}},
+        Malformed{"(0F1:1;1B0)OVERLAP_F_B", 5, {"only allowed on W", "overlap"}},
+        Malformed{"2F0.", 5, {"expected the slice", "2F0.1"}},
+        Malformed{"2W0:", 5, {"expected the part", "2W0:1"}},
+        Malformed{"2B0:1", 4, {"only allowed on W"}}, Malformed{"2F0x", 4, {"unexpected 'x'"}},
+        Malformed{"2F0.1.2", 6, {"unexpected '.'"}},
+        Malformed{"99999999999F0", 1, {"too large", "2147483647"}},
+        Malformed{"2F2147483648", 3, {"microbatch 2147483648 is too large"}},
+        Malformed{"2f0", 2, {"case-sensitive", "\"F\""}},
+        Malformed{"2send_f0", 2, {"case-sensitive", "\"SEND_F\""}},
+        Malformed{"2IDLE0", 2, {"unknown kind \"IDLE\""}},
+        Malformed{"2OVERLAP_F_B0", 2, {"(<F action>;<B action>)OVERLAP_F_B"}},
+        Malformed{"", 1, {"empty"}},
+        Malformed{"1UNSHARD0", 9, {"whole stage", "no microbatch", "write 1UNSHARD"}},
+        Malformed{"0REDUCE_GRAD.1", 13, {"whole stage", "write 0REDUCE_GRAD"}},
+        Malformed{"1unshard", 2, {"case-sensitive", "\"UNSHARD\""}},
+        Malformed{"(1UNSHARD;1B0)OVERLAP_F_B", 3, {"cannot be part of an overlap"}},
+        Malformed{"2WAIT_SEND0", 2, {"unknown kind \"WAIT_SEND\"", "WAIT_SEND_F"}}));
 
 TEST(ActionString, StageActionsWithAMicrobatchCannotBeWritten) {
   EXPECT_THROW(format_action(Action::make(OpKind::Unshard, 1, 3)), invalid_schedule);
@@ -211,6 +215,9 @@ TEST(ActionString, FormatRefusesActionsNoStringCanCarry) {
   expect_refused(Action::make(OpKind::B, 0, -2), "microbatch = -2");
   expect_refused(Action::make(OpKind::F, 0, 0, -3), "slice = -3");
   expect_refused(Action::make(OpKind::B, 0, 0, 0, 1), "only W actions have parts");
+  Action late_forward = Action::make(OpKind::F, 0, 0);
+  late_forward.late = true;
+  expect_refused(late_forward, "only a recompute (R) can be late");
   expect_refused(Action::make(OpKind::W, 0, 0, 0, -1), "part = -1");
   expect_refused(Action::overlap(Action::make(OpKind::F, 0, 0), Action::make(OpKind::B, -4, 0)),
                  "b_stage = -4");

@@ -101,8 +101,8 @@ TEST(ParseMemoryBudget, RefusesOtherTextNamingItAndTheAcceptedForms) {
 // parse_checkpoint_mode
 
 TEST(ParseCheckpointMode, ReadsEveryModeByItsNameAndRefusesOthers) {
-  for (CheckpointMode m : {CheckpointMode::None, CheckpointMode::Full, CheckpointMode::Selective,
-                           CheckpointMode::Mario}) {
+  EXPECT_EQ(std::size(checkpoint_modes), 6u);
+  for (CheckpointMode m : checkpoint_modes) {
     SCOPED_TRACE(to_string(m));
     EXPECT_EQ(parse_checkpoint_mode(to_string(m)), m);
     std::string upper = to_string(m);
@@ -118,7 +118,8 @@ TEST(ParseCheckpointMode, ReadsEveryModeByItsNameAndRefusesOthers) {
     } catch (const parse_error& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find(std::string("'") + bad + "'"), std::string::npos) << what;
-      for (const char* choice : {"none", "full", "selective", "mario"})
+      for (const char* choice :
+           {"none", "full", "selective", "mario", "full-early", "selective-early", "Megatron"})
         EXPECT_NE(what.find(choice), std::string::npos) << what;
     }
   }
@@ -217,6 +218,16 @@ TEST(ApplyCheckpoint, FullRecomputesEveryUnitAndChecksALimitedBudget) {
     expect_invalid_problem(
         [&] { apply_checkpoint(s, CheckpointMode::Full, cost, budget_of(peak * 0.9)); },
         {"with every forward checkpointed rank", "still holds", "at least"});
+    // full-early: the same units, each R free to run before its gradient (no RL).
+    const Schedule early = apply_checkpoint(s, CheckpointMode::FullEarly, cost, MemoryBudget{});
+    EXPECT_EQ(early, checkpoint_full(s, RecomputeTiming::Early));
+    EXPECT_EQ(recomputes(early), recomputes(full));
+    for (const auto& list : early.ranks)
+      for (const Action& a : list)
+        EXPECT_FALSE(a.late) << a;
+    EXPECT_TRUE(check(early).ok()) << check(early).summary();
+    EXPECT_LE(simulate(early, cost).makespan, simulate(full, cost).makespan);
+    EXPECT_DOUBLE_EQ(simulate(early, cost).peak_memory_max, peak);
   }
 }
 
@@ -269,8 +280,7 @@ TEST(ApplyCheckpoint, PerRankBudgetsAreHeldRankByRank) {
 TEST(ApplyCheckpoint, BudgetsTooSmallOrOutOfRangeAreRefused) {
   const UniformCost cost;
   const Schedule s = bases()[0];
-  for (CheckpointMode m : {CheckpointMode::None, CheckpointMode::Full, CheckpointMode::Selective,
-                           CheckpointMode::Mario}) {
+  for (CheckpointMode m : checkpoint_modes) {
     SCOPED_TRACE(to_string(m));
     expect_invalid_problem([&] { apply_checkpoint(s, m, cost, budget_of(0.5)); }, {"0.5"});
     expect_invalid_problem([&] { apply_checkpoint(s, m, cost, budget_of(-1)); },

@@ -2,6 +2,7 @@
 // (f = 1, b = 2, r = 1, boundary 0.05), budgets in units of one microbatch's activations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -61,11 +62,96 @@ TEST(Checkpoint, FullCheckpointsEveryUnitRightBeforeItsBackward) {
   // Memory: each rank holds boundaries of its in-flight units and one recomputed unit.
   ps::SimulationResult r = ps::simulate(s, cost);
   EXPECT_NEAR(r.ranks[0].peak_memory, 4 * 0.05 + 0.95, 1e-9);
-  // Recomputes cost time: slower than 3(m + p − 1), and no slower than if every one sat on
-  // the critical path, 4(m + p − 1) (a recompute only waits for its own forward, so some
-  // overlap the wait for their gradient).
-  EXPECT_GT(r.makespan, 3.0 * (8 + 4 - 1));
-  EXPECT_LE(r.makespan, 4.0 * (8 + 4 - 1));
+  // Each recompute waits for its gradient, as inside Megatron-LM's backward call, so every one
+  // sits on the critical path: the backward of 1F1B costs b + r, 4(m + p − 1) in all.
+  for (const auto& list : s.ranks)
+    for (const ps::Action& a : list)
+      if (a.kind == ps::OpKind::R) EXPECT_TRUE(a.late) << a;
+  EXPECT_DOUBLE_EQ(r.makespan, 4.0 * (8 + 4 - 1));
+}
+
+// Megatron-LM's recompute (RL, after the gradient) against the early one (R, free to run while
+// the gradient is on its way): 1F1B at p = m = 16 takes 124 and 109 (93 without recompute).
+TEST(Checkpoint, LateRecomputeIsOnTheCriticalPathAndEarlyHidesPartOfIt) {
+  for (int p : {2, 4, 8, 16})
+    for (int m : {p, 2 * p, 3 * p + 1}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      const ps::Schedule base = ps::schedule::one_f_one_b({.ranks = p, .microbatches = m});
+      const ps::Schedule late = ps::checkpoint_full(base);
+      const ps::Schedule early = ps::checkpoint_full(base, ps::RecomputeTiming::Early);
+      EXPECT_EQ(late.name, "1f1b+full");
+      EXPECT_EQ(early.name, "1f1b+full-early");
+      ps::validate(late);
+      ps::validate(early);
+      ps::validate(ps::lower_communication(late));
+      ps::validate(ps::lower_communication(early));
+      const ps::SimulationResult none_sim = ps::simulate(base, cost);
+      const ps::SimulationResult late_sim = ps::simulate(late, cost);
+      const ps::SimulationResult early_sim = ps::simulate(early, cost);
+      EXPECT_DOUBLE_EQ(none_sim.makespan, 3.0 * (m + p - 1));
+      EXPECT_DOUBLE_EQ(late_sim.makespan, 4.0 * (m + p - 1));
+      if (p > 1) {
+        EXPECT_LT(early_sim.makespan, late_sim.makespan);
+        EXPECT_GT(early_sim.makespan, none_sim.makespan);
+      }
+      // The same units and the same list order: the same memory.
+      for (std::size_t q = 0; q < late_sim.ranks.size(); ++q)
+        EXPECT_DOUBLE_EQ(late_sim.ranks[q].peak_memory, early_sim.ranks[q].peak_memory);
+      // The lowered late recompute receives its gradient first.
+      const ps::Schedule lowered = ps::lower_communication(late);
+      for (const auto& list : lowered.ranks)
+        for (std::size_t i = 0; i < list.size(); ++i)
+          if (list[i].kind == ps::OpKind::R && list[i].stage + 1 < p) {
+            ASSERT_GT(i, 0u);
+            EXPECT_EQ(list[i - 1],
+                      ps::Action::make(ps::OpKind::RecvB, list[i].stage, list[i].microbatch))
+                << list[i];
+          }
+    }
+  const ps::Schedule base = ps::schedule::one_f_one_b({.ranks = 16, .microbatches = 16});
+  EXPECT_DOUBLE_EQ(ps::simulate(ps::checkpoint_full(base), cost).makespan, 124);
+  EXPECT_DOUBLE_EQ(
+      ps::simulate(ps::checkpoint_full(base, ps::RecomputeTiming::Early), cost).makespan, 109);
+}
+
+// A lowered schedule whose late recompute comes before the receive of its gradient is refused;
+// the same with a plain R (which needs only its forward) is valid.
+TEST(Checkpoint, LateRecomputeBeforeItsGradientsReceiveIsRefused) {
+  const ps::Schedule early = ps::lower_communication(ps::checkpoint_full(
+      ps::schedule::one_f_one_b({.ranks = 2, .microbatches = 2}), ps::RecomputeTiming::Early));
+  // Rank 0: ... 0R0 0RECV_B0 0B0 ... once the early recompute is moved before the receive.
+  ps::Schedule moved = early;
+  auto& list = moved.ranks[0];
+  auto r = std::find(list.begin(), list.end(), ps::Action::make(ps::OpKind::R, 0, 0));
+  auto recv = std::find(list.begin(), list.end(), ps::Action::make(ps::OpKind::RecvB, 0, 0));
+  ASSERT_NE(r, list.end());
+  ASSERT_NE(recv, list.end());
+  if (r > recv) std::rotate(recv, r, r + 1);
+  EXPECT_TRUE(ps::check(moved).ok()) << ps::check(moved).summary();
+  auto late_at = std::find(list.begin(), list.end(), ps::Action::make(ps::OpKind::R, 0, 0));
+  late_at->late = true;
+  const ps::ValidationReport rep = ps::check(moved);
+  ASSERT_FALSE(rep.ok());
+  EXPECT_NE(rep.summary().find("no 0RECV_B0 comes before it"), std::string::npos) << rep.summary();
+  EXPECT_NE(rep.summary().find("0RL0"), std::string::npos) << rep.summary();
+}
+
+TEST(Checkpoint, SelectiveEarlyChoosesTheSameUnitsAsSelective) {
+  for (const GridPoint& g : grid()) {
+    SCOPED_TRACE("p=" + std::to_string(g.p) + " m=" + std::to_string(g.m) +
+                 " budget=" + std::to_string(g.budget));
+    const ps::Schedule base = ps::schedule::one_f_one_b({.ranks = g.p, .microbatches = g.m});
+    std::vector<char> late_units, early_units;
+    const ps::Schedule late =
+        ps::checkpoint_selective(base, cost, ps::MemoryBudget{.all = g.budget}, &late_units);
+    const ps::Schedule early = ps::checkpoint_selective(
+        base, cost, ps::MemoryBudget{.all = g.budget}, &early_units, ps::RecomputeTiming::Early);
+    EXPECT_EQ(late_units, early_units);
+    EXPECT_EQ(early.name, "1f1b+selective-early");
+    const ps::SimulationResult ls = ps::simulate(late, cost), es = ps::simulate(early, cost);
+    EXPECT_LE(es.makespan, ls.makespan);
+    EXPECT_DOUBLE_EQ(es.peak_memory_max, ls.peak_memory_max);
+  }
 }
 
 TEST(Checkpoint, SelectiveFitsTheBudgetWithTheFewestRecomputesItNeeds) {

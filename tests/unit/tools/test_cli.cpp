@@ -89,7 +89,7 @@ TEST(Cli, HelpAndList) {
   EXPECT_EQ(r.code, 0);
   for (const auto& g : ps::builtin_generators())
     EXPECT_NE(r.out.find(std::string(g.name)), std::string::npos) << g.name;
-  for (const char* mode : {"full", "selective", "mario"})
+  for (const char* mode : {"full", "selective", "mario", "full-early", "selective-early"})
     EXPECT_NE(r.out.find(mode), std::string::npos) << mode;
   for (const char* policy : {"uniform", "balanced", "terapipe", "split|fine", "--slices"})
     EXPECT_NE(r.out.find(policy), std::string::npos) << policy;
@@ -340,7 +340,7 @@ TEST(CliCheckpoint, GenerateFullWritesRecomputesThatValidate) {
                  file.string() + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string csv = slurp(file);
-  EXPECT_NE(csv.find("2R0"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("2RL0"), std::string::npos) << csv;  // after its gradient, as Megatron-LM
   const ps::Schedule lib =
       ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}));
   EXPECT_EQ(csv, ps::to_csv(lib));
@@ -356,8 +356,16 @@ TEST(CliCheckpoint, GenerateFullWritesRecomputesThatValidate) {
       run("generate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint full --comm "
           "--format text");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("2R0"), std::string::npos);
+  EXPECT_NE(r.out.find("2RL0"), std::string::npos);
   EXPECT_NE(r.out.find("SEND_F"), std::string::npos);
+  // full-early writes plain recomputes.
+  r = run("generate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint full-early");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, ps::to_csv(ps::checkpoint_full(
+                       ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}),
+                       ps::RecomputeTiming::Early)));
+  EXPECT_NE(r.out.find("2R0"), std::string::npos);
+  EXPECT_EQ(r.out.find("RL"), std::string::npos);
 }
 
 TEST(CliCheckpoint, SimulateJsonEqualsTheLibraryForEveryMode) {
@@ -378,6 +386,9 @@ TEST(CliCheckpoint, SimulateJsonEqualsTheLibraryForEveryMode) {
            Case{"--checkpoint selective --memory-budget=3", ps::CheckpointMode::Selective, 3},
            Case{"--checkpoint mario --memory-budget 2", ps::CheckpointMode::Mario, 2},
            Case{"--checkpoint MARIO --memory-budget 1.5", ps::CheckpointMode::Mario, 1.5},
+           Case{"--checkpoint full-early", ps::CheckpointMode::FullEarly, none},
+           Case{"--checkpoint selective-early --memory-budget 2",
+                ps::CheckpointMode::SelectiveEarly, 2},
        }) {
     SCOPED_TRACE(c.args);
     CliRun r =
@@ -395,7 +406,7 @@ TEST(CliCheckpoint, SimulateJsonEqualsTheLibraryForEveryMode) {
     } else {
       EXPECT_NE(r.out.find("\"memory_budget\":null"), std::string::npos) << r.out;
     }
-    if (c.mode == ps::CheckpointMode::Selective || c.mode == ps::CheckpointMode::Mario) {
+    if (ps::is_selective(c.mode) || c.mode == ps::CheckpointMode::Mario) {
       EXPECT_GT(recomputes(lib), 0);
     }
   }

@@ -250,7 +250,8 @@ class DependencyGraph {
       case OpKind::W:
         return "a weight-gradient W runs after its input-gradient I.";
       case OpKind::R:
-        return "a recompute R runs after its forward and before its backward.";
+        return "a recompute R runs after its forward and before its backward; a late one (RL) "
+               "also after its backward's inputs (the next stage's and the next slice's backward).";
       default:
         return "a send runs after the action that produces what it sends.";
     }
@@ -294,6 +295,14 @@ class DependencyGraph {
         break;
       case OpKind::R:
         need(id, lookup(f_, s, m, k), a, F(s, k), false, OpKind::RecvF, recv_f_, s, m, k, out);
+        if (a.late) {  // RL: also its backward's inputs
+          if (s + 1 < S)
+            need(id, lookup(bi_, s + 1, m, k), a, BI(s + 1, k), explicit_comm, OpKind::RecvB,
+                 recv_b_, s, m, k, out);
+          if (k + 1 < K)
+            need(id, lookup(bi_, s, m, k + 1), a, BI(s, k + 1), false, OpKind::RecvB, recv_b_, s, m,
+                 k, out);
+        }
         break;
       default:
         break;
