@@ -82,7 +82,7 @@ def v_shape(ranks):
 CLASSES = [
     ("ScheduleInterleaved1F1B", "interleaved-1f1b", "looped", 2),
     ("ScheduleLoopedBFS", "looped-bfs", "looped", 2),
-    ("ScheduleInterleavedZeroBubble", "zb-h1", "looped", 2),
+    ("ScheduleInterleavedZeroBubble", "interleaved-zb", "looped", 2),
     ("ScheduleZBVZeroBubble", "zb-v", "v", 2),
     ("ScheduleDualPipeV", "dualpipe-v", "v", 2),
 ]

@@ -47,6 +47,7 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
       .field("makespan", r.makespan)
       .field("bubble_ratio", r.bubble_ratio)
       .field("peak_memory_max", r.peak_memory_max)
+      .field("warmup", warmup_of(s, 0))
       .key("ranks")
       .begin_array();
   for (int i = 0; i < s.rank_count(); ++i) {
@@ -56,6 +57,7 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
         .field("busy", rk.busy)
         .field("idle", rk.idle)
         .field("peak_memory", rk.peak_memory)
+        .field("warmup", warmup_of(s, i))
         .field("memory_budget", p.checkpoint.budget.of(i))
         .end_object();
   }

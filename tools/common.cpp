@@ -419,7 +419,9 @@ const std::vector<OptionSpec> schedule_options = {
      "V"},
     {"--slices", true, "slices per microbatch K (gpipe, seq-1f1b, slice-pipe; default 1)", "K"},
     {"--warmup", true,
-     "forwards rank 0 runs before its first backward (slice-pipe; default: the schedule's)", "N"},
+     "rank 0's warm-up: forwards before its steady forward-backward pairs (slice-pipe; default: "
+     "the schedule's; fewer hold less memory and cost step time gradually)",
+     "N"},
     {"--wgrad", true,
      "backward: fused (B), split (I then W) or fine (W cut into parts run in waits); default: "
      "the schedule's",

@@ -57,4 +57,24 @@ struct Schedule {
   }
 };
 
+//! The warm-up of `rank`, in 1F1B's sense: the forwards its list runs before its first backward
+//! (B, I or an overlap, whose forward half is not counted), less the one that opens its first
+//! forward–backward pair when forwards follow that backward (a rank whose forwards all come
+//! before its first backward has all of them as warm-up). 1F1B's rank r: p − r − 1; GPipe: M;
+//! slice-pipe: its `--warmup` on rank 0. Throws invalid_problem for a rank the schedule lacks.
+inline int warmup_of(const Schedule& s, int rank) {
+  if (rank < 0 || rank >= s.rank_count())
+    throw invalid_problem("warmup_of: rank = " + std::to_string(rank) + " but the schedule has " +
+                          std::to_string(s.rank_count()) + " ranks (0.." +
+                          std::to_string(s.rank_count() - 1) + ").");
+  int before = 0, after = 0;
+  bool backward = false;
+  for (const Action& a : s.ranks[static_cast<std::size_t>(rank)]) {
+    if (a.kind == OpKind::B || a.kind == OpKind::I || a.kind == OpKind::Overlap) backward = true;
+    if (a.kind == OpKind::F) ++(backward ? after : before);
+    if (backward && after > 0) break;
+  }
+  return after > 0 && before > 0 ? before - 1 : before;
+}
+
 }  // namespace pipesched

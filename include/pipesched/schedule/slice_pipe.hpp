@@ -8,7 +8,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipesched/analysis/simulate.hpp"
@@ -19,17 +22,20 @@
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/list_schedule.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 
 namespace pipesched::schedule {
 
 //! Knobs of slice_pipe beyond the Problem.
 struct SlicePipeOptions {
-  //! Forwards rank 0 runs before its first backward (its warm-up); rank r runs that many
-  //! minus r, but never fewer than (V − 1)·g + K − 1, the forwards its own order puts before
-  //! its first backward. -1: the default, (V − 1)·g + (K − 1) + (p − 1), g the units per group (p
-  //! when the slice count divides it) — enough for the backward of
-  //! the first microbatch's last slice to come back as rank 0 finishes its forwards.
+  //! Rank 0's warm-up: the forwards it runs before its steady one-forward-one-backward pairs
+  //! (warmup_of). -1: the default, (V − 1)·g + (K − 1) + (p − 1), g the units per group (p when
+  //! the slice count divides it) — enough for the backward of the first microbatch's last slice
+  //! to come back as rank 0 finishes its forwards; rank r's default is that minus r. A smaller
+  //! warm-up caps every rank's at it (a rank whose default is smaller keeps its own), and the
+  //! forwards and backwards are interleaved in simulated time so the pipeline loses as little as
+  //! that memory allows (see slice_pipe).
   int warmup = -1;
 };
 
@@ -103,6 +109,99 @@ Schedule sliced_one_f_one_b(const char* generator, const Problem& p, WGradMode w
   return s;
 }
 
+//! SVPP under a warm-up cap, as a rule on list_schedule: rank r keeps at most cap[r] + 1
+//! forwards in flight (its warm-up, then the forward that opens a pair); a forward goes first
+//! whenever it is admitted, else the backward; a W (split backward) right when it is ready.
+//! `in_order` keeps the SVPP order of each kind (`pos`: a unit's place among its rank's
+//! forwards, resp. backwards); otherwise any ready unit may go, the deeper chunk first, then the
+//! SVPP order — which reaches a rank's first backward with fewer forwards in flight.
+struct CappedSliceRule {
+  const std::vector<int>* fpos = nullptr;  // by unit (stage, microbatch, slice)
+  const std::vector<int>* bpos = nullptr;
+  std::vector<int> cap;
+  int ranks = 1, microbatches = 1, slices = 1;
+  bool in_order = true;
+
+  std::size_t unit(const Action& a) const {
+    return (static_cast<std::size_t>(a.stage) * microbatches + a.microbatch) * slices + a.slice;
+  }
+  std::tuple<int, int, int> priority(const RankState&, const ReadyAction& r) const {
+    const Action& a = r.action;
+    if (a.kind == OpKind::W) return {-1, 0, 0};
+    if (a.kind == OpKind::F) return {0, in_order ? 0 : -(a.stage / ranks), (*fpos)[unit(a)]};
+    return {1, 0, (*bpos)[unit(a)]};
+  }
+  bool admit(const RankState& st, const ReadyAction& r) const {
+    const Action& a = r.action;
+    if (a.kind == OpKind::W) return true;
+    if (a.kind == OpKind::F)
+      return st.in_flight() <= cap[static_cast<std::size_t>(st.rank)] &&
+             (!in_order || (*fpos)[unit(a)] == st.forwards);
+    return !in_order || (*bpos)[unit(a)] == st.backwards;
+  }
+};
+
+//! slice-pipe with rank 0's warm-up `w` below the default: the fastest, under unit costs, of
+//! the SVPP lists with each rank's warm-up w − r (never below the order's floor) and the
+//! capped rule in order and out of order (caps min(default_r, max(min(w, floor), ⌈w − s·r⌉)),
+//! s = 0, 1/2, 1). Throws invalid_problem when none of them can run.
+inline Schedule capped_slice_pipe(const Problem& p, WGradMode wgrad, int w, int floor,
+                                  int first_round, const Schedule& own) {
+  const int ranks = p.ranks, chunks = p.chunks(), slices = p.slices;
+  const UniformCost clock;
+  std::optional<Schedule> best;
+  double best_time = 0;
+  auto consider = [&](Schedule s) {
+    s.name = own.name;
+    const double t = simulate(s, clock).makespan;
+    if (!best || t < best_time - 1e-9) {
+      best_time = t;
+      best = std::move(s);
+    }
+  };
+  if (w >= floor) {
+    Schedule strict =
+        sliced_one_f_one_b("slice-pipe", p, wgrad, [&](int r) { return std::max(floor, w - r); });
+    if (check(strict).ok()) consider(std::move(strict));
+  }
+  const std::size_t units = static_cast<std::size_t>(p.stages) * p.microbatches * slices;
+  std::vector<int> fpos(units, 0), bpos(units, 0);
+  for (const auto& list : own.ranks) {
+    int f = 0, b = 0;
+    for (const Action& a : list) {
+      const std::size_t u =
+          (static_cast<std::size_t>(a.stage) * p.microbatches + a.microbatch) * slices + a.slice;
+      if (a.kind == OpKind::F) fpos[u] = f++;
+      if (is_input_backward(a.kind)) bpos[u] = b++;
+    }
+  }
+  const ListProblem lp{p, Placement::interleaved(ranks, chunks), wgrad, "slice-pipe"};
+  for (bool in_order : {true, false})
+    for (double slope : {0.0, 0.5, 1.0}) {
+      if (in_order && slope > 0) continue;  // in order, the head cap is the best of these
+      CappedSliceRule rule{&fpos, &bpos, {}, ranks, p.microbatches, slices, in_order};
+      for (int r = 0; r < ranks; ++r) {
+        const int own_default = slice_warmup(ranks, chunks, slices, r, first_round);
+        const int sloped = static_cast<int>(std::ceil(w - slope * r - 1e-9));
+        rule.cap.push_back(std::min(own_default, std::max(std::min(w, floor), sloped)));
+      }
+      try {
+        consider(list_schedule(lp, rule, clock));
+      } catch (const invalid_problem&) {
+        // this variant cannot reach some backward within its caps
+      }
+    }
+  if (!best)
+    throw invalid_problem("slice-pipe: warmup = " + std::to_string(w) +
+                          " cannot run: with so few forwards in flight some rank never reaches "
+                          "the backward its order needs next; use a larger one (the order "
+                          "itself needs " +
+                          std::to_string(floor) + "), at most the default " +
+                          std::to_string(slice_warmup(ranks, chunks, slices, 0, first_round)) +
+                          ".");
+  return std::move(*best);
+}
+
 }  // namespace detail
 
 //! seq-1f1b: 1F1B over (microbatch, slice) units on a linear placement. Rank r runs
@@ -128,13 +227,21 @@ inline Schedule seq_1f1b(Problem p, WGradMode wgrad = WGradMode::Fused) {
 //! (default 2) and K = Problem.slices: units (microbatch, slice) go in groups of g (p, or
 //! the smallest multiple of K above it, so a group holds whole microbatches), a
 //! group's forwards chunk by chunk, its backwards chunk by chunk in reverse with each
-//! microbatch's slices from last to first; rank r runs `warmup − r` forwards (default
-//! (V − 1)·g + (K − 1) + (p − 1)) before alternating. With V chunks and K slices a unit holds
-//! 1/(V·K) of a microbatch's activations, so the warm-up costs little memory. Any microbatch
-//! count runs: units go in rounds of whole microbatches, each at least g units, the larger
-//! first (detail::slice_rounds; g then is the first round's size), since a smaller last group
-//! can deadlock, as in interleaved 1F1B. A warm-up too small to run is refused (the schedule
-//! is dry-run).
+//! microbatch's slices from last to first; rank r runs (V − 1)·g + (K − 1) + (p − 1 − r) warm-up
+//! forwards before alternating. With V chunks and K slices a unit holds 1/(V·K) of a
+//! microbatch's activations, so the warm-up costs little memory. Any microbatch count runs:
+//! units go in rounds of whole microbatches, each at least g units, the larger first
+//! (detail::slice_rounds; g then is the first round's size), since a smaller last group can
+//! deadlock, as in interleaved 1F1B.
+//!
+//! A smaller `warmup` w (MEPipe's memory/bubble knob) caps every rank's warm-up at w: the
+//! fixed alternation would then stall once per pair (rank r waits on rank r + 1 every step), so
+//! the forwards and backwards are interleaved in simulated time (unit costs) instead — the
+//! fastest of a few legal variants (detail::capped_slice_pipe): SVPP's order kept or not, caps
+//! even or sloped across ranks. Rank 0 holds at most w + 1 units' activations; the step grows
+//! gradually as w falls (p = 16, K = 8, M = 32: 1.06x at two fewer than the default 38, 1.25x at
+//! 26, 1.71x at the least, 23). A warm-up none of them can run is refused with the least that
+//! always runs.
 inline Schedule slice_pipe(Problem p, WGradMode wgrad = WGradMode::Fused,
                            const SlicePipeOptions& options = {}) {
   constexpr const char* generator = "slice-pipe";
@@ -148,45 +255,44 @@ inline Schedule slice_pipe(Problem p, WGradMode wgrad = WGradMode::Fused,
   // forward order reaches only after (V − 1)·g + K − 1 forwards: the least warm-up there is.
   const int floor = (chunks - 1) * group + slices - 1;
   const int most = detail::slice_warmup(ranks, chunks, slices, 0, first_round);
-  if (options.warmup != -1 &&
-      (options.warmup < std::min(floor, units * chunks) || options.warmup > units * chunks))
+  if (options.warmup != -1 && (options.warmup < 1 || options.warmup > units * chunks))
     throw invalid_problem(
         std::string(generator) + ": warmup = " + std::to_string(options.warmup) +
-        " is out of range; rank 0 must run at least (V − 1)·g + K − 1 = " + std::to_string(floor) +
-        " forwards before its first backward and can run "
-        "at most all " +
-        std::to_string(units * chunks) + "; the default is " + std::to_string(most) +
-        " (or give -1).");
-  const int w0 = options.warmup > 0 ? options.warmup : most;
-  Schedule s = detail::sliced_one_f_one_b(generator, p, wgrad, [&](int r) {
-    return options.warmup > 0 ? std::max(floor, w0 - r)
-                              : detail::slice_warmup(ranks, chunks, slices, r, first_round);
+        " is out of range; give 1 to " + std::to_string(units * chunks) +
+        " (all forwards; SVPP's own order needs (V − 1)·g + K − 1 = " + std::to_string(floor) +
+        ", fewer runs out of order where it can), or -1 for "
+        "the default " +
+        std::to_string(most) + ".");
+  Schedule own = detail::sliced_one_f_one_b(generator, p, wgrad, [&](int r) {
+    return detail::slice_warmup(ranks, chunks, slices, r, first_round);
   });
-  if (options.warmup > 0) {
+  if (options.warmup == -1 || options.warmup == most) return own;
+  if (options.warmup > most) {  // more forwards in flight than the default: the fixed order
+    Schedule s = detail::sliced_one_f_one_b(
+        generator, p, wgrad, [&](int r) { return std::max(floor, options.warmup - r); });
     ValidationReport rep = check(s);
     if (!rep.ok())
       throw invalid_problem(std::string(generator) +
                             ": warmup = " + std::to_string(options.warmup) + " cannot run (" +
-                            rep.violations.front().rule +
-                            "); use a larger warm-up, at most the default " + std::to_string(most) +
+                            rep.violations.front().rule + "); the default " + std::to_string(most) +
                             " is always safe.");
+    return s;
   }
-  return s;
+  return detail::capped_slice_pipe(p, wgrad, options.warmup, std::min(floor, units * chunks),
+                                   first_round, own);
 }
 
 //! slice-pipe fitted to a per-rank memory budget (in `cost`'s memory unit): the largest
 //! warm-up, from the default down to the least that runs, whose simulated peak fits every
-//! rank — more warm-up forwards fill more of the pipeline, fewer hold fewer slices. Throws
-//! invalid_problem when even the least warm-up does not fit, naming the peak it needs.
+//! rank — more warm-up forwards fill more of the pipeline, fewer hold fewer slices (a binary
+//! search: a handful of candidate schedules). Throws invalid_problem when even the least
+//! warm-up that runs does not fit, naming it and the peak it needs.
 template <class Cost>
 Schedule slice_pipe_within(Problem p, WGradMode wgrad, const Cost& cost,
                            const std::vector<double>& budget_per_rank) {
   const Schedule first = slice_pipe(p, wgrad);
   const Problem q = first.problem;
   const int first_round = detail::slice_rounds(q.ranks, q.slices, q.microbatches).front();
-  const int group = std::max(detail::slice_group(q.ranks, q.slices), first_round);
-  const int floor =
-      std::min((q.chunks() - 1) * group + q.slices - 1, q.microbatches * q.slices * q.chunks());
   auto fits = [&](const SimulationResult& r) {
     for (std::size_t i = 0; i < r.ranks.size(); ++i)
       if (i < budget_per_rank.size() && r.ranks[i].peak_memory > budget_per_rank[i] + 1e-9)
@@ -195,19 +301,38 @@ Schedule slice_pipe_within(Problem p, WGradMode wgrad, const Cost& cost,
   };
   SimulationResult r = simulate(first, cost);
   if (fits(r)) return first;
-  double least = 0;
-  for (int w = detail::slice_warmup(q.ranks, q.chunks(), q.slices, 0, first_round) - 1; w >= floor;
-       --w) {
-    Schedule s = slice_pipe(q, wgrad, {.warmup = w});
-    r = simulate(s, cost);
-    if (fits(r)) return s;
-    least = r.peak_memory_max;
+  // Memory falls as the warm-up does and a warm-up that runs makes every larger one run, so the
+  // warm-ups that run and fit are an interval: binary search for its top below the default.
+  int lo = 1, hi = detail::slice_warmup(q.ranks, q.chunks(), q.slices, 0, first_round) - 1;
+  std::optional<Schedule> best;
+  double least = r.peak_memory_max;
+  int least_w = hi + 1;
+  while (lo <= hi) {
+    const int w = lo + (hi - lo) / 2;
+    std::optional<Schedule> s;
+    try {
+      s = slice_pipe(q, wgrad, {.warmup = w});
+    } catch (const invalid_problem&) {
+      lo = w + 1;  // too few forwards to run
+      continue;
+    }
+    r = simulate(*s, cost);
+    if (fits(r)) {
+      best = std::move(s);
+      lo = w + 1;
+    } else {
+      if (w < least_w) {
+        least = r.peak_memory_max;
+        least_w = w;
+      }
+      hi = w - 1;
+    }
   }
-  throw invalid_problem("slice-pipe: no warm-up fits the memory budget; even the least (" +
-                        std::to_string(floor) + " forwards before rank 0's first backward) holds " +
-                        std::to_string(least) +
-                        "; use more slices or chunks, checkpointing, or "
-                        "a larger budget.");
+  if (best) return std::move(*best);
+  throw invalid_problem(
+      "slice-pipe: no warm-up fits the memory budget; even the least that runs (" +
+      std::to_string(least_w) + ") holds " + std::to_string(least) +
+      "; use more slices or chunks, checkpointing, or a larger budget.");
 }
 
 }  // namespace pipesched::schedule

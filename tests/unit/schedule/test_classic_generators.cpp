@@ -699,3 +699,20 @@ TEST(DualPipeV, RefusesOtherChunkCounts) {
 }
 
 }  // namespace
+
+// The warm-up in 1F1B's sense: 1F1B's rank r runs p − r − 1 forwards before its steady
+// one-forward-one-backward pairs (min with M); GPipe runs all M before any backward.
+TEST(WarmupOf, CountsTheForwardsBeforeEachRanksSteadyPairs) {
+  for (int p : {1, 2, 4, 8})
+    for (int m : {p + 1, 2 * p}) {
+      const pipesched::Schedule s =
+          pipesched::schedule::one_f_one_b({.ranks = p, .microbatches = m});
+      for (int r = 0; r < p; ++r)
+        EXPECT_EQ(pipesched::warmup_of(s, r), std::min(p - r - 1, m)) << p << " " << m << " " << r;
+      EXPECT_THROW(pipesched::warmup_of(s, p), pipesched::invalid_problem);
+      EXPECT_THROW(pipesched::warmup_of(s, -1), pipesched::invalid_problem);
+    }
+  const pipesched::Schedule g = pipesched::schedule::gpipe({.ranks = 4, .microbatches = 6});
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(pipesched::warmup_of(g, r), 6);
+}

@@ -1,6 +1,8 @@
 // Slice-level schedules: seq-1f1b, slice-pipe (MEPipe's SVPP) and GPipe over slices.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <algorithm>
 #include <string>
 
@@ -140,6 +142,74 @@ TEST(SlicePipe, WarmupKnob) {
   const ps::Schedule odd = ps::schedule::slice_pipe({.ranks = 4, .microbatches = 3, .slices = 3});
   EXPECT_TRUE(ps::check(odd).ok());
   EXPECT_EQ(forwards_before_first_backward(odd.ranks[0]) - 1, (2 - 1) * 9 + (3 - 1) + (4 - 1));
+}
+
+// MEPipe's memory/bubble knob trades gradually: p = 16, K = 8, M = 32 (the fixed alternation
+// took 2.85x at two fewer warm-up forwards than the default and 14x at 24).
+TEST(SlicePipe, FewerWarmupForwardsCostMemoryGradually) {
+  const ps::Problem pr{.ranks = 16, .microbatches = 32, .slices = 8};
+  const ps::Schedule def = ps::schedule::slice_pipe(pr);
+  const int most = ps::warmup_of(def, 0);
+  ASSERT_EQ(most, 38);
+  const ps::SimulationResult d = ps::simulate(def);
+  std::map<int, ps::SimulationResult> at;
+  at.emplace(most, d);
+  for (int w = most - 1; w >= 23; --w) {
+    SCOPED_TRACE("warmup " + std::to_string(w));
+    const ps::Schedule s = ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = w});
+    EXPECT_EQ(s.name, "slice-pipe");
+    ASSERT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
+    EXPECT_EQ(ps::warmup_of(s, 0), w);
+    const ps::SimulationResult r = ps::simulate(s);
+    // Rank 0 holds at most w + 1 units (1/16 of a microbatch each).
+    EXPECT_LE(r.ranks[0].peak_memory, (w + 1) / 16.0 + 1e-9);
+    const ps::SimulationResult& up = at.at(w + 1);
+    EXPECT_LE(r.peak_memory_max, up.peak_memory_max + 1e-9);  // monotone in memory
+    EXPECT_GE(r.makespan, up.makespan - 1e-9);                // and in time
+    if (w + 2 <= most && w >= 26) EXPECT_LE(r.makespan, 1.10 * at.at(w + 2).makespan);
+    at.emplace(w, r);
+  }
+  EXPECT_LE(at.at(36).makespan, 1.06 * d.makespan);
+  EXPECT_LE(at.at(26).makespan, 1.26 * d.makespan);
+  EXPECT_LE(at.at(23).makespan, 1.72 * d.makespan);
+  EXPECT_LT(at.at(23).peak_memory_max, 0.62 * d.peak_memory_max);
+  // Below what any variant can run, a sentence with the order's own floor.
+  try {
+    ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 22});
+    FAIL() << "warmup 22 was accepted";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("warmup = 22 cannot run"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("needs 23"), std::string::npos) << e.what();
+  }
+}
+
+// Every warm-up from the default down to the least that runs validates, with split backwards
+// too, and where SVPP's own order cannot go below its floor, the out-of-order variant may.
+TEST(SlicePipe, EveryWarmupDownToTheLeastThatRunsValidates) {
+  struct Case {
+    int p, m, k;
+  };
+  for (const Case& c : {Case{4, 8, 4}, Case{8, 16, 4}, Case{4, 6, 2}, Case{6, 9, 3}})
+    for (ps::WGradMode wg : {ps::WGradMode::Fused, ps::WGradMode::Split}) {
+      const ps::Problem pr{.ranks = c.p, .microbatches = c.m, .slices = c.k};
+      const int most = ps::warmup_of(ps::schedule::slice_pipe(pr, wg), 0);
+      int ran = 0;
+      for (int w = most - 1; w >= 1; --w) {
+        SCOPED_TRACE("p=" + std::to_string(c.p) + " m=" + std::to_string(c.m) +
+                     " k=" + std::to_string(c.k) + " warmup " + std::to_string(w));
+        ps::Schedule s;
+        try {
+          s = ps::schedule::slice_pipe(pr, wg, {.warmup = w});
+        } catch (const ps::invalid_problem& e) {
+          EXPECT_NE(std::string(e.what()).find("cannot run"), std::string::npos) << e.what();
+          break;
+        }
+        ++ran;
+        ASSERT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
+        EXPECT_EQ(ps::warmup_of(s, 0), w);
+      }
+      EXPECT_GT(ran, 0);
+    }
 }
 
 TEST(GPipeOverSlices, IsTeraPipesOrder) {

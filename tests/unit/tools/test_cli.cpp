@@ -579,6 +579,21 @@ TEST(CliSlicing, GenerateSlicePipeWritesSlicesThatValidate) {
   EXPECT_EQ(r.out, ps::to_text(ps::schedule::slice_pipe(
                        {.ranks = 4, .stages = 8, .microbatches = 4, .slices = 4},
                        ps::WGradMode::Fused, {.warmup = 9})));
+  // simulate --json reports the warm-up: rank 0's, and each rank's (at least the floor).
+  r =
+      run("simulate --json --schedule slice-pipe --ranks 4 --microbatches 4 --slices 4 "
+          "--warmup 9");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_DOUBLE_EQ(json_field(r.out, "warmup"), 9);
+  const ps::Schedule nine =
+      ps::schedule::slice_pipe({.ranks = 4, .stages = 8, .microbatches = 4, .slices = 4},
+                               ps::WGradMode::Fused, {.warmup = 9});
+  EXPECT_EQ(ps::warmup_of(nine, 0), 9);
+  EXPECT_NE(r.out.find("\"warmup\":" + std::to_string(ps::warmup_of(nine, 3))), std::string::npos)
+      << r.out;
+  r = run("simulate --json --schedule slice-pipe --ranks 4 --microbatches 4 --slices 4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_DOUBLE_EQ(json_field(r.out, "warmup"), ps::schedule::detail::slice_warmup(4, 2, 4, 0, 4));
 }
 
 TEST(CliSlicing, SimulateJsonEqualsTheLibraryForEverySlicing) {
