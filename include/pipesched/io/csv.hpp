@@ -256,10 +256,12 @@ inline std::vector<CsvCell> split_cells(std::string_view line, const std::string
 //! the two-chunk V-shape (stage D + s on rank D − 1 − s) and every action of which stays within
 //! one replica — microbatch m only on stages 0..D−1 for even m and D..2D−1 for odd m
 //! (Problem::replica_of_microbatch) — is read with replicas = 2. A V-shape schedule runs every
-//! microbatch through all 2D stages, so it is never taken for one.
+//! microbatch through all 2D stages, so it is never taken for one. A step of one microbatch
+//! names replica 0's stages only and reads back as the one-replica schedule it amounts to.
 inline void infer_replicas(Schedule& s) {
   const int ranks = s.problem.ranks;
-  if (s.problem.stages != 2 * ranks || s.placement.kind() != PlacementKind::VShape) return;
+  // The map, not the kind: on one rank the V-shape map is also the looped one.
+  if (s.problem.stages != 2 * ranks || !(s.placement == Placement::v_shape(ranks, 2))) return;
   Problem two = s.problem;
   two.replicas = 2;
   for (const auto& list : s.ranks)
