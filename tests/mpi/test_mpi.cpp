@@ -250,8 +250,9 @@ void expect_chimera_matches(int microbatches) {
       const std::vector<T> want(ref_grads.begin() + static_cast<std::ptrdiff_t>(offset[model]),
                                 ref_grads.begin() + static_cast<std::ptrdiff_t>(offset[model + 1]));
       const auto got = toy::flat_gradients(std::vector{procs[st]});
-      if constexpr (std::is_same_v<T, double>)
+      if constexpr (std::is_same_v<T, double>) {
         EXPECT_LE(toy::max_relative_error(got, want), tolerance<T>()) << "stage " << st;
+      }
       EXPECT_TRUE(got == toy::flat_gradients(std::vector{threads[st]})) << "stage " << st;
       EXPECT_TRUE(toy::flat_parameters(std::vector{procs[st]}) ==
                   toy::flat_parameters(std::vector{threads[st]}))

@@ -129,8 +129,9 @@ void expect_matches_sequential(const ps::Schedule& schedule, const Config& confi
         // Against the sequential pass over all microbatches. After a float step the replicas'
         // weights differ from the sequential model's by the rounding of that step's sum, so a
         // float run is held to it at the first step, where both start from the same weights.
-        if (std::is_same_v<T, double> || step == 0)
+        if (std::is_same_v<T, double> || step == 0) {
           EXPECT_LE(worst_excess(got, ref_grads, partials), 1.0);
+        }
         EXPECT_LE(toy::max_relative_error(toy::flat_replica_parameters(piped, replicas, q),
                                           toy::flat_parameters(ref)),
                   tolerance<T>());

@@ -115,11 +115,13 @@ TEST(Chimera, EveryMicrobatchCountValidatesFusedAndSplitAndLowered) {
         EXPECT_DOUBLE_EQ(makespan(lowered), makespan(s));
         // Data never crosses between replicas.
         for (const auto& list : lowered.ranks)
-          for (const ps::Action& a : list)
-            if (a.kind == ps::OpKind::SendF)
+          for (const ps::Action& a : list) {
+            if (a.kind == ps::OpKind::SendF) {
               EXPECT_FALSE(s.problem.last_stage(a.stage)) << a;
-            else if (a.kind == ps::OpKind::SendB)
+            } else if (a.kind == ps::OpKind::SendB) {
               EXPECT_FALSE(s.problem.first_stage(a.stage)) << a;
+            }
+          }
       }
 }
 
@@ -299,7 +301,8 @@ TEST(Chimera, CsvRoundTripInfersTheReplicasAndPyTorchRefusesThem) {
 // model stages r and D − 1 − r, so its static bytes are 1F1B's rank r plus rank D − 1 − r.
 TEST(Chimera, TransformerCostCountsBothReplicasStaticMemory) {
   const ps::TransformerCost cost{.model = ps::presets::find_model("llama2-13b"),
-                                 .device = ps::presets::find_device("rtx-4090")};
+                                 .device = ps::presets::find_device("rtx-4090"),
+                                 .slice_lengths = {}};
   const int D = 8;
   const ps::Schedule c = chimera(D, D);
   const ps::Schedule one = ps::schedule::one_f_one_b({.ranks = D, .microbatches = D});
