@@ -23,8 +23,9 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
   w.field("ranks", s.problem.ranks)
       .field("stages", s.problem.stages)
       .field("microbatches", s.problem.microbatches)
-      .field("slices", s.problem.slices)
-      .end_object();
+      .field("slices", s.problem.slices);
+  if (s.problem.replicas != 1) w.field("replicas", s.problem.replicas);  // chimera: 2
+  w.end_object();
   if (is_transformer(p.cost)) {
     w.field("slicing", to_string(p.slicing.mode)).key("slice_lengths").begin_array();
     for (int t : p.slicing.lengths)
@@ -77,6 +78,9 @@ void print_table(const Prepared& p, const SimulationResult& r) {
   std::printf("%s: %d ranks, %d stages (%s), %d microbatches, %zu actions\n", s.name.c_str(),
               s.problem.ranks, s.problem.stages, s.placement.describe().c_str(),
               s.problem.microbatches, s.action_count());
+  if (s.problem.replicas > 1)
+    std::printf("%d model replicas of %d stages each, microbatch m through replica m mod %d\n",
+                s.problem.replicas, s.problem.replica_stages(), s.problem.replicas);
   if (s.problem.slices > 1) {
     std::string line = std::to_string(s.problem.slices) + " slices per microbatch";
     if (tc)

@@ -1,7 +1,8 @@
 // The MPI transport, run by ctest under `mpirun -np 2` and `-np 4` (one pipeline rank per
 // process). The toy GPT trained through 1F1B, interleaved 1F1B, ZB-H1, a Mario plan and a
 // slice-pipe plan gives the sequential reference's loss and gradients and, bit for bit, what
-// the in-process pipeline gives for the same plan; the measured peak of held bytes equals the
+// the in-process pipeline gives for the same plan (Chimera's two replicas too, their gradients
+// summed across processes); the measured peak of held bytes equals the
 // simulator's; dynamic filling runs; a layer that throws on one rank (a std::exception or
 // not), or an optimizer hook that throws, makes every process throw the same error naming that
 // rank and its action or optimizer step, after which the next step runs cleanly; a receive
@@ -16,6 +17,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../unit/exec/exec_support.hpp"
@@ -188,6 +190,82 @@ TYPED_TEST(MpiNumerics, SlicePipe) {
     SCOPED_TRACE(std::to_string(slices) + " slices");
     expect_same_as_inproc<TypeParam>(
         ps::schedule::slice_pipe({.ranks = world_size(), .microbatches = 4, .slices = slices}));
+  }
+}
+
+// Chimera over MPI: each process holds one stage of each of the two replicas (model stages r
+// and D − 1 − r). After a step the replicas' gradients are summed across processes (an
+// all-reduce over one buffer of the whole model, in double: each element gets exactly its two
+// replicas' values, added once) and both copies take the sum; the copies then hold the
+// sequential gradients (double) and, in both precisions, bit for bit what the in-process
+// pipeline with toy::sum_replica_gradients gives.
+template <class T>
+void expect_chimera_matches(int microbatches) {
+  const ps::Schedule s = generated("chimera", world_size(), microbatches);
+  ASSERT_EQ(s.problem.replicas, 2);
+  const int D = s.problem.replica_stages();
+  const toy::GptConfig config = config_for(D);
+  const auto data = toy::make_gpt_data<T>(config, s.problem.microbatches, 13);
+  auto ref = make_stages<T>(config, D);
+  std::vector<toy::GptStage<T>> threads, procs;
+  for (int st = 0; st < s.problem.stages; ++st) {  // both replicas start from equal weights
+    threads.push_back(ref[st % D]);
+    procs.push_back(ref[st % D]);
+  }
+  ps::InprocPipeline<toy::GptStage<T>> inproc(s, threads);
+  ps::MpiPipeline<toy::GptStage<T>> mpi(s, procs, MPI_COMM_WORLD);
+  // Offsets of each model stage's values in the whole model's flat gradient.
+  std::vector<std::size_t> offset(D + 1, 0);
+  for (int st = 0; st < D; ++st)
+    offset[st + 1] = offset[st] + toy::flat_gradients(std::vector{ref[st]}).size();
+  const auto training = toy::training_data(data);
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step) + ", rank " + std::to_string(world_rank()));
+    const double ref_loss = toy::sequential_step(ref, data);
+    const auto ref_grads = toy::flat_gradients(ref);
+    toy::sgd_update(ref, learning_rate);
+    inproc.step(training);
+    toy::sum_replica_gradients(threads, 2);
+    toy::sgd_update(threads, learning_rate);
+    const ps::StepResult b = mpi.step(training);
+    EXPECT_LE(std::abs(b.loss - ref_loss), tolerance<T>() * std::abs(ref_loss));
+    std::vector<double> sum(offset[D], 0.0);
+    for (int st : s.placement.stages_of(world_rank())) {
+      std::size_t i = offset[st % D];
+      for (const auto& t : procs[st].gradients())
+        for (std::size_t k = 0; k < t.size(); ++k)
+          sum[i++] += static_cast<double>(t.data[k]);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, sum.data(), static_cast<int>(sum.size()), MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+    for (int st : s.placement.stages_of(world_rank())) {
+      std::size_t i = offset[st % D];
+      for (auto& t : procs[st].gradients())
+        for (std::size_t k = 0; k < t.size(); ++k)
+          t.data[k] = static_cast<T>(sum[i++]);
+      toy::sgd_update_stage(procs[st], learning_rate);
+    }
+    for (int st : s.placement.stages_of(world_rank())) {
+      const int model = st % D;
+      const std::vector<T> want(ref_grads.begin() + static_cast<std::ptrdiff_t>(offset[model]),
+                                ref_grads.begin() + static_cast<std::ptrdiff_t>(offset[model + 1]));
+      const auto got = toy::flat_gradients(std::vector{procs[st]});
+      if constexpr (std::is_same_v<T, double>) {
+        EXPECT_LE(toy::max_relative_error(got, want), tolerance<T>()) << "stage " << st;
+      }
+      EXPECT_TRUE(got == toy::flat_gradients(std::vector{threads[st]})) << "stage " << st;
+      EXPECT_TRUE(toy::flat_parameters(std::vector{procs[st]}) ==
+                  toy::flat_parameters(std::vector{threads[st]}))
+          << "stage " << st;
+    }
+    EXPECT_EQ(mpi.transport().pending(), 0u);
+  }
+}
+
+TYPED_TEST(MpiNumerics, Chimera) {
+  for (int m : {2 * world_size(), 2 * world_size() + 1}) {
+    SCOPED_TRACE(std::to_string(m) + " microbatches");
+    expect_chimera_matches<TypeParam>(m);
   }
 }
 

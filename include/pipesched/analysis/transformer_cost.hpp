@@ -224,7 +224,7 @@ struct TransformerCost {
   //! for its stages, enough tokens for its slices, slice_lengths matching).
   void check(const CostContext& ctx) const {
     check();
-    const int S = stage_count(ctx);
+    const int S = model_stage_count(ctx);
     if (S < 1)
       throw invalid_problem("TransformerCost: the problem has " + std::to_string(S) +
                             " stages; it needs at least 1.");
@@ -272,11 +272,27 @@ struct TransformerCost {
     return ctx.problem.stages > 0 ? ctx.problem.stages : ctx.problem.ranks;
   }
 
-  //! Layers held by `stage`: layers / stages, plus one for the first layers % stages stages.
+  //! Stages of one model replica: stage_count, divided by Problem::replicas (Chimera's two
+  //! replicas each split the whole model over half the stages).
+  static int model_stage_count(const CostContext& ctx) noexcept {
+    const int replicas = ctx.problem.replicas > 1 ? ctx.problem.replicas : 1;
+    return stage_count(ctx) / replicas;
+  }
+
+  //! The model stage `stage` computes: its index within its replica.
+  static int model_stage(const CostContext& ctx, int stage) noexcept {
+    const int S = model_stage_count(ctx);
+    return S > 0 ? stage % S : stage;
+  }
+
+  //! Layers held by `stage`: layers / stages, plus one for the first layers % stages stages
+  //! (stages of one replica: a stage of replica 1 holds what the same model stage of replica 0
+  //! holds).
   int layers_of(const CostContext& ctx, int stage) const {
-    const int S = stage_count(ctx);
-    check_stage(S, stage);
-    return model.layers / S + (stage < model.layers % S ? 1 : 0);
+    check_stage(stage_count(ctx), stage);
+    const int S = model_stage_count(ctx);
+    const int ms = model_stage(ctx, stage);
+    return model.layers / S + (ms < model.layers % S ? 1 : 0);
   }
 
   //! Tokens slice `slice` covers.
@@ -354,13 +370,14 @@ struct TransformerCost {
   }
 
   //! Weights of `stage`: its layers, plus the embedding on stage 0 and the LM head on the
-  //! last stage.
+  //! last stage (of its replica).
   double stage_parameters(const CostContext& ctx, int stage) const {
     check(ctx);
-    const int S = stage_count(ctx);
+    const int S = model_stage_count(ctx);
+    const int ms = model_stage(ctx, stage);
     double p = layers_of(ctx, stage) * model.layer_parameters();
-    if (stage == 0) p += model.embedding_parameters();
-    if (stage == S - 1) p += model.embedding_parameters();
+    if (ms == 0) p += model.embedding_parameters();
+    if (ms == S - 1) p += model.embedding_parameters();
     return p;
   }
 
@@ -449,6 +466,8 @@ struct TransformerCost {
     const int S = stage_count(ctx);
     check_stage(S, a.stage);
     if (to < 0 || to >= S) return 0.0;
+    if (model_stage(ctx, to) != model_stage(ctx, a.stage) + (to - a.stage))
+      return 0.0;  // across a replica boundary: no neighbour there
     const int from_rank = rank_of(ctx, a.stage), to_rank = rank_of(ctx, to);
     if (from_rank == to_rank) return 0.0;
     const double bytes = message_bytes(ctx, a.slice);
@@ -488,9 +507,9 @@ struct TransformerCost {
 
   // Formulas of the class comment; `check(ctx)` has run.
   Unit unit(const CostContext& ctx, int stage, int slice) const {
-    const int S = stage_count(ctx);
+    const int S = model_stage_count(ctx);
     const SliceSpan span = slice_span(ctx, slice);
-    const bool last = stage == S - 1;
+    const bool last = model_stage(ctx, stage) == S - 1;
     const double b = model.microbatch_size, t = span.length, o = span.offset;
     const double h = model.hidden, f = model.ffn(), a = model.heads, V = model.vocabulary;
     const double v = model.bytes_per_value, q = model.qkv_width();

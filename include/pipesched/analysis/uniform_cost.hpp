@@ -10,7 +10,9 @@ namespace pipesched {
 
 //! Durations for one microbatch through one rank's whole share of the model, split evenly
 //! over its V chunks and K slices (each (chunk, slice) unit takes 1/(V·K) of them). Memory
-//! in units of one microbatch's activations of one rank's whole share (= 1.0).
+//! in units of one microbatch's activations of one rank's whole share (= 1.0). With several
+//! replicas (Chimera) a rank holds a share of each; a microbatch runs through one of them, so
+//! V counts the chunks of one replica.
 struct UniformCost {
   double f = 1.0;          //!< forward
   double b = 2.0;          //!< full backward (I takes b − w, W takes w)
@@ -35,10 +37,12 @@ struct UniformCost {
     if (!(w_memory >= 0 && w_memory <= 1)) bad("w_memory", w_memory, "need 0 <= w_memory <= 1");
   }
 
-  //! Share of a rank's work one (stage, slice) unit carries: 1 / (chunks · slices).
+  //! Share of a rank's work one (stage, slice) unit carries: 1 / (chunks · slices), counting
+  //! the chunks of one replica (a Chimera stage is a whole 1/p of the model, as 1F1B's).
   static double unit_share(const CostContext& ctx) {
     const int stages = ctx.placement.stages() > 0 ? ctx.placement.stages() : ctx.problem.stages;
-    const double chunks = static_cast<double>(stages) / ctx.problem.ranks;
+    const int replicas = ctx.problem.replicas > 0 ? ctx.problem.replicas : 1;
+    const double chunks = static_cast<double>(stages) / ctx.problem.ranks / replicas;
     return 1.0 / (chunks * ctx.problem.slices);
   }
 

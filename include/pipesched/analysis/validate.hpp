@@ -238,6 +238,21 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
           });
           return false;
         }
+        if (!p.has_unit(st, mb)) {
+          add(r, i, a, "index-range", [&] {
+            return to_string(a) + " at " + where(r, i) + " runs microbatch " + std::to_string(mb) +
+                   " on stage " + std::to_string(st) + " of replica " +
+                   std::to_string(p.replica_of_stage(st)) + ", but microbatch " +
+                   std::to_string(mb) + " runs through replica " +
+                   std::to_string(p.replica_of_microbatch(mb)) +
+                   " (microbatch m through replica m mod " + std::to_string(p.replicas) +
+                   ", stages " + std::to_string(p.replica_of_microbatch(mb) * p.replica_stages()) +
+                   ".." +
+                   std::to_string((p.replica_of_microbatch(mb) + 1) * p.replica_stages() - 1) +
+                   ").";
+          });
+          return false;
+        }
         if (s.placement.rank_of(st) != r) {
           add(r, i, a, "placement", [&] {
             return to_string(a) + " at " + where(r, i) + " runs stage " + std::to_string(st) +
@@ -269,6 +284,17 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
                    " stage " + std::to_string(peer) + ", which does not exist: the schedule has " +
                    stage_count_text(p.stages) +
                    "; forward data flows from stage s to s+1 and gradients from s to s-1.";
+          });
+          continue;
+        }
+        if (p.replica_of_stage(static_cast<int>(peer)) != p.replica_of_stage(a.stage)) {
+          add(r, i, a, "index-range", [&] {
+            return to_string(a) + " at " + where(r, i) + (send ? " sends to" : " receives from") +
+                   " stage " + std::to_string(peer) + " of replica " +
+                   std::to_string(p.replica_of_stage(static_cast<int>(peer))) + ", but stage " +
+                   std::to_string(a.stage) + " belongs to replica " +
+                   std::to_string(p.replica_of_stage(a.stage)) +
+                   "; data flows only between neighbouring stages of one replica.";
           });
           continue;
         }
@@ -332,6 +358,7 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
           stop = {st, mb, sl};
           break;
         }
+        if (!p.has_unit(st, mb)) break;  // another replica's microbatch: no unit here
         keep({st, mb, sl}, seen.get(st, mb, sl));
         ++walked;
       }
@@ -342,7 +369,7 @@ inline void check_units(const Schedule& s, ValidationReport& rep) {
     ++named_after;
     unit_rules(s, k, u, [&](const char*, auto) { rep.add({}); });
   });
-  const std::uint64_t after = unit_count(p) - walked;
+  const std::uint64_t after = step_unit_count(p) - walked;
   const std::uint64_t absent = after - std::min(after, named_after);
   rep.omitted = saturating_add(rep.omitted, absent > UINT64_MAX / 2 ? UINT64_MAX : 2 * absent);
 }
@@ -371,6 +398,9 @@ inline void check_comm_pairs(const Schedule& s, ValidationReport& rep) {
       const long long producer = send ? a.stage : a.stage + (forward ? -1LL : 1LL);
       const long long consumer = forward ? producer + 1 : producer - 1;
       if (!ok(producer, a.microbatch, a.slice) || !ok(consumer, a.microbatch, a.slice)) continue;
+      if (p.replica_of_stage(static_cast<int>(producer)) !=
+          p.replica_of_stage(static_cast<int>(consumer)))
+        continue;  // check_units reports a message between replicas
       Count& c = (forward ? fwd : bwd).at(static_cast<int>(producer), a.microbatch, a.slice);
       if (send) {
         ++c.send;

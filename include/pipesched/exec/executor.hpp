@@ -652,7 +652,9 @@ class Executor {
   void forward(const Action& a) {
     const int s = a.stage, m = a.microbatch, k = a.slice;
     const std::uint64_t key = detail::unit_key(s, m, k);
-    tensor_type x = s == 0 ? data_->input(m, k) : take(inputs_, key, "input activation", a);
+    const Problem& problem = schedule_.problem;
+    tensor_type x =
+        problem.first_stage(s) ? data_->input(m, k) : take(inputs_, key, "input activation", a);
     Held h;
     double context_change = 0;
     tensor_type y = call_forward(a, x, h.stash, true, context_change);
@@ -671,8 +673,7 @@ class Executor {
     }
     adjust(h.bytes + context_change);
     stashes_.insert_or_assign(key, std::move(h));
-    const int last = schedule_.problem.stages - 1;
-    if (s == last) {
+    if (problem.last_stage(s)) {  // the last stage of the microbatch's replica
       grads_.insert_or_assign(key, data_->loss(y, m, k, loss_));
     } else if (rank_of(s + 1) == rank_) {
       inputs_.insert_or_assign(detail::unit_key(s + 1, m, k), std::move(y));
@@ -733,7 +734,8 @@ class Executor {
       adjust(left - h.bytes + context_change);
       h.bytes = left;
     }
-    if (s == 0) return;  // the input gradient of the first stage goes nowhere
+    // The input gradient of a replica's first stage goes nowhere.
+    if (schedule_.problem.first_stage(s)) return;
     if (rank_of(s - 1) == rank_)
       grads_.insert_or_assign(detail::unit_key(s - 1, m, k), std::move(dx));
     else

@@ -32,8 +32,8 @@ class Fnv1a {
 
 }  // namespace detail
 
-//! A 64-bit hash of the problem (ranks, stages, microbatches, slices), the placement (the rank
-//! of every stage) and every rank's list of actions as the executor runs it — lowered to sends
+//! A 64-bit hash of the problem (ranks, stages, microbatches, slices, replicas), the placement (the
+//! rank of every stage) and every rank's list of actions as the executor runs it — lowered to sends
 //! and receives, explicit idle slots left out. The name is not part of it, so a schedule and
 //! its copy read back from a file, or its lowered form, have the same fingerprint; two that
 //! make any rank run something else (another order, count or kind of action) almost surely do
@@ -44,6 +44,7 @@ inline std::uint64_t schedule_fingerprint(const Schedule& schedule) {
   const Problem& p = lowered.problem;
   for (int v : {p.ranks, p.stages, p.microbatches, p.slices})
     h.add(v);
+  if (p.replicas != 1) h.add(-p.replicas);  // one replica hashes as before replicas existed
   const std::vector<int>& map = lowered.placement.rank_of_stage();
   h.add(lowered.placement.ranks());
   h.add(static_cast<std::int64_t>(map.size()));

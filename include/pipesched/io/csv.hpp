@@ -252,6 +252,27 @@ inline std::vector<CsvCell> split_cells(std::string_view line, const std::string
   return cells;
 }
 
+//! Chimera's two replicas in a CSV, which has no field for them: a schedule whose placement is
+//! the two-chunk V-shape (stage D + s on rank D − 1 − s) and every action of which stays within
+//! one replica — microbatch m only on stages 0..D−1 for even m and D..2D−1 for odd m
+//! (Problem::replica_of_microbatch) — is read with replicas = 2. A V-shape schedule runs every
+//! microbatch through all 2D stages, so it is never taken for one. A step of one microbatch
+//! names replica 0's stages only and reads back as the one-replica schedule it amounts to.
+inline void infer_replicas(Schedule& s) {
+  const int ranks = s.problem.ranks;
+  // The map, not the kind: on one rank the V-shape map is also the looped one.
+  if (s.problem.stages != 2 * ranks || !(s.placement == Placement::v_shape(ranks, 2))) return;
+  Problem two = s.problem;
+  two.replicas = 2;
+  for (const auto& list : s.ranks)
+    for (const Action& a : list) {
+      if (a.kind == OpKind::Idle || is_stage_action(a.kind)) continue;
+      if (!two.has_unit(a.stage, a.microbatch)) return;
+      if (a.kind == OpKind::Overlap && !two.has_unit(a.b_stage, a.b_microbatch)) return;
+    }
+  s.problem.replicas = 2;
+}
+
 //! Reads CSV text; `name` names the schedule and prefixes error messages.
 inline Schedule read_csv_content(std::string_view content, std::string name) {
   std::vector<InputLine> lines = split_lines(without_bom(content));
@@ -344,6 +365,7 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
       }
   }
   s.placement = Placement::from_map(std::move(rank_of_stage), ranks);
+  infer_replicas(s);
   return s;
 }
 
@@ -373,7 +395,8 @@ inline Schedule read_csv_file(const std::string& path) {
 //! trailing ones kept), one row per rank, each ending in `\n`, or in `\r\n` when `s.crlf` (set
 //! by read_csv for a file whose lines end so). A row holding one idle slot
 //! alone is written `""` as Python's csv module does, so that it reads back as one cell.
-//! Placement and problem sizes are not stored: read_csv infers them again. Throws
+//! Placement and problem sizes are not stored: read_csv infers them again (Chimera's two
+//! replicas included, from where each microbatch runs; see infer_replicas). Throws
 //! invalid_schedule for an action that has no string form (see format_action).
 inline std::string to_csv(const Schedule& s) {
   const char* const eol = s.crlf ? "\r\n" : "\n";
@@ -399,10 +422,20 @@ inline std::string to_csv(const Schedule& s) {
 //! Throws invalid_schedule when `s` uses an extension PyTorch's runtime (2.15) cannot run:
 //! a slice suffix (PyTorch reads `2F0.1` as `2F0`, the whole microbatch), a weight-gradient
 //! part (`2W0:1` is read as `2W0`, so the whole W would run once per part) or a recompute
-//! (`2R0`, a kind PyTorch's reader refuses). The message names the first such action, its rank
-//! and position, why PyTorch cannot run it, and what to do instead. Every other kind, overlaps
+//! (`2R0`, a kind PyTorch's reader refuses), and any schedule of several model replicas
+//! (Chimera), which PyTorch would run as one model. The message names the first such action, its
+//! rank and position, why PyTorch cannot run it, and what to do instead. Every other kind, overlaps
 //! and the FSDP and send-wait actions included, is PyTorch's own.
 inline void check_pytorch_runnable(const Schedule& s) {
+  if (s.problem.replicas > 1)
+    throw invalid_schedule(
+        "schedule '" + s.name + "' cannot run in PyTorch: it pipelines " +
+        std::to_string(s.problem.replicas) +
+        " model replicas over the same ranks (Chimera), each microbatch through one of them, and "
+        "PyTorch's runtime has no replicas: it would run every microbatch through all " +
+        std::to_string(s.problem.stages) +
+        " stages as one model. Write it as CSV (--format csv) to read it back with pipesched, or "
+        "choose a one-replica schedule for PyTorch.");
   for (std::size_t r = 0; r < s.ranks.size(); ++r)
     for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
       const Action& a = s.ranks[r][i];

@@ -47,7 +47,7 @@ inline std::vector<TextWord> split_words(std::string_view line, std::size_t from
 //! The keywords that start a line of the text form.
 inline bool is_text_keyword(std::string_view word) {
   return word == "name" || word == "ranks" || word == "stages" || word == "microbatches" ||
-         word == "slices" || word == "placement" || word == "rank";
+         word == "slices" || word == "replicas" || word == "placement" || word == "rank";
 }
 
 //! True when `content` looks like the text form: its first non-blank line is a `#` comment
@@ -118,7 +118,8 @@ class TextReader {
       read_rank(line.number, text, words.front());
     } else if (key == "placement") {
       read_placement(line.number, words);
-    } else if (key == "ranks" || key == "stages" || key == "microbatches" || key == "slices") {
+    } else if (key == "ranks" || key == "stages" || key == "microbatches" || key == "slices" ||
+               key == "replicas") {
       read_sizes(line.number, words);
     } else {
       fail(line.number, words.front().column,
@@ -155,10 +156,11 @@ class TextReader {
                                    : key.text == "stages"       ? &stages_
                                    : key.text == "microbatches" ? &microbatches_
                                    : key.text == "slices"       ? &slices_
+                                   : key.text == "replicas"     ? &replicas_
                                                                 : nullptr;
       if (slot == nullptr)
         fail(line, key.column,
-             "expected one of ranks, stages, microbatches, slices but found " +
+             "expected one of ranks, stages, microbatches, slices, replicas but found " +
                  quote_token(key.text) +
                  "; the sizes line reads like `ranks 4 stages 4 microbatches 8 slices 1`");
       if (*slot)
@@ -249,11 +251,20 @@ class TextReader {
                  std::to_string(ranks_->value));
     at_least(*microbatches_, "microbatches", 1, "a step needs at least 1 microbatch");
     at_least(*slices_, "slices", 1, "use 1 for whole sequences or more to cut them");
+    if (!replicas_) replicas_ = Given{1, 0, 0};
+    at_least(*replicas_, "replicas", 1, "use 1 for one pipeline, or 2 for two (Chimera)");
     const int ranks = ranks_->value, stages = stages_->value;
+    if (replicas_->value > 1 && stages % (replicas_->value * ranks) != 0)
+      fail(replicas_->line, replicas_->column,
+           "replicas = " + std::to_string(replicas_->value) + " needs stages to be a multiple " +
+               "of replicas × ranks = " + std::to_string(replicas_->value * ranks) +
+               " (each rank holds the same number of stages of every replica), but stages = " +
+               std::to_string(stages));
     s_.problem = Problem{.ranks = ranks,
                          .stages = stages,
                          .microbatches = microbatches_->value,
-                         .slices = slices_->value};
+                         .slices = slices_->value,
+                         .replicas = replicas_->value};
     if (placement_line_ == 0)
       fail(line, column,
            "the header does not give `placement`; state the rank of each stage (e.g. "
@@ -373,7 +384,7 @@ class TextReader {
   Schedule s_;
   std::optional<std::string> name_;
   int name_line_ = 0;
-  std::optional<Given> ranks_, stages_, microbatches_, slices_;
+  std::optional<Given> ranks_, stages_, microbatches_, slices_, replicas_;
   int placement_line_ = 0;
   int placement_column_ = 0;
   std::string placement_name_;
@@ -425,8 +436,9 @@ inline std::string to_text(const Schedule& s) {
   if (std::string_view t = detail::io::trim(name); !t.empty())
     out += "name " + std::string(t) + "\n";
   out += "ranks " + std::to_string(p.ranks) + " stages " + std::to_string(p.stages) +
-         " microbatches " + std::to_string(p.microbatches) + " slices " + std::to_string(p.slices) +
-         "\n";
+         " microbatches " + std::to_string(p.microbatches) + " slices " + std::to_string(p.slices);
+  if (p.replicas != 1) out += " replicas " + std::to_string(p.replicas);  // Chimera's two
+  out += "\n";
   out += "placement";
   for (int r : s.placement.rank_of_stage())
     out += " " + std::to_string(r);

@@ -40,8 +40,10 @@ inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}
   const Placement& pl = s.placement;
   const int S = s.problem.stages;
   const int n = s.rank_count();
-  auto cross = [&](int from, int to) {
-    return from >= 0 && to >= 0 && from < S && to < S && pl.rank_of(from) != pl.rank_of(to);
+  const Problem& problem = s.problem;
+  auto cross = [&](int from, int to) {  // neighbours of one replica on different ranks
+    return from >= 0 && to >= 0 && from < S && to < S && pl.rank_of(from) != pl.rank_of(to) &&
+           problem.replica_of_stage(from) == problem.replica_of_stage(to);
   };
   // The messages a compute action sends: (forward?, producing stage, receiving stage).
   struct Out {

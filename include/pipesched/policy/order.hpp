@@ -21,6 +21,7 @@
 #include "pipesched/policy/family.hpp"
 #include "pipesched/policy/placement.hpp"
 #include "pipesched/policy/wgrad.hpp"
+#include "pipesched/schedule/chimera.hpp"
 #include "pipesched/schedule/common.hpp"
 #include "pipesched/schedule/dualpipe_v.hpp"
 #include "pipesched/schedule/gpipe.hpp"
@@ -269,6 +270,28 @@ struct DualPipeV : detail::OrderTag {
   static Schedule generate(Problem p, WGradMode w) { return schedule::dualpipe_v(p, w); }
 };
 
+//! Chimera (Li & Hoefler, SC '21): two pipelines in opposite directions over the same ranks,
+//! each rank holding one stage of each model replica (the V-shape map, Problem::replicas = 2),
+//! the even microbatches down and the odd ones up; the replicas' gradients are summed.
+struct Chimera : detail::OrderTag {
+  static constexpr std::string_view name = "chimera";
+  static constexpr std::string_view summary =
+      "Chimera: two model replicas piped in opposite directions over the same ranks";
+  static constexpr PlacementRule placement_rule = PlacementRule::VShape2;
+  using default_placement = placement::VShape<2>;
+  using default_wgrad = wgrad::Fused;
+  static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
+  static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = true;       //!< whether checkpoint::Mario runs on it
+  //! The schedule for `p` (stages and slices resolved by plan<>).
+  static Schedule generate(Problem p, WGradMode w) { return schedule::chimera(p, w); }
+  //! Planned under the cost it will be simulated with.
+  template <cost_model Cost>
+  static Schedule generate(Problem p, WGradMode w, const Cost& cost) {
+    return schedule::chimera(p, w, cost);
+  }
+};
+
 //! seq-1f1b: 1F1B over (microbatch, slice) units on one stage per rank, so a rank holds the
 //! activations of a few slices rather than of whole microbatches (MEPipe's sequence
 //! pipeline). Give it K > 1 slices with slicing::Uniform<K> or Balanced<K>.
@@ -363,6 +386,6 @@ using builtin_orders =
     order_list<order::GPipe, order::OneFOneB, order::Interleaved1F1B, order::LoopedBFS,
                order::ZeroBubbleH1, order::ZeroBubbleH2, order::ZeroBubbleV,
                order::InterleavedZeroBubble, order::VHalf, order::VMin, order::DualPipeV,
-               order::SeqOneFOneB, order::SlicePipe>;
+               order::SeqOneFOneB, order::SlicePipe, order::Chimera>;
 
 }  // namespace pipesched

@@ -50,7 +50,9 @@
 namespace pipesched {
 
 //! What the engine schedules: every (stage, microbatch, slice) of `problem` on `placement`,
-//! each a forward and a backward — one B, or I then W when `wgrad` is Split.
+//! each a forward and a backward — one B, or I then W when `wgrad` is Split. With
+//! `problem.replicas` > 1, only the units Problem::has_unit names, each microbatch through its
+//! own replica's stages.
 struct ListProblem {
   Problem problem;      //!< ranks, microbatches, slices; stages 0 = the placement's
   Placement placement;  //!< stage → rank (its rank count must equal problem.ranks)
@@ -367,11 +369,20 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
 
   std::vector<std::uint8_t> waiting(static_cast<std::size_t>(kinds) * units);
   std::vector<double> arrives(waiting.size(), 0.0);  // latest input arrival so far
+  // With several replicas a microbatch has units on its replica's stages only; the others
+  // wait for an input that never comes and are not counted as work.
+  std::size_t absent = 0;
   for (int s = 0; s < S; ++s)
     for (int m = 0; m < M; ++m)
       for (int k = 0; k < K; ++k) {
-        waiting[id_of(0, s, m, k)] = static_cast<std::uint8_t>((s > 0) + (k > 0));
-        waiting[id_of(1, s, m, k)] = static_cast<std::uint8_t>(1 + (s + 1 < S) + (k + 1 < K));
+        if (!p.has_unit(s, m)) {
+          for (int kind = 0; kind < kinds; ++kind)
+            waiting[id_of(kind, s, m, k)] = 1;
+          ++absent;
+          continue;
+        }
+        waiting[id_of(0, s, m, k)] = static_cast<std::uint8_t>(!p.first_stage(s) + (k > 0));
+        waiting[id_of(1, s, m, k)] = static_cast<std::uint8_t>(1 + !p.last_stage(s) + (k + 1 < K));
         if (split) waiting[id_of(2, s, m, k)] = 1;
       }
 
@@ -470,7 +481,7 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
     changed[ru] = 1;
   };
 
-  std::size_t left = static_cast<std::size_t>(kinds) * units;
+  std::size_t left = static_cast<std::size_t>(kinds) * (units - absent);
   double now = 0.0;
   // An action whose last input arrives at or before `now` is ready at once (in the order the
   // finishing actions release it); a later arrival (a transfer in flight) is an event.
@@ -491,17 +502,21 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
   auto finish = [&](const Action& a, double end) {
     const int s = a.stage, m = a.microbatch, k = a.slice;
     if (a.kind == OpKind::F) {
-      if (s + 1 < S) release(id_of(0, s + 1, m, k), Action::make(OpKind::F, s + 1, m, k), a, end);
+      if (!p.last_stage(s))
+        release(id_of(0, s + 1, m, k), Action::make(OpKind::F, s + 1, m, k), a, end);
       if (k + 1 < K) release(id_of(0, s, m, k + 1), Action::make(OpKind::F, s, m, k + 1), a, end);
       release(id_of(1, s, m, k), Action::make(back, s, m, k), a, end);
     } else if (a.kind == OpKind::B || a.kind == OpKind::I) {
-      if (s > 0) release(id_of(1, s - 1, m, k), Action::make(back, s - 1, m, k), a, end);
+      if (!p.first_stage(s))
+        release(id_of(1, s - 1, m, k), Action::make(back, s - 1, m, k), a, end);
       if (k > 0) release(id_of(1, s, m, k - 1), Action::make(back, s, m, k - 1), a, end);
       if (split) release(id_of(2, s, m, k), Action::make(OpKind::W, s, m, k), a, end);
     }
   };
-  for (int m = 0; m < M; ++m)
-    become_ready(id_of(0, 0, m, 0), Action::make(OpKind::F, 0, m, 0));
+  for (int m = 0; m < M; ++m) {
+    const int first = p.replica_of_microbatch(m) * p.replica_stages();  // its replica's stage 0
+    become_ready(id_of(0, first, m, 0), Action::make(OpKind::F, first, m, 0));
+  }
 
   constexpr OpKind slot_kind[3] = {OpKind::F, OpKind::B, OpKind::W};
   // May the rank start anything of this kind now (admit_kind), and this action (admit)?

@@ -64,6 +64,36 @@ double sequential_step(std::vector<Stage>& stages, const StepData<stage_value_t<
   return loss;
 }
 
+//! One replica's share of a step with several model replicas (Chimera): sequential_step over
+//! the microbatches m with m mod replicas == replica only, each with its share of the whole
+//! step's loss. Summed over the replicas, the gradients are those of sequential_step (up to the
+//! rounding of that sum). Returns the share of the step loss.
+template <class Stage>
+double sequential_replica_step(std::vector<Stage>& stages,
+                               const StepData<stage_value_t<Stage>>& data, int replicas,
+                               int replica) {
+  detail::require_stages(stages, "sequential_replica_step");
+  if (replicas < 1 || replica < 0 || replica >= replicas)
+    throw invalid_problem("sequential_replica_step: replica " + std::to_string(replica) + " of " +
+                          std::to_string(replicas) + " does not exist; replicas run from 0 to " +
+                          "replicas - 1");
+  for (Stage& stage : stages)
+    stage.zero_gradients();
+  double loss = 0;
+  std::vector<typename Stage::stash_type> stashes(stages.size());
+  for (int mb = replica; mb < data.microbatches; mb += replicas) {
+    auto x = data.input(mb);
+    for (std::size_t s = 0; s < stages.size(); ++s)
+      x = stages[s].forward(x, stashes[s]);
+    auto dy = data.loss_gradient(x, mb, loss);
+    for (std::size_t s = stages.size(); s-- > 0;) {
+      dy = stages[s].backward_input(dy, stashes[s]);
+      stages[s].backward_weight(stashes[s]);
+    }
+  }
+  return loss;
+}
+
 //! The step loss alone (forward only; gradients untouched), e.g. for finite differences.
 template <class Stage>
 double sequential_loss(std::vector<Stage>& stages, const StepData<stage_value_t<Stage>>& data) {
@@ -80,6 +110,46 @@ double sequential_loss(std::vector<Stage>& stages, const StepData<stage_value_t<
   return loss;
 }
 
+//! One replica's stages of a pipeline with `replicas` replicas (see sum_replica_gradients):
+//! references to stages[q·S/R .. (q + 1)·S/R), e.g. to compare with the sequential model.
+template <class Stage>
+std::vector<std::reference_wrapper<const Stage>> replica_stages(const std::vector<Stage>& stages,
+                                                                int replicas, int replica) {
+  if (replicas < 1 || replica < 0 || replica >= replicas ||
+      stages.size() % static_cast<std::size_t>(replicas) != 0)
+    throw invalid_problem("replica_stages: replica " + std::to_string(replica) + " of " +
+                          std::to_string(replicas) + " does not fit " +
+                          std::to_string(stages.size()) +
+                          " stages; they must split into equal replicas");
+  const std::size_t per = stages.size() / static_cast<std::size_t>(replicas);
+  std::vector<std::reference_wrapper<const Stage>> out;
+  for (std::size_t s = 0; s < per; ++s)
+    out.emplace_back(stages[static_cast<std::size_t>(replica) * per + s]);
+  return out;
+}
+
+//! Every gradient value of one replica (replica_stages), in the order of `flat_gradients`.
+template <class Stage>
+std::vector<stage_value_t<Stage>> flat_replica_gradients(const std::vector<Stage>& stages,
+                                                         int replicas, int replica) {
+  std::vector<stage_value_t<Stage>> flat;
+  for (const Stage& stage : replica_stages(stages, replicas, replica))
+    for (const auto& tensor : stage.gradients())
+      flat.insert(flat.end(), tensor.data.begin(), tensor.data.end());
+  return flat;
+}
+
+//! Every parameter value of one replica, in the order of `flat_parameters`.
+template <class Stage>
+std::vector<stage_value_t<Stage>> flat_replica_parameters(const std::vector<Stage>& stages,
+                                                          int replicas, int replica) {
+  std::vector<stage_value_t<Stage>> flat;
+  for (const Stage& stage : replica_stages(stages, replicas, replica))
+    for (const auto& tensor : stage.parameters())
+      flat.insert(flat.end(), tensor.data.begin(), tensor.data.end());
+  return flat;
+}
+
 //! Every parameter value of the model: stage order, then layer, then tensor, then element.
 template <class Stage>
 std::vector<stage_value_t<Stage>> flat_parameters(const std::vector<Stage>& stages) {
@@ -90,6 +160,38 @@ std::vector<stage_value_t<Stage>> flat_parameters(const std::vector<Stage>& stag
 template <class Stage>
 std::vector<stage_value_t<Stage>> flat_gradients(const std::vector<Stage>& stages) {
   return detail::flatten(stages, [](const Stage& s) { return s.gradients(); });
+}
+
+//! The gradient all-reduce of a pipeline with several model replicas (Chimera): `stages` are
+//! indexed by global stage, stage q·(S/R) + s being replica q's copy of model stage s (S stages,
+//! R = `replicas`). For every model stage, the gradients of its R copies are summed in replica
+//! order and every copy is given the sum, so that the same update keeps the copies equal.
+//! Throws invalid_problem when the stages do not split into `replicas` equal replicas.
+template <class Stage>
+void sum_replica_gradients(std::vector<Stage>& stages, int replicas) {
+  if (replicas < 1 || stages.size() % static_cast<std::size_t>(replicas) != 0)
+    throw invalid_problem("sum_replica_gradients: " + std::to_string(stages.size()) +
+                          " stages do not split into replicas = " + std::to_string(replicas) +
+                          "; pass every stage of every replica and the problem's replica count");
+  const std::size_t per = stages.size() / static_cast<std::size_t>(replicas);
+  for (std::size_t s = 0; s < per; ++s)
+    for (int q = 1; q < replicas; ++q) {
+      auto sum = stages[s].gradients();
+      auto add = stages[s + static_cast<std::size_t>(q) * per].gradients();
+      auto a = add.begin();
+      for (auto t = sum.begin(); t != sum.end(); ++t, ++a)
+        for (std::size_t i = 0; i < (*t).size(); ++i)
+          (*t)[i] += (*a)[i];
+    }
+  for (std::size_t s = 0; s < per; ++s)
+    for (int q = 1; q < replicas; ++q) {
+      auto from = stages[s].gradients();
+      auto to = stages[s + static_cast<std::size_t>(q) * per].gradients();
+      auto f = from.begin();
+      for (auto t = to.begin(); t != to.end(); ++t, ++f)
+        for (std::size_t i = 0; i < (*t).size(); ++i)
+          (*t)[i] = (*f)[i];
+    }
 }
 
 //! Plain SGD on one stage model: parameter −= learning_rate · gradient.

@@ -269,6 +269,7 @@ double makespan_lower_bound(const Schedule& s, const Cost& cost, const Simulatio
   for (int mb = 0; mb < p.microbatches; ++mb) {
     double t = 0;
     for (int st = 0; st < p.stages; ++st) {
+      if (!p.has_unit(st, mb)) continue;  // another replica's stage
       ahead[static_cast<std::size_t>(st)] = std::min(ahead[static_cast<std::size_t>(st)], t);
       const Action f = Action::make(OpKind::F, st, mb);
       t += static_cast<double>(cost.duration(ctx, f));
@@ -280,8 +281,10 @@ double makespan_lower_bound(const Schedule& s, const Cost& cost, const Simulatio
   for (int r = 0; r < s.rank_count(); ++r) {
     const auto& stages = s.placement.stages_of(r);
     if (stages.empty()) continue;
-    bound = std::max(bound, ahead[static_cast<std::size_t>(stages.front())] +
-                                sim.ranks[static_cast<std::size_t>(r)].busy);
+    double first = std::numeric_limits<double>::infinity();  // its earliest stage's start
+    for (int st : stages)
+      first = std::min(first, ahead[static_cast<std::size_t>(st)]);
+    bound = std::max(bound, first + sim.ranks[static_cast<std::size_t>(r)].busy);
   }
   return bound;
 }

@@ -55,7 +55,50 @@ const toy::GptConfig gpt_config{.sequence = 16, .blocks = 8};
 // optimizer hook, and compares every step with sequential training of the whole model as one
 // GptStage (the flat parameter and gradient lists of any split are in the same order) and the
 // measured peaks with the simulator's, from the byte figures of GptStages of the same split.
+// Chimera's two replicas: each a pipeline of embedding, block and head stages from the same
+// weights; after the step their gradients are summed and both copies must hold the sequential
+// model's gradients and, after the update, its parameters.
+void expect_replicas_match_sequential(const ps::Schedule& schedule) {
+  const int replicas = schedule.problem.replicas;
+  const int model_stages = schedule.problem.replica_stages();
+  const auto data = toy::make_gpt_data<double>(gpt_config, schedule.problem.microbatches, 13);
+  std::vector<toy::GptStage<double>> whole = make_stages<toy::GptStage<double>>(gpt_config, 1);
+  std::vector<toy::GptPipelineStage<double>> piped;
+  for (int q = 0; q < replicas; ++q)
+    for (auto& stage : toy::make_gpt_pipeline_stages<double>(gpt_config, model_stages))
+      piped.push_back(std::move(stage));
+  ps::InprocPipeline<toy::GptPipelineStage<double>> pipe(schedule, piped);
+  std::vector<toy::GptStage<double>> same_split;
+  for (int st = 0; st < schedule.problem.stages; ++st)
+    same_split.emplace_back(gpt_config, st % model_stages, model_stages);
+  const ps::SimulationResult predicted =
+      ps::simulate(schedule, toy::gpt_profiled_cost(same_split, 1, 1));
+  const auto training = toy::training_data(data, 1);
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const double ref_loss = toy::sequential_step(whole, data);
+    const auto ref_grads = toy::flat_gradients(whole);
+    toy::sgd_update(whole, learning_rate);
+    const ps::StepResult r = pipe.step(training);
+    EXPECT_LE(std::abs(r.loss - ref_loss), tolerance<double>() * std::abs(ref_loss));
+    toy::sum_replica_gradients(piped, replicas);
+    toy::sgd_update(piped, learning_rate);
+    for (int q = 0; q < replicas; ++q) {
+      EXPECT_LE(toy::max_relative_error(toy::flat_replica_gradients(piped, replicas, q), ref_grads),
+                tolerance<double>())
+          << "replica " << q;
+      EXPECT_LE(toy::max_relative_error(toy::flat_replica_parameters(piped, replicas, q),
+                                        toy::flat_parameters(whole)),
+                tolerance<double>())
+          << "replica " << q;
+    }
+    for (int rank = 0; rank < schedule.rank_count(); ++rank)
+      EXPECT_EQ(r.ranks[rank].peak_bytes, predicted.ranks[rank].peak_memory) << "rank " << rank;
+  }
+}
+
 void expect_matches_sequential(const ps::Schedule& schedule, int parts = 1) {
+  if (schedule.problem.replicas > 1) return expect_replicas_match_sequential(schedule);
   const int stages = schedule.problem.stages;
   const int slices = std::max(1, schedule.problem.slices);
   const auto data = toy::make_gpt_data<double>(gpt_config, schedule.problem.microbatches, 13);

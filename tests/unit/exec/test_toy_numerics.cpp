@@ -1,11 +1,15 @@
 // The proof that matters most: the toy GPT and MLP, trained for two steps through the
-// executor with every schedule family (fused and split backward) on 1, 2 and 4 ranks, give
+// executor with every schedule family (fused and split backward; Chimera's two replicas with
+// their gradients summed) on 1, 2 and 4 ranks, give
 // the loss and the gradient of every parameter that one sequential pass gives, and hold
 // exactly the activation bytes the simulator predicts from the models' own byte counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "pipesched/analysis/profiled_cost.hpp"
@@ -40,21 +44,53 @@ ps::ProfiledCost cost_of(const std::vector<Stage>& stages) {
 }
 
 // Runs `schedule` for two steps (an SGD step between them, from the executor's optimizer
-// hook on each rank) and compares every step with the sequential reference.
+// hook on each rank) and compares every step with the sequential reference. With several
+// model replicas (Chimera) every replica's copy of a stage starts from the sequential model's
+// weights; after the step the copies' gradients are summed (the replicas' all-reduce) and each
+// copy must hold the sequential gradients and, after the update, its parameters.
+// With replicas, every copy's gradient is the sum of the replicas' partial gradients, each
+// rounded to T on its own (as an all-reduce of T values adds them), where the sequential pass
+// rounds the whole sum once. `partials` are those partial gradients (from a sequential pass
+// over each replica's microbatches); an element may differ from the sequential gradient by
+// tolerance<T>() relative (as any schedule) plus the rounding of adding them: 2 units in the
+// last place of T for each partial's magnitude.
+template <class T>
+double worst_excess(const std::vector<T>& got, const std::vector<T>& want,
+                    const std::vector<std::vector<T>>& partials) {
+  double scale = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    scale = std::max({scale, std::abs(double(got[i])), std::abs(double(want[i]))});
+  const double ulp = std::numeric_limits<T>::epsilon();
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double magnitude = 0;
+    for (const auto& p : partials)
+      magnitude += std::abs(double(p[i]));
+    const double denominator =
+        std::max({std::abs(double(got[i])), std::abs(double(want[i])), 1e-3 * scale});
+    const double allowed = tolerance<T>() * denominator + 2 * ulp * magnitude;
+    worst = std::max(worst, std::abs(double(got[i]) - double(want[i])) / allowed);
+  }
+  return worst;  // <= 1 when every element is within its allowance
+}
+
 template <class Stage, class Config, class Data>
 void expect_matches_sequential(const ps::Schedule& schedule, const Config& config,
                                const Data& data) {
   using T = typename Stage::tensor_type::value_type;
   const int stages = schedule.problem.stages;
+  const int replicas = schedule.problem.replicas;
+  const int model_stages = stages / replicas;
   std::vector<Stage> ref, piped;
-  for (int s = 0; s < stages; ++s) {
-    ref.emplace_back(config, s, stages);
-    piped.emplace_back(config, s, stages);
-  }
+  for (int s = 0; s < model_stages; ++s)
+    ref.emplace_back(config, s, model_stages);
+  for (int s = 0; s < stages; ++s)
+    piped.emplace_back(config, s % model_stages, model_stages);
   ps::ExecutorOptions options;
-  options.optimizer = toy::sgd_optimizer(schedule.placement, piped, learning_rate);
+  if (replicas == 1)
+    options.optimizer = toy::sgd_optimizer(schedule.placement, piped, learning_rate);
   ps::InprocPipeline<Stage> pipe(schedule, piped, options);
-  const ps::SimulationResult predicted = ps::simulate(schedule, cost_of(ref));
+  const ps::SimulationResult predicted = ps::simulate(schedule, cost_of(piped));
   const auto training = toy::training_data(data);
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -63,17 +99,56 @@ void expect_matches_sequential(const ps::Schedule& schedule, const Config& confi
     toy::sgd_update(ref, learning_rate);
     ps::StepResult r = pipe.step(training);
     EXPECT_LE(std::abs(r.loss - ref_loss), tolerance<T>() * std::abs(ref_loss));
-    // Relative error per value, judged against at least 1e-3 of the largest gradient: a
-    // schedule that accumulates microbatches in another order (Looped BFS runs backwards in
-    // decreasing microbatch order) changes sums that cancel to almost zero by rounding.
-    EXPECT_LE(toy::max_relative_error(toy::flat_gradients(piped), ref_grads), tolerance<T>());
-    EXPECT_LE(toy::max_relative_error(toy::flat_parameters(piped), toy::flat_parameters(ref)),
-              tolerance<T>());
-    // Where every stage accumulates its microbatches in increasing order, as the sequential
-    // pass does, the arithmetic is the same operation for operation: bit-identical results.
-    if (accumulates_in_order(schedule)) {
-      EXPECT_EQ(r.loss, ref_loss);
-      EXPECT_TRUE(toy::flat_gradients(piped) == ref_grads);
+    if (replicas > 1) {
+      // Each replica's partial gradients, from a sequential pass over its microbatches alone.
+      std::vector<std::vector<T>> partials;
+      for (int q = 0; q < replicas; ++q) {
+        std::vector<Stage> part;
+        for (int s = 0; s < model_stages; ++s)
+          part.emplace_back(config, s, model_stages);
+        for (int s = 0; s < model_stages; ++s) {  // the weights before this step's update
+          auto to = part[static_cast<std::size_t>(s)].parameters();
+          auto from = piped[static_cast<std::size_t>(s)].parameters();
+          auto f = from.begin();
+          for (auto t = to.begin(); t != to.end(); ++t, ++f)
+            (*t).data = (*f).data;
+        }
+        toy::sequential_replica_step(part, data, replicas, q);
+        partials.push_back(toy::flat_gradients(part));
+      }
+      toy::sum_replica_gradients(piped, replicas);
+      toy::sgd_update(piped, learning_rate);
+      std::vector<T> summed = partials.front();  // the all-reduce of the partials, in T
+      for (std::size_t q = 1; q < partials.size(); ++q)
+        for (std::size_t i = 0; i < summed.size(); ++i)
+          summed[i] += partials[q][i];
+      for (int q = 0; q < replicas; ++q) {
+        SCOPED_TRACE("replica " + std::to_string(q));
+        const auto got = toy::flat_replica_gradients(piped, replicas, q);
+        EXPECT_LE(toy::max_relative_error(got, summed), tolerance<T>());
+        // Against the sequential pass over all microbatches. After a float step the replicas'
+        // weights differ from the sequential model's by the rounding of that step's sum, so a
+        // float run is held to it at the first step, where both start from the same weights.
+        if (std::is_same_v<T, double> || step == 0) {
+          EXPECT_LE(worst_excess(got, ref_grads, partials), 1.0);
+        }
+        EXPECT_LE(toy::max_relative_error(toy::flat_replica_parameters(piped, replicas, q),
+                                          toy::flat_parameters(ref)),
+                  tolerance<T>());
+      }
+    } else {
+      // Relative error per value, judged against at least 1e-3 of the largest gradient: a
+      // schedule that accumulates microbatches in another order (Looped BFS runs backwards in
+      // decreasing microbatch order) changes sums that cancel to almost zero by rounding.
+      EXPECT_LE(toy::max_relative_error(toy::flat_gradients(piped), ref_grads), tolerance<T>());
+      EXPECT_LE(toy::max_relative_error(toy::flat_parameters(piped), toy::flat_parameters(ref)),
+                tolerance<T>());
+      // Where every stage accumulates its microbatches in increasing order, as the sequential
+      // pass does, the arithmetic is the same operation for operation: bit-identical results.
+      if (accumulates_in_order(schedule)) {
+        EXPECT_EQ(r.loss, ref_loss);
+        EXPECT_TRUE(toy::flat_gradients(piped) == ref_grads);
+      }
     }
     for (int rank = 0; rank < schedule.rank_count(); ++rank)
       EXPECT_EQ(r.ranks[rank].peak_bytes, predicted.ranks[rank].peak_memory) << "rank " << rank;

@@ -27,10 +27,14 @@ namespace {
 // Cross-rank edges of a compute-only schedule: forward hand-offs s -> s+1 and gradient
 // hand-offs s -> s-1 whose stages sit on different ranks, per microbatch and slice.
 std::size_t cross_rank_edges(const ps::Schedule& s) {
+  // Per microbatch, the edges of the stages it runs through (all of them, or its replica's).
   std::size_t n = 0;
-  for (int st = 0; st + 1 < s.problem.stages; ++st)
-    if (s.placement.rank_of(st) != s.placement.rank_of(st + 1)) ++n;
-  return 2 * n * s.problem.microbatches * s.problem.slices;
+  for (int mb = 0; mb < s.problem.microbatches; ++mb)
+    for (int st = 0; st + 1 < s.problem.stages; ++st)
+      if (s.problem.has_unit(st, mb) && !s.problem.last_stage(st) &&
+          s.placement.rank_of(st) != s.placement.rank_of(st + 1))
+        ++n;
+  return 2 * n * s.problem.slices;
 }
 
 // The rules PyTorch 2.15 checks before it runs a lowered schedule, and the one its runtime

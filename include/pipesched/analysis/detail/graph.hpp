@@ -1,7 +1,9 @@
 // The dependency graph of a schedule and the in-order replay that validation (dry run,
 // deadlock detection) and simulation (timing, memory) share.
 //
-// Every non-idle action gets a flat index. Its dependencies follow DESIGN.md:
+// Every non-idle action gets a flat index. Its dependencies follow DESIGN.md (with several
+// replicas, s-1 and s+1 are neighbours within the replica of s: a replica's first stage has no
+// previous stage and its last no next one):
 //   F(s,m,k)   after F(s-1,m,k) and F(s,m,k-1)
 //   B/I(s,m,k) after F(s,m,k), B/I(s+1,m,k), B/I(s,m,k+1), and R(s,m,k) when there is one
 //   W(s,m,k)   after I(s,m,k)
@@ -258,7 +260,6 @@ class DependencyGraph {
   }
 
   void add_compute_deps(int id, const Action& a, bool explicit_comm, std::vector<int>& out) {
-    const int S = schedule_->problem.stages;
     const int K = schedule_->problem.slices;
     const int s = a.stage, m = a.microbatch, k = a.slice;
     if (!in_range(s, m, k)) return;
@@ -269,7 +270,7 @@ class DependencyGraph {
     };
     switch (a.kind) {
       case OpKind::F:
-        if (s > 0)
+        if (!schedule_->problem.first_stage(s))  // a replica's first stage reads its input
           need(id, lookup(f_, s - 1, m, k), a, F(s - 1, k), explicit_comm, OpKind::RecvF, recv_f_,
                s, m, k, out);
         if (k > 0)
@@ -282,7 +283,7 @@ class DependencyGraph {
         if (int r = lookup(r_, s, m, k); r != none)
           need(id, r, a, Action::make(OpKind::R, s, m, k), false, OpKind::RecvF, recv_f_, s, m, k,
                out);
-        if (s + 1 < S)
+        if (!schedule_->problem.last_stage(s))  // a replica's last stage computes the loss
           need(id, lookup(bi_, s + 1, m, k), a, BI(s + 1, k), explicit_comm, OpKind::RecvB, recv_b_,
                s, m, k, out);
         if (k + 1 < K)
@@ -296,7 +297,7 @@ class DependencyGraph {
       case OpKind::R:
         need(id, lookup(f_, s, m, k), a, F(s, k), false, OpKind::RecvF, recv_f_, s, m, k, out);
         if (a.late) {  // RL: also its backward's inputs
-          if (s + 1 < S)
+          if (!schedule_->problem.last_stage(s))
             need(id, lookup(bi_, s + 1, m, k), a, BI(s + 1, k), explicit_comm, OpKind::RecvB,
                  recv_b_, s, m, k, out);
           if (k + 1 < K)

@@ -37,6 +37,22 @@ inline std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
              : a + b;
 }
 
+//! The units the step computes: unit_count(p), less the (stage, microbatch) pairs of different
+//! replicas when p.replicas > 1 (each replica's stages × its microbatches × slices), saturating.
+inline std::uint64_t step_unit_count(const Problem& p) noexcept {
+  if (p.replicas <= 1 || p.stages <= 0 || p.microbatches <= 0 || p.slices <= 0)
+    return unit_count(p);
+  std::uint64_t n = 0;
+  for (int r = 0; r < p.replicas; ++r) {
+    Problem one = p;
+    one.replicas = 1;
+    one.stages = p.replica_stages();
+    one.microbatches = p.microbatches_of_replica(r);
+    if (one.microbatches > 0) n = saturating_add(n, unit_count(one));
+  }
+  return n;
+}
+
 //! A unit's coordinates; ordered as the dense layout (stage, then microbatch, then slice).
 struct UnitKey {
   int stage = 0;

@@ -74,7 +74,7 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
   const Problem& p = s.problem;
   const UnitIndex unit(p);
   const int nranks = s.rank_count();
-  const int S = p.stages, K = p.slices;
+  const int K = p.slices;
   // Parts of a weight gradient, as the simulator will count them in the result.
   int parts = 1;
   if (opt.float_wgrad) {
@@ -167,7 +167,7 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
       const int st = x.stage, mb = x.microbatch, sl = x.slice;
       switch (x.kind) {
         case OpKind::F:
-          if (st > 0)
+          if (!p.first_stage(st))
             need(end_f, st - 1, mb, sl, rank_of(st - 1) != r,
                  Action::make(OpKind::F, st - 1, mb, sl));
           if (sl > 0) need(end_f, st, mb, sl - 1, false, x);
@@ -176,7 +176,7 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
         case OpKind::I:
           need(end_f, st, mb, sl, false, x);
           if (ckpt[unit(x)]) need(end_r, st, mb, sl, false, x);
-          if (st + 1 < S)
+          if (!p.last_stage(st))
             need(end_bi, st + 1, mb, sl, rank_of(st + 1) != r,
                  Action::make(OpKind::B, st + 1, mb, sl));
           if (sl + 1 < K) need(end_bi, st, mb, sl + 1, false, x);
