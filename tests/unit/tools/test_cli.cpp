@@ -1154,3 +1154,41 @@ TEST(CliTune, RepeatedNotesArePrintedOnceWithACount) {
   ASSERT_EQ(doc.at("notes").array.size(), 2u);
   EXPECT_EQ(doc.at("notes").array[0].at("count").number, 3);
 }
+
+// Chimera from the command line: generated to CSV and to text, each validates and reads back
+// with its two replicas; simulate names them (JSON `replicas`, the table's line) and gives the
+// basic unit's 5D − 4; Mario checkpoints it within a budget; a file for PyTorch is refused.
+TEST(Cli, ChimeraGeneratesValidatesAndSimulates) {
+  for (const char* ext : {"csv", "txt"}) {
+    SCOPED_TRACE(ext);
+    const auto file = scratch() / (std::string("chimera.") + ext);
+    CliRun g =
+        run("generate --schedule chimera --ranks 4 --microbatches 6 -o '" + file.string() + "'");
+    ASSERT_EQ(g.code, 0) << g.err;
+    CliRun v = run("validate '" + file.string() + "'");
+    EXPECT_EQ(v.code, 0) << v.err;
+    EXPECT_NE(v.out.find("8 stages"), std::string::npos) << v.out;
+    CliRun s = run("simulate --json '" + file.string() + "'");
+    ASSERT_EQ(s.code, 0) << s.err;
+    EXPECT_NE(s.out.find("\"replicas\":2"), std::string::npos) << s.out;
+  }
+  CliRun j = run("simulate --json --schedule chimera --ranks 8 --microbatches 8");
+  ASSERT_EQ(j.code, 0) << j.err;
+  EXPECT_EQ(json_field(j.out, "makespan"), 5.0 * 8 - 4);
+  EXPECT_NE(j.out.find("\"replicas\":2"), std::string::npos) << j.out;
+  CliRun t = run("simulate --schedule chimera --ranks 4 --microbatches 4");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_NE(t.out.find("2 model replicas of 4 stages each"), std::string::npos) << t.out;
+  // Other schedules' JSON has no replicas field.
+  CliRun o = run("simulate --json --schedule 1f1b --ranks 4 --microbatches 4");
+  EXPECT_EQ(o.out.find("replicas"), std::string::npos) << o.out;
+  CliRun m =
+      run("simulate --json --schedule chimera --ranks 4 --microbatches 8 --checkpoint mario "
+          "--memory-budget 3");
+  ASSERT_EQ(m.code, 0) << m.err;
+  EXPECT_LE(json_field(m.out, "peak_memory_max"), 3.0);
+  EXPECT_GT(json_field(m.out, "recomputes"), 0.0);
+  CliRun p = run("generate --schedule chimera --ranks 2 --microbatches 2 --format pytorch");
+  EXPECT_NE(p.code, 0);
+  EXPECT_NE(p.err.find("2 model replicas"), std::string::npos) << p.err;
+}
