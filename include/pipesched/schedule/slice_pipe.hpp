@@ -143,8 +143,9 @@ struct CappedSliceRule {
 
 //! slice-pipe with rank 0's warm-up `w` below the default: the fastest, under unit costs, of
 //! the SVPP lists with each rank's warm-up w − r (never below the order's floor) and the
-//! capped rule in order and out of order (caps min(default_r, max(min(w, floor), ⌈w − s·r⌉)),
-//! s = 0, 1/2, 1). Throws invalid_problem when none of them can run.
+//! capped rule — on SVPP's groups in order and out of order, and in order on groups of one
+//! microbatch — with caps min(default_r, max(min(w, floor), ⌈w − s·r⌉)), s = 0, 1/2, 1.
+//! Throws invalid_problem when none of them can run.
 inline Schedule capped_slice_pipe(const Problem& p, WGradMode wgrad, int w, int floor,
                                   int first_round, const Schedule& own) {
   const int ranks = p.ranks, chunks = p.chunks(), slices = p.slices;
@@ -175,28 +176,51 @@ inline Schedule capped_slice_pipe(const Problem& p, WGradMode wgrad, int w, int 
       if (is_input_backward(a.kind)) bpos[u] = b++;
     }
   }
+  // MEPipe's other SVPP variant: groups of one microbatch (each microbatch's slices on chunk 0,
+  // then on chunk 1, ...), whose own order needs only V·K − 1 forwards before a backward.
+  std::vector<int> fpos1(units, 0), bpos1(units, 0);
+  for (int st = 0; st < p.stages; ++st)
+    for (int m = 0; m < p.microbatches; ++m)
+      for (int k = 0; k < slices; ++k) {
+        const std::size_t u = (static_cast<std::size_t>(st) * p.microbatches + m) * slices + k;
+        const int c = st / ranks;
+        fpos1[u] = (m * chunks + c) * slices + k;
+        bpos1[u] = (m * chunks + (chunks - 1 - c)) * slices + (slices - 1 - k);
+      }
+  const int floor1 = chunks * slices - 1;
   const ListProblem lp{p, Placement::interleaved(ranks, chunks), wgrad, "slice-pipe"};
-  for (bool in_order : {true, false})
-    for (double slope : {0.0, 0.5, 1.0}) {
-      if (in_order && slope > 0) continue;  // in order, the head cap is the best of these
-      CappedSliceRule rule{&fpos, &bpos, {}, ranks, p.microbatches, slices, in_order};
-      for (int r = 0; r < ranks; ++r) {
-        const int own_default = slice_warmup(ranks, chunks, slices, r, first_round);
-        const int sloped = static_cast<int>(std::ceil(w - slope * r - 1e-9));
-        rule.cap.push_back(std::min(own_default, std::max(std::min(w, floor), sloped)));
-      }
-      try {
-        consider(list_schedule(lp, rule, clock));
-      } catch (const invalid_problem&) {
-        // this variant cannot reach some backward within its caps
-      }
+  struct Variant {
+    bool svpp_groups, in_order;
+    double slope;
+  };
+  for (const Variant& v :
+       {Variant{true, true, 0.0}, Variant{true, false, 0.0}, Variant{true, false, 0.5},
+        Variant{true, false, 1.0}, Variant{false, true, 0.0}, Variant{false, true, 0.5},
+        Variant{false, true, 1.0}}) {
+    CappedSliceRule rule{v.svpp_groups ? &fpos : &fpos1,
+                         v.svpp_groups ? &bpos : &bpos1,
+                         {},
+                         ranks,
+                         p.microbatches,
+                         slices,
+                         v.in_order};
+    const int least = v.svpp_groups ? floor : floor1;
+    for (int r = 0; r < ranks; ++r) {
+      const int own_default = slice_warmup(ranks, chunks, slices, r, first_round);
+      const int sloped = static_cast<int>(std::ceil(w - v.slope * r - 1e-9));
+      rule.cap.push_back(std::min(own_default, std::max(std::min(w, least), sloped)));
     }
+    try {
+      consider(list_schedule(lp, rule, clock));
+    } catch (const invalid_problem&) {
+      // this variant cannot reach some backward within its caps
+    }
+  }
   if (!best)
     throw invalid_problem("slice-pipe: warmup = " + std::to_string(w) +
                           " cannot run: with so few forwards in flight some rank never reaches "
-                          "the backward its order needs next; use a larger one (the order "
-                          "itself needs " +
-                          std::to_string(floor) + "), at most the default " +
+                          "the backward its order needs next; use a larger one, at most the "
+                          "default " +
                           std::to_string(slice_warmup(ranks, chunks, slices, 0, first_round)) +
                           ".");
   return std::move(*best);
@@ -239,9 +263,9 @@ inline Schedule seq_1f1b(Problem p, WGradMode wgrad = WGradMode::Fused) {
 //! the forwards and backwards are interleaved in simulated time (unit costs) instead — the
 //! fastest of a few legal variants (detail::capped_slice_pipe): SVPP's order kept or not, caps
 //! even or sloped across ranks. Rank 0 holds at most w + 1 units' activations; the step grows
-//! gradually as w falls (p = 16, K = 8, M = 32: 1.06x at two fewer than the default 38, 1.25x at
-//! 26, 1.71x at the least, 23). A warm-up none of them can run is refused with the least that
-//! always runs.
+//! gradually as w falls (p = 16, K = 8, M = 32: 1.06x at two fewer than the default 38, 1.43x
+//! at 23, SVPP's own floor, 2.09x at 15, the least any variant runs). A warm-up none of them can
+//! run is refused, naming what the order needs.
 inline Schedule slice_pipe(Problem p, WGradMode wgrad = WGradMode::Fused,
                            const SlicePipeOptions& options = {}) {
   constexpr const char* generator = "slice-pipe";

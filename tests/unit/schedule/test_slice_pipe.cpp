@@ -131,10 +131,11 @@ TEST(SlicePipe, WarmupKnob) {
   EXPECT_GE(r_small.makespan, r_def.makespan);
   EXPECT_THROW(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 0}),
                ps::invalid_problem);
-  // Below (V − 1)·g + K − 1 = 11 a rank's own order cannot run.
-  EXPECT_THROW(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 10}),
+  // Below (V − 1)·g + K − 1 = 11 SVPP's own order cannot run; groups of one microbatch can,
+  // down to V·K − 1 = 7.
+  EXPECT_THROW(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 6}),
                ps::invalid_problem);
-  for (int warm = 11; warm <= 40; ++warm)
+  for (int warm = 7; warm <= 40; ++warm)
     EXPECT_TRUE(
         ps::check(ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = warm})).ok())
         << warm;
@@ -154,7 +155,7 @@ TEST(SlicePipe, FewerWarmupForwardsCostMemoryGradually) {
   const ps::SimulationResult d = ps::simulate(def);
   std::map<int, ps::SimulationResult> at;
   at.emplace(most, d);
-  for (int w = most - 1; w >= 23; --w) {
+  for (int w = most - 1; w >= 15; --w) {
     SCOPED_TRACE("warmup " + std::to_string(w));
     const ps::Schedule s = ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = w});
     EXPECT_EQ(s.name, "slice-pipe");
@@ -166,20 +167,22 @@ TEST(SlicePipe, FewerWarmupForwardsCostMemoryGradually) {
     const ps::SimulationResult& up = at.at(w + 1);
     EXPECT_LE(r.peak_memory_max, up.peak_memory_max + 1e-9);  // monotone in memory
     EXPECT_GE(r.makespan, up.makespan - 1e-9);                // and in time
-    if (w + 2 <= most && w >= 26) EXPECT_LE(r.makespan, 1.10 * at.at(w + 2).makespan);
+    // Two fewer warm-up forwards cost at most 10 % down to SVPP's own floor, 23.
+    if (w + 2 <= most && w >= 23) EXPECT_LE(r.makespan, 1.10 * at.at(w + 2).makespan);
     at.emplace(w, r);
   }
   EXPECT_LE(at.at(36).makespan, 1.06 * d.makespan);
-  EXPECT_LE(at.at(26).makespan, 1.26 * d.makespan);
-  EXPECT_LE(at.at(23).makespan, 1.72 * d.makespan);
+  EXPECT_LE(at.at(23).makespan, 1.45 * d.makespan);
   EXPECT_LT(at.at(23).peak_memory_max, 0.62 * d.peak_memory_max);
-  // Below what any variant can run, a sentence with the order's own floor.
+  EXPECT_LE(at.at(15).makespan, 2.10 * d.makespan);
+  EXPECT_LE(at.at(15).peak_memory_max, 0.42 * d.peak_memory_max);
+  // Below what any variant can run, a sentence.
   try {
-    ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 22});
-    FAIL() << "warmup 22 was accepted";
+    ps::schedule::slice_pipe(pr, ps::WGradMode::Fused, {.warmup = 14});
+    FAIL() << "warmup 14 was accepted";
   } catch (const ps::invalid_problem& e) {
-    EXPECT_NE(std::string(e.what()).find("warmup = 22 cannot run"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("needs 23"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("warmup = 14 cannot run"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at most the default 38"), std::string::npos) << e.what();
   }
 }
 
