@@ -214,10 +214,10 @@ TEST(Profile, ByteFiguresAreTheBytesTheModelReports) {
 // still pairs with it (the actions are read in the order they ran), so the bytes stay exact.
 TEST(Profile, ByteFiguresStayExactWhenWaitsAreFilled) {
   std::vector<DenseStage> stages = two_stages(microseconds(100));
-  // Zero Bubble H1 defers each W, and full checkpointing leaves an R pending before each
+  // Zero Bubble H1 defers each W, and early full checkpointing leaves an R pending before each
   // backward: both are work a waiting rank runs early.
-  const ps::Schedule deferred =
-      ps::checkpoint_full(ps::schedule::zero_bubble_h1({.ranks = 2, .microbatches = 4}));
+  const ps::Schedule deferred = ps::checkpoint_full(
+      ps::schedule::zero_bubble_h1({.ranks = 2, .microbatches = 4}), ps::RecomputeTiming::Early);
   const ps::ProfiledCost cost =
       ps::profile(stages, dense_data(stages),
                   {.schedule = deferred, .repeats = 2, .executor = {.fill_waits = true}});

@@ -457,7 +457,8 @@ TYPED_TEST(ExecutorParts, FillingWithPartsKeepsNumerics) {
   fill.fill_waits = true;
   for (const ps::Schedule& base :
        {ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}, ps::WGradMode::Split),
-        ps::checkpoint_full(ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 8}))}) {
+        ps::checkpoint_full(ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 8}),
+                            ps::RecomputeTiming::Early)}) {
     const ps::Schedule s = parts_at_the_end(base, 4);
     SCOPED_TRACE(s.name);
     const auto stages = make_stages<toy::GptStage<T>>(config, s.problem.stages);

@@ -66,7 +66,9 @@ TEST(Checkpoint, FullCheckpointsEveryUnitRightBeforeItsBackward) {
   // sits on the critical path: the backward of 1F1B costs b + r, 4(m + p − 1) in all.
   for (const auto& list : s.ranks)
     for (const ps::Action& a : list)
-      if (a.kind == ps::OpKind::R) EXPECT_TRUE(a.late) << a;
+      if (a.kind == ps::OpKind::R) {
+        EXPECT_TRUE(a.late) << a;
+      }
   EXPECT_DOUBLE_EQ(r.makespan, 4.0 * (8 + 4 - 1));
 }
 

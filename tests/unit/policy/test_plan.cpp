@@ -367,10 +367,13 @@ TYPED_TEST(PlanPerOrder, FullAndSelectiveCheckpointingRunOnEveryOrder) {
     if constexpr (bounded)
       fitted = Order::generate(base.problem, detail::wgrad_mode_v<typename Plain::wgrad>, cost, b);
     const bool fitted_fits = simulate(fitted, cost).peak_memory_max <= b.all * (1 + 1e-12);
-    if (!bounded) EXPECT_FALSE(fitted_fits);  // the halfway budget is below its peak
+    if (!bounded) {
+      EXPECT_FALSE(fitted_fits);  // the halfway budget is below its peak
+    }
     if constexpr (std::is_base_of_v<order::ZeroBubbleH1, Order> ||
-                  std::is_base_of_v<order::ZeroBubbleV, Order>)
+                  std::is_base_of_v<order::ZeroBubbleV, Order>) {
       EXPECT_TRUE(fitted_fits) << "deferring fewer weight gradients meets the budget";
+    }
     const MemoryBudget refused = fitted_fits ? budget_of(1e-6) : b;
     if (fitted_fits) {
       EXPECT_EQ(Plain::generate(p, cost, b), fitted);

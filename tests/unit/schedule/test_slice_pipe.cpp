@@ -168,7 +168,9 @@ TEST(SlicePipe, FewerWarmupForwardsCostMemoryGradually) {
     EXPECT_LE(r.peak_memory_max, up.peak_memory_max + 1e-9);  // monotone in memory
     EXPECT_GE(r.makespan, up.makespan - 1e-9);                // and in time
     // Two fewer warm-up forwards cost at most 10 % down to SVPP's own floor, 23.
-    if (w + 2 <= most && w >= 23) EXPECT_LE(r.makespan, 1.10 * at.at(w + 2).makespan);
+    if (w + 2 <= most && w >= 23) {
+      EXPECT_LE(r.makespan, 1.10 * at.at(w + 2).makespan);
+    }
     at.emplace(w, r);
   }
   EXPECT_LE(at.at(36).makespan, 1.06 * d.makespan);

@@ -672,8 +672,12 @@ TEST(InterleavedZeroBubble, ValidOptimalUnderUnitCostsAndWithinOneFOneBsMemory) 
         // earliest and has 3·V·M of work, so 3·V·M + p − 1 is the least any order reaches;
         // reached at M = p and M >= 2p, within 1.21x between.
         const int least = 3 * v * m + p - 1;
-        if (m == p || m >= 2 * p) EXPECT_EQ(t.makespan, least);
-        if (m >= p) EXPECT_LE(t.makespan, 1.21 * least);
+        if (m == p || m >= 2 * p) {
+          EXPECT_EQ(t.makespan, least);
+        }
+        if (m >= p) {
+          EXPECT_LE(t.makespan, 1.21 * least);
+        }
         const ps::SimulationResult zb = ps::simulate(s, cost);
         const ps::SimulationResult il =
             ps::simulate(ps::schedule::interleaved_1f1b(pr, WGradMode::Split), cost);
