@@ -31,8 +31,10 @@ void require_stages(const std::vector<Stage>& stages, const char* who) {
                           "model, first to last");
 }
 
-template <class Stage, class Get>
-std::vector<stage_value_t<Stage>> flatten(const std::vector<Stage>& stages, Get get) {
+//! The values of `get(stage)`'s tensors for every stage of `stages` (any range of stages, or of
+//! references to them), in order.
+template <class Stage, class Range, class Get>
+std::vector<stage_value_t<Stage>> flatten(const Range& stages, Get get) {
   std::vector<stage_value_t<Stage>> flat;
   for (const Stage& stage : stages)
     for (const auto& tensor : get(stage))
@@ -132,34 +134,28 @@ std::vector<std::reference_wrapper<const Stage>> replica_stages(const std::vecto
 template <class Stage>
 std::vector<stage_value_t<Stage>> flat_replica_gradients(const std::vector<Stage>& stages,
                                                          int replicas, int replica) {
-  std::vector<stage_value_t<Stage>> flat;
-  for (const Stage& stage : replica_stages(stages, replicas, replica))
-    for (const auto& tensor : stage.gradients())
-      flat.insert(flat.end(), tensor.data.begin(), tensor.data.end());
-  return flat;
+  return detail::flatten<Stage>(replica_stages(stages, replicas, replica),
+                                [](const Stage& s) { return s.gradients(); });
 }
 
 //! Every parameter value of one replica, in the order of `flat_parameters`.
 template <class Stage>
 std::vector<stage_value_t<Stage>> flat_replica_parameters(const std::vector<Stage>& stages,
                                                           int replicas, int replica) {
-  std::vector<stage_value_t<Stage>> flat;
-  for (const Stage& stage : replica_stages(stages, replicas, replica))
-    for (const auto& tensor : stage.parameters())
-      flat.insert(flat.end(), tensor.data.begin(), tensor.data.end());
-  return flat;
+  return detail::flatten<Stage>(replica_stages(stages, replicas, replica),
+                                [](const Stage& s) { return s.parameters(); });
 }
 
 //! Every parameter value of the model: stage order, then layer, then tensor, then element.
 template <class Stage>
 std::vector<stage_value_t<Stage>> flat_parameters(const std::vector<Stage>& stages) {
-  return detail::flatten(stages, [](const Stage& s) { return s.parameters(); });
+  return detail::flatten<Stage>(stages, [](const Stage& s) { return s.parameters(); });
 }
 
 //! Every gradient value, in the order of `flat_parameters`.
 template <class Stage>
 std::vector<stage_value_t<Stage>> flat_gradients(const std::vector<Stage>& stages) {
-  return detail::flatten(stages, [](const Stage& s) { return s.gradients(); });
+  return detail::flatten<Stage>(stages, [](const Stage& s) { return s.gradients(); });
 }
 
 //! The gradient all-reduce of a pipeline with several model replicas (Chimera): `stages` are
