@@ -295,7 +295,21 @@ std::string in_cli_words(std::string_view message, std::string_view command) {
       {"TuneRequest.wgrad_parts = ", "--wgrad-parts "},
       {"TuneRequest.checkpoints = ", "--checkpoint "},
       {"TuneRequest.budget.per_rank", "--memory-budget per rank"},
+      {"TuneRequest.threads = ", "--threads "},
+      {"TuneRequest.time_limit = ", "--time-limit "},
       {"TuneRequest.", "--"},
+      {"ClusterRequest.gpus = ", "--gpus "},
+      {"ClusterRequest.gpus_per_node = ", "--gpus-per-node "},
+      {"ClusterRequest.global_batch = ", "--global-batch "},
+      {"ClusterRequest.pipeline = ", "--pp "},
+      {"ClusterRequest.tensor = ", "--tp "},
+      {"ClusterRequest.zero = ", "--zero "},
+      {"ClusterRequest.", "--"},
+      {"Parallelism.tensor = ", "--tp "},
+      {"Parallelism.data = ", "--dp "},
+      {"Parallelism.zero = ", "--zero "},
+      {"Parallelism.layers", "--layers"},
+      {"DeviceSpec.ranks_per_node", "--gpus-per-node"},
       {"global_batch = ", "--global-batch "},
       {"Problem.ranks = ", "--ranks "},
       {"Problem.microbatches = ", tune ? "microbatches " : "--microbatches "},
@@ -337,6 +351,17 @@ const std::vector<OptionSpec> cost_options = {
     {"--device", true, "TransformerCost device preset (see pipesched list)", "NAME"},
     {"--sequence", true, "sequence length for --model (default: the preset's)", "N"},
     {"--microbatch-size", true, "sequences per microbatch for --model (default 1)", "B"},
+    {"--tp", true, "tensor-parallel degree of each pipeline rank, inside a node (default 1)", "T"},
+    {"--sp", false, "sequence parallelism with --tp (norm and dropout activations split too)"},
+    {"--dp", true,
+     "data-parallel replicas of the pipeline; their gradients are all-reduced (default 1)", "D"},
+    {"--zero", true,
+     "ZeRO stage with --dp: 0 (default), 1 (optimizer state sharded), 2 (+ gradients)", "Z"},
+    {"--layers", true,
+     "layers of each stage of the model, e.g. 6,6,6,6 (default: as even as possible)", "LIST"},
+    {"--gpus-per-node", true, "GPUs of a node (default: the device's)", "G"},
+    {"--whole-step", false,
+     "also the optimizer step (time) and each rank's largest temporary buffer (memory)"},
 };
 
 UniformCost parse_uniform_cost(const std::string& text) {
@@ -381,8 +406,11 @@ AnyCost get_cost(const Args& a) {
     throw usage_error(
         "give either --cost (UniformCost) or --model and --device (TransformerCost), not both");
   if (!transformer) {
-    if (a.has("--sequence") || a.has("--microbatch-size"))
-      throw usage_error("--sequence and --microbatch-size need --model and --device");
+    for (const char* o : {"--sequence", "--microbatch-size", "--tp", "--sp", "--dp", "--zero",
+                          "--layers", "--gpus-per-node", "--whole-step"})
+      if (a.has(o))
+        throw usage_error(std::string(o) +
+                          " describes a transformer on a device; it needs --model and --device");
     return parse_uniform_cost(a.get("--cost"));
   }
   if (!a.has("--model") || !a.has("--device"))
@@ -393,9 +421,29 @@ AnyCost get_cost(const Args& a) {
     if (a.has("--sequence")) m.sequence = parse_int("--sequence", a.get("--sequence"), 1, 1 << 24);
     if (a.has("--microbatch-size"))
       m.microbatch_size = parse_int("--microbatch-size", a.get("--microbatch-size"), 1, 1 << 16);
-    return TransformerCost{m, presets::find_device(a.get("--device")), {}};
+    TransformerCost c{m, presets::find_device(a.get("--device")), {}};
+    if (a.has("--gpus-per-node"))
+      c.device.ranks_per_node = parse_int("--gpus-per-node", a.get("--gpus-per-node"), 1, 1 << 16);
+    if (a.has("--tp")) c.parallel.tensor = parse_int("--tp", a.get("--tp"), 1, 1 << 16);
+    if (a.has("--sp")) {
+      if (c.parallel.tensor < 2)
+        throw usage_error("--sp splits activations over the tensor group; give --tp 2 or more too");
+      c.parallel.sequence_parallel = true;
+    }
+    if (a.has("--dp")) c.parallel.data = parse_int("--dp", a.get("--dp"), 1, 1 << 20);
+    if (a.has("--zero")) {
+      c.parallel.zero = parse_int("--zero", a.get("--zero"), 0, 2);
+      if (c.parallel.zero > 0 && c.parallel.data < 2)
+        throw usage_error("--zero " + a.get("--zero") +
+                          " shards over data-parallel replicas; give --dp 2 or more too");
+    }
+    if (a.has("--layers"))
+      c.parallel.layers = parse_int_list("--layers", a.get("--layers"), 1, 1 << 20);
+    c.parallel.whole_step = a.has("--whole-step");
+    c.check();
+    return c;
   } catch (const invalid_problem& e) {
-    throw usage_error(e.what());
+    throw usage_error(in_cli_words(e.what(), ""));
   }
 }
 
@@ -707,21 +755,6 @@ SlicingChoice apply_slicing_options(AnyCost& cost, const Args& a, const Schedule
   return choice;
 }
 
-//! `s` with its weight gradients cut into parts and placed in waits when --wgrad fine asks,
-//! under the cost and the memory budget in use; otherwise `s`.
-// Taken and returned by value: a schedule near the action limit is not copied on the way.
-Schedule apply_wgrad_choice(Schedule s, const WGradChoice& w, const AnyCost& cost,
-                            const MemoryBudget& budget) {
-  if (!w.fine) return s;
-  Step step("placing weight-gradient parts");
-  try {
-    return std::visit([&](const auto& c) { return fill_weight_gradients(s, c, budget, w.parts); },
-                      cost);
-  } catch (const invalid_problem& e) {
-    throw usage_error(std::string("--wgrad fine: ") + e.what());
-  }
-}
-
 MemoryBudget parse_budget_option(const std::string& text, const AnyCost& cost, const Schedule& s) {
   const bool tc = is_transformer(cost);
   if (detail::lower_ascii(text) == "device") {
@@ -784,44 +817,74 @@ CheckpointMode checked_checkpoint_mode(const Args& a) {
   return mode;
 }
 
-//! `s` checkpointed as --checkpoint and --memory-budget ask, under `cost`. A budget the
-//! schedule cannot meet is bad usage (exit 2) with the library's message. A generated order
-//! with a memory knob (GeneratorInfo::generate_within: Zero Bubble's capped weight-gradient
-//! deferral, slice-pipe's warm-up unless --warmup sets it) fits itself to the budget first
-//! without checkpointing; with checkpointing its own schedule is checkpointed, and the fitted
-//! one only where that cannot meet the budget (pipesched tune searches both).
-Schedule apply_checkpoint_options(Schedule s, const Args& a, const AnyCost& cost,
-                                  CheckpointChoice& choice, const WGradChoice& wgrad,
-                                  bool generated) {
+//! `s` fitted, with its weight gradients placed, and checkpointed, as --memory-budget,
+//! --fit / --no-fit, --wgrad fine and --checkpoint ask, under `cost` — the order in which
+//! pipesched tune builds a plan, so that a plan's `simulate` command gives its step time:
+//!  1. a generated order with a memory knob (GeneratorInfo::generate_within: Zero Bubble's
+//!     capped weight-gradient deferral, slice-pipe's warm-up unless --warmup sets it) fits
+//!     itself to a budget first — without checkpointing always (unless --no-fit), with
+//!     checkpointing when --fit asks, or when its own schedule cannot meet the budget;
+//!  2. --wgrad fine places the weight-gradient parts under the budget (when the schedule is
+//!     over it whatever they do, for speed alone: checkpointing brings the memory down);
+//!  3. --checkpoint recomputes what the budget needs.
+//! A budget the schedule cannot meet is bad usage (exit 2) with the library's message.
+Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
+                              CheckpointChoice& choice, const WGradChoice& wgrad, bool generated) {
+  if (a.has("--fit") && a.has("--no-fit")) throw usage_error("give --fit or --no-fit, not both");
   if (a.has("--memory-budget")) {
     choice.budget = parse_budget_option(a.get("--memory-budget"), cost, s);
     choice.budgeted = true;
   }
-  if (choice.mode == CheckpointMode::None && !choice.budgeted) return s;
   const GeneratorInfo* g = nullptr;
-  if (generated && choice.budget.limited() && !a.has("--warmup")) {
+  if (generated && choice.budget.limited() && !a.has("--warmup") && !a.has("--no-fit")) {
     g = &find_generator(a.get("--schedule"));
     if (!g->generate_within) g = nullptr;
   }
-  auto fitted = [&] {
+  if (a.has("--fit") && !g)
+    throw usage_error(
+        "--fit fits a schedule's own memory knob to --memory-budget: give a budget and a "
+        "schedule with one (zb-h1, zb-h2, zb-v, slice-pipe without --warmup)");
+  if (choice.mode == CheckpointMode::None && !choice.budgeted && !wgrad.fine) return s;
+  auto fitted = [&](const Schedule& own) {
     Step step("fitting schedule '" + std::string(g->name) + "' to the memory budget");
     return std::visit(
-        [&](const auto& c) { return g->generate_within(s.problem, wgrad.mode, c, choice.budget); },
+        [&](const auto& c) {
+          return g->generate_within(own.problem, wgrad.mode, c, choice.budget);
+        },
         cost);
+  };
+  auto placed = [&](Schedule base) {
+    if (!wgrad.fine) return base;
+    Step step("placing weight-gradient parts");
+    try {
+      return std::visit(
+          [&](const auto& c) {
+            try {
+              return fill_weight_gradients(base, c, choice.budget, wgrad.parts);
+            } catch (const invalid_problem&) {
+              if (!choice.budget.limited()) throw;
+              return fill_weight_gradients(base, c, MemoryBudget{}, wgrad.parts);
+            }
+          },
+          cost);
+    } catch (const invalid_problem& e) {
+      throw usage_error(std::string("--wgrad fine: ") + e.what());
+    }
   };
   auto checkpointed = [&](const Schedule& base) {
     Step step(std::string("checkpointing (--checkpoint ") + to_string(choice.mode) + ")");
     return std::visit(
         [&](const auto& c) { return apply_checkpoint(base, choice.mode, c, choice.budget); }, cost);
   };
+  const bool fit_first = g && (choice.mode == CheckpointMode::None || a.has("--fit"));
   try {
-    if (g && choice.mode == CheckpointMode::None) return checkpointed(fitted());
+    if (fit_first) return checkpointed(placed(fitted(s)));
     try {
-      return checkpointed(s);
+      return checkpointed(placed(s));
     } catch (const invalid_problem&) {
       if (!g) throw;
       try {
-        return checkpointed(fitted());
+        return checkpointed(placed(fitted(s)));
       } catch (const invalid_problem&) {
       }
       throw;  // the order's own schedule's reason
@@ -841,6 +904,12 @@ const std::vector<OptionSpec> checkpoint_options = {
      "MODE"},
     {"--memory-budget", true,
      "activation memory per rank: N (microbatches), 24GB, 512MiB or device", "X"},
+    {"--fit", false,
+     "fit the schedule's own memory knob (zb-h1, zb-h2, zb-v, slice-pipe) to the budget before "
+     "checkpointing (default: only without checkpointing, or when its own schedule cannot meet "
+     "the budget)"},
+    {"--no-fit", false,
+     "keep the schedule's own order under the budget (checkpointing alone fits it)"},
 };
 
 Prepared prepare(const Args& a, const PrepareOptions& options) {
@@ -877,10 +946,8 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
     out.schedule = generated_schedule(a, out.checkpoint.mode, options.lower_comm, out.wgrad);
   }
   out.slicing = apply_slicing_options(out.cost, a, out.schedule);
-  out.schedule = apply_checkpoint_options(std::move(out.schedule), a, out.cost, out.checkpoint,
-                                          out.wgrad, !out.from_file);
-  out.schedule =
-      apply_wgrad_choice(std::move(out.schedule), out.wgrad, out.cost, out.checkpoint.budget);
+  out.schedule = apply_budget_options(std::move(out.schedule), a, out.cost, out.checkpoint,
+                                      out.wgrad, !out.from_file);
   if (options.lower_comm) {
     Step step("lowering to sends and receives");
     out.schedule = lower_communication(out.schedule);

@@ -55,6 +55,9 @@ inline constexpr double max_drawn_actions = 200'000;
 //! Largest time a --cost key may give: a step of max_actions such actions is at most 2e18,
 //! far from overflowing, so makespans, idle times and bubble ratios stay finite numbers.
 inline constexpr double max_cost_time = 1e12;
+//! Most actions `tune` may hold at once: one schedule per thread while it builds
+//! candidates, and the best plan of each (base, checkpoint) pair (about 2 GB at this size).
+inline constexpr double held_actions = 8 * max_actions;
 //! Most configurations (base, chunks, microbatch size, slices, fine W) `tune` searches.
 inline constexpr std::size_t max_tune_configurations = 10'000;
 

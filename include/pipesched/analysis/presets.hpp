@@ -46,7 +46,8 @@ inline constexpr double pcie_latency = 10e-6;
 inline constexpr double network_latency = 10e-6;
 
 inline DeviceSpec device(std::string name, double peak, double bandwidth, double capacity,
-                         double link, double link_latency, int per_node, double node_link) {
+                         double link, double link_latency, int per_node, double node_link,
+                         int node_ports = 0) {
   DeviceSpec d;
   d.name = std::move(name);
   d.peak_flops = peak;
@@ -57,6 +58,7 @@ inline DeviceSpec device(std::string name, double peak, double bandwidth, double
   d.ranks_per_node = per_node;
   d.node_link_bandwidth = node_link;
   d.node_link_latency = network_latency;
+  d.node_ports = node_ports;
   d.max_efficiency = max_efficiency;
   d.half_flops = peak * half_time;
   return d;
@@ -117,11 +119,12 @@ inline const std::vector<DevicePreset>& devices() {
       // with FP16 accumulate); 24 GB GDDR6X, 384-bit at 21 Gb/s = 1,008 GB/s. No NVLink:
       // PCIe 4.0 x16 = 16 GT/s × 16 lanes × 128/130 / 8 = 31.5 GB/s each way (GeForce cards
       // lack peer-to-peer, so real transfers go through host memory and are slower).
-      // Assumption: 8 GPUs per server and one 100 Gb/s (12.5 GB/s) network port per node.
+      // Assumption: 8 GPUs per server and one 100 Gb/s (12.5 GB/s) network port per node,
+      // shared by the node's GPUs (node_ports = 1).
       {"rtx-4090",
        "NVIDIA GeForce RTX 4090 24GB: 165 TFLOP/s BF16, 1.01 TB/s, PCIe 4.0 x16 31.5 GB/s/dir, "
-       "8 per node, 100 Gb/s network",
-       device("rtx-4090", 165.2e12, 1008e9, 24 * gib, 31.5e9, detail::pcie_latency, 8, 12.5e9)},
+       "8 per node, one 100 Gb/s port per node",
+       device("rtx-4090", 165.2e12, 1008e9, 24 * gib, 31.5e9, detail::pcie_latency, 8, 12.5e9, 1)},
   };
   return list;
 }

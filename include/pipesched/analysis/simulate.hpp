@@ -6,6 +6,9 @@
 // its consumer starts once the data has arrived (the send's end plus the transfer time), as
 // PyTorch's runtime and pipesched's MPI transport run it. A WAIT_SEND ends once its send has
 // been delivered (the send's end plus the transfer time) and the peer has posted the receive.
+// A cost model with a `step_tail(ctx, rank)` (TransformerCost: the gradient all-reduce over
+// data-parallel replicas and the optimizer step) adds that time after each rank's last
+// action, so the makespan is the step time.
 // Makespan is the last end; bubble ratio = 1 − Σ busy / (ranks × makespan). Memory: the running sum
 // of memory deltas along each rank's list (a forward's activations count from its start, a backward
 // frees at its end); the per-rank peak is its maximum.
@@ -55,6 +58,12 @@ struct SimulationResult {
   std::vector<RankSummary> ranks;
   //! timing[r][i] for the action at rank r, position i (idle slots: start = end).
   std::vector<std::vector<ActionTiming>> timing;
+};
+
+//! A cost model that charges each rank some time after its last action (step_tail).
+template <class C>
+concept has_step_tail = requires(const C& c, const CostContext& ctx, int rank) {
+  { c.step_tail(ctx, rank) } -> std::convertible_to<double>;
 };
 
 namespace detail {
@@ -156,6 +165,11 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
   if (!rr.complete) {
     res.deadlock = true;
     res.deadlock_report = detail::describe_deadlock(g, rr);
+  }
+  if constexpr (has_step_tail<Cost>) {
+    if (rr.complete)
+      for (int r = 0; r < nranks; ++r)
+        res.ranks[r].end += static_cast<double>(cost.step_tail(ctx, r));
   }
   double busy = 0;
   for (int r = 0; r < nranks; ++r) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,17 @@ struct ModelShape {
     return layers * layer_parameters() + 2 * embedding_parameters();
   }
 
+  //! FLOPs of training on one sequence, forward and backward, no recompute: 3 × the forward
+  //! FLOPs of every layer and the LM head over the whole sequence (the formulas of
+  //! TransformerCost with b = 1, t = s, o = 0). The numerator of model FLOPs utilisation.
+  double training_flops_per_sequence() const noexcept {
+    const double s = sequence, h = hidden, f = ffn(), V = vocabulary;
+    const double gemms =
+        2 * s * h * qkv_width() + 2 * s * h * h + 2 * s * h * f * (gated_mlp ? 3 : 2);
+    const double attention = 2 * 2 * h * (s * (s + 1) / 2);
+    return 3 * (layers * (gemms + attention) + 2 * s * h * V);
+  }
+
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
     auto bad = [](const char* field, long long value, const std::string& want) {
@@ -105,8 +117,12 @@ struct DeviceSpec {
   int ranks_per_node = 1;          //!< ranks sharing a node; node of a rank = rank / this
   double node_link_bandwidth = 0;  //!< between ranks on different nodes, B/s per direction
   double node_link_latency = 0;    //!< between ranks on different nodes, s
-  double max_efficiency = 0.75;    //!< fraction of peak_flops large GEMMs reach
-  double half_flops = 2e9;         //!< GEMM size (FLOPs) reaching half of max_efficiency
+  //! Network ports of a node, shared by the ranks of the node that send to other nodes at
+  //! once (a node's inter-node traffic splits its ports' bandwidth among its senders);
+  //! 0 = one port per rank, as on DGX / HGX machines.
+  int node_ports = 0;
+  double max_efficiency = 0.75;  //!< fraction of peak_flops large GEMMs reach
+  double half_flops = 2e9;       //!< GEMM size (FLOPs) reaching half of max_efficiency
 
   //! Fraction of peak_flops a GEMM of `flops` FLOPs achieves (see above).
   double efficiency(double flops) const noexcept {
@@ -137,9 +153,70 @@ struct DeviceSpec {
           "the inter-node bandwidth (B/s) must be positive");
     if (!(node_link_latency >= 0))
       bad("node_link_latency", node_link_latency, "a latency must be >= 0");
+    if (node_ports < 0) bad("node_ports", node_ports, "use 0 (one per rank) or a positive count");
     if (!(max_efficiency > 0 && max_efficiency <= 1))
       bad("max_efficiency", max_efficiency, "use a fraction in (0, 1]");
     if (!(half_flops >= 0)) bad("half_flops", half_flops, "use 0 (no small-GEMM penalty) or more");
+  }
+};
+
+//! How layers go to the stages of one model replica when Parallelism::layers does not list them.
+enum class LayerSplit {
+  Even,      //!< as even as possible, earlier stages taking the remainder (10 over 4: 3 3 2 2)
+  Balanced,  //!< the last stage takes fewer layers for its LM head: as many as make its forward
+             //!< closest to the others' ((layers + e) / stages − e, rounded, e = the head's
+             //!< forward FLOPs in layers), the rest as Even
+};
+
+//! How the GPUs of a cluster run one pipeline rank, and what a training step adds to the
+//! pipeline's own actions. The defaults are a plain pipeline: one GPU per pipeline rank, one
+//! pipeline, even layer split, 16 bytes of static state per parameter, nothing after the
+//! last backward.
+//!
+//! GPUs are numbered as Megatron-LM orders its groups, tensor innermost: pipeline rank r,
+//! data-parallel replica j and tensor rank i run on GPU i + t·(j + d·r), and GPU g sits on
+//! node g / DeviceSpec::ranks_per_node (so a tensor group never leaves its node, and a
+//! pipeline rank's t·d GPUs are consecutive).
+struct Parallelism {
+  //! Tensor-parallel degree t (Megatron-LM, Shoeybi et al. 2019): each layer's weights,
+  //! FLOPs and most activations split over t GPUs of one node, two all-reduces per layer in
+  //! the forward and two in the input-gradient backward. Must divide the heads, key/value
+  //! heads, MLP width and the node size.
+  int tensor = 1;
+  //! Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2): the norms' and dropouts'
+  //! activations split over the tensor group too; each all-reduce becomes a reduce-scatter
+  //! and an all-gather (the same bytes on the link).
+  bool sequence_parallel = false;
+  //! Data-parallel degree d: replicas of the pipeline, each on its own share of the global
+  //! batch, whose gradients are all-reduced at the end of the step.
+  int data = 1;
+  //! ZeRO stage (Rajbhandari et al. 2020): 0 none, 1 optimizer state sharded over the d
+  //! replicas (Megatron-LM's distributed optimizer), 2 gradients sharded too.
+  int zero = 0;
+  //! Layers of each model stage (one replica's stages, in order); empty = as `split` says.
+  //! Megatron-LM's --decoder-first/last-pipeline-num-layers give the same freedom.
+  std::vector<int> layers;
+  //! How layers go to stages when `layers` is empty.
+  LayerSplit split = LayerSplit::Even;
+  //! Model the whole training step: also the optimizer step after the gradient all-reduce
+  //! (time) and the largest temporary buffer of an action (memory, see workspace_bytes).
+  bool whole_step = false;
+
+  //! Throws invalid_problem naming the first field out of range.
+  void check() const {
+    auto bad = [](const char* field, long long value, const std::string& want) {
+      throw invalid_problem(std::string("Parallelism.") + field + " = " + std::to_string(value) +
+                            " is out of range; " + want + ".");
+    };
+    if (tensor < 1) bad("tensor", tensor, "use 1 (no tensor parallelism) or more");
+    if (data < 1) bad("data", data, "use 1 (one pipeline) or more");
+    if (zero < 0 || zero > 2)
+      bad("zero", zero, "use 0 (none), 1 (optimizer state) or 2 (+ gradients)");
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      if (layers[i] < 1)
+        throw invalid_problem("Parallelism.layers[" + std::to_string(i) +
+                              "] = " + std::to_string(layers[i]) +
+                              " is out of range; every stage needs at least one layer.");
   }
 };
 
@@ -206,6 +283,47 @@ struct SliceSpan {
 //! Transfers: F sends b·t·h·v bytes to the next stage's rank, B / I the same to the previous
 //! stage's rank (SendF / SendB like their producers), taking latency + bytes / bandwidth on
 //! the intra-node link, or on the inter-node link when the two ranks sit on different nodes.
+//!
+//! Parallelism (the `parallel` member; defaults: none of it). With tensor parallelism of
+//! degree t every GEMM and the attention run 1/t of their FLOPs on each GPU (Shoeybi et al.
+//! 2019: column- then row-parallel pairs, heads split), and the activations split as
+//! Korthikanti et al. 2022, Sec. 4.2, count them: the Q, K, V, projection input, MLP
+//! activation-function inputs and second GEMM input (and the attention scores) are split by
+//! t; the norm inputs, the QKV and MLP GEMM inputs and the dropout masks are replicated
+//! unless sequence parallelism splits them too (for the GPT shape in 16-bit:
+//! s·b·h·(10 + 24/t) bytes per layer, s·b·h·34/t with sequence parallelism, as their Eq. 2
+//! and Eq. 4). Weights, gradients and optimizer state split by t (the embedding and LM head
+//! vocabulary-parallel). Each layer's forward (and recompute) runs two all-reduces of
+//! b·t·h·v bytes over the tensor group, its input-gradient backward two more (with sequence
+//! parallelism a reduce-scatter and an all-gather each, the same bytes); the embedding's
+//! forward and the LM head's input-gradient backward one each. An all-reduce over n GPUs
+//! takes NCCL's ring time 2(n − 1)/n · bytes / bandwidth + 2(n − 1) · latency on the
+//! intra-node link, and blocks the GPU (it is in the action's duration: Megatron-LM runs
+//! these collectives on the compute stream's critical path unless told to overlap them).
+//! Messages between stages carry b·t·h·v / t bytes per GPU, each tensor rank sending its
+//! share in parallel (Narayanan et al. 2021, Sec. 4.1's scatter/gather). The ranks of a
+//! node that send to other nodes at once share its DeviceSpec::node_ports.
+//!
+//! Data parallelism of degree d: each pipeline rank's gradients (2 bytes per parameter of
+//! its GPU) are all-reduced over the d replicas once its last action has ended (not
+//! overlapped with its backwards: Megatron-LM without --overlap-grad-reduce; the replicas'
+//! same ranks finish together, and ranks finishing early start early), with the ring time
+//! on the link the replicas share: intra-node when the pipeline rank's t·d GPUs sit on one
+//! node, else the inter-node link, the node's ports shared by its t rings. ZeRO-1 and -2
+//! replace the all-reduce by a reduce-scatter of the gradients and an all-gather of the
+//! weights, the same bytes (Rajbhandari et al. 2020, Sec. 7). Static bytes per parameter:
+//! 16 (2 weights + 2 gradients + 12 Adam) without ZeRO, 4 + 12/d with ZeRO-1, 2 + 14/d with
+//! ZeRO-2 (their Sec. 5). With whole_step the optimizer step follows: Adam reads and writes
+//! 28 bytes per parameter it owns (32-bit master weight, momentum and variance read and
+//! written, the 16-bit gradient read and weight written), memory-bound at
+//! memory_bandwidth; ZeRO shards what each GPU owns by d. These end-of-step times are
+//! step_tail: the simulator adds them after each rank's last action, so the makespan is the
+//! step time.
+//!
+//! Workspace (with whole_step): the largest temporary an action holds beyond what the
+//! schedule stores, counted once per rank on top of its static bytes: the gradients of one
+//! layer's stored tensors while that layer's backward runs (one layer's activation bytes of
+//! the unit), plus on the last stage the 32-bit gradient of the logits, b·t·4·V / t.
 struct TransformerCost {
   ModelShape model;
   DeviceSpec device;
@@ -213,11 +331,28 @@ struct TransformerCost {
   //! taking the remainder). Empty = uniform. Needs one entry per slice of the problem,
   //! each positive, summing to model.sequence.
   std::vector<int> slice_lengths;
+  //! Tensor, data and ZeRO parallelism, the layer split and whole-step costs (default: a
+  //! plain pipeline, one GPU per rank).
+  Parallelism parallel{};
 
-  //! Checks the model and the device; throws invalid_problem naming the field.
+  //! Checks the model, the device and the parallelism; throws invalid_problem naming the
+  //! field.
   void check() const {
     model.check();
     device.check();
+    parallel.check();
+    const int t = parallel.tensor;
+    if (t == 1) return;
+    auto divides = [&](const char* what, int value) {
+      if (value % t != 0)
+        throw invalid_problem("Parallelism.tensor = " + std::to_string(t) + " does not divide " +
+                              what + " = " + std::to_string(value) +
+                              "; a tensor group splits them evenly (use a divisor of it).");
+    };
+    divides("ModelShape.heads", model.heads);
+    divides("the key/value heads (ModelShape.kv_heads)", model.key_value_heads());
+    divides("the MLP width (ModelShape.ffn_hidden)", model.ffn());
+    divides("DeviceSpec.ranks_per_node", device.ranks_per_node);
   }
 
   //! Checks the model, the device and that they fit the problem in `ctx` (enough layers
@@ -228,7 +363,20 @@ struct TransformerCost {
     if (S < 1)
       throw invalid_problem("TransformerCost: the problem has " + std::to_string(S) +
                             " stages; it needs at least 1.");
-    if (model.layers < S)
+    if (!parallel.layers.empty()) {
+      if (static_cast<int>(parallel.layers.size()) != S)
+        throw invalid_problem("TransformerCost: Parallelism.layers has " +
+                              std::to_string(parallel.layers.size()) +
+                              " entries but the model is split over " + std::to_string(S) +
+                              " stages; give one layer count per stage.");
+      long long sum = 0;
+      for (int n : parallel.layers)
+        sum += n;
+      if (sum != model.layers)
+        throw invalid_problem("TransformerCost: Parallelism.layers sum to " + std::to_string(sum) +
+                              " layers but ModelShape.layers = " + std::to_string(model.layers) +
+                              "; they must cover the model exactly.");
+    } else if (model.layers < S)
       throw invalid_problem("TransformerCost: ModelShape.layers = " + std::to_string(model.layers) +
                             " cannot be split over " + std::to_string(S) +
                             " stages; every stage needs at least one layer "
@@ -292,7 +440,26 @@ struct TransformerCost {
     check_stage(stage_count(ctx), stage);
     const int S = model_stage_count(ctx);
     const int ms = model_stage(ctx, stage);
-    return model.layers / S + (ms < model.layers % S ? 1 : 0);
+    if (!parallel.layers.empty()) return parallel.layers[static_cast<std::size_t>(ms)];
+    const int L = model.layers;
+    if (parallel.split == LayerSplit::Balanced && S > 1) {
+      const double e = head_layers();
+      const long ideal = std::lround((L + e) / S - e);
+      const int last = static_cast<int>(std::clamp<long>(ideal, 1, L - (S - 1)));
+      if (ms == S - 1) return last;
+      const int rest = L - last, R = S - 1;
+      return rest / R + (ms < rest % R ? 1 : 0);
+    }
+    return L / S + (ms < L % S ? 1 : 0);
+  }
+
+  //! The LM head's forward FLOPs in layers (over the whole sequence): 2·s·h·V over one
+  //! layer's GEMM and attention FLOPs.
+  double head_layers() const noexcept {
+    const double s = model.sequence, h = model.hidden, f = model.ffn(), V = model.vocabulary;
+    const double layer = 2 * s * h * model.qkv_width() + 2 * s * h * h +
+                         2 * s * h * f * (model.gated_mlp ? 3 : 2) + 2 * h * s * (s + 1);
+    return 2 * s * h * V / layer;
   }
 
   //! Tokens slice `slice` covers.
@@ -369,8 +536,8 @@ struct TransformerCost {
     return sum;
   }
 
-  //! Weights of `stage`: its layers, plus the embedding on stage 0 and the LM head on the
-  //! last stage (of its replica).
+  //! Weights of `stage` (the whole stage, all its tensor ranks together): its layers, plus
+  //! the embedding on stage 0 and the LM head on the last stage (of its replica).
   double stage_parameters(const CostContext& ctx, int stage) const {
     check(ctx);
     const int S = model_stage_count(ctx);
@@ -381,12 +548,8 @@ struct TransformerCost {
     return p;
   }
 
-  //! Bytes `rank` holds whatever the schedule: weights, gradients and Adam states of its
-  //! stages, 16 bytes per parameter. Mixed precision (Rajbhandari et al. 2020, "ZeRO",
-  //! Sec. 3.1): 16-bit weights (2) and gradients (2), 32-bit master weights, momentum and
-  //! variance (12); pure 32-bit training also comes to 4 + 4 + 8 = 16. Add the simulated
-  //! peak activation bytes and compare with DeviceSpec::memory_bytes.
-  double static_bytes(const CostContext& ctx, int rank) const {
+  //! Parameters each GPU of `rank` holds: its stages' weights over the tensor group.
+  double rank_parameters(const CostContext& ctx, int rank) const {
     check(ctx);
     if (rank < 0 || rank >= ctx.problem.ranks)
       throw invalid_problem("TransformerCost: rank " + std::to_string(rank) +
@@ -396,7 +559,80 @@ struct TransformerCost {
     const int S = stage_count(ctx);
     for (int s = 0; s < S; ++s)
       if (rank_of(ctx, s) == rank) p += stage_parameters(ctx, s);
-    return 16.0 * p;
+    return p / parallel.tensor;
+  }
+
+  //! Bytes a GPU of `rank` spends per parameter it holds on weights, gradients and Adam
+  //! states. Mixed precision (Rajbhandari et al. 2020, "ZeRO", Sec. 3.1): 16-bit weights (2)
+  //! and gradients (2), 32-bit master weights, momentum and variance (12) — 16 bytes, also
+  //! what pure 32-bit training comes to (4 + 4 + 8); ZeRO-1 shards the 12 over the d
+  //! replicas, ZeRO-2 the gradients' 2 as well (their Sec. 5).
+  double bytes_per_parameter() const noexcept {
+    const double d = parallel.data;
+    if (parallel.zero == 1) return 4 + 12 / d;
+    if (parallel.zero == 2) return 2 + 14 / d;
+    return 16;
+  }
+
+  //! Bytes each GPU of `rank` holds whatever the schedule: weights, gradients and optimizer
+  //! state of its stages (rank_parameters × bytes_per_parameter), plus workspace_bytes with
+  //! whole_step. Add the simulated peak activation bytes and compare with
+  //! DeviceSpec::memory_bytes.
+  double static_bytes(const CostContext& ctx, int rank) const {
+    return rank_parameters(ctx, rank) * bytes_per_parameter() + workspace_bytes(ctx, rank);
+  }
+
+  //! The largest temporary an action of `rank` holds beyond what the schedule stores (see
+  //! the class comment); 0 without whole_step.
+  double workspace_bytes(const CostContext& ctx, int rank) const {
+    check(ctx);
+    if (!parallel.whole_step) return 0.0;
+    double most = 0;
+    const int S = stage_count(ctx);
+    for (int s = 0; s < S; ++s) {
+      if (rank_of(ctx, s) != rank) continue;
+      for (int k = 0; k < ctx.problem.slices; ++k) {
+        const Unit u = unit(ctx, s, k);
+        most = std::max(most, u.layer_activation + u.logits_gradient);
+      }
+    }
+    return most;
+  }
+
+  //! Seconds of the gradient all-reduce of `rank` over the data-parallel replicas (0 for
+  //! one replica); see the class comment.
+  double gradient_sync_seconds(const CostContext& ctx, int rank) const {
+    const double bytes = 2 * rank_parameters(ctx, rank);
+    const int d = parallel.data;
+    if (d < 2) return 0.0;
+    const int t = parallel.tensor, G = device.ranks_per_node;
+    const long long first = static_cast<long long>(rank) * t * d;
+    const long long last = first + static_cast<long long>(t) * d - 1;
+    if (first / G == last / G)
+      return ring_allreduce(bytes, d, device.link_bandwidth, device.link_latency);
+    return ring_allreduce(bytes, d, device.node_link_bandwidth * port_share(std::min(t, G)),
+                          device.node_link_latency);
+  }
+
+  //! Seconds of the optimizer step of `rank` (whole_step; else 0): 28 bytes of memory
+  //! traffic per parameter the GPU owns (ZeRO: its 1/d share).
+  double optimizer_seconds(const CostContext& ctx, int rank) const {
+    if (!parallel.whole_step) return 0.0;
+    const double owned = rank_parameters(ctx, rank) / (parallel.zero >= 1 ? parallel.data : 1);
+    return 28 * owned / device.memory_bandwidth;
+  }
+
+  //! What the step spends on `rank` after its last action: gradient_sync_seconds +
+  //! optimizer_seconds. The simulator adds it to the rank's end.
+  double step_tail(const CostContext& ctx, int rank) const {
+    return gradient_sync_seconds(ctx, rank) + optimizer_seconds(ctx, rank);
+  }
+
+  //! Seconds of an all-reduce of `bytes` over `n` GPUs on a link of `bandwidth` and
+  //! `latency`, as NCCL's ring runs it: 2(n − 1)/n · bytes / bandwidth + 2(n − 1) · latency.
+  static double ring_allreduce(double bytes, int n, double bandwidth, double latency) noexcept {
+    if (n < 2 || bytes <= 0) return 0.0;
+    return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
   }
 
   //! Seconds `a` occupies its rank (sends and receives: 0, their time is transfer_time).
@@ -412,8 +648,10 @@ struct TransformerCost {
       gemm += d.gemm_time(g);
     gemm = u.n * gemm + d.gemm_time(u.head);
     const double bw = d.memory_bandwidth;
-    const double fwd = gemm + u.n * d.gemm_time(u.attention) + u.activation / bw;
-    const double input = gemm + u.n * d.gemm_time(2 * u.attention) + (u.activation - u.wgrad) / bw;
+    const double fwd =
+        gemm + u.n * d.gemm_time(u.attention) + u.activation / bw + u.forward_collectives;
+    const double input = gemm + u.n * d.gemm_time(2 * u.attention) + (u.activation - u.wgrad) / bw +
+                         u.backward_collectives;
     const double weight = gemm + u.wgrad / bw;
     switch (a.kind) {
       case OpKind::F:
@@ -470,23 +708,34 @@ struct TransformerCost {
       return 0.0;  // across a replica boundary: no neighbour there
     const int from_rank = rank_of(ctx, a.stage), to_rank = rank_of(ctx, to);
     if (from_rank == to_rank) return 0.0;
-    const double bytes = message_bytes(ctx, a.slice);
-    const int rpn = device.ranks_per_node;
-    if (from_rank / rpn == to_rank / rpn)
+    // Each tensor rank sends its 1/t share over its own link.
+    const double bytes = message_bytes(ctx, a.slice) / parallel.tensor;
+    if (node_of(from_rank) == node_of(to_rank))
       return device.link_latency + bytes / device.link_bandwidth;
-    return device.node_link_latency + bytes / device.node_link_bandwidth;
+    const int senders = std::min(parallel.tensor * parallel.data, device.ranks_per_node);
+    return device.node_link_latency + bytes / (device.node_link_bandwidth * port_share(senders));
+  }
+
+  //! The node of pipeline rank `rank`'s first GPU (GPU rank · t · d; see Parallelism).
+  int node_of(int rank) const noexcept {
+    const long long gpu = static_cast<long long>(rank) * parallel.tensor * parallel.data;
+    return static_cast<int>(gpu / device.ranks_per_node);
   }
 
  private:
   // Everything about one (stage, slice) unit of a microbatch.
   struct Unit {
-    double n = 0;           // layers on the stage
-    double gemms[4] = {};   // per layer, forward FLOPs of QKV, projection, MLP in, MLP out
-    double attention = 0;   // per layer, forward FLOPs of scores and values
-    double head = 0;        // LM head forward FLOPs (last stage only)
-    double activation = 0;  // bytes a full forward stores
-    double boundary = 0;    // bytes a checkpointed forward keeps
-    double wgrad = 0;       // bytes kept from I until W
+    double n = 0;                    // layers on the stage
+    double gemms[4] = {};            // per layer, forward FLOPs of QKV, projection, MLP in, MLP out
+    double attention = 0;            // per layer, forward FLOPs of scores and values
+    double head = 0;                 // LM head forward FLOPs (last stage only)
+    double activation = 0;           // bytes a full forward stores
+    double boundary = 0;             // bytes a checkpointed forward keeps
+    double wgrad = 0;                // bytes kept from I until W
+    double layer_activation = 0;     // bytes one layer's forward stores (workspace)
+    double logits_gradient = 0;      // 32-bit logits gradient of the last stage (workspace)
+    double forward_collectives = 0;  // seconds of tensor-parallel all-reduces in F and R
+    double backward_collectives = 0;  // seconds of them in I (and B)
     double layer_gemm_flops() const { return gemms[0] + gemms[1] + gemms[2] + gemms[3]; }
   };
 
@@ -505,6 +754,13 @@ struct TransformerCost {
     return ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1;
   }
 
+  // The share of one port's bandwidth each of `senders` ranks of a node gets when they all
+  // send to other nodes at once.
+  double port_share(int senders) const noexcept {
+    if (device.node_ports == 0 || senders <= device.node_ports) return 1.0;
+    return static_cast<double>(device.node_ports) / senders;
+  }
+
   // Formulas of the class comment; `check(ctx)` has run.
   Unit unit(const CostContext& ctx, int stage, int slice) const {
     const int S = model_stage_count(ctx);
@@ -517,30 +773,50 @@ struct TransformerCost {
     const double g = model.gated_mlp ? 2 : 1;
     const double bt = b * t;
 
+    // Tensor parallelism: split tensors by t, replicated ones by t only with sequence
+    // parallelism (see the class comment).
+    const double tp = parallel.tensor;
+    const double rep = parallel.sequence_parallel ? 1 / tp : 1.0;
+
     Unit u;
     u.n = layers_of(ctx, stage);
-    u.gemms[0] = 2 * bt * h * q;
-    u.gemms[1] = 2 * bt * h * h;
-    u.gemms[2] = 2 * bt * h * f * g;
-    u.gemms[3] = 2 * bt * f * h;
+    u.gemms[0] = 2 * bt * h * q / tp;
+    u.gemms[1] = 2 * bt * h * h / tp;
+    u.gemms[2] = 2 * bt * h * f * g / tp;
+    u.gemms[3] = 2 * bt * f * h / tp;
     // Σ_{i=o}^{o+t−1} (i + 1) = t·o + t·(t + 1)/2
-    u.attention = 2 * 2 * b * h * (t * o + t * (t + 1) / 2);
-    u.head = last ? 2 * bt * h * V : 0.0;
+    u.attention = 2 * 2 * b * h * (t * o + t * (t + 1) / 2) / tp;
+    u.head = last ? 2 * bt * h * V / tp : 0.0;
 
-    double layer = v * h * (3 + 2 * kv) + h   // attention block
-                   + v * (h + g * f + f) + h  // MLP block
-                   + 2 * v * h;               // norms
-    layer *= bt;
-    if (!model.flash_attention) layer += (2 * v + 1) * a * b * t * (o + t);
-    u.activation = u.n * layer + (last ? bt * (2 * v * h + 4 * V) : 0.0);
+    // Replicated: the QKV and MLP GEMM inputs, the two dropout masks, the two norm inputs;
+    // split: Q, K, V, the projection input, the activation-function input(s), the second
+    // MLP GEMM input.
+    const double replicated = v * h + h + v * h + h + 2 * v * h;
+    const double split = v * h * (1 + 2 * kv) + v * h + v * (g * f + f);
+    double layer = bt * (replicated * rep + split / tp);
+    if (!model.flash_attention) layer += (2 * v + 1) * a * b * t * (o + t) / tp;
+    u.layer_activation = layer;
+    u.activation = u.n * layer + (last ? bt * (2 * v * h * rep + 4 * V / tp) : 0.0);
+    u.logits_gradient = last ? bt * 4 * V / tp : 0.0;
 
     const bool context = slice < ctx.problem.slices - 1;
-    u.boundary = bt * h * v + (context ? u.n * bt * 2 * h * kv * v : 0.0);
+    u.boundary = bt * h * v * rep + (context ? u.n * bt * 2 * h * kv * v / tp : 0.0);
     u.boundary = std::min(u.boundary, u.activation);
 
-    const double layer_w = bt * v * ((3 * h + f) + (q + 2 * h + g * f));
-    u.wgrad = u.n * layer_w + (last ? bt * v * (h + V) : 0.0);
+    // W keeps each weight GEMM's input X and output gradient dY: X of QKV and MLP-in and dY
+    // of the projection and MLP-out are full width (replicated), the rest split.
+    const double layer_w = bt * v * ((h + h + h + h) * rep + (h + f + q + g * f) / tp);
+    u.wgrad = u.n * layer_w + (last ? bt * v * (h * rep + V / tp) : 0.0);
     u.wgrad = std::min(u.wgrad, u.activation);
+
+    if (parallel.tensor > 1) {
+      const double bytes = bt * h * v;  // one all-reduce's message (the full activation)
+      const double one =
+          ring_allreduce(bytes, parallel.tensor, device.link_bandwidth, device.link_latency);
+      const bool first = model_stage(ctx, stage) == 0;
+      u.forward_collectives = (2 * u.n + (first ? 1 : 0)) * one;
+      u.backward_collectives = (2 * u.n + (last ? 1 : 0)) * one;
+    }
     return u;
   }
 };

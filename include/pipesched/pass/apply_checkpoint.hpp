@@ -176,12 +176,13 @@ inline MemoryBudget device_memory_budget(const TransformerCost& cost, const Prob
     if (!(left > 0)) {
       constexpr double gib = 1024.0 * 1024.0 * 1024.0;
       throw invalid_problem(
-          "rank " + std::to_string(r) + "'s weights, gradients and optimizer state take " +
+          "rank " + std::to_string(r) + "'s weights, gradients and optimizer state" +
+          (cost.parallel.whole_step ? std::string(" (and workspace)") : std::string()) + " take " +
           detail::budget_text(fixed / gib) + " GiB, at least the " +
           detail::budget_text(cost.device.memory_bytes / gib) + " GiB of device '" +
           cost.device.name +
-          "', leaving nothing for activations; use more ranks (fewer layers per rank) or a "
-          "device with more memory.");
+          "', leaving nothing for activations; use more ranks (fewer layers per rank), tensor "
+          "parallelism or ZeRO sharding, or a device with more memory.");
     }
     budget.per_rank[static_cast<std::size_t>(r)] = left;
   }

@@ -44,13 +44,14 @@ struct UniformCostFactory {
 };
 
 //! TransformerCost as a factory: the model with `model.microbatch_size` set to the size asked
-//! for, on `device`.
+//! for, on `device`, with `parallel`.
 struct TransformerCostFactory {
   ModelShape model;
   DeviceSpec device;
+  Parallelism parallel{};
 
   TransformerCost operator()(int microbatch_size) const {
-    TransformerCost c{model, device, {}};
+    TransformerCost c{model, device, {}, parallel};
     c.model.microbatch_size = microbatch_size;
     c.check();
     return c;

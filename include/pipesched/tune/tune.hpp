@@ -33,14 +33,18 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -92,6 +96,11 @@ struct TuneRequest {
   //! placed in waits (MEPipe's fine-grained W).
   bool fine_wgrad = false;
   int wgrad_parts = 4;
+  //! Threads searching at once; 0 = one per core (std::thread::hardware_concurrency).
+  int threads = 0;
+  //! Wall-clock seconds after which the search stops and returns the best plans found so far
+  //! (TuneResult::cut); 0 = no limit.
+  double time_limit = 0;
 
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
@@ -102,6 +111,22 @@ struct TuneRequest {
     if (ranks < 1) bad("ranks", std::to_string(ranks), "a pipeline needs at least 1 rank");
     if (global_batch < 1)
       bad("global_batch", std::to_string(global_batch), "a step needs at least 1 sequence");
+    check_lists(false);
+    if (budget) {
+      detail::check_budget_values(*budget);
+      if (budget->per_rank.size() > static_cast<std::size_t>(ranks))
+        bad("budget.per_rank", std::to_string(budget->per_rank.size()) + " entries",
+            "give one entry per rank (" + std::to_string(ranks) + ") or fewer");
+    }
+  }
+
+  //! The checks of everything but ranks, global batch and budget (a cluster search sets
+  //! those per pipeline); with `any_divisor`, microbatch sizes need not divide global_batch.
+  void check_lists(bool any_divisor) const {
+    auto bad = [](const std::string& field, const std::string& value, const std::string& want) {
+      throw invalid_problem("TuneRequest." + field + " = " + value + " is out of range; " + want +
+                            ".");
+    };
     if (bases.empty()) bad("bases", "{}", "name at least one schedule, e.g. \"1f1b\"");
     bool any_chunks = false;
     for (const std::string& name : bases)
@@ -116,7 +141,7 @@ struct TuneRequest {
     for (int b : microbatch_sizes) {
       if (b < 1)
         bad("microbatch_sizes", std::to_string(b), "a microbatch holds at least 1 sequence");
-      any_size = any_size || global_batch % b == 0;
+      any_size = any_size || any_divisor || global_batch % b == 0;
     }
     if (!any_size)
       bad("microbatch_sizes", "{" + join(microbatch_sizes) + "}",
@@ -129,12 +154,11 @@ struct TuneRequest {
       bad("wgrad_parts", std::to_string(wgrad_parts), "cut each W into at least 1 part");
     if (checkpoints.empty() && !full_fallback)
       bad("checkpoints", "{}", "name at least one checkpoint mode, or keep full_fallback");
-    if (budget) {
-      detail::check_budget_values(*budget);
-      if (budget->per_rank.size() > static_cast<std::size_t>(ranks))
-        bad("budget.per_rank", std::to_string(budget->per_rank.size()) + " entries",
-            "give one entry per rank (" + std::to_string(ranks) + ") or fewer");
-    }
+    if (threads < 0)
+      bad("threads", std::to_string(threads), "use 0 (one per core) or a positive count");
+    if (!(time_limit >= 0) || !std::isfinite(time_limit))
+      bad("time_limit", std::to_string(time_limit),
+          "use 0 (no limit) or a positive number of seconds");
   }
 
  private:
@@ -151,10 +175,12 @@ struct TunePlan {
   std::string base;         //!< generator name, e.g. "interleaved-1f1b"
   int chunks = 1;           //!< stages per rank
   int microbatch_size = 1;  //!< sequences per microbatch
-  int microbatches = 1;     //!< microbatches per step (global batch / microbatch size)
+  int microbatches = 1;     //!< microbatches per step and pipeline (its batch / microbatch size)
   CheckpointMode checkpoint = CheckpointMode::None;
-  Schedule schedule;                    //!< the schedule, recomputes included
-  double makespan = 0;                  //!< simulated step time (cost model's time unit)
+  Schedule schedule;  //!< the schedule, recomputes included
+  //! Simulated step time (cost model's time unit): the last rank's end, with the gradient
+  //! synchronisation and optimizer step where the cost model counts them (step_tail).
+  double makespan = 0;
   double throughput = 0;                //!< sequences per time unit: global batch / makespan
   double bubble_ratio = 0;              //!< simulated idle share of the step
   std::vector<double> peak_per_rank;    //!< simulated peak activation memory of each rank
@@ -166,6 +192,27 @@ struct TunePlan {
   //! (GeneratorInfo::generate_within: Zero Bubble's capped weight-gradient deferral, slice-pipe's
   //! warm-up) before checkpointing; false: the order's own schedule.
   bool fitted = false;
+  WGradMode wgrad = WGradMode::Fused;  //!< the backward's weight-gradient mode (fine: Split)
+  int warmup = 0;                      //!< forwards before rank 0's first backward (warmup_of)
+  // The cluster around the pipeline (a fixed-pipeline search: 1, 1, ranks GPUs).
+  int data = 1;                    //!< data-parallel replicas d
+  int tensor = 1;                  //!< tensor-parallel degree t
+  int zero = 0;                    //!< ZeRO stage
+  bool sequence_parallel = false;  //!< with tensor parallelism
+  int gpus = 1;                    //!< GPUs in all: ranks · d · t
+  int global_batch = 1;            //!< sequences per step over all replicas
+  //! Layers of each model stage (TransformerCost; empty for other cost models).
+  std::vector<int> layers_per_stage;
+  //! Largest rank's memory: its static bytes (TransformerCost::static_bytes: weights,
+  //! gradients, optimizer state, workspace) plus its simulated activation peak; for other
+  //! cost models the largest activation peak.
+  double peak_memory = 0;
+  //! Model FLOPs utilisation: global_batch · ModelShape::training_flops_per_sequence over
+  //! (gpus · peak FLOP/s · makespan), recomputes not counted as useful work; 0 for cost
+  //! models without FLOPs.
+  double mfu = 0;
+  //! Position of its configuration in the search, ties between equal plans go to the first.
+  std::size_t order = 0;
 };
 
 //! Why configurations were refused: one note per distinct reason, naming the first
@@ -177,9 +224,20 @@ struct TuneNote {
   std::string configuration;
   std::string reason;  //!< the generator's, pass's or cost model's message
   int count = 1;       //!< configurations refused for this reason, the first included
+  //! Position of that first configuration in the search's grid (notes are in this order,
+  //! whichever thread met them first).
+  std::size_t first = 0;
 
   //! "configuration: reason".
   std::string text() const { return configuration + ": " + reason; }
+};
+
+//! The best plan of one (base schedule, checkpoint mode) pair: what that scheme achieves
+//! with its own full search.
+struct TuneBaseline {
+  std::string base;
+  CheckpointMode checkpoint = CheckpointMode::None;
+  std::optional<TunePlan> plan;  //!< empty: nothing of this pair fits
 };
 
 //! What `tune` found. Plans are compared by step time (makespan) for the same global batch;
@@ -189,22 +247,41 @@ struct TuneResult {
   std::optional<TunePlan> best_without_checkpoint;  //!< fastest with no recompute (mode none)
   std::optional<TunePlan> best_conventional;        //!< fastest selective or full plan
   std::optional<TunePlan> best_mario;               //!< fastest Mario plan
+  //! Every (base, checkpoint mode) pair searched, in the order of the request's bases and
+  //! checkpoints (full as a fallback is not a pair of its own), with its best plan.
+  std::vector<TuneBaseline> baselines;
   int candidates_tried = 0;        //!< (configuration, checkpoint mode) pairs settled, all kinds
   int candidates_refused = 0;      //!< of those, refused by a generator or the cost model
   int candidates_over_budget = 0;  //!< of those, over the budget on some rank
   int candidates_pruned = 0;       //!< of those, skipped: they could not beat a plan found
+  int candidates_total = 0;        //!< candidates in the search (tried < total when cut)
+  bool cut = false;                //!< TuneRequest::time_limit stopped the search
+  int threads = 1;                 //!< threads that searched
   double seconds = 0;              //!< wall-clock time of the search
   //! Why configurations were refused, one note per distinct reason, in the order first met.
   std::vector<TuneNote> notes;
+
+  //! The baseline of (base, mode); nullptr when that pair was not searched.
+  const TuneBaseline* baseline(std::string_view base, CheckpointMode mode) const {
+    for (const TuneBaseline& b : baselines)
+      if (b.base == base && b.checkpoint == mode) return &b;
+    return nullptr;
+  }
 };
 
 //! Called as the search goes: candidates settled so far, candidates in all, and the best plan
-//! so far (nullptr while none fits).
+//! so far (nullptr while none fits). Calls never overlap (the search serialises them, from
+//! whichever thread settles a candidate).
 using ProgressFn = std::function<void(int done, int total, const TunePlan* best)>;
 
-//! "interleaved-1f1b x2, 64 mb of 2, mario (12 R)": the configuration in a few words.
+//! "interleaved-1f1b x2, 64 mb of 2, mario (12 R)": the configuration in a few words; a
+//! cluster plan starts with its degrees ("pp 4 x dp 2 x tp 2, ").
 inline std::string describe(const TunePlan& p) {
-  std::string s = p.base;
+  std::string s;
+  if (p.data > 1 || p.tensor > 1)
+    s += "pp " + std::to_string(p.schedule.problem.ranks) + " x dp " + std::to_string(p.data) +
+         " x tp " + std::to_string(p.tensor) + ", ";
+  s += p.base;
   if (p.chunks > 1) s += " x" + std::to_string(p.chunks);
   s += ", " + std::to_string(p.microbatches) + " mb of " + std::to_string(p.microbatch_size);
   if (p.slices > 1) s += " in " + std::to_string(p.slices) + " slices";
@@ -243,13 +320,15 @@ inline int count_recomputes(const Schedule& s) {
 }
 
 //! True when `a` is the better plan: shorter step, then fewer recomputes, then the simpler
-//! mode (None, Full, Selective, Mario in enum order).
+//! mode (None, Full, Selective, Mario in enum order), then the earlier configuration.
 inline bool better_plan(const TunePlan& a, const TunePlan& b) {
   const double tol = 1e-12 * std::max(1.0, std::abs(b.makespan));
   if (a.makespan < b.makespan - tol) return true;
   if (a.makespan > b.makespan + tol) return false;
   if (a.recomputes != b.recomputes) return a.recomputes < b.recomputes;
-  return static_cast<int>(a.checkpoint) < static_cast<int>(b.checkpoint);
+  if (a.checkpoint != b.checkpoint)
+    return static_cast<int>(a.checkpoint) < static_cast<int>(b.checkpoint);
+  return a.order < b.order;
 }
 
 inline void keep_better(std::optional<TunePlan>& slot, const TunePlan& p) {
@@ -258,7 +337,8 @@ inline void keep_better(std::optional<TunePlan>& slot, const TunePlan& p) {
 
 //! A lower bound on the step time of any schedule over the same units, placement and cost as
 //! `s` (with or without recomputes): a rank cannot start before the forwards of the stages
-//! ahead of its first stage have run and reached it, and then has its own compute to do.
+//! ahead of its first stage have run and reached it, and then has its own compute to do (and
+//! its step_tail, where the cost model has one).
 template <class Cost>
 double makespan_lower_bound(const Schedule& s, const Cost& cost, const SimulationResult& sim) {
   const Problem& p = s.problem;
@@ -284,33 +364,95 @@ double makespan_lower_bound(const Schedule& s, const Cost& cost, const Simulatio
     double first = std::numeric_limits<double>::infinity();  // its earliest stage's start
     for (int st : stages)
       first = std::min(first, ahead[static_cast<std::size_t>(st)]);
-    bound = std::max(bound, first + sim.ranks[static_cast<std::size_t>(r)].busy);
+    double tail = 0;
+    if constexpr (has_step_tail<Cost>) tail = static_cast<double>(cost.step_tail(ctx, r));
+    bound = std::max(bound, first + sim.ranks[static_cast<std::size_t>(r)].busy + tail);
   }
   return bound;
 }
 
-//! One configuration of the search (base, chunks, microbatch size) and what phase one
-//! learned about it.
+//! A lower bound on the step time of every schedule of `microbatches` microbatches in
+//! `slices` slices over `ranks` ranks under `cost`, whatever its order, placement or
+//! checkpointing: the ranks share the compute of every microbatch through the whole model
+//! (F + B of each slice on one stage holding every layer; the durations are sums over
+//! layers, so any split adds up to the same). Cheap: it needs no schedule.
+template <class Cost>
+double average_work_bound(const Cost& cost, int ranks, int microbatches, int slices) {
+  Cost one = cost;
+  if constexpr (std::is_base_of_v<TransformerCost, Cost>) one.parallel.layers.clear();
+  const Problem p{.ranks = 1, .stages = 1, .microbatches = 1, .slices = slices};
+  const Placement placement = Placement::linear(1);
+  const CostContext ctx{p, placement, 1};
+  double work = 0;
+  for (int k = 0; k < slices; ++k)
+    work += static_cast<double>(one.duration(ctx, Action::make(OpKind::F, 0, 0, k))) +
+            static_cast<double>(one.duration(ctx, Action::make(OpKind::B, 0, 0, k)));
+  return work * microbatches / ranks;
+}
+
+//! True when `cost` splits its layers by LayerSplit::Balanced and that gives the same layers
+//! per stage as LayerSplit::Even, for `stages` stages and for half as many (two replicas):
+//! the cluster search, which runs both splits, then skips the balanced duplicate.
+template <class Cost>
+bool same_layers_as_even(const Cost& cost, int stages) {
+  if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+    if (cost.parallel.split != LayerSplit::Balanced || !cost.parallel.layers.empty()) return false;
+    TransformerCost even = cost;
+    even.parallel.split = LayerSplit::Even;
+    for (int S : {stages, stages / 2}) {
+      if (S < 1 || S > cost.model.layers) continue;
+      const Problem p{.ranks = S, .stages = S};
+      const Placement placement = Placement::linear(S);
+      const CostContext ctx{p, placement, 1};
+      for (int st = 0; st < S; ++st)
+        if (cost.layers_of(ctx, st) != even.layers_of(ctx, st)) return false;
+    }
+    return true;
+  } else {
+    (void)cost;
+    (void)stages;
+    return false;
+  }
+}
+
+//! One pipeline the search runs: its size, its share of the global batch, and how to get
+//! the cost model of a microbatch size. A fixed-pipeline search has one; a cluster search
+//! one per (pipeline, data, tensor) factorization and layer split.
+template <class Cost>
+struct TuneScenario {
+  int ranks = 1;
+  int global_batch = 1;  //!< this pipeline's sequences per step
+  std::function<Cost(int)> make_cost;
+  // What the plans of this scenario report about the cluster.
+  int data = 1, tensor = 1, zero = 0;
+  bool sequence_parallel = false;
+  std::optional<MemoryBudget> budget{};  //!< as TuneRequest::budget
+  bool cluster = false;                  //!< part of a cluster search: labels name the degrees
+};
+
+//! One configuration of the search (scenario, base, chunks, microbatch size, slices, fine
+//! W, fitted) and what phase one learned about it.
 template <class Cost>
 struct TuneConfig {
+  std::size_t scenario = 0;
+  std::size_t cost = 0;  //!< index of its (scenario, microbatch size) cost model
   const GeneratorInfo* generator = nullptr;
+  int ranks = 1;
   int chunks = 1;
   int microbatch_size = 1;
   int microbatches = 1;
   int slices = 1;
   bool fine = false;
-  bool fitted = false;  //!< base from the order's memory-bounded generator
-  std::optional<Cost> cost;
-  Schedule base;
-  MemoryBudget budget;
-  SimulationResult base_sim;
+  bool fitted = false;    //!< base from the order's memory-bounded generator
+  std::string cluster;    //!< "pp 4 x dp 2 x tp 2, " in a cluster search, else empty
+  double work_bound = 0;  //!< average_work_bound
+  double lower_bound = 0;
   bool refused = false;
   bool base_fits = false;
   bool full_fits = false;
-  double lower_bound = 0;
 
   std::string label() const {
-    std::string s = std::string(generator->name);
+    std::string s = cluster + std::string(generator->name);
     if (generator->chunks_vary) s += " with " + std::to_string(chunks) + " chunks";
     s += ", microbatch size " + std::to_string(microbatch_size) + " (" +
          std::to_string(microbatches) + " microbatches)";
@@ -321,22 +463,55 @@ struct TuneConfig {
   }
 };
 
-}  // namespace detail
+//! Runs `work(i)` for i in [0, n) on `threads` threads (the caller's among them), each
+//! taking the next index as it finishes one; stops handing out indices once `stop()` is
+//! true. The first exception a work item throws is rethrown here after every thread is done.
+template <class Work, class Stop>
+void parallel_for(std::size_t n, int threads, Work&& work, Stop&& stop) {
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  std::atomic<bool> failed{false};
+  auto run = [&] {
+    for (;;) {
+      if (failed.load() || stop()) return;
+      const std::size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      try {
+        work(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  const int extra =
+      static_cast<int>(std::min<std::size_t>(n, static_cast<std::size_t>(threads))) - 1;
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(std::max(extra, 0)));
+  for (int t = 0; t < extra; ++t)
+    pool.emplace_back(run);
+  run();
+  for (std::thread& t : pool)
+    t.join();
+  if (failure) std::rethrow_exception(failure);
+}
 
-//! Searches the configurations and checkpoint modes of `request` (see the file comment for
-//! what is searched and pruned) with cost models from `make_cost` (microbatch size → cost
-//! model), and returns the fastest plans that fit the budget: overall, without
-//! checkpointing, with conventional (selective or full) checkpointing and with Mario.
-//! Plans that do not fit, and configurations a generator or the cost model refuses, are
-//! skipped and counted; a result with no plan is not an error. Throws invalid_problem when
-//! the request itself is out of range (TuneRequest::check).
-template <class Factory>
-requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const Factory& make_cost,
-                                               const ProgressFn& progress = {}) {
-  using Cost = std::remove_cvref_t<decltype(make_cost(1))>;
+//! The search engine behind every `tune`: the configurations of `request` over each
+//! scenario, phase one (base, none, full) and then selective and Mario, in parallel.
+template <class Cost>
+TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<Cost>>& scenarios,
+                    const ProgressFn& progress) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
-  request.check();
+  const bool limited = request.time_limit > 0;
+  const auto deadline =
+      started + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(limited ? request.time_limit : 0.0));
+  const int threads = request.threads > 0
+                          ? request.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   // The modes searched; full checkpointing on its own footing when named, else as fallback.
   auto named = [&](CheckpointMode m) {
@@ -353,79 +528,211 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
   const int modes = want_none + want_full + want_selective + want_mario + fallback_full +
                     want_full_early + want_selective_early;
 
-  // Configurations, without duplicates.
-  std::vector<detail::TuneConfig<Cost>> configs;
-  std::vector<int> sizes, chunk_counts;
-  for (int b : request.microbatch_sizes)
-    if (request.global_batch % b == 0 && std::find(sizes.begin(), sizes.end(), b) == sizes.end())
-      sizes.push_back(b);
-  for (int c : request.chunks)
-    if (std::find(chunk_counts.begin(), chunk_counts.end(), c) == chunk_counts.end())
-      chunk_counts.push_back(c);
-  std::vector<std::string_view> seen_bases;
+  TuneResult result;
+  result.threads = threads;
+  // The pairs: bases (without duplicates) × modes named; full as fallback is kept aside.
+  std::vector<const GeneratorInfo*> bases;
   for (const std::string& name : request.bases) {
     const GeneratorInfo& g = find_generator(name);
-    if (std::find(seen_bases.begin(), seen_bases.end(), g.name) != seen_bases.end()) continue;
-    seen_bases.push_back(g.name);
-    const std::vector<int> own{g.default_chunks}, whole{1};
-    std::vector<bool> fines{false};
-    if (request.fine_wgrad && g.split) fines.push_back(true);
-    std::vector<bool> fitting{false};
-    if (g.generate_within) fitting.push_back(true);
-    for (int c : g.chunks_vary ? chunk_counts : own)
-      for (int b : sizes)
-        for (int k : g.slices ? request.slices : whole)
-          for (bool fine : fines)
-            for (bool fitted : fitting) {
-              if (std::find_if(configs.begin(), configs.end(), [&](const auto& x) {
-                    return x.generator == &g && x.chunks == c && x.microbatch_size == b &&
-                           x.slices == k && x.fine == fine && x.fitted == fitted;
-                  }) != configs.end())
-                continue;
-              detail::TuneConfig<Cost> cfg;
-              cfg.generator = &g;
-              cfg.chunks = c;
-              cfg.microbatch_size = b;
-              cfg.microbatches = request.global_batch / b;
-              cfg.slices = k;
-              cfg.fine = fine;
-              cfg.fitted = fitted;
-              configs.push_back(std::move(cfg));
-            }
+    if (std::find(bases.begin(), bases.end(), &g) == bases.end()) bases.push_back(&g);
+  }
+  std::vector<CheckpointMode> pair_modes;
+  for (CheckpointMode m : request.checkpoints)
+    if (std::find(pair_modes.begin(), pair_modes.end(), m) == pair_modes.end())
+      pair_modes.push_back(m);
+  for (const GeneratorInfo* g : bases)
+    for (CheckpointMode m : pair_modes)
+      result.baselines.push_back(TuneBaseline{std::string(g->name), m, std::nullopt});
+  std::vector<std::optional<TunePlan>> best_full(bases.size());  // fallback full, per base
+  auto base_index = [&](const GeneratorInfo* g) {
+    return static_cast<std::size_t>(std::find(bases.begin(), bases.end(), g) - bases.begin());
+  };
+  auto mode_index = [&](CheckpointMode m) {
+    return static_cast<std::size_t>(std::find(pair_modes.begin(), pair_modes.end(), m) -
+                                    pair_modes.begin());
+  };
+  // The slot a plan of (base, mode) competes for.
+  auto slot_of = [&](const GeneratorInfo* g, CheckpointMode m) -> std::optional<TunePlan>& {
+    if (m == CheckpointMode::Full && fallback_full) return best_full[base_index(g)];
+    return result.baselines[base_index(g) * pair_modes.size() + mode_index(m)].plan;
+  };
+
+  // Cost models, one per (scenario, microbatch size), built before the threads start.
+  std::vector<std::optional<Cost>> costs;
+  std::vector<std::string> cost_refusal;
+  std::vector<detail::TuneConfig<Cost>> configs;
+  for (std::size_t si = 0; si < scenarios.size(); ++si) {
+    const TuneScenario<Cost>& sc = scenarios[si];
+    std::vector<int> sizes, chunk_counts;
+    for (int b : request.microbatch_sizes)
+      if (sc.global_batch % b == 0 && std::find(sizes.begin(), sizes.end(), b) == sizes.end())
+        sizes.push_back(b);
+    for (int c : request.chunks)
+      if (std::find(chunk_counts.begin(), chunk_counts.end(), c) == chunk_counts.end())
+        chunk_counts.push_back(c);
+    for (int b : sizes) {
+      const std::size_t ci = costs.size();
+      costs.emplace_back();
+      cost_refusal.emplace_back();
+      try {
+        costs.back().emplace(sc.make_cost(b));
+      } catch (const invalid_problem& e) {
+        cost_refusal.back() = e.what();
+      }
+      for (const GeneratorInfo* g : bases) {
+        const std::vector<int> own{g->default_chunks}, whole{1};
+        std::vector<bool> fines{false};
+        if (request.fine_wgrad && g->split) fines.push_back(true);
+        std::vector<bool> fitting{false};
+        if (g->generate_within) fitting.push_back(true);
+        std::vector<int> ks;
+        for (int k : g->slices ? request.slices : whole)
+          if (std::find(ks.begin(), ks.end(), k) == ks.end()) ks.push_back(k);
+        for (int c : g->chunks_vary ? chunk_counts : own) {
+          if (costs.back() && same_layers_as_even(*costs.back(), sc.ranks * c)) continue;
+          for (int k : ks)
+            for (bool fine : fines)
+              for (bool fitted : fitting) {
+                detail::TuneConfig<Cost> cfg;
+                cfg.scenario = si;
+                cfg.cost = ci;
+                cfg.generator = g;
+                cfg.ranks = sc.ranks;
+                cfg.chunks = c;
+                cfg.microbatch_size = b;
+                cfg.microbatches = sc.global_batch / b;
+                cfg.slices = k;
+                cfg.fine = fine;
+                cfg.fitted = fitted;
+                if (sc.cluster)
+                  cfg.cluster = "pp " + std::to_string(sc.ranks) + " x dp " +
+                                std::to_string(sc.data) + " x tp " + std::to_string(sc.tensor) +
+                                ", ";
+                configs.push_back(std::move(cfg));
+              }
+        }
+      }
+    }
   }
 
-  TuneResult result;
-  std::optional<TunePlan> best_full;  // full checkpointing kept aside while it is a fallback
+  std::mutex mutex;  // guards result, the slots and the progress calls
   const int total = static_cast<int>(configs.size()) * modes;
-  auto settle = [&](int n, int* counter) {
+  result.candidates_total = total;
+  auto settle_locked = [&](int n, int* counter) {
     for (int i = 0; i < n; ++i) {
       ++result.candidates_tried;
       if (counter) ++*counter;
       if (progress) progress(result.candidates_tried, total, result.best ? &*result.best : nullptr);
     }
   };
+  auto settle = [&](int n, int* counter) {
+    std::lock_guard<std::mutex> lock(mutex);
+    settle_locked(n, counter);
+  };
   // Repeats are counted, not stored: a grid can refuse thousands of configurations for a
   // handful of reasons.
-  auto note = [&](const std::string& configuration, const std::string& reason) {
+  auto note_locked = [&](const std::string& configuration, const std::string& reason,
+                         std::size_t index) {
     auto same = std::find_if(result.notes.begin(), result.notes.end(),
                              [&](const TuneNote& n) { return n.reason == reason; });
-    if (same != result.notes.end())
-      ++same->count;
-    else
-      result.notes.push_back(TuneNote{configuration, reason, 1});
+    if (same == result.notes.end()) {
+      result.notes.push_back(TuneNote{configuration, reason, 1, index});
+      return;
+    }
+    ++same->count;
+    if (index < same->first) {
+      same->configuration = configuration;
+      same->first = index;
+    }
+  };
+  auto refuse = [&](const detail::TuneConfig<Cost>& cfg, const std::string& configuration,
+                    const std::string& reason, int n) {
+    std::lock_guard<std::mutex> lock(mutex);
+    note_locked(configuration, reason, static_cast<std::size_t>(&cfg - configs.data()));
+    settle_locked(n, &result.candidates_refused);
   };
   // Mario where the base's order says it applies (GeneratorInfo::mario); elsewhere the
   // candidate is counted as refused, with one note per base.
   auto mario_applies = [&](const detail::TuneConfig<Cost>& cfg) {
     if (cfg.generator->mario) return true;
-    note(std::string(cfg.generator->name),
-         "checkpoint mario does not apply to " + std::string(cfg.generator->name) +
-             " (it plans on a one-forward-one-backward rhythm: 1f1b, interleaved-1f1b, zb-h1)");
-    settle(1, &result.candidates_refused);
+    refuse(cfg, cfg.cluster + std::string(cfg.generator->name),
+           "checkpoint mario does not apply to " + std::string(cfg.generator->name) +
+               " (it plans on a one-forward-one-backward rhythm: 1f1b, interleaved-1f1b, zb-h1)",
+           1);
     return false;
   };
-  auto make_plan = [&](const detail::TuneConfig<Cost>& cfg, CheckpointMode mode, const Schedule& s,
-                       const SimulationResult& sim) {
+  // The step time a candidate must beat to be kept for its pair; infinity while none.
+  auto rival_of = [&](const detail::TuneConfig<Cost>& cfg, CheckpointMode m) {
+    std::lock_guard<std::mutex> lock(mutex);
+    const std::optional<TunePlan>& slot = slot_of(cfg.generator, m);
+    return slot ? slot->makespan : std::numeric_limits<double>::infinity();
+  };
+  auto cannot_beat = [](double bound, double rival) {
+    return bound >= rival - 1e-12 * std::max(1.0, std::abs(rival));
+  };
+  auto keep = [&](TunePlan&& p, const detail::TuneConfig<Cost>& cfg) {
+    std::lock_guard<std::mutex> lock(mutex);
+    detail::keep_better(slot_of(cfg.generator, p.checkpoint), p);
+    if (!(p.checkpoint == CheckpointMode::Full && fallback_full)) {
+      detail::keep_better(result.best, p);
+      if (p.checkpoint == CheckpointMode::None)
+        detail::keep_better(result.best_without_checkpoint, p);
+      if (is_selective(p.checkpoint) || is_full(p.checkpoint))
+        detail::keep_better(result.best_conventional, p);
+      if (p.checkpoint == CheckpointMode::Mario) detail::keep_better(result.best_mario, p);
+    }
+    settle_locked(1, nullptr);
+  };
+  auto out_of_time = [&] { return limited && Clock::now() >= deadline; };
+
+  // The base schedule of a configuration, its cost model (sliced) and budget; throws
+  // invalid_problem / invalid_schedule when refused. Built again where phase two needs it:
+  // keeping every configuration's schedule would hold the whole grid in memory.
+  struct same_as_own {};  // a fitted configuration without a budget: nothing to fit
+  struct Built {
+    Cost cost;
+    MemoryBudget budget;
+    Schedule base;
+  };
+  auto build = [&](const detail::TuneConfig<Cost>& cfg) -> Built {
+    if (!costs[cfg.cost]) throw invalid_problem(cost_refusal[cfg.cost]);
+    Cost cost = *costs[cfg.cost];
+    if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+      if (cfg.slices > 1)
+        static_cast<TransformerCost&>(cost) =
+            with_slicing(cost, request.slicing, cfg.slices, cfg.ranks);
+    }
+    const Problem problem{.ranks = cfg.ranks,
+                          .stages = cfg.ranks * cfg.chunks,
+                          .microbatches = cfg.microbatches,
+                          .slices = cfg.slices};
+    const WGradMode wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad;
+    Schedule base = cfg.generator->generate(problem, wgrad);
+    const TuneScenario<Cost>& sc = scenarios[cfg.scenario];
+    MemoryBudget budget =
+        sc.budget ? *sc.budget : default_memory_budget(cost, base.problem, base.placement);
+    // An order with a memory knob (Zero Bubble's capped W deferral, slice-pipe's warm-up)
+    // is searched twice: as it is, and fitted to the budget before checkpointing (what it
+    // cannot fit, checkpointing brings down below). Neither dominates: a fitted base may
+    // need no recompute, the order's own may leave Mario more bubble to hide recomputes in.
+    if (cfg.fitted) {
+      if (!budget.limited()) throw same_as_own{};
+      base = cfg.generator->generate_within(problem, wgrad, cost, budget);
+    }
+    if (cfg.fine) {
+      try {
+        base = fill_weight_gradients(base, cost, budget, request.wgrad_parts);
+      } catch (const invalid_problem&) {
+        // The base is over the budget whatever the W placement: place W's for speed and
+        // let checkpointing bring the memory down.
+        base = fill_weight_gradients(base, cost, MemoryBudget{}, request.wgrad_parts);
+      }
+    }
+    return Built{std::move(cost), std::move(budget), std::move(base)};
+  };
+  auto make_plan = [&](const detail::TuneConfig<Cost>& cfg, std::size_t index, CheckpointMode mode,
+                       const Built& b, const Schedule& s, const SimulationResult& sim) {
+    const TuneScenario<Cost>& sc = scenarios[cfg.scenario];
     TunePlan p;
     p.base = std::string(cfg.generator->name);
     p.chunks = cfg.chunks;
@@ -434,150 +741,160 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
     p.checkpoint = mode;
     p.schedule = s;
     p.makespan = sim.makespan;
-    p.throughput = sim.makespan > 0 ? request.global_batch / sim.makespan : 0.0;
+    p.data = sc.data;
+    p.tensor = sc.tensor;
+    p.zero = sc.zero;
+    p.sequence_parallel = sc.sequence_parallel;
+    p.gpus = cfg.ranks * sc.data * sc.tensor;
+    p.global_batch = sc.global_batch * sc.data;
+    p.throughput = sim.makespan > 0 ? p.global_batch / sim.makespan : 0.0;
     p.bubble_ratio = sim.bubble_ratio;
     p.peak_per_rank = detail::peaks_of(sim);
-    for (int r = 0; r < request.ranks; ++r)
-      p.budget_per_rank.push_back(cfg.budget.of(r));
+    for (int r = 0; r < cfg.ranks; ++r)
+      p.budget_per_rank.push_back(b.budget.of(r));
     p.recomputes = detail::count_recomputes(s);
     p.slices = cfg.slices;
     p.fine_wgrad = cfg.fine;
     p.fitted = cfg.fitted;
+    p.wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad;
+    p.warmup = warmup_of(s, 0);
+    p.order = index;
+    for (double peak : p.peak_per_rank)
+      p.peak_memory = std::max(p.peak_memory, peak);
+    if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+      const CostContext ctx{s.problem, s.placement, 1};
+      p.peak_memory = 0;
+      for (int r = 0; r < cfg.ranks; ++r)
+        p.peak_memory = std::max(p.peak_memory, b.cost.static_bytes(ctx, r) +
+                                                    p.peak_per_rank[static_cast<std::size_t>(r)]);
+      const int S = TransformerCost::model_stage_count(ctx);
+      for (int st = 0; st < S; ++st)
+        p.layers_per_stage.push_back(b.cost.layers_of(ctx, st));
+      if (sim.makespan > 0)
+        p.mfu = p.global_batch * b.cost.model.training_flops_per_sequence() /
+                (p.gpus * b.cost.device.peak_flops * sim.makespan);
+    }
     return p;
   };
-  auto keep = [&](const TunePlan& p) {
-    if (p.checkpoint == CheckpointMode::Full && fallback_full) {
-      detail::keep_better(best_full, p);
-      return;
-    }
-    detail::keep_better(result.best, p);
-    if (p.checkpoint == CheckpointMode::None)
-      detail::keep_better(result.best_without_checkpoint, p);
-    if (is_selective(p.checkpoint) || is_full(p.checkpoint))
-      detail::keep_better(result.best_conventional, p);
-    if (p.checkpoint == CheckpointMode::Mario) detail::keep_better(result.best_mario, p);
-  };
+  // The modes a configuration takes part in.
+  std::vector<CheckpointMode> config_modes = pair_modes;
+  if (fallback_full) config_modes.push_back(CheckpointMode::Full);
 
-  // Phase one, every configuration: cost model, base schedule, budget, base and full
-  // checkpointing simulated (both cheap); plans without recompute and with full recompute.
-  std::vector<std::optional<Cost>> costs(sizes.size());
-  std::vector<std::string> cost_refusal(sizes.size());
-  for (auto& cfg : configs) {
-    const std::size_t si = static_cast<std::size_t>(
-        std::find(sizes.begin(), sizes.end(), cfg.microbatch_size) - sizes.begin());
-    try {
-      if (!costs[si] && cost_refusal[si].empty()) {
-        try {
-          costs[si].emplace(make_cost(cfg.microbatch_size));
-        } catch (const invalid_problem& e) {
-          cost_refusal[si] = e.what();
+  // Work bounds first (cheap, no schedule), then phase one in increasing bound order, so
+  // that the best plans come early and prune the rest.
+  for (auto& cfg : configs)
+    if (costs[cfg.cost]) {
+      try {
+        Cost cost = *costs[cfg.cost];
+        if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+          if (cfg.slices > 1)
+            static_cast<TransformerCost&>(cost) =
+                with_slicing(cost, request.slicing, cfg.slices, cfg.ranks);
         }
+        cfg.work_bound = average_work_bound(cost, cfg.ranks, cfg.microbatches, cfg.slices);
+      } catch (const std::exception&) {
+        cfg.work_bound = 0;  // the build below says why
       }
-      if (!costs[si]) throw invalid_problem(cost_refusal[si]);
-      cfg.cost = costs[si];
-      if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
-        if (cfg.slices > 1)
-          static_cast<TransformerCost&>(*cfg.cost) =
-              with_slicing(*cfg.cost, request.slicing, cfg.slices, request.ranks);
-      }
-      const Problem problem{.ranks = request.ranks,
-                            .stages = request.ranks * cfg.chunks,
-                            .microbatches = cfg.microbatches,
-                            .slices = cfg.slices};
-      const WGradMode wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad;
-      cfg.base = cfg.generator->generate(problem, wgrad);
-      cfg.budget = request.budget
-                       ? *request.budget
-                       : default_memory_budget(*cfg.cost, cfg.base.problem, cfg.base.placement);
-      // An order with a memory knob (Zero Bubble's capped W deferral, slice-pipe's warm-up)
-      // is searched twice: as it is, and fitted to the budget before checkpointing (what it
-      // cannot fit, checkpointing brings down below). Neither dominates: a fitted base may
-      // need no recompute, the order's own may leave Mario more bubble to hide recomputes in.
-      if (cfg.fitted) {
-        if (!cfg.budget.limited()) {  // nothing to fit: the same as the order's own
+    }
+  std::vector<std::size_t> by_bound(configs.size());
+  for (std::size_t i = 0; i < configs.size(); ++i)
+    by_bound[i] = i;
+  std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t a, std::size_t b) {
+    return configs[a].work_bound < configs[b].work_bound;
+  });
+
+  // Phase one, every configuration: base schedule, budget, base and full checkpointing
+  // simulated (both cheap); plans without recompute and with full recompute.
+  std::atomic<bool> cut{false};
+  auto stop = [&] {
+    if (out_of_time()) cut = true;
+    return cut.load();
+  };
+  detail::parallel_for(
+      by_bound.size(), threads,
+      [&](std::size_t n) {
+        const std::size_t index = by_bound[n];
+        auto& cfg = configs[index];
+        // Safe: the work bound holds for every plan of this configuration, whatever mode.
+        bool all_beaten = true;
+        for (CheckpointMode m : config_modes)
+          all_beaten = all_beaten && cannot_beat(cfg.work_bound, rival_of(cfg, m));
+        if (all_beaten) {
+          cfg.refused = true;  // nothing left to do for it
+          settle(modes, &result.candidates_pruned);
+          return;
+        }
+        std::optional<Built> b;
+        SimulationResult sim;
+        try {
+          b.emplace(build(cfg));
+          sim = simulate(b->base, b->cost);
+          if (sim.deadlock)
+            throw invalid_problem("the base schedule deadlocks: " + sim.deadlock_report);
+        } catch (const same_as_own&) {
           cfg.refused = true;
           settle(modes, &result.candidates_pruned);
-          continue;
+          return;
+        } catch (const invalid_problem& e) {
+          cfg.refused = true;
+          refuse(cfg, cfg.label(), e.what(), modes);
+          return;
+        } catch (const invalid_schedule& e) {
+          cfg.refused = true;
+          refuse(cfg, cfg.label(), e.what(), modes);
+          return;
         }
-        cfg.base = cfg.generator->generate_within(problem, wgrad, *cfg.cost, cfg.budget);
-      }
-      if (cfg.fine) {
-        try {
-          cfg.base = fill_weight_gradients(cfg.base, *cfg.cost, cfg.budget, request.wgrad_parts);
-        } catch (const invalid_problem&) {
-          // The base is over the budget whatever the W placement: place W's for speed and
-          // let checkpointing below bring the memory down.
-          cfg.base =
-              fill_weight_gradients(cfg.base, *cfg.cost, MemoryBudget{}, request.wgrad_parts);
+        const Cost& cost = b->cost;
+        cfg.base_fits = detail::fits_budget(detail::peaks_of(sim), b->budget);
+        cfg.lower_bound =
+            std::max(cfg.work_bound, detail::makespan_lower_bound(b->base, cost, sim));
+        if (want_none) {
+          if (cfg.base_fits)
+            keep(make_plan(cfg, index, CheckpointMode::None, *b, b->base, sim), cfg);
+          else
+            settle(1, &result.candidates_over_budget);
         }
-      }
-      cfg.base_sim = simulate(cfg.base, *cfg.cost);
-      if (cfg.base_sim.deadlock)
-        throw invalid_problem("the base schedule deadlocks: " + cfg.base_sim.deadlock_report);
-    } catch (const invalid_problem& e) {
-      cfg.refused = true;
-      note(cfg.label(), e.what());
-      settle(modes, &result.candidates_refused);
-      continue;
-    } catch (const invalid_schedule& e) {
-      cfg.refused = true;
-      note(cfg.label(), e.what());
-      settle(modes, &result.candidates_refused);
-      continue;
-    }
-    const Cost& cost = *cfg.cost;
-    cfg.base_fits = detail::fits_budget(detail::peaks_of(cfg.base_sim), cfg.budget);
-    cfg.lower_bound = detail::makespan_lower_bound(cfg.base, cost, cfg.base_sim);
-    if (want_none) {
-      if (cfg.base_fits) {
-        keep(make_plan(cfg, CheckpointMode::None, cfg.base, cfg.base_sim));
-        settle(1, nullptr);
-      } else {
-        settle(1, &result.candidates_over_budget);
-      }
-    }
-    // Full checkpointing holds the least any checkpointing of this order can: where it does
-    // not fit, neither does selective nor Mario.
-    const bool need_full = want_full || fallback_full || !cfg.base_fits;
-    if (need_full) {
-      const Schedule full = checkpoint_full(cfg.base);
-      const SimulationResult full_sim = simulate(full, cost);
-      cfg.full_fits =
-          !full_sim.deadlock && detail::fits_budget(detail::peaks_of(full_sim), cfg.budget);
-      if (want_full || fallback_full) {
-        if (cfg.full_fits) {
-          keep(make_plan(cfg, CheckpointMode::Full, full, full_sim));
-          settle(1, nullptr);
-        } else {
-          settle(1, &result.candidates_over_budget);
+        // Full checkpointing holds the least any checkpointing of this order can: where it does
+        // not fit, neither does selective nor Mario.
+        const bool need_full = want_full || fallback_full || !cfg.base_fits;
+        if (need_full) {
+          const Schedule full = checkpoint_full(b->base);
+          const SimulationResult full_sim = simulate(full, cost);
+          cfg.full_fits =
+              !full_sim.deadlock && detail::fits_budget(detail::peaks_of(full_sim), b->budget);
+          if (want_full || fallback_full) {
+            if (cfg.full_fits)
+              keep(make_plan(cfg, index, CheckpointMode::Full, *b, full, full_sim), cfg);
+            else
+              settle(1, &result.candidates_over_budget);
+          }
         }
-      }
-    }
-    // The early recompute holds what the late one holds (the same list, the same units).
-    if (want_full_early) {
-      if (cfg.full_fits) {
-        const Schedule early = checkpoint_full(cfg.base, RecomputeTiming::Early);
-        keep(make_plan(cfg, CheckpointMode::FullEarly, early, simulate(early, cost)));
-        settle(1, nullptr);
-      } else {
-        settle(1, &result.candidates_over_budget);
-      }
-    }
-    // Both passes return the base unchanged when it fits.
-    if (cfg.base_fits) {
-      for (CheckpointMode m :
-           {CheckpointMode::Selective, CheckpointMode::SelectiveEarly, CheckpointMode::Mario}) {
-        if (!named(m)) continue;
-        if (m == CheckpointMode::Mario && !mario_applies(cfg)) continue;
-        TunePlan p = make_plan(cfg, m, cfg.base, cfg.base_sim);
-        p.schedule.name += std::string("+") + to_string(m);
-        keep(p);
-        settle(1, nullptr);
-      }
-    } else if (!cfg.full_fits) {
-      settle(want_selective + want_selective_early + want_mario, &result.candidates_over_budget);
-    }
-  }
+        // The early recompute holds what the late one holds (the same list, the same units).
+        if (want_full_early) {
+          if (cfg.full_fits) {
+            const Schedule early = checkpoint_full(b->base, RecomputeTiming::Early);
+            keep(make_plan(cfg, index, CheckpointMode::FullEarly, *b, early, simulate(early, cost)),
+                 cfg);
+          } else {
+            settle(1, &result.candidates_over_budget);
+          }
+        }
+        // Both passes return the base unchanged when it fits.
+        if (cfg.base_fits) {
+          for (CheckpointMode m :
+               {CheckpointMode::Selective, CheckpointMode::SelectiveEarly, CheckpointMode::Mario}) {
+            if (!named(m)) continue;
+            if (m == CheckpointMode::Mario && !mario_applies(cfg)) continue;
+            TunePlan p = make_plan(cfg, index, m, *b, b->base, sim);
+            p.schedule.name += std::string("+") + to_string(m);
+            keep(std::move(p), cfg);
+          }
+        } else if (!cfg.full_fits) {
+          settle(want_selective + want_selective_early + want_mario,
+                 &result.candidates_over_budget);
+        }
+      },
+      stop);
 
   // Phases two and three: selective, then Mario, on the configurations that need them, most
   // promising (lowest bound) first so that the bound prunes the rest.
@@ -587,49 +904,220 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return configs[a].lower_bound < configs[b].lower_bound;
   });
-  auto cannot_beat = [](const detail::TuneConfig<Cost>& cfg, const std::optional<TunePlan>& b) {
-    return b && cfg.lower_bound >= b->makespan - 1e-12 * std::max(1.0, std::abs(b->makespan));
+  auto run_pass = [&](CheckpointMode mode) {
+    detail::parallel_for(
+        order.size(), threads,
+        [&](std::size_t n) {
+          const std::size_t index = order[n];
+          const auto& cfg = configs[index];
+          if (mode == CheckpointMode::Mario && !mario_applies(cfg)) return;
+          if (cannot_beat(cfg.lower_bound, rival_of(cfg, mode))) {
+            settle(1, &result.candidates_pruned);
+            return;
+          }
+          try {
+            const Built b = build(cfg);
+            const Schedule s =
+                is_selective(mode)
+                    ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode))
+                    : checkpoint_mario(b.base, b.cost, b.budget, request.mario);
+            const SimulationResult sim = simulate(s, b.cost);
+            if (sim.deadlock || !detail::fits_budget(detail::peaks_of(sim), b.budget)) {
+              settle(1, &result.candidates_over_budget);
+              return;
+            }
+            keep(make_plan(cfg, index, mode, b, s, sim), cfg);
+          } catch (const invalid_problem&) {
+            // The pass found nothing within the budget.
+            settle(1, &result.candidates_over_budget);
+          } catch (const invalid_schedule& e) {
+            refuse(cfg, cfg.label() + ", " + to_string(mode), e.what(), 1);
+          }
+        },
+        stop);
   };
-  auto run_pass = [&](CheckpointMode mode, std::optional<TunePlan>& rival) {
-    for (std::size_t i : order) {
-      const auto& cfg = configs[i];
-      if (mode == CheckpointMode::Mario && !mario_applies(cfg)) continue;
-      if (cannot_beat(cfg, rival)) {
-        settle(1, &result.candidates_pruned);
-        continue;
-      }
-      try {
-        const Schedule s =
-            is_selective(mode)
-                ? checkpoint_selective(cfg.base, *cfg.cost, cfg.budget, nullptr, timing_of(mode))
-                : checkpoint_mario(cfg.base, *cfg.cost, cfg.budget, request.mario);
-        const SimulationResult sim = simulate(s, *cfg.cost);
-        if (sim.deadlock || !detail::fits_budget(detail::peaks_of(sim), cfg.budget)) {
-          settle(1, &result.candidates_over_budget);
-          continue;
-        }
-        keep(make_plan(cfg, mode, s, sim));
-        settle(1, nullptr);
-      } catch (const invalid_problem&) {
-        // The pass found nothing within the budget.
-        settle(1, &result.candidates_over_budget);
-      } catch (const invalid_schedule& e) {
-        note(cfg.label() + ", " + to_string(mode), e.what());
-        settle(1, &result.candidates_refused);
-      }
-    }
-  };
-  if (want_selective) run_pass(CheckpointMode::Selective, result.best_conventional);
-  if (want_selective_early) run_pass(CheckpointMode::SelectiveEarly, result.best_conventional);
-  if (want_mario) run_pass(CheckpointMode::Mario, result.best_mario);
+  if (want_selective) run_pass(CheckpointMode::Selective);
+  if (want_selective_early) run_pass(CheckpointMode::SelectiveEarly);
+  if (want_mario) run_pass(CheckpointMode::Mario);
 
   // Full checkpointing as the fallback: only when nothing else fits.
-  if (fallback_full && !result.best && best_full) {
-    result.best = best_full;
-    detail::keep_better(result.best_conventional, *best_full);
+  if (fallback_full && !result.best) {
+    std::optional<TunePlan> full;
+    for (const auto& f : best_full)
+      if (f) detail::keep_better(full, *f);
+    if (full) {
+      result.best = full;
+      detail::keep_better(result.best_conventional, *full);
+    }
   }
+  std::stable_sort(result.notes.begin(), result.notes.end(),
+                   [](const TuneNote& a, const TuneNote& b) { return a.first < b.first; });
+  result.cut = cut.load();
   result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
   return result;
+}
+
+}  // namespace detail
+
+//! Searches the configurations and checkpoint modes of `request` (see the file comment for
+//! what is searched and pruned) with cost models from `make_cost` (microbatch size → cost
+//! model), and returns the fastest plans that fit the budget: overall, without
+//! checkpointing, with conventional (selective or full) checkpointing, with Mario, and for
+//! each (base, mode) pair. Plans that do not fit, and configurations a generator or the cost
+//! model refuses, are skipped and counted; a result with no plan is not an error. Throws
+//! invalid_problem when the request itself is out of range (TuneRequest::check).
+template <class Factory>
+requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const Factory& make_cost,
+                                               const ProgressFn& progress = {}) {
+  using Cost = std::remove_cvref_t<decltype(make_cost(1))>;
+  request.check();
+  detail::TuneScenario<Cost> one;
+  one.ranks = request.ranks;
+  one.global_batch = request.global_batch;
+  one.make_cost = [&make_cost](int b) { return make_cost(b); };
+  one.budget = request.budget;
+  return detail::run_tune<Cost>(request, {one}, progress);
+}
+
+//! A search over a whole cluster: every way to run `gpus` GPUs as pipeline × data ×
+//! tensor parallelism (Megatron-LM's placement, tensor innermost), each with the layer
+//! splits, and inside each pipeline everything TuneRequest searches.
+struct ClusterRequest {
+  int gpus = 1;           //!< GPUs in all, N
+  int gpus_per_node = 0;  //!< GPUs of a node; 0 = the device's ranks_per_node
+  int global_batch = 1;   //!< sequences per step over all data-parallel replicas
+  //! What to search inside each pipeline: bases, chunks, microbatch sizes, checkpoints,
+  //! slices, fine W, Mario options, threads, time limit (its ranks, global_batch and budget
+  //! are set per pipeline; the budget is each GPU's device memory less its static bytes).
+  TuneRequest search{};
+  //! Pipeline sizes tried; empty = every divisor of N the rest allows.
+  std::vector<int> pipeline{};
+  //! Tensor-parallel degrees tried; empty = every divisor of the node size that divides N,
+  //! the heads, the key/value heads and the MLP width.
+  std::vector<int> tensor{};
+  //! ZeRO stage used wherever there are data-parallel replicas (1: Megatron-LM's distributed
+  //! optimizer). The cost model gives a higher stage the same time and less memory, so the
+  //! search runs the highest stage allowed rather than each.
+  int zero = 1;
+  //! Sequence parallelism with tensor parallelism (the same collective bytes, less memory:
+  //! it dominates, so it is on unless turned off).
+  bool sequence_parallel = true;
+  //! Layer splits tried; the balanced split is skipped where it equals the even one.
+  std::vector<LayerSplit> splits{LayerSplit::Even, LayerSplit::Balanced};
+  //! Count the optimizer step and each rank's workspace (Parallelism::whole_step).
+  bool whole_step = true;
+
+  //! Throws invalid_problem naming the first field out of range.
+  void check() const {
+    auto bad = [](const std::string& field, const std::string& value, const std::string& want) {
+      throw invalid_problem("ClusterRequest." + field + " = " + value + " is out of range; " +
+                            want + ".");
+    };
+    if (gpus < 1) bad("gpus", std::to_string(gpus), "a cluster needs at least 1 GPU");
+    if (gpus_per_node < 0)
+      bad("gpus_per_node", std::to_string(gpus_per_node),
+          "use 0 (the device's) or a positive count");
+    if (global_batch < 1)
+      bad("global_batch", std::to_string(global_batch), "a step needs at least 1 sequence");
+    for (int p : pipeline)
+      if (p < 1) bad("pipeline", std::to_string(p), "every pipeline size must be at least 1");
+    for (int t : tensor)
+      if (t < 1) bad("tensor", std::to_string(t), "every tensor degree must be at least 1");
+    if (zero < 0 || zero > 2) bad("zero", std::to_string(zero), "use 0, 1 or 2");
+    if (splits.empty()) bad("splits", "{}", "give at least one layer split, e.g. {Even}");
+    search.check_lists(true);
+  }
+};
+
+//! Searches `request` for `model` on GPUs of `device`: each factorization N = pp · d · t
+//! (t inside a node; d dividing the global batch) and layer split is a pipeline of pp ranks
+//! with the global batch / d sequences, searched as `tune` searches a fixed pipeline, all of
+//! them in one parallel search with one set of baselines. Plans carry their degrees, step
+//! time with the gradient all-reduce and optimizer step, largest GPU's memory and MFU.
+inline TuneResult tune_cluster(const ClusterRequest& request, const ModelShape& model,
+                               DeviceSpec device, const ProgressFn& progress = {}) {
+  request.check();
+  model.check();
+  if (request.gpus_per_node > 0) device.ranks_per_node = request.gpus_per_node;
+  device.check();
+  const int N = request.gpus, G = device.ranks_per_node;
+  std::vector<TuneNote> notes;
+  auto note = [&](const std::string& configuration, const std::string& reason) {
+    auto same = std::find_if(notes.begin(), notes.end(),
+                             [&](const TuneNote& n) { return n.reason == reason; });
+    if (same != notes.end())
+      ++same->count;
+    else
+      notes.push_back(TuneNote{configuration, reason, 1, 0});
+  };
+  auto wanted = [](const std::vector<int>& list, int v) {
+    return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
+  };
+  std::vector<detail::TuneScenario<TransformerCost>> scenarios;
+  for (int t = 1; t <= std::min(N, G); ++t) {
+    if (N % t != 0 || G % t != 0 || !wanted(request.tensor, t)) continue;
+    if (model.heads % t != 0 || model.key_value_heads() % t != 0 || model.ffn() % t != 0) {
+      if (!request.tensor.empty())
+        note("tensor " + std::to_string(t),
+             "tensor parallelism of " + std::to_string(t) +
+                 " does not divide the model's heads, key/value heads and MLP width");
+      continue;
+    }
+    for (int pp = 1; pp <= N / t; ++pp) {
+      if ((N / t) % pp != 0 || !wanted(request.pipeline, pp)) continue;
+      const int d = N / t / pp;
+      const std::string label =
+          "pp " + std::to_string(pp) + " x dp " + std::to_string(d) + " x tp " + std::to_string(t);
+      if (request.global_batch % d != 0) {
+        note(label, "the global batch of " + std::to_string(request.global_batch) +
+                        " sequences does not split over " + std::to_string(d) +
+                        " data-parallel replicas");
+        continue;
+      }
+      if (pp > model.layers) {
+        note(label, "a pipeline of " + std::to_string(pp) +
+                        " ranks needs at least as many layers (the model has " +
+                        std::to_string(model.layers) + ")");
+        continue;
+      }
+      for (LayerSplit split : request.splits) {
+        if (pp == 1 && split != request.splits.front()) continue;  // one stage: one split
+        Parallelism par;
+        par.tensor = t;
+        par.sequence_parallel = request.sequence_parallel && t > 1;
+        par.data = d;
+        par.zero = d > 1 ? request.zero : 0;
+        par.split = split;
+        par.whole_step = request.whole_step;
+        detail::TuneScenario<TransformerCost> sc;
+        sc.ranks = pp;
+        sc.global_batch = request.global_batch / d;
+        sc.data = d;
+        sc.tensor = t;
+        sc.zero = par.zero;
+        sc.sequence_parallel = par.sequence_parallel;
+        sc.cluster = true;
+        sc.make_cost = [model, device, par](int b) {
+          TransformerCost c{model, device, {}, par};
+          c.model.microbatch_size = b;
+          c.check();
+          return c;
+        };
+        scenarios.push_back(std::move(sc));
+      }
+    }
+  }
+  if (scenarios.empty())
+    throw invalid_problem("no way to run " + std::to_string(N) + " GPUs (" + std::to_string(G) +
+                          " per node) as pipeline x data x tensor parallelism fits the request: " +
+                          (notes.empty() ? std::string("check ClusterRequest.pipeline and .tensor")
+                                         : notes.front().text()) +
+                          ".");
+  TuneRequest search = request.search;
+  search.global_batch = request.global_batch;
+  TuneResult r = detail::run_tune<TransformerCost>(search, scenarios, progress);
+  r.notes.insert(r.notes.begin(), notes.begin(), notes.end());
+  return r;
 }
 
 //! `tune` under UniformCost: microbatch size 1 only (its figures are per microbatch), the

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "pipesched/analysis/presets.hpp"
@@ -521,4 +522,252 @@ TEST(TransformerCost, OneFOneBSimulationGivesPlausibleTimeAndMemory) {
     // (about 28 GB) plus 4 microbatches of activations (about 18 GB) stay below 80 GiB.
     EXPECT_LT(cost.static_bytes(ctx, 0) + res.ranks[0].peak_memory, cost.device.memory_bytes);
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Parallelism: tensor, sequence and data parallelism, ZeRO, layer splits, whole-step costs.
+
+namespace {
+
+// GPT shape (f = 4h, multi-head, plain MLP) in 16-bit with flash attention: Korthikanti et
+// al.'s per-layer activation bytes are s·b·h·(10 + 24/t), and s·b·h·34/t with sequence
+// parallelism.
+ps::TransformerCost tensor_cost(int t, bool sp) {
+  ps::DeviceSpec d = test_device();
+  d.ranks_per_node = 8;
+  ps::TransformerCost c{tiny_gpt(), d, {}};
+  c.parallel.tensor = t;
+  c.parallel.sequence_parallel = sp;
+  return c;
+}
+
+}  // namespace
+
+TEST(TransformerCostParallel, TensorParallelActivationsFollowKorthikanti) {
+  const ps::ModelShape m = tiny_gpt();
+  const double sbh = static_cast<double>(m.sequence) * m.microbatch_size * m.hidden;
+  Pipeline p(2, 1);  // stage 0: layers only (the embedding adds no activations)
+  const int n = ps::TransformerCost{m, test_device(), {}}.layers_of(p.ctx(), 0);
+  for (int t : {1, 2, 4}) {
+    SCOPED_TRACE("t=" + std::to_string(t));
+    expect_rel(tensor_cost(t, false).activation_bytes(p.ctx(), 0, 0), n * sbh * (10 + 24.0 / t));
+    expect_rel(tensor_cost(t, true).activation_bytes(p.ctx(), 0, 0), n * sbh * 34.0 / t);
+    // FLOPs split evenly; the stage boundary is replicated without sequence parallelism.
+    expect_rel(tensor_cost(t, false).flops(p.ctx(), act(OpKind::F, 0)),
+               tensor_cost(1, false).flops(p.ctx(), act(OpKind::F, 0)) / t);
+    expect_rel(tensor_cost(t, false).boundary_bytes(p.ctx(), 1, 0), sbh * 2);
+    expect_rel(tensor_cost(t, true).boundary_bytes(p.ctx(), 1, 0), sbh * 2 / t);
+  }
+}
+
+TEST(TransformerCostParallel, TensorParallelCollectivesAreRingAllReduces) {
+  // The same cost with an (almost) free link isolates the collectives' time.
+  Pipeline p(2, 1);
+  const ps::ModelShape m = tiny_gpt();
+  const double bytes = 2.0 * m.microbatch_size * m.sequence * m.hidden;  // b·s·h·v
+  for (int t : {2, 4}) {
+    ps::TransformerCost slow = tensor_cost(t, false), free = slow;
+    free.device.link_bandwidth = 1e300;
+    free.device.link_latency = 0;
+    const double ring = 2.0 * (t - 1) / t * bytes / slow.device.link_bandwidth +
+                        2.0 * (t - 1) * slow.device.link_latency;
+    const int n = slow.layers_of(p.ctx(), 1);
+    auto extra = [&](OpKind k, int stage) {
+      return slow.duration(p.ctx(), act(k, stage)) - free.duration(p.ctx(), act(k, stage));
+    };
+    SCOPED_TRACE("t=" + std::to_string(t));
+    expect_rel(extra(OpKind::F, 1), 2 * n * ring, 1e-9);
+    expect_rel(extra(OpKind::R, 1), 2 * n * ring, 1e-9);
+    expect_rel(extra(OpKind::I, 1), (2 * n + 1) * ring, 1e-9);  // + the LM head's input gradient
+    expect_rel(extra(OpKind::B, 1), (2 * n + 1) * ring, 1e-9);
+    EXPECT_NEAR(extra(OpKind::W, 1), 0.0, 1e-15);
+    expect_rel(extra(OpKind::F, 0), (2 * n + 1) * ring, 1e-9);  // + the embedding's
+    // Without tensor parallelism, no collective.
+    ps::TransformerCost one = tensor_cost(1, false), one_free = one;
+    one_free.device.link_bandwidth = 1e300;
+    one_free.device.link_latency = 0;
+    EXPECT_DOUBLE_EQ(one.duration(p.ctx(), act(OpKind::F, 1)),
+                     one_free.duration(p.ctx(), act(OpKind::F, 1)));
+  }
+}
+
+TEST(TransformerCostParallel, StaticBytesFollowZeroAndTensorSplit) {
+  Pipeline p(2, 1);
+  ps::TransformerCost c{tiny_llama(), test_device(), {}};
+  c.device.ranks_per_node = 8;
+  const double params = c.stage_parameters(p.ctx(), 0);
+  expect_rel(c.static_bytes(p.ctx(), 0), 16 * params);
+  c.parallel.data = 4;
+  expect_rel(c.static_bytes(p.ctx(), 0), 16 * params);  // no ZeRO: every replica holds all
+  c.parallel.zero = 1;
+  expect_rel(c.static_bytes(p.ctx(), 0), (4 + 12.0 / 4) * params);
+  c.parallel.zero = 2;
+  expect_rel(c.static_bytes(p.ctx(), 0), (2 + 14.0 / 4) * params);
+  c.parallel.tensor = 2;
+  expect_rel(c.static_bytes(p.ctx(), 0), (2 + 14.0 / 4) * params / 2);
+}
+
+TEST(TransformerCostParallel, LayerSplitIsTheOneGiven) {
+  Pipeline p(3, 1);
+  ps::TransformerCost c{tiny_llama(), test_device(), {}};  // 7 layers
+  EXPECT_EQ(c.layers_of(p.ctx(), 0), 3);
+  c.parallel.layers = {1, 2, 4};
+  EXPECT_EQ(c.layers_of(p.ctx(), 0), 1);
+  EXPECT_EQ(c.layers_of(p.ctx(), 2), 4);
+  expect_rel(c.flops(p.ctx(), act(OpKind::F, 1)) * 2,
+             c.flops(p.ctx(), act(OpKind::F, 2)) - 2.0 * 3 * 45 * 96 * 300);  // LM head
+  auto refused = [&](std::vector<int> layers, const std::string& says) {
+    ps::TransformerCost bad = c;
+    bad.parallel.layers = std::move(layers);
+    try {
+      (void)bad.flops(p.ctx(), act(OpKind::F, 0));
+      ADD_FAILURE() << "accepted a split that " << says;
+    } catch (const ps::invalid_problem& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused({3, 4}, "one layer count per stage");
+  refused({2, 2, 2}, "sum to 6 layers");
+  refused({0, 3, 4}, "at least one layer");
+}
+
+TEST(TransformerCostParallel, TensorDegreeMustDivideTheModelAndTheNode) {
+  Pipeline p(2, 1);
+  for (auto [t, per_node, says] :
+       {std::tuple{3, 8, "heads = 8"}, std::tuple{4, 8, "kv_heads) = 2"}}) {
+    ps::TransformerCost c{tiny_llama(), test_device(), {}};
+    c.device.ranks_per_node = per_node;
+    c.parallel.tensor = t;
+    try {
+      c.check();
+      ADD_FAILURE() << "accepted tensor " << t;
+    } catch (const ps::invalid_problem& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+  ps::TransformerCost c{tiny_gpt(), test_device(), {}};  // 2 ranks per node
+  c.parallel.tensor = 4;
+  EXPECT_THROW(c.check(), ps::invalid_problem);  // a tensor group stays inside its node
+}
+
+TEST(TransformerCostParallel, GradientSyncIsARingOverTheReplicasLink) {
+  // 2 pipeline ranks; 8 GPUs per node. d = 4, t = 1: each pipeline rank's replicas sit on
+  // one node (GPUs 0-3 and 4-7); d = 8: rank 0's replicas fill node 0 too; t = 2, d = 8: 16
+  // GPUs per rank, over two nodes, each node's 2 rings sharing its port(s).
+  Pipeline p(2, 1);
+  ps::TransformerCost c{tiny_gpt(), test_device(), {}};
+  c.device.ranks_per_node = 8;
+  const double grads = 2 * c.stage_parameters(p.ctx(), 1);
+  EXPECT_EQ(c.step_tail(p.ctx(), 1), 0.0);  // one replica: nothing to synchronise
+  auto ring = [](double bytes, int n, double bw, double lat) {
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+  };
+  c.parallel.data = 4;
+  expect_rel(c.gradient_sync_seconds(p.ctx(), 1),
+             ring(grads, 4, c.device.link_bandwidth, c.device.link_latency));
+  c.parallel.data = 8;
+  expect_rel(c.gradient_sync_seconds(p.ctx(), 1),
+             ring(grads, 8, c.device.link_bandwidth, c.device.link_latency));
+  c.parallel.tensor = 2;
+  expect_rel(c.gradient_sync_seconds(p.ctx(), 1),
+             ring(grads / 2, 8, c.device.node_link_bandwidth, c.device.node_link_latency));
+  c.device.node_ports = 1;  // one port for the node's two rings
+  expect_rel(c.gradient_sync_seconds(p.ctx(), 1),
+             ring(grads / 2, 8, c.device.node_link_bandwidth / 2, c.device.node_link_latency));
+  // ZeRO moves the same bytes; the optimizer step comes with whole_step only.
+  c.parallel.zero = 2;
+  expect_rel(c.step_tail(p.ctx(), 1), c.gradient_sync_seconds(p.ctx(), 1));
+  c.parallel.whole_step = true;
+  expect_rel(c.optimizer_seconds(p.ctx(), 1),
+             28 * c.stage_parameters(p.ctx(), 1) / 2 / 8 / c.device.memory_bandwidth);
+  expect_rel(c.step_tail(p.ctx(), 1),
+             c.gradient_sync_seconds(p.ctx(), 1) + c.optimizer_seconds(p.ctx(), 1));
+}
+
+TEST(TransformerCostParallel, SimulatorAddsTheStepTail) {
+  ps::DeviceSpec d = test_device();
+  d.ranks_per_node = 16;  // every GPU on one node, with and without replicas
+  ps::TransformerCost plain{tiny_gpt(), d, {}}, replicated = plain;
+  replicated.parallel.data = 4;
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const ps::SimulationResult a = ps::simulate(s, plain), b = ps::simulate(s, replicated);
+  const ps::CostContext ctx{s.problem, s.placement, 1};
+  double expected = 0;
+  for (int r = 0; r < 4; ++r) {
+    expect_rel(b.ranks[r].end, a.ranks[r].end + replicated.step_tail(ctx, r));
+    expected = std::max(expected, a.ranks[r].end + replicated.step_tail(ctx, r));
+  }
+  expect_rel(b.makespan, expected);
+  EXPECT_GT(b.makespan, a.makespan);
+}
+
+TEST(TransformerCostParallel, WorkspaceIsOneLayerAndTheLogitsGradient) {
+  Pipeline p(2, 1);
+  ps::TransformerCost c{tiny_gpt(), test_device(), {}};
+  const double before = c.static_bytes(p.ctx(), 1);
+  EXPECT_EQ(c.workspace_bytes(p.ctx(), 1), 0.0);
+  c.parallel.whole_step = true;
+  const ps::ModelShape& m = c.model;
+  const double sbh = static_cast<double>(m.sequence) * m.microbatch_size * m.hidden;
+  const double logits = 4.0 * m.sequence * m.microbatch_size * m.vocabulary;
+  expect_rel(c.workspace_bytes(p.ctx(), 0), 34 * sbh);
+  expect_rel(c.workspace_bytes(p.ctx(), 1), 34 * sbh + logits);
+  expect_rel(c.static_bytes(p.ctx(), 1), before + 34 * sbh + logits);
+}
+
+TEST(TransformerCostParallel, TrainingFlopsAreThreeForwards) {
+  for (const NamedModel& nm : shapes()) {
+    ps::ModelShape m = nm.model;
+    m.microbatch_size = 1;
+    ps::TransformerCost c{m, test_device(), {}};
+    Pipeline p(3, 1);
+    double forward = 0;
+    for (int s = 0; s < 3; ++s)
+      forward += c.flops(p.ctx(), act(OpKind::F, s));
+    expect_rel(m.training_flops_per_sequence(), 3 * forward, 1e-12);
+  }
+}
+
+TEST(TransformerCostParallel, MessagesSplitOverTheTensorGroupAndNodesFollowThePlacement) {
+  // 2 pipeline ranks of t·d = 8 GPUs on nodes of 8: the boundary between them crosses nodes.
+  Pipeline p(2, 1);
+  ps::TransformerCost c{tiny_gpt(), test_device(), {}};
+  c.device.ranks_per_node = 8;
+  const double bytes = c.message_bytes(p.ctx(), 0);
+  expect_rel(c.transfer_time(p.ctx(), act(OpKind::F, 0)), c.device.link_latency + bytes / 1e10);
+  c.parallel.tensor = 2;
+  c.parallel.data = 4;
+  EXPECT_EQ(c.node_of(1), 1);
+  expect_rel(c.transfer_time(p.ctx(), act(OpKind::F, 0)),
+             c.device.node_link_latency + bytes / 2 / c.device.node_link_bandwidth);
+  c.device.node_ports = 2;  // 8 senders share 2 ports
+  expect_rel(c.transfer_time(p.ctx(), act(OpKind::F, 0)),
+             c.device.node_link_latency + bytes / 2 / (c.device.node_link_bandwidth * 2 / 8));
+}
+
+TEST(TransformerCostParallel, BalancedSplitGivesTheLastStageFewerLayersForItsHead) {
+  // Llama 2 13B over 16 stages: 40 layers, the head ≈ 0.6 layers' FLOPs.
+  ps::TransformerCost c{
+      ps::presets::find_model("llama2-13b"), ps::presets::find_device("h100"), {}};
+  Pipeline p(16, 1);
+  c.parallel.split = ps::LayerSplit::Balanced;
+  const double e = c.head_layers();
+  EXPECT_GT(e, 0.3);
+  EXPECT_LT(e, 1.0);
+  int sum = 0;
+  for (int s = 0; s < 16; ++s)
+    sum += c.layers_of(p.ctx(), s);
+  EXPECT_EQ(sum, 40);
+  EXPECT_EQ(c.layers_of(p.ctx(), 15), static_cast<int>(std::lround((40 + e) / 16 - e)));
+  EXPECT_EQ(c.layers_of(p.ctx(), 15), 2);
+  EXPECT_EQ(c.layers_of(p.ctx(), 0), 3);  // 38 over 15: the first eight take 3
+  // The slowest stage is faster than under the even split (3 layers + head on the last).
+  auto slowest = [&](ps::LayerSplit split) {
+    c.parallel.split = split;
+    double most = 0;
+    for (int s = 0; s < 16; ++s)
+      most = std::max(most, c.duration(p.ctx(), act(OpKind::F, s)));
+    return most;
+  };
+  EXPECT_LE(slowest(ps::LayerSplit::Balanced), slowest(ps::LayerSplit::Even));
 }

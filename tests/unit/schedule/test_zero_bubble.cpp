@@ -565,8 +565,8 @@ Peaks measure(const Schedule& s, const Cost& cost) {
 // against 1F1B's 32.1 GiB. Bounded by 1F1B's own per-rank peaks, ZB-H1 and ZB-H2 fit every
 // rank and still beat 1F1B's step; ZB-V fits 1F1B's largest peak on every rank.
 TEST(MemoryBoundedZeroBubble, FitsOneFOneBsPeakOnLlama2AndBeatsItsStep) {
-  const ps::TransformerCost cost{ps::presets::find_model("llama2-13b"),
-                                 ps::presets::find_device("rtx-4090")};
+  const ps::TransformerCost cost{
+      ps::presets::find_model("llama2-13b"), ps::presets::find_device("rtx-4090"), {}};
   const Problem p{.ranks = 16, .microbatches = 64};
   const Peaks base = measure(ps::schedule::one_f_one_b(p, WGradMode::Fused), cost);
   const Peaks unbounded = measure(ps::schedule::zero_bubble_h1(p), cost);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -516,4 +517,219 @@ TEST(Tune, SearchesSlicesAndFineWeightGradientsToo) {
   // Refusals are reported, not thrown.
   req.slices = {0};
   EXPECT_THROW(ps::tune(req, ps::UniformCost{}), ps::invalid_problem);
+}
+
+// ---------------------------------------------------------------------------------------
+// The cluster search: pipeline x data x tensor parallelism, layer splits, in parallel.
+
+namespace {
+
+// GPT-3 1.3B on 8 A100 40GB in nodes of 4: small enough to search every way by hand.
+ps::ClusterRequest small_cluster() {
+  ps::ClusterRequest c;
+  c.gpus = 8;
+  c.gpus_per_node = 4;
+  c.global_batch = 16;
+  c.search.bases = {"1f1b", "interleaved-1f1b", "zb-h1"};
+  c.search.chunks = {2};
+  c.search.microbatch_sizes = {1, 2, 4};
+  c.search.checkpoints = {CheckpointMode::None, CheckpointMode::Selective, CheckpointMode::Mario};
+  return c;
+}
+
+ps::ModelShape short_gpt() {
+  ps::ModelShape m = ps::presets::find_model("gpt3-1.3b");
+  m.sequence = 1024;
+  return m;
+}
+
+}  // namespace
+
+TEST(TuneCluster, BestIsTheBestOfEveryFactorizationSearchedAlone) {
+  const ps::ClusterRequest req = small_cluster();
+  const ps::ModelShape model = short_gpt();
+  ps::DeviceSpec device = ps::presets::find_device("a100-40gb");
+  const ps::TuneResult r = ps::tune_cluster(req, model, device);
+  ASSERT_TRUE(r.best);
+  EXPECT_FALSE(r.cut);
+  EXPECT_EQ(r.candidates_tried, r.candidates_total);
+  device.ranks_per_node = 4;
+  // By hand: every (pp, d, t) with t | 4, every split, each a fixed-pipeline search.
+  std::optional<double> best;
+  std::map<std::pair<std::string, CheckpointMode>, double> pair_best;
+  int factorizations = 0;
+  for (int t : {1, 2, 4})
+    for (int pp : {1, 2, 4, 8}) {
+      if (8 % (t * pp) != 0) continue;
+      const int d = 8 / (t * pp);
+      for (ps::LayerSplit split : {ps::LayerSplit::Even, ps::LayerSplit::Balanced}) {
+        ++factorizations;
+        ps::Parallelism par;
+        par.tensor = t;
+        par.sequence_parallel = t > 1;
+        par.data = d;
+        par.zero = d > 1 ? 1 : 0;
+        par.split = split;
+        par.whole_step = true;
+        ps::TuneRequest one = req.search;
+        one.ranks = pp;
+        one.global_batch = req.global_batch / d;
+        one.threads = 1;
+        const ps::TuneResult alone = ps::tune(one, ps::TransformerCostFactory{model, device, par});
+        if (alone.best && (!best || alone.best->makespan < *best)) best = alone.best->makespan;
+        for (const ps::TuneBaseline& b : alone.baselines) {
+          if (!b.plan) continue;
+          auto key = std::pair{b.base, b.checkpoint};
+          if (!pair_best.count(key) || b.plan->makespan < pair_best[key])
+            pair_best[key] = b.plan->makespan;
+        }
+      }
+    }
+  EXPECT_GT(factorizations, 10);
+  ASSERT_TRUE(best);
+  EXPECT_NEAR(r.best->makespan, *best, 1e-12 * *best) << ps::describe(*r.best);
+  // Every (base, mode) pair's best is the best of that pair over all factorizations.
+  ASSERT_EQ(r.baselines.size(), 3u * 3u);
+  for (const ps::TuneBaseline& b : r.baselines) {
+    SCOPED_TRACE(b.base + " " + ps::to_string(b.checkpoint));
+    auto it = pair_best.find({b.base, b.checkpoint});
+    ASSERT_EQ(b.plan.has_value(), it != pair_best.end());
+    if (b.plan) {
+      EXPECT_NEAR(b.plan->makespan, it->second, 1e-12 * it->second);
+    }
+  }
+}
+
+TEST(TuneCluster, PlansDescribeTheirClusterAndReproduce) {
+  const ps::ClusterRequest req = small_cluster();
+  const ps::ModelShape model = short_gpt();
+  const ps::TuneResult r = ps::tune_cluster(req, model, ps::presets::find_device("a100-40gb"));
+  ASSERT_TRUE(r.best);
+  for (const ps::TuneBaseline& b : r.baselines) {
+    if (!b.plan) continue;
+    const ps::TunePlan& p = *b.plan;
+    SCOPED_TRACE(ps::describe(p));
+    const int pp = p.schedule.problem.ranks;
+    EXPECT_EQ(pp * p.data * p.tensor, 8);
+    EXPECT_EQ(p.gpus, 8);
+    EXPECT_EQ(p.global_batch, 16);
+    EXPECT_EQ(p.microbatches * p.microbatch_size * p.data, 16);
+    int layers = 0;
+    for (int n : p.layers_per_stage)
+      layers += n;
+    EXPECT_EQ(layers, model.layers);
+    EXPECT_EQ(p.zero, p.data > 1 ? 1 : 0);
+    EXPECT_EQ(p.sequence_parallel, p.tensor > 1);
+    EXPECT_GT(p.mfu, 0.0);
+    EXPECT_LT(p.mfu, 0.75);  // no plan beats the GEMM efficiency ceiling
+    ps::DeviceSpec device = ps::presets::find_device("a100-40gb");
+    device.ranks_per_node = 4;
+    EXPECT_LE(p.peak_memory, device.memory_bytes * (1 + 1e-12));
+    // The cost model the plan names, with its layers listed, simulates to its step time.
+    ps::ModelShape m = model;
+    m.microbatch_size = p.microbatch_size;
+    ps::TransformerCost cost{m, device, {}};
+    cost.parallel.tensor = p.tensor;
+    cost.parallel.sequence_parallel = p.sequence_parallel;
+    cost.parallel.data = p.data;
+    cost.parallel.zero = p.zero;
+    cost.parallel.layers = p.layers_per_stage;
+    cost.parallel.whole_step = true;
+    const ps::SimulationResult sim = ps::simulate(p.schedule, cost);
+    EXPECT_DOUBLE_EQ(sim.makespan, p.makespan);
+    const double flops = 16 * model.training_flops_per_sequence();
+    EXPECT_NEAR(p.mfu, flops / (8 * device.peak_flops * p.makespan), 1e-12);
+  }
+}
+
+TEST(TuneCluster, ThreadsChangeNothingButTheTime) {
+  ps::ClusterRequest req = small_cluster();
+  const ps::ModelShape model = short_gpt();
+  const ps::DeviceSpec device = ps::presets::find_device("a100-40gb");
+  req.search.threads = 1;
+  const ps::TuneResult one = ps::tune_cluster(req, model, device);
+  req.search.threads = 3;
+  const ps::TuneResult three = ps::tune_cluster(req, model, device);
+  EXPECT_EQ(one.threads, 1);
+  EXPECT_EQ(three.threads, 3);
+  ASSERT_TRUE(one.best && three.best);
+  EXPECT_EQ(ps::describe(*one.best), ps::describe(*three.best));
+  EXPECT_DOUBLE_EQ(one.best->makespan, three.best->makespan);
+  ASSERT_EQ(one.baselines.size(), three.baselines.size());
+  for (std::size_t i = 0; i < one.baselines.size(); ++i) {
+    ASSERT_EQ(one.baselines[i].plan.has_value(), three.baselines[i].plan.has_value());
+    if (one.baselines[i].plan) {
+      EXPECT_DOUBLE_EQ(one.baselines[i].plan->makespan, three.baselines[i].plan->makespan);
+    }
+  }
+  EXPECT_EQ(one.candidates_total, three.candidates_total);
+  EXPECT_EQ(one.candidates_tried, three.candidates_tried);
+}
+
+TEST(TuneCluster, TimeLimitCutsTheSearchAndSaysSo) {
+  ps::ClusterRequest req = small_cluster();
+  req.gpus = 16;
+  req.global_batch = 64;
+  req.search.time_limit = 1e-6;
+  const ps::TuneResult r =
+      ps::tune_cluster(req, short_gpt(), ps::presets::find_device("a100-40gb"));
+  EXPECT_TRUE(r.cut);
+  EXPECT_LT(r.candidates_tried, r.candidates_total);
+}
+
+TEST(TuneCluster, BatchesThatDoNotSplitAreNotedAndBadRequestsThrow) {
+  ps::ClusterRequest req = small_cluster();
+  req.global_batch = 6;  // not over d = 4 or 8 replicas
+  req.search.microbatch_sizes = {1};
+  const ps::TuneResult r =
+      ps::tune_cluster(req, short_gpt(), ps::presets::find_device("a100-40gb"));
+  ASSERT_TRUE(r.best);
+  EXPECT_TRUE(6 % r.best->data == 0);
+  bool noted = false;
+  for (const ps::TuneNote& n : r.notes)
+    noted =
+        noted || n.reason.find("does not split over 4 data-parallel replicas") != std::string::npos;
+  EXPECT_TRUE(noted);
+  auto throws = [](ps::ClusterRequest bad, const std::string& says) {
+    try {
+      (void)ps::tune_cluster(bad, short_gpt(), ps::presets::find_device("a100-40gb"));
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const ps::invalid_problem& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  ps::ClusterRequest bad = small_cluster();
+  bad.gpus = 0;
+  throws(bad, "ClusterRequest.gpus = 0");
+  bad = small_cluster();
+  bad.zero = 3;
+  throws(bad, "ClusterRequest.zero = 3");
+  bad = small_cluster();
+  bad.tensor = {3};  // divides neither the node nor 8
+  throws(bad, "no way to run 8 GPUs");
+  bad = small_cluster();
+  bad.search.threads = -1;
+  throws(bad, "TuneRequest.threads = -1");
+}
+
+// ZeRO and tensor parallelism make room: Llama 2 13B's weights alone (16 bytes per
+// parameter over 8 pipeline ranks: 26 GiB a rank) do not fit 24 GB GPUs without them.
+TEST(TuneCluster, ShardingLetsALargeModelFitSmallGpus) {
+  ps::ClusterRequest req;
+  req.gpus = 16;
+  req.global_batch = 32;
+  req.search.bases = {"1f1b"};
+  req.search.microbatch_sizes = {1};
+  req.search.checkpoints = {CheckpointMode::None, CheckpointMode::Full};
+  req.pipeline = {8};
+  const ps::ModelShape model = ps::presets::find_model("llama2-13b");
+  const ps::DeviceSpec device = ps::presets::find_device("rtx-4090");
+  req.tensor = {1};
+  req.zero = 0;
+  EXPECT_FALSE(ps::tune_cluster(req, model, device).best);
+  req.zero = 2;
+  const ps::TuneResult sharded = ps::tune_cluster(req, model, device);
+  ASSERT_TRUE(sharded.best);
+  EXPECT_EQ(sharded.best->data, 2);
+  EXPECT_EQ(sharded.best->zero, 2);
 }
