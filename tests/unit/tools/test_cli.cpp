@@ -1192,3 +1192,144 @@ TEST(Cli, ChimeraGeneratesValidatesAndSimulates) {
   EXPECT_NE(p.code, 0);
   EXPECT_NE(p.err.find("2 model replicas"), std::string::npos) << p.err;
 }
+
+// tune --gpus: the cluster search's contract (docs/cli.md).
+
+namespace {
+
+const char* const small_cluster_tune =
+    "tune --gpus 8 --gpus-per-node 4 --global-batch 16 --model gpt3-1.3b --device a100-40gb "
+    "--sequence 1024 --bases 1f1b,zb-h1,slice-pipe --slices 1,2 --fine-wgrad "
+    "--checkpoint none,selective,mario --microbatch-sizes 1,2 --chunks 2";
+
+}  // namespace
+
+TEST(CliTune, ClusterPlansCarryTheContractAndTheirCommandsReproduceTheirStepTimes) {
+  CliRun r = run(std::string(small_cluster_tune) + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
+  const auto& best = doc.at("best");
+  for (const char* key : {"schedule", "checkpoint", "wgrad", "pp", "dp", "tp", "microbatch_size",
+                          "microbatches", "chunks", "slices", "warmup", "layers_per_stage",
+                          "step_time_s", "peak_memory_bytes", "mfu", "command"})
+    EXPECT_NE(best.find(key), nullptr) << key;
+  EXPECT_EQ(best.at("pp").number * best.at("dp").number * best.at("tp").number, 8);
+  double layers = 0;
+  for (const auto& n : best.at("layers_per_stage").array)
+    layers += n.number;
+  EXPECT_EQ(layers, 24);
+  EXPECT_GT(best.at("mfu").number, 0);
+  EXPECT_LT(best.at("mfu").number, 1);
+  EXPECT_LE(best.at("peak_memory_bytes").number, 40.0 * 1024 * 1024 * 1024);
+  const auto& search = doc.at("search");
+  EXPECT_GT(search.at("candidates").number, 0);
+  EXPECT_GE(search.at("seconds").number, 0);
+  EXPECT_FALSE(search.at("cut").boolean);
+  // The library's search gives the same best step.
+  ps::ClusterRequest req;
+  req.gpus = 8;
+  req.gpus_per_node = 4;
+  req.global_batch = 16;
+  req.search.bases = {"1f1b", "zb-h1", "slice-pipe"};
+  req.search.slices = {1, 2};
+  req.search.fine_wgrad = true;
+  req.search.checkpoints = {ps::CheckpointMode::None, ps::CheckpointMode::Selective,
+                            ps::CheckpointMode::Mario};
+  req.search.microbatch_sizes = {1, 2};
+  req.search.chunks = {2};
+  ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
+  model.sequence = 1024;
+  const ps::TuneResult lib = ps::tune_cluster(req, model, ps::presets::find_device("a100-40gb"));
+  ASSERT_TRUE(lib.best);
+  EXPECT_DOUBLE_EQ(best.at("step_time_s").number, lib.best->makespan);
+  // One baseline per (schedule, checkpoint) pair; Mario does not run on slice-pipe.
+  const auto& baselines = doc.at("baselines").array;
+  ASSERT_EQ(baselines.size(), 9u);
+  int reproduced = 0;
+  for (const auto& b : baselines) {
+    const std::string name = b.at("schedule").string + " " + b.at("checkpoint").string;
+    SCOPED_TRACE(name);
+    if (b.at("step_time_s").type == ps::test_json::Json::Null) {
+      EXPECT_EQ(name, "slice-pipe mario");
+      continue;
+    }
+    const std::string command = b.at("command").string;
+    ASSERT_EQ(command.rfind("pipesched simulate ", 0), 0u) << command;
+    CliRun s = run(command.substr(std::string("pipesched ").size()) + " --json");
+    ASSERT_EQ(s.code, 0) << command << "\n" << s.err;
+    EXPECT_DOUBLE_EQ(json_field(s.out, "makespan"), b.at("step_time_s").number) << command;
+    ++reproduced;
+  }
+  EXPECT_EQ(reproduced, 8);
+  // The text form: the best plan, its command, and a row per pair.
+  r = run(small_cluster_tune);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("best of each schedule and checkpoint mode:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pipesched simulate --schedule"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("MFU "), std::string::npos) << r.out;
+}
+
+TEST(CliTune, TimeLimitReturnsTheBestSoFarAndSaysTheSearchWasCut) {
+  const std::string args =
+      "tune --gpus 16 --global-batch 64 --model gpt3-13b --device a100-40gb --time-limit 0.001";
+  CliRun r = run(args + " --json");
+  ASSERT_NE(r.code, 2) << r.err;
+  const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
+  EXPECT_TRUE(doc.at("search").at("cut").boolean);
+  EXPECT_LT(doc.at("search").at("candidates").number, doc.at("search").at("total").number);
+  r = run(args);
+  EXPECT_NE(r.out.find("cut by --time-limit"), std::string::npos) << r.out;
+}
+
+TEST(CliTune, ClusterOptionsAreCheckedInTheFlagsWords) {
+  struct Case {
+    std::string args, says;
+  };
+  const std::string model = " --model gpt3-1.3b --device a100-40gb";
+  for (const Case& c : {
+           Case{"tune --gpus 8 --ranks 4 --global-batch 8" + model, "not both"},
+           Case{"tune --gpus 8 --global-batch 8", "give --model NAME and --device NAME"},
+           Case{"tune --gpus 8 --global-batch 8 --dp 2" + model, "--dp is what --gpus searches"},
+           Case{"tune --gpus 8 --global-batch 8 --memory-budget 20GB" + model,
+                "held to its device memory"},
+           Case{"tune --ranks 4 --global-batch 8 --pp 2" + model, "--pp needs --gpus"},
+           Case{"tune --gpus 8 --global-batch 8 --zero 3" + model, "--zero"},
+           Case{"tune --gpus 8 --global-batch 8 --tp 3" + model, "no way to run 8 GPUs"},
+           Case{"tune --gpus 8 --global-batch 8 --threads 0" + model, "--threads"},
+           Case{"tune --gpus 8 --global-batch 8 --time-limit -1" + model, "--time-limit"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --tp 2", "needs --model"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --zero 1" + model,
+                "give --dp 2 or more"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --sp" + model,
+                "give --tp 2 or more"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --layers 6,6,6" + model,
+                "--layers has 3 entries"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --layers 6,6,6,5" + model,
+                "--layers sum to 23 layers"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --tp 3" + model,
+                "--tp 3 does not divide"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --fit" + model,
+                "--fit fits a schedule's own memory knob"},
+       }) {
+    SCOPED_TRACE(c.args);
+    CliRun r = run(c.args);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    expect_no_cxx_words(r.err);
+  }
+}
+
+// The parallelism options of the cost model reach the simulation: data-parallel replicas add
+// their gradient all-reduce to the step, tensor parallelism splits the work.
+TEST(CliTune, SimulateCountsDataAndTensorParallelism) {
+  const std::string base =
+      "simulate --json --schedule 1f1b --ranks 4 --microbatches 8 --model gpt3-1.3b --device "
+      "a100-40gb";
+  CliRun plain = run(base), dp = run(base + " --dp 2"), tp = run(base + " --tp 2 --sp");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  ASSERT_EQ(dp.code, 0) << dp.err;
+  ASSERT_EQ(tp.code, 0) << tp.err;
+  EXPECT_GT(json_field(dp.out, "makespan"), json_field(plain.out, "makespan"));
+  EXPECT_LT(json_field(tp.out, "makespan"), json_field(plain.out, "makespan"));
+  EXPECT_LT(json_field(tp.out, "peak_memory_max"), json_field(plain.out, "peak_memory_max"));
+}
