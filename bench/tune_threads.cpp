@@ -1,5 +1,7 @@
-// The tuner's parallel speed-up: the same cluster search (Llama 2 13B on 32 A100 40GB, 1F1B,
-// interleaved 1F1B and ZB-H1, checkpointing none / selective / Mario, microbatch sizes 1-4)
+// The tuner's parallel speed-up: the same cluster search (Llama 2 13B on 64 A100 40GB,
+// pipeline x data parallelism without ZeRO, where memory binds and Mario runs; 1F1B,
+// interleaved 1F1B and Chimera, checkpointing none / selective / full / Mario, microbatch
+// sizes 1-4, a global batch of 256)
 // on 1 thread and on N threads (default: every core), alternating, the fastest of three runs
 // of each; prints both times and their ratio, measured in this one run.
 //
@@ -24,13 +26,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   ps::ClusterRequest req;
-  req.gpus = 32;
-  req.global_batch = 128;
-  req.search.bases = {"1f1b", "interleaved-1f1b", "zb-h1"};
+  req.gpus = 64;
+  req.global_batch = 256;
+  req.tensor = {1};
+  req.zero = 0;
+  req.search.bases = {"1f1b", "interleaved-1f1b", "chimera"};
   req.search.chunks = {2};
   req.search.microbatch_sizes = {1, 2, 4};
   req.search.checkpoints = {ps::CheckpointMode::None, ps::CheckpointMode::Selective,
-                            ps::CheckpointMode::Mario};
+                            ps::CheckpointMode::Full, ps::CheckpointMode::Mario};
   const ps::ModelShape model = ps::presets::find_model("llama2-13b");
   const ps::DeviceSpec device = ps::presets::find_device("a100-40gb");
   double one = 1e300, many = 1e300;

@@ -18,18 +18,32 @@
 // more stages than layers, weights alone over the device memory) is
 // skipped, as is every plan whose simulated peak exceeds the budget on some rank.
 //
-// Pruning, all of it safe (it never drops a plan that would have been kept):
+// A cluster search (tune_cluster) runs the same search over every pipeline x data x tensor
+// factorization of its GPUs and each layer split: each is a scenario (a pipeline size, its
+// share of the global batch, a cost factory), and the configurations of every scenario are
+// searched together, with one set of baselines.
+//
+// The search runs on TuneRequest::threads threads (default: one per core). Plans compete for
+// the slot of their (base, checkpoint mode) pair (TuneResult::baselines); the overall bests are
+// the bests of those. Pruning, all of it safe (it never drops a plan that would have been
+// kept for its pair):
+//   - configurations are taken in increasing order of a bound that needs no schedule: the
+//     compute of every microbatch through the whole model, shared over the ranks
+//     (average_work_bound); one whose bound cannot beat the best plan of any of its pairs is
+//     not built;
 //   - a configuration whose schedule fits without checkpointing gets that schedule as its
 //     selective and Mario plan too (both passes would return it unchanged);
 //   - selective and Mario are not run where even full checkpointing does not fit (they
 //     cannot hold less than full checkpointing of the same order);
 //   - selective and Mario are run in increasing order of a lower bound on their step time,
-//     max over ranks of (earliest a rank can start + its compute time), and not run where
-//     that bound cannot beat the best plan of their kind already found: recomputes only add
-//     compute time.
-// Cost: on GPT-3 13B and Llama 2 13B over 16 or 32 GPUs with 128 sequences (64 candidates of
-// up to 8,000 actions each, bench/mario_tuner.cpp) a search takes 0.1 to 3.5 s on one core,
-// nearly all of it in the Mario pass.
+//     max over ranks of (earliest a rank can start + its compute time + its step tail), and
+//     not run where that bound cannot beat the best plan of their pair already found:
+//     recomputes only add compute time.
+// Ties go to the earlier configuration of the grid, so the result does not depend on the
+// threads. TuneRequest::time_limit stops the search with what it has (TuneResult::cut).
+// Cost: a cluster search of Llama 2 13B over 64 A100 40GB (pipeline x data parallelism, 1F1B,
+// interleaved and Chimera, Mario included) takes 1.6 s on one core, 0.9 s on two
+// (bench/tune_threads); MEPipe's scenarios (bench/mepipe_cluster) up to half a minute.
 #pragma once
 
 #include <algorithm>
@@ -653,11 +667,14 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
   };
   // Mario where the base's order says it applies (GeneratorInfo::mario); elsewhere the
   // candidate is counted as refused, with one note per base.
+  std::string mario_orders;  // the generators Mario runs on, for the note
+  for (const GeneratorInfo& g : generators())
+    if (g.mario) mario_orders += (mario_orders.empty() ? "" : ", ") + std::string(g.name);
   auto mario_applies = [&](const detail::TuneConfig<Cost>& cfg) {
     if (cfg.generator->mario) return true;
     refuse(cfg, cfg.cluster + std::string(cfg.generator->name),
            "checkpoint mario does not apply to " + std::string(cfg.generator->name) +
-               " (it plans on a one-forward-one-backward rhythm: 1f1b, interleaved-1f1b, zb-h1)",
+               " (it plans on a one-forward-one-backward rhythm: " + mario_orders + ")",
            1);
     return false;
   };
@@ -896,49 +913,52 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
       },
       stop);
 
-  // Phases two and three: selective, then Mario, on the configurations that need them, most
-  // promising (lowest bound) first so that the bound prunes the rest.
+  // Phase two: selective and Mario on the configurations that need them, most promising
+  // (lowest bound) first so that the bound prunes the rest.
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < configs.size(); ++i)
     if (!configs[i].refused && !configs[i].base_fits && configs[i].full_fits) order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return configs[a].lower_bound < configs[b].lower_bound;
   });
-  auto run_pass = [&](CheckpointMode mode) {
-    detail::parallel_for(
-        order.size(), threads,
-        [&](std::size_t n) {
-          const std::size_t index = order[n];
-          const auto& cfg = configs[index];
-          if (mode == CheckpointMode::Mario && !mario_applies(cfg)) return;
-          if (cannot_beat(cfg.lower_bound, rival_of(cfg, mode))) {
-            settle(1, &result.candidates_pruned);
+  // One pool for all three passes (Mario's candidates take far longer than selective's, so
+  // separate pools would leave threads idle at each pass's end); each configuration's passes
+  // in turn, in bound order, which keeps each pair's candidates in bound order for pruning.
+  std::vector<std::pair<std::size_t, CheckpointMode>> tasks;
+  for (std::size_t i : order)
+    for (CheckpointMode m :
+         {CheckpointMode::Mario, CheckpointMode::Selective, CheckpointMode::SelectiveEarly})
+      if (named(m)) tasks.emplace_back(i, m);
+  detail::parallel_for(
+      tasks.size(), threads,
+      [&](std::size_t n) {
+        const auto [index, mode] = tasks[n];
+        const auto& cfg = configs[index];
+        if (mode == CheckpointMode::Mario && !mario_applies(cfg)) return;
+        if (cannot_beat(cfg.lower_bound, rival_of(cfg, mode))) {
+          settle(1, &result.candidates_pruned);
+          return;
+        }
+        try {
+          const Built b = build(cfg);
+          const Schedule s =
+              is_selective(mode)
+                  ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode))
+                  : checkpoint_mario(b.base, b.cost, b.budget, request.mario);
+          const SimulationResult sim = simulate(s, b.cost);
+          if (sim.deadlock || !detail::fits_budget(detail::peaks_of(sim), b.budget)) {
+            settle(1, &result.candidates_over_budget);
             return;
           }
-          try {
-            const Built b = build(cfg);
-            const Schedule s =
-                is_selective(mode)
-                    ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode))
-                    : checkpoint_mario(b.base, b.cost, b.budget, request.mario);
-            const SimulationResult sim = simulate(s, b.cost);
-            if (sim.deadlock || !detail::fits_budget(detail::peaks_of(sim), b.budget)) {
-              settle(1, &result.candidates_over_budget);
-              return;
-            }
-            keep(make_plan(cfg, index, mode, b, s, sim), cfg);
-          } catch (const invalid_problem&) {
-            // The pass found nothing within the budget.
-            settle(1, &result.candidates_over_budget);
-          } catch (const invalid_schedule& e) {
-            refuse(cfg, cfg.label() + ", " + to_string(mode), e.what(), 1);
-          }
-        },
-        stop);
-  };
-  if (want_selective) run_pass(CheckpointMode::Selective);
-  if (want_selective_early) run_pass(CheckpointMode::SelectiveEarly);
-  if (want_mario) run_pass(CheckpointMode::Mario);
+          keep(make_plan(cfg, index, mode, b, s, sim), cfg);
+        } catch (const invalid_problem&) {
+          // The pass found nothing within the budget.
+          settle(1, &result.candidates_over_budget);
+        } catch (const invalid_schedule& e) {
+          refuse(cfg, cfg.label() + ", " + to_string(mode), e.what(), 1);
+        }
+      },
+      stop);
 
   // Full checkpointing as the fallback: only when nothing else fits.
   if (fallback_full && !result.best) {
