@@ -207,7 +207,7 @@ class ProgressLine {
 //! each is at most the largest configuration's (`pipelines` lists the pipeline sizes and the
 //! most sequences one of them runs).
 void check_grid(const TuneRequest& req, const std::vector<std::pair<int, int>>& pipelines,
-                int threads) {
+                int threads, int layers) {
   std::set<std::tuple<int, std::string, int, int, int, bool, bool>> configs;
   double largest = 0;
   std::string largest_label;
@@ -220,7 +220,9 @@ void check_grid(const TuneRequest& req, const std::vector<std::pair<int, int>>& 
       const std::vector<int> own{g.default_chunks}, whole{1};
       std::vector<bool> fines{false};
       if (req.fine_wgrad && g.split) fines.push_back(true);
-      for (int c : g.chunks_vary ? req.chunks : own)
+      for (int c : g.chunks_vary ? req.chunks : own) {
+        // A model too shallow for these stages refuses them before any schedule is built.
+        if (layers > 0 && (ranks > layers || (g.chunks_vary && ranks * c > layers))) continue;
         for (int b : req.microbatch_sizes) {
           if (batch % b != 0) continue;
           for (int k : g.slices ? req.slices : whole)
@@ -252,6 +254,7 @@ void check_grid(const TuneRequest& req, const std::vector<std::pair<int, int>>& 
                 }
               }
         }
+      }
     }
   std::set<std::string> bases(req.bases.begin(), req.bases.end());
   const double pairs = static_cast<double>(bases.size()) * (req.checkpoints.size() + 1);
@@ -491,11 +494,22 @@ int cmd_tune(const std::vector<std::string>& argv) {
       creq.global_batch = req.global_batch;
       creq.search = req;
       creq.check();
-      for (int pp = 1; pp <= creq.gpus; ++pp)
-        if (creq.gpus % pp == 0 &&
-            (creq.pipeline.empty() ||
-             std::find(creq.pipeline.begin(), creq.pipeline.end(), pp) != creq.pipeline.end()))
-          pipelines.emplace_back(pp, req.global_batch);
+      // Each pipeline size with the most sequences one of its pipelines can run: the
+      // fewest data-parallel replicas, i.e. the largest tensor degree the node allows.
+      const int G = std::get<TransformerCost>(cost).device.ranks_per_node;
+      for (int pp = 1; pp <= creq.gpus; ++pp) {
+        if (creq.gpus % pp != 0 ||
+            (!creq.pipeline.empty() &&
+             std::find(creq.pipeline.begin(), creq.pipeline.end(), pp) == creq.pipeline.end()))
+          continue;
+        int fewest = 0;
+        for (int t = 1; t <= G; ++t)
+          if (G % t == 0 && (creq.gpus / pp) % t == 0 &&
+              (creq.tensor.empty() ||
+               std::find(creq.tensor.begin(), creq.tensor.end(), t) != creq.tensor.end()))
+            fewest = creq.gpus / pp / t;
+        if (fewest > 0) pipelines.emplace_back(pp, req.global_batch / fewest);
+      }
     } else {
       req.check();
       pipelines.emplace_back(req.ranks, req.global_batch);
@@ -503,7 +517,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
   } catch (const invalid_problem& e) {
     throw usage_error(in_cli_words(e.what(), "tune"));
   }
-  check_grid(req, pipelines, threads);
+  check_grid(req, pipelines, threads, tc ? std::get<TransformerCost>(cost).model.layers : 0);
 
   CommandContext ctx;
   ctx.transformer = tc;

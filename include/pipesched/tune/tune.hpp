@@ -724,6 +724,17 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
                           .microbatches = cfg.microbatches,
                           .slices = cfg.slices};
     const WGradMode wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad;
+    // A model too shallow for the stages is refused before the schedule is built (it could
+    // be far larger than any the model can run): every rank holds a stage of at least one
+    // layer, and a looped order ranks x chunks of them.
+    if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+      const int stages = cfg.generator->chunks_vary ? cfg.ranks * cfg.chunks : cfg.ranks;
+      if (stages > cost.model.layers) {
+        const Problem shape{.ranks = stages, .stages = stages, .microbatches = 1};
+        const Placement none;
+        cost.check(CostContext{shape, none, 1});  // throws the model's own message
+      }
+    }
     Schedule base = cfg.generator->generate(problem, wgrad);
     const TuneScenario<Cost>& sc = scenarios[cfg.scenario];
     MemoryBudget budget =
