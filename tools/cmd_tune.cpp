@@ -56,7 +56,9 @@ std::string plan_command(const TunePlan& p, const CommandContext& c) {
     cmd += " --slices " + std::to_string(p.slices);
     if (c.transformer && !c.slicing.empty()) cmd += " --slicing " + c.slicing;
   }
-  if (p.fine_wgrad) cmd += " --wgrad fine --wgrad-parts " + std::to_string(c.wgrad_parts);
+  if (p.fine_wgrad)
+    cmd += " --wgrad fine --wgrad-parts " +
+           (c.wgrad_parts == 0 ? std::string("gemm") : std::to_string(c.wgrad_parts));
   if (c.transformer) {
     cmd += " --model " + quoted(c.model) + " --device " + quoted(c.device);
     if (!c.sequence.empty()) cmd += " --sequence " + c.sequence;
@@ -241,7 +243,8 @@ void check_grid(const TuneRequest& req, const std::vector<std::pair<int, int>>& 
                 WGradChoice w;
                 w.mode = fine ? WGradMode::Split : g.default_wgrad;
                 w.fine = fine;
-                w.parts = req.wgrad_parts;
+                w.parts = req.wgrad_parts > 0 ? req.wgrad_parts
+                                              : 4 * ((std::max(layers, 1) + ranks - 1) / ranks) + 1;
                 const ActionEstimate e = estimate_actions(static_cast<double>(ranks) * c, batch / b,
                                                           k, w, checkpointed, false);
                 if (e.actions > largest) {
@@ -308,7 +311,9 @@ void parse_search_options(const Args& a, TuneRequest& req) {
     throw usage_error("--wgrad-parts needs --fine-wgrad");
   req.fine_wgrad = a.has("--fine-wgrad");
   if (a.has("--wgrad-parts"))
-    req.wgrad_parts = parse_int("--wgrad-parts", a.get("--wgrad-parts"), 1, 1024);
+    req.wgrad_parts = detail::lower_ascii(a.get("--wgrad-parts")) == "gemm"
+                          ? 0
+                          : parse_int("--wgrad-parts", a.get("--wgrad-parts"), 1, 1024);
   if (a.has("--threads")) req.threads = parse_int("--threads", a.get("--threads"), 1, 1024);
   if (a.has("--time-limit"))
     req.time_limit = parse_number("--time-limit", a.get("--time-limit"), 0.001, 1e7);
@@ -347,7 +352,10 @@ int cmd_tune(const std::vector<std::string>& argv) {
       {"--slicing", true, "how --model cuts slices: uniform (default), balanced or terapipe",
        "MODE"},
       {"--fine-wgrad", false, "also try weight gradients cut into parts placed in waits"},
-      {"--wgrad-parts", true, "parts per weight gradient with --fine-wgrad (default 4)", "N"},
+      {"--wgrad-parts", true,
+       "parts per weight gradient with --fine-wgrad (default 4; gemm: one per weight GEMM, as "
+       "MEPipe cuts them, with --model)",
+       "N|gemm"},
       {"--pp", true, "with --gpus: pipeline sizes tried (default: every divisor)", "LIST"},
       {"--zero", true,
        "ZeRO stage where there are data-parallel replicas: with --gpus 0, 1 (default: "
@@ -445,6 +453,10 @@ int cmd_tune(const std::vector<std::string>& argv) {
         parse_int_list("--microbatch-sizes", a.get("--microbatch-sizes"), 1, 1 << 16);
   }
   if (!tc) req.microbatch_sizes = {1};
+  if (req.fine_wgrad && req.wgrad_parts == 0 && !tc)
+    throw usage_error(
+        "--wgrad-parts gemm cuts each weight gradient per weight GEMM of the model; give "
+        "--model and --device too, or a number of parts");
   if (std::none_of(req.microbatch_sizes.begin(), req.microbatch_sizes.end(),
                    [&](int b) { return req.global_batch % b == 0; }))
     throw usage_error("none of --microbatch-sizes " + join_ints(req.microbatch_sizes, ",") +

@@ -474,7 +474,10 @@ const std::vector<OptionSpec> schedule_options = {
      "backward: fused (B), split (I then W) or fine (W cut into parts run in waits); default: "
      "the schedule's",
      "fused|split|fine"},
-    {"--wgrad-parts", true, "parts of each weight gradient with --wgrad fine (default 4)", "N"},
+    {"--wgrad-parts", true,
+     "parts of each weight gradient with --wgrad fine (default 4; gemm: one per weight GEMM, "
+     "as MEPipe cuts them, with --model)",
+     "N|gemm"},
 };
 
 namespace {
@@ -513,7 +516,9 @@ WGradChoice parse_wgrad_choice(const GeneratorInfo& g, const Args& a) {
       throw usage_error(
           "--wgrad-parts sets the parts of each weight gradient under --wgrad fine; give "
           "--wgrad fine too, or leave --wgrad-parts out");
-    w.parts = parse_int("--wgrad-parts", a.get("--wgrad-parts"), 1, 1024);
+    w.parts = detail::lower_ascii(a.get("--wgrad-parts")) == "gemm"
+                  ? 0
+                  : parse_int("--wgrad-parts", a.get("--wgrad-parts"), 1, 1024);
   }
   return w;
 }
@@ -541,7 +546,7 @@ void check_action_bound(const std::string& name, const ActionEstimate& e, const 
 }
 
 Schedule generated_schedule(const Args& a, CheckpointMode checkpoint, bool comm,
-                            WGradChoice& wgrad_choice) {
+                            WGradChoice& wgrad_choice, int model_layers) {
   if (!a.has("--schedule"))
     throw usage_error("give --schedule NAME (see pipesched list) or a schedule FILE");
   const GeneratorInfo& g = [&]() -> const GeneratorInfo& {
@@ -579,12 +584,20 @@ Schedule generated_schedule(const Args& a, CheckpointMode checkpoint, bool comm,
     warmup = parse_int("--warmup", a.get("--warmup"), 1, 1 << 24);
   }
   wgrad_choice = parse_wgrad_choice(g, a);
+  WGradChoice counted = wgrad_choice;  // --wgrad-parts gemm: at most every GEMM of a rank's layers
+  if (wgrad_choice.fine && wgrad_choice.parts == 0) {
+    if (model_layers == 0)
+      throw usage_error(
+          "--wgrad-parts gemm cuts each weight gradient per weight GEMM of the model; give "
+          "--model and --device too, or a number of parts");
+    counted.parts = 4 * ((model_layers + p.ranks - 1) / p.ranks) + 1;
+  }
 
   // A generator that takes no chunk count refuses another one itself, without allocating.
   const int counted_chunks = g.chunks_vary ? chunks : g.default_chunks;
   const ActionEstimate e =
       estimate_actions(static_cast<double>(p.ranks) * counted_chunks, p.microbatches, p.slices,
-                       wgrad_choice, checkpoint != CheckpointMode::None, comm);
+                       counted, checkpoint != CheckpointMode::None, comm);
   std::string sizes =
       "--ranks " + std::to_string(p.ranks) + ", --microbatches " + std::to_string(p.microbatches);
   std::string fewer = "--ranks or --microbatches";
@@ -598,7 +611,7 @@ Schedule generated_schedule(const Args& a, CheckpointMode checkpoint, bool comm,
     fewer += ", or fewer --slices";
   }
   if (wgrad_choice.fine) {
-    sizes += ", --wgrad-parts " + std::to_string(wgrad_choice.parts);
+    sizes += ", --wgrad-parts " + std::to_string(counted.parts);
     fewer += ", or fewer --wgrad-parts";
   }
   check_action_bound(name, e, sizes, fewer);
@@ -943,7 +956,18 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
     }
     require_valid(out.schedule);
   } else {
-    out.schedule = generated_schedule(a, out.checkpoint.mode, options.lower_comm, out.wgrad);
+    out.schedule = generated_schedule(
+        a, out.checkpoint.mode, options.lower_comm, out.wgrad,
+        is_transformer(out.cost) ? std::get<TransformerCost>(out.cost).model.layers : 0);
+    // --wgrad-parts gemm: as many parts as the stage with the most weight GEMMs has, each
+    // W's parts its GEMMs (WGradSplit::PerGemm), as pipesched tune cuts them.
+    if (out.wgrad.fine && out.wgrad.parts == 0) {
+      auto& tc = std::get<TransformerCost>(out.cost);
+      tc.wgrad_split = WGradSplit::PerGemm;
+      const CostContext ctx{out.schedule.problem, out.schedule.placement, 1};
+      for (int st = 0; st < out.schedule.problem.stages; ++st)
+        out.wgrad.parts = std::max(out.wgrad.parts, tc.weight_gemms(ctx, st));
+    }
   }
   out.slicing = apply_slicing_options(out.cost, a, out.schedule);
   out.schedule = apply_budget_options(std::move(out.schedule), a, out.cost, out.checkpoint,

@@ -160,6 +160,14 @@ struct DeviceSpec {
   }
 };
 
+//! How a weight gradient W cut into parts (CostContext::wgrad_parts) shares its work.
+enum class WGradSplit {
+  Even,     //!< each part an even share of the unit's W (time and memory)
+  PerGemm,  //!< parts are runs of the stage's weight GEMMs in backward order (the LM head,
+            //!< then each layer from the last: MLP out, MLP in, projection, QKV), GEMM g of
+            //!< G in part ⌊g·parts/G⌋; with parts = G one GEMM each, as MEPipe cuts W
+};
+
 //! How layers go to the stages of one model replica when Parallelism::layers does not list them.
 enum class LayerSplit {
   Even,      //!< as even as possible, earlier stages taking the remainder (10 over 4: 3 3 2 2)
@@ -334,6 +342,18 @@ struct TransformerCost {
   //! Tensor, data and ZeRO parallelism, the layer split and whole-step costs (default: a
   //! plain pipeline, one GPU per rank).
   Parallelism parallel{};
+  //! How the parts of a W share its work (default: evenly).
+  WGradSplit wgrad_split = WGradSplit::Even;
+
+  //! Weight GEMMs of `stage`: four per layer (QKV, projection, MLP in, MLP out; a gated
+  //! MLP's gate and up projections count as one, they share their input), plus the LM head
+  //! on the last stage. The parts that cut each of its W's into one GEMM each under
+  //! WGradSplit::PerGemm.
+  int weight_gemms(const CostContext& ctx, int stage) const {
+    check(ctx);
+    const bool last = model_stage(ctx, stage) == model_stage_count(ctx) - 1;
+    return 4 * layers_of(ctx, stage) + (last ? 1 : 0);
+  }
 
   //! Checks the model, the device and the parallelism; throws invalid_problem naming the
   //! field.
@@ -495,8 +515,12 @@ struct TransformerCost {
         return fwd;
       case OpKind::I:
         return input;
-      case OpKind::W:
-        return gemm / parts(ctx);
+      case OpKind::W: {
+        if (wgrad_split == WGradSplit::Even) return gemm / parts(ctx);
+        double sum = 0;
+        for_each_gemm_of_part(ctx, u, a.part, [&](int k) { sum += k < 0 ? u.head : u.gemms[k]; });
+        return sum;
+      }
       case OpKind::B:
         return input + gemm;
       default:
@@ -659,8 +683,15 @@ struct TransformerCost {
         return fwd;
       case OpKind::I:
         return input;
-      case OpKind::W:
-        return weight / parts(ctx);
+      case OpKind::W: {
+        if (wgrad_split == WGradSplit::Even) return weight / parts(ctx);
+        double sum = 0;
+        for_each_gemm_of_part(ctx, u, a.part, [&](int k) {
+          sum += d.gemm_time(k < 0 ? u.head : u.gemms[k]) +
+                 (k < 0 ? u.head_wgrad : u.gemm_wgrad[k]) / bw;
+        });
+        return sum;
+      }
       case OpKind::B:
         return input + weight;
       default:
@@ -682,8 +713,13 @@ struct TransformerCost {
         return -u.activation;
       case OpKind::I:
         return -(u.activation - u.wgrad);
-      case OpKind::W:
-        return -u.wgrad / parts(ctx);
+      case OpKind::W: {
+        if (wgrad_split == WGradSplit::Even) return -u.wgrad / parts(ctx);
+        double sum = 0;
+        for_each_gemm_of_part(ctx, u, a.part,
+                              [&](int k) { sum += k < 0 ? u.head_wgrad : u.gemm_wgrad[k]; });
+        return -sum;
+      }
       default:
         return 0.0;
     }
@@ -736,6 +772,8 @@ struct TransformerCost {
     double logits_gradient = 0;      // 32-bit logits gradient of the last stage (workspace)
     double forward_collectives = 0;  // seconds of tensor-parallel all-reduces in F and R
     double backward_collectives = 0;  // seconds of them in I (and B)
+    double gemm_wgrad[4] = {};        // per layer, bytes W of each GEMM frees (sum: wgrad / n)
+    double head_wgrad = 0;            // bytes W of the LM head frees (last stage)
     double layer_gemm_flops() const { return gemms[0] + gemms[1] + gemms[2] + gemms[3]; }
   };
 
@@ -752,6 +790,22 @@ struct TransformerCost {
 
   static double parts(const CostContext& ctx) noexcept {
     return ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1;
+  }
+
+  // Calls `f(k)` for each weight GEMM in W part `part` under WGradSplit::PerGemm: k = 0..3
+  // for a layer's QKV, projection, MLP in, MLP out, -1 for the LM head (see WGradSplit).
+  template <class F>
+  void for_each_gemm_of_part(const CostContext& ctx, const Unit& u, int part, F&& f) const {
+    const long long P = static_cast<long long>(parts(ctx));
+    const bool head = u.head > 0;
+    const long long G = 4 * static_cast<long long>(u.n) + (head ? 1 : 0);
+    if (G == 0 || part < 0 || part >= P) return;
+    // GEMM g is in part floor(g·P/G): part j holds g in [ceil(j·G/P), ceil((j+1)·G/P)).
+    const long long lo = (part * G + P - 1) / P, hi = ((part + 1) * G + P - 1) / P;
+    for (long long g = lo; g < hi; ++g) {
+      const long long i = head ? g - 1 : g;  // position among the layers' GEMMs
+      f(i < 0 ? -1 : static_cast<int>(3 - i % 4));
+    }
   }
 
   // The share of one port's bandwidth each of `senders` ranks of a node gets when they all
@@ -807,6 +861,14 @@ struct TransformerCost {
     // of the projection and MLP-out are full width (replicated), the rest split.
     const double layer_w = bt * v * ((h + h + h + h) * rep + (h + f + q + g * f) / tp);
     u.wgrad = u.n * layer_w + (last ? bt * v * (h * rep + V / tp) : 0.0);
+    // Per GEMM, X + dY: QKV h (rep) + q, projection h + h (rep), MLP in h (rep) + g·f, MLP
+    // out f + h (rep); scaled with the total where it is capped at the activations.
+    const double scale = u.wgrad > 0 ? std::min(u.wgrad, u.activation) / u.wgrad : 0.0;
+    u.gemm_wgrad[0] = scale * bt * v * (h * rep + q / tp);
+    u.gemm_wgrad[1] = scale * bt * v * (h / tp + h * rep);
+    u.gemm_wgrad[2] = scale * bt * v * (h * rep + g * f / tp);
+    u.gemm_wgrad[3] = scale * bt * v * (f / tp + h * rep);
+    u.head_wgrad = last ? scale * bt * v * (h * rep + V / tp) : 0.0;
     u.wgrad = std::min(u.wgrad, u.activation);
 
     if (parallel.tensor > 1) {

@@ -107,7 +107,9 @@ struct TuneRequest {
   //! How a TransformerCost cuts sequences into slices (other cost models: uniform).
   SlicingMode slicing = SlicingMode::Uniform;
   //! Also try each split-capable base with its weight gradients cut into `wgrad_parts` parts
-  //! placed in waits (MEPipe's fine-grained W).
+  //! placed in waits (MEPipe's fine-grained W); 0 = one part per weight GEMM
+  //! (TransformerCost, WGradSplit::PerGemm: as many parts as the stage with the most GEMMs
+  //! has), as MEPipe cuts them.
   bool fine_wgrad = false;
   int wgrad_parts = 4;
   //! Threads searching at once; 0 = one per core (std::thread::hardware_concurrency).
@@ -164,8 +166,9 @@ struct TuneRequest {
     if (slices.empty()) bad("slices", "{}", "give at least one slice count, e.g. {1}");
     for (int k : slices)
       if (k < 1) bad("slices", std::to_string(k), "every slice count must be at least 1");
-    if (fine_wgrad && wgrad_parts < 1)
-      bad("wgrad_parts", std::to_string(wgrad_parts), "cut each W into at least 1 part");
+    if (fine_wgrad && wgrad_parts < 0)
+      bad("wgrad_parts", std::to_string(wgrad_parts),
+          "cut each W into at least 1 part, or 0: one per weight GEMM (TransformerCost)");
     if (checkpoints.empty() && !full_fallback)
       bad("checkpoints", "{}", "name at least one checkpoint mode, or keep full_fallback");
     if (threads < 0)
@@ -748,12 +751,25 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
       base = cfg.generator->generate_within(problem, wgrad, cost, budget);
     }
     if (cfg.fine) {
+      int parts = request.wgrad_parts;
+      if (parts == 0) {  // one part per weight GEMM of the stage with the most
+        if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+          cost.wgrad_split = WGradSplit::PerGemm;
+          const CostContext ctx{base.problem, base.placement, 1};
+          for (int st = 0; st < base.problem.stages; ++st)
+            parts = std::max(parts, cost.weight_gemms(ctx, st));
+        } else {
+          throw invalid_problem(
+              "TuneRequest.wgrad_parts = 0 cuts each W per weight GEMM, which only "
+              "TransformerCost knows; give a number of parts");
+        }
+      }
       try {
-        base = fill_weight_gradients(base, cost, budget, request.wgrad_parts);
+        base = fill_weight_gradients(base, cost, budget, parts);
       } catch (const invalid_problem&) {
         // The base is over the budget whatever the W placement: place W's for speed and
         // let checkpointing bring the memory down.
-        base = fill_weight_gradients(base, cost, MemoryBudget{}, request.wgrad_parts);
+        base = fill_weight_gradients(base, cost, MemoryBudget{}, parts);
       }
     }
     return Built{std::move(cost), std::move(budget), std::move(base)};

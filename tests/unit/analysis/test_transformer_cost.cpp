@@ -771,3 +771,44 @@ TEST(TransformerCostParallel, BalancedSplitGivesTheLastStageFewerLayersForItsHea
   };
   EXPECT_LE(slowest(ps::LayerSplit::Balanced), slowest(ps::LayerSplit::Even));
 }
+
+TEST(TransformerCostParallel, PerGemmWeightGradientPartsAddUpToTheWholeW) {
+  for (const NamedModel& nm : shapes()) {
+    ps::TransformerCost cost{nm.model, test_device(), {}};
+    cost.parallel.tensor = 2;
+    cost.device.ranks_per_node = 8;
+    if (nm.model.key_value_heads() % 2 != 0) cost.parallel.tensor = 1;
+    Pipeline whole(2, 1);
+    const int G = cost.weight_gemms(whole.ctx(), 1);
+    EXPECT_EQ(G, 4 * cost.layers_of(whole.ctx(), 1) + 1);
+    EXPECT_EQ(cost.weight_gemms(whole.ctx(), 0), 4 * cost.layers_of(whole.ctx(), 0));
+    for (int P : {1, 3, G, G + 5}) {
+      SCOPED_TRACE(std::string(nm.name) + " parts " + std::to_string(P));
+      Pipeline cut(2, 1, P);
+      ps::TransformerCost per = cost;
+      per.wgrad_split = ps::WGradSplit::PerGemm;
+      for (int stage : {0, 1}) {
+        double t = 0, m = 0, fl = 0;
+        for (int j = 0; j < P; ++j) {
+          t += per.duration(cut.ctx(), act(OpKind::W, stage, 0, j));
+          m += per.memory_delta(cut.ctx(), act(OpKind::W, stage, 0, j), false);
+          fl += per.flops(cut.ctx(), act(OpKind::W, stage, 0, j));
+        }
+        expect_rel(t, cost.duration(whole.ctx(), act(OpKind::W, stage)), 1e-12);
+        expect_rel(m, cost.memory_delta(whole.ctx(), act(OpKind::W, stage), false), 1e-12);
+        expect_rel(fl, cost.flops(whole.ctx(), act(OpKind::W, stage)), 1e-12);
+      }
+      if (P == G) {
+        // One GEMM each: the LM head first on the last stage, then the last layer's MLP out;
+        // the MLP's GEMMs take longer than the projection's.
+        const double head = per.flops(cut.ctx(), act(OpKind::W, 1, 0, 0));
+        EXPECT_NEAR(head,
+                    2.0 * nm.model.microbatch_size * nm.model.sequence * nm.model.hidden *
+                        nm.model.vocabulary / cost.parallel.tensor,
+                    1e-6 * head);
+        EXPECT_GT(per.duration(cut.ctx(), act(OpKind::W, 1, 0, 1)),
+                  per.duration(cut.ctx(), act(OpKind::W, 1, 0, 3)));
+      }
+    }
+  }
+}
