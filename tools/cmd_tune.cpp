@@ -114,21 +114,17 @@ void plan_json(json::Writer& w, const std::optional<TunePlan>& plan, const Comma
       .begin_array();
   for (int n : p.layers_per_stage)
     w.value(n);
-  w.end_array().key("step_time_s");
-  if (c.transformer)
-    w.value(p.makespan);
-  else
-    w.value(nullptr);
-  w.key("peak_memory_bytes");
-  if (c.transformer)
-    w.value(p.peak_memory);
-  else
-    w.value(nullptr);
-  w.key("mfu");
-  if (c.transformer)
-    w.value(p.mfu);
-  else
-    w.value(nullptr);
+  w.end_array();
+  // Seconds, bytes and MFU exist under TransformerCost only.
+  for (const auto& [key, v] :
+       {std::pair{"step_time_s", p.makespan}, std::pair{"peak_memory_bytes", p.peak_memory},
+        std::pair{"mfu", p.mfu}}) {
+    w.key(key);
+    if (c.transformer)
+      w.value(v);
+    else
+      w.value(nullptr);
+  }
   w.field("command", plan_command(p, c))
       .field("base", p.base)
       .field("makespan", p.makespan)

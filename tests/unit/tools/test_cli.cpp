@@ -1310,6 +1310,17 @@ TEST(CliTune, ClusterOptionsAreCheckedInTheFlagsWords) {
                 "--tp 3 does not divide"},
            Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --fit" + model,
                 "--fit fits a schedule's own memory knob"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --wgrad fine --wgrad-parts "
+                "gemm",
+                "--wgrad-parts gemm cuts each weight gradient per weight GEMM"},
+           Case{"tune --ranks 4 --global-batch 8 --fine-wgrad --wgrad-parts gemm",
+                "--wgrad-parts gemm cuts each weight gradient per weight GEMM"},
+           Case{"tune --ranks 4 --global-batch 8 --fine-wgrad --wgrad-parts 99999999999" + model,
+                "--wgrad-parts"},
+           Case{"tune --gpus 99999999999 --global-batch 8" + model, "--gpus"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --tp x" + model, "--tp"},
+           Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --layers 1,,x" + model,
+                "--layers"},
        }) {
     SCOPED_TRACE(c.args);
     CliRun r = run(c.args);
@@ -1317,6 +1328,22 @@ TEST(CliTune, ClusterOptionsAreCheckedInTheFlagsWords) {
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
     expect_no_cxx_words(r.err);
   }
+}
+
+// Weight gradients cut per GEMM: the plan's command reproduces its step time.
+TEST(CliTune, PerGemmWeightGradientPlansReproduce) {
+  CliRun r = run(
+      "tune --json --ranks 4 --global-batch 8 --model gpt3-1.3b --device a100-40gb --sequence 1024 "
+      "--bases 1f1b --fine-wgrad --wgrad-parts gemm --microbatch-sizes 1 --checkpoint none");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
+  const auto& best = doc.at("best");
+  EXPECT_EQ(best.at("wgrad").string, "fine");
+  const std::string command = best.at("command").string;
+  ASSERT_NE(command.find("--wgrad-parts gemm"), std::string::npos) << command;
+  CliRun s = run(command.substr(std::string("pipesched ").size()) + " --json");
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_DOUBLE_EQ(json_field(s.out, "makespan"), best.at("step_time_s").number);
 }
 
 // The parallelism options of the cost model reach the simulation: data-parallel replicas add
