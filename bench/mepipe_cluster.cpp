@@ -7,7 +7,13 @@
 // weight gradients in 4 parts; the baselines with their own backward and whole microbatches),
 // each scheme with its own best plan. Printed: each scheme's
 // best, MEPipe's speed-up over each and over the best of them, MEPipe's MFU, and the gain of
-// fine-grained W (MEPipe's best plan against slice-pipe searched without it). Markdown.
+// fine-grained W (MEPipe's best plan against slice-pipe searched without it), with W in 4
+// equal parts and with W cut per weight GEMM as MEPipe cuts it (wgrad_parts = 0; searched at
+// the configuration of MEPipe's best plan only: pipeline, tensor degree, microbatch size,
+// slices and checkpointing fixed, warm-up and layer split searched, since cutting every W of
+// the whole search per GEMM multiplies its time about twentyfold). Then, for each MEPipe plan,
+// the rank whose end sets the step: its busy time and its waits after its first backward (the
+// idle time fine-grained W could fill) beside the other ranks'. Markdown.
 //
 //   build/default/bench/mepipe_cluster [--quick]      (--quick: Llama 2 7B only)
 #include <algorithm>
@@ -42,6 +48,56 @@ std::string cell(const std::optional<ps::TunePlan>& p) {
   return t;
 }
 
+// The cost model a cluster plan of `request` was simulated under.
+ps::TransformerCost cost_of(const ps::TunePlan& p, const ps::ClusterRequest& request,
+                            ps::ModelShape model, const ps::DeviceSpec& device) {
+  model.microbatch_size = p.microbatch_size;
+  ps::TransformerCost c{model, device, {}};
+  c.parallel.tensor = p.tensor;
+  c.parallel.sequence_parallel = p.sequence_parallel;
+  c.parallel.data = p.data;
+  c.parallel.zero = p.zero;
+  c.parallel.whole_step = request.whole_step;
+  if (p.slices > 1)
+    c = ps::with_slicing(c, request.search.slicing, p.slices, p.schedule.problem.ranks);
+  c.parallel.layers = p.layers_per_stage;
+  return c;
+}
+
+// Where the step of plan `p` goes: the rank that ends last, its busy time and its waits after
+// its first backward (what weight-gradient work could fill), beside the other ranks' means.
+std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost) {
+  const ps::SimulationResult sim = ps::simulate(p.schedule, cost);
+  const int R = p.schedule.rank_count();
+  std::vector<double> waits(static_cast<std::size_t>(R), 0.0), end(static_cast<std::size_t>(R), 0);
+  for (int r = 0; r < R; ++r) {
+    const auto& list = p.schedule.ranks[static_cast<std::size_t>(r)];
+    const auto& t = sim.timing[static_cast<std::size_t>(r)];
+    bool after_b = false;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (after_b && i > 0)
+        waits[static_cast<std::size_t>(r)] += std::max(0.0, t[i].start - t[i - 1].end);
+      after_b = after_b || ps::is_input_backward(list[i].kind);
+      end[static_cast<std::size_t>(r)] = std::max(end[static_cast<std::size_t>(r)], t[i].end);
+    }
+  }
+  const int c = static_cast<int>(std::max_element(end.begin(), end.end()) - end.begin());
+  double busy = 0, wait = 0;
+  for (int r = 0; r < R; ++r)
+    if (r != c) {
+      busy += sim.ranks[static_cast<std::size_t>(r)].busy / (R - 1);
+      wait += waits[static_cast<std::size_t>(r)] / (R - 1);
+    }
+  char t[240];
+  std::snprintf(t, sizeof t,
+                "rank %d of %d ends last: busy %.3f s of the %.3f s step (%+.1f %% over the "
+                "other ranks' %.3f s), waits after its first backward %.3f s (others: %.3f s)",
+                c, R, sim.ranks[static_cast<std::size_t>(c)].busy, sim.makespan,
+                R > 1 ? 100 * (sim.ranks[static_cast<std::size_t>(c)].busy / busy - 1) : 0.0, busy,
+                waits[static_cast<std::size_t>(c)], wait);
+  return t;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,12 +106,14 @@ int main(int argc, char** argv) {
   const std::vector<std::string> baselines = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v"};
   const char* labels[] = {"DAPPLE (1F1B)", "VPP", "ZB-H1", "ZB-V"};
   std::vector<double> over_best;
+  std::vector<std::string> critical;  // where each MEPipe best plan's step goes
   double total_seconds = 0, slowest = 0;
   std::printf("# MEPipe over a 64 x RTX 4090 cluster (bench/mepipe_cluster)\n\n");
   std::printf(
       "| model | MEPipe (slice-pipe, fine W) | DAPPLE (1F1B) | VPP | ZB-H1 | ZB-V | over each | "
-      "over the best | MEPipe MFU | fine W gain | search |\n");
-  std::printf("|---|---|---|---|---|---|---|---:|---:|---:|---:|\n");
+      "over the best | MEPipe MFU | fine W gain (4 parts) | fine W gain (per GEMM) | search "
+      "|\n");
+  std::printf("|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|\n");
   const std::vector<const char*> models =
       quick ? std::vector<const char*>{"llama2-7b"}
             : std::vector<const char*>{"llama2-7b", "llama2-13b", "llama2-34b"};
@@ -80,10 +138,27 @@ int main(int argc, char** argv) {
     base.search.bases = baselines;
     base.search.slices = {1};
     const ps::TuneResult rb = ps::tune_cluster(base, model, device);
-    const double seconds = r.seconds + rc.seconds + rb.seconds;
+    const auto mepipe = best_of(r, "slice-pipe");
+    // W cut per weight GEMM, at the configuration of MEPipe's best plan.
+    std::optional<ps::TunePlan> per_gemm;
+    double gemm_seconds = 0;
+    if (mepipe) {
+      ps::ClusterRequest gemm = req;
+      gemm.pipeline = {mepipe->schedule.problem.ranks};
+      gemm.tensor = {mepipe->tensor};
+      gemm.search.microbatch_sizes = {mepipe->microbatch_size};
+      gemm.search.slices = {mepipe->slices};
+      gemm.search.checkpoints = {mepipe->checkpoint};
+      gemm.search.full_fallback = mepipe->checkpoint == CheckpointMode::Full;
+      gemm.search.wgrad_parts = 0;
+      const ps::TuneResult rg = ps::tune_cluster(gemm, model, device);
+      gemm_seconds = rg.seconds;
+      for (const ps::TuneBaseline& b : rg.baselines)
+        if (b.plan && b.plan->fine_wgrad) ps::detail::keep_better(per_gemm, *b.plan);
+    }
+    const double seconds = r.seconds + rc.seconds + rb.seconds + gemm_seconds;
     total_seconds += seconds;
     slowest = std::max(slowest, seconds);
-    const auto mepipe = best_of(r, "slice-pipe");
     std::string row = std::string("| ") + model_name + " | " + cell(mepipe);
     std::string each;
     std::optional<ps::TunePlan> strongest;
@@ -96,15 +171,26 @@ int main(int argc, char** argv) {
                     b && mepipe ? b->makespan / mepipe->makespan : 0.0);
       each += t;
     }
-    char tail[200];
+    char tail[400];
     const auto coarse_best = best_of(rc, "slice-pipe");
+    char gemm_gain[80] = "no fine-W plan fits";
+    if (per_gemm && coarse_best)
+      std::snprintf(gemm_gain, sizeof gemm_gain, "%+.1f %% (%.3f s)",
+                    100 * (coarse_best->makespan / per_gemm->makespan - 1), per_gemm->makespan);
     std::snprintf(
-        tail, sizeof tail, " | %s | %.3fx | %.1f %% | %+.1f %% | %.1f s |", each.c_str(),
+        tail, sizeof tail, " | %s | %.3fx | %.1f %% | %+.1f %% | %s | %.1f s |", each.c_str(),
         strongest && mepipe ? strongest->makespan / mepipe->makespan : 0.0,
         mepipe ? 100 * mepipe->mfu : 0.0,
         coarse_best && mepipe ? 100 * (coarse_best->makespan / mepipe->makespan - 1) : 0.0,
-        seconds);
+        gemm_gain, seconds);
     if (strongest && mepipe) over_best.push_back(strongest->makespan / mepipe->makespan);
+    if (mepipe) {
+      char head[64];
+      std::snprintf(head, sizeof head, " (its LM head's forward: %.2f layers')",
+                    ps::TransformerCost{model, device, {}}.head_layers());
+      critical.push_back(model_name + std::string(head) + ": " +
+                         critical_rank(*mepipe, cost_of(*mepipe, req, model, device)));
+    }
     std::printf("%s%s\n", row.c_str(), tail);
     std::fflush(stdout);
   }
@@ -119,5 +205,8 @@ int main(int argc, char** argv) {
       "+9.4 %%).\n",
       over_best.empty() ? 0.0 : sum / over_best.size(), most, over_best.size());
   std::printf("Search: %.1f s in all, %.1f s for the slowest model.\n", total_seconds, slowest);
+  std::printf("\nMEPipe's best plans, the rank that sets the step:\n\n");
+  for (const std::string& c : critical)
+    std::printf("- %s.\n", c.c_str());
   return 0;
 }
