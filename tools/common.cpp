@@ -2,6 +2,7 @@
 #include "common.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -336,6 +337,50 @@ std::string in_cli_words(std::string_view message, std::string_view command) {
          at = out.find(w.library, at + w.cli.size()))
       out.replace(at, w.library.size(), w.cli);
   }
+  return out;
+}
+
+std::string with_bytes_in_gib(std::string_view message) {
+  // Only sentences about memory, and only amounts a byte count can be (a rank, microbatch or
+  // layer count after "at least" stays as it is).
+  if (message.find("budget") == std::string_view::npos) return std::string(message);
+  std::string out;
+  std::size_t at = 0;
+  while (at < message.size()) {
+    std::size_t next = std::string_view::npos, after = 0;
+    for (std::string_view lead : {"holds ", "budget ", "at least "}) {
+      const std::size_t f = message.find(lead, at);
+      if (f != std::string_view::npos && f < next) {
+        next = f;
+        after = f + lead.size();
+      }
+    }
+    if (next == std::string_view::npos) break;
+    out.append(message.substr(at, after - at));
+    // The number the phrase leads to, as the library printed it (%.6g).
+    std::size_t end = after;
+    while (end < message.size() &&
+           (std::isdigit(static_cast<unsigned char>(message[end])) || message[end] == '.' ||
+            message[end] == 'e' || message[end] == '+' || message[end] == '-'))
+      ++end;
+    while (end > after && (message[end - 1] == '.' || message[end - 1] == 'e' ||
+                           message[end - 1] == '+' || message[end - 1] == '-'))
+      --end;  // a sentence's full stop, not part of the number
+    const std::string number(message.substr(after, end - after));
+    char* stop = nullptr;
+    const double bytes = number.empty() ? 0 : std::strtod(number.c_str(), &stop);
+    if (!number.empty() && stop == number.c_str() + number.size() && std::isfinite(bytes) &&
+        bytes >= 1e6) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%.2fGiB",
+                    std::ceil(bytes / (1024.0 * 1024 * 1024) * 100 - 1e-9) / 100);
+      out += text;
+    } else {
+      out += number;
+    }
+    at = end;
+  }
+  out.append(message.substr(at));
   return out;
 }
 

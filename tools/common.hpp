@@ -140,6 +140,13 @@ class Step {
 //! of `command` ("tune" maps TuneRequest fields to its list options).
 std::string in_cli_words(std::string_view message, std::string_view command);
 
+//! `message` with the memory amounts the library writes as plain numbers ("holds 1.15209e+11",
+//! "the budget 5.3016e+09", "at least ...") in GiB, rounded up to a hundredth, as
+//! --memory-budget takes them ("holds 107.30GiB"): for commands run with --model, whose memory
+//! unit is the byte. Only in messages that speak of a budget, and only amounts of 10^6 and
+//! more (counts of ranks or layers stay).
+std::string with_bytes_in_gib(std::string_view message);
+
 // ---------------------------------------------------------------------------------------
 // Cost models, and the units their figures are in.
 

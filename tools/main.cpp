@@ -17,6 +17,7 @@
 // Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input (an
 // unknown checkpoint mode, a malformed memory budget, a budget no checkpointing meets, a
 // schedule over the size limits, or memory running out).
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <new>
@@ -86,8 +87,12 @@ int main(int argc, char** argv) {
                      command == "simulate" || command == "render" || command == "convert" ||
                      command == "tune";
   const std::string prefix = known ? "pipesched " + command + ": " : "pipesched: ";
+  // Under --model memory is in bytes: the library's plain numbers are written in GiB.
+  const bool bytes = std::find(args.begin(), args.end(), "--model") != args.end();
   auto report = [&](const char* what, int code) {
-    std::fprintf(stderr, "%s%s\n", prefix.c_str(), cli::in_cli_words(what, command).c_str());
+    std::string text = cli::in_cli_words(what, command);
+    if (bytes) text = cli::with_bytes_in_gib(text);
+    std::fprintf(stderr, "%s%s\n", prefix.c_str(), text.c_str());
     return code;
   };
   // By now the schedule that filled the memory is gone: the message can be built.

@@ -507,6 +507,29 @@ TEST(CliCheckpoint, TransformerCostBudgetsAreBytesOrTheDevicesMemory) {
   EXPECT_DOUBLE_EQ(json_field(r.out, "memory_budget"), 2.0 * 1024 * 1024 * 1024);
 }
 
+// Under --model a budget the schedule cannot meet is refused in GiB, rounded up, and the
+// amount the message asks for is one --memory-budget takes and the schedule meets.
+TEST(CliCheckpoint, TransformerCostRefusalsSpeakGiBThatTheBudgetOptionTakes) {
+  const std::string common =
+      "simulate --schedule 1f1b --ranks 4 --microbatches 8 --model gpt3-1.3b --device "
+      "a100-40gb ";
+  CliRun r = run(common + "--memory-budget 1GB");
+  ASSERT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("over the budget 0.94GiB"), std::string::npos) << r.err;  // 0.931 up
+  const std::string lead = "give a budget of at least ";
+  const std::size_t at = r.err.find(lead);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::size_t end = r.err.find("GiB", at);
+  ASSERT_NE(end, std::string::npos) << r.err;
+  const std::string amount = r.err.substr(at + lead.size(), end + 3 - at - lead.size());
+  EXPECT_EQ(r.err.find("e+"), std::string::npos) << r.err;  // no raw byte counts left
+  r = run(common + "--memory-budget " + amount);
+  EXPECT_EQ(r.code, 0) << amount << ": " << r.err;
+  // Counts in messages about other things stay numbers, and UniformCost's units stay plain.
+  r = run("simulate --schedule 1f1b --ranks 4 --microbatches 8 --memory-budget 2");
+  EXPECT_NE(r.err.find("holds 4, over the budget 2"), std::string::npos) << r.err;
+}
+
 TEST(CliCheckpoint, RenderDrawsTheCheckpointedSchedule) {
   const auto dir = scratch();
   CliRun r = run("render --schedule 1f1b --ranks 2 --microbatches 4 --checkpoint full --svg '" +
