@@ -64,12 +64,16 @@ ps::TransformerCost cost_of(const ps::TunePlan& p, const ps::ClusterRequest& req
   return c;
 }
 
-// Where the step of plan `p` goes: the rank that ends last, its busy time and its waits after
-// its first backward (what weight-gradient work could fill), beside the other ranks' means.
+// Where the step of plan `p` goes: the rank that ends last (its step tail counted), its busy time
+// and its waits after its first backward (what weight-gradient work could fill), beside the other
+// ranks' means.
 std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost) {
   const ps::SimulationResult sim = ps::simulate(p.schedule, cost);
   const int R = p.schedule.rank_count();
   std::vector<double> waits(static_cast<std::size_t>(R), 0.0), end(static_cast<std::size_t>(R), 0);
+  // A rank's end counts its step tail (gradient all-reduce, optimizer step).
+  for (int r = 0; r < R; ++r)
+    end[static_cast<std::size_t>(r)] = sim.ranks[static_cast<std::size_t>(r)].end;
   for (int r = 0; r < R; ++r) {
     const auto& list = p.schedule.ranks[static_cast<std::size_t>(r)];
     const auto& t = sim.timing[static_cast<std::size_t>(r)];
@@ -78,7 +82,6 @@ std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost
       if (after_b && i > 0)
         waits[static_cast<std::size_t>(r)] += std::max(0.0, t[i].start - t[i - 1].end);
       after_b = after_b || ps::is_input_backward(list[i].kind);
-      end[static_cast<std::size_t>(r)] = std::max(end[static_cast<std::size_t>(r)], t[i].end);
     }
   }
   const int c = static_cast<int>(std::max_element(end.begin(), end.end()) - end.begin());
