@@ -28,23 +28,17 @@
 
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
+#include "plan_cost.hpp"
 
 namespace ps = pipesched;
 using ps::CheckpointMode;
 
 namespace {
 
-// The cost model a cluster plan was simulated under.
-ps::TransformerCost cost_of(const ps::TunePlan& p, ps::ModelShape model, ps::DeviceSpec device) {
-  model.microbatch_size = p.microbatch_size;
-  ps::TransformerCost c{model, device, {}};
-  c.parallel.tensor = p.tensor;
-  c.parallel.sequence_parallel = p.sequence_parallel;
-  c.parallel.data = p.data;
-  c.parallel.zero = p.zero;
-  c.parallel.layers = p.layers_per_stage;
-  c.parallel.whole_step = true;
-  return c;
+// The cost model a cluster plan was simulated under (the search counts the whole step).
+ps::TransformerCost cost_of(const ps::TunePlan& p, const ps::ModelShape& model,
+                            const ps::DeviceSpec& device) {
+  return ps::bench::plan_cost(p, model, device, true);
 }
 
 // TransformerCost with recomputes free: what a schedule would take if checkpointing cost

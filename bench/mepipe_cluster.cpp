@@ -24,6 +24,7 @@
 
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
+#include "plan_cost.hpp"
 
 namespace ps = pipesched;
 using ps::CheckpointMode;
@@ -50,18 +51,8 @@ std::string cell(const std::optional<ps::TunePlan>& p) {
 
 // The cost model a cluster plan of `request` was simulated under.
 ps::TransformerCost cost_of(const ps::TunePlan& p, const ps::ClusterRequest& request,
-                            ps::ModelShape model, const ps::DeviceSpec& device) {
-  model.microbatch_size = p.microbatch_size;
-  ps::TransformerCost c{model, device, {}};
-  c.parallel.tensor = p.tensor;
-  c.parallel.sequence_parallel = p.sequence_parallel;
-  c.parallel.data = p.data;
-  c.parallel.zero = p.zero;
-  c.parallel.whole_step = request.whole_step;
-  if (p.slices > 1)
-    c = ps::with_slicing(c, request.search.slicing, p.slices, p.schedule.problem.ranks);
-  c.parallel.layers = p.layers_per_stage;
-  return c;
+                            const ps::ModelShape& model, const ps::DeviceSpec& device) {
+  return ps::bench::plan_cost(p, model, device, request.whole_step, request.search.slicing);
 }
 
 // Where the step of plan `p` goes: the rank that ends last (its step tail counted), its busy time
