@@ -35,12 +35,6 @@ using ps::CheckpointMode;
 
 namespace {
 
-// The cost model a cluster plan was simulated under (the search counts the whole step).
-ps::TransformerCost cost_of(const ps::TunePlan& p, const ps::ModelShape& model,
-                            const ps::DeviceSpec& device) {
-  return ps::bench::plan_cost(p, model, device, true);
-}
-
 // TransformerCost with recomputes free: what a schedule would take if checkpointing cost
 // nothing but memory.
 struct FreeRecompute {
@@ -73,7 +67,7 @@ std::optional<ps::TunePlan> at_config(const ps::TunePlan& p, const ps::ModelShap
   req.full_fallback = false;
   req.budget = budget;
   req.threads = 1;
-  const ps::TransformerCost c = cost_of(p, model, device);
+  const ps::TransformerCost c = ps::bench::plan_cost(p, model, device);
   const ps::TuneResult r = ps::tune(req, ps::TransformerCostFactory{c.model, c.device, c.parallel});
   return r.best;
 }
@@ -183,8 +177,8 @@ int main(int argc, char** argv) {
             std::string a = "-", b = "-", ab = "-", fixed = "-", overhead = "-";
             if (mario && conv) {
               const double ra = conv->makespan / mario->makespan;
-              const ps::SimulationResult free =
-                  ps::simulate(conv->schedule, FreeRecompute{cost_of(*conv, model, placed)});
+              const ps::SimulationResult free = ps::simulate(
+                  conv->schedule, FreeRecompute{ps::bench::plan_cost(*conv, model, placed)});
               const double ceiling = conv->makespan / free.makespan;
               a = ratio(ra) + " (" + ratio(ceiling) + ")";
               a_all.add(ra);
@@ -210,7 +204,7 @@ int main(int argc, char** argv) {
               if (base) {
                 double bound = 0;
                 if (selective) {
-                  const ps::TransformerCost c = cost_of(*mario, model, placed);
+                  const ps::TransformerCost c = ps::bench::plan_cost(*mario, model, placed);
                   const ps::SimulationResult base_sim = ps::simulate(base->schedule, c);
                   const ps::Schedule& s = selective->schedule;
                   const ps::CostContext ctx{s.problem, s.placement, 1};

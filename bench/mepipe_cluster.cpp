@@ -49,22 +49,13 @@ std::string cell(const std::optional<ps::TunePlan>& p) {
   return t;
 }
 
-// The cost model a cluster plan of `request` was simulated under.
-ps::TransformerCost cost_of(const ps::TunePlan& p, const ps::ClusterRequest& request,
-                            const ps::ModelShape& model, const ps::DeviceSpec& device) {
-  return ps::bench::plan_cost(p, model, device, request.whole_step, request.search.slicing);
-}
-
 // Where the step of plan `p` goes: the rank that ends last (its step tail counted), its busy time
 // and its waits after its first backward (what weight-gradient work could fill), beside the other
 // ranks' means.
 std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost) {
   const ps::SimulationResult sim = ps::simulate(p.schedule, cost);
   const int R = p.schedule.rank_count();
-  std::vector<double> waits(static_cast<std::size_t>(R), 0.0), end(static_cast<std::size_t>(R), 0);
-  // A rank's end counts its step tail (gradient all-reduce, optimizer step).
-  for (int r = 0; r < R; ++r)
-    end[static_cast<std::size_t>(r)] = sim.ranks[static_cast<std::size_t>(r)].end;
+  std::vector<double> waits(static_cast<std::size_t>(R), 0.0);
   for (int r = 0; r < R; ++r) {
     const auto& list = p.schedule.ranks[static_cast<std::size_t>(r)];
     const auto& t = sim.timing[static_cast<std::size_t>(r)];
@@ -75,7 +66,11 @@ std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost
       after_b = after_b || ps::is_input_backward(list[i].kind);
     }
   }
-  const int c = static_cast<int>(std::max_element(end.begin(), end.end()) - end.begin());
+  // A rank's end (RankSummary::end) counts its step tail: gradient all-reduce, optimizer step.
+  const auto last = std::max_element(
+      sim.ranks.begin(), sim.ranks.end(),
+      [](const ps::RankSummary& a, const ps::RankSummary& b) { return a.end < b.end; });
+  const int c = static_cast<int>(last - sim.ranks.begin());
   double busy = 0, wait = 0;
   for (int r = 0; r < R; ++r)
     if (r != c) {
@@ -182,8 +177,10 @@ int main(int argc, char** argv) {
       char head[64];
       std::snprintf(head, sizeof head, " (its LM head's forward: %.2f layers')",
                     ps::TransformerCost{model, device, {}}.head_layers());
-      critical.push_back(model_name + std::string(head) + ": " +
-                         critical_rank(*mepipe, cost_of(*mepipe, req, model, device)));
+      critical.push_back(
+          model_name + std::string(head) + ": " +
+          critical_rank(*mepipe, ps::bench::plan_cost(*mepipe, model, device, req.whole_step,
+                                                      req.search.slicing)));
     }
     std::printf("%s%s\n", row.c_str(), tail);
     std::fflush(stdout);
