@@ -16,7 +16,7 @@
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 namespace ps = pipesched;
 

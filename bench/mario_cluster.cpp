@@ -49,6 +49,7 @@ struct FreeRecompute {
     return cost.transfer_time(ctx, a);
   }
   double step_tail(const ps::CostContext& ctx, int rank) const { return cost.step_tail(ctx, rank); }
+  static constexpr ps::MemoryUnit memory_unit = ps::MemoryUnit::Bytes;
 };
 
 // The plan's configuration searched alone with `modes` (and `budget`, unlimited when given

@@ -13,7 +13,7 @@
 #include "pipesched/io/svg.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 namespace ps = pipesched;
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "pipesched/analysis/profiled_cost.hpp"
-#include "pipesched/exec/inproc_pipeline.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/toy/synthetic.hpp"
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/pipesched.hpp"
 #include "pipesched/toy/data.hpp"

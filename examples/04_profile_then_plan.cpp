@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/exec/profile.hpp"
 #include "pipesched/pipesched.hpp"
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "pipesched/analysis/profiled_cost.hpp"
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/pipesched.hpp"

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "common.hpp"
+#include "cli.hpp"
 #include "pipesched/io/csv.hpp"
 
 namespace pipesched::cli {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common.hpp"
+#include "cli.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/io/text_grid.hpp"
 #include "pipesched/io/trace.hpp"

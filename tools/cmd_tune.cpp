@@ -17,11 +17,11 @@
 #include <utility>
 #include <vector>
 
-#include "common.hpp"
+#include "cli.hpp"
 #include "pipesched/io/detail/render_common.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/tune.hpp"
 
 namespace pipesched::cli {
@@ -282,7 +282,7 @@ void parse_search_options(const Args& a, TuneRequest& req) {
       try {
         find_generator(name);
       } catch (const invalid_problem& e) {
-        throw usage_error(std::string("--bases: ") + e.what());
+        throw usage_error("--bases: " + e.message());
       }
     }
   }
@@ -293,7 +293,7 @@ void parse_search_options(const Args& a, TuneRequest& req) {
       try {
         req.checkpoints.push_back(parse_checkpoint_mode(m));
       } catch (const parse_error& e) {
-        throw usage_error(std::string("--checkpoint: ") + e.what());
+        throw usage_error("--checkpoint: " + e.message());
       }
     }
     if (req.checkpoints.empty())
@@ -462,7 +462,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
     try {
       req.slicing = parse_slicing_mode(a.get("--slicing"));
     } catch (const parse_error& e) {
-      throw usage_error(std::string("--slicing: ") + e.what());
+      throw usage_error("--slicing: " + e.message());
     }
     if (req.slicing != SlicingMode::Uniform && !tc)
       throw usage_error("--slicing " + a.get("--slicing") +
@@ -480,7 +480,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
       try {
         v = parse_memory_budget(text);
       } catch (const parse_error& e) {
-        throw usage_error(std::string("--memory-budget: ") + e.what());
+        throw usage_error("--memory-budget: " + e.message());
       }
       if (tc != v.bytes)
         throw usage_error("--memory-budget " + text +
@@ -523,7 +523,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
       pipelines.emplace_back(req.ranks, req.global_batch);
     }
   } catch (const invalid_problem& e) {
-    throw usage_error(in_cli_words(e.what(), "tune"));
+    throw usage_error(e.message());
   }
   check_grid(req, pipelines, threads, tc ? std::get<TransformerCost>(cost).model.layers : 0);
 
@@ -561,7 +561,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
         r = tune(req, std::get<UniformCost>(cost), progress);
       }
     } catch (const invalid_problem& e) {
-      throw usage_error(in_cli_words(e.what(), "tune"));
+      throw usage_error(e.message());
     }
   }
   if (a.has("--json")) {
@@ -608,7 +608,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
     for (const TuneNote& n : r.notes)
       w.begin_object()
           .field("configuration", n.configuration)
-          .field("reason", in_cli_words(n.reason, "tune"))
+          .field("reason", words_of(n.reason, "tune"))
           .field("count", n.count)
           .end_object();
     w.end_array().end_object();
@@ -653,7 +653,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
                     .c_str()
               : "");
     for (const TuneNote& n : r.notes) {
-      std::string line = "note: " + in_cli_words(n.text(), "tune");
+      std::string line = "note: " + words_of(n.text(), "tune");
       if (n.count > 1) line += " (\xC3\x97" + std::to_string(n.count) + ")";
       std::printf("%s\n", line.c_str());
     }

@@ -12,7 +12,7 @@
 // where [cost] is --cost K=V,... or --model M --device D (with --slicing MODE for the slice
 // lengths), and [checkpoint] is --checkpoint none|full|selective|mario with --memory-budget X.
 // A generated schedule takes --slices K, --warmup N and --wgrad fused|split|fine besides.
-// Each subcommand lives in its own cmd_*.cpp; what they share is in common.hpp.
+// Each subcommand lives in its own cmd_*.cpp; what they share is in cli.hpp.
 //
 // Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input (an
 // unknown checkpoint mode, a malformed memory budget, a budget no checkpointing meets, a
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "common.hpp"
+#include "cli.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/version.hpp"
 
@@ -82,33 +82,32 @@ int main(int argc, char** argv) {
     std::printf("pipesched %s\n", pipesched::version_string);
     return cli::exit_ok;
   }
-  // Messages name the subcommand once; what the library says is put in the command's words.
+  // Messages name the subcommand once; what the library says is put in the command's words
+  // (its mentions of API fields as flags: cli::words_of).
   const bool known = command == "list" || command == "generate" || command == "validate" ||
                      command == "simulate" || command == "render" || command == "convert" ||
                      command == "tune";
   const std::string prefix = known ? "pipesched " + command + ": " : "pipesched: ";
-  // Under --model memory is in bytes: the library's plain numbers are written in GiB.
-  const bool bytes = std::find(args.begin(), args.end(), "--model") != args.end();
-  auto report = [&](const char* what, int code) {
-    std::string text = cli::in_cli_words(what, command);
-    if (bytes) text = cli::with_bytes_in_gib(text);
-    std::fprintf(stderr, "%s%s\n", prefix.c_str(), text.c_str());
+  auto report = [&](const pipesched::Message& what, int code) {
+    std::fprintf(stderr, "%s%s\n", prefix.c_str(), cli::words_of(what, command).c_str());
     return code;
   };
   // By now the schedule that filled the memory is gone: the message can be built.
   auto out_of_memory = [&] {
     const std::string what = "out of memory while " + cli::Step::failed() +
                              "; give smaller sizes (fewer --ranks or --microbatches)";
-    return report(what.c_str(), cli::exit_usage);
+    return report(what, cli::exit_usage);
   };
   try {
     return run(command, args);
   } catch (const cli::usage_error& e) {
-    return report(e.what(), cli::exit_usage);
+    return report(e.message(), cli::exit_usage);
   } catch (const cli::invalid_error& e) {
-    return report(e.what(), cli::exit_invalid);
+    return report(e.message(), cli::exit_invalid);
   } catch (const pipesched::invalid_schedule& e) {
-    return report(e.what(), cli::exit_invalid);
+    return report(e.message(), cli::exit_invalid);
+  } catch (const pipesched::error& e) {
+    return report(e.message(), cli::exit_usage);
   } catch (const std::bad_alloc&) {
     return out_of_memory();
   } catch (const std::length_error&) {

@@ -7,14 +7,16 @@
 
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/memory_budget.hpp"
+#include "pipesched/core/modes.hpp"
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
 
 #include "pipesched/policy/policy.hpp"
 
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/schedule/list_schedule.hpp"
-#include "pipesched/schedule/registry.hpp"
 
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
@@ -43,8 +45,8 @@
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/fingerprint.hpp"
-#include "pipesched/exec/inproc_pipeline.hpp"
 #include "pipesched/exec/profile.hpp"
 #include "pipesched/exec/stage_variant.hpp"
 #include "pipesched/exec/step_result.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/transport/inproc/inproc_transport.hpp"

@@ -1,4 +1,4 @@
-// expect: runs on order::OneFOneB, Interleaved1F1B or ZeroBubbleH1 only
+// expect: runs only on an order whose mario_applies is true
 // The rule holds for every other order; naming the plan's types is enough to trip it.
 #include "pipesched/policy/plan.hpp"
 

@@ -1,4 +1,4 @@
-// expect: use a slice-level order (order::SeqOneFOneB, SlicePipe, or GPipe for TeraPipe
+// expect: use a slice-level order, whose takes_slices is true, or slicing::Whole
 // The same rule with Balanced slicing on an order with two chunks per rank.
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/policy/plan.hpp"

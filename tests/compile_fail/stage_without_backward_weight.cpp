@@ -2,7 +2,7 @@
 // A stage model that forgets the weight-gradient call is named in the error.
 #include <vector>
 
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
 struct NoWeightGradient {
   using tensor_type = std::vector<double>;

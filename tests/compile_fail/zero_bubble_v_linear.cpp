@@ -1,4 +1,4 @@
-// expect: need placement::VShape<2>; pass it or leave placement out
+// expect: orders of that rule need placement::VShape<2>; pass it or leave placement out
 #include "pipesched/policy/plan.hpp"
 
 using namespace pipesched;

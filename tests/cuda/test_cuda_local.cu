@@ -14,7 +14,7 @@
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/device/cuda/device_tensor.cuh"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/toy/cuda/synthetic.cuh"
 #include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
 

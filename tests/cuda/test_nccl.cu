@@ -25,7 +25,7 @@
 #include "gpu_test.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/analysis/simulate.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/toy/cuda/synthetic.cuh"
 #include "pipesched/transport/mpi/mpi_session.hpp"
 #include "pipesched/transport/nccl/nccl_pipeline.cuh"

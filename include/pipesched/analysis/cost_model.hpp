@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "pipesched/core/action.hpp"
+#include "pipesched/core/message.hpp"
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
 
@@ -35,6 +36,50 @@ concept cost_model = requires(const C& c, const CostContext& ctx, const Action& 
   { c.transfer_time(ctx, a) } -> std::convertible_to<double>;
 };
 
+//! What an action does to its rank's memory: `grow` is held from its start, `shrink` (<= 0)
+//! released at its end. The rule every replay of a schedule counts memory by (the simulator,
+//! the checkpointing passes, the weight-gradient filler, the list-scheduling engine).
+struct MemoryEffect {
+  double grow = 0;
+  double shrink = 0;
+  //! What the rank holds more once the action has ended.
+  double net() const noexcept { return grow + shrink; }
+};
+
+//! The memory effect of `a` under `cost`: for a compute action its memory_delta (growth when
+//! positive, release when negative), for an Overlap that of each half, nothing for other
+//! actions (communication, idle, whole-stage actions). `checkpointed(x)` says whether the unit
+//! of compute action `x` is recomputed in the schedule (an R exists for it).
+template <class Cost, class Checkpointed>
+MemoryEffect memory_effect(const Cost& cost, const CostContext& ctx, const Action& a,
+                           Checkpointed&& checkpointed) {
+  MemoryEffect e;
+  auto one = [&](const Action& x) {
+    const double d = static_cast<double>(cost.memory_delta(ctx, x, checkpointed(x)));
+    (d >= 0 ? e.grow : e.shrink) += d;
+  };
+  if (a.kind == OpKind::Overlap) {
+    one(a.forward_half());
+    one(a.backward_half());
+  } else if (is_compute(a.kind)) {
+    one(a);
+  }
+  return e;
+}
+
+//! The unit `cost` measures memory in: what its `memory_unit()` member returns, or its
+//! `static constexpr MemoryUnit memory_unit`; MemoryUnit::Units for a model that says neither.
+//! Messages about memory (a budget a schedule cannot meet) print amounts in it.
+template <class C>
+constexpr MemoryUnit memory_unit_of(const C& cost) noexcept {
+  if constexpr (requires { { cost.memory_unit() } -> std::convertible_to<MemoryUnit>; })
+    return cost.memory_unit();
+  else if constexpr (requires { { C::memory_unit } -> std::convertible_to<MemoryUnit>; })
+    return C::memory_unit;
+  else
+    return MemoryUnit::Units;
+}
+
 //! Any cost model, by reference: a non-owning view that is itself a cost_model, for code that
 //! takes a cost at run time (the registry's memory-bounded generators) without being a template
 //! over its type. The model it refers to must outlive it. Each call is one indirect call.
@@ -44,6 +89,7 @@ class CostRef {
   requires(!std::same_as<std::remove_cvref_t<C>, CostRef>) CostRef(const C& cost)
   noexcept  // NOLINT(google-explicit-constructor): a view, like span
       : model_(std::addressof(cost)),
+        unit_(memory_unit_of(cost)),
         duration_([](const void* m, const CostContext& ctx, const Action& a) {
           return static_cast<double>(static_cast<const C*>(m)->duration(ctx, a));
         }),
@@ -63,9 +109,12 @@ class CostRef {
   double transfer_time(const CostContext& ctx, const Action& a) const {
     return transfer_(model_, ctx, a);
   }
+  //! The unit the model it refers to measures memory in.
+  MemoryUnit memory_unit() const noexcept { return unit_; }
 
  private:
   const void* model_;
+  MemoryUnit unit_;
   double (*duration_)(const void*, const CostContext&, const Action&);
   double (*memory_)(const void*, const CostContext&, const Action&, bool);
   double (*transfer_)(const void*, const CostContext&, const Action&);

@@ -36,6 +36,8 @@ struct StageProfile {
 
 //! Per-stage profile table. Satisfies `cost_model`.
 struct ProfiledCost {
+  //! Memory is in bytes (messages print amounts as 24GB, 3.19GiB).
+  static constexpr MemoryUnit memory_unit = MemoryUnit::Bytes;
   std::vector<StageProfile> stages;  //!< indexed by stage
   double transfer = 0;               //!< time for one message between ranks
   //! Optional per-slice figures: `slices[stage][k]` describes slice k of a microbatch on that

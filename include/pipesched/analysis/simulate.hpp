@@ -107,20 +107,7 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
     if (a.kind == OpKind::Idle) return 0.0;
     return cost.duration(ctx, a);
   };
-  // Memory added at the start and freed at the end of an action.
-  auto memory = [&](const Action& a, double& grow, double& shrink) {
-    grow = shrink = 0;
-    auto one = [&](const Action& x) {
-      double d = cost.memory_delta(ctx, x, detail::is_checkpointed(g, x));
-      (d >= 0 ? grow : shrink) += d;
-    };
-    if (a.kind == OpKind::Overlap) {
-      one(a.forward_half());
-      one(a.backward_half());
-    } else if (is_compute(a.kind)) {
-      one(a);
-    }
-  };
+  auto checkpointed = [&](const Action& x) { return detail::is_checkpointed(g, x); };
 
   detail::ReplayResult rr = detail::replay(g, [&](int id) {
     const detail::ActionRef& ref = g.ref(id);
@@ -148,15 +135,14 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
     res.timing[r][ref.position] = {start, end[id]};
     RankSummary& rs = res.ranks[r];
     rs.busy += dur;  // transfers count with their share on the rank (0 in the built-in models)
-    double grow, shrink;
-    memory(a, grow, shrink);
-    if (grow != 0) {
-      held[r] += grow;
+    const MemoryEffect mem = memory_effect(cost, ctx, a, checkpointed);
+    if (mem.grow != 0) {
+      held[r] += mem.grow;
       rs.memory.push_back({start, held[r]});
       rs.peak_memory = std::max(rs.peak_memory, held[r]);
     }
-    if (shrink != 0) {
-      held[r] += shrink;
+    if (mem.shrink != 0) {
+      held[r] += mem.shrink;
       rs.memory.push_back({end[id], held[r]});
     }
     rs.end = std::max(rs.end, end[id]);

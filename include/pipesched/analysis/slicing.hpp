@@ -58,15 +58,21 @@ inline SlicingMode parse_slicing_mode(std::string_view text) {
 
 namespace detail {
 
+//! The name of the function that refused, before its message ("uniform_slices: "), as a
+//! mention a front end may leave out.
+inline Message who_prefix(const char* who) {
+  return api_name(std::string(who) + ":", std::string(who) + ": ");
+}
+
 inline void check_slice_count(int sequence, int slices, const char* who) {
   if (slices < 1)
-    throw invalid_problem(std::string(who) + ": slices = " + std::to_string(slices) +
+    throw invalid_problem(detail::who_prefix(who) + "slices = " + std::to_string(slices) +
                           " is out of range; use 1 for whole sequences or more to cut them.");
   if (sequence < 1)
-    throw invalid_problem(std::string(who) + ": sequence = " + std::to_string(sequence) +
+    throw invalid_problem(detail::who_prefix(who) + "sequence = " + std::to_string(sequence) +
                           " is out of range; a sequence needs at least 1 token.");
   if (slices > sequence)
-    throw invalid_problem(std::string(who) + ": slices = " + std::to_string(slices) +
+    throw invalid_problem(detail::who_prefix(who) + "slices = " + std::to_string(slices) +
                           " exceeds the sequence of " + std::to_string(sequence) +
                           " tokens; every slice needs at least one token, so use at most " +
                           std::to_string(sequence) + " slices.");
@@ -116,18 +122,18 @@ class SpanTimer {
 //! Checks that `lengths` cut `sequence` into slices of at least one token.
 inline void check_lengths(const std::vector<int>& lengths, int sequence, const char* who) {
   if (lengths.empty())
-    throw invalid_problem(std::string(who) +
-                          ": no slice lengths given; give one length per slice.");
+    throw invalid_problem(detail::who_prefix(who) +
+                          "no slice lengths given; give one length per slice.");
   long long sum = 0;
   for (std::size_t k = 0; k < lengths.size(); ++k) {
     if (lengths[k] < 1)
-      throw invalid_problem(std::string(who) + ": slice " + std::to_string(k) + " has " +
+      throw invalid_problem(detail::who_prefix(who) + "slice " + std::to_string(k) + " has " +
                             std::to_string(lengths[k]) +
                             " tokens; every slice needs at least one.");
     sum += lengths[k];
   }
   if (sum != sequence)
-    throw invalid_problem(std::string(who) + ": the slice lengths sum to " + std::to_string(sum) +
+    throw invalid_problem(detail::who_prefix(who) + "the slice lengths sum to " + std::to_string(sum) +
                           " tokens but the sequence has " + std::to_string(sequence) +
                           "; they must cover it exactly.");
 }
@@ -350,10 +356,10 @@ inline std::vector<int> terapipe_slices(const TransformerCost& base, int slices,
   constexpr const char* who = "terapipe_slices";
   detail::check_slice_count(base.model.sequence, slices, who);
   if (ranks < 1)
-    throw invalid_problem(std::string(who) + ": ranks = " + std::to_string(ranks) +
+    throw invalid_problem(detail::who_prefix(who) + "ranks = " + std::to_string(ranks) +
                           " is out of range; a pipeline needs at least 1 rank.");
   if (slices > terapipe_max_slices)
-    throw invalid_problem(std::string(who) + ": slices = " + std::to_string(slices) +
+    throw invalid_problem(detail::who_prefix(who) + "slices = " + std::to_string(slices) +
                           " is more than the " + std::to_string(terapipe_max_slices) +
                           " this search cuts; use at most " + std::to_string(terapipe_max_slices) +
                           " slices, or balanced_slices for more.");

@@ -76,8 +76,9 @@ struct ModelShape {
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
     auto bad = [](const char* field, long long value, const std::string& want) {
-      throw invalid_problem(std::string("ModelShape.") + field + " = " + std::to_string(value) +
-                            " is out of range; " + want + ".");
+      const std::string name = std::string("ModelShape.") + field;
+      throw invalid_argument(pipesched::field(name, value) + " is out of range; " + want + ".",
+                             name, std::to_string(value));
     };
     if (layers < 1) bad("layers", layers, "a model needs at least 1 layer");
     if (hidden < 1) bad("hidden", hidden, "the model width must be positive");
@@ -136,9 +137,11 @@ struct DeviceSpec {
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
     auto bad = [this](const char* field, double value, const char* want) {
-      throw invalid_problem("DeviceSpec." + std::string(field) + " = " + std::to_string(value) +
-                            (name.empty() ? std::string() : " (device '" + name + "')") +
-                            " is out of range; " + want + ".");
+      const std::string key = "DeviceSpec." + std::string(field);
+      throw invalid_argument(pipesched::field(key, std::to_string(value)) +
+                                 (name.empty() ? std::string() : " (device '" + name + "')") +
+                                 " is out of range; " + want + ".",
+                             key, std::to_string(value));
     };
     if (!(peak_flops > 0)) bad("peak_flops", peak_flops, "the peak FLOP/s must be positive");
     if (!(memory_bandwidth > 0))
@@ -213,8 +216,9 @@ struct Parallelism {
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
     auto bad = [](const char* field, long long value, const std::string& want) {
-      throw invalid_problem(std::string("Parallelism.") + field + " = " + std::to_string(value) +
-                            " is out of range; " + want + ".");
+      const std::string name = std::string("Parallelism.") + field;
+      throw invalid_argument(pipesched::field(name, value) + " is out of range; " + want + ".",
+                             name, std::to_string(value));
     };
     if (tensor < 1) bad("tensor", tensor, "use 1 (no tensor parallelism) or more");
     if (data < 1) bad("data", data, "use 1 (one pipeline) or more");
@@ -222,9 +226,10 @@ struct Parallelism {
       bad("zero", zero, "use 0 (none), 1 (optimizer state) or 2 (+ gradients)");
     for (std::size_t i = 0; i < layers.size(); ++i)
       if (layers[i] < 1)
-        throw invalid_problem("Parallelism.layers[" + std::to_string(i) +
-                              "] = " + std::to_string(layers[i]) +
-                              " is out of range; every stage needs at least one layer.");
+        throw invalid_argument(pipesched::field("Parallelism.layers[" + std::to_string(i) + "]",
+                                                layers[i]) +
+                                   " is out of range; every stage needs at least one layer.",
+                               "Parallelism.layers", std::to_string(layers[i]));
   }
 };
 
@@ -333,6 +338,8 @@ struct SliceSpan {
 //! layer's stored tensors while that layer's backward runs (one layer's activation bytes of
 //! the unit), plus on the last stage the 32-bit gradient of the logits, b·t·4·V / t.
 struct TransformerCost {
+  //! Memory is in bytes (messages print amounts as 24GB, 3.19GiB).
+  static constexpr MemoryUnit memory_unit = MemoryUnit::Bytes;
   ModelShape model;
   DeviceSpec device;
   //! Token count of each slice, overriding the uniform cut (s / K each, the last slice
@@ -363,16 +370,17 @@ struct TransformerCost {
     parallel.check();
     const int t = parallel.tensor;
     if (t == 1) return;
-    auto divides = [&](const char* what, int value) {
+    auto divides = [&](const Message& what, int value) {
       if (value % t != 0)
-        throw invalid_problem("Parallelism.tensor = " + std::to_string(t) + " does not divide " +
-                              what + " = " + std::to_string(value) +
-                              "; a tensor group splits them evenly (use a divisor of it).");
+        throw invalid_argument(field("Parallelism.tensor", t) + " does not divide " + what +
+                                   " = " + std::to_string(value) +
+                                   "; a tensor group splits them evenly (use a divisor of it).",
+                               "Parallelism.tensor", std::to_string(t));
     };
-    divides("ModelShape.heads", model.heads);
-    divides("the key/value heads (ModelShape.kv_heads)", model.key_value_heads());
-    divides("the MLP width (ModelShape.ffn_hidden)", model.ffn());
-    divides("DeviceSpec.ranks_per_node", device.ranks_per_node);
+    divides(field("ModelShape.heads"), model.heads);
+    divides("the key/value heads (" + field("ModelShape.kv_heads") + ")", model.key_value_heads());
+    divides("the MLP width (" + field("ModelShape.ffn_hidden") + ")", model.ffn());
+    divides(field("DeviceSpec.ranks_per_node"), device.ranks_per_node);
   }
 
   //! Checks the model, the device and that they fit the problem in `ctx` (enough layers
@@ -385,7 +393,7 @@ struct TransformerCost {
                             " stages; it needs at least 1.");
     if (!parallel.layers.empty()) {
       if (static_cast<int>(parallel.layers.size()) != S)
-        throw invalid_problem("TransformerCost: Parallelism.layers has " +
+        throw invalid_problem("TransformerCost: " + field("Parallelism.layers") + " has " +
                               std::to_string(parallel.layers.size()) +
                               " entries but the model is split over " + std::to_string(S) +
                               " stages; give one layer count per stage.");
@@ -393,24 +401,27 @@ struct TransformerCost {
       for (int n : parallel.layers)
         sum += n;
       if (sum != model.layers)
-        throw invalid_problem("TransformerCost: Parallelism.layers sum to " + std::to_string(sum) +
-                              " layers but ModelShape.layers = " + std::to_string(model.layers) +
+        throw invalid_problem("TransformerCost: " + field("Parallelism.layers") + " sum to " +
+                              std::to_string(sum) + " layers but " +
+                              field("ModelShape.layers", model.layers) +
                               "; they must cover the model exactly.");
     } else if (model.layers < S)
-      throw invalid_problem("TransformerCost: ModelShape.layers = " + std::to_string(model.layers) +
+      throw invalid_problem("TransformerCost: " + field("ModelShape.layers", model.layers) +
                             " cannot be split over " + std::to_string(S) +
                             " stages; every stage needs at least one layer "
                             "(use at most " +
                             std::to_string(model.layers) + " stages).");
     const int K = ctx.problem.slices;
     if (K < 1)
-      throw invalid_problem("TransformerCost: Problem.slices = " + std::to_string(K) +
-                            " is out of range; use 1 or more.");
+      throw invalid_argument("TransformerCost: " + field("Problem.slices", K) +
+                                 " is out of range; use 1 or more.",
+                             "Problem.slices", std::to_string(K));
     if (slice_lengths.empty()) {
       if (K > model.sequence)
-        throw invalid_problem("TransformerCost: Problem.slices = " + std::to_string(K) +
-                              " exceeds ModelShape.sequence = " + std::to_string(model.sequence) +
-                              "; every slice needs at least one token.");
+        throw invalid_argument("TransformerCost: " + field("Problem.slices", K) + " exceeds " +
+                                   field("ModelShape.sequence", model.sequence) +
+                                   "; every slice needs at least one token.",
+                               "Problem.slices", std::to_string(K));
       return;
     }
     if (static_cast<int>(slice_lengths.size()) != K)
@@ -429,7 +440,7 @@ struct TransformerCost {
     }
     if (sum != model.sequence)
       throw invalid_problem("TransformerCost: slice_lengths sum to " + std::to_string(sum) +
-                            " tokens but ModelShape.sequence = " + std::to_string(model.sequence) +
+                            " tokens but " + field("ModelShape.sequence", model.sequence) +
                             "; they must cover the sequence "
                             "exactly.");
   }

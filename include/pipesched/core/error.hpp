@@ -1,16 +1,39 @@
 // Exceptions thrown by pipesched. Every message is a sentence a user can act on:
-// what was wrong, with which value, and what would be right.
+// what was wrong, with which value, and what would be right. Each exception keeps its message
+// as parts (core/message.hpp): what() is the library's wording, message() the parts, which a
+// front end renders in its own words (the pipesched command names flags, not fields).
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "pipesched/core/message.hpp"
 
 namespace pipesched {
 
 //! Base of every exception pipesched throws.
 class error : public std::runtime_error {
  public:
-  explicit error(const std::string& what) : std::runtime_error(what) {}
+  explicit error(const Message& what)
+      : std::runtime_error(what.text()), message_(std::make_shared<const Message>(what)) {}
+  explicit error(const std::string& what) : error(Message(what)) {}
+  explicit error(const char* what) : error(Message(what)) {}
+
+  virtual ~error() = default;
+
+  //! The message as parts: its text, the API fields and the amounts it names.
+  const Message& message() const noexcept { return *message_; }
+
+  //! Throws this exception again, of its own type and with its own fields, its message after
+  //! `prefix` (a caller saying which call refused: "plan<1f1b>: ").
+  [[noreturn]] virtual void rethrow_after(const Message& prefix) const {
+    throw error(prefix + message());
+  }
+
+ private:
+  std::shared_ptr<const Message> message_;  // shared: copying an exception must not throw
 };
 
 //! A run-time parameter that a schedule or policy cannot take (too few microbatches,
@@ -18,29 +41,80 @@ class error : public std::runtime_error {
 //! its value and what would be accepted.
 class invalid_problem : public error {
  public:
+  explicit invalid_problem(const Message& what) : error(what) {}
   explicit invalid_problem(const std::string& what) : error(what) {}
+  explicit invalid_problem(const char* what) : error(what) {}
+  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+    throw invalid_problem(prefix + message());
+  }
 };
 
 //! A schedule that breaks a rule (missing action, dependency order, deadlock, ...).
 class invalid_schedule : public error {
  public:
+  explicit invalid_schedule(const Message& what) : error(what) {}
   explicit invalid_schedule(const std::string& what) : error(what) {}
+  explicit invalid_schedule(const char* what) : error(what) {}
+  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+    throw invalid_schedule(prefix + message());
+  }
 };
 
 //! Text that cannot be read as an action, a CSV schedule or another input format.
 //! The message gives the line, the column, the bad token and what was expected.
 class parse_error : public error {
  public:
-  parse_error(const std::string& what, int line, int column)
+  parse_error(const Message& what, int line, int column)
       : error(what), line_(line), column_(column) {}
   //! 1-based line of the offending token (0 when not from a file).
   int line() const noexcept { return line_; }
   //! 1-based column (character) of the offending token.
   int column() const noexcept { return column_; }
+  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+    throw parse_error(prefix + message(), line_, column_);
+  }
 
  private:
   int line_;
   int column_;
+};
+
+//! A memory budget a schedule cannot meet: rank `rank()` needs at least `needed()` where the
+//! budget allows `allowed()`, both in `unit()` (bytes, or a cost model's abstract units).
+class budget_error : public invalid_problem {
+ public:
+  budget_error(const Message& what, int rank, double needed, double allowed, MemoryUnit unit)
+      : invalid_problem(what), rank_(rank), needed_(needed), allowed_(allowed), unit_(unit) {}
+  int rank() const noexcept { return rank_; }
+  double needed() const noexcept { return needed_; }
+  double allowed() const noexcept { return allowed_; }
+  MemoryUnit unit() const noexcept { return unit_; }
+  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+    throw budget_error(prefix + message(), rank_, needed_, allowed_, unit_);
+  }
+
+ private:
+  int rank_;
+  double needed_, allowed_;
+  MemoryUnit unit_;
+};
+
+//! An argument out of its range or of the wrong form: `field()` names it as the API spells it
+//! ("Problem.ranks", "TuneRequest.bases"), `value()` is the value refused.
+class invalid_argument : public invalid_problem {
+ public:
+  invalid_argument(const Message& what, std::string field, std::string value)
+      : invalid_problem(what),
+        field_(std::make_shared<const std::string>(std::move(field))),
+        value_(std::make_shared<const std::string>(std::move(value))) {}
+  const std::string& field() const noexcept { return *field_; }
+  const std::string& value() const noexcept { return *value_; }
+  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+    throw invalid_argument(prefix + message(), field(), value());
+  }
+
+ private:
+  std::shared_ptr<const std::string> field_, value_;
 };
 
 }  // namespace pipesched

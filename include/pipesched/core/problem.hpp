@@ -58,8 +58,9 @@ struct Problem {
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
     auto bad = [](const char* field, int value, const std::string& want) {
-      throw invalid_problem(std::string("Problem.") + field + " = " + std::to_string(value) +
-                            " is out of range; " + want + ".");
+      const std::string name = std::string("Problem.") + field;
+      throw invalid_argument(pipesched::field(name, value) + " is out of range; " + want + ".",
+                             name, std::to_string(value));
     };
     if (ranks < 1) bad("ranks", ranks, "a pipeline needs at least 1 rank");
     if (stages < 0) bad("stages", stages, "use 0 (derived from the placement) or a positive count");

@@ -31,7 +31,6 @@
 #include "pipesched/exec/errors.hpp"
 #include "pipesched/exec/training_data.hpp"
 #include "pipesched/pass/lower_communication.hpp"
-#include "pipesched/transport/inproc/inproc_transport.hpp"
 
 namespace pipesched {
 

@@ -27,10 +27,10 @@
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/executor.hpp"
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/exec/training_data.hpp"
-#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/generator_support.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 
 namespace pipesched {

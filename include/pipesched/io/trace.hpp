@@ -61,9 +61,10 @@ inline std::string render_chrome_trace(const Schedule& s, const SimulationResult
                                        const TraceOptions& opt = {}) {
   using namespace detail;
   if (!(std::isfinite(opt.time_scale) && opt.time_scale > 0))
-    throw invalid_problem("TraceOptions.time_scale = " + std::to_string(opt.time_scale) +
-                          " is out of range; use a finite number of microseconds per simulated "
-                          "time unit > 0 (1000 shows one unit as one millisecond).");
+    throw invalid_argument(field("TraceOptions.time_scale", std::to_string(opt.time_scale)) +
+                               " is out of range; use a finite number of microseconds per simulated "
+                          "time unit > 0 (1000 shows one unit as one millisecond).",
+                           "TraceOptions.time_scale", std::to_string(opt.time_scale));
   check_simulation(s, sim, "a Chrome trace");
   // Times travel as integer nanoseconds so an action's end and the next one's start, equal
   // in the simulation, stay equal after rounding; 2^53 ns keeps every integer exact.
@@ -71,7 +72,7 @@ inline std::string render_chrome_trace(const Schedule& s, const SimulationResult
   auto nanos = [&](double t) -> std::int64_t {
     const double ns = t * opt.time_scale * 1000.0;
     if (!(ns <= max_ns))
-      throw invalid_problem("TraceOptions.time_scale = " + std::to_string(opt.time_scale) +
+      throw invalid_problem(field("TraceOptions.time_scale", std::to_string(opt.time_scale)) +
                             " makes simulated time " + std::to_string(t) +
                             " too large for a trace (over 2^53 ns); use a smaller time_scale.");
     return static_cast<std::int64_t>(std::llround(ns));

@@ -174,15 +174,15 @@ inline MemoryBudget device_memory_budget(const TransformerCost& cost, const Prob
     const double fixed = cost.static_bytes(ctx, r);
     const double left = cost.device.memory_bytes - fixed;
     if (!(left > 0)) {
-      constexpr double gib = 1024.0 * 1024.0 * 1024.0;
-      throw invalid_problem(
+      throw budget_error(
           "rank " + std::to_string(r) + "'s weights, gradients and optimizer state" +
-          (cost.parallel.whole_step ? std::string(" (and workspace)") : std::string()) + " take " +
-          detail::budget_text(fixed / gib) + " GiB, at least the " +
-          detail::budget_text(cost.device.memory_bytes / gib) + " GiB of device '" +
-          cost.device.name +
-          "', leaving nothing for activations; use more ranks (fewer layers per rank), tensor "
-          "parallelism or ZeRO sharding, or a device with more memory.");
+              (cost.parallel.whole_step ? std::string(" (and workspace)") : std::string()) +
+              " take " + memory_amount(fixed, MemoryUnit::Bytes) + ", at least the " +
+              memory_amount(cost.device.memory_bytes, MemoryUnit::Bytes, false) +
+              " of device '" + cost.device.name +
+              "', leaving nothing for activations; use more ranks (fewer layers per rank), "
+              "tensor parallelism or ZeRO sharding, or a device with more memory.",
+          r, fixed, cost.device.memory_bytes, MemoryUnit::Bytes);
     }
     budget.per_rank[static_cast<std::size_t>(r)] = left;
   }
@@ -209,11 +209,12 @@ std::vector<double> rank_peaks(const Schedule& s, const Cost& cost) {
 
 //! Refuses a budget that is negative or not a number, rank by rank.
 inline void check_budget_values(const MemoryBudget& budget) {
-  auto check = [](double b, const std::string& field) {
+  auto check = [](double b, const std::string& name) {
     if (std::isnan(b) || b <= 0)
-      throw invalid_problem(field + " = " + budget_text(b) +
-                            " is out of range; a memory budget must be positive (infinity for "
-                            "no limit).");
+      throw invalid_argument(field(name, b) +
+                                 " is out of range; a memory budget must be positive (infinity "
+                                 "for no limit).",
+                             name, detail::format_general(b));
   };
   check(budget.all, "MemoryBudget.all");
   for (std::size_t r = 0; r < budget.per_rank.size(); ++r)
@@ -245,18 +246,21 @@ Schedule apply_checkpoint(const Schedule& s, CheckpointMode mode, const Cost& co
     for (int r = 0; r < out.rank_count(); ++r) {
       const double held = peaks[static_cast<std::size_t>(r)], limit = budget.of(r);
       if (held <= limit + 1e-9 * std::max(1.0, std::abs(limit))) continue;
+      const MemoryUnit mu = memory_unit_of(cost);
       if (mode == CheckpointMode::None)
-        throw invalid_problem("without checkpointing rank " + std::to_string(r) + " of '" +
-                              out.name + "' holds " + detail::budget_text(held) +
-                              ", over the budget " + detail::budget_text(limit) +
-                              "; use CheckpointMode::Selective or CheckpointMode::Mario, or "
-                              "give a budget of at least " +
-                              detail::budget_text(held) + ".");
-      throw invalid_problem("with every forward checkpointed rank " + std::to_string(r) + " of '" +
-                            out.name + "' still holds " + detail::budget_text(held) +
-                            ", over the budget " + detail::budget_text(limit) +
-                            "; no checkpointing needs less, so give a budget of at least " +
-                            detail::budget_text(held) + ", or more ranks.");
+        throw budget_error("without checkpointing rank " + std::to_string(r) + " of '" +
+                               out.name + "' holds " + memory_amount(held, mu) +
+                               ", over the budget " + memory_amount(limit, mu, false) + "; use " +
+                               enumerator("CheckpointMode", "Selective", "selective") + " or " +
+                               enumerator("CheckpointMode", "Mario", "mario") +
+                               ", or give a budget of at least " + memory_amount(held, mu) + ".",
+                           r, held, limit, mu);
+      throw budget_error("with every forward checkpointed rank " + std::to_string(r) + " of '" +
+                             out.name + "' still holds " + memory_amount(held, mu) +
+                             ", over the budget " + memory_amount(limit, mu, false) +
+                             "; no checkpointing needs less, so give a budget of at least " +
+                             memory_amount(held, mu) + ", or more ranks.",
+                         r, held, limit, mu);
     }
   };
   switch (mode) {

@@ -22,51 +22,10 @@
 #include "pipesched/analysis/detail/graph.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/memory_budget.hpp"
+#include "pipesched/core/modes.hpp"
 #include "pipesched/core/schedule.hpp"
 
 namespace pipesched {
-
-//! Which checkpointing a schedule gets. Full and Selective recompute as Megatron-LM does, after
-//! the gradient arrives (RL); FullEarly and SelectiveEarly checkpoint the same units with the
-//! recompute free to start before it (R), which hides part of it in the wait for the gradient.
-enum class CheckpointMode { None, Full, Selective, Mario, FullEarly, SelectiveEarly };
-
-constexpr const char* to_string(CheckpointMode m) noexcept {
-  switch (m) {
-    case CheckpointMode::None:
-      return "none";
-    case CheckpointMode::Full:
-      return "full";
-    case CheckpointMode::Selective:
-      return "selective";
-    case CheckpointMode::Mario:
-      return "mario";
-    case CheckpointMode::FullEarly:
-      return "full-early";
-    case CheckpointMode::SelectiveEarly:
-      return "selective-early";
-  }
-  return "?";
-}
-
-//! When a conventional (full or selective) recompute may run: Late (RL) once its backward's
-//! gradient is there, as inside Megatron-LM's backward call; Early (R) once its forward is.
-enum class RecomputeTiming { Late, Early };
-
-//! True for the modes that checkpoint every unit (Full, FullEarly).
-constexpr bool is_full(CheckpointMode m) noexcept {
-  return m == CheckpointMode::Full || m == CheckpointMode::FullEarly;
-}
-//! True for the conventional budgeted modes (Selective, SelectiveEarly).
-constexpr bool is_selective(CheckpointMode m) noexcept {
-  return m == CheckpointMode::Selective || m == CheckpointMode::SelectiveEarly;
-}
-//! The recompute timing of a conventional mode (Early for FullEarly and SelectiveEarly).
-constexpr RecomputeTiming timing_of(CheckpointMode m) noexcept {
-  return m == CheckpointMode::FullEarly || m == CheckpointMode::SelectiveEarly
-             ? RecomputeTiming::Early
-             : RecomputeTiming::Late;
-}
 
 namespace detail {
 
@@ -126,31 +85,19 @@ double list_peak(const Schedule& s, int rank, const Cost& cost, const CostContex
   double held = 0, peak = 0;
   int at = -1;
   const auto& list = s.ranks[static_cast<std::size_t>(rank)];
+  auto is_checkpointed = [&](const Action& x) { return checkpointed[unit(x)] != 0; };
   for (int i = 0; i < static_cast<int>(list.size()); ++i) {
-    const Action& a = list[static_cast<std::size_t>(i)];
-    auto apply = [&](const Action& x) {
-      const double d = cost.memory_delta(ctx, x, checkpointed[unit(x)] != 0);
-      held += d;
-      if (held > peak + 1e-12) {
-        peak = held;
-        at = i;
-      }
-    };
-    if (a.kind == OpKind::Overlap) {
-      apply(a.forward_half());
-      apply(a.backward_half());
-    } else if (is_compute(a.kind)) {
-      apply(a);
+    const MemoryEffect e =
+        memory_effect(cost, ctx, list[static_cast<std::size_t>(i)], is_checkpointed);
+    held += e.grow;  // the simulator's rule: growth from the start, release at the end
+    if (held > peak + 1e-12) {
+      peak = held;
+      at = i;
     }
+    held += e.shrink;
   }
   if (where) *where = at;
   return peak;
-}
-
-inline std::string budget_text(double b) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.6g", b);
-  return buf;
 }
 
 }  // namespace detail
@@ -227,11 +174,13 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
         std::vector<char> all(unit.size(), 1);
         Schedule full = detail::insert_recompute_before_backward(base, all);
         const double least = detail::list_peak(full, r, cost, ctx, all);
-        throw invalid_problem("memory budget " + detail::budget_text(limit) +
-                              " is too small for rank " + std::to_string(r) + " of '" + base.name +
-                              "': even with every unit checkpointed it holds " +
-                              detail::budget_text(least) + "; give a budget of at least " +
-                              detail::budget_text(least) + ", or more ranks or microbatches.");
+        const MemoryUnit mu = memory_unit_of(cost);
+        throw budget_error("memory budget " + memory_amount(limit, mu, false) +
+                               " is too small for rank " + std::to_string(r) + " of '" +
+                               base.name + "': even with every unit checkpointed it holds " +
+                               memory_amount(least, mu) + "; give a budget of at least " +
+                               memory_amount(least, mu) + ", or more ranks or microbatches.",
+                           r, least, limit, mu);
       }
       ckpt[static_cast<std::size_t>(best)] = 1;
     }

@@ -87,13 +87,15 @@ Schedule fill_weight_gradients(const Schedule& split, const Cost& cost, const Me
                                int parts) {
   const std::string pass = "fill_weight_gradients";
   if (parts <= 0)
-    throw invalid_problem(pass + ": parts = " + std::to_string(parts) +
-                          " is out of range; cut each weight gradient into at least 1 part.");
-  auto check_budget = [&](double b, const std::string& field) {
+    throw invalid_argument(pass + ": " + field("parts", parts) +
+                               " is out of range; cut each weight gradient into at least 1 part.",
+                           "parts", std::to_string(parts));
+  auto check_budget = [&](double b, const std::string& name) {
     if (std::isnan(b) || b <= 0)
-      throw invalid_problem(pass + ": " + field + " = " + detail::budget_text(b) +
-                            " is out of range; a memory budget must be positive (infinity for no "
-                            "limit).");
+      throw invalid_argument(pass + ": " + field(name, b) +
+                                 " is out of range; a memory budget must be positive (infinity "
+                                 "for no limit).",
+                             name, detail::format_general(b));
   };
   check_budget(budget.all, "MemoryBudget.all");
   for (std::size_t r = 0; r < budget.per_rank.size(); ++r)
@@ -108,7 +110,9 @@ Schedule fill_weight_gradients(const Schedule& split, const Cost& cost, const Me
         throw invalid_problem(pass + ": schedule '" + split.name + "' runs " + to_string(a) +
                               " on rank " + std::to_string(r) +
                               ", a fused backward with no weight gradient to move; generate it "
-                              "with split backward (WGradMode::Split: I then W for every unit).");
+                              "with split backward (" +
+                              enumerator("WGradMode", "Split", "split") +
+                              ": I then W for every unit).");
   const ValidationReport rep = check(split);
   if (!rep.ok())
     throw invalid_schedule(pass + ": schedule '" + split.name + "' is not valid:\n" +
@@ -159,18 +163,21 @@ Schedule fill_weight_gradients(const Schedule& split, const Cost& cost, const Me
   const SimulationResult eager_sim = simulate(eager, cost);
   consider(eager, eager_sim);
   if (!any) {
-    std::string where;
-    for (std::size_t r = 0; r < eager_sim.ranks.size() && where.empty(); ++r) {
+    const MemoryUnit mu = memory_unit_of(cost);
+    for (std::size_t r = 0; r < eager_sim.ranks.size(); ++r) {
       const double held = eager_sim.ranks[r].peak_memory, limit = budget.of(static_cast<int>(r));
       if (held > limit + 1e-9 * std::max(1.0, std::abs(limit)))
-        where = "rank " + std::to_string(r) + " holds " + detail::budget_text(held) +
-                " even with every weight gradient right after its input gradient, over its "
-                "budget " +
-                detail::budget_text(limit) + "; give a budget of at least " +
-                detail::budget_text(held) + ", or checkpoint activations first";
+        throw budget_error(pass + ": no placement of the weight gradients of '" + split.name +
+                               "' fits the memory budget: rank " + std::to_string(r) + " holds " +
+                               memory_amount(held, mu) +
+                               " even with every weight gradient right after its input "
+                               "gradient, over its budget " +
+                               memory_amount(limit, mu, false) + "; give a budget of at least " +
+                               memory_amount(held, mu) + ", or checkpoint activations first.",
+                           static_cast<int>(r), held, limit, mu);
     }
     throw invalid_problem(pass + ": no placement of the weight gradients of '" + split.name +
-                          "' fits the memory budget" + (where.empty() ? "." : ": " + where + "."));
+                          "' fits the memory budget.");
   }
   best.name = split.name + "+fine-w";
   return best;

@@ -62,6 +62,7 @@ bool select_checkpoints(const Schedule& base, const Cost& cost, const MemoryBudg
       if (is_input_backward(a.kind)) bwd_at[unit(a)] = i;
       if (a.kind == OpKind::Overlap) bwd_at[unit(a.b_stage, a.b_microbatch, a.b_slice)] = i;
     }
+    auto is_ckpt = [&](const Action& x) { return ckpt[unit(x)] != 0; };
     for (;;) {
       // Walk the list with R right before each checkpointed backward.
       double held = 0;
@@ -70,7 +71,7 @@ bool select_checkpoints(const Schedule& base, const Cost& cost, const MemoryBudg
       for (int i = 0; i < static_cast<int>(list.size()) && over_at < 0; ++i) {
         const Action& a = list[static_cast<std::size_t>(i)];
         auto step = [&](const Action& x, bool is_r) {
-          held += cost.memory_delta(ctx, x, ckpt[unit(x)] != 0);
+          held += memory_effect(cost, ctx, x, is_ckpt).net();
           if (held > limit + 1e-9 && over_at < 0) {
             over_at = i;
             over_is_r = is_r;
@@ -272,18 +273,21 @@ Schedule checkpoint_mario(const Schedule& base_in, const Cost& cost, const Memor
   if (!any) {
     // Report the least budget that full checkpointing needs on the tightest rank.
     const SimulationResult full = simulate(checkpoint_full(base), cost);
-    std::string detail;
-    for (int r = 0; r < base.rank_count(); ++r)
-      if (full.ranks[static_cast<std::size_t>(r)].peak_memory > budget.of(r) + 1e-9) {
-        detail = "rank " + std::to_string(r) + " needs at least " +
-                 detail::budget_text(full.ranks[static_cast<std::size_t>(r)].peak_memory) +
-                 " even with every unit checkpointed, over its budget " +
-                 detail::budget_text(budget.of(r));
-        break;
-      }
-    throw invalid_problem("Mario: no schedule of '" + base.name + "' fits the memory budget" +
-                          (detail.empty() ? std::string(".") : ": " + detail + ".") +
-                          " Give a larger budget, or more ranks or microbatches.");
+    const MemoryUnit mu = memory_unit_of(cost);
+    for (int r = 0; r < base.rank_count(); ++r) {
+      const double least = full.ranks[static_cast<std::size_t>(r)].peak_memory;
+      if (least > budget.of(r) + 1e-9)
+        throw budget_error("Mario: no schedule of '" + base.name +
+                               "' fits the memory budget: rank " + std::to_string(r) +
+                               " needs at least " + memory_amount(least, mu) +
+                               " even with every unit checkpointed, over its budget " +
+                               memory_amount(budget.of(r), mu, false) +
+                               ". Give a larger budget, or more ranks or microbatches.",
+                           r, least, budget.of(r), mu);
+    }
+    throw invalid_problem("Mario: no schedule of '" + base.name +
+                          "' fits the memory budget. Give a larger budget, or more ranks or "
+                          "microbatches.");
   }
   best.name = base.name + "+mario";
   return best;

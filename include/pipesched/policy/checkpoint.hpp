@@ -69,7 +69,7 @@ struct SelectiveEarly : Selective {
 
 //! Mario: recomputes moved into bubbles and extra forwards preposed within a per-rank memory
 //! budget (checkpoint_mario). It plans on the steady one-forward-one-backward rhythm, so it
-//! runs on order::OneFOneB, Interleaved1F1B and ZeroBubbleH1 (and policies refining them).
+//! runs on the orders whose `mario_applies` is true (and policies refining them).
 struct Mario : detail::CheckpointTag {
   static constexpr std::string_view name = "mario";
   static constexpr CheckpointMode mode = CheckpointMode::Mario;

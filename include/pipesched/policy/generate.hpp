@@ -8,7 +8,7 @@
 #include "pipesched/policy/family.hpp"
 #include "pipesched/policy/order.hpp"
 #include "pipesched/policy/wgrad.hpp"
-#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/generator_support.hpp"
 
 namespace pipesched::detail {
 

@@ -3,7 +3,7 @@
 // the placements it runs on, its natural placement and weight-gradient mode, whether it must
 // split W, whether it schedules sequences cut into several slices, whether Mario applies, and
 // its generator (`static Schedule generate(Problem, WGradMode)`). plan<>, the run-time
-// registry (schedule/registry.hpp), the tuner and the command line all read them from here.
+// registry (policy/registry.hpp), the tuner and the command line all read them from here.
 //
 // A user's order is a type derived from order::Custom (or from a built-in tag, whose facts
 // and generator it inherits) that defines `generate`; see docs/custom_schedules.md.
@@ -22,7 +22,7 @@
 #include "pipesched/policy/placement.hpp"
 #include "pipesched/policy/wgrad.hpp"
 #include "pipesched/schedule/chimera.hpp"
-#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/generator_support.hpp"
 #include "pipesched/schedule/dualpipe_v.hpp"
 #include "pipesched/schedule/gpipe.hpp"
 #include "pipesched/schedule/interleaved_1f1b.hpp"

@@ -151,35 +151,32 @@ struct plan {
   // The combination checks are only meaningful once every knob is a single policy; they
   // stay quiet otherwise so that a bad knob produces one message, not several.
   static_assert(!Knobs_::well_formed || Knobs_::wgrad_ok,
-                "pipesched::plan: a Zero Bubble order (order::ZeroBubbleH1, ZeroBubbleH2, "
-                "ZeroBubbleV, InterleavedZeroBubble) fills its bubbles with deferred weight "
-                "gradients and cannot use "
+                "pipesched::plan: an order whose needs_split_wgrad is true (a Zero Bubble or "
+                "V-shape order) fills its bubbles with deferred weight gradients and cannot use "
                 "wgrad::Fused; pass wgrad::Split or leave wgrad out");
   static_assert(
       !Knobs_::well_formed || Knobs_::v_shape_ok,
-      "pipesched::plan: order::ZeroBubbleV, VHalf, VMin and DualPipeV run on two chunks "
-      "per rank in a V-shape and need placement::VShape<2>; pass it or leave placement out");
+      "pipesched::plan: an order whose placement_rule is VShape2 runs on two chunks per rank "
+      "in a V-shape: orders of that rule need placement::VShape<2>; pass it or leave placement "
+      "out");
   static_assert(
       !Knobs_::well_formed || Knobs_::linear_ok,
-      "pipesched::plan: this order (order::GPipe, OneFOneB, ZeroBubbleH1, ZeroBubbleH2) "
-      "runs one stage per rank and needs placement::Linear; pass it or leave placement "
-      "out, or use order::Interleaved1F1B, InterleavedZeroBubble or LoopedBFS for several "
-      "chunks per rank");
+      "pipesched::plan: this order (its placement_rule is Linear) runs one stage per rank and "
+      "needs placement::Linear; pass it or leave placement out, or use an order whose "
+      "placement_rule is Looped for several chunks per rank");
   static_assert(!Knobs_::well_formed || Knobs_::looped_ok,
-                "pipesched::plan: order::Interleaved1F1B, InterleavedZeroBubble and LoopedBFS loop "
-                "over chunks "
-                "and cannot run on a V-shape placement; pass placement::Interleaved<V> or leave "
-                "placement out, or use order::ZeroBubbleV or DualPipeV for a V-shape");
+                "pipesched::plan: an order whose placement_rule is Looped loops over chunks and "
+                "cannot run on a V-shape placement; pass placement::Interleaved<V> or leave "
+                "placement out, or use an order whose placement_rule is VShape for a V-shape");
   static_assert(!Knobs_::well_formed || Knobs_::checkpoint_ok,
                 "pipesched::plan: checkpoint::Mario hides recomputes in the bubbles of a "
-                "one-forward-one-backward rhythm and runs on order::OneFOneB, Interleaved1F1B or "
-                "ZeroBubbleH1 only (orders whose mario_applies is true, and orders derived from "
-                "them); pass one of those orders, or use checkpoint::Selective or Full with this "
-                "one");
+                "one-forward-one-backward rhythm and runs only on an order whose mario_applies is "
+                "true (see `pipesched list`: the orders marked mario); pass such an order, or use "
+                "checkpoint::Selective or Full with this one");
   static_assert(!Knobs_::well_formed || Knobs_::slicing_ok,
                 "pipesched::plan: this order schedules whole microbatches and cannot take more "
-                "than one slice per microbatch; use a slice-level order (order::SeqOneFOneB, "
-                "SlicePipe, or GPipe for TeraPipe's order), or slicing::Whole");
+                "than one slice per microbatch (its takes_slices is false); use a slice-level "
+                "order, whose takes_slices is true, or slicing::Whole");
 
  public:
   using order = typename Knobs_::order_t;            //!< which schedule family
@@ -212,7 +209,7 @@ struct plan {
     try {
       return pipesched::slice_lengths(cost, slicing::mode, slicing::slices);
     } catch (const invalid_problem& e) {
-      throw invalid_problem("plan<" + describe() + ">: " + e.what());
+      e.rethrow_after("plan<" + describe() + ">: ");
     }
   }
 
@@ -291,7 +288,7 @@ struct plan {
       if constexpr (wgrad::fills) s = fill_weight_gradients(s, sliced, b, wgrad::parts);
       return s;
     } catch (const invalid_problem& e) {
-      throw invalid_problem("plan<" + describe() + ">: " + e.what());
+      e.rethrow_after("plan<" + describe() + ">: ");
     }
   }
 
@@ -305,7 +302,7 @@ struct plan {
     try {
       p.check();
     } catch (const invalid_problem& e) {
-      throw invalid_problem(who + ": " + e.what());
+      e.rethrow_after(who + ": ");
     }
     if (p.ranks > INT_MAX / placement::chunks)
       throw invalid_problem(who + ": ranks = " + std::to_string(p.ranks) + " times " +

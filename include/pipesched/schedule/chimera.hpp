@@ -16,7 +16,7 @@
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
-#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/generator_support.hpp"
 #include "pipesched/schedule/list_schedule.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 

@@ -9,7 +9,7 @@
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
-#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/generator_support.hpp"
 
 namespace pipesched::schedule {
 

@@ -18,7 +18,7 @@
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
-#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/generator_support.hpp"
 #include "pipesched/schedule/detail/greedy.hpp"
 #include "pipesched/schedule/interleaved_1f1b.hpp"
 

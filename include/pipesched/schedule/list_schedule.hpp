@@ -44,8 +44,9 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
+#include "pipesched/core/rules.hpp"
 #include "pipesched/core/schedule.hpp"
-#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/generator_support.hpp"
 
 namespace pipesched {
 
@@ -332,7 +333,7 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
   try {
     p.check();
   } catch (const invalid_problem& e) {
-    throw invalid_problem(gen + ": " + e.what());
+    e.rethrow_after(gen + ": ");
   }
   const int S = p.stages, M = p.microbatches, K = p.slices, R = p.ranks;
   const bool split = lp.wgrad == WGradMode::Split;
@@ -381,9 +382,15 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
           ++absent;
           continue;
         }
-        waiting[id_of(0, s, m, k)] = static_cast<std::uint8_t>(!p.first_stage(s) + (k > 0));
-        waiting[id_of(1, s, m, k)] = static_cast<std::uint8_t>(1 + !p.last_stage(s) + (k + 1 < K));
-        if (split) waiting[id_of(2, s, m, k)] = 1;
+        // Each action waits for its inputs by the rules (core/rules.hpp); the engine plans no
+        // recomputes.
+        for (int kind = 0; kind < kinds; ++kind) {
+          std::uint8_t inputs = 0;
+          for_each_dependency(p, action_of(id_of(kind, s, m, k)), [&](const Dependency& d) {
+            if (d.role != Role::Recompute) ++inputs;
+          });
+          waiting[id_of(kind, s, m, k)] = inputs;
+        }
       }
 
   // Events: an action finishing, or becoming ready (its last input arriving); earliest first,
@@ -454,7 +461,7 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
     ra.action = a;
     ra.ready_at = arrives[id];
     ra.duration = static_cast<double>(cost.duration(ctx, a));
-    ra.memory = static_cast<double>(cost.memory_delta(ctx, a, false));
+    ra.memory = memory_effect(cost, ctx, a, [](const Action&) { return false; }).net();
     if (!(ra.duration >= 0 && ra.duration <= std::numeric_limits<double>::max()))
       bad_cost(a, "duration", ra.duration);
     if (!(std::abs(ra.memory) <= std::numeric_limits<double>::max()))
@@ -499,19 +506,19 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
     arrives[id] = std::max(arrives[id], at);
     if (--waiting[id] == 0) become_ready(id, a);
   };
+  // `a` ended: each action waiting for it (by the rules) has one input fewer to wait for.
   auto finish = [&](const Action& a, double end) {
-    const int s = a.stage, m = a.microbatch, k = a.slice;
-    if (a.kind == OpKind::F) {
-      if (!p.last_stage(s))
-        release(id_of(0, s + 1, m, k), Action::make(OpKind::F, s + 1, m, k), a, end);
-      if (k + 1 < K) release(id_of(0, s, m, k + 1), Action::make(OpKind::F, s, m, k + 1), a, end);
-      release(id_of(1, s, m, k), Action::make(back, s, m, k), a, end);
-    } else if (a.kind == OpKind::B || a.kind == OpKind::I) {
-      if (!p.first_stage(s))
-        release(id_of(1, s - 1, m, k), Action::make(back, s - 1, m, k), a, end);
-      if (k > 0) release(id_of(1, s, m, k - 1), Action::make(back, s, m, k - 1), a, end);
-      if (split) release(id_of(2, s, m, k), Action::make(OpKind::W, s, m, k), a, end);
-    }
+    for_each_dependent(p, a, [&](const Dependency& d) {
+      int kind = 0;
+      if (d.role == Role::Backward)
+        kind = 1;
+      else if (d.role == Role::WeightGrad && split)
+        kind = 2;
+      else if (d.role != Role::Forward)
+        return;  // a recompute (the engine plans none), or W of a fused backward
+      const std::size_t id = id_of(kind, d.stage, d.microbatch, d.slice);
+      release(id, action_of(id), a, end);
+    });
   };
   for (int m = 0; m < M; ++m) {
     const int first = p.replica_of_microbatch(m) * p.replica_stages();  // its replica's stage 0
@@ -679,10 +686,10 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
 }  // namespace detail::list
 
 //! Builds a schedule of `lp` by list scheduling under `cost` with `rule` (see the file
-//! comment). Dependencies: F(s,m,k) after F(s−1,m,k) and F(s,m,k−1); B/I(s,m,k) after
-//! F(s,m,k), B/I(s+1,m,k) and B/I(s,m,k+1); W after its I. A dependency on another rank adds
-//! the cost model's transfer time. Memory: each action's memory_delta (no checkpointing)
-//! counts from its start, so `RankState::memory` is what the simulator reports along the list.
+//! comment). Dependencies are the rules of core/rules.hpp (F(s,m,k) after F(s−1,m,k) and
+//! F(s,m,k−1); B/I(s,m,k) after F(s,m,k), B/I(s+1,m,k) and B/I(s,m,k+1); W after its I). A
+//! dependency on another rank adds the cost model's transfer time. Memory: each action's
+//! memory_effect (no checkpointing) counts from its start, so `RankState::memory` is what the simulator reports along the list.
 //! Throws invalid_problem for a problem or placement that does not fit, a cost model giving a
 //! negative or non-finite duration, and schedule_stalled when the rule starves every rank.
 //! A type that is not a list_rule gets one error naming what it lacks. Cost: per decision, a

@@ -3,7 +3,7 @@
 //
 // What is searched, for a pipeline of `ranks` ranks and a global batch of `global_batch`
 // sequences:
-//   base schedule      each name in TuneRequest::bases (a generator of schedule/registry.hpp)
+//   base schedule      each name in TuneRequest::bases (a generator of policy/registry.hpp)
 //                      with its default backward (fused B, or I + W for Zero Bubble);
 //   chunks per rank    TuneRequest::chunks for generators that take a chunk count
 //                      (interleaved-1f1b, looped-bfs), the generator's own count otherwise;
@@ -74,7 +74,7 @@
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/mario.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/cost_factory.hpp"
 
 namespace pipesched {
@@ -84,7 +84,7 @@ namespace pipesched {
 struct TuneRequest {
   int ranks = 1;         //!< pipeline size p (ranks = devices)
   int global_batch = 1;  //!< sequences per training step, split into microbatches
-  //! Base schedules, by generator name (schedule/registry.hpp).
+  //! Base schedules, by generator name (policy/registry.hpp).
   std::vector<std::string> bases{"1f1b", "interleaved-1f1b", "zb-h1"};
   //! Chunks per rank tried for generators that take a chunk count (interleaved-1f1b).
   std::vector<int> chunks{2, 4};

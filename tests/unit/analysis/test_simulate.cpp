@@ -7,7 +7,7 @@
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/io/csv.hpp"
 #include "pipesched/pass/lower_communication.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 namespace ps = pipesched;
 

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "pipesched/policy/registry.hpp"
 
 namespace {
 
@@ -85,6 +88,78 @@ TEST(DocSnippets, EverySnippetIsTheTestedCode) {
   }
   // docs/custom_schedules.md shows three pieces of example 03 and two of example 04.
   EXPECT_GE(checked, 5);
+}
+
+}  // namespace
+
+namespace {
+
+// The README's first paragraph names every built-in order by its command-line name, and says
+// how many there are: the list is the registry's, not a copy that drifts.
+TEST(DocLists, ReadmeNamesEveryOrder) {
+  std::string intro;
+  for (const std::string& line : lines_of(source_dir / "README.md")) {
+    if (line.rfind("**", 0) == 0 || !intro.empty()) {
+      if (line.empty()) break;
+      intro += line + " ";
+    }
+  }
+  ASSERT_FALSE(intro.empty());
+  const auto orders = pipesched::builtin_generators();
+  for (const pipesched::GeneratorInfo& g : orders)
+    EXPECT_NE(intro.find("`" + std::string(g.name) + "`"), std::string::npos)
+        << "README's first paragraph does not name " << g.name;
+  const char* counts[] = {"zero",   "one",    "two",     "three",    "four",    "five",
+                          "six",    "seven",  "eight",   "nine",     "ten",     "eleven",
+                          "twelve", "thirteen", "fourteen", "fifteen", "sixteen"};
+  ASSERT_LT(orders.size(), std::size(counts));
+  EXPECT_NE(intro.find(std::string(counts[orders.size()]) + " schedule orders"), std::string::npos)
+      << "README's first paragraph should say " << counts[orders.size()] << " schedule orders";
+}
+
+// Whether a path a doc names exists: from the project root, from include/ or include/pipesched/ (a header as
+// `#include` spells it), or from the doc's own folder.
+bool names_a_file(const fs::path& doc, const std::string& path) {
+  for (const fs::path& base : {source_dir, source_dir / "include", source_dir / "include" / "pipesched",
+                               doc.parent_path()})
+    if (fs::exists(base / path)) return true;
+  return false;
+}
+
+// Every file a doc links to or names in code quotes exists (paths with a folder, or a .md
+// file); line numbers after a colon (`tools/cli.cpp:120`) are dropped.
+TEST(DocLinks, EveryFileADocNamesExists) {
+  const std::regex link(R"(\]\(([^)#:\s]+)(#[^)]*)?\))");
+  const std::regex quoted(
+      R"(`((?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_.-]+\.(?:md|hpp|cpp|cuh|cu|sh|txt|json|csv))(?::[0-9-]+)?`)");
+  const std::regex mentioned(R"(\b(docs/[a-z_]+\.md)\b)");
+  std::vector<fs::path> docs{source_dir / "README.md"};
+  for (const auto& entry : fs::directory_iterator(source_dir / "docs"))
+    if (entry.path().extension() == ".md") docs.push_back(entry.path());
+  int checked = 0;
+  for (const fs::path& doc : docs) {
+    const std::vector<std::string> lines = lines_of(doc);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      for (const std::regex* re : {&link, &quoted, &mentioned}) {
+        for (auto it = std::sregex_iterator(lines[i].begin(), lines[i].end(), *re);
+             it != std::sregex_iterator(); ++it) {
+          const std::string path = (*it)[1].str();
+          if (path.starts_with("http")) continue;
+          const std::string first = path.substr(0, path.find('/'));
+          if (path.find('/') != std::string::npos &&
+              std::all_of(first.begin(), first.end(), [](char c) { return std::isupper(c); }))
+            continue;  // a placeholder folder (DIR/report.txt)
+          if (re == &quoted && path.find('/') == std::string::npos && !path.ends_with(".md"))
+            continue;  // a bare file name (plan.json) is an example, not a link
+          ++checked;
+          EXPECT_TRUE(names_a_file(doc, path))
+              << doc.filename().string() << ":" << i + 1 << " names '" << path
+              << "', which does not exist";
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 20);
 }
 
 }  // namespace

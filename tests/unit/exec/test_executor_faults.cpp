@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/toy/data.hpp"

@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "pipesched/analysis/simulate.hpp"
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/exec/stage_variant.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/schedule/interleaved_1f1b.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/schedule/slice_pipe.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
 #include "pipesched/toy/data.hpp"

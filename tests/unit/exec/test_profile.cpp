@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "pipesched/analysis/simulate.hpp"
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/exec/profile.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/schedule/gpipe.hpp"

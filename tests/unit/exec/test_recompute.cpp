@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "pipesched/analysis/profiled_cost.hpp"
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/schedule/interleaved_1f1b.hpp"

@@ -14,7 +14,7 @@
 
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/analysis/simulate.hpp"
-#include "pipesched/exec/inproc_pipeline.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/schedule/gpipe.hpp"

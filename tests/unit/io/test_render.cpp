@@ -24,7 +24,7 @@
 #include "pipesched/io/trace.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 #include "json_checker.hpp"
 

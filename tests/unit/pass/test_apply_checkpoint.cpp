@@ -12,7 +12,7 @@
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 namespace pipesched {
 namespace {
@@ -199,7 +199,7 @@ TEST(ApplyCheckpoint, NoneKeepsTheScheduleAndChecksALimitedBudget) {
     expect_invalid_problem(
         [&] { apply_checkpoint(s, CheckpointMode::None, cost, budget_of(peak * 0.9)); },
         {"without checkpointing rank", "'" + s.name + "'",
-         "over the budget " + detail::budget_text(peak * 0.9),
+         "over the budget " + pipesched::detail::format_general(peak * 0.9),
          "CheckpointMode::Selective or CheckpointMode::Mario"});
   }
 }
@@ -238,7 +238,7 @@ TEST(ApplyCheckpoint, SelectiveAndMarioMeetTheBudgetAsTheirPassesDo) {
     const double full_peak = simulate(checkpoint_full(s), cost).peak_memory_max;
     for (double share : {0.0, 0.5, 1.0}) {
       const MemoryBudget b = budget_of(full_peak + share * (none_peak - full_peak));
-      SCOPED_TRACE(s.name + ", budget " + detail::budget_text(b.all));
+      SCOPED_TRACE(s.name + ", budget " + pipesched::detail::format_general(b.all));
       const Schedule sel = apply_checkpoint(s, CheckpointMode::Selective, cost, b);
       EXPECT_EQ(sel, checkpoint_selective(s, cost, b));
       EXPECT_TRUE(check(sel).ok()) << check(sel).summary();

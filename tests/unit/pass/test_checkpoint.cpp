@@ -11,7 +11,7 @@
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/pass/mario.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 namespace ps = pipesched;
 

@@ -17,7 +17,7 @@
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/io/action_string.hpp"
 #include "pipesched/pass/lower_communication.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pytorch_style_lowering.hpp"
 
 namespace ps = pipesched;

@@ -14,7 +14,7 @@
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/policy/policy.hpp"
 #include "pipesched/schedule/list_schedule.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/tune.hpp"
 
 namespace pipesched {

@@ -17,7 +17,7 @@
 #include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/policy/policy.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 namespace pipesched {
 namespace {
@@ -381,7 +381,7 @@ TYPED_TEST(PlanPerOrder, FullAndSelectiveCheckpointingRunOnEveryOrder) {
     }
     expect_invalid_problem([&] { Plain::generate(p, cost, refused); },
                            {"plan<" + Plain::describe() + ">", "without checkpointing",
-                            "over the budget " + detail::budget_text(refused.all)});
+                            "over the budget " + pipesched::detail::format_general(refused.all)});
     EXPECT_EQ(Plain::generate(p, cost, MemoryBudget{}), base);
   }
 }

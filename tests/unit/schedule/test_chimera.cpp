@@ -20,7 +20,7 @@
 #include "pipesched/policy/plan.hpp"
 #include "pipesched/schedule/chimera.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 namespace ps = pipesched;
 

@@ -20,7 +20,7 @@
 #include "pipesched/schedule/interleaved_1f1b.hpp"
 #include "pipesched/schedule/looped_bfs.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 namespace {
 

@@ -159,7 +159,7 @@ TEST(Cli, BadUsageExitsTwoWithAMessage) {
                 "give --memory-budget"},
            Case{"generate --schedule gpipe --ranks 4 --microbatches 8 --checkpoint mario "
                 "--memory-budget 2",
-                "runs on 1f1b, interleaved-1f1b and zb-h1 only, not on 'gpipe'"},
+                "runs on 1f1b, interleaved-1f1b, zb-h1 and chimera only, not on 'gpipe'"},
            Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --checkpoint full "
                 "--memory-budget 2XB",
                 "memory budget '2XB' has an unknown unit 'XB'"},

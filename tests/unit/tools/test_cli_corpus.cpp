@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -26,6 +27,9 @@ namespace fs = std::filesystem;
 struct Case {
   std::string name, args;
 };
+
+// gtest names a failing case by this, not by its bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 const fs::path corpus_dir = fs::path(PIPESCHED_TEST_DATA_DIR) / "cli_corpus";
 

@@ -15,7 +15,7 @@
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/tune.hpp"
 
 namespace ps = pipesched;

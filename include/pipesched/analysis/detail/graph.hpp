@@ -1,14 +1,8 @@
 // The dependency graph of a schedule and the in-order replay that validation (dry run,
 // deadlock detection) and simulation (timing, memory) share.
 //
-// Every non-idle action gets a flat index. Its dependencies follow DESIGN.md (with several
-// replicas, s-1 and s+1 are neighbours within the replica of s: a replica's first stage has no
-// previous stage and its last no next one):
-//   F(s,m,k)   after F(s-1,m,k) and F(s,m,k-1)
-//   B/I(s,m,k) after F(s,m,k), B/I(s+1,m,k), B/I(s,m,k+1), and R(s,m,k) when there is one
-//   W(s,m,k)   after I(s,m,k)
-//   R(s,m,k)   after F(s,m,k)
-// In a compute-only schedule a dependency on another rank is a direct edge (the data is
+// Every non-idle action gets a flat index. A compute action's dependencies are the rules of
+// core/rules.hpp (the one place they are written). In a compute-only schedule a dependency on another rank is a direct edge (the data is
 // sent when produced and waited for when needed: exactly the dry run of the schedule
 // lowered to sends and receives, with buffered sends). In a schedule with communication
 // actions a cross-rank dependency must go through a receive earlier in the consumer's
@@ -28,6 +22,7 @@
 #include <vector>
 
 #include "pipesched/analysis/detail/unit_table.hpp"
+#include "pipesched/core/rules.hpp"
 #include "pipesched/core/schedule.hpp"
 
 namespace pipesched::detail {
@@ -259,55 +254,23 @@ class DependencyGraph {
     }
   }
 
+  // The dependencies of a compute action, from the rules (core/rules.hpp). One on another
+  // stage may come from another rank: directly, or through the receive of it on this rank.
   void add_compute_deps(int id, const Action& a, bool explicit_comm, std::vector<int>& out) {
-    const int K = schedule_->problem.slices;
     const int s = a.stage, m = a.microbatch, k = a.slice;
     if (!in_range(s, m, k)) return;
-    auto F = [&](int st, int sl) { return Action::make(OpKind::F, st, m, sl); };
-    auto BI = [&](int st, int sl) {
-      Action x = Action::make(OpKind::B, st, m, sl);
-      return x;
-    };
-    switch (a.kind) {
-      case OpKind::F:
-        if (!schedule_->problem.first_stage(s))  // a replica's first stage reads its input
-          need(id, lookup(f_, s - 1, m, k), a, F(s - 1, k), explicit_comm, OpKind::RecvF, recv_f_,
-               s, m, k, out);
-        if (k > 0)
-          need(id, lookup(f_, s, m, k - 1), a, F(s, k - 1), false, OpKind::RecvF, recv_f_, s, m, k,
-               out);
-        break;
-      case OpKind::B:
-      case OpKind::I:
-        need(id, lookup(f_, s, m, k), a, F(s, k), false, OpKind::RecvF, recv_f_, s, m, k, out);
-        if (int r = lookup(r_, s, m, k); r != none)
-          need(id, r, a, Action::make(OpKind::R, s, m, k), false, OpKind::RecvF, recv_f_, s, m, k,
-               out);
-        if (!schedule_->problem.last_stage(s))  // a replica's last stage computes the loss
-          need(id, lookup(bi_, s + 1, m, k), a, BI(s + 1, k), explicit_comm, OpKind::RecvB, recv_b_,
-               s, m, k, out);
-        if (k + 1 < K)
-          need(id, lookup(bi_, s, m, k + 1), a, BI(s, k + 1), false, OpKind::RecvB, recv_b_, s, m,
-               k, out);
-        break;
-      case OpKind::W:
-        need(id, lookup(bi_, s, m, k), a, Action::make(OpKind::I, s, m, k), false, OpKind::RecvB,
-             recv_b_, s, m, k, out);
-        break;
-      case OpKind::R:
-        need(id, lookup(f_, s, m, k), a, F(s, k), false, OpKind::RecvF, recv_f_, s, m, k, out);
-        if (a.late) {  // RL: also its backward's inputs
-          if (!schedule_->problem.last_stage(s))
-            need(id, lookup(bi_, s + 1, m, k), a, BI(s + 1, k), explicit_comm, OpKind::RecvB,
-                 recv_b_, s, m, k, out);
-          if (k + 1 < K)
-            need(id, lookup(bi_, s, m, k + 1), a, BI(s, k + 1), false, OpKind::RecvB, recv_b_, s, m,
-                 k, out);
-        }
-        break;
-      default:
-        break;
-    }
+    for_each_dependency(schedule_->problem, a, [&](const Dependency& d) {
+      const bool backward = d.role == Role::Backward;
+      const UnitTable<int>& table = d.role == Role::Forward ? f_ : backward ? bi_ : r_;
+      // The producer as messages name it: B for an input gradient (B or I), I for a W's.
+      const OpKind named = d.role == Role::Forward     ? OpKind::F
+                           : d.role == Role::Recompute ? OpKind::R
+                           : a.kind == OpKind::W       ? OpKind::I
+                                                       : OpKind::B;
+      need(id, lookup(table, d.stage, d.microbatch, d.slice), a,
+           Action::make(named, d.stage, d.microbatch, d.slice), explicit_comm && d.crosses_stage,
+           backward ? OpKind::RecvB : OpKind::RecvF, backward ? recv_b_ : recv_f_, s, m, k, out);
+    });
   }
 
   // Sends depend on their producer (same rank, earlier); receives on the matching send.

@@ -15,6 +15,7 @@
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/format.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/io/json.hpp"
 
@@ -25,11 +26,14 @@ namespace pipesched::detail {
 //! picture of it would be wrong). `what` names the picture in the message.
 inline void check_simulation(const Schedule& s, const SimulationResult& sim, const char* what) {
   const std::string head = std::string("cannot draw ") + what + " of schedule '" + s.name + "': ";
-  auto bad = [&](const std::string& why) { throw invalid_schedule(head + why); };
+  auto bad = [&](const Message& why) { throw invalid_schedule(head + why); };
   if (sim.deadlock)
     bad("its simulation deadlocked, so only part of it has times (" + sim.deadlock_report +
-        "); fix the schedule (pipesched::check says where) and simulate it again.");
-  const std::string hint = "; pass the result of pipesched::simulate on this same schedule.";
+        "); fix the schedule (" + api_name("pipesched::check", "pipesched::check") +
+        " says where) and simulate it again.");
+  const Message hint = "; pass the result of " +
+                       api_name("pipesched::simulate", "pipesched::simulate") +
+                       " on this same schedule.";
   if (sim.timing.size() != s.ranks.size() || sim.ranks.size() != s.ranks.size())
     bad("the simulation result has " + std::to_string(sim.timing.size()) + " timing lists and " +
         std::to_string(sim.ranks.size()) + " rank summaries but the " + "schedule has " +
@@ -57,44 +61,6 @@ inline void check_simulation(const Schedule& s, const SimulationResult& sim, con
     if (!std::isfinite(sim.ranks[r].peak_memory))
       bad("rank " + std::to_string(r) + "'s peak memory is not finite" + hint);
   }
-}
-
-//! `v` with `decimals` digits after the point, trailing zeros (and a bare point) dropped.
-//! Locale-independent, unlike printf.
-inline std::string fixed_number(double v, int decimals) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed, decimals);
-  if (ec != std::errc()) {
-    auto [end2, ec2] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 6);
-    return ec2 == std::errc() ? std::string(buf, end2) : std::string("?");
-  }
-  std::string out(buf, end);
-  if (out.find('.') != std::string::npos) {
-    while (out.back() == '0')
-      out.pop_back();
-    if (out.back() == '.') out.pop_back();
-  }
-  if (out == "-0") out = "0";
-  return out;
-}
-
-//! A figure for people to read: about `digits` significant digits (at most `digits` − 1
-//! decimals), no exponent from 10^-3 up to 10^9.
-inline std::string format_number(double v, int digits = 4) {
-  if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
-  digits = digits < 1 ? 1 : digits > 17 ? 17 : digits;
-  const double a = std::fabs(v);
-  if (a >= 1e9 || (a > 0 && a < 1e-3)) {
-    char buf[64];
-    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, digits);
-    return ec == std::errc() ? std::string(buf, end) : std::string("?");
-  }
-  // Digits before the point of a in [1, 1e9); below 1 the decimals stay at digits − 1.
-  int whole = 1;
-  for (double x = a; x >= 10.0; x /= 10.0)
-    ++whole;
-  const int decimals = a >= 1 ? std::max(digits - whole, 0) : digits - 1;
-  return fixed_number(v, decimals);
 }
 
 //! `ratio` (0.2) as a percentage with one decimal ("20.0%").

@@ -27,6 +27,7 @@
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/rules.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 
@@ -92,10 +93,12 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
       if (a.kind == OpKind::R) ckpt[unit(a)] = 1;
       if (a.kind == OpKind::W) has_w[unit(a)] = 1;
     }
+  auto is_ckpt = [&](const Action& x) { return ckpt[unit(x)] != 0; };
   auto whole_w_delta = [&](const Action& i) {
     return parts *
-           static_cast<double>(cost.memory_delta(
-               ctx, Action::make(OpKind::W, i.stage, i.microbatch, i.slice), ckpt[unit(i)] != 0));
+           memory_effect(cost, ctx, Action::make(OpKind::W, i.stage, i.microbatch, i.slice),
+                         is_ckpt)
+               .net();
   };
 
   // Per rank: the fixed list, each unit's backward position, baseline memory levels.
@@ -125,7 +128,7 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
       const Action& a = R.main[i];
       double lvl = held;
       auto apply = [&](const Action& x) {
-        held += cost.memory_delta(ctx, x, ckpt[unit(x)] != 0);
+        held += memory_effect(cost, ctx, x, is_ckpt).net();
         lvl = std::max(lvl, held);
       };
       auto backward = [&](const Action& b) {
@@ -164,32 +167,28 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
       t = std::max(t, e + (cross ? static_cast<double>(cost.transfer_time(ctx, producer)) : 0.0));
     };
     auto one = [&](const Action& x) {
-      const int st = x.stage, mb = x.microbatch, sl = x.slice;
-      switch (x.kind) {
-        case OpKind::F:
-          if (!p.first_stage(st))
-            need(end_f, st - 1, mb, sl, rank_of(st - 1) != r,
-                 Action::make(OpKind::F, st - 1, mb, sl));
-          if (sl > 0) need(end_f, st, mb, sl - 1, false, x);
-          break;
-        case OpKind::B:
-        case OpKind::I:
-          need(end_f, st, mb, sl, false, x);
-          if (ckpt[unit(x)]) need(end_r, st, mb, sl, false, x);
-          if (!p.last_stage(st))
-            need(end_bi, st + 1, mb, sl, rank_of(st + 1) != r,
-                 Action::make(OpKind::B, st + 1, mb, sl));
-          if (sl + 1 < K) need(end_bi, st, mb, sl + 1, false, x);
-          break;
-        case OpKind::W:
-          need(end_bi, st, mb, sl, false, x);
-          break;
-        case OpKind::R:  // a recompute that stays in the list
-          need(end_f, st, mb, sl, false, x);
-          break;
-        default:
-          break;
-      }
+      for_each_dependency(p, x, [&](const Dependency& d) {
+        const std::vector<double>* ends = nullptr;
+        Action producer = x;
+        switch (d.role) {
+          case Role::Forward:
+            ends = &end_f;
+            producer = Action::make(OpKind::F, d.stage, d.microbatch, d.slice);
+            break;
+          case Role::Backward:
+            ends = &end_bi;
+            producer = Action::make(OpKind::B, d.stage, d.microbatch, d.slice);
+            break;
+          case Role::Recompute:
+            if (!ckpt[unit(x)]) return;  // no R for the unit
+            ends = &end_r;
+            break;
+          default:
+            return;
+        }
+        need(*ends, d.stage, d.microbatch, d.slice, d.crosses_stage && rank_of(d.stage) != r,
+             producer);
+      });
     };
     if (a.kind == OpKind::Overlap) {
       one(a.forward_half());
@@ -209,27 +208,8 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
     return cost.duration(ctx, a);
   };
   // Memory an action adds at its start, and its net change once it has ended.
-  auto growth = [&](const Action& a) {
-    double g = 0;
-    auto one = [&](const Action& x) {
-      g += std::max(0.0, static_cast<double>(cost.memory_delta(ctx, x, ckpt[unit(x)] != 0)));
-    };
-    if (a.kind == OpKind::Overlap) {
-      one(a.forward_half());
-      one(a.backward_half());
-    } else if (is_compute(a.kind)) {
-      one(a);
-    }
-    return g;
-  };
-  auto net = [&](const Action& a) {
-    if (a.kind == OpKind::Overlap)
-      return static_cast<double>(cost.memory_delta(ctx, a.forward_half(), ckpt[unit(a)] != 0)) +
-             static_cast<double>(cost.memory_delta(
-                 ctx, a.backward_half(), ckpt[unit(a.b_stage, a.b_microbatch, a.b_slice)] != 0));
-    if (!is_compute(a.kind)) return 0.0;
-    return static_cast<double>(cost.memory_delta(ctx, a, ckpt[unit(a)] != 0));
-  };
+  auto growth = [&](const Action& a) { return memory_effect(cost, ctx, a, is_ckpt).grow; };
+  auto net = [&](const Action& a) { return memory_effect(cost, ctx, a, is_ckpt).net(); };
   // True when running `a` next would take rank r over its budget.
   auto over = [&](int r, const Action& a) {
     const double limit = budget.of(r);
@@ -334,7 +314,7 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
       if (end_f[unit(rc)] < 0 || end_f[unit(rc)] > t + 1e-12) continue;  // forward not done
       // The wait must cover at least `min_fit` of the recompute (1: it must fit whole).
       if (t + opt.min_fit * duration(rc) > gap_end + 1e-9) break;  // pending: backward order
-      const double grow = cost.memory_delta(ctx, rc, true);
+      const double grow = memory_effect(cost, ctx, rc, is_ckpt).net();  // rc's unit has an R
       const int bp = bwd_pos[static_cast<std::size_t>(u)];
       // With weight gradients pending the rank may hold more than its levels say right now.
       bool fits = !(opt.float_wgrad && over(r, rc));

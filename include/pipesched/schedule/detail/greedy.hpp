@@ -24,7 +24,7 @@
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
-#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/generator_support.hpp"
 #include "pipesched/schedule/list_schedule.hpp"
 
 namespace pipesched::schedule::detail {
@@ -120,6 +120,9 @@ struct BoundedPlanningCost {
     return memory ? memory->memory_delta(c, a, ckpt) : 0.0;
   }
   double transfer_time(const CostContext&, const Action&) const { return 0.0; }
+  MemoryUnit memory_unit() const noexcept {
+    return memory ? memory->memory_unit() : MemoryUnit::Units;
+  }
 };
 
 //! The Zero Bubble planner as a list-scheduling rule: a ready I first (lowest microbatch, then
@@ -333,9 +336,9 @@ inline GreedyPlan greedy_list_schedule(const GreedyOptions& opt) {
 //! schedule to use with a fused backward.
 inline void require_split_backward(WGradMode wgrad, const char* generator, const char* instead) {
   if (wgrad != WGradMode::Split)
-    throw invalid_problem(std::string(generator) +
-                          " needs split backward (wgrad = split); with fused backward use " +
-                          instead + ".");
+    throw invalid_problem(std::string(generator) + " needs split backward (" +
+                          field("wgrad", "split") + "); with fused backward use " + instead +
+                          ".");
 }
 
 //! A compute-only Schedule of `p` (already resolved: stages set) planned by the list scheduler

@@ -19,7 +19,7 @@
 
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/device/cuda/device_tensor.cuh"
-#include "pipesched/exec/detail/run_ranks.hpp"
+#include "pipesched/exec/detail/thread_pipeline.hpp"
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/transport/inproc/inproc_transport.hpp"
@@ -126,17 +126,43 @@ class CudaLocalTransport {
   InprocTransport<Message> mailboxes_;
 };
 
+namespace detail::gpu {
+
+// Ranks as streams of one GPU: rank r's device comes from the transport, and every rank's
+// compute stream starts after one event, the zero of every timeline.
+struct LocalRanks {
+  template <class Transport>
+  static CudaDevice device(Transport& t, int rank) {
+    return t.device(rank);
+  }
+  template <class Transport>
+  static CudaDevice::Mark start(Transport& t) {
+    CudaDevice& first = t.device(0);
+    first.activate();
+    const CudaDevice::Mark start = first.mark();
+    for (int r = 0; r < t.ranks(); ++r)
+      CudaDevice::wait(t.device(r).compute(), start);
+    return start;
+  }
+  template <class Transport>
+  static void enter(Transport& t, int rank) {
+    t.device(rank).activate();
+  }
+};
+
+}  // namespace detail::gpu
+
 //! Runs a schedule with every rank on one GPU of this process (GPU 0 by default), one host
 //! thread and one CudaDevice per rank, the ranks connected by CudaLocalTransport. Make the
 //! stage of stage s with the device of its rank, `devices[schedule.placement.rank_of(s)]`
 //! (its compute stream); `stages` is indexed by stage and must outlive the pipeline. Devices
 //! on different GPUs are refused with invalid_problem. Failures stop every rank as in
-//! InprocPipeline.
+//! InprocPipeline; times are GPU times from a common start event.
 template <class Stage>
-class CudaLocalPipeline {
+class CudaLocalPipeline
+    : public detail::ThreadPipeline<Stage, CudaLocalTransport<typename Stage::tensor_type>,
+                                    CudaDevice, detail::gpu::LocalRanks> {
  public:
-  using tensor_type = typename Stage::tensor_type;
-
   //! One device per rank of `schedule`, on GPU `ordinal` (every rank on the same GPU).
   static std::vector<CudaDevice> devices_for(const Schedule& schedule, int ordinal = 0) {
     std::vector<CudaDevice> d;
@@ -147,55 +173,22 @@ class CudaLocalPipeline {
 
   CudaLocalPipeline(const Schedule& schedule, std::vector<CudaDevice> devices,
                     std::span<Stage> stages, ExecutorOptions options = {})
-      : transport_(std::move(devices)) {
-    if (transport_.ranks() != schedule.rank_count())
-      throw invalid_problem("CudaLocalPipeline: the schedule has " +
-                            std::to_string(schedule.rank_count()) + " ranks but " +
-                            std::to_string(transport_.ranks()) +
-                            " devices were given; pass one per rank (devices_for(schedule)).");
-    if (static_cast<int>(stages.size()) != schedule.problem.stages)
-      throw invalid_problem("CudaLocalPipeline: the schedule has " +
-                            std::to_string(schedule.problem.stages) + " stages but " +
-                            std::to_string(stages.size()) +
-                            " stage models were given; pass one per stage.");
-    for (int r = 0; r < schedule.rank_count(); ++r) {
-      std::vector<Stage*> mine;
-      for (int s : schedule.placement.stages_of(r))
-        mine.push_back(&stages[static_cast<std::size_t>(s)]);
-      executors_.emplace_back(schedule, r, std::move(mine), transport_, transport_.device(r),
-                              options);
-    }
-  }
-
-  //! Runs one training step on every rank; times are GPU times from a common start event.
-  StepResult step(const TrainingData<tensor_type>& data) {
-    transport_.reset();
-    const int n = transport_.ranks();
-    std::vector<RankRun> runs(static_cast<std::size_t>(n));
-    // Every rank's compute stream starts after one event, the zero of every timeline.
-    CudaDevice& first = transport_.device(0);
-    first.activate();
-    const CudaDevice::Mark start = first.mark();
-    for (int r = 0; r < n; ++r)
-      CudaDevice::wait(transport_.device(r).compute(), start);
-    detail::run_ranks(
-        n,
-        [&](int r) {
-          transport_.device(r).activate();
-          runs[static_cast<std::size_t>(r)] =
-              executors_[static_cast<std::size_t>(r)].step(data, start);
-        },
-        [&] { transport_.abort(); });
-    return StepResult::from_runs(std::move(runs), executors_.front().schedule());
-  }
+      : CudaLocalPipeline::ThreadPipeline("CudaLocalPipeline", schedule, stages, options,
+                                          checked_count(schedule, std::move(devices))) {}
 
   //! The device of rank `rank`.
-  CudaDevice& device(int rank) { return transport_.device(rank); }
-  CudaLocalTransport<tensor_type>& transport() noexcept { return transport_; }
+  CudaDevice& device(int rank) { return this->transport_.device(rank); }
 
  private:
-  CudaLocalTransport<tensor_type> transport_;
-  std::vector<Executor<Stage, CudaLocalTransport<tensor_type>, CudaDevice>> executors_;
+  static std::vector<CudaDevice> checked_count(const Schedule& schedule,
+                                               std::vector<CudaDevice> devices) {
+    if (static_cast<int>(devices.size()) != schedule.rank_count())
+      throw invalid_problem("CudaLocalPipeline: the schedule has " +
+                            std::to_string(schedule.rank_count()) + " ranks but " +
+                            std::to_string(devices.size()) +
+                            " devices were given; pass one per rank (devices_for(schedule)).");
+    return devices;
+  }
 };
 
 }  // namespace pipesched

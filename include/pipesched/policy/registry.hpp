@@ -124,6 +124,22 @@ inline std::span<const GeneratorInfo> builtin_generators() {
   return all;
 }
 
+//! The names of the built-in generators for which `has(info)` holds, in `pipesched list`
+//! order, joined by ", " with `last` before the final one ("zb-h1, zb-h2 and zb-v"): how a
+//! message or a help text lists the orders that share a fact, read from the facts themselves.
+template <class Has>
+std::string builtin_names(Has&& has, std::string_view last = " and ") {
+  std::vector<std::string_view> names;
+  for (const GeneratorInfo& g : builtin_generators())
+    if (has(g)) names.push_back(g.name);
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? std::string(last) : std::string(", ");
+    out += names[i];
+  }
+  return out;
+}
+
 //! Every generator: the built-ins, then those registered with register_generator, in
 //! registration order. A copy, safe to iterate while another thread registers.
 inline std::vector<GeneratorInfo> generators() {

@@ -5,12 +5,13 @@
 // (API fields, enumerators) into the command line's (flags and their values).
 //
 // This header stays light (no generators, passes or renderers): every subcommand's source
-// includes it, and only common.cpp and the subcommand that needs them pay for the heavy
+// includes it, and only cli.cpp and the subcommand that needs them pay for the heavy
 // headers.
 #pragma once
 
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -23,7 +24,7 @@
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/checkpoint.hpp"
-#include "pipesched/schedule/common.hpp"
+#include "pipesched/schedule/detail/generator_support.hpp"
 
 namespace pipesched::cli {
 
@@ -31,13 +32,23 @@ inline constexpr int exit_ok = 0;
 inline constexpr int exit_invalid = 1;
 inline constexpr int exit_usage = 2;
 
+//! An error of the command: its message as parts (what a library error it passes on names:
+//! fields, enumerators, amounts), which main writes in the command's words (words_of).
+struct command_error : std::runtime_error {
+  explicit command_error(const Message& m)
+      : std::runtime_error(m.text()), parts_(std::make_shared<const Message>(m)) {}
+  const Message& message() const noexcept { return *parts_; }
+
+ private:
+  std::shared_ptr<const Message> parts_;  // shared: copying an exception must not throw
+};
 //! Bad usage or unreadable input: reported on stderr, exit code 2.
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct usage_error : command_error {
+  using command_error::command_error;
 };
 //! The schedule breaks a rule: exit code 1.
-struct invalid_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct invalid_error : command_error {
+  using command_error::command_error;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -134,18 +145,18 @@ class Step {
 
 // ---------------------------------------------------------------------------------------
 // The library names its API (Problem.ranks, CheckpointMode::Selective, TuneRequest.bases);
-// a command's user typed flags. Every message the command passes on goes through here.
+// a command's user typed flags. A library message keeps its mentions of the API apart
+// (core/message.hpp), and the command names each by the flag that sets it.
 
-//! `message` with the library's field and enumerator names replaced by the flags and values
-//! of `command` ("tune" maps TuneRequest fields to its list options).
-std::string in_cli_words(std::string_view message, std::string_view command);
+//! `message` in the words of `command`: each API field it mentions as the flag that sets it
+//! with its value (`Problem.ranks = 4` → `--ranks 4`; "tune" names TuneRequest's fields by its
+//! list options), an enumerator as its flag and value (`--checkpoint selective`), memory
+//! amounts as the library formats them (format_memory: 24GB, 3.19GiB).
+std::string words_of(const Message& message, std::string_view command);
 
-//! `message` with the memory amounts the library writes as plain numbers ("holds 1.15209e+11",
-//! "the budget 5.3016e+09", "at least ...") in GiB, rounded up to a hundredth, as
-//! --memory-budget takes them ("holds 107.30GiB"): for commands run with --model, whose memory
-//! unit is the byte. Only in messages that speak of a budget, and only amounts of 10^6 and
-//! more (counts of ranks or layers stay).
-std::string with_bytes_in_gib(std::string_view message);
+//! The orders with a memory knob (a generator fitted to a budget: GeneratorInfo::
+//! generate_within), as help texts and messages list them: "zb-h1, zb-h2, ...".
+std::string memory_knob_orders();
 
 // ---------------------------------------------------------------------------------------
 // Cost models, and the units their figures are in.

@@ -1,5 +1,5 @@
-// The pieces every subcommand of the pipesched command shares (see common.hpp).
-#include "common.hpp"
+// The pieces every subcommand of the pipesched command shares (see cli.hpp).
+#include "cli.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -21,7 +21,7 @@
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/policy/order.hpp"
-#include "pipesched/schedule/registry.hpp"
+#include "pipesched/policy/registry.hpp"
 
 namespace pipesched::cli {
 
@@ -99,7 +99,7 @@ int parse_int(const std::string& option, const std::string& text, int lo, int hi
 }
 
 double parse_number(const std::string& what, const std::string& text, double lo, double hi) {
-  const std::string range = "from " + detail::budget_text(lo) + " to " + detail::budget_text(hi);
+  const std::string range = "from " + pipesched::detail::format_general(lo) + " to " + pipesched::detail::format_general(hi);
   // Decimal notation only: strtod alone would also take "inf", "nan" and hexadecimal.
   const bool decimal =
       !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
@@ -267,121 +267,100 @@ std::string Step::failed() {
 // ---------------------------------------------------------------------------------------
 // The library's words → the command line's
 
-std::string in_cli_words(std::string_view message, std::string_view command) {
-  struct Wording {
-    std::string_view library, cli;
-  };
-  const bool tune = command == "tune";
-  // Longer phrases first: each rule rewrites what the ones before it left.
-  const Wording rules[] = {
-      {"CheckpointMode::None", "--checkpoint none"},
-      {"CheckpointMode::FullEarly", "--checkpoint full-early"},
-      {"CheckpointMode::SelectiveEarly", "--checkpoint selective-early"},
-      {"CheckpointMode::Full", "--checkpoint full"},
-      {"CheckpointMode::Selective", "--checkpoint selective"},
-      {"CheckpointMode::Mario", "--checkpoint mario"},
-      {"WGradMode::Fused", "--wgrad fused"},
-      {"WGradMode::Split", "--wgrad split"},
-      {"wgrad = fused", "--wgrad fused"},
-      {"wgrad = split", "--wgrad split"},
-      {"SlicingMode::Uniform", "--slicing uniform"},
-      {"SlicingMode::Balanced", "--slicing balanced"},
-      {"SlicingMode::TeraPipe", "--slicing terapipe"},
-      {"TuneRequest.ranks = ", "--ranks "},
-      {"TuneRequest.global_batch = ", "--global-batch "},
-      {"TuneRequest.bases = ", "--bases "},
-      {"TuneRequest.chunks = ", "--chunks "},
-      {"TuneRequest.microbatch_sizes = ", "--microbatch-sizes "},
-      {"TuneRequest.slices = ", "--slices "},
-      {"TuneRequest.wgrad_parts = ", "--wgrad-parts "},
-      {"TuneRequest.checkpoints = ", "--checkpoint "},
-      {"TuneRequest.budget.per_rank", "--memory-budget per rank"},
-      {"TuneRequest.threads = ", "--threads "},
-      {"TuneRequest.time_limit = ", "--time-limit "},
-      {"TuneRequest.", "--"},
-      {"ClusterRequest.gpus = ", "--gpus "},
-      {"ClusterRequest.gpus_per_node = ", "--gpus-per-node "},
-      {"ClusterRequest.global_batch = ", "--global-batch "},
-      {"ClusterRequest.pipeline = ", "--pp "},
-      {"ClusterRequest.tensor = ", "--tp "},
-      {"ClusterRequest.zero = ", "--zero "},
-      {"ClusterRequest.", "--"},
-      {"Parallelism.tensor = ", "--tp "},
-      {"Parallelism.data = ", "--dp "},
-      {"Parallelism.zero = ", "--zero "},
-      {"Parallelism.layers", "--layers"},
-      {"DeviceSpec.ranks_per_node", "--gpus-per-node"},
-      {"global_batch = ", "--global-batch "},
-      {"Problem.ranks = ", "--ranks "},
-      {"Problem.microbatches = ", tune ? "microbatches " : "--microbatches "},
-      {"Problem.slices = ", "--slices "},
-      {"Problem.stages = ", "stages "},
-      {"Problem.", ""},
-      {"ModelShape.sequence = ", "--sequence "},
-      {"ModelShape.microbatch_size = ", "--microbatch-size "},
-      {"ModelShape.sequence", "--sequence"},
-      {"ModelShape.", "the model's "},
-      {"DeviceSpec.", "the device's "},
-      {"MemoryBudget.all = ", "--memory-budget "},
-      {"MemoryBudget.per_rank", "the memory budget of rank "},
-      {"TraceOptions.time_scale = ", "the trace's time scale of "},
-      {"uniform_slices: ", ""},
-      {"balanced_slices: ", ""},
-      {"terapipe_slices: ", ""},
-      {"pipesched::check", "pipesched validate"},
-      {"pipesched::simulate", "the simulator"},
-  };
-  std::string out(message);
-  for (const Wording& w : rules) {
-    for (std::size_t at = out.find(w.library); at != std::string::npos;
-         at = out.find(w.library, at + w.cli.size()))
-      out.replace(at, w.library.size(), w.cli);
-  }
+namespace {
+
+// A field's name for the command: a flag (written "--ranks 4") or words (written
+// "the model's heads = 16").
+struct Name {
+  std::string text;
+  bool flag;
+};
+
+std::string dashed(std::string_view field) {
+  std::string out = "--";
+  for (char c : field)
+    out += c == '_' ? '-' : c;
   return out;
 }
 
-std::string with_bytes_in_gib(std::string_view message) {
-  // Only sentences about memory, and only amounts a byte count can be (a rank, microbatch or
-  // layer count after "at least" stays as it is).
-  if (message.find("budget") == std::string_view::npos) return std::string(message);
-  std::string out;
-  std::size_t at = 0;
-  while (at < message.size()) {
-    std::size_t next = std::string_view::npos, after = 0;
-    for (std::string_view lead : {"holds ", "budget ", "at least "}) {
-      const std::size_t f = message.find(lead, at);
-      if (f != std::string_view::npos && f < next) {
-        next = f;
-        after = f + lead.size();
-      }
-    }
-    if (next == std::string_view::npos) break;
-    out.append(message.substr(at, after - at));
-    // The number the phrase leads to, as the library printed it (%.6g).
-    std::size_t end = after;
-    while (end < message.size() &&
-           (std::isdigit(static_cast<unsigned char>(message[end])) || message[end] == '.' ||
-            message[end] == 'e' || message[end] == '+' || message[end] == '-'))
-      ++end;
-    while (end > after && (message[end - 1] == '.' || message[end - 1] == 'e' ||
-                           message[end - 1] == '+' || message[end - 1] == '-'))
-      --end;  // a sentence's full stop, not part of the number
-    const std::string number(message.substr(after, end - after));
-    char* stop = nullptr;
-    const double bytes = number.empty() ? 0 : std::strtod(number.c_str(), &stop);
-    if (!number.empty() && stop == number.c_str() + number.size() && std::isfinite(bytes) &&
-        bytes >= 1e6) {
-      char text[64];
-      std::snprintf(text, sizeof text, "%.2fGiB",
-                    std::ceil(bytes / (1024.0 * 1024 * 1024) * 100 - 1e-9) / 100);
-      out += text;
-    } else {
-      out += number;
-    }
-    at = end;
+// The name of the API field `key` on the command line of `command`: the flag that sets it, or
+// words where no flag does. Structs whose every field is an option (TuneRequest,
+// ClusterRequest) map a field to its option's spelling; the rest are listed.
+std::optional<Name> cli_name(std::string_view key, std::string_view command) {
+  struct Entry {
+    std::string_view key;
+    Name name;
+  };
+  static const Entry entries[] = {
+      {"CheckpointMode", {"--checkpoint", true}},
+      {"WGradMode", {"--wgrad", true}},
+      {"wgrad", {"--wgrad", true}},
+      {"SlicingMode", {"--slicing", true}},
+      {"TuneRequest.checkpoints", {"--checkpoint", true}},
+      {"TuneRequest.budget.per_rank", {"--memory-budget per rank", true}},
+      {"ClusterRequest.pipeline", {"--pp", true}},
+      {"ClusterRequest.tensor", {"--tp", true}},
+      {"Parallelism.tensor", {"--tp", true}},
+      {"Parallelism.data", {"--dp", true}},
+      {"Parallelism.zero", {"--zero", true}},
+      {"Parallelism.layers", {"--layers", true}},
+      {"DeviceSpec.ranks_per_node", {"--gpus-per-node", true}},
+      {"global_batch", {"--global-batch", true}},
+      {"Problem.ranks", {"--ranks", true}},
+      {"Problem.slices", {"--slices", true}},
+      {"ModelShape.sequence", {"--sequence", true}},
+      {"ModelShape.microbatch_size", {"--microbatch-size", true}},
+      {"MemoryBudget.all", {"--memory-budget", true}},
+      {"TraceOptions.time_scale", {"the trace's time scale", false}},
+      {"pipesched::check", {"pipesched validate", false}},
+      {"pipesched::simulate", {"the simulator", false}},
+      // The function that refused, before its message: the command says which option it was.
+      {"uniform_slices:", {"", false}},
+      {"balanced_slices:", {"", false}},
+      {"terapipe_slices:", {"", false}},
+  };
+  for (const Entry& e : entries)
+    if (e.key == key) return e.name;
+  auto after = [&](std::string_view head) -> std::optional<std::string_view> {
+    if (!key.starts_with(head)) return std::nullopt;
+    return key.substr(head.size());
+  };
+  if (key == "Problem.microbatches")
+    return command == "tune" ? Name{"microbatches", false} : Name{"--microbatches", true};
+  if (auto f = after("TuneRequest.")) return Name{dashed(*f), true};
+  if (auto f = after("ClusterRequest.")) return Name{dashed(*f), true};
+  if (auto f = after("Parallelism.layers")) return Name{"--layers" + std::string(*f), true};
+  if (auto f = after("MemoryBudget.per_rank[")) {
+    return Name{"the memory budget of rank " + std::string(f->substr(0, f->find(']'))), false};
   }
-  out.append(message.substr(at));
-  return out;
+  if (auto f = after("Problem.")) return Name{std::string(*f), false};
+  if (auto f = after("ModelShape.")) return Name{"the model's " + std::string(*f), false};
+  if (auto f = after("DeviceSpec.")) return Name{"the device's " + std::string(*f), false};
+  return std::nullopt;
+}
+
+struct CliNaming {
+  std::string_view command;
+  std::optional<std::string> mention(const Message::Mention& m) const {
+    const std::optional<Name> name = cli_name(m.key, command);
+    if (!name) return std::nullopt;
+    if (m.value.empty() || name->text.empty()) return name->text;
+    return name->text + (name->flag ? " " : " = ") + m.value;
+  }
+  std::string amount(const Message::Amount& a) const {
+    return format_amount(a.value, a.unit, a.round_up);
+  }
+};
+
+}  // namespace
+
+std::string words_of(const Message& message, std::string_view command) {
+  return message.text(CliNaming{command});
+}
+
+std::string memory_knob_orders() {
+  return builtin_names([](const GeneratorInfo& g) { return static_cast<bool>(g.generate_within); },
+                       ", ");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -440,7 +419,7 @@ UniformCost parse_uniform_cost(const std::string& text) {
   try {
     c.check();
   } catch (const invalid_problem& e) {
-    throw usage_error(std::string("--cost: ") + e.what());
+    throw usage_error("--cost: " + e.message());
   }
   return c;
 }
@@ -488,7 +467,7 @@ AnyCost get_cost(const Args& a) {
     c.check();
     return c;
   } catch (const invalid_problem& e) {
-    throw usage_error(in_cli_words(e.what(), ""));
+    throw usage_error(e.message());
   }
 }
 
@@ -573,7 +552,7 @@ CheckpointMode parse_checkpoint_option(const Args& a) {
   try {
     return parse_checkpoint_mode(a.get("--checkpoint"));
   } catch (const parse_error& e) {
-    throw usage_error(std::string("--checkpoint: ") + e.what());
+    throw usage_error("--checkpoint: " + e.message());
   }
 }
 
@@ -598,7 +577,7 @@ Schedule generated_schedule(const Args& a, CheckpointMode checkpoint, bool comm,
     try {
       return find_generator(a.get("--schedule"));
     } catch (const invalid_problem& e) {
-      throw usage_error(e.what());
+      throw usage_error(e.message());
     }
   }();
   if (!a.has("--ranks") || !a.has("--microbatches"))
@@ -666,7 +645,7 @@ Schedule generated_schedule(const Args& a, CheckpointMode checkpoint, bool comm,
     return warmup > 0 ? g.generate_with_warmup(p, wgrad_choice.mode, warmup)
                       : g.generate(p, wgrad_choice.mode);
   } catch (const invalid_problem& e2) {
-    throw usage_error(e2.what());
+    throw usage_error(e2.message());
   }
 }
 
@@ -707,7 +686,7 @@ Schedule read_schedule(const std::string& path) {
   try {
     return read_schedule_file(path);
   } catch (const error& e) {
-    throw usage_error(e.what());
+    throw usage_error(e.message());
   }
 }
 
@@ -740,7 +719,7 @@ void write_schedule(const std::string& path, const Schedule& s) {
   try {
     write_schedule_file(path, s);
   } catch (const error& e) {
-    throw usage_error(e.what());
+    throw usage_error(e.message());
   }
 }
 
@@ -766,7 +745,7 @@ SimulationResult simulate_schedule(const Schedule& s, const AnyCost& cost) {
   try {
     return std::visit([&](const auto& c) { return simulate(s, c); }, cost);
   } catch (const invalid_problem& e) {
-    throw usage_error(e.what());
+    throw usage_error(e.message());
   }
 }
 
@@ -791,7 +770,7 @@ SlicingChoice apply_slicing_options(AnyCost& cost, const Args& a, const Schedule
     try {
       choice.mode = parse_slicing_mode(a.get("--slicing"));
     } catch (const parse_error& e) {
-      throw usage_error(std::string("--slicing: ") + e.what());
+      throw usage_error("--slicing: " + e.message());
     }
   }
   if (!is_transformer(cost)) {
@@ -807,7 +786,7 @@ SlicingChoice apply_slicing_options(AnyCost& cost, const Args& a, const Schedule
   try {
     choice.lengths = slice_lengths(tc, choice.mode, s.problem.slices, s.problem.ranks);
   } catch (const invalid_problem& e) {
-    throw usage_error(std::string("--slicing ") + to_string(choice.mode) + ": " + e.what());
+    throw usage_error(std::string("--slicing ") + to_string(choice.mode) + ": " + e.message());
   }
   tc.slice_lengths = choice.lengths;
   return choice;
@@ -824,14 +803,14 @@ MemoryBudget parse_budget_option(const std::string& text, const AnyCost& cost, c
     try {
       return device_memory_budget(std::get<TransformerCost>(cost), s.problem, s.placement);
     } catch (const invalid_problem& e) {
-      throw usage_error(std::string("--memory-budget device: ") + e.what());
+      throw usage_error("--memory-budget device: " + e.message());
     }
   }
   MemoryBudgetValue v;
   try {
     v = parse_memory_budget(text);
   } catch (const parse_error& e) {
-    throw usage_error(std::string("--memory-budget: ") + e.what() +
+    throw usage_error("--memory-budget: " + e.message() +
                       (tc ? " With --model/--device, 'device' is accepted too." : ""));
   }
   if (tc && !v.bytes)
@@ -864,12 +843,13 @@ CheckpointMode checked_checkpoint_mode(const Args& a) {
     try {
       applies = find_generator(name).mario;
     } catch (const invalid_problem& e) {
-      throw usage_error(e.what());
+      throw usage_error(e.message());
     }
     if (!applies)
       throw usage_error(
           "--checkpoint mario hides recomputes in the bubbles of a one-forward-one-backward "
-          "rhythm and runs on 1f1b, interleaved-1f1b and zb-h1 only, not on '" +
+          "rhythm and runs on " +
+          builtin_names([](const GeneratorInfo& g) { return g.mario; }) + " only, not on '" +
           name + "'; use one of those, or --checkpoint selective or full");
   }
   return mode;
@@ -901,7 +881,8 @@ Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
   if (a.has("--fit") && !g)
     throw usage_error(
         "--fit fits a schedule's own memory knob to --memory-budget: give a budget and a "
-        "schedule with one (zb-h1, zb-h2, zb-v, slice-pipe without --warmup)");
+        "schedule with one (" +
+        memory_knob_orders() + "; slice-pipe without --warmup)");
   if (choice.mode == CheckpointMode::None && !choice.budgeted && !wgrad.fine) return s;
   auto fitted = [&](const Schedule& own) {
     Step step("fitting schedule '" + std::string(g->name) + "' to the memory budget");
@@ -926,7 +907,7 @@ Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
           },
           cost);
     } catch (const invalid_problem& e) {
-      throw usage_error(std::string("--wgrad fine: ") + e.what());
+      throw usage_error("--wgrad fine: " + e.message());
     }
   };
   auto checkpointed = [&](const Schedule& base) {
@@ -948,7 +929,7 @@ Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
       throw;  // the order's own schedule's reason
     }
   } catch (const invalid_problem& e) {
-    throw usage_error(e.what());
+    throw usage_error(e.message());
   }
 }
 
@@ -963,9 +944,9 @@ const std::vector<OptionSpec> checkpoint_options = {
     {"--memory-budget", true,
      "activation memory per rank: N (microbatches), 24GB, 512MiB or device", "X"},
     {"--fit", false,
-     "fit the schedule's own memory knob (zb-h1, zb-h2, zb-v, slice-pipe) to the budget before "
-     "checkpointing (default: only without checkpointing, or when its own schedule cannot meet "
-     "the budget)"},
+     "fit the schedule's own memory knob (" + memory_knob_orders() +
+         ") to the budget before checkpointing (default: only without checkpointing, or when its "
+         "own schedule cannot meet the budget)"},
     {"--no-fit", false,
      "keep the schedule's own order under the budget (checkpointing alone fits it)"},
 };

@@ -1,5 +1,5 @@
-// What every schedule generator shares: the backward mode and the helpers that resolve a
-// Problem against a generator's placement and append backward actions.
+// What every schedule generator shares: the helpers that resolve a Problem against a
+// generator's placement and append backward actions.
 #pragma once
 
 #include <string>
@@ -7,19 +7,10 @@
 
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/modes.hpp"
 #include "pipesched/core/problem.hpp"
 
 namespace pipesched {
-
-//! How a generator emits the backward pass of a (stage, microbatch, slice).
-enum class WGradMode {
-  Fused,  //!< one B action
-  Split,  //!< I (input gradient) then W (weight gradient), as in Zero Bubble
-};
-
-constexpr const char* to_string(WGradMode m) noexcept {
-  return m == WGradMode::Fused ? "fused" : "split";
-}
 
 namespace schedule::detail {
 
@@ -28,7 +19,7 @@ inline void check_problem(const Problem& p, const char* generator) {
   try {
     p.check();
   } catch (const invalid_problem& e) {
-    throw invalid_problem(std::string(generator) + ": " + e.what());
+    e.rethrow_after(std::string(generator) + ": ");
   }
 }
 
