@@ -358,6 +358,15 @@ std::string words_of(const Message& message, std::string_view command) {
   return message.text(CliNaming{command});
 }
 
+std::string checkpoint_names() {
+  std::string out;
+  const auto all = builtin_checkpoints();
+  for (std::size_t i = 0; i < all.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + std::string(all[i].name) +
+           (i == 0 ? " (default)" : "");
+  return out;
+}
+
 std::string memory_knob_orders() {
   return builtin_names([](const GeneratorInfo& g) { return static_cast<bool>(g.generate_within); },
                        ", ");
@@ -547,10 +556,10 @@ WGradChoice parse_wgrad_choice(const GeneratorInfo& g, const Args& a) {
   return w;
 }
 
-CheckpointMode parse_checkpoint_option(const Args& a) {
-  if (!a.has("--checkpoint")) return CheckpointMode::None;
+const CheckpointInfo& parse_checkpoint_option(const Args& a) {
+  if (!a.has("--checkpoint")) return builtin_checkpoints()[0];
   try {
-    return parse_checkpoint_mode(a.get("--checkpoint"));
+    return find_checkpoint(a.get("--checkpoint"));
   } catch (const parse_error& e) {
     throw usage_error("--checkpoint: " + e.message());
   }
@@ -569,7 +578,7 @@ void check_action_bound(const std::string& name, const ActionEstimate& e, const 
                     "use fewer " + fewer);
 }
 
-Schedule generated_schedule(const Args& a, CheckpointMode checkpoint, bool comm,
+Schedule generated_schedule(const Args& a, const CheckpointInfo& checkpoint, bool comm,
                             WGradChoice& wgrad_choice, int model_layers) {
   if (!a.has("--schedule"))
     throw usage_error("give --schedule NAME (see pipesched list) or a schedule FILE");
@@ -621,7 +630,7 @@ Schedule generated_schedule(const Args& a, CheckpointMode checkpoint, bool comm,
   const int counted_chunks = g.chunks_vary ? chunks : g.default_chunks;
   const ActionEstimate e =
       estimate_actions(static_cast<double>(p.ranks) * counted_chunks, p.microbatches, p.slices,
-                       counted, checkpoint != CheckpointMode::None, comm);
+                       counted, checkpoint.recomputes, comm);
   std::string sizes =
       "--ranks " + std::to_string(p.ranks) + ", --microbatches " + std::to_string(p.microbatches);
   std::string fewer = "--ranks or --microbatches";
@@ -828,31 +837,36 @@ MemoryBudget parse_budget_option(const std::string& text, const AnyCost& cost, c
 }
 
 //! What --checkpoint asks for, refused before anything is built when it cannot run.
-CheckpointMode checked_checkpoint_mode(const Args& a) {
-  const CheckpointMode mode = parse_checkpoint_option(a);
-  const bool chooses = is_selective(mode) || mode == CheckpointMode::Mario;
-  if (chooses && !a.has("--memory-budget"))
-    throw usage_error(std::string("--checkpoint ") + to_string(mode) +
+const CheckpointInfo& checked_checkpoint(const Args& a) {
+  const CheckpointInfo& policy = parse_checkpoint_option(a);
+  if (policy.needs_budget && !a.has("--memory-budget"))
+    throw usage_error("--checkpoint " + std::string(policy.name) +
                       " chooses what to recompute from a memory budget; give --memory-budget X "
                       "too (e.g. 2 microbatches, or 24GB / device with --model and --device)");
-  // The order's own fact (GeneratorInfo::mario, as plan<..., checkpoint::Mario> reads it);
-  // a schedule file has no order and is taken as it is.
-  if (mode == CheckpointMode::Mario && a.has("--schedule")) {
+  // The policy's own rule (Mario reads the order's mario_applies, as plan<> does); a schedule
+  // file has no order and is taken as it is.
+  if (a.has("--schedule")) {
     const std::string name = a.get("--schedule");
-    bool applies = true;
+    const GeneratorInfo* g = nullptr;
     try {
-      applies = find_generator(name).mario;
+      g = &find_generator(name);
     } catch (const invalid_problem& e) {
       throw usage_error(e.message());
     }
-    if (!applies)
-      throw usage_error(
-          "--checkpoint mario hides recomputes in the bubbles of a one-forward-one-backward "
-          "rhythm and runs on " +
-          builtin_names([](const GeneratorInfo& g) { return g.mario; }) + " only, not on '" +
-          name + "'; use one of those, or --checkpoint selective or full");
+    if (!policy.runs_on(*g)) {
+      const std::string orders =
+          builtin_names([&](const GeneratorInfo& o) { return policy.runs_on(o); });
+      if (policy.mode == CheckpointMode::Mario)
+        throw usage_error(
+            "--checkpoint mario hides recomputes in the bubbles of a one-forward-one-backward "
+            "rhythm and runs on " +
+            orders + " only, not on '" + name + "'; use one of those, or --checkpoint selective "
+            "or full");
+      throw usage_error("--checkpoint " + std::string(policy.name) + " runs on " + orders +
+                        " only, not on '" + name + "'");
+    }
   }
-  return mode;
+  return policy;
 }
 
 //! `s` fitted, with its weight gradients placed, and checkpointed, as --memory-budget,
@@ -883,7 +897,7 @@ Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
         "--fit fits a schedule's own memory knob to --memory-budget: give a budget and a "
         "schedule with one (" +
         memory_knob_orders() + "; slice-pipe without --warmup)");
-  if (choice.mode == CheckpointMode::None && !choice.budgeted && !wgrad.fine) return s;
+  if (!choice.policy->recomputes && !choice.budgeted && !wgrad.fine) return s;
   auto fitted = [&](const Schedule& own) {
     Step step("fitting schedule '" + std::string(g->name) + "' to the memory budget");
     return std::visit(
@@ -911,11 +925,12 @@ Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
     }
   };
   auto checkpointed = [&](const Schedule& base) {
-    Step step(std::string("checkpointing (--checkpoint ") + to_string(choice.mode) + ")");
+    Step step("checkpointing (--checkpoint " + std::string(choice.policy->name) + ")");
     return std::visit(
-        [&](const auto& c) { return apply_checkpoint(base, choice.mode, c, choice.budget); }, cost);
+        [&](const auto& c) { return choice.policy->apply(base, CostRef(c), choice.budget); },
+        cost);
   };
-  const bool fit_first = g && (choice.mode == CheckpointMode::None || a.has("--fit"));
+  const bool fit_first = g && (!choice.policy->recomputes || a.has("--fit"));
   try {
     if (fit_first) return checkpointed(placed(fitted(s)));
     try {
@@ -937,9 +952,9 @@ Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
 
 const std::vector<OptionSpec> checkpoint_options = {
     {"--checkpoint", true,
-     "none (default), full, selective, mario, full-early or selective-early (selective and mario "
-     "need a budget; full and selective recompute after the gradient arrives, as Megatron-LM; "
-     "the -early ones may recompute before it)",
+     checkpoint_names() +
+         " (selective and mario need a budget; full and selective recompute after the gradient "
+         "arrives, as Megatron-LM; the -early ones may recompute before it)",
      "MODE"},
     {"--memory-budget", true,
      "activation memory per rank: N (microbatches), 24GB, 512MiB or device", "X"},
@@ -954,8 +969,8 @@ const std::vector<OptionSpec> checkpoint_options = {
 Prepared prepare(const Args& a, const PrepareOptions& options) {
   Prepared out;
   out.cost = get_cost(a);
-  out.checkpoint.mode = checked_checkpoint_mode(a);
-  const bool checkpointed = out.checkpoint.mode != CheckpointMode::None;
+  out.checkpoint.policy = &checked_checkpoint(a);
+  const bool checkpointed = out.checkpoint.policy->recomputes;
 
   bool from_generator = false;
   for (const OptionSpec& o : schedule_options)
@@ -974,7 +989,7 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
       if (actions > max_actions)
         throw usage_error("schedule '" + out.schedule.name + "' has " +
                           grouped(out.schedule.action_count()) + " actions and --checkpoint " +
-                          to_string(out.checkpoint.mode) + " may add " + grouped(units) +
+                          std::string(out.checkpoint.policy->name) + " may add " + grouped(units) +
                           " recomputes: up to " + grouped(actions) +
                           " actions, over the limit of " + grouped(max_actions) +
                           " actions a command builds; checkpoint a "
@@ -983,7 +998,7 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
     require_valid(out.schedule);
   } else {
     out.schedule = generated_schedule(
-        a, out.checkpoint.mode, options.lower_comm, out.wgrad,
+        a, *out.checkpoint.policy, options.lower_comm, out.wgrad,
         is_transformer(out.cost) ? std::get<TransformerCost>(out.cost).model.layers : 0);
     // --wgrad-parts gemm: as many parts as the stage with the most weight GEMMs has, each
     // W's parts its GEMMs (WGradSplit::PerGemm), as pipesched tune cuts them.

@@ -24,6 +24,7 @@
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/schedule/detail/generator_support.hpp"
 
 namespace pipesched::cli {
@@ -158,6 +159,10 @@ std::string words_of(const Message& message, std::string_view command);
 //! generate_within), as help texts and messages list them: "zb-h1, zb-h2, ...".
 std::string memory_knob_orders();
 
+//! The built-in checkpoint policies as --checkpoint's help lists them: "none (default), full,
+//! ... or selective-early".
+std::string checkpoint_names();
+
 // ---------------------------------------------------------------------------------------
 // Cost models, and the units their figures are in.
 
@@ -202,7 +207,8 @@ struct SlicingChoice {
 
 //! The checkpointing asked for and the budget it was held to.
 struct CheckpointChoice {
-  CheckpointMode mode = CheckpointMode::None;
+  //! The checkpoint policy (policy/checkpoint_registry.hpp); never null.
+  const CheckpointInfo* policy = &builtin_checkpoints()[0];
   MemoryBudget budget;  //!< unlimited when --memory-budget is not given
   bool budgeted = false;
 };

@@ -23,24 +23,18 @@ const std::vector<Entry> placements = {
     {"interleaved", "looped: rank r holds stages r, r+p, r+2p, ..."},
     {"v-shape", "zig-zag: rank r holds stages r and 2p-1-r (and so on)"},
 };
-// Mario's schedules come from the orders' own facts, as --checkpoint mario checks them.
-std::vector<Entry> checkpoint_policies() {
-  std::string mario_orders;
-  for (const GeneratorFacts& g : generator_facts())
-    if (g.mario) mario_orders += (mario_orders.empty() ? "" : ", ") + g.name;
-  return {
-      {"none", "keep every activation until its backward"},
-      {"full",
-       "recompute every forward right before its backward, once its gradient is there "
-       "(Megatron-LM)"},
-      {"selective",
-       "recompute what --memory-budget requires, right before its backward, the same way"},
-      {"mario",
-       "recompute in bubbles, prepose forwards, within --memory-budget (" + mario_orders + ")"},
-      {"full-early", "as full, each recompute free to run while its gradient is on its way"},
-      {"selective-early",
-       "as selective, each recompute free to run while its gradient is on its way"},
-  };
+// Every checkpoint policy of the registry, its summary from its tag; one that does not run
+// on every order says which it runs on, from the orders' own facts (Mario: mario_applies).
+std::vector<Entry> checkpoint_entries() {
+  std::vector<Entry> out;
+  for (const CheckpointInfo& c : pipesched::checkpoint_policies()) {
+    std::string summary(c.summary);
+    const std::string on = builtin_names([&](const GeneratorInfo& g) { return c.runs_on(g); }, ", ");
+    if (on != builtin_names([](const GeneratorInfo&) { return true; }, ", "))
+      summary += " (" + on + ")";
+    out.push_back({std::string(c.name), summary});
+  }
+  return out;
 }
 const std::vector<Entry> slicing_policies = {
     {"whole", "whole sequences (one slice per microbatch, --slices 1)"},
@@ -98,7 +92,7 @@ std::string list_json() {
     w.end_array();
   };
   entries("placements", placements);
-  entries("checkpoint", checkpoint_policies());
+  entries("checkpoint", checkpoint_entries());
   entries("slicing", slicing_policies);
   entries("wgrad", wgrad_policies);
   w.key("models").begin_array();
@@ -152,7 +146,7 @@ int cmd_list(const std::vector<std::string>& argv) {
                 g.mario ? "; mario" : "");
   }
   print_entries("placements", placements);
-  print_entries("checkpoint policies (--checkpoint)", checkpoint_policies());
+  print_entries("checkpoint policies (--checkpoint)", checkpoint_entries());
   print_entries("slicing policies (--slices K, --slicing)", slicing_policies);
   print_entries("wgrad policies (--wgrad)", wgrad_policies);
   std::printf("\nmodels (--model):\n");

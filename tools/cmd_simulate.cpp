@@ -34,7 +34,7 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
   }
   w.field("placement", s.placement.describe())
       .field("actions", s.action_count())
-      .field("checkpoint", to_string(p.checkpoint.mode));
+      .field("checkpoint", std::string(p.checkpoint.policy->name));
   // One number for a budget shared by every rank; the smallest when ranks differ ('device'),
   // each rank's own in "ranks".
   double least_budget = p.checkpoint.budget.all;
@@ -91,13 +91,14 @@ void print_table(const Prepared& p, const SimulationResult& r) {
   std::printf("makespan %s, bubble %.2f%%, max peak memory %s\n", time(r.makespan).c_str(),
               100 * r.bubble_ratio, memory(r.peak_memory_max).c_str());
   const CheckpointChoice& choice = p.checkpoint;
-  if (choice.mode != CheckpointMode::None || choice.budgeted) {
+  if (choice.policy->recomputes || choice.budgeted) {
     std::string budget = "no memory budget";
     if (choice.budgeted && choice.budget.per_rank.empty())
       budget = "memory budget " + memory(choice.budget.all) + " per rank";
     else if (choice.budgeted)
       budget = "memory budget per rank as listed";
-    std::printf("checkpoint %s, %s, %d recomputes\n", to_string(choice.mode), budget.c_str(),
+    std::printf("checkpoint %s, %s, %d recomputes\n", std::string(choice.policy->name).c_str(),
+                budget.c_str(),
                 recompute_count(s));
   }
   const bool per_rank_budget = !choice.budget.per_rank.empty();

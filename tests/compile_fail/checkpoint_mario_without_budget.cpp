@@ -1,4 +1,4 @@
-// expect: checkpoint::Mario needs a memory budget and a cost model: call generate(problem, cost
+// expect: chooses what to recompute from a memory budget and a cost model: call generate(problem, cost, budget)
 // Mario spends a memory budget on preposed forwards; generate(Problem) has none to spend.
 #include "pipesched/policy/plan.hpp"
 

@@ -1,4 +1,4 @@
-// expect: checkpoint::Selective needs a memory budget and a cost model: call generate(problem
+// expect: chooses what to recompute from a memory budget and a cost model: call generate(problem, cost, budget)
 // Selective checkpointing chooses what to recompute from a budget; generate(Problem) has none.
 #include "pipesched/policy/plan.hpp"
 

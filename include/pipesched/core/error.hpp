@@ -4,6 +4,7 @@
 // front end renders in its own words (the pipesched command names flags, not fields).
 #pragma once
 
+#include <exception>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -21,16 +22,21 @@ class error : public std::runtime_error {
   explicit error(const std::string& what) : error(Message(what)) {}
   explicit error(const char* what) : error(Message(what)) {}
 
-  virtual ~error() = default;
+  ~error() override = default;
 
   //! The message as parts: its text, the API fields and the amounts it names.
   const Message& message() const noexcept { return *message_; }
 
   //! Throws this exception again, of its own type and with its own fields, its message after
   //! `prefix` (a caller saying which call refused: "plan<1f1b>: ").
-  [[noreturn]] virtual void rethrow_after(const Message& prefix) const {
-    throw error(prefix + message());
+  [[noreturn]] void rethrow_after(const Message& prefix) const {
+    throw_after(prefix);
+    std::terminate();  // throw_after always throws
   }
+
+ protected:
+  //! Throws a copy of this exception with `prefix` before its message (each type its own).
+  virtual void throw_after(const Message& prefix) const { throw error(prefix + message()); }
 
  private:
   std::shared_ptr<const Message> message_;  // shared: copying an exception must not throw
@@ -44,7 +50,7 @@ class invalid_problem : public error {
   explicit invalid_problem(const Message& what) : error(what) {}
   explicit invalid_problem(const std::string& what) : error(what) {}
   explicit invalid_problem(const char* what) : error(what) {}
-  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+  void throw_after(const Message& prefix) const override {
     throw invalid_problem(prefix + message());
   }
 };
@@ -55,7 +61,7 @@ class invalid_schedule : public error {
   explicit invalid_schedule(const Message& what) : error(what) {}
   explicit invalid_schedule(const std::string& what) : error(what) {}
   explicit invalid_schedule(const char* what) : error(what) {}
-  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+  void throw_after(const Message& prefix) const override {
     throw invalid_schedule(prefix + message());
   }
 };
@@ -70,7 +76,7 @@ class parse_error : public error {
   int line() const noexcept { return line_; }
   //! 1-based column (character) of the offending token.
   int column() const noexcept { return column_; }
-  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+  void throw_after(const Message& prefix) const override {
     throw parse_error(prefix + message(), line_, column_);
   }
 
@@ -89,7 +95,7 @@ class budget_error : public invalid_problem {
   double needed() const noexcept { return needed_; }
   double allowed() const noexcept { return allowed_; }
   MemoryUnit unit() const noexcept { return unit_; }
-  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+  void throw_after(const Message& prefix) const override {
     throw budget_error(prefix + message(), rank_, needed_, allowed_, unit_);
   }
 
@@ -109,7 +115,7 @@ class invalid_argument : public invalid_problem {
         value_(std::make_shared<const std::string>(std::move(value))) {}
   const std::string& field() const noexcept { return *field_; }
   const std::string& value() const noexcept { return *value_; }
-  [[noreturn]] void rethrow_after(const Message& prefix) const override {
+  void throw_after(const Message& prefix) const override {
     throw invalid_argument(prefix + message(), field(), value());
   }
 

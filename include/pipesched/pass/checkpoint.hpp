@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -101,6 +102,25 @@ double list_peak(const Schedule& s, int rank, const Cost& cost, const CostContex
 }
 
 }  // namespace detail
+
+//! `s` with the units for which `recompute(stage, microbatch, slice)` is true checkpointed:
+//! each such unit's forward keeps only its input, and its recompute runs right before its
+//! backward — RL (Late: once the gradient is there) or R (Early: free to run while it is on
+//! its way). Any recompute already in `s` is replaced. The building block of a checkpoint
+//! policy of one's own (policy/checkpoint.hpp): it chooses the units, this places them.
+template <class Choose>
+requires std::predicate<const Choose&, int, int, int>
+Schedule with_recomputes(const Schedule& s, const Choose& recompute,
+                         RecomputeTiming timing = RecomputeTiming::Late) {
+  Schedule base = detail::without_recompute(s);
+  const detail::UnitIndex unit(base.problem);
+  std::vector<char> chosen(unit.size(), 0);
+  for (int st = 0; st < base.problem.stages; ++st)
+    for (int m = 0; m < base.problem.microbatches; ++m)
+      for (int k = 0; k < base.problem.slices; ++k)
+        chosen[unit(st, m, k)] = recompute(st, m, k) ? 1 : 0;
+  return detail::insert_recompute_before_backward(base, chosen, timing);
+}
 
 //! Every unit checkpointed, its recompute right before its backward: RL (Late, Megatron-LM's
 //! way, the default) or R (Early). Any recompute already in `s` is replaced.

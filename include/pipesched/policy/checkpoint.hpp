@@ -1,12 +1,30 @@
-// Activation-checkpoint policies: which forwards keep only their input and are recomputed
-// before their backward. Each tag names its run-time CheckpointMode, whether it chooses
-// from a memory budget (and so needs a cost model and a budget to generate), and the
-// orders it can run on.
+// Activation-checkpoint policies: which forwards keep only their input and where their
+// recomputes run. A policy is a tag with its facts and one customization point, `apply`, which
+// takes the order's compute-only schedule and returns it with its recomputes:
+//
+//     struct MyCheckpoint : pipesched::checkpoint::Custom {
+//       static constexpr std::string_view name = "every-other";     // the command-line name
+//       static constexpr std::string_view summary = "recompute every other microbatch";
+//       template <pipesched::cost_model Cost>
+//       static pipesched::Schedule apply(const pipesched::Schedule& s, const Cost& cost,
+//                                        const pipesched::MemoryBudget& budget);
+//     };
+//
+// plan<order::..., MyCheckpoint> calls it, register_checkpoint<MyCheckpoint>() offers it by
+// name to the command-line tools and the tuner (policy/checkpoint_registry.hpp), and the
+// executor runs what it returns like any schedule with recomputes. with_recomputes (below)
+// builds the result from the units chosen and where each R goes. The built-in policies apply
+// their CheckpointMode (apply_checkpoint).
 #pragma once
 
+#include <concepts>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/uniform_cost.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/policy/family.hpp"
 #include "pipesched/policy/order.hpp"
@@ -14,69 +32,91 @@
 namespace pipesched {
 namespace checkpoint {
 
-//! No checkpointing: every forward keeps its activations until its backward.
-struct None : detail::CheckpointTag {
-  static constexpr std::string_view name = "none";
-  static constexpr CheckpointMode mode = CheckpointMode::None;
+//! The base of a user's checkpoint policy: its defaults (no budget needed, every order
+//! accepted). A policy derived from it gives `name`, `summary` and `apply`, and may override
+//! `needs_budget` (true: generate() needs a cost model and a budget, which apply then gets)
+//! and `runs_on<Order>`.
+struct Custom : detail::CheckpointTag {
+  static constexpr std::string_view name = "custom";
+  static constexpr std::string_view summary = "a checkpoint policy of the program's own";
   //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
   static constexpr bool needs_budget = false;
   //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
   static constexpr int held_microbatches = 0;
+  //! Whether apply may add recomputes (false only for a policy that never checkpoints: an
+  //! order with a memory knob then fits itself to the budget instead).
+  static constexpr bool recomputes = true;
   //! Whether the policy can checkpoint a schedule of order `Order`.
   template <class Order>
   static constexpr bool runs_on = true;
+};
+
+}  // namespace checkpoint
+
+namespace detail {
+
+// A built-in policy: its CheckpointMode, applied by apply_checkpoint.
+template <CheckpointMode M>
+struct CheckpointBuiltin : checkpoint::Custom {
+  static constexpr CheckpointMode mode = M;
+  static constexpr bool recomputes = M != CheckpointMode::None;
+  template <cost_model Cost>
+  static Schedule apply(const Schedule& s, const Cost& cost, const MemoryBudget& budget) {
+    return apply_checkpoint(s, M, cost, budget);
+  }
+};
+
+}  // namespace detail
+
+namespace checkpoint {
+
+//! No checkpointing: every forward keeps its activations until its backward.
+struct None : pipesched::detail::CheckpointBuiltin<CheckpointMode::None> {
+  static constexpr std::string_view name = "none";
+  static constexpr std::string_view summary = "keep every activation until its backward";
 };
 
 //! Full checkpointing: every forward keeps only its input; its recompute runs right before its
 //! backward, once the gradient is there (RL), as in Megatron-LM.
-struct Full : detail::CheckpointTag {
+struct Full : pipesched::detail::CheckpointBuiltin<CheckpointMode::Full> {
   static constexpr std::string_view name = "full";
-  static constexpr CheckpointMode mode = CheckpointMode::Full;
-  //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
-  static constexpr bool needs_budget = false;
-  //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
-  static constexpr int held_microbatches = 0;
-  //! Whether the policy can checkpoint a schedule of order `Order`.
-  template <class Order>
-  static constexpr bool runs_on = true;
+  static constexpr std::string_view summary =
+      "recompute every forward right before its backward, once its gradient is there "
+      "(Megatron-LM)";
 };
 
 //! Selective checkpointing: just the forwards a per-rank memory budget requires, recomputed
 //! right before the backward once the gradient is there (checkpoint_selective, RL).
-struct Selective : detail::CheckpointTag {
+struct Selective : pipesched::detail::CheckpointBuiltin<CheckpointMode::Selective> {
   static constexpr std::string_view name = "selective";
-  static constexpr CheckpointMode mode = CheckpointMode::Selective;
-  //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
+  static constexpr std::string_view summary =
+      "recompute what --memory-budget requires, right before its backward, the same way";
   static constexpr bool needs_budget = true;
-  //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
-  static constexpr int held_microbatches = 0;
-  //! Whether the policy can checkpoint a schedule of order `Order`.
-  template <class Order>
-  static constexpr bool runs_on = true;
 };
 
 //! Full checkpointing with each recompute free to start before its gradient arrives (R).
-struct FullEarly : Full {
+struct FullEarly : pipesched::detail::CheckpointBuiltin<CheckpointMode::FullEarly> {
   static constexpr std::string_view name = "full-early";
-  static constexpr CheckpointMode mode = CheckpointMode::FullEarly;
+  static constexpr std::string_view summary =
+      "as full, each recompute free to run while its gradient is on its way";
 };
 
 //! Selective checkpointing with each recompute free to start before its gradient arrives (R).
-struct SelectiveEarly : Selective {
+struct SelectiveEarly : pipesched::detail::CheckpointBuiltin<CheckpointMode::SelectiveEarly> {
   static constexpr std::string_view name = "selective-early";
-  static constexpr CheckpointMode mode = CheckpointMode::SelectiveEarly;
+  static constexpr std::string_view summary =
+      "as selective, each recompute free to run while its gradient is on its way";
+  static constexpr bool needs_budget = true;
 };
 
 //! Mario: recomputes moved into bubbles and extra forwards preposed within a per-rank memory
 //! budget (checkpoint_mario). It plans on the steady one-forward-one-backward rhythm, so it
 //! runs on the orders whose `mario_applies` is true (and policies refining them).
-struct Mario : detail::CheckpointTag {
+struct Mario : pipesched::detail::CheckpointBuiltin<CheckpointMode::Mario> {
   static constexpr std::string_view name = "mario";
-  static constexpr CheckpointMode mode = CheckpointMode::Mario;
-  //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
+  static constexpr std::string_view summary =
+      "recompute in bubbles, prepose forwards, within --memory-budget";
   static constexpr bool needs_budget = true;
-  //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
-  static constexpr int held_microbatches = 0;
   //! Whether the policy can checkpoint a schedule of order `Order`.
   //! (The order's own fact, `Order::mario_applies`, which a refined order inherits.)
   template <class Order>
@@ -109,5 +149,13 @@ inline constexpr bool is_checkpoint_v = is_checkpoint<T>::value;
 //! A checkpoint policy.
 template <class T>
 concept checkpoint_policy = is_checkpoint_v<T>;
+
+//! A checkpoint policy with its customization point for cost model `Cost`:
+//! `static Schedule apply(const Schedule&, const Cost&, const MemoryBudget&)`.
+template <class P, class Cost>
+concept applicable_checkpoint =
+    checkpoint_policy<P> && requires(const Schedule& s, const Cost& c, const MemoryBudget& b) {
+  { P::apply(s, c, b) } -> std::same_as<Schedule>;
+};
 
 }  // namespace pipesched

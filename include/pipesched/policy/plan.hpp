@@ -237,13 +237,15 @@ struct plan {
   //! calling this overload with them does not compile, nor with slicing::Balanced, whose slice
   //! lengths come from a cost model.
   static Schedule generate(Problem p) {
-    static_assert(!is_selective(checkpoint::mode) || !checkpoint::needs_budget,
-                  "pipesched::plan: checkpoint::Selective needs a memory budget and a cost model: "
-                  "call generate(problem, cost, budget), or use checkpoint::SelectiveWithin<N> "
-                  "(at most N microbatches' activations per rank)");
-    static_assert(checkpoint::mode != CheckpointMode::Mario,
-                  "pipesched::plan: checkpoint::Mario needs a memory budget and a cost model: "
-                  "call generate(problem, cost, budget)");
+    static_assert(!checkpoint::needs_budget,
+                  "pipesched::plan: this checkpoint policy (its needs_budget is true, as for "
+                  "checkpoint::Selective and Mario) chooses what to recompute from a memory "
+                  "budget and a cost model: call generate(problem, cost, budget), or use "
+                  "checkpoint::SelectiveWithin<N> (at most N microbatches' activations per rank)");
+    static_assert(applicable_checkpoint<checkpoint, UniformCost>,
+                  "pipesched::plan: a checkpoint policy needs `template <cost_model Cost> static "
+                  "Schedule apply(const Schedule&, const Cost&, const MemoryBudget&)` (derive it "
+                  "from checkpoint::Custom and give it one)");
     static_assert(!slicing::needs_cost,
                   "pipesched::plan: slicing::Balanced chooses slice lengths with a cost model: "
                   "call generate(problem, cost, budget) and simulate with sliced_cost(cost)");
@@ -253,9 +255,12 @@ struct plan {
     if constexpr (checkpoint::held_microbatches > 0) {
       return generate(p, UniformCost{}, MemoryBudget{});
     } else {
-      Schedule s = generate_compute<std::nullptr_t>(p, nullptr, nullptr);
-      if constexpr (is_full(checkpoint::mode)) s = checkpoint_full(s, timing_of(checkpoint::mode));
-      return s;
+      const Schedule s = generate_compute<std::nullptr_t>(p, nullptr, nullptr);
+      try {
+        return checkpoint::apply(s, UniformCost{}, MemoryBudget{});
+      } catch (const invalid_problem& e) {
+        e.rethrow_after("plan<" + describe() + ">: ");
+      }
     }
   }
 
@@ -274,17 +279,20 @@ struct plan {
   //! more step time than the recomputes it saves — tune() searches both).
   template <cost_model Cost>
   static Schedule generate(Problem p, const Cost& cost, const MemoryBudget& budget) {
+    static_assert(applicable_checkpoint<checkpoint, Cost>,
+                  "pipesched::plan: a checkpoint policy needs `template <cost_model Cost> static "
+                  "Schedule apply(const Schedule&, const Cost&, const MemoryBudget&)` (derive it "
+                  "from checkpoint::Custom and give it one)");
     const Cost sliced = sliced_cost(cost);
     // Without checkpointing, an order with a memory knob fits itself to the budget (else the
     // budget is only checked); with checkpointing, the order's own schedule is checkpointed.
-    constexpr bool fit_order =
-        checkpoint::mode == CheckpointMode::None && checkpoint::held_microbatches == 0;
+    constexpr bool fit_order = !checkpoint::recomputes && checkpoint::held_microbatches == 0;
     Schedule s = generate_compute(p, &sliced, fit_order ? &budget : nullptr);
     try {
       MemoryBudget b = budget;
       if constexpr (checkpoint::held_microbatches > 0)
         b = detail::held_microbatches_budget(s, sliced, checkpoint::held_microbatches, budget);
-      s = apply_checkpoint(s, checkpoint::mode, sliced, b);
+      s = checkpoint::apply(s, sliced, b);
       if constexpr (wgrad::fills) s = fill_weight_gradients(s, sliced, b, wgrad::parts);
       return s;
     } catch (const invalid_problem& e) {

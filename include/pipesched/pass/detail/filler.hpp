@@ -75,7 +75,6 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
   const Problem& p = s.problem;
   const UnitIndex unit(p);
   const int nranks = s.rank_count();
-  const int K = p.slices;
   // Parts of a weight gradient, as the simulator will count them in the result.
   int parts = 1;
   if (opt.float_wgrad) {
