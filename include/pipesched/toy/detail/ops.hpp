@@ -1,6 +1,6 @@
-// Numerical kernels the host toy models share (linear, GELU, LayerNorm, causal attention),
-// forward and hand-written backward, in the element type T; the wider gradient sums the models
-// keep; and the checks every toy stash and stage makes (call order, block partition).
+// Numerical kernels the host toy models share (linear, a residual add, GELU, LayerNorm, causal
+// attention), forward and hand-written backward, in the element type T; the wider gradient sums
+// the models keep; and the checks every toy stash and stage makes (call order, block partition).
 #pragma once
 
 #include <algorithm>
@@ -135,6 +135,14 @@ class GradientSums {
   std::vector<Tensor<T>> tensors_;
   std::vector<std::vector<sum_type>> sums_;  // empty when T is already the sum type
 };
+
+// ---- residual: y += x ------------------------------------------------------------------------
+
+template <class T>
+void add_into(Tensor<T>& y, const Tensor<T>& x) {
+  for (std::size_t i = 0; i < y.size(); ++i)
+    y[i] += x[i];
+}
 
 // ---- GELU (tanh form: smooth everywhere, so finite differences check it) ----------------------
 
