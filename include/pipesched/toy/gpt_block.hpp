@@ -10,11 +10,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <string>
 #include <utility>
 #include <vector>
 
-#include "pipesched/core/error.hpp"
+#include "pipesched/toy/detail/attention.hpp"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
 #include "pipesched/toy/detail/ops.hpp"
 #include "pipesched/toy/gpt_config.hpp"
 #include "pipesched/toy/memory.hpp"
@@ -133,9 +133,7 @@ class GptBlock {
   //! rewrites the same keys/values.
   Tensor<T> forward(const Tensor<T>& x, Stash& stash, Context& context, int slice,
                     int offset) const {
-    if (slice < 0)
-      throw invalid_problem("GptBlock::forward: slice is " + std::to_string(slice) +
-                            "; slices are numbered from 0");
+    detail::check_slice_number(slice, "GptBlock", "forward");
     return run_forward(x, stash, &context, slice, offset);
   }
 
@@ -156,42 +154,24 @@ class GptBlock {
   //! the gradients into them are rebuilt here from what is kept (the weights cannot have
   //! changed since backward_input) so the stash between the two passes stays small.
   void backward_weight(Stash& stash) {
-    detail::require_phase(stash.phase, detail::StashPhase::InputDone, "GptBlock",
-                          "backward_weight");
-    for (int piece = 0; piece < weight_pieces; ++piece)
-      if ((stash.pieces_done & (1 << piece)) == 0) run_piece(stash, piece);
-    stash = Stash{};
+    detail::run_remaining_weight_pieces(stash, weight_pieces, "GptBlock",
+                                        [&](int piece) { run_piece(stash, piece); });
   }
 
   //! Runs one piece (0 … weight_pieces − 1) of the weight gradient, adding into the gradients
   //! it owns, and frees what only that piece needed; after the last the stash is empty.
   void backward_weight_piece(Stash& stash, int piece) {
-    detail::require_phase(stash.phase, detail::StashPhase::InputDone, "GptBlock",
-                          "backward_weight_piece");
-    if (piece < 0 || piece >= weight_pieces)
-      throw invalid_problem("GptBlock::backward_weight_piece: piece is " + std::to_string(piece) +
-                            "; it must be between 0 and " + std::to_string(weight_pieces - 1));
-    if ((stash.pieces_done & (1 << piece)) != 0)
-      throw invalid_schedule("GptBlock::backward_weight_piece: piece " + std::to_string(piece) +
-                             " already ran on this stash; each piece runs once");
-    run_piece(stash, piece);
-    if (stash.pieces_done == (1 << weight_pieces) - 1) stash = Stash{};
+    detail::run_weight_piece(stash, piece, weight_pieces, "GptBlock",
+                             [&](int p) { run_piece(stash, p); });
   }
 
   std::size_t stash_bytes(const Stash& st) const noexcept {
-    return st.xhat1.bytes() + st.rstd1.bytes() + st.q.bytes() + st.kv.bytes() + st.probs.bytes() +
-           st.attn.bytes() + st.xhat2.bytes() + st.rstd2.bytes() + st.pre.bytes() + st.act.bytes() +
-           st.dy.bytes() + st.dpre.bytes() + st.dy1.bytes() + st.dqkv.bytes();
+    return detail::gpt_block_held_bytes(st);
   }
 
   //! Bytes `context` holds (keys/values and their gradients, every slice).
   std::size_t context_bytes(const Context& context) const noexcept {
-    std::size_t bytes = 0;
-    for (const Tensor<T>& t : context.kv)
-      bytes += t.bytes();
-    for (const Tensor<key_value_gradient_type>& t : context.dkv)
-      bytes += t.bytes();
-    return bytes;
+    return detail::key_value_bytes(context);
   }
 
   //! Analytic stash sizes for `batch` sequences of `sequence` tokens.
@@ -228,7 +208,7 @@ class GptBlock {
  private:
   Tensor<T> run_forward(const Tensor<T>& x, Stash& stash, Context* context, int slice,
                         int offset) const {
-    detail::check_activation_shape(x, hidden_, "GptBlock", "forward");
+    detail::check_activation_shape(x.shape, hidden_, "GptBlock", "forward");
     const int b = x.dim(0);
     const int s = x.dim(1);
     const int n = b * s;
@@ -256,11 +236,7 @@ class GptBlock {
     Tensor<T> gathered;
     const Tensor<T>* keys = nullptr;
     if (context != nullptr) {
-      if (context->kv.size() <= static_cast<std::size_t>(slice)) {
-        context->kv.resize(static_cast<std::size_t>(slice) + 1);
-        context->dkv.resize(static_cast<std::size_t>(slice) + 1);
-      }
-      context->kv[static_cast<std::size_t>(slice)] = std::move(kv);
+      detail::key_value_slot(*context, slice) = std::move(kv);
       keys = &prefix(*context, slice, offset, b, s, gathered, "forward");
     } else {
       stash.kv = std::move(kv);
@@ -269,14 +245,8 @@ class GptBlock {
     const int key_count = offset + s;
     stash.probs = Tensor<T>({b, heads_, s, key_count});
     stash.attn = Tensor<T>({b, s, h});
-    const detail::AttentionShape shape = attention_shape(s, key_count, offset);
-    for (int i = 0; i < b; ++i) {
-      const T* k = keys->begin_data() + static_cast<std::ptrdiff_t>(i) * key_count * 2 * h;
-      detail::causal_attention_forward(
-          stash.q.begin_data() + static_cast<std::ptrdiff_t>(i) * s * h, h, k, k + h, 2 * h,
-          stash.probs.begin_data() + static_cast<std::ptrdiff_t>(i) * heads_ * s * key_count,
-          stash.attn.begin_data() + static_cast<std::ptrdiff_t>(i) * s * h, h, shape);
-    }
+    detail::attention_forward(stash.q.begin_data(), keys->begin_data(), stash.probs.begin_data(),
+                              stash.attn.begin_data(), b, attention_shape(s, key_count, offset));
     Tensor<T> y1({b, s, h});
     detail::linear_forward(stash.attn.begin_data(), p[out_weight].begin_data(),
                            p[out_bias].begin_data(), y1.begin_data(), n, h, h);
@@ -304,18 +274,8 @@ class GptBlock {
   Tensor<T> run_backward_input(const Tensor<T>& dy, Stash& stash, Context* context, int slice,
                                int offset) const {
     detail::require_phase(stash.phase, detail::StashPhase::Forwarded, "GptBlock", "backward_input");
-    if (dy.shape != stash.xhat1.shape)
-      throw invalid_problem("GptBlock::backward_input: gradient shape is " +
-                            shape_string(dy.shape) + "; expected the forward output's shape " +
-                            shape_string(stash.xhat1.shape));
-    if (stash.slice != slice)
-      throw invalid_schedule(
-          "GptBlock::backward_input: the stash holds the forward of " +
-          (stash.slice < 0 ? std::string("a whole sequence")
-                           : "slice " + std::to_string(stash.slice)) +
-          " but the backward is for " +
-          (slice < 0 ? std::string("a whole sequence") : "slice " + std::to_string(slice)) +
-          "; pass each backward the stash of its own forward");
+    detail::check_output_gradient_shape(dy.shape, stash.xhat1.shape, "GptBlock", "backward_input");
+    detail::check_backward_unit(stash.slice, slice, "GptBlock");
     const int b = dy.dim(0);
     const int s = dy.dim(1);
     const int n = b * s;
@@ -348,59 +308,25 @@ class GptBlock {
     using S = key_value_gradient_type;  // key/value gradients sum here (see Context)
     Tensor<T> dq({b, s, h});
     Tensor<S> dkeys({b, key_count, 2 * h});
-    const detail::AttentionShape shape = attention_shape(s, key_count, offset);
-    for (int i = 0; i < b; ++i) {
-      const std::ptrdiff_t k0 = static_cast<std::ptrdiff_t>(i) * key_count * 2 * h;
-      const std::ptrdiff_t q0 = static_cast<std::ptrdiff_t>(i) * s * h;
-      detail::causal_attention_backward(
-          dattn.begin_data() + q0, h, stash.q.begin_data() + q0, h, keys.begin_data() + k0,
-          keys.begin_data() + k0 + h, 2 * h,
-          stash.probs.begin_data() + static_cast<std::ptrdiff_t>(i) * heads_ * s * key_count,
-          dq.begin_data() + q0, dkeys.begin_data() + k0, dkeys.begin_data() + k0 + h, shape);
-    }
+    detail::attention_backward(dattn.begin_data(), stash.q.begin_data(), keys.begin_data(),
+                               stash.probs.begin_data(), dq.begin_data(), dkeys.begin_data(), b,
+                               attention_shape(s, key_count, offset));
     // This slice's q/k/v gradient: its queries', and its keys/values' from its own queries plus
     // what later slices left in the context.
-    const Tensor<S>* later = nullptr;
-    if (context != nullptr && !context->dkv[static_cast<std::size_t>(slice)].empty())
-      later = &context->dkv[static_cast<std::size_t>(slice)];
+    const Tensor<S>* later = detail::later_key_value_gradients(context, slice);
     stash.dqkv = Tensor<T>({b, s, 3 * h});
-    for (int i = 0; i < b; ++i)
-      for (int t = 0; t < s; ++t) {
-        T* out = stash.dqkv.begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * 3 * h;
-        const T* own_q = dq.begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * h;
-        const S* own_kv =
-            dkeys.begin_data() + (static_cast<std::ptrdiff_t>(i) * key_count + offset + t) * 2 * h;
-        std::copy(own_q, own_q + h, out);
-        // The one rounding of the key/value sums to T.
-        if (later != nullptr) {
-          const S* add = later->begin_data() + (static_cast<std::ptrdiff_t>(i) * s + t) * 2 * h;
-          for (int d = 0; d < 2 * h; ++d)
-            out[h + d] = static_cast<T>(add[d] + own_kv[d]);
-        } else {
-          for (int d = 0; d < 2 * h; ++d)
-            out[h + d] = static_cast<T>(own_kv[d]);
-        }
-      }
+    detail::assemble_dqkv(dq.begin_data(), dkeys.begin_data(),
+                          later != nullptr ? later->begin_data() : nullptr, stash.dqkv.begin_data(),
+                          b, s, key_count, offset, h);
     if (context != nullptr) {
       // Earlier slices' keys/values: their backwards run later and take these.
-      int start = 0;
-      for (int j = 0; j < slice; ++j) {
-        const Tensor<T>& kj = context->kv[static_cast<std::size_t>(j)];
-        Tensor<S>& gj = context->dkv[static_cast<std::size_t>(j)];
-        if (gj.empty()) gj = Tensor<S>(kj.shape);
-        const int len = kj.dim(1);
-        for (int i = 0; i < b; ++i)
-          for (int t = 0; t < len; ++t) {
-            S* to = gj.begin_data() + (static_cast<std::ptrdiff_t>(i) * len + t) * 2 * h;
-            const S* from = dkeys.begin_data() +
-                            (static_cast<std::ptrdiff_t>(i) * key_count + start + t) * 2 * h;
-            for (int d = 0; d < 2 * h; ++d)
-              to[d] += from[d];
-          }
-        start += len;
-      }
-      context->kv[static_cast<std::size_t>(slice)] = Tensor<T>{};
-      context->dkv[static_cast<std::size_t>(slice)] = Tensor<S>{};
+      detail::for_each_earlier_slice(*context, slice,
+                                     [&](const Tensor<T>& kj, Tensor<S>& gj, int start) {
+                                       if (gj.empty()) gj = Tensor<S>(kj.shape);
+                                       detail::add_key_rows(gj.begin_data(), dkeys.begin_data(), b,
+                                                            kj.dim(1), key_count, start, 2 * h);
+                                     });
+      detail::release_slice(*context, slice);
     }
     Tensor<T> dn1({b, s, h});
     detail::linear_backward_input(stash.dqkv.begin_data(), p[qkv_weight].begin_data(),
@@ -428,31 +354,8 @@ class GptBlock {
   // offset does not match them.
   const Tensor<T>& prefix(const Context& context, int slice, int offset, int batch, int tokens,
                           Tensor<T>& gathered, const char* op) const {
-    int count = 0;
-    for (int j = 0; j <= slice; ++j) {
-      const bool held = static_cast<std::size_t>(j) < context.kv.size() &&
-                        !context.kv[static_cast<std::size_t>(j)].empty();
-      if (!held)
-        throw invalid_schedule(
-            std::string("GptBlock::") + op + ": slice " + std::to_string(slice) +
-            " needs the keys/values of slice " + std::to_string(j) +
-            ", which the slice context does not hold; a microbatch's slices run their forwards "
-            "first to last and their backwards last to first");
-      const Tensor<T>& kj = context.kv[static_cast<std::size_t>(j)];
-      if (kj.dim(0) != batch)
-        throw invalid_problem(std::string("GptBlock::") + op + ": slice " + std::to_string(slice) +
-                              " has " + std::to_string(batch) + " sequences but slice " +
-                              std::to_string(j) + " had " + std::to_string(kj.dim(0)) +
-                              "; the slices of a microbatch cut the same sequences");
-      count += kj.dim(1);
-    }
-    if (count != offset + tokens)
-      throw invalid_problem(std::string("GptBlock::") + op + ": slice " + std::to_string(slice) +
-                            " starts at position " + std::to_string(offset) +
-                            " but the slices "
-                            "before it hold " +
-                            std::to_string(count - tokens) +
-                            " tokens; pass the sum of the earlier slices' lengths as the offset");
+    const int count =
+        detail::check_key_value_prefix(context, slice, offset, batch, tokens, "GptBlock", op);
     if (slice == 0) return context.kv.front();
     const int h2 = 2 * hidden_;
     gathered = Tensor<T>({batch, count, h2});
@@ -468,6 +371,7 @@ class GptBlock {
     return gathered;
   }
 
+  // Piece `piece` of the weight gradient (see `weight_pieces`); each reads only its own tensors.
   void run_piece(Stash& stash, int piece) {
     const int h = hidden_;
     const auto& p = params_;
@@ -526,7 +430,6 @@ class GptBlock {
         break;
       }
     }
-    stash.pieces_done |= 1 << piece;
   }
 
   detail::AttentionShape attention_shape(int queries, int keys, int offset) const noexcept {

@@ -1,13 +1,12 @@
-// The toy causal GPT's shape (`GptConfig`), the checks every GPT layer makes of it and of its
-// activations, and the random streams its layers draw their parameters from.
+// The toy causal GPT's shape (`GptConfig`), the checks every GPT layer makes of it, and the random
+// streams its layers draw their parameters from.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
 #include "pipesched/core/error.hpp"
-#include "pipesched/toy/detail/ops.hpp"
-#include "pipesched/toy/tensor.hpp"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
 
 namespace pipesched::toy {
 
@@ -40,14 +39,6 @@ inline void check_gpt_config(const GptConfig& c, const char* who) {
     throw invalid_problem(std::string(who) + ": hidden is " + std::to_string(c.hidden) +
                           " and heads is " + std::to_string(c.heads) +
                           "; hidden must be a multiple of heads");
-}
-
-template <class T>
-void check_activation_shape(const Tensor<T>& x, int hidden, const char* who, const char* op) {
-  if (x.rank() != 3 || x.dim(0) < 1 || x.dim(1) < 1 || x.dim(2) != hidden)
-    throw invalid_problem(std::string(who) + "::" + op + ": tensor shape is " +
-                          shape_string(x.shape) + "; expected [batch, sequence, " +
-                          std::to_string(hidden) + "] with batch, sequence >= 1");
 }
 }  // namespace detail
 

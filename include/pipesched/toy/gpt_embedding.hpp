@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
 #include "pipesched/toy/detail/ops.hpp"
 #include "pipesched/toy/gpt_config.hpp"
 #include "pipesched/toy/tensor.hpp"
@@ -48,18 +49,7 @@ class GptEmbedding {
   //! ids [batch, tokens] of a slice starting at position `offset` → [batch, tokens, hidden];
   //! offset + tokens may not pass the config's sequence.
   Tensor<T> forward(const Tensor<T>& ids, Stash& stash, int offset) const {
-    if (ids.rank() != 2 || ids.dim(0) < 1 || ids.dim(1) < 1 || ids.dim(1) > sequence_)
-      throw invalid_problem("GptEmbedding::forward: token tensor shape is " +
-                            shape_string(ids.shape) +
-                            "; expected [batch, sequence] with batch "
-                            ">= 1 and 1 <= sequence <= " +
-                            std::to_string(sequence_));
-    if (offset < 0 || offset + ids.dim(1) > sequence_)
-      throw invalid_problem("GptEmbedding::forward: a slice of " + std::to_string(ids.dim(1)) +
-                            " tokens starting at position " + std::to_string(offset) +
-                            " passes the end of the " + std::to_string(sequence_) +
-                            "-token sequence; slices must lie within positions 0 to " +
-                            std::to_string(sequence_ - 1));
+    detail::check_token_shape(ids.shape, offset, sequence_, "GptEmbedding");
     const int b = ids.dim(0);
     const int s = ids.dim(1);
     Tensor<T> y({b, s, hidden_});
@@ -80,10 +70,8 @@ class GptEmbedding {
   Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash) const {
     detail::require_phase(stash.phase, detail::StashPhase::Forwarded, "GptEmbedding",
                           "backward_input");
-    const std::vector<int> expected{stash.ids.dim(0), stash.ids.dim(1), hidden_};
-    if (dy.shape != expected)
-      throw invalid_problem("GptEmbedding::backward_input: gradient shape is " +
-                            shape_string(dy.shape) + "; expected " + shape_string(expected));
+    detail::check_gradient_shape(dy.shape, {stash.ids.dim(0), stash.ids.dim(1), hidden_},
+                                 "GptEmbedding", "backward_input");
     stash.dy = dy;
     stash.phase = detail::StashPhase::InputDone;
     return Tensor<T>(stash.ids.shape);
@@ -112,7 +100,7 @@ class GptEmbedding {
   }
 
   std::size_t stash_bytes(const Stash& stash) const noexcept {
-    return stash.ids.bytes() + stash.dy.bytes();
+    return detail::gpt_embedding_held_bytes(stash);
   }
 
   //! Token table, position table.

@@ -5,10 +5,9 @@
 #include <cmath>
 #include <cstddef>
 #include <span>
-#include <string>
 #include <vector>
 
-#include "pipesched/core/error.hpp"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
 #include "pipesched/toy/detail/ops.hpp"
 #include "pipesched/toy/gpt_config.hpp"
 #include "pipesched/toy/tensor.hpp"
@@ -42,7 +41,7 @@ class GptHead {
 
   //! x [batch, sequence, hidden] → logits [batch, sequence, vocabulary].
   Tensor<T> forward(const Tensor<T>& x, Stash& stash) const {
-    detail::check_activation_shape(x, hidden_, "GptHead", "forward");
+    detail::check_activation_shape(x.shape, hidden_, "GptHead", "forward");
     const int b = x.dim(0);
     const int s = x.dim(1);
     const int n = b * s;
@@ -65,9 +64,7 @@ class GptHead {
   Tensor<T> backward_input(const Tensor<T>& dlogits, Stash& stash) const {
     detail::require_phase(stash.phase, detail::StashPhase::Forwarded, "GptHead", "backward_input");
     const std::vector<int> expected{stash.xhat.dim(0), stash.xhat.dim(1), vocabulary_};
-    if (dlogits.shape != expected)
-      throw invalid_problem("GptHead::backward_input: gradient shape is " +
-                            shape_string(dlogits.shape) + "; expected " + shape_string(expected));
+    detail::check_gradient_shape(dlogits.shape, expected, "GptHead", "backward_input");
     const int n = expected[0] * expected[1];
     Tensor<T> dnormed(stash.xhat.shape);
     detail::linear_backward_input(dlogits.begin_data(), params_[weight].begin_data(),
@@ -102,7 +99,7 @@ class GptHead {
   }
 
   std::size_t stash_bytes(const Stash& stash) const noexcept {
-    return stash.xhat.bytes() + stash.rstd.bytes() + stash.dlogits.bytes();
+    return detail::gpt_head_held_bytes(stash);
   }
 
   std::span<Tensor<T>> parameters() noexcept { return params_; }
