@@ -3,13 +3,15 @@
 // slice-pipe plan for the GPT, 1F1B for the MLP — they give the reference's loss, gradients and
 // parameters, and every rank's measured peak equals the simulator's prediction from the HOST
 // stages' figures. Side by side with the host stage, a GPU stage's stash and context bytes are
-// the host's at every call. The static interface is checked without a GPU; every other test
+// the host's at every call, and a GPU layer refuses a weight piece out of range as the host layer
+// does. The static interface is checked without a GPU; every other test
 // skips, with the reason, where there is none (and fails with PIPESCHED_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -118,6 +120,51 @@ void expect_gpt_matches(const ps::Schedule& s, const toy::GptConfig& config,
 const toy::GptConfig whole_config{.blocks = 8};                   // 8-token sequences
 const toy::GptConfig sliced_config{.sequence = 16, .blocks = 8};  // cut into slices
 
+// The message of the invalid_problem `fn` throws; fails the test when it throws none.
+template <class Fn>
+std::string problem_message(Fn&& fn) {
+  try {
+    fn();
+  } catch (const ps::invalid_problem& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no invalid_problem";
+  return {};
+}
+
+// Runs `host` and `dev` (a host layer and its GPU twin, built from it) through forward and
+// backward_input on `x`, then asks both for each weight piece out of range: the GPU layer must
+// refuse it with the host layer's sentence under its own name, keep its stash, and then run its
+// pieces as the host layer does.
+template <class T, class Host, class Dev, class... Whole>
+void expect_pieces_refused_alike(Host& host, Dev& dev, const toy::Tensor<T>& x,
+                                 const ps::CudaDevice& device, Whole... whole) {
+  typename Host::stash_type hs;
+  typename Dev::Stash ds;
+  const toy::Tensor<T> y = host.forward(x, hs);
+  const toy::Tensor<T> dy(y.shape, T(0.5));
+  host.backward_input(dy, hs);
+  const auto dev_x = ps::DeviceTensor<T>::from_host(x.shape, x.data, device.compute());
+  dev.forward(dev_x, ds, whole...);
+  dev.backward_input(ps::DeviceTensor<T>::from_host(dy.shape, dy.data, device.compute()), ds,
+                     whole...);
+  const int pieces = Host::weight_pieces;
+  for (int piece : {pieces, -1, pieces + 5}) {
+    SCOPED_TRACE("piece " + std::to_string(piece));
+    const std::string on_host = problem_message([&] { host.backward_weight_piece(hs, piece); });
+    EXPECT_EQ(problem_message([&] { dev.backward_weight_piece(ds, piece); }), "gpu::" + on_host);
+    EXPECT_EQ(dev.stash_bytes(ds), host.stash_bytes(hs));
+  }
+  for (int piece = pieces; piece-- > 0;) {
+    host.backward_weight_piece(hs, piece);
+    dev.backward_weight_piece(ds, piece);
+    EXPECT_EQ(dev.stash_bytes(ds), host.stash_bytes(hs));
+  }
+  EXPECT_EQ(dev.stash_bytes(ds), 0u);
+  EXPECT_THROW(dev.backward_weight_piece(ds, 0), ps::invalid_schedule);  // the stash is spent
+  PIPESCHED_CUDA_CHECK(cudaStreamSynchronize(device.compute()));
+}
+
 template <class T>
 class CudaToy : public ::testing::Test {};
 using Precisions = ::testing::Types<double, float>;
@@ -198,6 +245,28 @@ TYPED_TEST(CudaToy, StashAndContextBytesFollowTheHostStageCallByCall) {
   // A wrong order is refused as on the host.
   typename gpu::GptStage<T>::Stash empty;
   EXPECT_THROW(dev.backward_weight(empty), ps::invalid_schedule);
+}
+
+TYPED_TEST(CudaToy, OutOfRangeWeightPieceIsRefusedAsOnTheHost) {
+  PIPESCHED_NEEDS_GPU();
+  using T = TypeParam;
+  ps::CudaDevice device(0);
+  const auto engine = std::make_shared<gpu::detail::Engine>(device);
+  {
+    SCOPED_TRACE("GptBlock");
+    const toy::GptConfig config = whole_config;
+    toy::GptBlock<T> host(config, 0);
+    gpu::detail::GptBlock<T> dev(engine, host, config);
+    expect_pieces_refused_alike<T>(host, dev, toy::Tensor<T>({2, 5, config.hidden}, T(0.25)),
+                                   device, nullptr, -1, 0);
+  }
+  {
+    SCOPED_TRACE("MlpBlock");
+    const toy::MlpConfig config{};
+    toy::MlpBlock<T> host(config, 0);
+    gpu::detail::MlpBlock<T> dev(engine, host, config.hidden, config.ffn);
+    expect_pieces_refused_alike<T>(host, dev, toy::Tensor<T>({3, config.hidden}, T(0.25)), device);
+  }
 }
 
 // ---- pipelined on 4 ranks against the host double reference --------------------------------

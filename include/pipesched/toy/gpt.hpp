@@ -18,7 +18,7 @@
 
 #include "pipesched/core/error.hpp"
 #include "pipesched/exec/stage_variant.hpp"
-#include "pipesched/toy/detail/ops.hpp"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
 #include "pipesched/toy/gpt_layers.hpp"
 #include "pipesched/toy/memory.hpp"
 #include "pipesched/toy/slicing.hpp"
@@ -97,12 +97,8 @@ class GptStageModel {
   //! (and not yet their backwards) with the same `context`. Running a slice again before its
   //! backward is a recompute: it reproduces the stash and rewrites the same keys/values.
   Tensor<T> forward(const Tensor<T>& x, Stash& stash, Context& context, int slice) const {
-    if (slice < 0)
-      throw invalid_problem(name("forward") + ": slice is " + std::to_string(slice) +
-                            "; slices are numbered from 0");
-    if (x.rank() < 2)
-      throw invalid_problem(name("forward") + ": input shape is " + shape_string(x.shape) +
-                            "; expected [batch, tokens] ids or [batch, tokens, hidden]");
+    check_slice_number(slice, who_, "forward");
+    check_stage_input_rank(x.shape, who_, "forward");
     bind(context, "forward");
     const int offset = context.slices.begin_forward(name("forward"), slice, x.dim(1));
     Tensor<T> y = run_forward(x, stash, &context, slice, offset);
@@ -131,11 +127,7 @@ class GptStageModel {
   //! Adds every layer's weight gradients and empties the stash.
   void backward_weight(Stash& stash) {
     check_stash(stash, StashPhase::InputDone, "backward_weight", stash.slice);
-    if (!stash.parts_done.empty())
-      throw invalid_schedule(
-          name("backward_weight") +
-          ": part of this stash's weight gradient already ran; run the remaining parts with "
-          "backward_weight(stash, part, parts)");
+    require_no_weight_parts(stash.parts_done, who_);
     if constexpr (Head)
       if (head_) head_->backward_weight(stash.head);
     for (std::size_t i = blocks_.size(); i-- > 0;)
@@ -149,8 +141,8 @@ class GptStageModel {
   //! `GptBlock::weight_pieces`), the embedding's, in the order they run (head first, blocks last
   //! to first, embedding last).
   int weight_parts() const noexcept {
-    return (has_head() ? 1 : 0) + GptBlock<T>::weight_pieces * static_cast<int>(blocks_.size()) +
-           (has_embedding() ? 1 : 0);
+    return stage_weight_pieces(has_head(), blocks_.size(), GptBlock<T>::weight_pieces,
+                               has_embedding());
   }
 
   //! Part `part` of `parts` of the weight gradient: the pieces [part·n/parts, (part+1)·n/parts)
@@ -159,11 +151,8 @@ class GptStageModel {
   //! needed; once every part has run the stash is empty. Parts run once each, in any order.
   void backward_weight(Stash& stash, int part, int parts) {
     check_stash(stash, StashPhase::InputDone, "backward_weight", stash.slice);
-    const auto [first, last] =
-        begin_weight_part(stash.parts_done, part, parts, weight_parts(), who_);
-    for (int piece = first; piece < last; ++piece)
-      run_piece(stash, piece);
-    if (all_parts_done(stash.parts_done)) stash = Stash{};
+    run_weight_part(stash, part, parts, weight_parts(), who_,
+                    [&](int piece) { run_piece(stash, piece); });
   }
 
   //! Bytes of the tensors `stash` holds, over every layer.
@@ -361,49 +350,27 @@ class GptStageModel {
   // Piece `piece` of weight_parts(): the head's, then four per block from the last block, then
   // the embedding's.
   void run_piece(Stash& stash, int piece) {
+    const StagePiece at = stage_weight_piece(piece, has_head(), blocks_.size(),
+                                             GptBlock<T>::weight_pieces, has_embedding());
     if constexpr (Head)
-      if (head_) {
-        if (piece == 0) return head_->backward_weight(stash.head);
-        --piece;
-      }
-    const int per_block = GptBlock<T>::weight_pieces;
-    if (piece < per_block * static_cast<int>(blocks_.size())) {
-      const std::size_t i = blocks_.size() - 1 - static_cast<std::size_t>(piece / per_block);
-      return blocks_[i].backward_weight_piece(stash.blocks[i], piece % per_block);
-    }
+      if (at.layer == StagePiece::Layer::Head) head_->backward_weight(stash.head);
+    if (at.layer == StagePiece::Layer::Block)
+      blocks_[at.block].backward_weight_piece(stash.blocks[at.block], at.piece);
     if constexpr (Embedding)
-      if (embedding_) embedding_->backward_weight(stash.embedding);
+      if (at.layer == StagePiece::Layer::Embedding) embedding_->backward_weight(stash.embedding);
   }
 
   // A fresh context is taken by this stage; one of another stage is refused.
   void bind(Context& context, const char* op) const {
-    if (context.first_block < 0) {
-      context.first_block = first_;
-      context.blocks.resize(blocks_.size());
-    } else if (context.first_block != first_ || context.blocks.size() != blocks_.size()) {
-      throw invalid_schedule(name(op) +
-                             ": the slice context belongs to the stage starting at block " +
-                             std::to_string(context.first_block) + ", not to this one (block " +
-                             std::to_string(first_) + "); give each stage its own contexts");
-    }
+    bind_context(context, first_, blocks_.size(), who_, op);
   }
 
   // A stash filled by another stage would be read against the wrong weights (or out of
   // bounds): refuse it; so is one filled by a forward of another slice.
   void check_stash(const Stash& stash, StashPhase wanted, const char* op, int slice) const {
     require_phase(stash.phase, wanted, who_, op);
-    if (stash.first_block != first_ || stash.blocks.size() != blocks_.size())
-      throw invalid_schedule(name(op) + ": the stash was filled by the stage starting at block " +
-                             std::to_string(stash.first_block) + ", not by this one (block " +
-                             std::to_string(first_) + "); pass each stage its own stashes");
-    if (stash.slice != slice)
-      throw invalid_schedule(
-          name(op) + ": the stash holds the forward of " +
-          (stash.slice < 0 ? std::string("a whole sequence")
-                           : "slice " + std::to_string(stash.slice)) +
-          " but the call is for " +
-          (slice < 0 ? std::string("a whole sequence") : "slice " + std::to_string(slice)) +
-          "; a sliced forward goes with the sliced backward_input of the same slice");
+    check_stash_stage(stash.first_block, stash.blocks.size(), first_, blocks_.size(), who_, op);
+    check_stash_unit(stash.slice, slice, who_, op);
   }
 
   StashBytes predicted() const noexcept {

@@ -8,11 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <string>
 #include <utility>
 #include <vector>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
 #include "pipesched/toy/detail/ops.hpp"
 #include "pipesched/toy/memory.hpp"
 #include "pipesched/toy/tensor.hpp"
@@ -69,9 +69,7 @@ class MlpBlock {
 
   //! x [rows, hidden] → y [rows, hidden]; replaces whatever `stash` held.
   Tensor<T> forward(const Tensor<T>& x, Stash& stash) const {
-    if (x.rank() != 2 || x.dim(1) != hidden_ || x.dim(0) < 1)
-      throw invalid_problem("MlpBlock::forward: input shape is " + shape_string(x.shape) +
-                            "; expected [rows, " + std::to_string(hidden_) + "] with rows >= 1");
+    detail::check_row_shape(x.shape, hidden_, "MlpBlock", "forward");
     const int n = x.dim(0);
     stash = Stash{};
     stash.x = x;
@@ -93,10 +91,7 @@ class MlpBlock {
   //! dy [rows, hidden] → dx [rows, hidden]; keeps what `backward_weight` needs.
   Tensor<T> backward_input(const Tensor<T>& dy, Stash& stash) const {
     detail::require_phase(stash.phase, detail::StashPhase::Forwarded, "MlpBlock", "backward_input");
-    if (dy.shape != stash.x.shape)
-      throw invalid_problem("MlpBlock::backward_input: gradient shape is " +
-                            shape_string(dy.shape) + "; expected the forward output's shape " +
-                            shape_string(stash.x.shape));
+    detail::check_output_gradient_shape(dy.shape, stash.x.shape, "MlpBlock", "backward_input");
     const int n = dy.dim(0);
     Tensor<T> dact({n, ffn_});
     detail::linear_backward_input(dy.begin_data(), params_[w2].begin_data(), dact.begin_data(), n,
@@ -117,32 +112,20 @@ class MlpBlock {
 
   //! Adds this microbatch's weight gradients and empties the stash.
   void backward_weight(Stash& stash) {
-    detail::require_phase(stash.phase, detail::StashPhase::InputDone, "MlpBlock",
-                          "backward_weight");
-    for (int piece = 0; piece < weight_pieces; ++piece)
-      if ((stash.pieces_done & (1 << piece)) == 0) run_piece(stash, piece);
-    stash = Stash{};
+    detail::run_remaining_weight_pieces(stash, weight_pieces, "MlpBlock",
+                                        [&](int piece) { run_piece(stash, piece); });
   }
 
   //! Runs one piece (0: W2 and b2, 1: W1 and b1) of the weight gradient and frees what only it
   //! needed; after the last the stash is empty.
   void backward_weight_piece(Stash& stash, int piece) {
-    detail::require_phase(stash.phase, detail::StashPhase::InputDone, "MlpBlock",
-                          "backward_weight_piece");
-    if (piece < 0 || piece >= weight_pieces)
-      throw invalid_problem("MlpBlock::backward_weight_piece: piece is " + std::to_string(piece) +
-                            "; it must be between 0 and " + std::to_string(weight_pieces - 1));
-    if ((stash.pieces_done & (1 << piece)) != 0)
-      throw invalid_schedule("MlpBlock::backward_weight_piece: piece " + std::to_string(piece) +
-                             " already ran on this stash; each piece runs once");
-    run_piece(stash, piece);
-    if (stash.pieces_done == (1 << weight_pieces) - 1) stash = Stash{};
+    detail::run_weight_piece(stash, piece, weight_pieces, "MlpBlock",
+                             [&](int p) { run_piece(stash, p); });
   }
 
   //! Bytes of the tensors `stash` holds.
   std::size_t stash_bytes(const Stash& stash) const noexcept {
-    return stash.x.bytes() + stash.pre.bytes() + stash.act.bytes() + stash.dy.bytes() +
-           stash.dpre.bytes();
+    return detail::mlp_block_held_bytes(stash);
   }
 
   //! Analytic stash sizes for `rows` rows.
@@ -187,7 +170,6 @@ class MlpBlock {
       stash.dpre = Tensor<T>{};
       stash.x = Tensor<T>{};
     }
-    stash.pieces_done |= 1 << piece;
   }
 
   int hidden_;
@@ -253,10 +235,7 @@ class MlpStage {
   //! Adds the weight gradients of every block and empties the stash.
   void backward_weight(Stash& stash) {
     check_stash(stash, detail::StashPhase::InputDone, "backward_weight");
-    if (!stash.parts_done.empty())
-      throw invalid_schedule(
-          "MlpStage::backward_weight: part of this stash's weight gradient already ran; run the "
-          "remaining parts with backward_weight(stash, part, parts)");
+    detail::require_no_weight_parts(stash.parts_done, "MlpStage");
     for (std::size_t i = blocks_.size(); i-- > 0;)
       blocks_[i].backward_weight(stash.blocks[i]);
     stash = Stash{};
@@ -265,7 +244,7 @@ class MlpStage {
   //! Pieces the weight gradient falls into: two per block (W2 and b2, then W1 and b1), blocks
   //! last to first.
   int weight_parts() const noexcept {
-    return MlpBlock<T>::weight_pieces * static_cast<int>(blocks_.size());
+    return detail::stage_weight_pieces(false, blocks_.size(), MlpBlock<T>::weight_pieces, false);
   }
 
   //! Part `part` of `parts` of the weight gradient: the pieces [part·n/parts, (part+1)·n/parts)
@@ -273,14 +252,8 @@ class MlpStage {
   //! frees what only it needed; once every part has run the stash is empty.
   void backward_weight(Stash& stash, int part, int parts) {
     check_stash(stash, detail::StashPhase::InputDone, "backward_weight");
-    const auto [first, last] =
-        detail::begin_weight_part(stash.parts_done, part, parts, weight_parts(), "MlpStage");
-    const int per_block = MlpBlock<T>::weight_pieces;
-    for (int piece = first; piece < last; ++piece) {
-      const std::size_t i = blocks_.size() - 1 - static_cast<std::size_t>(piece / per_block);
-      blocks_[i].backward_weight_piece(stash.blocks[i], piece % per_block);
-    }
-    if (detail::all_parts_done(stash.parts_done)) stash = Stash{};
+    detail::run_weight_part(stash, part, parts, weight_parts(), "MlpStage",
+                            [&](int piece) { run_piece(stash, piece); });
   }
 
   //! Analytic bytes each of `parts` weight-gradient parts frees for one microbatch; they sum to
@@ -344,15 +317,19 @@ class MlpStage {
     return range;
   }
 
+  // Piece `piece` of weight_parts(): two per block, from the last block.
+  void run_piece(Stash& stash, int piece) {
+    const detail::StagePiece at =
+        detail::stage_weight_piece(piece, false, blocks_.size(), MlpBlock<T>::weight_pieces, false);
+    blocks_[at.block].backward_weight_piece(stash.blocks[at.block], at.piece);
+  }
+
   // A stash filled by another stage would be read against the wrong weights (or out of
   // bounds): refuse it.
   void check_stash(const Stash& stash, detail::StashPhase wanted, const char* op) const {
     detail::require_phase(stash.phase, wanted, "MlpStage", op);
-    if (stash.first_block != first_ || stash.blocks.size() != blocks_.size())
-      throw invalid_schedule(std::string("MlpStage::") + op +
-                             ": the stash was filled by the stage starting at block " +
-                             std::to_string(stash.first_block) + ", not by this one (block " +
-                             std::to_string(first_) + "); pass each stage its own stashes");
+    detail::check_stash_stage(stash.first_block, stash.blocks.size(), first_, blocks_.size(),
+                              "MlpStage", op);
   }
 
   StashBytes predicted() const noexcept {

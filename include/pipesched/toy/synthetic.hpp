@@ -13,7 +13,7 @@
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/exec/training_data.hpp"
-#include "pipesched/toy/detail/ops.hpp"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
 #include "pipesched/toy/tensor.hpp"
 
 #if defined(__linux__)

@@ -17,7 +17,7 @@
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/device/cuda/device_tensor.cuh"
 #include "pipesched/exec/training_data.hpp"
-#include "pipesched/toy/cuda/detail/kernels.cuh"
+#include "pipesched/toy/cuda/detail/loss_kernels.cuh"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/slicing.hpp"
 

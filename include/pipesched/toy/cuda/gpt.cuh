@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,7 +18,7 @@
 #include "pipesched/device/cuda/device_tensor.cuh"
 #include "pipesched/toy/cuda/detail/engine.cuh"
 #include "pipesched/toy/cuda/detail/gpt_layers.cuh"
-#include "pipesched/toy/detail/ops.hpp"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
 #include "pipesched/toy/gpt.hpp"
 
 namespace pipesched::toy::gpu {
@@ -77,13 +76,8 @@ class GptStage {
 
   //! Slice `slice` of a microbatch, as toy::GptStage::forward with a context.
   tensor_type forward(const tensor_type& x, Stash& stash, Context& context, int slice) const {
-    if (slice < 0)
-      throw invalid_problem("gpu::GptStage::forward: slice is " + std::to_string(slice) +
-                            "; slices are numbered from 0");
-    if (x.rank() < 2)
-      throw invalid_problem("gpu::GptStage::forward: input shape is " +
-                            detail::shape_text(x.shape()) +
-                            "; expected [batch, tokens] ids or [batch, tokens, hidden]");
+    toy::detail::check_slice_number(slice, "gpu::GptStage", "forward");
+    toy::detail::check_stage_input_rank(x.shape(), "gpu::GptStage", "forward");
     bind(context, "forward");
     const int offset = context.slices.begin_forward("gpu::GptStage::forward", slice, x.dim(1));
     tensor_type y = run_forward(x, stash, &context, slice, offset);
@@ -112,10 +106,7 @@ class GptStage {
   //! Adds every layer's weight gradients and empties the stash.
   void backward_weight(Stash& stash) {
     check_stash(stash, toy::detail::StashPhase::InputDone, "backward_weight", stash.slice);
-    if (!stash.parts_done.empty())
-      throw invalid_schedule(
-          "gpu::GptStage::backward_weight: part of this stash's weight gradient already ran; run "
-          "the remaining parts with backward_weight(stash, part, parts)");
+    toy::detail::require_no_weight_parts(stash.parts_done, "gpu::GptStage");
     if (head_) head_->backward_weight(stash.head);
     for (std::size_t i = blocks_.size(); i-- > 0;)
       blocks_[i].backward_weight(stash.blocks[i]);
@@ -130,11 +121,8 @@ class GptStage {
   //! Part `part` of `parts` of the weight gradient (as the host stage cuts it).
   void backward_weight(Stash& stash, int part, int parts) {
     check_stash(stash, toy::detail::StashPhase::InputDone, "backward_weight", stash.slice);
-    const auto [first, last] = toy::detail::begin_weight_part(stash.parts_done, part, parts,
-                                                              weight_parts(), "gpu::GptStage");
-    for (int piece = first; piece < last; ++piece)
-      run_piece(stash, piece);
-    if (toy::detail::all_parts_done(stash.parts_done)) stash = Stash{};
+    toy::detail::run_weight_part(stash, part, parts, weight_parts(), "gpu::GptStage",
+                                 [&](int piece) { run_piece(stash, piece); });
   }
 
   //! Bytes of the device tensors `stash` holds (what the host stage reports for its stash).
@@ -245,49 +233,28 @@ class GptStage {
     return dx;
   }
 
+  // Piece `piece` of weight_parts(), in the host stage's order.
   void run_piece(Stash& stash, int piece) {
-    if (head_) {
-      if (piece == 0) return head_->backward_weight(stash.head);
-      --piece;
-    }
-    const int per_block = detail::GptBlock<T>::weight_pieces;
-    if (piece < per_block * static_cast<int>(blocks_.size())) {
-      const std::size_t i = blocks_.size() - 1 - static_cast<std::size_t>(piece / per_block);
-      return blocks_[i].backward_weight_piece(stash.blocks[i], piece % per_block);
-    }
-    if (embedding_) embedding_->backward_weight(stash.embedding);
+    using Layer = toy::detail::StagePiece::Layer;
+    const toy::detail::StagePiece at =
+        toy::detail::stage_weight_piece(piece, head_.has_value(), blocks_.size(),
+                                        detail::GptBlock<T>::weight_pieces, embedding_.has_value());
+    if (at.layer == Layer::Head) head_->backward_weight(stash.head);
+    if (at.layer == Layer::Block)
+      blocks_[at.block].backward_weight_piece(stash.blocks[at.block], at.piece);
+    if (at.layer == Layer::Embedding) embedding_->backward_weight(stash.embedding);
   }
 
   void bind(Context& context, const char* op) const {
-    const int first = host_.first_block();
-    if (context.first_block < 0) {
-      context.first_block = first;
-      context.blocks.resize(blocks_.size());
-    } else if (context.first_block != first || context.blocks.size() != blocks_.size()) {
-      throw invalid_schedule(std::string("gpu::GptStage::") + op +
-                             ": the slice context belongs to the stage starting at block " +
-                             std::to_string(context.first_block) + ", not to this one (block " +
-                             std::to_string(first) + "); give each stage its own contexts");
-    }
+    toy::detail::bind_context(context, host_.first_block(), blocks_.size(), "gpu::GptStage", op);
   }
 
   void check_stash(const Stash& stash, toy::detail::StashPhase wanted, const char* op,
                    int slice) const {
     toy::detail::require_phase(stash.phase, wanted, "gpu::GptStage", op);
-    const int first = host_.first_block();
-    if (stash.first_block != first || stash.blocks.size() != blocks_.size())
-      throw invalid_schedule(std::string("gpu::GptStage::") + op +
-                             ": the stash was filled by the stage starting at block " +
-                             std::to_string(stash.first_block) + ", not by this one (block " +
-                             std::to_string(first) + "); pass each stage its own stashes");
-    if (stash.slice != slice)
-      throw invalid_schedule(
-          std::string("gpu::GptStage::") + op + ": the stash holds the forward of " +
-          (stash.slice < 0 ? std::string("a whole sequence")
-                           : "slice " + std::to_string(stash.slice)) +
-          " but the call is for " +
-          (slice < 0 ? std::string("a whole sequence") : "slice " + std::to_string(slice)) +
-          "; a sliced forward goes with the sliced backward_input of the same slice");
+    toy::detail::check_stash_stage(stash.first_block, stash.blocks.size(), host_.first_block(),
+                                   blocks_.size(), "gpu::GptStage", op);
+    toy::detail::check_stash_unit(stash.slice, slice, "gpu::GptStage", op);
   }
 
   toy::GptStage<T> host_;  // shapes, partition and analytic figures

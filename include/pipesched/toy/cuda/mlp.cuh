@@ -1,14 +1,14 @@
 // The toy residual MLP on the GPU: the twin of toy::MlpStage (include/pipesched/toy/mlp.hpp),
 // the same blocks y = x + W2·gelu(W1·x + b1) + b2 with the same parameters (copied from the
 // host model), stashes of the same shapes (so the same byte figures), GEMMs through cuBLAS and
-// everything enqueued on the device's compute stream.
+// everything enqueued on the device's compute stream; the checks are the host stage's
+// (toy/detail/layer_bookkeeping.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <memory>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,8 +16,8 @@
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/device/cuda/device_tensor.cuh"
 #include "pipesched/toy/cuda/detail/engine.cuh"
-#include "pipesched/toy/cuda/detail/kernels.cuh"
-#include "pipesched/toy/detail/ops.hpp"
+#include "pipesched/toy/cuda/detail/layer_kernels.cuh"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
 #include "pipesched/toy/mlp.hpp"
 
 namespace pipesched::toy::gpu {
@@ -44,9 +44,7 @@ class MlpBlock {
         params_(host.parameters(), engine_->stream()) {}
 
   DeviceTensor<T> forward(const DeviceTensor<T>& x, Stash& stash) const {
-    if (x.rank() != 2 || x.dim(1) != hidden_ || x.dim(0) < 1)
-      throw invalid_problem("gpu::MlpStage::forward: input shape is " + shape_text(x.shape()) +
-                            "; expected [rows, " + std::to_string(hidden_) + "] with rows >= 1");
+    toy::detail::check_row_shape(x.shape(), hidden_, "gpu::MlpStage", "forward");
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int n = x.dim(0);
@@ -67,10 +65,8 @@ class MlpBlock {
   DeviceTensor<T> backward_input(const DeviceTensor<T>& dy, Stash& stash) const {
     toy::detail::require_phase(stash.phase, toy::detail::StashPhase::Forwarded, "gpu::MlpBlock",
                                "backward_input");
-    if (dy.shape() != stash.x.shape())
-      throw invalid_problem("gpu::MlpStage::backward_input: gradient shape is " +
-                            shape_text(dy.shape()) + "; expected the forward output's shape " +
-                            shape_text(stash.x.shape()));
+    toy::detail::check_output_gradient_shape(dy.shape(), stash.x.shape(), "gpu::MlpStage",
+                                             "backward_input");
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int n = dy.dim(0);
@@ -88,27 +84,18 @@ class MlpBlock {
   }
 
   void backward_weight(Stash& stash) {
-    toy::detail::require_phase(stash.phase, toy::detail::StashPhase::InputDone, "gpu::MlpBlock",
-                               "backward_weight");
-    for (int piece = 0; piece < weight_pieces; ++piece)
-      if ((stash.pieces_done & (1 << piece)) == 0) run_piece(stash, piece);
-    stash = Stash{};
+    toy::detail::run_remaining_weight_pieces(stash, weight_pieces, "gpu::MlpBlock",
+                                             [&](int piece) { run_piece(stash, piece); });
   }
 
+  // Piece 0 or 1, checked as the host block checks it.
   void backward_weight_piece(Stash& stash, int piece) {
-    toy::detail::require_phase(stash.phase, toy::detail::StashPhase::InputDone, "gpu::MlpBlock",
-                               "backward_weight_piece");
-    if ((stash.pieces_done & (1 << piece)) != 0)
-      throw invalid_schedule("gpu::MlpBlock::backward_weight_piece: piece " +
-                             std::to_string(piece) +
-                             " already ran on this stash; each piece runs once");
-    run_piece(stash, piece);
-    if (stash.pieces_done == (1 << weight_pieces) - 1) stash = Stash{};
+    toy::detail::run_weight_piece(stash, piece, weight_pieces, "gpu::MlpBlock",
+                                  [&](int p) { run_piece(stash, p); });
   }
 
   std::size_t stash_bytes(const Stash& stash) const noexcept {
-    return stash.x.bytes() + stash.pre.bytes() + stash.act.bytes() + stash.dy.bytes() +
-           stash.dpre.bytes();
+    return toy::detail::mlp_block_held_bytes(stash);
   }
 
   DeviceParameters<T>& parameters() noexcept { return params_; }
@@ -131,7 +118,6 @@ class MlpBlock {
       stash.dpre = DeviceTensor<T>{};
       stash.x = DeviceTensor<T>{};
     }
-    stash.pieces_done |= 1 << piece;
   }
 
   EnginePtr engine_;  // first: outlives the tensors below, whose memory it orders
@@ -199,10 +185,7 @@ class MlpStage {
   //! Adds the weight gradients of every block and empties the stash.
   void backward_weight(Stash& stash) {
     check_stash(stash, toy::detail::StashPhase::InputDone, "backward_weight");
-    if (!stash.parts_done.empty())
-      throw invalid_schedule(
-          "gpu::MlpStage::backward_weight: part of this stash's weight gradient already ran; run "
-          "the remaining parts with backward_weight(stash, part, parts)");
+    toy::detail::require_no_weight_parts(stash.parts_done, "gpu::MlpStage");
     for (std::size_t i = blocks_.size(); i-- > 0;)
       blocks_[i].backward_weight(stash.blocks[i]);
     stash = Stash{};
@@ -214,14 +197,8 @@ class MlpStage {
   //! Part `part` of `parts` of the weight gradient (as the host stage cuts it).
   void backward_weight(Stash& stash, int part, int parts) {
     check_stash(stash, toy::detail::StashPhase::InputDone, "backward_weight");
-    const auto [first, last] = toy::detail::begin_weight_part(stash.parts_done, part, parts,
-                                                              weight_parts(), "gpu::MlpStage");
-    const int per_block = detail::MlpBlock<T>::weight_pieces;
-    for (int piece = first; piece < last; ++piece) {
-      const std::size_t i = blocks_.size() - 1 - static_cast<std::size_t>(piece / per_block);
-      blocks_[i].backward_weight_piece(stash.blocks[i], piece % per_block);
-    }
-    if (toy::detail::all_parts_done(stash.parts_done)) stash = Stash{};
+    toy::detail::run_weight_part(stash, part, parts, weight_parts(), "gpu::MlpStage",
+                                 [&](int piece) { run_piece(stash, piece); });
   }
 
   //! Bytes of the device tensors `stash` holds (what the host stage reports for its stash).
@@ -273,14 +250,17 @@ class MlpStage {
   const CudaDevice& device() const noexcept { return engine_->device(); }
 
  private:
+  // Piece `piece` of weight_parts() (as the host stage orders them).
+  void run_piece(Stash& stash, int piece) {
+    const toy::detail::StagePiece at = toy::detail::stage_weight_piece(
+        piece, false, blocks_.size(), detail::MlpBlock<T>::weight_pieces, false);
+    blocks_[at.block].backward_weight_piece(stash.blocks[at.block], at.piece);
+  }
+
   void check_stash(const Stash& stash, toy::detail::StashPhase wanted, const char* op) const {
     toy::detail::require_phase(stash.phase, wanted, "gpu::MlpStage", op);
-    if (stash.first_block != host_.first_block() || stash.blocks.size() != blocks_.size())
-      throw invalid_schedule(std::string("gpu::MlpStage::") + op +
-                             ": the stash was filled by the stage starting at block " +
-                             std::to_string(stash.first_block) + ", not by this one (block " +
-                             std::to_string(host_.first_block()) +
-                             "); pass each stage its own stashes");
+    toy::detail::check_stash_stage(stash.first_block, stash.blocks.size(), host_.first_block(),
+                                   blocks_.size(), "gpu::MlpStage", op);
   }
 
   toy::MlpStage<T> host_;  // shapes, partition and analytic figures

@@ -1,21 +1,17 @@
-// Numerical kernels the host toy models share (linear, GELU, LayerNorm, causal attention),
-// forward and hand-written backward, in the element type T; the wider gradient sums the models
-// keep; and the checks every toy stash and stage makes (call order, block partition).
+// Numerical kernels the host toy models share (linear, GELU, LayerNorm, a residual add), forward
+// and hand-written backward, in the element type T, and the wider gradient sums the models keep.
+// Causal attention is in toy/detail/attention.hpp; the checks and counts every toy layer and stage
+// makes, host or GPU, in toy/detail/layer_bookkeeping.hpp.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstdint>
 #include <initializer_list>
-#include <limits>
 #include <span>
-#include <string>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
-#include "pipesched/core/error.hpp"
 #include "pipesched/toy/tensor.hpp"
 
 namespace pipesched::toy::detail {
@@ -136,6 +132,14 @@ class GradientSums {
   std::vector<std::vector<sum_type>> sums_;  // empty when T is already the sum type
 };
 
+// ---- residual: y += x ------------------------------------------------------------------------
+
+template <class T>
+void add_into(Tensor<T>& y, const Tensor<T>& x) {
+  for (std::size_t i = 0; i < y.size(); ++i)
+    y[i] += x[i];
+}
+
 // ---- GELU (tanh form: smooth everywhere, so finite differences check it) ----------------------
 
 template <class T>
@@ -230,206 +234,6 @@ void layer_norm_backward_weight(const T* dy, const T* xhat, G* dgamma, G* dbeta,
     dgamma[i] += static_cast<G>(sum_g[static_cast<std::size_t>(i)]);
     dbeta[i] += static_cast<G>(sum_b[static_cast<std::size_t>(i)]);
   }
-}
-
-// ---- causal multi-head attention ---------------------------------------------------------------
-//
-// Queries and keys/values are separate operands on purpose: query i sits at position
-// `query_offset + i` and attends to keys 0 … query_offset + i, so keys and values of an earlier
-// part of the sequence (a prefix held elsewhere) can be passed in front of the current ones.
-// With the whole sequence at once, keys == queries and query_offset == 0.
-
-struct AttentionShape {
-  int queries = 0;       // query rows
-  int keys = 0;          // key/value rows (≥ query_offset + queries)
-  int query_offset = 0;  // position of query 0 among the keys
-  int heads = 1;
-  int head_dim = 1;
-};
-
-// For one sequence: q rows have stride q_stride, k and v rows kv_stride, head `hd` occupies
-// columns [hd·head_dim, (hd+1)·head_dim). Writes the probabilities p[heads, queries, keys]
-// (zero where masked) and out[queries, heads·head_dim] (row stride out_stride).
-template <class T>
-void causal_attention_forward(const T* q, int q_stride, const T* k, const T* v, int kv_stride, T* p,
-                              T* out, int out_stride, const AttentionShape& s) {
-  const T scale = T(1) / std::sqrt(T(s.head_dim));
-  for (int hd = 0; hd < s.heads; ++hd) {
-    const int col = hd * s.head_dim;
-    for (int i = 0; i < s.queries; ++i) {
-      const T* qi = q + static_cast<std::ptrdiff_t>(i) * q_stride + col;
-      T* pi = p + (static_cast<std::ptrdiff_t>(hd) * s.queries + i) * s.keys;
-      const int last = s.query_offset + i;  // the causal mask: keys after the query are hidden
-      T max_score = -std::numeric_limits<T>::infinity();
-      for (int j = 0; j <= last; ++j) {
-        const T* kj = k + static_cast<std::ptrdiff_t>(j) * kv_stride + col;
-        T dot = 0;
-        for (int d = 0; d < s.head_dim; ++d)
-          dot += qi[d] * kj[d];
-        pi[j] = dot * scale;
-        max_score = std::max(max_score, pi[j]);
-      }
-      T sum = 0;
-      for (int j = 0; j <= last; ++j) {
-        pi[j] = std::exp(pi[j] - max_score);
-        sum += pi[j];
-      }
-      for (int j = 0; j <= last; ++j)
-        pi[j] /= sum;
-      for (int j = last + 1; j < s.keys; ++j)
-        pi[j] = T(0);
-      T* oi = out + static_cast<std::ptrdiff_t>(i) * out_stride + col;
-      for (int d = 0; d < s.head_dim; ++d)
-        oi[d] = T(0);
-      for (int j = 0; j <= last; ++j) {
-        const T* vj = v + static_cast<std::ptrdiff_t>(j) * kv_stride + col;
-        for (int d = 0; d < s.head_dim; ++d)
-          oi[d] += pi[j] * vj[d];
-      }
-    }
-  }
-}
-
-// Adds the gradients of q, k and v (same layouts and strides as their operands: dq like q, dk
-// and dv like k and v) given dout and the probabilities of the forward. Accumulates, so the
-// gradients of prefix keys/values held elsewhere can be gathered across calls. dk and dv sum
-// over queries, which a sequence cut into slices visits in another order (later slices first),
-// so they are kept in A — accumulator_t<T> for float — and rounded to T once by the caller; a
-// query's dq sums over keys in the same order however the sequence is cut and stays in T.
-template <class T, class A>
-void causal_attention_backward(const T* dout, int dout_stride, const T* q, int q_stride, const T* k,
-                               const T* v, int kv_stride, const T* p, T* dq, A* dk, A* dv,
-                               const AttentionShape& s) {
-  const T scale = T(1) / std::sqrt(T(s.head_dim));
-  std::vector<T> dp(static_cast<std::size_t>(s.keys));
-  for (int hd = 0; hd < s.heads; ++hd) {
-    const int col = hd * s.head_dim;
-    for (int i = 0; i < s.queries; ++i) {
-      const T* pi = p + (static_cast<std::ptrdiff_t>(hd) * s.queries + i) * s.keys;
-      const T* doi = dout + static_cast<std::ptrdiff_t>(i) * dout_stride + col;
-      const T* qi = q + static_cast<std::ptrdiff_t>(i) * q_stride + col;
-      T* dqi = dq + static_cast<std::ptrdiff_t>(i) * q_stride + col;
-      const int last = s.query_offset + i;
-      T weighted = 0;  // Σ_j p_ij · dp_ij, the softmax backward's correction
-      for (int j = 0; j <= last; ++j) {
-        const T* vj = v + static_cast<std::ptrdiff_t>(j) * kv_stride + col;
-        T dot = 0;
-        for (int d = 0; d < s.head_dim; ++d)
-          dot += doi[d] * vj[d];
-        dp[static_cast<std::size_t>(j)] = dot;
-        weighted += pi[j] * dot;
-      }
-      for (int j = 0; j <= last; ++j) {
-        const std::ptrdiff_t row = static_cast<std::ptrdiff_t>(j) * kv_stride + col;
-        const T ds = pi[j] * (dp[static_cast<std::size_t>(j)] - weighted) * scale;
-        for (int d = 0; d < s.head_dim; ++d) {
-          dqi[d] += ds * k[row + d];
-          dk[row + d] += A(ds) * A(qi[d]);
-          dv[row + d] += A(pi[j]) * A(doi[d]);
-        }
-      }
-    }
-  }
-}
-
-// ---- call-order checks shared by every toy stash ---------------------------------------------
-
-// Where a stash is in its life: empty, holding a forward's activations, or holding what the
-// weight gradient still needs after backward_input.
-enum class StashPhase : std::uint8_t { Empty, Forwarded, InputDone };
-
-inline void require_phase(StashPhase actual, StashPhase wanted, const char* who, const char* op) {
-  if (actual == wanted) return;
-  std::string what = std::string(who) + "::" + op + ": ";
-  if (wanted == StashPhase::Forwarded)
-    what += actual == StashPhase::Empty
-                ? "the stash holds no forward; call forward for this microbatch first"
-                : "backward_input already ran on this stash; call backward_weight next";
-  else
-    what += actual == StashPhase::Empty
-                ? "the stash is empty; backward_weight needs backward_input to run first"
-                : "backward_input has not run on this stash yet; call it before backward_weight";
-  throw invalid_schedule(what);
-}
-
-// ---- weight gradients in parts --------------------------------------------------------------
-
-// A stage's weight-gradient work is a list of `pieces` (one per weight GEMM, say); part `part`
-// of `parts` runs pieces [part·pieces/parts, (part+1)·pieces/parts), so any part count covers
-// every piece once (parts beyond the piece count are empty). Records the part in `done` (one
-// flag per part, sized at the first part) and returns its pieces; throws when the part is out
-// of range, already ran, or the unit was cut another way before.
-inline std::pair<int, int> begin_weight_part(std::vector<char>& done, int part, int parts,
-                                             int pieces, const char* who) {
-  if (parts < 1 || part < 0 || part >= parts)
-    throw invalid_problem(std::string(who) + "::backward_weight: part " + std::to_string(part) +
-                          " of " + std::to_string(parts) +
-                          " parts is out of range; parts must be at least 1 and part between 0 "
-                          "and parts - 1");
-  if (done.empty()) {
-    done.assign(static_cast<std::size_t>(parts), 0);
-  } else if (done.size() != static_cast<std::size_t>(parts)) {
-    throw invalid_schedule(std::string(who) +
-                           "::backward_weight: this stash's weight gradient "
-                           "was cut into " +
-                           std::to_string(done.size()) + " parts, now into " +
-                           std::to_string(parts) + "; cut every part of one unit the same way");
-  }
-  if (done[static_cast<std::size_t>(part)] != 0)
-    throw invalid_schedule(std::string(who) + "::backward_weight: part " + std::to_string(part) +
-                           " of " + std::to_string(parts) +
-                           " already ran on this stash; each part runs once");
-  done[static_cast<std::size_t>(part)] = 1;
-  const auto first = static_cast<long long>(part) * pieces / parts;
-  const auto last = static_cast<long long>(part + 1) * pieces / parts;
-  return {static_cast<int>(first), static_cast<int>(last)};
-}
-
-inline bool all_parts_done(const std::vector<char>& done) {
-  return std::all_of(done.begin(), done.end(), [](char d) { return d != 0; });
-}
-
-// Sums `pieces` (bytes each weight-gradient piece frees, in order) into what each of `parts`
-// parts frees, by the split begin_weight_part uses.
-inline std::vector<std::size_t> part_bytes(const std::vector<std::size_t>& pieces, int parts,
-                                           const char* who) {
-  if (parts < 1)
-    throw invalid_problem(std::string(who) + "::weight_part_bytes: parts is " +
-                          std::to_string(parts) + "; it must be at least 1");
-  const auto n = static_cast<long long>(pieces.size());
-  std::vector<std::size_t> out(static_cast<std::size_t>(parts), 0);
-  for (int p = 0; p < parts; ++p)
-    for (long long i = p * n / parts; i < (p + 1) * n / parts; ++i)
-      out[static_cast<std::size_t>(p)] += pieces[static_cast<std::size_t>(i)];
-  return out;
-}
-
-// ---- partition of the global block list over stages ------------------------------------------
-
-// Blocks [first, last) of stage `stage` when `blocks` blocks are split over `stages` stages as
-// evenly as possible, earlier stages taking the remainder. Throws when the split is impossible.
-inline std::pair<int, int> block_range(int blocks, int stage, int stages, const char* model) {
-  if (blocks < 1)
-    throw invalid_problem(std::string(model) + ": blocks is " + std::to_string(blocks) +
-                          "; a model needs at least 1 block");
-  if (stages < 1 || stages > blocks)
-    throw invalid_problem(std::string(model) + ": stages is " + std::to_string(stages) + "; with " +
-                          std::to_string(blocks) + " blocks it must be between 1 and " +
-                          std::to_string(blocks) +
-                          " (every stage needs a block; raise blocks for more stages)");
-  if (stage < 0 || stage >= stages)
-    throw invalid_problem(std::string(model) + ": stage is " + std::to_string(stage) +
-                          "; it must be between 0 and " + std::to_string(stages - 1));
-  const int base = blocks / stages;
-  const int extra = blocks % stages;
-  const int first = stage * base + std::min(stage, extra);
-  return {first, first + base + (stage < extra ? 1 : 0)};
-}
-
-inline void require_positive(int value, const char* model, const char* name) {
-  if (value < 1)
-    throw invalid_problem(std::string(model) + ": " + name + " is " + std::to_string(value) +
-                          "; it must be at least 1");
 }
 
 }  // namespace pipesched::toy::detail

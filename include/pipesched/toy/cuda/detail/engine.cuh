@@ -17,7 +17,7 @@
 #include "pipesched/device/cuda/check.cuh"
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/device/cuda/device_tensor.cuh"
-#include "pipesched/toy/cuda/detail/kernels.cuh"
+#include "pipesched/toy/cuda/detail/layer_kernels.cuh"
 #include "pipesched/toy/tensor.hpp"
 
 namespace pipesched::toy::gpu::detail {
@@ -175,10 +175,6 @@ class DeviceParameters {
 template <class T>
 DeviceTensor<T> copy_of(const DeviceTensor<T>& x, cudaStream_t stream) {
   return x.clone(stream);
-}
-
-inline std::string shape_text(const std::vector<int>& shape) {
-  return toy::shape_string(shape);
 }
 
 }  // namespace pipesched::toy::gpu::detail

@@ -1,34 +1,27 @@
 // The toy GPT's layers on the device — embedding, transformer block (with sequence slices and
 // their shared keys/values), final LayerNorm + LM head — the twins of toy::GptEmbedding,
 // toy::GptBlock and toy::GptHead: the same stashes (tensor for tensor, so the same bytes), the
-// same slice context, the same weight pieces.
+// same slice context, the same weight pieces, and the same checks
+// (toy/detail/layer_bookkeeping.hpp) with the same sentences.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <string>
 #include <utility>
 #include <vector>
 
-#include "pipesched/core/error.hpp"
 #include "pipesched/device/cuda/device_tensor.cuh"
+#include "pipesched/toy/cuda/detail/attention_kernels.cuh"
+#include "pipesched/toy/cuda/detail/embedding_kernels.cuh"
 #include "pipesched/toy/cuda/detail/engine.cuh"
-#include "pipesched/toy/cuda/detail/kernels.cuh"
-#include "pipesched/toy/detail/ops.hpp"
-#include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/cuda/detail/layer_kernels.cuh"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
+#include "pipesched/toy/gpt_layers.hpp"
 
 namespace pipesched::toy::gpu::detail {
 
 using toy::detail::StashPhase;
-
-template <class T>
-void check_activation(const DeviceTensor<T>& x, int hidden, const char* who, const char* op) {
-  if (x.rank() != 3 || x.dim(0) < 1 || x.dim(1) < 1 || x.dim(2) != hidden)
-    throw invalid_problem(std::string(who) + "::" + op + ": tensor shape is " +
-                          shape_text(x.shape()) + "; expected [batch, sequence, " +
-                          std::to_string(hidden) + "] with batch, sequence >= 1");
-}
 
 // ---- embedding -------------------------------------------------------------------------------
 
@@ -51,16 +44,7 @@ class GptEmbedding {
         params_(Host(config).parameters(), engine_->stream()) {}
 
   DeviceTensor<T> forward(const DeviceTensor<T>& ids, Stash& stash, int offset) const {
-    if (ids.rank() != 2 || ids.dim(0) < 1 || ids.dim(1) < 1 || ids.dim(1) > sequence_)
-      throw invalid_problem("gpu::GptEmbedding::forward: token tensor shape is " +
-                            shape_text(ids.shape()) +
-                            "; expected [batch, sequence] with batch >= 1 and 1 <= sequence <= " +
-                            std::to_string(sequence_));
-    if (offset < 0 || offset + ids.dim(1) > sequence_)
-      throw invalid_problem("gpu::GptEmbedding::forward: a slice of " + std::to_string(ids.dim(1)) +
-                            " tokens starting at position " + std::to_string(offset) +
-                            " passes the end of the " + std::to_string(sequence_) +
-                            "-token sequence");
+    toy::detail::check_token_shape(ids.shape(), offset, sequence_, "gpu::GptEmbedding");
     const cudaStream_t s = engine_->stream();
     const int b = ids.dim(0), t = ids.dim(1);
     DeviceTensor<T> y({b, t, hidden_}, s);
@@ -79,10 +63,8 @@ class GptEmbedding {
   DeviceTensor<T> backward_input(const DeviceTensor<T>& dy, Stash& stash) const {
     toy::detail::require_phase(stash.phase, StashPhase::Forwarded, "gpu::GptEmbedding",
                                "backward_input");
-    const std::vector<int> expected{stash.ids.dim(0), stash.ids.dim(1), hidden_};
-    if (dy.shape() != expected)
-      throw invalid_problem("gpu::GptEmbedding::backward_input: gradient shape is " +
-                            shape_text(dy.shape()) + "; expected " + shape_text(expected));
+    toy::detail::check_gradient_shape(dy.shape(), {stash.ids.dim(0), stash.ids.dim(1), hidden_},
+                                      "gpu::GptEmbedding", "backward_input");
     const cudaStream_t s = engine_->stream();
     stash.dy = dy.clone(s);
     stash.phase = StashPhase::InputDone;
@@ -107,7 +89,7 @@ class GptEmbedding {
   }
 
   std::size_t stash_bytes(const Stash& stash) const noexcept {
-    return stash.ids.bytes() + stash.dy.bytes();
+    return toy::detail::gpt_embedding_held_bytes(stash);
   }
   DeviceParameters<T>& parameters() noexcept { return params_; }
   const DeviceParameters<T>& parameters() const noexcept { return params_; }
@@ -148,7 +130,7 @@ class GptBlock {
 
   DeviceTensor<T> forward(const DeviceTensor<T>& x, Stash& stash, Context* context, int slice,
                           int offset) const {
-    check_activation(x, hidden_, "gpu::GptBlock", "forward");
+    toy::detail::check_activation_shape(x.shape(), hidden_, "gpu::GptBlock", "forward");
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int b = x.dim(0), t = x.dim(1), n = b * t, h = hidden_;
@@ -170,12 +152,7 @@ class GptBlock {
       copy_columns(qkv.data(), 3 * h, 0, stash.q.data(), h, h, n, s);
       copy_columns(qkv.data(), 3 * h, h, kv.data(), 2 * h, 2 * h, n, s);
       if (context != nullptr) {
-        const auto k = static_cast<std::size_t>(slice);
-        if (context->kv.size() <= k) {
-          context->kv.resize(k + 1);
-          context->dkv.resize(k + 1);
-        }
-        context->kv[k] = std::move(kv);
+        toy::detail::key_value_slot(*context, slice) = std::move(kv);
       } else {
         stash.kv = std::move(kv);
       }
@@ -212,15 +189,9 @@ class GptBlock {
                                  int slice, int offset) const {
     toy::detail::require_phase(stash.phase, StashPhase::Forwarded, "gpu::GptBlock",
                                "backward_input");
-    if (dy.shape() != stash.xhat1.shape())
-      throw invalid_problem("gpu::GptBlock::backward_input: gradient shape is " +
-                            shape_text(dy.shape()) + "; expected the forward output's shape " +
-                            shape_text(stash.xhat1.shape()));
-    if (stash.slice != slice)
-      throw invalid_schedule("gpu::GptBlock::backward_input: the stash holds the forward of " +
-                             unit_name(stash.slice) + " but the backward is for " +
-                             unit_name(slice) +
-                             "; pass each backward the stash of its own forward");
+    toy::detail::check_output_gradient_shape(dy.shape(), stash.xhat1.shape(), "gpu::GptBlock",
+                                             "backward_input");
+    toy::detail::check_backward_unit(stash.slice, slice, "gpu::GptBlock");
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int b = dy.dim(0), t = dy.dim(1), n = b * t, h = hidden_;
@@ -255,23 +226,18 @@ class GptBlock {
       attention_backward(dattn.data(), stash.q.data(), keys.data(), stash.probs.data(), ds.data(),
                          dq.data(), dkeys.data(), b, dims(t, key_count, offset), s);
     }
-    const A* later = nullptr;
-    if (context != nullptr && !context->dkv[static_cast<std::size_t>(slice)].empty())
-      later = context->dkv[static_cast<std::size_t>(slice)].data();
+    const DeviceTensor<A>* later = toy::detail::later_key_value_gradients(context, slice);
     stash.dqkv = DeviceTensor<T>({b, t, 3 * h}, s);
-    assemble_dqkv(dq.data(), dkeys.data(), later, stash.dqkv.data(), b, t, key_count, offset, h, s);
+    assemble_dqkv(dq.data(), dkeys.data(), later != nullptr ? later->data() : nullptr,
+                  stash.dqkv.data(), b, t, key_count, offset, h, s);
     if (context != nullptr) {
       // Earlier slices' keys/values: their backwards run later and take these.
-      int start = 0;
-      for (int j = 0; j < slice; ++j) {
-        const DeviceTensor<T>& kj = context->kv[static_cast<std::size_t>(j)];
-        DeviceTensor<A>& gj = context->dkv[static_cast<std::size_t>(j)];
-        if (gj.empty()) gj = DeviceTensor<A>::zeros(kj.shape(), s);
-        add_key_rows(gj.data(), dkeys.data(), b, kj.dim(1), key_count, start, 2 * h, s);
-        start += kj.dim(1);
-      }
-      context->kv[static_cast<std::size_t>(slice)] = DeviceTensor<T>{};
-      context->dkv[static_cast<std::size_t>(slice)] = DeviceTensor<A>{};
+      toy::detail::for_each_earlier_slice(
+          *context, slice, [&](const DeviceTensor<T>& kj, DeviceTensor<A>& gj, int start) {
+            if (gj.empty()) gj = DeviceTensor<A>::zeros(kj.shape(), s);
+            add_key_rows(gj.data(), dkeys.data(), b, kj.dim(1), key_count, start, 2 * h, s);
+          });
+      toy::detail::release_slice(*context, slice);
     }
     DeviceTensor<T> dx({b, t, h}, s);
     {
@@ -294,47 +260,28 @@ class GptBlock {
   }
 
   void backward_weight(Stash& stash) {
-    toy::detail::require_phase(stash.phase, StashPhase::InputDone, "gpu::GptBlock",
-                               "backward_weight");
-    for (int piece = 0; piece < weight_pieces; ++piece)
-      if ((stash.pieces_done & (1 << piece)) == 0) run_piece(stash, piece);
-    stash = Stash{};
+    toy::detail::run_remaining_weight_pieces(stash, weight_pieces, "gpu::GptBlock",
+                                             [&](int piece) { run_piece(stash, piece); });
   }
 
+  // Piece 0 … weight_pieces − 1, checked as the host block checks it.
   void backward_weight_piece(Stash& stash, int piece) {
-    toy::detail::require_phase(stash.phase, StashPhase::InputDone, "gpu::GptBlock",
-                               "backward_weight_piece");
-    if ((stash.pieces_done & (1 << piece)) != 0)
-      throw invalid_schedule("gpu::GptBlock::backward_weight_piece: piece " +
-                             std::to_string(piece) +
-                             " already ran on this stash; each piece runs once");
-    run_piece(stash, piece);
-    if (stash.pieces_done == (1 << weight_pieces) - 1) stash = Stash{};
+    toy::detail::run_weight_piece(stash, piece, weight_pieces, "gpu::GptBlock",
+                                  [&](int p) { run_piece(stash, p); });
   }
 
   std::size_t stash_bytes(const Stash& st) const noexcept {
-    return st.xhat1.bytes() + st.rstd1.bytes() + st.q.bytes() + st.kv.bytes() + st.probs.bytes() +
-           st.attn.bytes() + st.xhat2.bytes() + st.rstd2.bytes() + st.pre.bytes() + st.act.bytes() +
-           st.dy.bytes() + st.dpre.bytes() + st.dy1.bytes() + st.dqkv.bytes();
+    return toy::detail::gpt_block_held_bytes(st);
   }
 
   std::size_t context_bytes(const Context& context) const noexcept {
-    std::size_t bytes = 0;
-    for (const DeviceTensor<T>& t : context.kv)
-      bytes += t.bytes();
-    for (const DeviceTensor<A>& t : context.dkv)
-      bytes += t.bytes();
-    return bytes;
+    return toy::detail::key_value_bytes(context);
   }
 
   DeviceParameters<T>& parameters() noexcept { return params_; }
   const DeviceParameters<T>& parameters() const noexcept { return params_; }
 
  private:
-  static std::string unit_name(int slice) {
-    return slice < 0 ? std::string("a whole sequence") : "slice " + std::to_string(slice);
-  }
-
   AttentionDims dims(int tokens, int keys, int offset) const noexcept {
     return {.tokens = tokens,
             .keys = keys,
@@ -359,30 +306,8 @@ class GptBlock {
   // own when the slice is the first, else gathered into `gathered`. Throws as the host block.
   const DeviceTensor<T>& prefix(const Context& context, int slice, int offset, int batch,
                                 int tokens, DeviceTensor<T>& gathered, const char* op) const {
-    int count = 0;
-    for (int j = 0; j <= slice; ++j) {
-      const bool held = static_cast<std::size_t>(j) < context.kv.size() &&
-                        !context.kv[static_cast<std::size_t>(j)].empty();
-      if (!held)
-        throw invalid_schedule(
-            std::string("gpu::GptBlock::") + op + ": slice " + std::to_string(slice) +
-            " needs the keys/values of slice " + std::to_string(j) +
-            ", which the slice context does not hold; a microbatch's slices run their forwards "
-            "first to last and their backwards last to first");
-      const DeviceTensor<T>& kj = context.kv[static_cast<std::size_t>(j)];
-      if (kj.dim(0) != batch)
-        throw invalid_problem(
-            std::string("gpu::GptBlock::") + op + ": slice " + std::to_string(slice) + " has " +
-            std::to_string(batch) + " sequences but slice " + std::to_string(j) + " had " +
-            std::to_string(kj.dim(0)) + "; the slices of a microbatch cut the same sequences");
-      count += kj.dim(1);
-    }
-    if (count != offset + tokens)
-      throw invalid_problem(std::string("gpu::GptBlock::") + op + ": slice " +
-                            std::to_string(slice) + " starts at position " +
-                            std::to_string(offset) + " but the slices before it hold " +
-                            std::to_string(count - tokens) +
-                            " tokens; pass the sum of the earlier slices' lengths as the offset");
+    const int count = toy::detail::check_key_value_prefix(context, slice, offset, batch, tokens,
+                                                          "gpu::GptBlock", op);
     if (slice == 0) return context.kv.front();
     const cudaStream_t s = engine_->stream();
     const int h2 = 2 * hidden_;
@@ -443,7 +368,6 @@ class GptBlock {
         break;
       }
     }
-    stash.pieces_done |= 1 << piece;
   }
 
   // A linear fed by a LayerNorm: its weight gradient from the rebuilt LayerNorm output, then
@@ -489,7 +413,7 @@ class GptHead {
         params_(Host(config).parameters(), engine_->stream()) {}
 
   DeviceTensor<T> forward(const DeviceTensor<T>& x, Stash& stash) const {
-    check_activation(x, hidden_, "gpu::GptHead", "forward");
+    toy::detail::check_activation_shape(x.shape(), hidden_, "gpu::GptHead", "forward");
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int b = x.dim(0), t = x.dim(1), n = b * t;
@@ -510,9 +434,7 @@ class GptHead {
     toy::detail::require_phase(stash.phase, StashPhase::Forwarded, "gpu::GptHead",
                                "backward_input");
     const std::vector<int> expected{stash.xhat.dim(0), stash.xhat.dim(1), vocabulary_};
-    if (dlogits.shape() != expected)
-      throw invalid_problem("gpu::GptHead::backward_input: gradient shape is " +
-                            shape_text(dlogits.shape()) + "; expected " + shape_text(expected));
+    toy::detail::check_gradient_shape(dlogits.shape(), expected, "gpu::GptHead", "backward_input");
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int n = expected[0] * expected[1];
@@ -551,7 +473,7 @@ class GptHead {
   }
 
   std::size_t stash_bytes(const Stash& stash) const noexcept {
-    return stash.xhat.bytes() + stash.rstd.bytes() + stash.dlogits.bytes();
+    return toy::detail::gpt_head_held_bytes(stash);
   }
   DeviceParameters<T>& parameters() noexcept { return params_; }
   const DeviceParameters<T>& parameters() const noexcept { return params_; }

@@ -1,0 +1,45 @@
+// The toy causal GPT's shape (`GptConfig`), the checks every GPT layer makes of it, and the random
+// streams its layers draw their parameters from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/toy/detail/layer_bookkeeping.hpp"
+
+namespace pipesched::toy {
+
+//! Shape of the toy GPT. `blocks` counts the whole model; a stage holds a share of them, the
+//! first stage also the embedding and the last the LM head.
+struct GptConfig {
+  int vocabulary = 16;      //!< token ids are 0 … vocabulary − 1
+  int hidden = 8;           //!< model width; a multiple of `heads`
+  int heads = 2;            //!< attention heads
+  int ffn = 32;             //!< inner width of each block's MLP
+  int sequence = 8;         //!< longest sequence (rows of the position embedding)
+  int blocks = 4;           //!< transformer blocks over all stages
+  int microbatch_size = 2;  //!< sequences per microbatch
+  std::uint64_t seed = 1;   //!< block i draws from stream (seed, i); embedding and head own ones
+};
+
+namespace detail {
+// Random streams of the embedding and the head; block i uses stream i, far below these.
+inline constexpr std::uint64_t gpt_embedding_stream = 0x454d424544000000ULL;
+inline constexpr std::uint64_t gpt_head_stream = 0x4845414400000000ULL;
+
+inline void check_gpt_config(const GptConfig& c, const char* who) {
+  require_positive(c.vocabulary, who, "vocabulary");
+  require_positive(c.hidden, who, "hidden");
+  require_positive(c.heads, who, "heads");
+  require_positive(c.ffn, who, "ffn");
+  require_positive(c.sequence, who, "sequence");
+  require_positive(c.microbatch_size, who, "microbatch_size");
+  if (c.hidden % c.heads != 0)
+    throw invalid_problem(std::string(who) + ": hidden is " + std::to_string(c.hidden) +
+                          " and heads is " + std::to_string(c.heads) +
+                          "; hidden must be a multiple of heads");
+}
+}  // namespace detail
+
+}  // namespace pipesched::toy
