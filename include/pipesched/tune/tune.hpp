@@ -68,6 +68,7 @@
 #include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
+#include "pipesched/core/detail/parallel_for.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
@@ -480,41 +481,6 @@ struct TuneConfig {
   }
 };
 
-//! Runs `work(i)` for i in [0, n) on `threads` threads (the caller's among them), each
-//! taking the next index as it finishes one; stops handing out indices once `stop()` is
-//! true. The first exception a work item throws is rethrown here after every thread is done.
-template <class Work, class Stop>
-void parallel_for(std::size_t n, int threads, Work&& work, Stop&& stop) {
-  std::atomic<std::size_t> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  std::atomic<bool> failed{false};
-  auto run = [&] {
-    for (;;) {
-      if (failed.load() || stop()) return;
-      const std::size_t i = next.fetch_add(1);
-      if (i >= n) return;
-      try {
-        work(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
-        failed = true;
-      }
-    }
-  };
-  const int extra =
-      static_cast<int>(std::min<std::size_t>(n, static_cast<std::size_t>(threads))) - 1;
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<std::size_t>(std::max(extra, 0)));
-  for (int t = 0; t < extra; ++t)
-    pool.emplace_back(run);
-  run();
-  for (std::thread& t : pool)
-    t.join();
-  if (failure) std::rethrow_exception(failure);
-}
-
 //! The search engine behind every `tune`: the configurations of `request` over each
 //! scenario, phase one (base, none, full) and then selective and Mario, in parallel.
 template <class Cost>
@@ -526,9 +492,7 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
   const auto deadline =
       started + std::chrono::duration_cast<Clock::duration>(
                     std::chrono::duration<double>(limited ? request.time_limit : 0.0));
-  const int threads = request.threads > 0
-                          ? request.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = thread_count(request.threads);
 
   // The modes searched; full checkpointing on its own footing when named, else as fallback.
   auto named = [&](CheckpointMode m) {
