@@ -72,10 +72,15 @@ struct ByteUnit {
   const char* name;
   double size;
 };
-inline constexpr ByteUnit byte_units[] = {
-    {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
-    {"TB", 1e12},             {"GB", 1e9},           {"MB", 1e6},        {"kB", 1e3},
-    {"B", 1.0}};
+inline constexpr ByteUnit byte_units[] = {{"TiB", 1099511627776.0},
+                                          {"GiB", 1073741824.0},
+                                          {"MiB", 1048576.0},
+                                          {"KiB", 1024.0},
+                                          {"TB", 1e12},
+                                          {"GB", 1e9},
+                                          {"MB", 1e6},
+                                          {"kB", 1e3},
+                                          {"B", 1.0}};
 
 }  // namespace detail
 

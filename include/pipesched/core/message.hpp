@@ -17,7 +17,6 @@
 
 namespace pipesched {
 
-
 //! A message: text with the API names and the memory amounts it mentions kept as parts.
 class Message {
  public:

@@ -40,16 +40,16 @@ struct DependencyRule {
 
 //! The rules, in the order the engine releases dependents (which fixes its ties).
 inline constexpr DependencyRule dependency_rules[] = {
-    {Role::Forward, Role::Forward, -1, 0},        // the previous stage's forward
-    {Role::Forward, Role::Forward, 0, -1},        // the previous slice's forward
-    {Role::Backward, Role::Forward, 0, 0},        // its own forward
-    {Role::Backward, Role::Recompute, 0, 0},      // its recompute, when checkpointed
-    {Role::Backward, Role::Backward, +1, 0},      // the next stage's backward (the gradient)
-    {Role::Backward, Role::Backward, 0, +1},      // the next slice's backward
-    {Role::WeightGrad, Role::Backward, 0, 0},     // its input gradient
-    {Role::Recompute, Role::Forward, 0, 0},       // its forward's input
-    {Role::LateRecompute, Role::Forward, 0, 0},   // the same
-    {Role::LateRecompute, Role::Backward, +1, 0}, // and the inputs of its backward
+    {Role::Forward, Role::Forward, -1, 0},         // the previous stage's forward
+    {Role::Forward, Role::Forward, 0, -1},         // the previous slice's forward
+    {Role::Backward, Role::Forward, 0, 0},         // its own forward
+    {Role::Backward, Role::Recompute, 0, 0},       // its recompute, when checkpointed
+    {Role::Backward, Role::Backward, +1, 0},       // the next stage's backward (the gradient)
+    {Role::Backward, Role::Backward, 0, +1},       // the next slice's backward
+    {Role::WeightGrad, Role::Backward, 0, 0},      // its input gradient
+    {Role::Recompute, Role::Forward, 0, 0},        // its forward's input
+    {Role::LateRecompute, Role::Forward, 0, 0},    // the same
+    {Role::LateRecompute, Role::Backward, +1, 0},  // and the inputs of its backward
     {Role::LateRecompute, Role::Backward, 0, +1},
 };
 

@@ -153,8 +153,8 @@ concept checkpoint_policy = is_checkpoint_v<T>;
 //! A checkpoint policy with its customization point for cost model `Cost`:
 //! `static Schedule apply(const Schedule&, const Cost&, const MemoryBudget&)`.
 template <class P, class Cost>
-concept applicable_checkpoint =
-    checkpoint_policy<P> && requires(const Schedule& s, const Cost& c, const MemoryBudget& b) {
+concept applicable_checkpoint = checkpoint_policy<P> &&
+    requires(const Schedule& s, const Cost& c, const MemoryBudget& b) {
   { P::apply(s, c, b) } -> std::same_as<Schedule>;
 };
 

@@ -24,10 +24,10 @@ namespace pipesched {
 
 //! A checkpoint policy as the command line and the tuner see it.
 struct CheckpointInfo {
-  std::string_view name;     //!< command-line name, e.g. "selective"
-  std::string_view summary;  //!< one line for `pipesched list`
-  bool needs_budget = false; //!< chooses what to recompute from a memory budget
-  bool recomputes = true;    //!< may add recomputes (false: checkpoint::None)
+  std::string_view name;      //!< command-line name, e.g. "selective"
+  std::string_view summary;   //!< one line for `pipesched list`
+  bool needs_budget = false;  //!< chooses what to recompute from a memory budget
+  bool recomputes = true;     //!< may add recomputes (false: checkpoint::None)
   //! The built-in mode it applies; empty for a program's own policy.
   std::optional<CheckpointMode> mode = std::nullopt;
   //! Whether it can checkpoint a schedule of the generator `g`.

@@ -30,7 +30,9 @@ namespace {
 
 using Unit = std::tuple<int, int, int, int>;  // role, stage, microbatch, slice
 
-Unit unit_of(ps::Role role, int s, int m, int k) { return {static_cast<int>(role), s, m, k}; }
+Unit unit_of(ps::Role role, int s, int m, int k) {
+  return {static_cast<int>(role), s, m, k};
+}
 
 // Any order the rules allow: a key drawn per action from the seed, and a record of when the
 // engine started each action of each rank (the `now` of the decision that picked it).
@@ -124,8 +126,7 @@ TEST(Rules, EngineSimulatorGraphAndPassesAgree) {
   for (int trial = 0; trial < 300; ++trial) {
     Case c = random_case(rng);
     std::map<std::pair<int, std::size_t>, double> starts;
-    const ps::ListPlan plan =
-        ps::list_schedule_plan(c.lp, RandomOrder{c.seed, &starts}, c.cost);
+    const ps::ListPlan plan = ps::list_schedule_plan(c.lp, RandomOrder{c.seed, &starts}, c.cost);
     const ps::Schedule& s = plan.schedule;
     SCOPED_TRACE("trial " + std::to_string(trial) + ": ranks " + std::to_string(s.rank_count()) +
                  ", stages " + std::to_string(s.problem.stages) + ", microbatches " +
@@ -158,8 +159,7 @@ TEST(Rules, EngineSimulatorGraphAndPassesAgree) {
       const ps::Action& a = g.action(id);
       std::set<int> want;
       ps::for_each_dependency(s.problem, a, [&](const ps::Dependency& d) {
-        const int p = d.role == ps::Role::Forward
-                          ? g.forward_of(d.stage, d.microbatch, d.slice)
+        const int p = d.role == ps::Role::Forward ? g.forward_of(d.stage, d.microbatch, d.slice)
                       : d.role == ps::Role::Backward
                           ? g.input_backward_of(d.stage, d.microbatch, d.slice)
                           : g.recompute_of(d.stage, d.microbatch, d.slice);

@@ -76,8 +76,8 @@ TEST(CustomCheckpoint, PlanAppliesIt) {
   const ps::Schedule c = Plan::generate(p, ps::UniformCost{}, ps::MemoryBudget{});
   EXPECT_EQ(c.ranks, s.ranks);
   // Recomputing half the microbatches holds less than keeping them all.
-  const double none = ps::simulate(ps::plan<ps::order::Interleaved1F1B>::generate(p))
-                          .peak_memory_max;
+  const double none =
+      ps::simulate(ps::plan<ps::order::Interleaved1F1B>::generate(p)).peak_memory_max;
   EXPECT_LT(ps::simulate(s).peak_memory_max, none);
 }
 

@@ -29,7 +29,9 @@ struct Case {
 };
 
 // gtest names a failing case by this, not by its bytes.
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
 
 const fs::path corpus_dir = fs::path(PIPESCHED_TEST_DATA_DIR) / "cli_corpus";
 
@@ -76,15 +78,16 @@ std::string normalized(std::string text, const std::string& tmp) {
 std::string file_record(const std::string& content) {
   if (content.size() <= 16384) return content;
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char ch : content) h = (h ^ ch) * 1099511628211ull;
+  for (unsigned char ch : content)
+    h = (h ^ ch) * 1099511628211ull;
   std::ostringstream os;
   os << content.size() << " bytes, FNV-1a " << std::hex << h << "\n";
   return os.str();
 }
 
 std::string run_case(const Case& c) {
-  const fs::path tmp = fs::temp_directory_path() /
-                       ("pipesched_corpus_" + std::to_string(::getpid()) + "_" + c.name);
+  const fs::path tmp =
+      fs::temp_directory_path() / ("pipesched_corpus_" + std::to_string(::getpid()) + "_" + c.name);
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   std::string args = c.args;
@@ -131,8 +134,8 @@ TEST(CliCorpusFiles, EveryExpectedFileHasItsCase) {
   ASSERT_GT(cases.size(), 100u);
   for (const auto& e : fs::directory_iterator(corpus_dir / "expected")) {
     const std::string stem = e.path().stem().string();
-    EXPECT_TRUE(std::any_of(cases.begin(), cases.end(),
-                            [&](const Case& c) { return c.name == stem; }))
+    EXPECT_TRUE(
+        std::any_of(cases.begin(), cases.end(), [&](const Case& c) { return c.name == stem; }))
         << e.path() << " belongs to no case of corpus.txt";
   }
 }

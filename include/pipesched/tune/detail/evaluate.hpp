@@ -1,0 +1,332 @@
+// The tuner's evaluation: for one configuration, build its base schedule (generate, fit the
+// order's memory knob, place W parts) under its cost model and budget, checkpoint it,
+// simulate, and settle each candidate on the scoreboard. Phase one takes every configuration
+// (its base and full checkpointing, both cheap, and the modes that need no recompute there);
+// phase two runs selective and Mario where the base is over the budget and full
+// checkpointing is not.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/memory_budget.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/pass/fill_weight_gradients.hpp"
+#include "pipesched/pass/mario.hpp"
+#include "pipesched/policy/registry.hpp"
+#include "pipesched/tune/cost_factory.hpp"
+#include "pipesched/tune/detail/bounds.hpp"
+#include "pipesched/tune/detail/grid.hpp"
+#include "pipesched/tune/detail/plans.hpp"
+#include "pipesched/tune/detail/scoreboard.hpp"
+#include "pipesched/tune/detail/search_space.hpp"
+#include "pipesched/tune/request.hpp"
+#include "pipesched/tune/result.hpp"
+
+namespace pipesched::detail {
+
+//! Evaluates configurations of `grid`; phase_one and phase_two may run on several threads at
+//! once, each configuration's phase one on one thread (it writes what it learns into the
+//! configuration, which phase two reads after every phase-one call has returned).
+template <class Cost>
+class Evaluator {
+ public:
+  Evaluator(const TuneRequest& request, const SearchSpace& space,
+            const std::vector<TuneScenario<Cost>>& scenarios, TuneGrid<Cost>& grid,
+            Scoreboard& board)
+      : request_(request), space_(space), scenarios_(scenarios), grid_(grid), board_(board) {
+    for (const GeneratorInfo& g : generators())
+      if (g.mario) mario_orders_ += (mario_orders_.empty() ? "" : ", ") + std::string(g.name);
+  }
+
+  //! Phase one of the configuration at grid position `index`: pruned by its work bound, or
+  //! built and simulated as it is and with full checkpointing; settles every candidate but
+  //! those phase two runs (selective and Mario where the base is over the budget and full
+  //! checkpointing is not).
+  void phase_one(std::size_t index) {
+    TuneConfig<Cost>& cfg = grid_.configs[index];
+    // Safe: the work bound holds for every plan of this configuration, whatever mode.
+    bool all_beaten = true;
+    for (CheckpointMode m : space_.config_modes)
+      all_beaten = all_beaten && cannot_beat(cfg.work_bound, board_.rival(cfg.generator, m));
+    if (all_beaten) {
+      cfg.refused = true;  // nothing left to do for it
+      board_.settle(space_.modes, Settled::Pruned);
+      return;
+    }
+    std::optional<Built> b;
+    SimulationResult sim;
+    if (!build_base(index, b, sim)) return;
+    cfg.base_fits = fits_budget(peaks_of(sim), b->budget);
+    cfg.lower_bound = std::max(cfg.work_bound, makespan_lower_bound(b->base, b->cost, sim));
+    if (space_.want_none) {
+      if (cfg.base_fits)
+        board_.keep(make_plan(cfg, index, CheckpointMode::None, *b, b->base, sim), cfg.generator);
+      else
+        board_.settle(1, Settled::OverBudget);
+    }
+    settle_full(index, *b);
+    settle_on_fitting_base(index, *b, sim);
+  }
+
+  //! Phase two of the configuration at grid position `index` in `mode` (selective, selective
+  //! early or Mario): pruned by its lower bound, or checkpointed, simulated and settled.
+  void phase_two(std::size_t index, CheckpointMode mode) {
+    const TuneConfig<Cost>& cfg = grid_.configs[index];
+    if (mode == CheckpointMode::Mario && !mario_applies(index)) return;
+    if (cannot_beat(cfg.lower_bound, board_.rival(cfg.generator, mode))) {
+      board_.settle(1, Settled::Pruned);
+      return;
+    }
+    try {
+      const Built b = build(cfg);
+      const Schedule s =
+          is_selective(mode)
+              ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode))
+              : checkpoint_mario(b.base, b.cost, b.budget, request_.mario);
+      const SimulationResult sim = simulate(s, b.cost);
+      if (sim.deadlock || !fits_budget(peaks_of(sim), b.budget)) {
+        board_.settle(1, Settled::OverBudget);
+        return;
+      }
+      board_.keep(make_plan(cfg, index, mode, b, s, sim), cfg.generator);
+    } catch (const invalid_problem&) {
+      // The pass found nothing within the budget.
+      board_.settle(1, Settled::OverBudget);
+    } catch (const invalid_schedule& e) {
+      board_.refuse(index, cfg.label() + ", " + to_string(mode), e.message(), 1);
+    }
+  }
+
+ private:
+  struct same_as_own {};  // a fitted configuration without a budget: nothing to fit
+  //! A configuration's base schedule with its cost model (sliced) and budget.
+  struct Built {
+    Cost cost;
+    MemoryBudget budget;
+    Schedule base;
+  };
+
+  //! Builds the base of `cfg`; throws invalid_problem / invalid_schedule when refused and
+  //! same_as_own for a fitted configuration without a budget. Built again where phase two
+  //! needs it: keeping every configuration's schedule would hold the whole grid in memory.
+  Built build(const TuneConfig<Cost>& cfg) const {
+    Cost cost = grid_.cost_of(cfg, request_.slicing);
+    const Problem problem{.ranks = cfg.ranks,
+                          .stages = cfg.ranks * cfg.chunks,
+                          .microbatches = cfg.microbatches,
+                          .slices = cfg.slices};
+    const WGradMode wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad;
+    // A model too shallow for the stages is refused before the schedule is built (it could
+    // be far larger than any the model can run): every rank holds a stage of at least one
+    // layer, and a looped order ranks x chunks of them.
+    if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+      const int stages = cfg.generator->chunks_vary ? cfg.ranks * cfg.chunks : cfg.ranks;
+      if (stages > cost.model.layers) {
+        const Problem shape{.ranks = stages, .stages = stages, .microbatches = 1};
+        const Placement none;
+        cost.check(CostContext{shape, none, 1});  // throws the model's own message
+      }
+    }
+    Schedule base = cfg.generator->generate(problem, wgrad);
+    const TuneScenario<Cost>& sc = scenarios_[cfg.scenario];
+    MemoryBudget budget =
+        sc.budget ? *sc.budget : default_memory_budget(cost, base.problem, base.placement);
+    // An order with a memory knob (Zero Bubble's capped W deferral, slice-pipe's warm-up)
+    // is searched twice: as it is, and fitted to the budget before checkpointing (what it
+    // cannot fit, checkpointing brings down below). Neither dominates: a fitted base may
+    // need no recompute, the order's own may leave Mario more bubble to hide recomputes in.
+    if (cfg.fitted) {
+      if (!budget.limited()) throw same_as_own{};
+      base = cfg.generator->generate_within(problem, wgrad, cost, budget);
+    }
+    if (cfg.fine) base = place_weight_gradients(std::move(base), cost, budget);
+    return Built{std::move(cost), std::move(budget), std::move(base)};
+  }
+
+  //! MEPipe's fine W: each weight gradient cut into TuneRequest::wgrad_parts parts placed in
+  //! waits (0: one per weight GEMM of the stage with the most, which sets `cost`'s split).
+  Schedule place_weight_gradients(Schedule base, Cost& cost, const MemoryBudget& budget) const {
+    int parts = request_.wgrad_parts;
+    if (parts == 0) {  // one part per weight GEMM of the stage with the most
+      if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+        cost.wgrad_split = WGradSplit::PerGemm;
+        const CostContext ctx{base.problem, base.placement, 1};
+        for (int st = 0; st < base.problem.stages; ++st)
+          parts = std::max(parts, cost.weight_gemms(ctx, st));
+      } else {
+        throw invalid_problem(
+            field("TuneRequest.wgrad_parts", 0) +
+            " cuts each W per weight GEMM, which only TransformerCost knows; give a number of "
+            "parts");
+      }
+    }
+    try {
+      return fill_weight_gradients(base, cost, budget, parts);
+    } catch (const invalid_problem&) {
+      // The base is over the budget whatever the W placement: place W's for speed and
+      // let checkpointing bring the memory down.
+      return fill_weight_gradients(base, cost, MemoryBudget{}, parts);
+    }
+  }
+
+  //! Builds and simulates the base of the configuration at `index` into `b` and `sim`; false,
+  //! with its candidates settled (pruned, or refused with a note), where it is refused.
+  bool build_base(std::size_t index, std::optional<Built>& b, SimulationResult& sim) {
+    TuneConfig<Cost>& cfg = grid_.configs[index];
+    try {
+      b.emplace(build(cfg));
+      sim = simulate(b->base, b->cost);
+      if (sim.deadlock)
+        throw invalid_problem("the base schedule deadlocks: " + sim.deadlock_report);
+      return true;
+    } catch (const same_as_own&) {
+      cfg.refused = true;
+      board_.settle(space_.modes, Settled::Pruned);
+    } catch (const invalid_problem& e) {
+      cfg.refused = true;
+      board_.refuse(index, cfg.label(), e.message(), space_.modes);
+    } catch (const invalid_schedule& e) {
+      cfg.refused = true;
+      board_.refuse(index, cfg.label(), e.message(), space_.modes);
+    }
+    return false;
+  }
+
+  //! Full checkpointing (late and early) of a built base: settles those candidates and learns
+  //! whether it fits. It holds the least any checkpointing of this order can: where it does
+  //! not fit, neither does selective nor Mario, so it is simulated whenever the base is over.
+  void settle_full(std::size_t index, const Built& b) {
+    TuneConfig<Cost>& cfg = grid_.configs[index];
+    const bool need_full = space_.want_full || space_.fallback_full || !cfg.base_fits;
+    if (need_full) {
+      const Schedule full = checkpoint_full(b.base);
+      const SimulationResult full_sim = simulate(full, b.cost);
+      cfg.full_fits = !full_sim.deadlock && fits_budget(peaks_of(full_sim), b.budget);
+      if (space_.want_full || space_.fallback_full) {
+        if (cfg.full_fits)
+          board_.keep(make_plan(cfg, index, CheckpointMode::Full, b, full, full_sim),
+                      cfg.generator);
+        else
+          board_.settle(1, Settled::OverBudget);
+      }
+    }
+    // The early recompute holds what the late one holds (the same list, the same units).
+    if (space_.want_full_early) {
+      if (cfg.full_fits) {
+        const Schedule early = checkpoint_full(b.base, RecomputeTiming::Early);
+        board_.keep(
+            make_plan(cfg, index, CheckpointMode::FullEarly, b, early, simulate(early, b.cost)),
+            cfg.generator);
+      } else {
+        board_.settle(1, Settled::OverBudget);
+      }
+    }
+  }
+
+  //! Selective and Mario where phase one settles them: where the base fits, both passes would
+  //! return it unchanged, so it is their plan too; where not even full checkpointing fits,
+  //! they are over the budget.
+  void settle_on_fitting_base(std::size_t index, const Built& b, const SimulationResult& sim) {
+    const TuneConfig<Cost>& cfg = grid_.configs[index];
+    if (cfg.base_fits) {
+      for (CheckpointMode m :
+           {CheckpointMode::Selective, CheckpointMode::SelectiveEarly, CheckpointMode::Mario}) {
+        if (!space_.named(m)) continue;
+        if (m == CheckpointMode::Mario && !mario_applies(index)) continue;
+        TunePlan p = make_plan(cfg, index, m, b, b.base, sim);
+        p.schedule.name += std::string("+") + to_string(m);
+        board_.keep(std::move(p), cfg.generator);
+      }
+    } else if (!cfg.full_fits) {
+      board_.settle(space_.want_selective + space_.want_selective_early + space_.want_mario,
+                    Settled::OverBudget);
+    }
+  }
+
+  //! Mario where the base's order says it applies (GeneratorInfo::mario); elsewhere the
+  //! candidate is counted as refused, with one note per base.
+  bool mario_applies(std::size_t index) {
+    const TuneConfig<Cost>& cfg = grid_.configs[index];
+    if (cfg.generator->mario) return true;
+    board_.refuse(index, cfg.cluster + std::string(cfg.generator->name),
+                  "checkpoint mario does not apply to " + std::string(cfg.generator->name) +
+                      " (it plans on a one-forward-one-backward rhythm: " + mario_orders_ + ")",
+                  1);
+    return false;
+  }
+
+  //! The plan of `cfg` in `mode`: schedule `s` (its base `b`, checkpointed) simulated as `sim`,
+  //! with what it reports about its cluster.
+  TunePlan make_plan(const TuneConfig<Cost>& cfg, std::size_t index, CheckpointMode mode,
+                     const Built& b, const Schedule& s, const SimulationResult& sim) const {
+    const TuneScenario<Cost>& sc = scenarios_[cfg.scenario];
+    TunePlan p;
+    p.base = std::string(cfg.generator->name);
+    p.chunks = cfg.chunks;
+    p.microbatch_size = cfg.microbatch_size;
+    p.microbatches = cfg.microbatches;
+    p.checkpoint = mode;
+    p.schedule = s;
+    p.makespan = sim.makespan;
+    p.data = sc.data;
+    p.tensor = sc.tensor;
+    p.zero = sc.zero;
+    p.sequence_parallel = sc.sequence_parallel;
+    p.gpus = cfg.ranks * sc.data * sc.tensor;
+    p.global_batch = sc.global_batch * sc.data;
+    p.throughput = sim.makespan > 0 ? p.global_batch / sim.makespan : 0.0;
+    p.bubble_ratio = sim.bubble_ratio;
+    p.peak_per_rank = peaks_of(sim);
+    for (int r = 0; r < cfg.ranks; ++r)
+      p.budget_per_rank.push_back(b.budget.of(r));
+    p.recomputes = count_recomputes(s);
+    p.slices = cfg.slices;
+    p.fine_wgrad = cfg.fine;
+    p.fitted = cfg.fitted;
+    p.wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad;
+    p.warmup = warmup_of(s, 0);
+    p.order = index;
+    for (double peak : p.peak_per_rank)
+      p.peak_memory = std::max(p.peak_memory, peak);
+    if constexpr (std::is_base_of_v<TransformerCost, Cost>) add_model_figures(p, cfg, b, s, sim);
+    return p;
+  }
+
+  //! TransformerCost's figures of plan `p`: the largest GPU's memory (static bytes included),
+  //! the layers of each stage and the MFU.
+  void add_model_figures(TunePlan& p, const TuneConfig<Cost>& cfg, const Built& b,
+                         const Schedule& s, const SimulationResult& sim) const {
+    const CostContext ctx{s.problem, s.placement, 1};
+    p.peak_memory = 0;
+    for (int r = 0; r < cfg.ranks; ++r)
+      p.peak_memory = std::max(p.peak_memory, b.cost.static_bytes(ctx, r) +
+                                                  p.peak_per_rank[static_cast<std::size_t>(r)]);
+    const int S = TransformerCost::model_stage_count(ctx);
+    for (int st = 0; st < S; ++st)
+      p.layers_per_stage.push_back(b.cost.layers_of(ctx, st));
+    if (sim.makespan > 0)
+      p.mfu = p.global_batch * b.cost.model.training_flops_per_sequence() /
+              (p.gpus * b.cost.device.peak_flops * sim.makespan);
+  }
+
+  const TuneRequest& request_;
+  const SearchSpace& space_;
+  const std::vector<TuneScenario<Cost>>& scenarios_;
+  TuneGrid<Cost>& grid_;
+  Scoreboard& board_;
+  std::string mario_orders_;  // the generators Mario runs on, for the note
+};
+
+}  // namespace pipesched::detail

@@ -1,0 +1,179 @@
+// The tuner's enumeration: every configuration of the search (scenario, base, chunks,
+// microbatch size, slices, fine W, fitted) in grid order, with the cost model of each
+// (scenario, microbatch size), built before any thread starts. A configuration's position in
+// the grid is its identity: ties between plans and the order of notes go by it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/slicing.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/placement.hpp"
+#include "pipesched/core/problem.hpp"
+#include "pipesched/policy/registry.hpp"
+#include "pipesched/tune/detail/search_space.hpp"
+#include "pipesched/tune/request.hpp"
+
+namespace pipesched::detail {
+
+//! True when `cost` splits its layers by LayerSplit::Balanced and that gives the same layers
+//! per stage as LayerSplit::Even, for `stages` stages and for half as many (two replicas):
+//! the cluster search, which runs both splits, then skips the balanced duplicate.
+template <class Cost>
+bool same_layers_as_even(const Cost& cost, int stages) {
+  if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+    if (cost.parallel.split != LayerSplit::Balanced || !cost.parallel.layers.empty()) return false;
+    TransformerCost even = cost;
+    even.parallel.split = LayerSplit::Even;
+    for (int S : {stages, stages / 2}) {
+      if (S < 1 || S > cost.model.layers) continue;
+      const Problem p{.ranks = S, .stages = S};
+      const Placement placement = Placement::linear(S);
+      const CostContext ctx{p, placement, 1};
+      for (int st = 0; st < S; ++st)
+        if (cost.layers_of(ctx, st) != even.layers_of(ctx, st)) return false;
+    }
+    return true;
+  } else {
+    (void)cost;
+    (void)stages;
+    return false;
+  }
+}
+
+//! One configuration of the search (scenario, base, chunks, microbatch size, slices, fine
+//! W, fitted) and what phase one learned about it.
+template <class Cost>
+struct TuneConfig {
+  std::size_t scenario = 0;
+  std::size_t cost = 0;  //!< index of its (scenario, microbatch size) cost model
+  const GeneratorInfo* generator = nullptr;
+  int ranks = 1;
+  int chunks = 1;
+  int microbatch_size = 1;
+  int microbatches = 1;
+  int slices = 1;
+  bool fine = false;
+  bool fitted = false;    //!< base from the order's memory-bounded generator
+  std::string cluster;    //!< "pp 4 x dp 2 x tp 2, " in a cluster search, else empty
+  double work_bound = 0;  //!< average_work_bound
+  double lower_bound = 0;
+  bool refused = false;
+  bool base_fits = false;
+  bool full_fits = false;
+
+  std::string label() const {
+    std::string s = cluster + std::string(generator->name);
+    if (generator->chunks_vary) s += " with " + std::to_string(chunks) + " chunks";
+    s += ", microbatch size " + std::to_string(microbatch_size) + " (" +
+         std::to_string(microbatches) + " microbatches)";
+    if (slices > 1) s += ", " + std::to_string(slices) + " slices";
+    if (fine) s += ", fine W";
+    if (fitted) s += ", fitted to the budget";
+    return s;
+  }
+};
+
+//! The configurations of a search and their cost models. Each configuration is evaluated by
+//! one thread at a time, which alone writes what phase one learns into it; the cost models
+//! are read only.
+template <class Cost>
+struct TuneGrid {
+  //! One per (scenario, microbatch size); empty where the factory refused that size.
+  std::vector<std::optional<Cost>> costs;
+  std::vector<Message> cost_refusal;  //!< the factory's message where it refused
+  std::vector<TuneConfig<Cost>> configs;  //!< in grid order
+
+  //! The cost model of `cfg`, cut into its slices; throws invalid_problem with the factory's
+  //! message where the factory refused its microbatch size.
+  Cost cost_of(const TuneConfig<Cost>& cfg, SlicingMode slicing) const {
+    if (!costs[cfg.cost]) throw invalid_problem(cost_refusal[cfg.cost]);
+    Cost cost = *costs[cfg.cost];
+    if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+      if (cfg.slices > 1)
+        static_cast<TransformerCost&>(cost) = with_slicing(cost, slicing, cfg.slices, cfg.ranks);
+    }
+    return cost;
+  }
+};
+
+//! Appends the configurations of base `g` in scenario `si` at microbatch size `b` (cost model
+//! `ci`): chunks, then slices, then fine W, then fitted, innermost last.
+template <class Cost>
+void add_configs(TuneGrid<Cost>& grid, const TuneRequest& request, const TuneScenario<Cost>& sc,
+                 std::size_t si, std::size_t ci, int b, const GeneratorInfo* g,
+                 const std::vector<int>& chunk_counts) {
+  const std::vector<int> own{g->default_chunks}, whole{1};
+  std::vector<bool> fines{false};
+  if (request.fine_wgrad && g->split) fines.push_back(true);
+  std::vector<bool> fitting{false};
+  if (g->generate_within) fitting.push_back(true);
+  std::vector<int> ks;
+  for (int k : g->slices ? request.slices : whole)
+    if (std::find(ks.begin(), ks.end(), k) == ks.end()) ks.push_back(k);
+  for (int c : g->chunks_vary ? chunk_counts : own) {
+    if (grid.costs[ci] && same_layers_as_even(*grid.costs[ci], sc.ranks * c)) continue;
+    for (int k : ks)
+      for (bool fine : fines)
+        for (bool fitted : fitting) {
+          TuneConfig<Cost> cfg;
+          cfg.scenario = si;
+          cfg.cost = ci;
+          cfg.generator = g;
+          cfg.ranks = sc.ranks;
+          cfg.chunks = c;
+          cfg.microbatch_size = b;
+          cfg.microbatches = sc.global_batch / b;
+          cfg.slices = k;
+          cfg.fine = fine;
+          cfg.fitted = fitted;
+          if (sc.cluster)
+            cfg.cluster = "pp " + std::to_string(sc.ranks) + " x dp " + std::to_string(sc.data) +
+                          " x tp " + std::to_string(sc.tensor) + ", ";
+          grid.configs.push_back(std::move(cfg));
+        }
+  }
+}
+
+//! Every configuration of `scenarios` under `space`, scenarios outermost, then microbatch
+//! sizes (those dividing the scenario's batch, without duplicates), then bases. Builds the cost
+//! model of each (scenario, microbatch size) on the calling thread; a size the factory refuses
+//! (invalid_problem) keeps its configurations, which evaluation refuses with its message.
+template <class Cost>
+TuneGrid<Cost> enumerate(const TuneRequest& request, const SearchSpace& space,
+                         const std::vector<TuneScenario<Cost>>& scenarios) {
+  TuneGrid<Cost> grid;
+  for (std::size_t si = 0; si < scenarios.size(); ++si) {
+    const TuneScenario<Cost>& sc = scenarios[si];
+    std::vector<int> sizes, chunk_counts;
+    for (int b : request.microbatch_sizes)
+      if (sc.global_batch % b == 0 && std::find(sizes.begin(), sizes.end(), b) == sizes.end())
+        sizes.push_back(b);
+    for (int c : request.chunks)
+      if (std::find(chunk_counts.begin(), chunk_counts.end(), c) == chunk_counts.end())
+        chunk_counts.push_back(c);
+    for (int b : sizes) {
+      const std::size_t ci = grid.costs.size();
+      grid.costs.emplace_back();
+      grid.cost_refusal.emplace_back();
+      try {
+        grid.costs.back().emplace(sc.make_cost(b));
+      } catch (const invalid_problem& e) {
+        grid.cost_refusal.back() = e.message();
+      }
+      for (const GeneratorInfo* g : space.bases)
+        add_configs(grid, request, sc, si, ci, b, g, chunk_counts);
+    }
+  }
+  return grid;
+}
+
+}  // namespace pipesched::detail

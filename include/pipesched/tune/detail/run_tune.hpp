@@ -1,0 +1,80 @@
+// The search engine behind every `tune`, in its phases: the search space (what the request
+// asks), enumeration (every configuration and its cost model), pruning (the work bounds and
+// the order they set), evaluation (phase one, then selective and Mario in phase two, each on
+// a pool of threads) and the report (the scoreboard's result).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "pipesched/core/detail/parallel_for.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/tune/detail/bounds.hpp"
+#include "pipesched/tune/detail/evaluate.hpp"
+#include "pipesched/tune/detail/grid.hpp"
+#include "pipesched/tune/detail/scoreboard.hpp"
+#include "pipesched/tune/detail/search_space.hpp"
+#include "pipesched/tune/request.hpp"
+#include "pipesched/tune/result.hpp"
+
+namespace pipesched::detail {
+
+//! Phase two's candidates: each configuration's passes in turn (Mario, selective, selective
+//! early, those the request names), configurations in the order given. One pool takes them
+//! all (Mario's candidates take far longer than selective's, so separate pools would leave
+//! threads idle at each pass's end), and each pair's candidates stay in bound order for pruning.
+inline std::vector<std::pair<std::size_t, CheckpointMode>> recompute_tasks(
+    const std::vector<std::size_t>& order, const SearchSpace& space) {
+  std::vector<std::pair<std::size_t, CheckpointMode>> tasks;
+  for (std::size_t i : order)
+    for (CheckpointMode m :
+         {CheckpointMode::Mario, CheckpointMode::Selective, CheckpointMode::SelectiveEarly})
+      if (space.named(m)) tasks.emplace_back(i, m);
+  return tasks;
+}
+
+//! The configurations of `request` over each scenario, phase one (base, none, full) and then
+//! selective and Mario, in parallel.
+template <class Cost>
+TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<Cost>>& scenarios,
+                    const ProgressFn& progress) {
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  const bool limited = request.time_limit > 0;
+  const auto deadline =
+      started + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(limited ? request.time_limit : 0.0));
+  const int threads = thread_count(request.threads);
+
+  const SearchSpace space = SearchSpace::of(request);
+  TuneGrid<Cost> grid = enumerate(request, space, scenarios);
+  Scoreboard board(space, threads, static_cast<int>(grid.configs.size()) * space.modes, progress);
+  Evaluator<Cost> evaluator(request, space, scenarios, grid, board);
+
+  // Work bounds first (cheap, no schedule), then phase one in increasing bound order, so
+  // that the best plans come early and prune the rest.
+  set_work_bounds(grid, request);
+  const std::vector<std::size_t> by_bound = by_work_bound(grid.configs);
+  std::atomic<bool> cut{false};
+  auto stop = [&] {
+    if (limited && Clock::now() >= deadline) cut = true;
+    return cut.load();
+  };
+  // Phase one, every configuration: base schedule, budget, base and full checkpointing
+  // simulated (both cheap); plans without recompute and with full recompute.
+  parallel_for(
+      by_bound.size(), threads, [&](std::size_t n) { evaluator.phase_one(by_bound[n]); }, stop);
+  // Phase two: selective and Mario on the configurations that need them, most promising
+  // (lowest bound) first so that the bound prunes the rest.
+  const auto tasks = recompute_tasks(needing_recompute_by_bound(grid.configs), space);
+  parallel_for(
+      tasks.size(), threads,
+      [&](std::size_t n) { evaluator.phase_two(tasks[n].first, tasks[n].second); }, stop);
+
+  return board.finish(cut.load(), std::chrono::duration<double>(Clock::now() - started).count());
+}
+
+}  // namespace pipesched::detail

@@ -1,0 +1,147 @@
+// The tuner's shared state while it searches, and its report: the best plan of each (base,
+// checkpoint mode) pair and overall, the candidates settled (kept, refused, over budget,
+// pruned), the notes, and the progress calls, all under one mutex; finish() turns them into
+// the TuneResult.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/policy/registry.hpp"
+#include "pipesched/tune/detail/plans.hpp"
+#include "pipesched/tune/detail/search_space.hpp"
+#include "pipesched/tune/result.hpp"
+
+namespace pipesched::detail {
+
+//! What became of a settled candidate (TuneResult's counters).
+enum class Settled { Kept, Refused, OverBudget, Pruned };
+
+//! Every member function may be called from any search thread; each takes the one mutex, so
+//! the progress calls never overlap and each sees the counts and the best plan of one moment.
+class Scoreboard {
+ public:
+  //! The slots of `space`'s pairs, empty; `total` candidates in the search.
+  Scoreboard(const SearchSpace& space, int threads, int total, const ProgressFn& progress)
+      : space_(space), progress_(progress), best_full_(space.bases.size()) {
+    result_.threads = threads;
+    for (const GeneratorInfo* g : space.bases)
+      for (CheckpointMode m : space.pair_modes)
+        result_.baselines.push_back(TuneBaseline{std::string(g->name), m, std::nullopt});
+    result_.candidates_total = total;
+  }
+  Scoreboard(const Scoreboard&) = delete;
+  Scoreboard& operator=(const Scoreboard&) = delete;
+
+  //! Counts `n` candidates as settled with `outcome`, each with a progress call.
+  void settle(int n, Settled outcome) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    settle_locked(n, outcome);
+  }
+
+  //! Counts `n` candidates of the configuration at grid position `index` as refused for
+  //! `reason` (a note naming `configuration`).
+  void refuse(std::size_t index, const std::string& configuration, const Message& reason,
+              int n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    note_locked(configuration, reason, index);
+    settle_locked(n, Settled::Refused);
+  }
+
+  //! The step time a candidate of (g, m) must beat to be kept for its pair; infinity while
+  //! none is kept.
+  double rival(const GeneratorInfo* g, CheckpointMode m) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::optional<TunePlan>& slot = slot_of(g, m);
+    return slot ? slot->makespan : std::numeric_limits<double>::infinity();
+  }
+
+  //! Offers plan `p` of base `g` to its pair's slot and to the overall bests (full checkpointing
+  //! as the fallback only to its own slot), and counts it settled.
+  void keep(TunePlan&& p, const GeneratorInfo* g) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_better(slot_of(g, p.checkpoint), p);
+    if (!(p.checkpoint == CheckpointMode::Full && space_.fallback_full)) {
+      keep_better(result_.best, p);
+      if (p.checkpoint == CheckpointMode::None) keep_better(result_.best_without_checkpoint, p);
+      if (is_selective(p.checkpoint) || is_full(p.checkpoint))
+        keep_better(result_.best_conventional, p);
+      if (p.checkpoint == CheckpointMode::Mario) keep_better(result_.best_mario, p);
+    }
+    settle_locked(1, Settled::Kept);
+  }
+
+  //! The report, once every search thread is done: full checkpointing as the fallback where
+  //! nothing else fits, notes in the grid order of the configuration each names.
+  TuneResult finish(bool cut, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (space_.fallback_full && !result_.best) {
+      std::optional<TunePlan> full;
+      for (const auto& f : best_full_)
+        if (f) keep_better(full, *f);
+      if (full) {
+        result_.best = full;
+        keep_better(result_.best_conventional, *full);
+      }
+    }
+    std::stable_sort(result_.notes.begin(), result_.notes.end(),
+                     [](const TuneNote& a, const TuneNote& b) { return a.first < b.first; });
+    result_.cut = cut;
+    result_.seconds = seconds;
+    return std::move(result_);
+  }
+
+ private:
+  void settle_locked(int n, Settled outcome) {
+    int* counter = outcome == Settled::Refused      ? &result_.candidates_refused
+                   : outcome == Settled::OverBudget ? &result_.candidates_over_budget
+                   : outcome == Settled::Pruned     ? &result_.candidates_pruned
+                                                    : nullptr;
+    for (int i = 0; i < n; ++i) {
+      ++result_.candidates_tried;
+      if (counter) ++*counter;
+      if (progress_)
+        progress_(result_.candidates_tried, result_.candidates_total,
+                  result_.best ? &*result_.best : nullptr);
+    }
+  }
+
+  // Repeats are counted, not stored: a grid can refuse thousands of configurations for a
+  // handful of reasons. The note names the configuration earliest in the grid, whichever
+  // thread met it first.
+  void note_locked(const std::string& configuration, const Message& reason, std::size_t index) {
+    const std::string text = reason.text();
+    auto same = std::find_if(result_.notes.begin(), result_.notes.end(),
+                             [&](const TuneNote& n) { return n.reason == text; });
+    if (same == result_.notes.end()) {
+      result_.notes.push_back(TuneNote{configuration, text, 1, index, reason});
+      return;
+    }
+    ++same->count;
+    if (index < same->first) {
+      same->configuration = configuration;
+      same->first = index;
+    }
+  }
+
+  // The slot a plan of (g, m) competes for.
+  std::optional<TunePlan>& slot_of(const GeneratorInfo* g, CheckpointMode m) {
+    if (m == CheckpointMode::Full && space_.fallback_full) return best_full_[space_.base_index(g)];
+    return result_.baselines[space_.pair_of(g, m)].plan;
+  }
+
+  const SearchSpace& space_;
+  const ProgressFn& progress_;
+  std::mutex mutex_;
+  TuneResult result_;
+  std::vector<std::optional<TunePlan>> best_full_;  // full checkpointing as fallback, per base
+};
+
+}  // namespace pipesched::detail

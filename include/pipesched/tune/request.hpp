@@ -1,0 +1,184 @@
+// What the tuner searches: TuneRequest (one pipeline) and ClusterRequest (every way to run a
+// cluster's GPUs as pipeline x data x tensor parallelism), with the checks of their fields.
+// Included by pipesched/tune/tune.hpp, the tuner's entry header.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pipesched/analysis/slicing.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/memory_budget.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/pass/mario.hpp"
+#include "pipesched/policy/registry.hpp"
+
+namespace pipesched {
+
+//! What to search. Numbers are run-time values (designated initializers:
+//! `TuneRequest{.ranks = 8, .global_batch = 64}`).
+struct TuneRequest {
+  int ranks = 1;         //!< pipeline size p (ranks = devices)
+  int global_batch = 1;  //!< sequences per training step, split into microbatches
+  //! Base schedules, by generator name (policy/registry.hpp).
+  std::vector<std::string> bases{"1f1b", "interleaved-1f1b", "zb-h1"};
+  //! Chunks per rank tried for generators that take a chunk count (interleaved-1f1b).
+  std::vector<int> chunks{2, 4};
+  //! Sequences per microbatch; those not dividing global_batch are left out.
+  std::vector<int> microbatch_sizes{1, 2, 4, 8};
+  //! Per-rank memory budget in the cost model's memory unit. Empty: what the cost model
+  //! implies (default_memory_budget: for TransformerCost each rank's device memory minus its
+  //! weights, gradients and optimizer state; no limit for other models).
+  std::optional<MemoryBudget> budget{};
+  //! Checkpoint modes searched.
+  std::vector<CheckpointMode> checkpoints{CheckpointMode::None, CheckpointMode::Selective,
+                                          CheckpointMode::Mario};
+  //! Also try full checkpointing, used only when no plan of `checkpoints` fits.
+  bool full_fallback = true;
+  //! Options of the Mario pass.
+  MarioOptions mario{};
+  //! Slices per microbatch tried for the schedules that take slices (gpipe, seq-1f1b,
+  //! slice-pipe); the others run whole microbatches.
+  std::vector<int> slices{1};
+  //! How a TransformerCost cuts sequences into slices (other cost models: uniform).
+  SlicingMode slicing = SlicingMode::Uniform;
+  //! Also try each split-capable base with its weight gradients cut into `wgrad_parts` parts
+  //! placed in waits (MEPipe's fine-grained W); 0 = one part per weight GEMM
+  //! (TransformerCost, WGradSplit::PerGemm: as many parts as the stage with the most GEMMs
+  //! has), as MEPipe cuts them.
+  bool fine_wgrad = false;
+  int wgrad_parts = 4;
+  //! Threads searching at once; 0 = one per core (std::thread::hardware_concurrency).
+  int threads = 0;
+  //! Wall-clock seconds after which the search stops and returns the best plans found so far
+  //! (TuneResult::cut); 0 = no limit.
+  double time_limit = 0;
+
+  //! Throws invalid_problem naming the first field out of range.
+  void check() const {
+    auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
+      throw invalid_argument(
+          field("TuneRequest." + name, value) + " is out of range; " + want + ".",
+          "TuneRequest." + name, value);
+    };
+    if (ranks < 1) bad("ranks", std::to_string(ranks), "a pipeline needs at least 1 rank");
+    if (global_batch < 1)
+      bad("global_batch", std::to_string(global_batch), "a step needs at least 1 sequence");
+    check_lists(false);
+    if (budget) {
+      detail::check_budget_values(*budget);
+      if (budget->per_rank.size() > static_cast<std::size_t>(ranks))
+        bad("budget.per_rank", std::to_string(budget->per_rank.size()) + " entries",
+            "give one entry per rank (" + std::to_string(ranks) + ") or fewer");
+    }
+  }
+
+  //! The checks of everything but ranks, global batch and budget (a cluster search sets
+  //! those per pipeline); with `any_divisor`, microbatch sizes need not divide global_batch.
+  void check_lists(bool any_divisor) const {
+    auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
+      throw invalid_argument(
+          field("TuneRequest." + name, value) + " is out of range; " + want + ".",
+          "TuneRequest." + name, value);
+    };
+    if (bases.empty()) bad("bases", "{}", "name at least one schedule, e.g. \"1f1b\"");
+    bool any_chunks = false;
+    for (const std::string& name : bases)
+      any_chunks = find_generator(name).chunks_vary || any_chunks;  // unknown names throw
+    if (any_chunks && chunks.empty())
+      bad("chunks", "{}", "give at least one chunk count for interleaved schedules, e.g. {2}");
+    for (int c : chunks)
+      if (c < 1) bad("chunks", std::to_string(c), "every chunk count must be at least 1");
+    if (microbatch_sizes.empty())
+      bad("microbatch_sizes", "{}", "give at least one microbatch size, e.g. {1}");
+    bool any_size = false;
+    for (int b : microbatch_sizes) {
+      if (b < 1)
+        bad("microbatch_sizes", std::to_string(b), "a microbatch holds at least 1 sequence");
+      any_size = any_size || any_divisor || global_batch % b == 0;
+    }
+    if (!any_size)
+      bad("microbatch_sizes", "{" + join(microbatch_sizes) + "}",
+          "none divides global_batch = " + std::to_string(global_batch) +
+              "; include a divisor such as 1");
+    if (slices.empty()) bad("slices", "{}", "give at least one slice count, e.g. {1}");
+    for (int k : slices)
+      if (k < 1) bad("slices", std::to_string(k), "every slice count must be at least 1");
+    if (fine_wgrad && wgrad_parts < 0)
+      bad("wgrad_parts", std::to_string(wgrad_parts),
+          "cut each W into at least 1 part, or 0: one per weight GEMM (TransformerCost)");
+    if (checkpoints.empty() && !full_fallback)
+      bad("checkpoints", "{}", "name at least one checkpoint mode, or keep full_fallback");
+    if (threads < 0)
+      bad("threads", std::to_string(threads), "use 0 (one per core) or a positive count");
+    if (!(time_limit >= 0) || !std::isfinite(time_limit))
+      bad("time_limit", std::to_string(time_limit),
+          "use 0 (no limit) or a positive number of seconds");
+  }
+
+ private:
+  static std::string join(const std::vector<int>& v) {
+    std::string s;
+    for (int x : v)
+      s += (s.empty() ? "" : ", ") + std::to_string(x);
+    return s;
+  }
+};
+
+//! A search over a whole cluster: every way to run `gpus` GPUs as pipeline × data ×
+//! tensor parallelism (Megatron-LM's placement, tensor innermost), each with the layer
+//! splits, and inside each pipeline everything TuneRequest searches.
+struct ClusterRequest {
+  int gpus = 1;           //!< GPUs in all, N
+  int gpus_per_node = 0;  //!< GPUs of a node; 0 = the device's ranks_per_node
+  int global_batch = 1;   //!< sequences per step over all data-parallel replicas
+  //! What to search inside each pipeline: bases, chunks, microbatch sizes, checkpoints,
+  //! slices, fine W, Mario options, threads, time limit (its ranks, global_batch and budget
+  //! are set per pipeline; the budget is each GPU's device memory less its static bytes).
+  TuneRequest search{};
+  //! Pipeline sizes tried; empty = every divisor of N the rest allows.
+  std::vector<int> pipeline{};
+  //! Tensor-parallel degrees tried; empty = every divisor of the node size that divides N,
+  //! the heads, the key/value heads and the MLP width.
+  std::vector<int> tensor{};
+  //! ZeRO stage used wherever there are data-parallel replicas (1: Megatron-LM's distributed
+  //! optimizer). The cost model gives a higher stage the same time and less memory, so the
+  //! search runs the highest stage allowed rather than each.
+  int zero = 1;
+  //! Sequence parallelism with tensor parallelism (the same collective bytes, less memory:
+  //! it dominates, so it is on unless turned off).
+  bool sequence_parallel = true;
+  //! Layer splits tried; the balanced split is skipped where it equals the even one.
+  std::vector<LayerSplit> splits{LayerSplit::Even, LayerSplit::Balanced};
+  //! Count the optimizer step and each rank's workspace (Parallelism::whole_step).
+  bool whole_step = true;
+
+  //! Throws invalid_problem naming the first field out of range.
+  void check() const {
+    auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
+      throw invalid_argument(
+          field("ClusterRequest." + name, value) + " is out of range; " + want + ".",
+          "ClusterRequest." + name, value);
+    };
+    if (gpus < 1) bad("gpus", std::to_string(gpus), "a cluster needs at least 1 GPU");
+    if (gpus_per_node < 0)
+      bad("gpus_per_node", std::to_string(gpus_per_node),
+          "use 0 (the device's) or a positive count");
+    if (global_batch < 1)
+      bad("global_batch", std::to_string(global_batch), "a step needs at least 1 sequence");
+    for (int p : pipeline)
+      if (p < 1) bad("pipeline", std::to_string(p), "every pipeline size must be at least 1");
+    for (int t : tensor)
+      if (t < 1) bad("tensor", std::to_string(t), "every tensor degree must be at least 1");
+    if (zero < 0 || zero > 2) bad("zero", std::to_string(zero), "use 0, 1 or 2");
+    if (splits.empty()) bad("splits", "{}", "give at least one layer split, e.g. {Even}");
+    search.check_lists(true);
+  }
+};
+
+}  // namespace pipesched

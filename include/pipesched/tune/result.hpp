@@ -1,0 +1,146 @@
+// What the tuner returns: the plans it found (TunePlan), why configurations were refused
+// (TuneNote), the best plan of each (base schedule, checkpoint mode) pair (TuneBaseline), the
+// whole result (TuneResult), the progress callback, and describe(), a plan in a few words.
+// Included by pipesched/tune/tune.hpp, the tuner's entry header.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/core/message.hpp"
+#include "pipesched/core/modes.hpp"
+
+namespace pipesched {
+
+//! One configuration the tuner found, with its simulated figures.
+struct TunePlan {
+  std::string base;         //!< generator name, e.g. "interleaved-1f1b"
+  int chunks = 1;           //!< stages per rank
+  int microbatch_size = 1;  //!< sequences per microbatch
+  int microbatches = 1;     //!< microbatches per step and pipeline (its batch / microbatch size)
+  CheckpointMode checkpoint = CheckpointMode::None;
+  Schedule schedule;  //!< the schedule, recomputes included
+  //! Simulated step time (cost model's time unit): the last rank's end, with the gradient
+  //! synchronisation and optimizer step where the cost model counts them (step_tail).
+  double makespan = 0;
+  double throughput = 0;                //!< sequences per time unit: global batch / makespan
+  double bubble_ratio = 0;              //!< simulated idle share of the step
+  std::vector<double> peak_per_rank;    //!< simulated peak activation memory of each rank
+  std::vector<double> budget_per_rank;  //!< the budget each rank was held to (inf: none)
+  int recomputes = 0;                   //!< R actions in the schedule
+  int slices = 1;                       //!< slices per microbatch
+  bool fine_wgrad = false;              //!< weight gradients cut into parts, placed in waits
+  //! The base schedule was fitted to the budget by its order's memory knob
+  //! (GeneratorInfo::generate_within: Zero Bubble's capped weight-gradient deferral, slice-pipe's
+  //! warm-up) before checkpointing; false: the order's own schedule.
+  bool fitted = false;
+  WGradMode wgrad = WGradMode::Fused;  //!< the backward's weight-gradient mode (fine: Split)
+  int warmup = 0;                      //!< forwards before rank 0's first backward (warmup_of)
+  // The cluster around the pipeline (a fixed-pipeline search: 1, 1, ranks GPUs).
+  int data = 1;                    //!< data-parallel replicas d
+  int tensor = 1;                  //!< tensor-parallel degree t
+  int zero = 0;                    //!< ZeRO stage
+  bool sequence_parallel = false;  //!< with tensor parallelism
+  int gpus = 1;                    //!< GPUs in all: ranks · d · t
+  int global_batch = 1;            //!< sequences per step over all replicas
+  //! Layers of each model stage (TransformerCost; empty for other cost models).
+  std::vector<int> layers_per_stage;
+  //! Largest rank's memory: its static bytes (TransformerCost::static_bytes: weights,
+  //! gradients, optimizer state, workspace) plus its simulated activation peak; for other
+  //! cost models the largest activation peak.
+  double peak_memory = 0;
+  //! Model FLOPs utilisation: global_batch · ModelShape::training_flops_per_sequence over
+  //! (gpus · peak FLOP/s · makespan), recomputes not counted as useful work; 0 for cost
+  //! models without FLOPs.
+  double mfu = 0;
+  //! Position of its configuration in the search, ties between equal plans go to the first.
+  std::size_t order = 0;
+};
+
+//! Why configurations were refused: one note per distinct reason, naming the first
+//! configuration refused for it and counting all of them (a model too shallow for 64 stages
+//! refuses every microbatch size of that chunk count for the same reason).
+struct TuneNote {
+  //! The first configuration refused for this reason ("interleaved-1f1b with 4 chunks,
+  //! microbatch size 2 (32 microbatches)").
+  std::string configuration;
+  std::string reason;  //!< the generator's, pass's or cost model's message
+  int count = 1;       //!< configurations refused for this reason, the first included
+  //! Position of that first configuration in the search's grid (notes are in this order,
+  //! whichever thread met them first).
+  std::size_t first = 0;
+  //! The reason as parts (the fields and amounts it names), for a front end to word.
+  Message message = {};
+
+  //! "configuration: reason".
+  std::string text() const { return configuration + ": " + reason; }
+};
+
+//! The best plan of one (base schedule, checkpoint mode) pair: what that scheme achieves
+//! with its own full search.
+struct TuneBaseline {
+  std::string base;
+  CheckpointMode checkpoint = CheckpointMode::None;
+  std::optional<TunePlan> plan;  //!< empty: nothing of this pair fits
+};
+
+//! What `tune` found. Plans are compared by step time (makespan) for the same global batch;
+//! on equal step time the one with fewer recomputes, then the simpler checkpoint mode wins.
+struct TuneResult {
+  std::optional<TunePlan> best;                     //!< fastest plan that fits
+  std::optional<TunePlan> best_without_checkpoint;  //!< fastest with no recompute (mode none)
+  std::optional<TunePlan> best_conventional;        //!< fastest selective or full plan
+  std::optional<TunePlan> best_mario;               //!< fastest Mario plan
+  //! Every (base, checkpoint mode) pair searched, in the order of the request's bases and
+  //! checkpoints (full as a fallback is not a pair of its own), with its best plan.
+  std::vector<TuneBaseline> baselines;
+  int candidates_tried = 0;        //!< (configuration, checkpoint mode) pairs settled, all kinds
+  int candidates_refused = 0;      //!< of those, refused by a generator or the cost model
+  int candidates_over_budget = 0;  //!< of those, over the budget on some rank
+  int candidates_pruned = 0;       //!< of those, skipped: they could not beat a plan found
+  int candidates_total = 0;        //!< candidates in the search (tried < total when cut)
+  bool cut = false;                //!< TuneRequest::time_limit stopped the search
+  int threads = 1;                 //!< threads that searched
+  double seconds = 0;              //!< wall-clock time of the search
+  //! Why configurations were refused, one note per distinct reason, in the order first met.
+  std::vector<TuneNote> notes;
+
+  //! The baseline of (base, mode); nullptr when that pair was not searched.
+  const TuneBaseline* baseline(std::string_view base, CheckpointMode mode) const {
+    for (const TuneBaseline& b : baselines)
+      if (b.base == base && b.checkpoint == mode) return &b;
+    return nullptr;
+  }
+};
+
+//! Called as the search goes: candidates settled so far, candidates in all, and the best plan
+//! so far (nullptr while none fits). Calls never overlap (the search serialises them, from
+//! whichever thread settles a candidate).
+using ProgressFn = std::function<void(int done, int total, const TunePlan* best)>;
+
+//! "interleaved-1f1b x2, 64 mb of 2, mario (12 R)": the configuration in a few words; a
+//! cluster plan starts with its degrees ("pp 4 x dp 2 x tp 2, ").
+inline std::string describe(const TunePlan& p) {
+  std::string s;
+  if (p.data > 1 || p.tensor > 1)
+    s += "pp " + std::to_string(p.schedule.problem.ranks) + " x dp " + std::to_string(p.data) +
+         " x tp " + std::to_string(p.tensor) + ", ";
+  s += p.base;
+  if (p.chunks > 1) s += " x" + std::to_string(p.chunks);
+  s += ", " + std::to_string(p.microbatches) + " mb of " + std::to_string(p.microbatch_size);
+  if (p.slices > 1) s += " in " + std::to_string(p.slices) + " slices";
+  if (p.fine_wgrad) s += ", fine W";
+  if (p.fitted) s += ", fitted";
+  s += ", ";
+  s += to_string(p.checkpoint);
+  if (p.recomputes > 0) s += " (" + std::to_string(p.recomputes) + " R)";
+  return s;
+}
+
+}  // namespace pipesched

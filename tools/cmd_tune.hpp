@@ -1,0 +1,55 @@
+// The parts of `pipesched tune`, in the order it runs them: cmd_tune_options.cpp reads the
+// command line into a TuneCommand (options, checks, the grid's limits), cmd_tune.cpp runs the
+// search with its progress line, cmd_tune_report.cpp prints what it found as text or JSON.
+// Only cmd_tune.cpp includes the tuner's engine (pipesched/tune/tune.hpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "pipesched/tune/request.hpp"
+#include "pipesched/tune/result.hpp"
+
+namespace pipesched::cli {
+
+//! What a plan's `simulate` command needs besides the plan: how tune was asked.
+struct CommandContext {
+  bool transformer = false;
+  std::string model, device, sequence, gpus_per_node;  //!< option values as given ("" = none)
+  std::string cost;                                    //!< --cost text (UniformCost)
+  std::string budget;                                  //!< --memory-budget text ("" = none)
+  std::string slicing;                                 //!< --slicing text ("" = uniform)
+  int wgrad_parts = 4;
+  bool whole_step = false;
+};
+
+//! A tune command line, read and checked: what to search, under which cost model, and how to
+//! print it.
+struct TuneCommand {
+  bool cluster = false;  //!< --gpus N: a cluster search (creq), else one pipeline (req)
+  TuneRequest req;       //!< the search (with --gpus, inside each pipeline)
+  ClusterRequest creq;   //!< with --gpus: the cluster, its search a copy of req
+  AnyCost cost;          //!< with --gpus its tensor, data and ZeRO degrees are the search's
+  bool transformer = false;
+  Units units;
+  CommandContext context;  //!< for each plan's `simulate` command
+  bool json = false;       //!< --json
+  bool progress = false;   //!< --progress (the line is also shown on a terminal)
+};
+
+//! The options tune accepts: its own, then the cost model's (with --tp as a list).
+std::vector<OptionSpec> tune_option_specs();
+//! `tune --help`.
+std::string tune_help(const std::vector<OptionSpec>& specs);
+//! Reads `argv` against `specs`: usage_error for bad usage, a request out of range or a search
+//! grid too large to search.
+TuneCommand read_tune_command(const std::vector<std::string>& argv,
+                              const std::vector<OptionSpec>& specs);
+
+//! The result as one JSON object on standard output (the contract of docs/cli.md).
+void print_tune_json(const TuneResult& r, const TuneCommand& c);
+//! The result as text on standard output: the bests, each pair's best, the search, the notes.
+void print_tune_text(const TuneResult& r, const TuneCommand& c);
+
+}  // namespace pipesched::cli
