@@ -896,7 +896,7 @@ Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
     throw usage_error(
         "--fit fits a schedule's own memory knob to --memory-budget: give a budget and a "
         "schedule with one (" +
-        memory_knob_orders() + "; slice-pipe without --warmup)");
+        memory_knob_orders() + ", slice-pipe without --warmup)");
   if (!choice.policy->recomputes && !choice.budgeted && !wgrad.fine) return s;
   auto fitted = [&](const Schedule& own) {
     Step step("fitting schedule '" + std::string(g->name) + "' to the memory budget");

@@ -133,12 +133,13 @@ int cmd_simulate(const std::vector<std::string>& argv) {
         "--checkpoint full|selective|mario recomputes forwards (selective and mario need\n"
         "--memory-budget); a budget counts activations only, per rank, and one the schedule\n"
         "cannot meet is refused (exit 2). With full, a budget is only checked; with none,\n"
-        "once the orders with a memory knob have fitted themselves to it (" +
+        "once the orders with a memory knob (" +
             memory_knob_orders() +
-            "): the\nZero Bubble and V-shape orders run deferred weight gradients before a forward "
-            "that\nwould exceed it (and hold back forwards), slice-pipe takes its largest warm-up "
-            "that\nfits (unless --warmup sets one). It is "
-        "a plain number of microbatches under UniformCost; under TransformerCost bytes with a\n"
+            ") have fitted themselves to it: the Zero Bubble and V-shape orders run deferred "
+            "weight gradients before a forward that would exceed it (and hold back forwards), "
+            "slice-pipe takes its largest warm-up that fits (unless --warmup sets one).\n"
+            "The budget is a plain number of microbatches under UniformCost; under "
+            "TransformerCost bytes with a\n"
         "unit (kB MB GB TB, KiB MiB GiB TiB) or 'device': each rank's device memory less its\n"
         "weights, gradients and optimizer state.\n"
         "--slices K cuts each microbatch into K slices (gpipe, seq-1f1b, slice-pipe); under\n"

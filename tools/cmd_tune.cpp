@@ -15,7 +15,7 @@
 
 #include "cmd_tune.hpp"
 #include "cli.hpp"
-#include "pipesched/io/detail/render_cli.hpp"
+#include "pipesched/io/detail/render_common.hpp"
 #include "pipesched/tune/tune.hpp"
 
 namespace pipesched::cli {

@@ -9,7 +9,7 @@
 
 #include "cmd_tune.hpp"
 #include "cli.hpp"
-#include "pipesched/io/detail/render_cli.hpp"
+#include "pipesched/io/detail/render_common.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/result.hpp"
