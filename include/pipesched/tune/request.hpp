@@ -16,6 +16,7 @@
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/policy/registry.hpp"
 
 namespace pipesched {
@@ -38,6 +39,10 @@ struct TuneRequest {
   //! Checkpoint modes searched.
   std::vector<CheckpointMode> checkpoints{CheckpointMode::None, CheckpointMode::Selective,
                                           CheckpointMode::Mario};
+  //! Checkpoint policies of the program's own, by name (register_checkpoint), searched beside
+  //! `checkpoints`: each is applied to every configuration's schedule under its budget and
+  //! competes as a (base, policy) pair of its own.
+  std::vector<std::string> checkpoint_policies{};
   //! Also try full checkpointing, used only when no plan of `checkpoints` fits.
   bool full_fallback = true;
   //! Options of the Mario pass.
@@ -112,8 +117,20 @@ struct TuneRequest {
     if (fine_wgrad && wgrad_parts < 0)
       bad("wgrad_parts", std::to_string(wgrad_parts),
           "cut each W into at least 1 part, or 0: one per weight GEMM (TransformerCost)");
-    if (checkpoints.empty() && !full_fallback)
+    if (checkpoints.empty() && !full_fallback && checkpoint_policies.empty())
       bad("checkpoints", "{}", "name at least one checkpoint mode, or keep full_fallback");
+    for (const std::string& name : checkpoint_policies) {
+      const CheckpointInfo* c = nullptr;
+      try {
+        c = &find_checkpoint(name);
+      } catch (const parse_error&) {
+        bad("checkpoint_policies", "\"" + name + "\"",
+            "name a policy registered with register_checkpoint");
+      }
+      if (c->mode)
+        bad("checkpoint_policies", "\"" + name + "\"",
+            "a built-in mode goes in TuneRequest.checkpoints, not here");
+    }
     if (threads < 0)
       bad("threads", std::to_string(threads), "use 0 (one per core) or a positive count");
     if (!(time_limit >= 0) || !std::isfinite(time_limit))

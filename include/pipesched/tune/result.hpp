@@ -11,10 +11,10 @@
 #include <string_view>
 #include <vector>
 
-#include "pipesched/core/schedule.hpp"
-#include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/core/message.hpp"
 #include "pipesched/core/modes.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/pass/checkpoint.hpp"
 
 namespace pipesched {
 
@@ -24,7 +24,10 @@ struct TunePlan {
   int chunks = 1;           //!< stages per rank
   int microbatch_size = 1;  //!< sequences per microbatch
   int microbatches = 1;     //!< microbatches per step and pipeline (its batch / microbatch size)
-  CheckpointMode checkpoint = CheckpointMode::None;
+  CheckpointMode checkpoint = CheckpointMode::None;  //!< the built-in checkpointing
+  //! The program's own checkpoint policy (TuneRequest::checkpoint_policies) that made the
+  //! plan; empty for a built-in mode (`checkpoint`, which then means nothing).
+  std::string checkpoint_policy;
   Schedule schedule;  //!< the schedule, recomputes included
   //! Simulated step time (cost model's time unit): the last rank's end, with the gradient
   //! synchronisation and optimizer step where the cost model counts them (step_tail).
@@ -87,8 +90,14 @@ struct TuneNote {
 struct TuneBaseline {
   std::string base;
   CheckpointMode checkpoint = CheckpointMode::None;
-  std::optional<TunePlan> plan;  //!< empty: nothing of this pair fits
+  std::optional<TunePlan> plan;        //!< empty: nothing of this pair fits
+  std::string checkpoint_policy = {};  //!< as TunePlan's: a program's own policy, or empty
 };
+
+//! The name of a plan's checkpointing: its own policy's, or its built-in mode's ("mario").
+inline std::string checkpoint_name(const TunePlan& p) {
+  return p.checkpoint_policy.empty() ? std::string(to_string(p.checkpoint)) : p.checkpoint_policy;
+}
 
 //! What `tune` found. Plans are compared by step time (makespan) for the same global batch;
 //! on equal step time the one with fewer recomputes, then the simpler checkpoint mode wins.
@@ -114,7 +123,14 @@ struct TuneResult {
   //! The baseline of (base, mode); nullptr when that pair was not searched.
   const TuneBaseline* baseline(std::string_view base, CheckpointMode mode) const {
     for (const TuneBaseline& b : baselines)
-      if (b.base == base && b.checkpoint == mode) return &b;
+      if (b.base == base && b.checkpoint == mode && b.checkpoint_policy.empty()) return &b;
+    return nullptr;
+  }
+  //! The baseline of (base, a program's own checkpoint policy); nullptr when not searched.
+  const TuneBaseline* baseline(std::string_view base, std::string_view policy) const {
+    for (const TuneBaseline& b : baselines)
+      if (b.base == base && !b.checkpoint_policy.empty() && b.checkpoint_policy == policy)
+        return &b;
     return nullptr;
   }
 };
@@ -138,7 +154,7 @@ inline std::string describe(const TunePlan& p) {
   if (p.fine_wgrad) s += ", fine W";
   if (p.fitted) s += ", fitted";
   s += ", ";
-  s += to_string(p.checkpoint);
+  s += checkpoint_name(p);
   if (p.recomputes > 0) s += " (" + std::to_string(p.recomputes) + " R)";
   return s;
 }

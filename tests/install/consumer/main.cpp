@@ -1,10 +1,17 @@
 // Builds a 1F1B schedule through an installed pipesched and checks its size, that the
-// installed headers have the package's version, and that a refined order and a user's own
-// order (a list-scheduling rule) reach plan<> without touching a library header.
+// installed headers have the package's version, and that a refined order, a user's own order
+// (a list-scheduling rule) and a user's own checkpoint policy reach plan<>, the tuner and the
+// executor without touching a library header.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "pipesched/pipesched.hpp"
+#include "pipesched/policy/checkpoint_registry.hpp"
+#include "pipesched/toy/data.hpp"
+#include "pipesched/toy/mlp.hpp"
+#include "pipesched/toy/reference.hpp"
 #include "pipesched/version.hpp"
 
 namespace ps = pipesched;
@@ -55,6 +62,72 @@ int orders() {
   return 0;
 }
 
+// The consumer's own checkpoint policy: recompute the last microbatch of every stage.
+struct LastMicrobatch : ps::checkpoint::Custom {
+  static constexpr std::string_view name = "last-microbatch";
+  static constexpr std::string_view summary = "recompute each stage's last microbatch";
+  template <ps::cost_model Cost>
+  static ps::Schedule apply(const ps::Schedule& s, const Cost&, const ps::MemoryBudget&) {
+    const int last = s.problem.microbatches - 1;
+    return ps::with_recomputes(s, [last](int, int m, int) { return m == last; });
+  }
+};
+
+// Trains one step of `s` on the toy MLP in threads and compares its loss with the sequential
+// reference's; false (with a message) when they differ.
+bool trains(const ps::Schedule& s, const char* what) {
+  namespace toy = ps::toy;
+  using Stage = toy::MlpStage<double>;
+  const toy::MlpConfig config{.blocks = 4};
+  const auto data = toy::make_mlp_data<double>(config, s.problem.microbatches, 5);
+  std::vector<Stage> ref, piped;
+  for (int st = 0; st < s.problem.stages; ++st) {
+    ref.emplace_back(config, st, s.problem.stages);
+    piped.emplace_back(config, st, s.problem.stages);
+  }
+  const double want = toy::sequential_step(ref, data);
+  ps::InprocPipeline<Stage> pipe(s, piped);
+  const double got = pipe.step(toy::training_data(data)).loss;
+  if (std::abs(got - want) > 1e-12 * std::abs(want)) {
+    std::fprintf(stderr, "pipesched consumer: %s trained to loss %.17g, sequential %.17g\n",
+                 what, got, want);
+    return false;
+  }
+  return true;
+}
+
+// The consumer's order and checkpoint policy, registered, through the tuner and the executor.
+int own_policies() {
+  ps::register_order<TwoInFlightOrder>();
+  ps::register_checkpoint<LastMicrobatch>();
+  const ps::Problem p{.ranks = 2, .microbatches = 4};
+  const ps::Schedule planned = ps::plan<TwoInFlightOrder, LastMicrobatch>::generate(p);
+  int recomputes = 0;
+  for (const auto& list : planned.ranks)
+    for (const ps::Action& a : list)
+      recomputes += a.kind == ps::OpKind::R;
+  ps::TuneRequest req{.ranks = 2, .global_batch = 4};
+  req.bases = {"two-in-flight", "1f1b"};
+  req.checkpoints = {ps::CheckpointMode::None};
+  req.checkpoint_policies = {"last-microbatch"};
+  const ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  const ps::TuneBaseline* own = r.baseline("two-in-flight", "last-microbatch");
+  if (!ps::check(planned).ok() || recomputes != 2 || !own || !own->plan) {
+    std::fprintf(stderr,
+                 "pipesched consumer: own policy: valid %d, %d recomputes (want 2), tuned %d\n",
+                 int(ps::check(planned).ok()), recomputes, int(own && own->plan));
+    return 1;
+  }
+  if (!trains(planned, "plan<TwoInFlightOrder, LastMicrobatch>") ||
+      !trains(own->plan->schedule, "the tuner's two-in-flight + last-microbatch plan"))
+    return 1;
+  std::printf(
+      "pipesched consumer: plan<TwoInFlightOrder, LastMicrobatch> valid, %d recomputes; tuned "
+      "(%s) and trained to the sequential loss\n",
+      recomputes, ps::describe(*own->plan).c_str());
+  return 0;
+}
+
 int main() {
   if (std::strcmp(pipesched::version_string, PIPESCHED_CONSUMER_PACKAGE_VERSION) != 0) {
     std::fprintf(stderr, "pipesched consumer: headers say version %s, the CMake package %s\n",
@@ -72,5 +145,6 @@ int main() {
   }
   std::printf("pipesched consumer: pipesched %s, %s, %zu actions on %d ranks\n",
               pipesched::version_string, s.name.c_str(), s.action_count(), s.rank_count());
-  return orders();
+  if (const int bad = orders()) return bad;
+  return own_policies();
 }

@@ -15,6 +15,7 @@
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"
+#include "pipesched/tune/tune.hpp"
 
 #include "../exec/exec_support.hpp"
 
@@ -90,12 +91,17 @@ TEST(CustomCheckpoint, BudgetedPolicyGetsTheBudget) {
   EXPECT_LE(ps::simulate(tight).peak_memory_max, 2 + 1e-9);
 }
 
-TEST(CustomCheckpoint, RegistryFindsItByName) {
+// Registered once for the program, as a tool built on the registry would.
+void register_even() {
   static const bool registered = [] {
     ps::register_checkpoint<EvenMicrobatches>();
     return true;
   }();
   ASSERT_TRUE(registered);
+}
+
+TEST(CustomCheckpoint, RegistryFindsItByName) {
+  register_even();
   const ps::CheckpointInfo& c = ps::find_checkpoint("even-microbatches");
   EXPECT_EQ(c.name, "even-microbatches");
   EXPECT_FALSE(c.mode.has_value());
@@ -120,6 +126,48 @@ TEST(CustomCheckpoint, RegistryFindsItByName) {
   EXPECT_FALSE(ps::find_checkpoint("mario").runs_on(ps::find_generator("gpipe")));
   EXPECT_TRUE(ps::find_checkpoint("MARIO").runs_on(ps::find_generator("chimera")));
   EXPECT_EQ(ps::find_checkpoint("full-early").mode, ps::CheckpointMode::FullEarly);
+}
+
+// The tuner searches the policy as a pair of its own beside the built-in modes: where keeping
+// every activation is over the budget, the policy's plan wins, and its figures are the
+// simulator's for the schedule it returns.
+TEST(CustomCheckpoint, TunerSearchesIt) {
+  register_even();
+  ps::TuneRequest req{.ranks = 4, .global_batch = 8};
+  req.bases = {"1f1b"};
+  req.checkpoints = {ps::CheckpointMode::None};
+  req.checkpoint_policies = {"even-microbatches"};
+  req.full_fallback = false;
+  req.budget = ps::MemoryBudget{.all = 3.5};
+  req.threads = 2;
+  const ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  ASSERT_TRUE(r.best.has_value());
+  EXPECT_EQ(r.best->checkpoint_policy, "even-microbatches");
+  EXPECT_GT(r.best->recomputes, 0);
+  EXPECT_NE(ps::describe(*r.best).find("even-microbatches"), std::string::npos);
+  const ps::SimulationResult sim = ps::simulate(r.best->schedule, ps::UniformCost{});
+  EXPECT_DOUBLE_EQ(sim.makespan, r.best->makespan);
+  EXPECT_LE(sim.peak_memory_max, 3.5 + 1e-9);
+  const ps::TuneBaseline* own = r.baseline("1f1b", "even-microbatches");
+  ASSERT_NE(own, nullptr);
+  ASSERT_TRUE(own->plan.has_value());
+  EXPECT_EQ(own->plan->schedule.ranks,
+            EvenMicrobatches::apply(ps::plan<ps::order::OneFOneB>::generate(
+                                        {.ranks = 4, .microbatches = own->plan->microbatches}),
+                                    ps::UniformCost{}, ps::MemoryBudget{})
+                .ranks);
+  // 1F1B without checkpointing holds 4 microbatches on rank 0: over the budget.
+  const ps::TuneBaseline* none = r.baseline("1f1b", ps::CheckpointMode::None);
+  ASSERT_NE(none, nullptr);
+  EXPECT_FALSE(none->plan.has_value());
+  // Every candidate is settled once: one configuration, two checkpointings.
+  EXPECT_EQ(r.candidates_total, 2);
+  EXPECT_EQ(r.candidates_tried, r.candidates_total);
+  // A name nobody registered, or a built-in one, is refused naming the field.
+  req.checkpoint_policies = {"nobody"};
+  EXPECT_THROW(ps::tune(req, ps::UniformCost{}), ps::invalid_argument);
+  req.checkpoint_policies = {"mario"};
+  EXPECT_THROW(ps::tune(req, ps::UniformCost{}), ps::invalid_argument);
 }
 
 TEST(CustomCheckpoint, ExecutorTrainsWhatItReturns) {

@@ -127,4 +127,16 @@ std::vector<std::size_t> needing_recompute_by_bound(const std::vector<TuneConfig
   return order;
 }
 
+//! The configurations phase one built (not pruned nor refused), in increasing lower bound.
+template <class Cost>
+std::vector<std::size_t> built_by_bound(const std::vector<TuneConfig<Cost>>& configs) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < configs.size(); ++i)
+    if (!configs[i].refused) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return configs[a].lower_bound < configs[b].lower_bound;
+  });
+  return order;
+}
+
 }  // namespace pipesched::detail

@@ -60,6 +60,9 @@ class Evaluator {
     bool all_beaten = true;
     for (CheckpointMode m : space_.config_modes)
       all_beaten = all_beaten && cannot_beat(cfg.work_bound, board_.rival(cfg.generator, m));
+    for (std::size_t j = 0; j < space_.policies.size(); ++j)
+      all_beaten =
+          all_beaten && cannot_beat(cfg.work_bound, board_.rival_of_policy(cfg.generator, j));
     if (all_beaten) {
       cfg.refused = true;  // nothing left to do for it
       board_.settle(space_.modes, Settled::Pruned);
@@ -106,6 +109,40 @@ class Evaluator {
       board_.settle(1, Settled::OverBudget);
     } catch (const invalid_schedule& e) {
       board_.refuse(index, cfg.label() + ", " + to_string(mode), e.message(), 1);
+    }
+  }
+
+  //! The program's own policy `j` on the configuration at grid position `index` (one that
+  //! phase one built): pruned by its lower bound, or applied, simulated and settled.
+  void phase_policy(std::size_t index, std::size_t j) {
+    const TuneConfig<Cost>& cfg = grid_.configs[index];
+    const CheckpointInfo& policy = *space_.policies[j];
+    if (cannot_beat(cfg.lower_bound, board_.rival_of_policy(cfg.generator, j))) {
+      board_.settle(1, Settled::Pruned);
+      return;
+    }
+    if (!policy.runs_on(*cfg.generator)) {
+      board_.refuse(index, cfg.cluster + std::string(cfg.generator->name),
+                    "checkpoint policy " + std::string(policy.name) + " does not run on " +
+                        std::string(cfg.generator->name),
+                    1);
+      return;
+    }
+    try {
+      const Built b = build(cfg);
+      const Schedule s = policy.apply(b.base, CostRef(b.cost), b.budget);
+      const SimulationResult sim = simulate(s, b.cost);
+      if (sim.deadlock || !fits_budget(peaks_of(sim), b.budget)) {
+        board_.settle(1, Settled::OverBudget);
+        return;
+      }
+      TunePlan p = make_plan(cfg, index, CheckpointMode::None, b, s, sim);
+      p.checkpoint_policy = std::string(policy.name);
+      board_.keep(std::move(p), cfg.generator);
+    } catch (const invalid_problem&) {
+      board_.settle(1, Settled::OverBudget);  // the policy found nothing within the budget
+    } catch (const invalid_schedule& e) {
+      board_.refuse(index, cfg.label() + ", " + std::string(policy.name), e.message(), 1);
     }
   }
 

@@ -89,7 +89,7 @@ template <class Cost>
 struct TuneGrid {
   //! One per (scenario, microbatch size); empty where the factory refused that size.
   std::vector<std::optional<Cost>> costs;
-  std::vector<Message> cost_refusal;  //!< the factory's message where it refused
+  std::vector<Message> cost_refusal;      //!< the factory's message where it refused
   std::vector<TuneConfig<Cost>> configs;  //!< in grid order
 
   //! The cost model of `cfg`, cut into its slices; throws invalid_problem with the factory's

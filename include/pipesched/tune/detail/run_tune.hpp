@@ -73,6 +73,15 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
   parallel_for(
       tasks.size(), threads,
       [&](std::size_t n) { evaluator.phase_two(tasks[n].first, tasks[n].second); }, stop);
+  // The program's own policies, on every configuration phase one built, lowest bound first.
+  std::vector<std::pair<std::size_t, std::size_t>> own;
+  if (!space.policies.empty())
+    for (std::size_t i : built_by_bound(grid.configs))
+      for (std::size_t j = 0; j < space.policies.size(); ++j)
+        own.emplace_back(i, j);
+  parallel_for(
+      own.size(), threads,
+      [&](std::size_t n) { evaluator.phase_policy(own[n].first, own[n].second); }, stop);
 
   return board.finish(cut.load(), std::chrono::duration<double>(Clock::now() - started).count());
 }

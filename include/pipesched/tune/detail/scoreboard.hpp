@@ -32,9 +32,13 @@ class Scoreboard {
   Scoreboard(const SearchSpace& space, int threads, int total, const ProgressFn& progress)
       : space_(space), progress_(progress), best_full_(space.bases.size()) {
     result_.threads = threads;
-    for (const GeneratorInfo* g : space.bases)
+    for (const GeneratorInfo* g : space.bases) {
       for (CheckpointMode m : space.pair_modes)
         result_.baselines.push_back(TuneBaseline{std::string(g->name), m, std::nullopt});
+      for (const CheckpointInfo* c : space.policies)
+        result_.baselines.push_back(TuneBaseline{std::string(g->name), CheckpointMode::None,
+                                                 std::nullopt, std::string(c->name)});
+    }
     result_.candidates_total = total;
   }
   Scoreboard(const Scoreboard&) = delete;
@@ -48,8 +52,7 @@ class Scoreboard {
 
   //! Counts `n` candidates of the configuration at grid position `index` as refused for
   //! `reason` (a note naming `configuration`).
-  void refuse(std::size_t index, const std::string& configuration, const Message& reason,
-              int n) {
+  void refuse(std::size_t index, const std::string& configuration, const Message& reason, int n) {
     std::lock_guard<std::mutex> lock(mutex_);
     note_locked(configuration, reason, index);
     settle_locked(n, Settled::Refused);
@@ -62,11 +65,26 @@ class Scoreboard {
     const std::optional<TunePlan>& slot = slot_of(g, m);
     return slot ? slot->makespan : std::numeric_limits<double>::infinity();
   }
+  //! The same for the pair of (g, the program's own policy `j`).
+  double rival_of_policy(const GeneratorInfo* g, std::size_t j) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::optional<TunePlan>& slot = result_.baselines[space_.pair_of_policy(g, j)].plan;
+    return slot ? slot->makespan : std::numeric_limits<double>::infinity();
+  }
 
   //! Offers plan `p` of base `g` to its pair's slot and to the overall bests (full checkpointing
   //! as the fallback only to its own slot), and counts it settled.
   void keep(TunePlan&& p, const GeneratorInfo* g) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!p.checkpoint_policy.empty()) {  // a program's own policy: its pair and the best only
+      keep_better(
+          result_.baselines[space_.pair_of_policy(g, space_.policy_index(p.checkpoint_policy))]
+              .plan,
+          p);
+      keep_better(result_.best, p);
+      settle_locked(1, Settled::Kept);
+      return;
+    }
     keep_better(slot_of(g, p.checkpoint), p);
     if (!(p.checkpoint == CheckpointMode::Full && space_.fallback_full)) {
       keep_better(result_.best, p);

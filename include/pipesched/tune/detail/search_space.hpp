@@ -13,6 +13,7 @@
 
 #include "pipesched/core/memory_budget.hpp"
 #include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/request.hpp"
 
@@ -43,6 +44,9 @@ struct SearchSpace {
   std::vector<CheckpointMode> config_modes;
   bool want_none = false, want_full = false, want_selective = false, want_mario = false,
        want_full_early = false, want_selective_early = false;
+  //! The program's own policies (TuneRequest::checkpoint_policies), without duplicates: a pair
+  //! each after the modes' pairs of a base.
+  std::vector<const CheckpointInfo*> policies;
   bool fallback_full = false;  //!< full checkpointing searched as the fallback only
   int modes = 0;               //!< candidates per configuration (one per mode it takes part in)
 
@@ -65,6 +69,12 @@ struct SearchSpace {
     for (CheckpointMode m : request.checkpoints)
       if (std::find(s.pair_modes.begin(), s.pair_modes.end(), m) == s.pair_modes.end())
         s.pair_modes.push_back(m);
+    for (const std::string& name : request.checkpoint_policies) {
+      const CheckpointInfo* c = &find_checkpoint(name);
+      if (std::find(s.policies.begin(), s.policies.end(), c) == s.policies.end())
+        s.policies.push_back(c);
+    }
+    s.modes += static_cast<int>(s.policies.size());
     s.config_modes = s.pair_modes;
     if (s.fallback_full) s.config_modes.push_back(CheckpointMode::Full);
     return s;
@@ -77,7 +87,19 @@ struct SearchSpace {
 
   //! The index of pair (g, m): bases outermost, in the order of the request's bases and modes.
   std::size_t pair_of(const GeneratorInfo* g, CheckpointMode m) const {
-    return base_index(g) * pair_modes.size() + mode_index(m);
+    return base_index(g) * pairs_per_base() + mode_index(m);
+  }
+  //! The index of pair (g, the program's own policy `j`).
+  std::size_t pair_of_policy(const GeneratorInfo* g, std::size_t j) const {
+    return base_index(g) * pairs_per_base() + pair_modes.size() + j;
+  }
+  std::size_t pairs_per_base() const { return pair_modes.size() + policies.size(); }
+  //! The index in `policies` of the policy called `name`.
+  std::size_t policy_index(std::string_view name) const {
+    std::size_t j = 0;
+    while (j < policies.size() && policies[j]->name != name)
+      ++j;
+    return j;
   }
   std::size_t base_index(const GeneratorInfo* g) const {
     return static_cast<std::size_t>(std::find(bases.begin(), bases.end(), g) - bases.begin());
