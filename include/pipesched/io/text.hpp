@@ -365,8 +365,8 @@ class TextReader {
       if (value >= count)
         fail(line, w.column,
              "action " + quote_token(w.text) + " names " + what + " " + std::to_string(value) +
-                 ", but the header declares " + key + " = " + std::to_string(count) + " (" + what +
-                 "s 0 to " + std::to_string(count - 1) + ")");
+                 ", but the header declares " + key + " = " + std::to_string(count) + " (" + key +
+                 " 0 to " + std::to_string(count - 1) + ")");
     };
     const Problem& p = s_.problem;
     check("stage", a.stage, p.stages, "stages");

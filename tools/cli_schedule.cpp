@@ -1,0 +1,563 @@
+// The pipesched command: a schedule from its options or a file, fitted, with its weight
+// gradients placed and checkpointed as the options ask (prepare; see cli.hpp).
+#include "cli.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <utility>
+
+#include "pipesched/analysis/presets.hpp"
+#include "pipesched/analysis/validate.hpp"
+#include "pipesched/io/text.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/pass/fill_weight_gradients.hpp"
+#include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/policy/order.hpp"
+#include "pipesched/policy/registry.hpp"
+
+
+namespace pipesched::cli {
+
+// ---------------------------------------------------------------------------------------
+// Getting a schedule: from a generator or from a file.
+
+const std::vector<OptionSpec> schedule_options = {
+    {"--schedule", true, "generator name (see pipesched list)", "NAME"},
+    {"--ranks", true, "pipeline ranks P", "P"},
+    {"--microbatches", true, "microbatches per step M", "M"},
+    {"--chunks", true,
+     "stages per rank V (interleaved-1f1b, looped-bfs, interleaved-zb, slice-pipe; default 2)",
+     "V"},
+    {"--slices", true, "slices per microbatch K (gpipe, seq-1f1b, slice-pipe; default 1)", "K"},
+    {"--warmup", true,
+     "rank 0's warm-up: forwards before its steady forward-backward pairs (slice-pipe; default: "
+     "the schedule's; fewer hold less memory and cost step time gradually)",
+     "N"},
+    {"--wgrad", true,
+     "backward: fused (B), split (I then W) or fine (W cut into parts run in waits); default: "
+     "the schedule's",
+     "fused|split|fine"},
+    {"--wgrad-parts", true,
+     "parts of each weight gradient with --wgrad fine (default 4; gemm: one per weight GEMM, "
+     "as MEPipe cuts them, with --model)",
+     "N|gemm"},
+};
+
+namespace {
+
+//! The generators accepting `has`, by name: "gpipe, seq-1f1b, slice-pipe".
+template <class Pred>
+std::string generator_names(Pred has) {
+  std::string names;
+  for (const auto& g : generators())
+    if (has(g)) names += (names.empty() ? "" : ", ") + std::string(g.name);
+  return names;
+}
+
+WGradChoice parse_wgrad_choice(const GeneratorInfo& g, const Args& a) {
+  WGradChoice w;
+  w.mode = g.default_wgrad;
+  const std::string name(g.name);
+  if (a.has("--wgrad")) {
+    const std::string text = a.get("--wgrad");
+    if (text == "fused") {
+      w.mode = WGradMode::Fused;
+    } else if (text == "split") {
+      w.mode = WGradMode::Split;
+    } else if (text == "fine") {
+      if (!g.split)
+        throw usage_error("--wgrad fine cuts the weight gradients of a split backward, which '" +
+                          name + "' does not run; use --wgrad fused");
+      w.mode = WGradMode::Split;
+      w.fine = true;
+    } else {
+      throw usage_error("--wgrad takes fused, split or fine, got '" + text + "'");
+    }
+  }
+  if (a.has("--wgrad-parts")) {
+    if (!w.fine)
+      throw usage_error(
+          "--wgrad-parts sets the parts of each weight gradient under --wgrad fine; give "
+          "--wgrad fine too, or leave --wgrad-parts out");
+    w.parts = detail::lower_ascii(a.get("--wgrad-parts")) == "gemm"
+                  ? 0
+                  : parse_int("--wgrad-parts", a.get("--wgrad-parts"), 1, 1024);
+  }
+  return w;
+}
+
+const CheckpointInfo& parse_checkpoint_option(const Args& a) {
+  if (!a.has("--checkpoint")) return builtin_checkpoints()[0];
+  try {
+    return find_checkpoint(a.get("--checkpoint"));
+  } catch (const parse_error& e) {
+    throw usage_error("--checkpoint: " + e.message());
+  }
+}
+
+// The estimate is checked before anything is allocated: a schedule over the limit would
+// otherwise take the machine's memory before the first message.
+void check_action_bound(const std::string& name, const ActionEstimate& e, const std::string& sizes,
+                        const std::string& fewer) {
+  if (e.actions <= max_actions) return;
+  throw usage_error("schedule '" + name + "' with " + sizes + " has " + grouped(e.units) +
+                    " units (stage, microbatch, slice) of up to " + grouped(e.per_unit) +
+                    " actions each (" + e.breakdown + "): up to " + grouped(e.actions) +
+                    " actions, over the limit of " + grouped(max_actions) +
+                    " actions a command builds (about 300 MB and a few seconds to simulate); " +
+                    "use fewer " + fewer);
+}
+
+Schedule generated_schedule(const Args& a, const CheckpointInfo& checkpoint, bool comm,
+                            WGradChoice& wgrad_choice, int model_layers) {
+  if (!a.has("--schedule"))
+    throw usage_error("give --schedule NAME (see pipesched list) or a schedule FILE");
+  const GeneratorInfo& g = [&]() -> const GeneratorInfo& {
+    try {
+      return find_generator(a.get("--schedule"));
+    } catch (const invalid_problem& e) {
+      throw usage_error(e.message());
+    }
+  }();
+  if (!a.has("--ranks") || !a.has("--microbatches"))
+    throw usage_error("--schedule needs --ranks P and --microbatches M");
+  Problem p;
+  p.ranks = parse_int("--ranks", a.get("--ranks"), 1, 65536);
+  p.microbatches = parse_int("--microbatches", a.get("--microbatches"), 1, 1 << 20);
+  int chunks = g.default_chunks;
+  if (a.has("--chunks")) {
+    chunks = parse_int("--chunks", a.get("--chunks"), 1, 1024);
+    p.stages = p.ranks * chunks;
+  }
+  const std::string name(g.name);
+  if (a.has("--slices")) {
+    p.slices = parse_int("--slices", a.get("--slices"), 1, 1 << 16);
+    if (p.slices > 1 && !g.slices)
+      throw usage_error("--slices " + std::to_string(p.slices) + ": schedule '" + name +
+                        "' runs whole microbatches; slice-level schedules are " +
+                        generator_names([](const auto& x) { return x.slices; }) +
+                        " (or give --slices 1)");
+  }
+  int warmup = 0;
+  if (a.has("--warmup")) {
+    if (!g.generate_with_warmup)
+      throw usage_error("--warmup: schedule '" + name +
+                        "' has no warm-up to set; schedules with one: " +
+                        generator_names([](const auto& x) { return x.generate_with_warmup; }));
+    warmup = parse_int("--warmup", a.get("--warmup"), 1, 1 << 24);
+  }
+  wgrad_choice = parse_wgrad_choice(g, a);
+  WGradChoice counted = wgrad_choice;  // --wgrad-parts gemm: at most every GEMM of a rank's layers
+  if (wgrad_choice.fine && wgrad_choice.parts == 0) {
+    if (model_layers == 0)
+      throw usage_error(
+          "--wgrad-parts gemm cuts each weight gradient per weight GEMM of the model; give "
+          "--model and --device too, or a number of parts");
+    counted.parts = 4 * ((model_layers + p.ranks - 1) / p.ranks) + 1;
+  }
+
+  // A generator that takes no chunk count refuses another one itself, without allocating.
+  const int counted_chunks = g.chunks_vary ? chunks : g.default_chunks;
+  const ActionEstimate e =
+      estimate_actions(static_cast<double>(p.ranks) * counted_chunks, p.microbatches, p.slices,
+                       counted, checkpoint.recomputes, comm);
+  std::string sizes =
+      "--ranks " + std::to_string(p.ranks) + ", --microbatches " + std::to_string(p.microbatches);
+  std::string fewer = "--ranks or --microbatches";
+  if (counted_chunks > 1) {
+    sizes += g.chunks_vary ? ", --chunks " + std::to_string(counted_chunks)
+                           : ", " + std::to_string(counted_chunks) + " chunks per rank";
+    if (g.chunks_vary) fewer = "--ranks, --microbatches or --chunks";
+  }
+  if (p.slices > 1) {
+    sizes += ", --slices " + std::to_string(p.slices);
+    fewer += ", or fewer --slices";
+  }
+  if (wgrad_choice.fine) {
+    sizes += ", --wgrad-parts " + std::to_string(counted.parts);
+    fewer += ", or fewer --wgrad-parts";
+  }
+  check_action_bound(name, e, sizes, fewer);
+
+  Step step("generating schedule '" + name + "' (up to " + grouped(e.actions) + " actions)");
+  try {
+    return warmup > 0 ? g.generate_with_warmup(p, wgrad_choice.mode, warmup)
+                      : g.generate(p, wgrad_choice.mode);
+  } catch (const invalid_problem& e2) {
+    throw usage_error(e2.message());
+  }
+}
+
+}  // namespace
+
+ActionEstimate estimate_actions(double stages, double microbatches, double slices,
+                                const WGradChoice& w, bool checkpointed, bool comm) {
+  ActionEstimate e;
+  e.units = stages * microbatches * slices;
+  e.per_unit = 1;
+  e.breakdown = "F";
+  if (w.mode == WGradMode::Fused) {
+    e.per_unit += 1;
+    e.breakdown += ", B";
+  } else if (!w.fine) {
+    e.per_unit += 2;
+    e.breakdown += ", I, W";
+  } else {
+    e.per_unit += 1 + w.parts;
+    e.breakdown += ", I, " + std::to_string(w.parts) + " W parts";
+  }
+  if (checkpointed) {
+    e.per_unit += 1;
+    e.breakdown += ", R";
+  }
+  if (comm) {
+    // At most one activation and one gradient cross ranks per unit: a send, its wait and a
+    // receive each.
+    e.per_unit += 6;
+    e.breakdown += ", 2 sends, 2 receives, 2 send waits";
+  }
+  e.actions = e.units * e.per_unit;
+  return e;
+}
+
+Schedule read_schedule(const std::string& path) {
+  Step step("reading schedule file '" + path + "'");
+  try {
+    return read_schedule_file(path);
+  } catch (const error& e) {
+    throw usage_error(e.message());
+  }
+}
+
+void require_valid(const Schedule& s) {
+  Step step("validating schedule '" + s.name + "' (" + grouped(s.action_count()) + " actions)");
+  ValidationReport rep = check(s);
+  // The report keeps the first violations and counts the rest: its message has the total.
+  if (!rep.ok()) throw invalid_error(rep.message(s.name));
+}
+
+void write_output(const std::string& path, const std::string& content) {
+  if (path.empty() || path == "-") {
+    std::cout << content;
+    return;
+  }
+  Step step("writing '" + path + "'");
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw usage_error("cannot write '" + path + "': " + std::strerror(errno));
+  f << content;
+  if (!f.flush()) throw usage_error("cannot write '" + path + "': " + std::strerror(errno));
+}
+
+std::string schedule_as_text(const Schedule& s, bool csv) {
+  Step step(std::string("writing the schedule as ") + (csv ? "CSV" : "text"));
+  return csv ? to_csv(s) : to_text(s);
+}
+
+void write_schedule(const std::string& path, const Schedule& s) {
+  Step step("writing '" + path + "'");
+  try {
+    write_schedule_file(path, s);
+  } catch (const error& e) {
+    throw usage_error(e.message());
+  }
+}
+
+std::vector<GeneratorFacts> generator_facts() {
+  std::vector<GeneratorFacts> out;
+  for (const GeneratorInfo& g : generators())
+    out.push_back({std::string(g.name), std::string(g.summary), to_string(g.placement),
+                   to_string(g.default_wgrad), g.default_chunks, g.chunks_vary, g.fused, g.split,
+                   g.slices, static_cast<bool>(g.generate_with_warmup), g.mario});
+  return out;
+}
+
+int recompute_count(const Schedule& s) {
+  int n = 0;
+  for (const auto& list : s.ranks)
+    for (const Action& x : list)
+      n += x.kind == OpKind::R;
+  return n;
+}
+
+SimulationResult simulate_schedule(const Schedule& s, const AnyCost& cost) {
+  Step step("simulating schedule '" + s.name + "' (" + grouped(s.action_count()) + " actions)");
+  try {
+    return std::visit([&](const auto& c) { return simulate(s, c); }, cost);
+  } catch (const invalid_problem& e) {
+    throw usage_error(e.message());
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Slice lengths from the command line: where each microbatch's sequence is cut, which only
+// TransformerCost (tokens, causal attention) can tell apart.
+
+const std::vector<OptionSpec> slicing_options = {
+    {"--slicing", true,
+     "slice lengths: uniform (default), balanced (equal forward time) or terapipe (TeraPipe's "
+     "optimum); the last two need --model and --device",
+     "MODE"},
+};
+
+namespace {
+
+//! Sets the slice lengths of a TransformerCost `cost` for the slices of `s` as --slicing asks
+//! (TeraPipe's p is the rank count of `s`); any other cost is left as it is.
+SlicingChoice apply_slicing_options(AnyCost& cost, const Args& a, const Schedule& s) {
+  SlicingChoice choice;
+  if (a.has("--slicing")) {
+    try {
+      choice.mode = parse_slicing_mode(a.get("--slicing"));
+    } catch (const parse_error& e) {
+      throw usage_error("--slicing: " + e.message());
+    }
+  }
+  if (!is_transformer(cost)) {
+    if (choice.mode != SlicingMode::Uniform)
+      throw usage_error(std::string("--slicing ") + to_string(choice.mode) +
+                        " chooses slice lengths from the cost of each token under causal "
+                        "attention, which only TransformerCost knows; give --model and --device "
+                        "(UniformCost cuts every microbatch into equal slices)");
+    return choice;
+  }
+  auto& tc = std::get<TransformerCost>(cost);
+  Step step("choosing slice lengths");
+  try {
+    choice.lengths = slice_lengths(tc, choice.mode, s.problem.slices, s.problem.ranks);
+  } catch (const invalid_problem& e) {
+    throw usage_error(std::string("--slicing ") + to_string(choice.mode) + ": " + e.message());
+  }
+  tc.slice_lengths = choice.lengths;
+  return choice;
+}
+
+MemoryBudget parse_budget_option(const std::string& text, const AnyCost& cost, const Schedule& s) {
+  const bool tc = is_transformer(cost);
+  if (detail::lower_ascii(text) == "device") {
+    if (!tc)
+      throw usage_error(
+          "--memory-budget device is the device's memory less weights, gradients and "
+          "optimizer state, which only TransformerCost knows; give --model and --device, or "
+          "a plain number of microbatches");
+    try {
+      return device_memory_budget(std::get<TransformerCost>(cost), s.problem, s.placement);
+    } catch (const invalid_problem& e) {
+      throw usage_error("--memory-budget device: " + e.message());
+    }
+  }
+  MemoryBudgetValue v;
+  try {
+    v = parse_memory_budget(text);
+  } catch (const parse_error& e) {
+    throw usage_error("--memory-budget: " + e.message() +
+                      (tc ? " With --model/--device, 'device' is accepted too." : ""));
+  }
+  if (tc && !v.bytes)
+    throw usage_error("--memory-budget " + text +
+                      " is a plain number, i.e. in memory units, but --model/--device measure "
+                      "memory in bytes; give bytes with a unit (24GB, 512MiB) or 'device'");
+  if (!tc && v.bytes)
+    throw usage_error("--memory-budget " + text +
+                      " is in bytes, but UniformCost (no --model/--device) measures memory in "
+                      "microbatches of one rank's activations; give a plain number such as 2, "
+                      "or give --model and --device to count bytes");
+  MemoryBudget b;
+  b.all = v.value;
+  return b;
+}
+
+//! What --checkpoint asks for, refused before anything is built when it cannot run.
+const CheckpointInfo& checked_checkpoint(const Args& a) {
+  const CheckpointInfo& policy = parse_checkpoint_option(a);
+  if (policy.needs_budget && !a.has("--memory-budget"))
+    throw usage_error("--checkpoint " + std::string(policy.name) +
+                      " chooses what to recompute from a memory budget; give --memory-budget X "
+                      "too (e.g. 2 microbatches, or 24GB / device with --model and --device)");
+  // The policy's own rule (Mario reads the order's mario_applies, as plan<> does); a schedule
+  // file has no order and is taken as it is.
+  if (a.has("--schedule")) {
+    const std::string name = a.get("--schedule");
+    const GeneratorInfo* g = nullptr;
+    try {
+      g = &find_generator(name);
+    } catch (const invalid_problem& e) {
+      throw usage_error(e.message());
+    }
+    if (!policy.runs_on(*g)) {
+      const std::string orders =
+          builtin_names([&](const GeneratorInfo& o) { return policy.runs_on(o); });
+      if (policy.mode == CheckpointMode::Mario)
+        throw usage_error(
+            "--checkpoint mario hides recomputes in the bubbles of a one-forward-one-backward "
+            "rhythm and runs on " +
+            orders + " only, not on '" + name + "'; use one of those, or --checkpoint selective "
+            "or full");
+      throw usage_error("--checkpoint " + std::string(policy.name) + " runs on " + orders +
+                        " only, not on '" + name + "'");
+    }
+  }
+  return policy;
+}
+
+//! `s` fitted, with its weight gradients placed, and checkpointed, as --memory-budget,
+//! --fit / --no-fit, --wgrad fine and --checkpoint ask, under `cost` — the order in which
+//! pipesched tune builds a plan, so that a plan's `simulate` command gives its step time:
+//!  1. a generated order with a memory knob (GeneratorInfo::generate_within: Zero Bubble's
+//!     capped weight-gradient deferral, slice-pipe's warm-up unless --warmup sets it) fits
+//!     itself to a budget first — without checkpointing always (unless --no-fit), with
+//!     checkpointing when --fit asks, or when its own schedule cannot meet the budget;
+//!  2. --wgrad fine places the weight-gradient parts under the budget (when the schedule is
+//!     over it whatever they do, for speed alone: checkpointing brings the memory down);
+//!  3. --checkpoint recomputes what the budget needs.
+//! A budget the schedule cannot meet is bad usage (exit 2) with the library's message.
+Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
+                              CheckpointChoice& choice, const WGradChoice& wgrad, bool generated) {
+  if (a.has("--fit") && a.has("--no-fit")) throw usage_error("give --fit or --no-fit, not both");
+  if (a.has("--memory-budget")) {
+    choice.budget = parse_budget_option(a.get("--memory-budget"), cost, s);
+    choice.budgeted = true;
+  }
+  const GeneratorInfo* g = nullptr;
+  if (generated && choice.budget.limited() && !a.has("--warmup") && !a.has("--no-fit")) {
+    g = &find_generator(a.get("--schedule"));
+    if (!g->generate_within) g = nullptr;
+  }
+  if (a.has("--fit") && !g)
+    throw usage_error(
+        "--fit fits a schedule's own memory knob to --memory-budget: give a budget and a "
+        "schedule with one (" +
+        memory_knob_orders() + ", slice-pipe without --warmup)");
+  if (!choice.policy->recomputes && !choice.budgeted && !wgrad.fine) return s;
+  auto fitted = [&](const Schedule& own) {
+    Step step("fitting schedule '" + std::string(g->name) + "' to the memory budget");
+    return std::visit(
+        [&](const auto& c) {
+          return g->generate_within(own.problem, wgrad.mode, c, choice.budget);
+        },
+        cost);
+  };
+  auto placed = [&](Schedule base) {
+    if (!wgrad.fine) return base;
+    Step step("placing weight-gradient parts");
+    try {
+      return std::visit(
+          [&](const auto& c) {
+            try {
+              return fill_weight_gradients(base, c, choice.budget, wgrad.parts);
+            } catch (const invalid_problem&) {
+              if (!choice.budget.limited()) throw;
+              return fill_weight_gradients(base, c, MemoryBudget{}, wgrad.parts);
+            }
+          },
+          cost);
+    } catch (const invalid_problem& e) {
+      throw usage_error("--wgrad fine: " + e.message());
+    }
+  };
+  auto checkpointed = [&](const Schedule& base) {
+    Step step("checkpointing (--checkpoint " + std::string(choice.policy->name) + ")");
+    return std::visit(
+        [&](const auto& c) { return choice.policy->apply(base, CostRef(c), choice.budget); },
+        cost);
+  };
+  const bool fit_first = g && (!choice.policy->recomputes || a.has("--fit"));
+  try {
+    if (fit_first) return checkpointed(placed(fitted(s)));
+    try {
+      return checkpointed(placed(s));
+    } catch (const invalid_problem&) {
+      if (!g) throw;
+      try {
+        return checkpointed(placed(fitted(s)));
+      } catch (const invalid_problem&) {
+      }
+      throw;  // the order's own schedule's reason
+    }
+  } catch (const invalid_problem& e) {
+    throw usage_error(e.message());
+  }
+}
+
+}  // namespace
+
+const std::vector<OptionSpec> checkpoint_options = {
+    {"--checkpoint", true,
+     checkpoint_names() +
+         " (selective and mario need a budget; full and selective recompute after the gradient "
+         "arrives, as Megatron-LM; the -early ones may recompute before it)",
+     "MODE"},
+    {"--memory-budget", true,
+     "activation memory per rank: N (microbatches), 24GB, 512MiB or device", "X"},
+    {"--fit", false,
+     "fit the schedule's own memory knob (" + memory_knob_orders() +
+         ") to the budget before checkpointing (default: only without checkpointing, or when its "
+         "own schedule cannot meet the budget)"},
+    {"--no-fit", false,
+     "keep the schedule's own order under the budget (checkpointing alone fits it)"},
+};
+
+Prepared prepare(const Args& a, const PrepareOptions& options) {
+  Prepared out;
+  out.cost = get_cost(a);
+  out.checkpoint.policy = &checked_checkpoint(a);
+  const bool checkpointed = out.checkpoint.policy->recomputes;
+
+  bool from_generator = false;
+  for (const OptionSpec& o : schedule_options)
+    from_generator = from_generator || a.has(o.name);
+  if (options.allow_file && !a.positionals.empty()) {
+    if (from_generator)
+      throw usage_error(
+          "give either a schedule FILE or --schedule NAME with its options, not both");
+    out.schedule = read_schedule(a.positionals[0]);
+    out.from_file = true;
+    // Checkpointing adds at most one R per unit; the file itself is within the readers' limits.
+    if (checkpointed) {
+      const Problem& p = out.schedule.problem;
+      const double units = static_cast<double>(p.stages) * p.microbatches * p.slices;
+      const double actions = static_cast<double>(out.schedule.action_count()) + units;
+      if (actions > max_actions)
+        throw usage_error("schedule '" + out.schedule.name + "' has " +
+                          grouped(out.schedule.action_count()) + " actions and --checkpoint " +
+                          std::string(out.checkpoint.policy->name) + " may add " + grouped(units) +
+                          " recomputes: up to " + grouped(actions) +
+                          " actions, over the limit of " + grouped(max_actions) +
+                          " actions a command builds; checkpoint a "
+                          "smaller schedule");
+    }
+    require_valid(out.schedule);
+  } else {
+    out.schedule = generated_schedule(
+        a, *out.checkpoint.policy, options.lower_comm, out.wgrad,
+        is_transformer(out.cost) ? std::get<TransformerCost>(out.cost).model.layers : 0);
+    // --wgrad-parts gemm: as many parts as the stage with the most weight GEMMs has, each
+    // W's parts its GEMMs (WGradSplit::PerGemm), as pipesched tune cuts them.
+    if (out.wgrad.fine && out.wgrad.parts == 0) {
+      auto& tc = std::get<TransformerCost>(out.cost);
+      tc.wgrad_split = WGradSplit::PerGemm;
+      const CostContext ctx{out.schedule.problem, out.schedule.placement, 1};
+      for (int st = 0; st < out.schedule.problem.stages; ++st)
+        out.wgrad.parts = std::max(out.wgrad.parts, tc.weight_gemms(ctx, st));
+    }
+  }
+  out.slicing = apply_slicing_options(out.cost, a, out.schedule);
+  out.schedule = apply_budget_options(std::move(out.schedule), a, out.cost, out.checkpoint,
+                                      out.wgrad, !out.from_file);
+  if (options.lower_comm) {
+    Step step("lowering to sends and receives");
+    out.schedule = lower_communication(out.schedule);
+  }
+  require_valid(out.schedule);
+  return out;
+}
+
+}  // namespace pipesched::cli
