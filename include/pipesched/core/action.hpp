@@ -40,6 +40,7 @@ enum class OpKind : std::uint8_t {
   WaitReduceGrad
 };
 
+//! The number of OpKind values (`WaitReduceGrad` is the last, 16).
 inline constexpr int op_kind_count = 17;
 
 //! Short name of a kind as used in action strings (`F`, `B`, `SEND_F`, `OVERLAP_F_B`, ...).
@@ -121,10 +122,10 @@ constexpr bool is_input_backward(OpKind k) noexcept {
 //! the next stage and the backward of the next slice — as a recompute inside the backward call
 //! runs (Megatron-LM's activation checkpointing); a plain R needs only its forward.
 struct Action {
-  OpKind kind = OpKind::Idle;
-  int stage = 0;
-  int microbatch = 0;
-  int slice = 0;
+  OpKind kind = OpKind::Idle;  //!< what the action does
+  int stage = 0;               //!< the pipeline stage it computes or moves data of
+  int microbatch = 0;          //!< the microbatch (0 for the stage-wide PyTorch kinds)
+  int slice = 0;               //!< the sequence slice (0 with whole sequences)
   int part = 0;          //!< which piece of a split weight-gradient (W) computation
   int b_stage = 0;       //!< Overlap only: stage of the backward half
   int b_microbatch = 0;  //!< Overlap only: microbatch of the backward half

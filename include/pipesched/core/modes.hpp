@@ -10,6 +10,7 @@ enum class WGradMode {
   Split,  //!< I (input gradient) then W (weight gradient), as in Zero Bubble
 };
 
+//! The mode's command-line name: "fused" or "split".
 constexpr const char* to_string(WGradMode m) noexcept {
   return m == WGradMode::Fused ? "fused" : "split";
 }
@@ -19,6 +20,7 @@ constexpr const char* to_string(WGradMode m) noexcept {
 //! recompute free to start before it (R), which hides part of it in the wait for the gradient.
 enum class CheckpointMode { None, Full, Selective, Mario, FullEarly, SelectiveEarly };
 
+//! The mode's command-line name ("none", "full", "selective", "mario", ...).
 constexpr const char* to_string(CheckpointMode m) noexcept {
   switch (m) {
     case CheckpointMode::None:

@@ -68,6 +68,8 @@ inline std::string sanitize_utf8(std::string_view text) {
 
 }  // namespace detail
 
+//! JSON text for the command's output and the trace writer: string literals, numbers and a
+//! writer that places the commas.
 namespace json {
 
 //! Appends `text` to `out` as a JSON string literal: quotes and backslashes escaped, control

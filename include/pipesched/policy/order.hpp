@@ -36,6 +36,7 @@
 #include "pipesched/schedule/zero_bubble_v.hpp"
 
 namespace pipesched {
+//! Order policies: which schedule a plan generates (GPipe, 1F1B, Zero Bubble, ...).
 namespace order {
 
 //! The placements an order can run on.

@@ -8,6 +8,7 @@
 #include "pipesched/policy/family.hpp"
 
 namespace pipesched {
+//! Placement policies: which rank holds which stage.
 namespace placement {
 
 //! One stage per rank: stage s on rank s.

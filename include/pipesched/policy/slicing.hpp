@@ -11,6 +11,7 @@
 #include "pipesched/policy/family.hpp"
 
 namespace pipesched {
+//! Slicing policies: whether, and how, each microbatch's sequence is cut into slices.
 namespace slicing {
 
 //! Whole sequences: one slice per microbatch.

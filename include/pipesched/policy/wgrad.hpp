@@ -8,6 +8,8 @@
 #include "pipesched/policy/family.hpp"
 
 namespace pipesched {
+//! Weight-gradient policies: whether the backward computes the weight gradient with the
+//! input gradient or as separate W actions, and in how many parts.
 namespace wgrad {
 
 //! One full backward action (B) per stage and microbatch.

@@ -15,6 +15,8 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/exec/wire.hpp"
 
+//! Toy models for tests, examples and benchmarks: an MLP, a small GPT and a synthetic stage
+//! on the host, with their tensors, data and a sequential reference.
 namespace pipesched::toy {
 
 //! A host tensor: `shape` (outermost first) and `data`, contiguous and row-major. A plain
