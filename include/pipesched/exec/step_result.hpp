@@ -16,7 +16,7 @@ namespace pipesched {
 struct StepResult {
   double loss = 0;     //!< the step loss (sum of every rank's contributions)
   double seconds = 0;  //!< wall time of the step (the latest rank end)
-  std::vector<RankRun> ranks;
+  std::vector<RankRun> ranks;  //!< what each rank measured, by rank
   Schedule executed;  //!< the schedule as run (lowered to sends and receives)
 
   //! The step of `runs` (one per rank, in rank order) of `executed`: the loss is their sum,
