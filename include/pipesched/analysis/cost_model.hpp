@@ -17,7 +17,7 @@ namespace pipesched {
 struct CostContext {
   const Problem& problem;      //!< the problem the schedule solves
   const Placement& placement;  //!< which rank holds each stage
-  int wgrad_parts = 1;  //!< pieces each weight-gradient W is cut into (W parts 0..n-1)
+  int wgrad_parts = 1;         //!< pieces each weight-gradient W is cut into (W parts 0..n-1)
 };
 
 //! A cost model answers three questions about an action `a` (never an Overlap or Idle:

@@ -52,9 +52,10 @@ struct RankSummary {
 struct SimulationResult {
   bool deadlock = false;        //!< true when some rank could not finish its list
   std::string deadlock_report;  //!< which rank waits for what, when deadlock
-  double makespan = 0;      //!< when the last rank ends (its step tail included)
-  double bubble_ratio = 0;  //!< share of ranks × makespan not busy: 1 − Σ busy / (ranks · makespan)
-  double peak_memory_max = 0;  //!< max over ranks of peak_memory
+  double makespan = 0;          //!< when the last rank ends (its step tail included)
+  //! The idle share of ranks × makespan: 1 − Σ busy / (ranks · makespan).
+  double bubble_ratio = 0;
+  double peak_memory_max = 0;      //!< max over ranks of peak_memory
   std::vector<RankSummary> ranks;  //!< each rank's figures, by rank
   //! timing[r][i] for the action at rank r, position i (idle slots: start = end).
   std::vector<std::vector<ActionTiming>> timing;

@@ -21,10 +21,10 @@ namespace pipesched {
 //! `shape`, `index-range`, `placement`, `duplicate`, `missing`, `order`, `missing-receive`,
 //! `unmatched-comm`, `missing-wait`, `channel-order`, `reduce-grad`, `deadlock`.
 struct Violation {
-  int rank = -1;      //!< the rank whose list holds the action, or -1
-  int position = -1;  //!< its index in that list, or -1
-  Action action;      //!< the action the violation is about
-  std::string rule;   //!< the rule's identifier (see above)
+  int rank = -1;        //!< the rank whose list holds the action, or -1
+  int position = -1;    //!< its index in that list, or -1
+  Action action;        //!< the action the violation is about
+  std::string rule;     //!< the rule's identifier (see above)
   std::string message;  //!< a full sentence: where, what, and the rule it breaks
 };
 

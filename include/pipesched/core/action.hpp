@@ -126,11 +126,11 @@ struct Action {
   int stage = 0;               //!< the pipeline stage it computes or moves data of
   int microbatch = 0;          //!< the microbatch (0 for the stage-wide PyTorch kinds)
   int slice = 0;               //!< the sequence slice (0 with whole sequences)
-  int part = 0;          //!< which piece of a split weight-gradient (W) computation
-  int b_stage = 0;       //!< Overlap only: stage of the backward half
-  int b_microbatch = 0;  //!< Overlap only: microbatch of the backward half
-  int b_slice = 0;       //!< Overlap only: slice of the backward half
-  bool late = false;     //!< R only: waits for its backward's inputs (see above)
+  int part = 0;                //!< which piece of a split weight-gradient (W) computation
+  int b_stage = 0;             //!< Overlap only: stage of the backward half
+  int b_microbatch = 0;        //!< Overlap only: microbatch of the backward half
+  int b_slice = 0;             //!< Overlap only: slice of the backward half
+  bool late = false;           //!< R only: waits for its backward's inputs (see above)
 
   //! An explicit idle slot.
   static constexpr Action idle() noexcept { return Action{}; }

@@ -461,7 +461,8 @@ struct ProfileOptions {
   bool recompute = true;
   int warmup_steps = 1;  //!< steps run first and not measured (first touches, allocations)
   int repeats = 3;       //!< steps measured; each figure is the median of their figures
-  ProfiledCostOptions cost = {};  //!< how the measured steps become figures (profiled_cost)
+  //! How the measured steps become figures (see profiled_cost).
+  ProfiledCostOptions cost = {};
   //! The pipeline's options (receive timeout, ...). With an optimizer the steps train the
   //! stage models; without one (the default) their parameters do not change.
   ExecutorOptions executor = {};

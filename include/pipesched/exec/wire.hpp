@@ -21,11 +21,11 @@ struct WireHeader {
   static constexpr int max_rank = 8;  //!< the most extents a tensor sent may have
 
   std::uint32_t magic = magic_value;  //!< `magic_value`; anything else is not a header
-  std::uint32_t element_type = 0;  //!< a code the tensor type chooses (e.g. its element size)
-  std::int32_t rank = 0;           //!< number of extents used in `extents`
-  std::int32_t reserved = 0;       //!< unused, 0: the padding before `extents`, made explicit
+  std::uint32_t element_type = 0;     //!< a code the tensor type chooses (e.g. its element size)
+  std::int32_t rank = 0;              //!< number of extents used in `extents`
+  std::int32_t reserved = 0;          //!< unused, 0: the padding before `extents`, made explicit
   std::array<std::int64_t, max_rank> extents{};  //!< the tensor's shape, outermost first
-  std::uint64_t payload_bytes = 0;  //!< bytes of the payload that follows
+  std::uint64_t payload_bytes = 0;               //!< bytes of the payload that follows
 };
 static_assert(std::is_trivially_copyable_v<WireHeader>);
 
