@@ -21,23 +21,23 @@ namespace pipesched {
 //! stage) act on a whole stage and have no microbatch. pipesched schedules them as written and
 //! gives them no dependency; see docs/formats.md.
 enum class OpKind : std::uint8_t {
-  F,
-  B,
-  I,
-  W,
-  R,
-  SendF,
-  RecvF,
-  SendB,
-  RecvB,
-  Overlap,
-  Idle,
-  WaitSendF,
-  WaitSendB,
-  Unshard,
-  Reshard,
-  ReduceGrad,
-  WaitReduceGrad
+  F,              //!< forward
+  B,              //!< full backward: input and weight gradients
+  I,              //!< backward for the input gradient only
+  W,              //!< backward for the weight gradient only (or one part of it)
+  R,              //!< recompute of a checkpointed forward
+  SendF,          //!< send a forward activation to the next stage
+  RecvF,          //!< receive a forward activation from the previous stage
+  SendB,          //!< send an input gradient to the previous stage
+  RecvB,          //!< receive an input gradient from the next stage
+  Overlap,        //!< one forward and one full backward run together (DualPipe)
+  Idle,           //!< an explicit empty slot
+  WaitSendF,      //!< complete an earlier SendF of the same unit
+  WaitSendB,      //!< complete an earlier SendB of the same unit
+  Unshard,        //!< FSDP: gather a stage's sharded parameters
+  Reshard,        //!< FSDP: release them
+  ReduceGrad,     //!< start the data-parallel gradient reduction of a stage
+  WaitReduceGrad  //!< finish it
 };
 
 //! The number of OpKind values (`WaitReduceGrad` is the last, 16).

@@ -116,10 +116,13 @@ template <class R>
 concept prioritized_rule = requires(const R& rule, const RankState& st, const ReadyAction& a) {
   { rule.priority(st, a) } -> std::totally_ordered;
 };
+//! A list-scheduling rule that orders by `key(action)`, a value of the action alone (see
+//! prioritized_rule).
 template <class R>
 concept keyed_rule = requires(const R& rule, const ReadyAction& a) {
   { rule.key(a) } -> std::totally_ordered;
 };
+//! A list-scheduling rule: one that orders by `priority` or by `key` (see prioritized_rule).
 template <class R>
 concept list_rule = prioritized_rule<R> || keyed_rule<R>;
 
