@@ -39,7 +39,7 @@ struct DependencyRule {
   Role consumer, producer;
   //! @}
   //! @{
-  //! Where the producer lies from the consumer: stages and slices further along (−1, 0 or +1).
+  //! The producer's stage and slice relative to the consumer's: −1 the previous, +1 the next.
   int stage_step, slice_step;
   //! @}
 };
