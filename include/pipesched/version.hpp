@@ -11,6 +11,8 @@
 #define PIPESCHED_VERSION \
   (PIPESCHED_VERSION_MAJOR * 10000 + PIPESCHED_VERSION_MINOR * 100 + PIPESCHED_VERSION_PATCH)
 
+//! pipesched: pipeline-parallel training schedules, their policies, passes, analysis, file
+//! formats and the executor that runs them.
 namespace pipesched {
 
 //! The library's version, "MAJOR.MINOR.PATCH".

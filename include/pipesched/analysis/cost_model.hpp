@@ -15,9 +15,9 @@ namespace pipesched {
 
 //! What a cost model may look at besides the action: the problem and the placement.
 struct CostContext {
-  const Problem& problem;
-  const Placement& placement;
-  int wgrad_parts = 1;  //!< pieces each weight-gradient W is cut into (W parts 0..n-1)
+  const Problem& problem;      //!< the problem the schedule solves
+  const Placement& placement;  //!< which rank holds each stage
+  int wgrad_parts = 1;         //!< pieces each weight-gradient W is cut into (W parts 0..n-1)
 };
 
 //! A cost model answers three questions about an action `a` (never an Overlap or Idle:
@@ -40,8 +40,8 @@ concept cost_model = requires(const C& c, const CostContext& ctx, const Action& 
 //! released at its end. The rule every replay of a schedule counts memory by (the simulator,
 //! the checkpointing passes, the weight-gradient filler, the list-scheduling engine).
 struct MemoryEffect {
-  double grow = 0;
-  double shrink = 0;
+  double grow = 0;    //!< memory taken at the action's start (>= 0)
+  double shrink = 0;  //!< memory released at its end (<= 0)
   //! What the rank holds more once the action has ended.
   double net() const noexcept { return grow + shrink; }
 };
@@ -85,6 +85,7 @@ constexpr MemoryUnit memory_unit_of(const C& cost) noexcept {
 //! over its type. The model it refers to must outlive it. Each call is one indirect call.
 class CostRef {
  public:
+  //! A view of `cost`, which must outlive it.
   template <cost_model C>
   requires(!std::same_as<std::remove_cvref_t<C>, CostRef>) CostRef(const C& cost)
   noexcept  // NOLINT(google-explicit-constructor): a view, like span
@@ -100,12 +101,15 @@ class CostRef {
           return static_cast<double>(static_cast<const C*>(m)->transfer_time(ctx, a));
         }) {}
 
+  //! The model's `duration(ctx, a)`.
   double duration(const CostContext& ctx, const Action& a) const {
     return duration_(model_, ctx, a);
   }
+  //! The model's `memory_delta(ctx, a, checkpointed)`.
   double memory_delta(const CostContext& ctx, const Action& a, bool checkpointed) const {
     return memory_(model_, ctx, a, checkpointed);
   }
+  //! The model's `transfer_time(ctx, a)`.
   double transfer_time(const CostContext& ctx, const Action& a) const {
     return transfer_(model_, ctx, a);
   }

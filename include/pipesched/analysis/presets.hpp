@@ -13,20 +13,21 @@
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/core/error.hpp"
 
+//! Named devices and model shapes for TransformerCost (H100, A100, GPT-3, Llama-2, ...).
 namespace pipesched::presets {
 
 //! A device under its preset name, with a one-line description.
 struct DevicePreset {
-  std::string name;
-  std::string description;
-  DeviceSpec device;
+  std::string name;         //!< the name `--device` takes ("h100", "a100-80gb", ...)
+  std::string description;  //!< one line saying what the device is
+  DeviceSpec device;        //!< its figures
 };
 
 //! A model shape under its preset name, with a one-line description.
 struct ModelPreset {
-  std::string name;
-  std::string description;
-  ModelShape model;
+  std::string name;         //!< the name `--model` takes ("gpt3-13b", "llama2-13b", ...)
+  std::string description;  //!< one line saying what the model is
+  ModelShape model;         //!< its shape
 };
 
 namespace detail {

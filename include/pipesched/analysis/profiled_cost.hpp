@@ -46,6 +46,7 @@ struct ProfiledCost {
   //! otherwise that stage's `stages` entry is divided evenly among the slices.
   std::vector<std::vector<StageProfile>> slices = {};
 
+  //! The whole-microbatch figures of `stage`; throws invalid_problem when the table has none.
   const StageProfile& at(const CostContext& ctx, int stage) const {
     if (stage < 0 || stage >= static_cast<int>(stages.size()))
       throw invalid_problem("ProfiledCost has figures for " + std::to_string(stages.size()) +
@@ -61,6 +62,8 @@ struct ProfiledCost {
            static_cast<int>(slices[static_cast<std::size_t>(stage)].size()) == ctx.problem.slices;
   }
 
+  //! Time of compute action `a` from its stage's figures (a W part: its share of
+  //! backward_weight); 0 for any other action.
   double duration(const CostContext& ctx, const Action& a) const {
     if (!is_compute(a.kind) || a.kind == OpKind::Overlap) return 0.0;
     double k = 1;
@@ -82,6 +85,8 @@ struct ProfiledCost {
     }
   }
 
+  //! Bytes compute action `a` adds (F, R) or frees (B, I, W), from its stage's figures; 0 for
+  //! any other action.
   double memory_delta(const CostContext& ctx, const Action& a, bool checkpointed) const {
     if (!is_compute(a.kind) || a.kind == OpKind::Overlap) return 0.0;
     double k = 1;
@@ -106,6 +111,7 @@ struct ProfiledCost {
     }
   }
 
+  //! `transfer`, for every message.
   double transfer_time(const CostContext&, const Action&) const { return transfer; }
 
  private:

@@ -29,14 +29,14 @@ namespace pipesched {
 
 //! When an action ran in the simulation.
 struct ActionTiming {
-  double start = 0;
-  double end = 0;
+  double start = 0;  //!< when it started
+  double end = 0;    //!< when it ended
 };
 
 //! One point of a rank's memory curve: from `time` on, the rank holds `value`.
 struct MemoryPoint {
-  double time = 0;
-  double value = 0;
+  double time = 0;   //!< when the held memory changed
+  double value = 0;  //!< what the rank holds from then on
 };
 
 //! Per-rank figures.
@@ -50,12 +50,13 @@ struct RankSummary {
 
 //! What `simulate` computes.
 struct SimulationResult {
-  bool deadlock = false;
+  bool deadlock = false;        //!< true when some rank could not finish its list
   std::string deadlock_report;  //!< which rank waits for what, when deadlock
-  double makespan = 0;
+  double makespan = 0;          //!< when the last rank ends (its step tail included)
+  //! The idle share of ranks × makespan: 1 − Σ busy / (ranks · makespan).
   double bubble_ratio = 0;
-  double peak_memory_max = 0;  //!< max over ranks of peak_memory
-  std::vector<RankSummary> ranks;
+  double peak_memory_max = 0;      //!< max over ranks of peak_memory
+  std::vector<RankSummary> ranks;  //!< each rank's figures, by rank
   //! timing[r][i] for the action at rank r, position i (idle slots: start = end).
   std::vector<std::vector<ActionTiming>> timing;
 };

@@ -235,8 +235,8 @@ struct Parallelism {
 
 //! Where a slice sits in its sequence: tokens [offset, offset + length).
 struct SliceSpan {
-  int offset = 0;
-  int length = 0;
+  int offset = 0;  //!< the slice's first token
+  int length = 0;  //!< its token count
 };
 
 //! Cost model of a transformer on a device; satisfies `cost_model`.
@@ -340,8 +340,8 @@ struct SliceSpan {
 struct TransformerCost {
   //! Memory is in bytes (messages print amounts as 24GB, 3.19GiB).
   static constexpr MemoryUnit memory_unit = MemoryUnit::Bytes;
-  ModelShape model;
-  DeviceSpec device;
+  ModelShape model;   //!< the transformer's shape
+  DeviceSpec device;  //!< the device each rank runs on
   //! Token count of each slice, overriding the uniform cut (s / K each, the last slice
   //! taking the remainder). Empty = uniform. Needs one entry per slice of the problem,
   //! each positive, summing to model.sequence.

@@ -46,6 +46,8 @@ struct UniformCost {
     return 1.0 / (chunks * ctx.problem.slices);
   }
 
+  //! `f`, `b`, `b − w`, `w` or `r` times the unit's share (a W part: its share of `w`); 0 for
+  //! any other action.
   double duration(const CostContext& ctx, const Action& a) const {
     const double u = unit_share(ctx);
     switch (a.kind) {
@@ -64,6 +66,8 @@ struct UniformCost {
     }
   }
 
+  //! The unit's share of one microbatch's activations: F adds it (`boundary` of it when
+  //! checkpointed, R the rest), B frees it, I all but `w_memory` of it and W the rest.
   double memory_delta(const CostContext& ctx, const Action& a, bool checkpointed) const {
     const double u = unit_share(ctx);
     switch (a.kind) {
@@ -82,6 +86,7 @@ struct UniformCost {
     }
   }
 
+  //! `comm`, for every message.
   double transfer_time(const CostContext&, const Action&) const { return comm; }
 
  private:

@@ -21,10 +21,10 @@ namespace pipesched {
 //! `shape`, `index-range`, `placement`, `duplicate`, `missing`, `order`, `missing-receive`,
 //! `unmatched-comm`, `missing-wait`, `channel-order`, `reduce-grad`, `deadlock`.
 struct Violation {
-  int rank = -1;
-  int position = -1;
-  Action action;
-  std::string rule;
+  int rank = -1;        //!< the rank whose list holds the action, or -1
+  int position = -1;    //!< its index in that list, or -1
+  Action action;        //!< the action the violation is about
+  std::string rule;     //!< the rule's identifier (see above)
   std::string message;  //!< a full sentence: where, what, and the rule it breaks
 };
 
@@ -53,6 +53,7 @@ struct ValidationReport {
   std::vector<Violation> violations;  //!< the first violations found, at most max_recorded
   std::uint64_t omitted = 0;          //!< violations found beyond those kept
 
+  //! True when no violation was found: the schedule is valid.
   bool ok() const noexcept { return violations.empty() && omitted == 0; }
   //! Every violation found, kept or not.
   std::uint64_t total() const noexcept {

@@ -21,25 +21,26 @@ namespace pipesched {
 //! stage) act on a whole stage and have no microbatch. pipesched schedules them as written and
 //! gives them no dependency; see docs/formats.md.
 enum class OpKind : std::uint8_t {
-  F,
-  B,
-  I,
-  W,
-  R,
-  SendF,
-  RecvF,
-  SendB,
-  RecvB,
-  Overlap,
-  Idle,
-  WaitSendF,
-  WaitSendB,
-  Unshard,
-  Reshard,
-  ReduceGrad,
-  WaitReduceGrad
+  F,              //!< forward
+  B,              //!< full backward: input and weight gradients
+  I,              //!< backward for the input gradient only
+  W,              //!< backward for the weight gradient only (or one part of it)
+  R,              //!< recompute of a checkpointed forward
+  SendF,          //!< send a forward activation to the next stage
+  RecvF,          //!< receive a forward activation from the previous stage
+  SendB,          //!< send an input gradient to the previous stage
+  RecvB,          //!< receive an input gradient from the next stage
+  Overlap,        //!< one forward and one full backward run together (DualPipe)
+  Idle,           //!< an explicit empty slot
+  WaitSendF,      //!< complete an earlier SendF of the same unit
+  WaitSendB,      //!< complete an earlier SendB of the same unit
+  Unshard,        //!< FSDP: gather a stage's sharded parameters
+  Reshard,        //!< FSDP: release them
+  ReduceGrad,     //!< start the data-parallel gradient reduction of a stage
+  WaitReduceGrad  //!< finish it
 };
 
+//! The number of OpKind values (`WaitReduceGrad` is the last, 16).
 inline constexpr int op_kind_count = 17;
 
 //! Short name of a kind as used in action strings (`F`, `B`, `SEND_F`, `OVERLAP_F_B`, ...).
@@ -121,15 +122,15 @@ constexpr bool is_input_backward(OpKind k) noexcept {
 //! the next stage and the backward of the next slice — as a recompute inside the backward call
 //! runs (Megatron-LM's activation checkpointing); a plain R needs only its forward.
 struct Action {
-  OpKind kind = OpKind::Idle;
-  int stage = 0;
-  int microbatch = 0;
-  int slice = 0;
-  int part = 0;          //!< which piece of a split weight-gradient (W) computation
-  int b_stage = 0;       //!< Overlap only: stage of the backward half
-  int b_microbatch = 0;  //!< Overlap only: microbatch of the backward half
-  int b_slice = 0;       //!< Overlap only: slice of the backward half
-  bool late = false;     //!< R only: waits for its backward's inputs (see above)
+  OpKind kind = OpKind::Idle;  //!< what the action does
+  int stage = 0;               //!< the pipeline stage it computes or moves data of
+  int microbatch = 0;          //!< the microbatch (0 for the stage-wide PyTorch kinds)
+  int slice = 0;               //!< the sequence slice (0 with whole sequences)
+  int part = 0;                //!< which piece of a split weight-gradient (W) computation
+  int b_stage = 0;             //!< Overlap only: stage of the backward half
+  int b_microbatch = 0;        //!< Overlap only: microbatch of the backward half
+  int b_slice = 0;             //!< Overlap only: slice of the backward half
+  bool late = false;           //!< R only: waits for its backward's inputs (see above)
 
   //! An explicit idle slot.
   static constexpr Action idle() noexcept { return Action{}; }

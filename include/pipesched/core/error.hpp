@@ -17,9 +17,12 @@ namespace pipesched {
 //! Base of every exception pipesched throws.
 class error : public std::runtime_error {
  public:
+  //! An exception whose message is `what`, kept as its parts.
   explicit error(const Message& what)
       : std::runtime_error(what.text()), message_(std::make_shared<const Message>(what)) {}
+  //! An exception whose message is the plain text `what` (one part).
   explicit error(const std::string& what) : error(Message(what)) {}
+  //! An exception whose message is the plain text `what` (one part).
   explicit error(const char* what) : error(Message(what)) {}
 
   ~error() override = default;
@@ -47,8 +50,11 @@ class error : public std::runtime_error {
 //! its value and what would be accepted.
 class invalid_problem : public error {
  public:
+  //! An exception whose message is `what`, kept as its parts.
   explicit invalid_problem(const Message& what) : error(what) {}
+  //! An exception whose message is the plain text `what`.
   explicit invalid_problem(const std::string& what) : error(what) {}
+  //! An exception whose message is the plain text `what`.
   explicit invalid_problem(const char* what) : error(what) {}
   void throw_after(const Message& prefix) const override {
     throw invalid_problem(prefix + message());
@@ -58,8 +64,11 @@ class invalid_problem : public error {
 //! A schedule that breaks a rule (missing action, dependency order, deadlock, ...).
 class invalid_schedule : public error {
  public:
+  //! An exception whose message is `what`, kept as its parts.
   explicit invalid_schedule(const Message& what) : error(what) {}
+  //! An exception whose message is the plain text `what`.
   explicit invalid_schedule(const std::string& what) : error(what) {}
+  //! An exception whose message is the plain text `what`.
   explicit invalid_schedule(const char* what) : error(what) {}
   void throw_after(const Message& prefix) const override {
     throw invalid_schedule(prefix + message());
@@ -70,6 +79,7 @@ class invalid_schedule : public error {
 //! The message gives the line, the column, the bad token and what was expected.
 class parse_error : public error {
  public:
+  //! An exception whose message is `what`, about the token at `line`, `column`.
   parse_error(const Message& what, int line, int column)
       : error(what), line_(line), column_(column) {}
   //! 1-based line of the offending token (0 when not from a file).
@@ -89,11 +99,17 @@ class parse_error : public error {
 //! budget allows `allowed()`, both in `unit()` (bytes, or a cost model's abstract units).
 class budget_error : public invalid_problem {
  public:
+  //! An exception whose message is `what`: `rank` needs `needed` where the budget allows
+  //! `allowed`, both in `unit`.
   budget_error(const Message& what, int rank, double needed, double allowed, MemoryUnit unit)
       : invalid_problem(what), rank_(rank), needed_(needed), allowed_(allowed), unit_(unit) {}
+  //! The rank whose memory exceeds the budget.
   int rank() const noexcept { return rank_; }
+  //! The least memory the rank needs, in `unit()`.
   double needed() const noexcept { return needed_; }
+  //! The memory the budget allows the rank, in `unit()`.
   double allowed() const noexcept { return allowed_; }
+  //! What `needed()` and `allowed()` count: bytes, or a cost model's abstract units.
   MemoryUnit unit() const noexcept { return unit_; }
   void throw_after(const Message& prefix) const override {
     throw budget_error(prefix + message(), rank_, needed_, allowed_, unit_);
@@ -109,11 +125,14 @@ class budget_error : public invalid_problem {
 //! ("Problem.ranks", "TuneRequest.bases"), `value()` is the value refused.
 class invalid_argument : public invalid_problem {
  public:
+  //! An exception whose message is `what`, refusing `value` for the argument `field`.
   invalid_argument(const Message& what, std::string field, std::string value)
       : invalid_problem(what),
         field_(std::make_shared<const std::string>(std::move(field))),
         value_(std::make_shared<const std::string>(std::move(value))) {}
+  //! The refused argument as the API spells it ("Problem.ranks").
   const std::string& field() const noexcept { return *field_; }
+  //! The refused value, as text.
   const std::string& value() const noexcept { return *value_; }
   void throw_after(const Message& prefix) const override {
     throw invalid_argument(prefix + message(), field(), value());

@@ -13,13 +13,15 @@ namespace pipesched {
 //! rank's activations; TransformerCost and ProfiledCost: bytes). `per_rank`, when not empty,
 //! overrides `all` rank by rank (a tuner gives each rank its device memory minus its weights).
 struct MemoryBudget {
-  double all = std::numeric_limits<double>::infinity();
-  std::vector<double> per_rank = {};
+  double all = std::numeric_limits<double>::infinity();  //!< every rank's budget (infinite: none)
+  std::vector<double> per_rank = {};  //!< rank r's budget at r; ranks beyond its end get `all`
 
+  //! The budget of `rank`: `per_rank[rank]` when given, else `all`.
   double of(int rank) const {
     return rank < static_cast<int>(per_rank.size()) ? per_rank[static_cast<std::size_t>(rank)]
                                                     : all;
   }
+  //! True when some rank's budget is finite.
   bool limited() const {
     if (std::isfinite(all)) return true;
     for (double b : per_rank)

@@ -10,15 +10,19 @@ enum class WGradMode {
   Split,  //!< I (input gradient) then W (weight gradient), as in Zero Bubble
 };
 
+//! The mode's command-line name: "fused" or "split".
 constexpr const char* to_string(WGradMode m) noexcept {
   return m == WGradMode::Fused ? "fused" : "split";
 }
 
-//! Which checkpointing a schedule gets. Full and Selective recompute as Megatron-LM does, after
-//! the gradient arrives (RL); FullEarly and SelectiveEarly checkpoint the same units with the
-//! recompute free to start before it (R), which hides part of it in the wait for the gradient.
+//! Which checkpointing a schedule gets: None keeps every forward's activations; Full
+//! recomputes every unit and Selective the units a memory budget requires, as Megatron-LM does,
+//! after the gradient arrives (RL); FullEarly and SelectiveEarly checkpoint the same units with
+//! the recompute free to start before it (R), which hides part of it in the wait for the
+//! gradient; Mario hoists recomputes into bubbles and preposes forwards (checkpoint_mario).
 enum class CheckpointMode { None, Full, Selective, Mario, FullEarly, SelectiveEarly };
 
+//! The mode's command-line name ("none", "full", "selective", "mario", ...).
 constexpr const char* to_string(CheckpointMode m) noexcept {
   switch (m) {
     case CheckpointMode::None:

@@ -16,6 +16,7 @@ enum class PlacementKind {
   Custom,  //!< any other map
 };
 
+//! The kind's name: "linear", "interleaved", "v-shape" or "custom".
 constexpr const char* to_string(PlacementKind k) noexcept {
   switch (k) {
     case PlacementKind::Linear:
@@ -94,8 +95,11 @@ class Placement {
     return Placement(std::move(rank_of_stage), ranks, PlacementKind::Custom);
   }
 
+  //! The map's shape, Custom when it is none of the named ones.
   PlacementKind kind() const noexcept { return kind_; }
+  //! The ranks the stages are placed on.
   int ranks() const noexcept { return ranks_; }
+  //! The number of stages placed.
   int stages() const noexcept { return static_cast<int>(rank_of_stage_.size()); }
   //! Stages per rank when every rank holds the same number, else 0.
   int chunks() const noexcept { return chunks_; }

@@ -34,8 +34,14 @@ enum class Role : std::uint8_t {
 //! on (s + stage_step, m, k + slice_step). A producer role Recompute stands for any R (late or
 //! not); a rule with a stage step crosses stages (and so, perhaps, ranks).
 struct DependencyRule {
+  //! @{
+  //! The role of the waiting action and of the action it waits for.
   Role consumer, producer;
+  //! @}
+  //! @{
+  //! The producer's stage and slice relative to the consumer's: −1 the previous, +1 the next.
   int stage_step, slice_step;
+  //! @}
 };
 
 //! The rules, in the order the engine releases dependents (which fixes its ties).
@@ -77,9 +83,12 @@ constexpr bool role_of(const Action& a, Role& role) noexcept {
 
 //! One action an action waits for: its role and unit, and whether it is on another stage.
 struct Dependency {
-  Role role;
+  Role role;  //!< the role of the action waited for
+  //! @{
+  //! The unit of the action waited for.
   int stage, microbatch, slice;
-  bool crosses_stage;
+  //! @}
+  bool crosses_stage;  //!< true when it is on another stage than the waiting action
 };
 
 namespace detail {

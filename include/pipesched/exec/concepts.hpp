@@ -129,10 +129,10 @@ enum class Direction : std::uint8_t { Forward, Backward };
 //! What identifies a message: the stage that receives it, the microbatch, the slice and
 //! the direction. A transport matches a receive to the send with the same key.
 struct MessageKey {
-  int stage = 0;
-  int microbatch = 0;
-  int slice = 0;
-  Direction direction = Direction::Forward;
+  int stage = 0;                             //!< the stage that receives the message
+  int microbatch = 0;                        //!< the microbatch it belongs to
+  int slice = 0;                             //!< its sequence slice
+  Direction direction = Direction::Forward;  //!< activation (Forward) or gradient (Backward)
   friend bool operator==(const MessageKey&, const MessageKey&) = default;
 };
 

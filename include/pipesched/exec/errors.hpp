@@ -13,10 +13,14 @@ namespace pipesched {
 //! The message names the rank, the position in its list and the action.
 class execution_error : public error {
  public:
+  //! An exception whose message is `what`, about `action` at `position` of `rank`'s list.
   execution_error(const std::string& what, int rank, int position, Action action)
       : error(what), rank_(rank), position_(position), action_(action) {}
+  //! The rank on which the action failed.
   int rank() const noexcept { return rank_; }
+  //! The action's index in the rank's (lowered) list; -1 before the list starts.
   int position() const noexcept { return position_; }
+  //! The action that failed.
   const Action& action() const noexcept { return action_; }
 
  private:

@@ -64,7 +64,7 @@ struct ExecutorOptions {
 
 //! What one rank measured in one step. Times are seconds since the step's common start.
 struct RankRun {
-  int rank = 0;
+  int rank = 0;                      //!< the rank these figures are of
   double loss = 0;                   //!< loss contributions computed on this rank
   double peak_bytes = 0;             //!< largest sum of live stash bytes
   double end = 0;                    //!< when the rank's last action ended
@@ -144,9 +144,9 @@ class Executor {
   static_assert(check_device<Device>());
 
  public:
-  using tensor_type = typename Stage::tensor_type;
-  using stash_type = typename Stage::stash_type;
-  using mark_type = typename Device::mark_type;
+  using tensor_type = typename Stage::tensor_type;  //!< what the stages take and return
+  using stash_type = typename Stage::stash_type;    //!< what a forward keeps for its backward
+  using mark_type = typename Device::mark_type;     //!< a point in the device's timeline
   //! The stage model's slice context (an empty stand-in when it has none).
   using context_type = typename detail::context_of<Stage>::type;
 
@@ -242,6 +242,7 @@ class Executor {
 
   //! The executed schedule (the given one, lowered to sends and receives).
   const Schedule& schedule() const noexcept { return schedule_; }
+  //! The rank whose list this executor runs.
   int rank() const noexcept { return rank_; }
 
   //! Runs one training step of this rank's list; `start` is the step's common start mark

@@ -461,6 +461,7 @@ struct ProfileOptions {
   bool recompute = true;
   int warmup_steps = 1;  //!< steps run first and not measured (first touches, allocations)
   int repeats = 3;       //!< steps measured; each figure is the median of their figures
+  //! How the measured steps become figures (see profiled_cost).
   ProfiledCostOptions cost = {};
   //! The pipeline's options (receive timeout, ...). With an optimizer the steps train the
   //! stage models; without one (the default) their parameters do not change.

@@ -187,7 +187,9 @@ class StageVariant
       std::variant<std::monostate, typename detail::stage_variant_context<S>::type...>;
 
  public:
+  //! The alternatives' common tensor type.
   using tensor_type = typename detail::stage_variant_tensor<first_type>::type;
+  //! Empty (`std::monostate`) or the stash of the alternative that filled it.
   using stash_type = std::variant<std::monostate, typename detail::stage_variant_stash<S>::type...>;
 
   //! True when some alternative keeps a slice context (the variant then has `context_type`).
@@ -222,6 +224,7 @@ class StageVariant
   A* get_if() noexcept {
     return std::get_if<A>(&stage_);
   }
+  //! The held `A`, or null (const).
   template <class A>
   const A* get_if() const noexcept {
     return std::get_if<A>(&stage_);
@@ -232,6 +235,7 @@ class StageVariant
     if (A* a = get_if<A>()) return *a;
     throw invalid_problem(wrong_alternative(detail::stage_variant_index<A, S...>()));
   }
+  //! The held `A`; throws `invalid_problem` when another alternative is held (const).
   template <class A>
   const A& get() const {
     if (const A* a = get_if<A>()) return *a;
@@ -242,6 +246,7 @@ class StageVariant
   decltype(auto) visit(Fn&& fn) {
     return std::visit(std::forward<Fn>(fn), stage_);
   }
+  //! `fn(stage)` on the held alternative, const.
   template <class Fn>
   decltype(auto) visit(Fn&& fn) const {
     return std::visit(std::forward<Fn>(fn), stage_);
@@ -249,11 +254,14 @@ class StageVariant
 
   // ---- the stage-model calls, forwarded to the held alternative ----------------------------
 
+  //! The held alternative's forward of a whole microbatch; `stash` becomes its stash.
   tensor_type forward(const tensor_type& x, stash_type& stash) requires whole_unit_calls {
     return std::visit([&]<class A>(A& s) -> tensor_type { return s.forward(x, refill<A>(stash)); },
                       stage_);
   }
 
+  //! The held alternative's input gradient of a whole microbatch, from the stash its forward
+  //! filled (another alternative's stash is refused with invalid_schedule).
   tensor_type backward_input(const tensor_type& dy, stash_type& stash) requires whole_unit_calls {
     return std::visit(
         [&]<class A>(A& s) -> tensor_type {
@@ -276,6 +284,7 @@ class StageVariant
         stage_);
   }
 
+  //! The input gradient of slice `slice`; an alternative without a context runs it on its own.
   tensor_type backward_input(const tensor_type& dy, stash_type& stash, context_variant& context,
                              int slice) requires slice_aware {
     return std::visit(
@@ -289,21 +298,25 @@ class StageVariant
         stage_);
   }
 
+  //! The held alternative's weight gradient, from the stash its forward filled.
   void backward_weight(stash_type& stash) {
     std::visit([&]<class A>(A& s) { s.backward_weight(held<A>(stash, "backward_weight")); },
                stage_);
   }
 
+  //! The parts the held alternative cuts its weight gradient into.
   int weight_parts() const requires splits_weights {
     return std::visit([](const auto& s) -> int { return s.weight_parts(); }, stage_);
   }
 
+  //! Part `part` of `parts` of the held alternative's weight gradient.
   void backward_weight(stash_type& stash, int part, int parts) requires splits_weights {
     std::visit(
         [&]<class A>(A& s) { s.backward_weight(held<A>(stash, "backward_weight"), part, parts); },
         stage_);
   }
 
+  //! The bytes `stash` holds, as the held alternative counts them; 0 when empty.
   std::size_t stash_bytes(const stash_type& stash) const {
     if (stash.index() == 0) return 0;
     return std::visit(
@@ -313,6 +326,7 @@ class StageVariant
         stage_);
   }
 
+  //! The bytes a slice context holds; 0 when empty or for an alternative without contexts.
   std::size_t context_bytes(const context_variant& context) const requires slice_aware {
     if (context.index() == 0) return 0;
     return std::visit(
@@ -326,10 +340,13 @@ class StageVariant
         stage_);
   }
 
+  //! Zeroes the held alternative's gradients.
   void zero_gradients() {
     std::visit([](auto& s) { s.zero_gradients(); }, stage_);
   }
 
+  //! The bytes a checkpointed forward keeps of input `x`: the held alternative's
+  //! `input_bytes(x)`, or `x.bytes()` when it has none.
   std::size_t input_bytes(const tensor_type& x) const requires sizes_inputs {
     return std::visit(
         [&]<class A>(const A& s) -> std::size_t {
@@ -343,18 +360,22 @@ class StageVariant
 
   // ---- parameters, for optimizers and references -------------------------------------------
 
+  //! The held alternative's parameters, as the alternatives' common type.
   auto parameters() requires detail::stage_variant_parameters<S...> {
     using R = std::common_type_t<detail::stage_parameters_t<S>...>;
     return std::visit([](auto& s) -> R { return s.parameters(); }, stage_);
   }
+  //! The held alternative's parameters, const.
   auto parameters() const requires detail::stage_variant_parameters<const S...> {
     using R = std::common_type_t<detail::stage_parameters_t<const S>...>;
     return std::visit([](const auto& s) -> R { return s.parameters(); }, stage_);
   }
+  //! The held alternative's gradients, as the alternatives' common type.
   auto gradients() requires detail::stage_variant_gradients<S...> {
     using R = std::common_type_t<detail::stage_gradients_t<S>...>;
     return std::visit([](auto& s) -> R { return s.gradients(); }, stage_);
   }
+  //! The held alternative's gradients, const.
   auto gradients() const requires detail::stage_variant_gradients<const S...> {
     using R = std::common_type_t<detail::stage_gradients_t<const S>...>;
     return std::visit([](const auto& s) -> R { return s.gradients(); }, stage_);

@@ -14,10 +14,10 @@ namespace pipesched {
 
 //! What a pipelined step measured on every rank.
 struct StepResult {
-  double loss = 0;     //!< the step loss (sum of every rank's contributions)
-  double seconds = 0;  //!< wall time of the step (the latest rank end)
-  std::vector<RankRun> ranks;
-  Schedule executed;  //!< the schedule as run (lowered to sends and receives)
+  double loss = 0;             //!< the step loss (sum of every rank's contributions)
+  double seconds = 0;          //!< wall time of the step (the latest rank end)
+  std::vector<RankRun> ranks;  //!< what each rank measured, by rank
+  Schedule executed;           //!< the schedule as run (lowered to sends and receives)
 
   //! The step of `runs` (one per rank, in rank order) of `executed`: the loss is their sum,
   //! the step time the latest end.

@@ -12,7 +12,9 @@ namespace pipesched {
 //! and the last stage, so they must be safe to call concurrently.
 template <class Tensor>
 struct TrainingData {
+  //! Stage 0's input for (microbatch, slice).
   std::function<Tensor(int microbatch, int slice)> input;
+  //! Adds the unit's loss into `loss` and returns the gradient with respect to `output`.
   std::function<Tensor(const Tensor& output, int microbatch, int slice, double& loss)> loss;
 };
 

@@ -16,15 +16,16 @@ namespace pipesched {
 
 //! The fixed-size description a transport sends ahead of a tensor's payload.
 struct WireHeader {
-  static constexpr std::uint32_t magic_value = 0x70735731;  // "psW1"
-  static constexpr int max_rank = 8;
+  //! What `magic` holds in a pipesched header: "psW1".
+  static constexpr std::uint32_t magic_value = 0x70735731;
+  static constexpr int max_rank = 8;  //!< the most extents a tensor sent may have
 
-  std::uint32_t magic = magic_value;
-  std::uint32_t element_type = 0;  //!< a code the tensor type chooses (e.g. its element size)
-  std::int32_t rank = 0;           //!< number of extents used in `extents`
-  std::int32_t reserved = 0;
-  std::array<std::int64_t, max_rank> extents{};
-  std::uint64_t payload_bytes = 0;  //!< bytes of the payload that follows
+  std::uint32_t magic = magic_value;  //!< `magic_value`; anything else is not a header
+  std::uint32_t element_type = 0;     //!< a code the tensor type chooses (e.g. its element size)
+  std::int32_t rank = 0;              //!< number of extents used in `extents`
+  std::int32_t reserved = 0;          //!< unused, 0: the padding before `extents`, made explicit
+  std::array<std::int64_t, max_rank> extents{};  //!< the tensor's shape, outermost first
+  std::uint64_t payload_bytes = 0;               //!< bytes of the payload that follows
 };
 static_assert(std::is_trivially_copyable_v<WireHeader>);
 

@@ -68,11 +68,13 @@ inline std::string sanitize_utf8(std::string_view text) {
 
 }  // namespace detail
 
+//! JSON text for the command's output and the trace writer: string literals, numbers and a
+//! writer that places the commas.
 namespace json {
 
 //! Appends `text` to `out` as a JSON string literal: quotes and backslashes escaped, control
-//! characters as \n, \r, \t or \u00XX, and bytes that are not valid UTF-8 replaced by U+FFFD
-//! (a file name need not be UTF-8; the JSON must be).
+//! characters as `\n`, `\r`, `\t` or `\u00XX`, and bytes that are not valid UTF-8 replaced by
+//! U+FFFD (a file name need not be UTF-8; the JSON must be).
 inline void append_quoted(std::string& out, std::string_view text) {
   out += '"';
   for (char ch : detail::sanitize_utf8(text)) {
@@ -141,21 +143,26 @@ inline std::string number(double v) {
 //! caller, not bad input.
 class Writer {
  public:
+  //! An empty writer; `spaced` puts a blank after every comma and colon.
   explicit Writer(bool spaced = false) : spaced_(spaced) {}
 
+  //! Opens an object (as the next value).
   Writer& begin_object() {
     open_value();
     out_ += '{';
     stack_.push_back({'}', true});
     return *this;
   }
+  //! Closes the innermost object.
   Writer& end_object() { return close('}'); }
+  //! Opens an array (as the next value).
   Writer& begin_array() {
     open_value();
     out_ += '[';
     stack_.push_back({']', true});
     return *this;
   }
+  //! Closes the innermost array.
   Writer& end_array() { return close(']'); }
 
   //! The key of the next value; only inside an object.
@@ -169,29 +176,36 @@ class Writer {
     return *this;
   }
 
+  //! A string value, quoted and escaped as append_quoted does.
   Writer& value(std::string_view s) {
     open_value();
     append_quoted(out_, s);
     return *this;
   }
+  //! A string value.
   Writer& value(const std::string& s) { return value(std::string_view(s)); }
+  //! A string value (`s` is not null).
   Writer& value(const char* s) { return value(std::string_view(s)); }
+  //! `true` or `false`.
   Writer& value(bool b) {
     open_value();
     out_ += b ? "true" : "false";
     return *this;
   }
+  //! `null`.
   Writer& value(std::nullptr_t) {
     open_value();
     out_ += "null";
     return *this;
   }
+  //! An integer, in decimal.
   template <std::integral T>
   requires(!std::same_as<T, bool>) Writer& value(T v) {
     open_value();
     out_ += std::to_string(v);
     return *this;
   }
+  //! A floating-point number, as number() writes it (infinity and NaN as null).
   template <std::floating_point T>
   Writer& value(T v) {
     open_value();

@@ -36,6 +36,7 @@
 #include "pipesched/schedule/zero_bubble_v.hpp"
 
 namespace pipesched {
+//! Order policies: which schedule a plan generates (GPipe, 1F1B, Zero Bubble, ...).
 namespace order {
 
 //! The placements an order can run on.
@@ -66,11 +67,14 @@ enum class PlacementRule {
 //! use it too. The defaults: any placement (Linear when
 //! none is given), fused backward, whole microbatches, Mario not applied.
 struct Custom : detail::OrderTag {
+  //! The order's name in messages and listings; a user's order gives its own.
   static constexpr std::string_view name = "custom";
+  //! What the order does, in one line for listings; a user's order gives its own.
   static constexpr std::string_view summary = "a user's order";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Any;
-  using default_placement = placement::Linear;
-  using default_wgrad = wgrad::Fused;
+  using default_placement = placement::Linear;      //!< the placement when a plan names none
+  using default_wgrad = wgrad::Fused;               //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
@@ -78,12 +82,15 @@ struct Custom : detail::OrderTag {
 
 //! GPipe: all forwards, then all backwards. Over K > 1 slices this is TeraPipe's order.
 struct GPipe : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "gpipe";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "all forwards, then all backwards (Huang et al. 2019; over slices: TeraPipe)";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
-  using default_placement = placement::Linear;
-  using default_wgrad = wgrad::Fused;
+  using default_placement = placement::Linear;      //!< the placement when a plan names none
+  using default_wgrad = wgrad::Fused;               //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = true;        //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
@@ -93,12 +100,15 @@ struct GPipe : detail::OrderTag {
 
 //! 1F1B (PipeDream-Flush): warm-up forwards, then one forward and one backward in turn.
 struct OneFOneB : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "1f1b";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "one forward, one backward after a warm-up (PipeDream-Flush)";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
-  using default_placement = placement::Linear;
-  using default_wgrad = wgrad::Fused;
+  using default_placement = placement::Linear;      //!< the placement when a plan names none
+  using default_wgrad = wgrad::Fused;               //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = true;       //!< whether checkpoint::Mario runs on it
@@ -108,42 +118,51 @@ struct OneFOneB : detail::OrderTag {
 
 //! Interleaved 1F1B (Megatron-LM): 1F1B over several looped chunks per rank.
 struct Interleaved1F1B : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "interleaved-1f1b";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "1F1B over looped virtual stages, Megatron-LM's order";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Looped;
-  using default_placement = placement::Interleaved<2>;
-  using default_wgrad = wgrad::Fused;
-  static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
-  static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
-  static constexpr bool mario_applies = true;       //!< whether checkpoint::Mario runs on it
+  using default_placement = placement::Interleaved<2>;  //!< the placement when a plan names none
+  using default_wgrad = wgrad::Fused;                   //!< the W policy when a plan names none
+  static constexpr bool needs_split_wgrad = false;      //!< whether wgrad::Fused is refused
+  static constexpr bool takes_slices = false;           //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = true;           //!< whether checkpoint::Mario runs on it
   //! The schedule for `p` (stages and slices resolved by plan<>).
   static Schedule generate(Problem p, WGradMode w) { return schedule::interleaved_1f1b(p, w); }
 };
 
 //! Looped BFS: every microbatch through one chunk before the next chunk (breadth first).
 struct LoopedBFS : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "looped-bfs";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "breadth-first over looped virtual stages (all chunk-0 forwards first)";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Looped;
-  using default_placement = placement::Interleaved<2>;
-  using default_wgrad = wgrad::Fused;
-  static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
-  static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
-  static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
+  using default_placement = placement::Interleaved<2>;  //!< the placement when a plan names none
+  using default_wgrad = wgrad::Fused;                   //!< the W policy when a plan names none
+  static constexpr bool needs_split_wgrad = false;      //!< whether wgrad::Fused is refused
+  static constexpr bool takes_slices = false;           //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;          //!< whether checkpoint::Mario runs on it
   //! The schedule for `p` (stages and slices resolved by plan<>).
   static Schedule generate(Problem p, WGradMode w) { return schedule::looped_bfs(p, w); }
 };
 
 //! Zero Bubble H1: 1F1B's memory with weight gradients deferred into the bubbles.
 struct ZeroBubbleH1 : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "zb-h1";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "Zero Bubble H1: 1F1B memory, weight gradients fill the cooldown";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
-  using default_placement = placement::Linear;
-  using default_wgrad = wgrad::Split;
+  using default_placement = placement::Linear;     //!< the placement when a plan names none
+  using default_wgrad = wgrad::Split;              //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = true;      //!< whether checkpoint::Mario runs on it
@@ -157,12 +176,15 @@ struct ZeroBubbleH1 : detail::OrderTag {
 
 //! Zero Bubble H2: more warm-up forwards than H1, trading memory for (near) no bubble.
 struct ZeroBubbleH2 : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "zb-h2";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "Zero Bubble H2: more warm-up forwards, weight gradients deferred";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
-  using default_placement = placement::Linear;
-  using default_wgrad = wgrad::Split;
+  using default_placement = placement::Linear;     //!< the placement when a plan names none
+  using default_wgrad = wgrad::Split;              //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
@@ -177,15 +199,18 @@ struct ZeroBubbleH2 : detail::OrderTag {
 //! Interleaved Zero Bubble: the Zero Bubble rule over looped chunks (PyTorch's
 //! ScheduleInterleavedZeroBubble; the Zero Bubble paper's ZB-1P on an interleaved placement).
 struct InterleavedZeroBubble : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "interleaved-zb";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "Zero Bubble over looped virtual stages: weight gradients fill the bubbles";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Looped;
-  using default_placement = placement::Interleaved<2>;
-  using default_wgrad = wgrad::Split;
-  static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
-  static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
-  static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
+  using default_placement = placement::Interleaved<2>;  //!< the placement when a plan names none
+  using default_wgrad = wgrad::Split;                   //!< the W policy when a plan names none
+  static constexpr bool needs_split_wgrad = true;       //!< whether wgrad::Fused is refused
+  static constexpr bool takes_slices = false;           //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;          //!< whether checkpoint::Mario runs on it
   //! The schedule for `p` (stages and slices resolved by plan<>).
   static Schedule generate(Problem p, WGradMode w) {
     return schedule::interleaved_zero_bubble(p, w);
@@ -198,12 +223,15 @@ struct InterleavedZeroBubble : detail::OrderTag {
 
 //! Zero Bubble V (ZB-V): two chunks per rank in a V-shape, weight gradients deferred.
 struct ZeroBubbleV : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "zb-v";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "Zero Bubble V: two chunks per rank in a V, 1F1B's peak memory";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::VShape2;
-  using default_placement = placement::VShape<2>;
-  using default_wgrad = wgrad::Split;
+  using default_placement = placement::VShape<2>;  //!< the placement when a plan names none
+  using default_wgrad = wgrad::Split;              //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
@@ -217,12 +245,15 @@ struct ZeroBubbleV : detail::OrderTag {
 
 //! V-Half (Qi et al. 2024): a V-shape schedule holding about half of 1F1B's activations.
 struct VHalf : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "v-half";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "V-shape, about half of 1F1B's activation memory (Qi et al. 2024)";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::VShape2;
-  using default_placement = placement::VShape<2>;
-  using default_wgrad = wgrad::Split;
+  using default_placement = placement::VShape<2>;  //!< the placement when a plan names none
+  using default_wgrad = wgrad::Split;              //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = true;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;      //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = false;     //!< whether checkpoint::Mario runs on it
@@ -241,14 +272,19 @@ struct VHalf : detail::OrderTag {
 
 //! V-Min (Qi et al. 2024): a V-shape schedule holding about a third of 1F1B's activations.
 struct VMin : VHalf {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "v-min";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "V-shape, about a third of 1F1B's activation memory (Qi et al. 2024)";
+  //! The schedule for `p` (stages and slices resolved by plan<>), memory measured uniformly.
   static Schedule generate(Problem p, WGradMode w) { return schedule::v_min(p, w); }
+  //! With the memory of the cost it will be simulated under.
   template <cost_model Cost>
   static Schedule generate(Problem p, WGradMode w, const Cost& cost) {
     return schedule::v_min(p, w, cost);
   }
+  //! Within `budget` too.
   static Schedule generate(Problem p, WGradMode w, CostRef cost, const MemoryBudget& budget) {
     return schedule::v_min_within(p, w, cost, budget);
   }
@@ -257,12 +293,15 @@ struct VMin : VHalf {
 //! DualPipeV (DeepSeek): DualPipe folded onto a V-shape, overlapping a forward and a
 //! backward of different microbatches.
 struct DualPipeV : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "dualpipe-v";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "DualPipeV: V placement, forward and backward overlapped in pairs";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::VShape2;
-  using default_placement = placement::VShape<2>;
-  using default_wgrad = wgrad::Split;
+  using default_placement = placement::VShape<2>;   //!< the placement when a plan names none
+  using default_wgrad = wgrad::Split;               //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
@@ -274,12 +313,15 @@ struct DualPipeV : detail::OrderTag {
 //! each rank holding one stage of each model replica (the V-shape map, Problem::replicas = 2),
 //! the even microbatches down and the odd ones up; the replicas' gradients are summed.
 struct Chimera : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "chimera";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "Chimera: two model replicas piped in opposite directions over the same ranks";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::VShape2;
-  using default_placement = placement::VShape<2>;
-  using default_wgrad = wgrad::Fused;
+  using default_placement = placement::VShape<2>;   //!< the placement when a plan names none
+  using default_wgrad = wgrad::Fused;               //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = false;       //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = true;       //!< whether checkpoint::Mario runs on it
@@ -296,12 +338,15 @@ struct Chimera : detail::OrderTag {
 //! activations of a few slices rather than of whole microbatches (MEPipe's sequence
 //! pipeline). Give it K > 1 slices with slicing::Uniform<K> or Balanced<K>.
 struct SeqOneFOneB : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "seq-1f1b";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "1F1B over (microbatch, slice) units: a rank holds slices, not microbatches";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Linear;
-  using default_placement = placement::Linear;
-  using default_wgrad = wgrad::Fused;
+  using default_placement = placement::Linear;      //!< the placement when a plan names none
+  using default_wgrad = wgrad::Fused;               //!< the W policy when a plan names none
   static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
   static constexpr bool takes_slices = true;        //!< whether it schedules K > 1 slices
   static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
@@ -313,15 +358,18 @@ struct SeqOneFOneB : detail::OrderTag {
 //! looped chunks, with the default warm-up (schedule::slice_pipe). SlicePipeWarmup<N> sets
 //! the warm-up.
 struct SlicePipe : detail::OrderTag {
+  //! The name the registry and the command line know the order by.
   static constexpr std::string_view name = "slice-pipe";
+  //! What the order does, in one line (`pipesched list`).
   static constexpr std::string_view summary =
       "MEPipe's sequence x virtual pipeline: slices over looped chunks, tunable warm-up";
+  //! The placements the order runs on.
   static constexpr PlacementRule placement_rule = PlacementRule::Looped;
-  using default_placement = placement::Interleaved<2>;
-  using default_wgrad = wgrad::Fused;
-  static constexpr bool needs_split_wgrad = false;  //!< whether wgrad::Fused is refused
-  static constexpr bool takes_slices = true;        //!< whether it schedules K > 1 slices
-  static constexpr bool mario_applies = false;      //!< whether checkpoint::Mario runs on it
+  using default_placement = placement::Interleaved<2>;  //!< the placement when a plan names none
+  using default_wgrad = wgrad::Fused;                   //!< the W policy when a plan names none
+  static constexpr bool needs_split_wgrad = false;      //!< whether wgrad::Fused is refused
+  static constexpr bool takes_slices = true;            //!< whether it schedules K > 1 slices
+  static constexpr bool mario_applies = false;          //!< whether checkpoint::Mario runs on it
   //! Forwards rank 0 runs before its first backward; -1: slice_pipe's default.
   static constexpr int warmup = -1;
   //! The schedule for `p` (stages and slices resolved by plan<>).
@@ -354,7 +402,7 @@ struct SlicePipeWarmup : SlicePipe {
                 "pipesched::order::SlicePipeWarmup<N>: N is the number of forwards rank 0 runs "
                 "before its first backward and must be at least 1; use order::SlicePipe for the "
                 "default");
-  static constexpr int warmup = N;
+  static constexpr int warmup = N;  //!< forwards rank 0 runs before its first backward
   //! The schedule for `p` with N warm-up forwards on rank 0.
   static Schedule generate(Problem p, WGradMode w) {
     return schedule::slice_pipe(p, w, {.warmup = N});
@@ -366,6 +414,7 @@ struct SlicePipeWarmup : SlicePipe {
 //! True when `T` is an order policy (order::GPipe, order::OneFOneB, ...).
 template <class T>
 struct is_order : std::bool_constant<detail::is_policy_of_v<detail::OrderTag, T>> {};
+//! True when `T` is an order policy.
 template <class T>
 inline constexpr bool is_order_v = is_order<T>::value;
 //! An order policy.
@@ -379,9 +428,10 @@ concept generating_order = order_policy<O> && requires(Problem p, WGradMode w) {
   { O::generate(p, w) } -> std::same_as<Schedule>;
 };
 
-//! Every built-in order, in the order `pipesched list` shows them.
+//! A list of order policies, as a type.
 template <class... Orders>
 struct order_list {};
+//! Every built-in order, in the order `pipesched list` shows them.
 using builtin_orders =
     order_list<order::GPipe, order::OneFOneB, order::Interleaved1F1B, order::LoopedBFS,
                order::ZeroBubbleH1, order::ZeroBubbleH2, order::ZeroBubbleV,

@@ -8,11 +8,14 @@
 #include "pipesched/policy/family.hpp"
 
 namespace pipesched {
+//! Placement policies: which rank holds which stage.
 namespace placement {
 
 //! One stage per rank: stage s on rank s.
 struct Linear : detail::PlacementTag {
+  //! The policy's name in plan<>::describe().
   static constexpr std::string_view name = "linear";
+  //! The map's shape.
   static constexpr PlacementKind kind = PlacementKind::Linear;
   static constexpr int chunks = 1;  //!< stages per rank
   //! The stage → rank map for `ranks` ranks.
@@ -26,8 +29,10 @@ struct Interleaved : detail::PlacementTag {
                 "pipesched::placement::Interleaved<V>: V is the number of chunks per rank and must "
                 "be at least 1; use Interleaved<2> or more (or placement::Linear for one stage per "
                 "rank)");
+  //! The policy's name in plan<>::describe().
   static constexpr std::string_view name = "interleaved";
-  // One chunk per rank is the linear map; say so, as Placement::interleaved(ranks, 1) does.
+  //! The map's shape: one chunk per rank is the linear map, so Interleaved<1> says Linear, as
+  //! Placement::interleaved(ranks, 1) does.
   static constexpr PlacementKind kind = V == 1 ? PlacementKind::Linear : PlacementKind::Interleaved;
   static constexpr int chunks = V;  //!< stages per rank
   //! The stage → rank map for `ranks` ranks.
@@ -41,7 +46,9 @@ struct VShape : detail::PlacementTag {
   static_assert(V >= 2 && V % 2 == 0,
                 "pipesched::placement::VShape<V>: a V-shape needs an even number of chunks per "
                 "rank; use VShape<2> (or VShape<4>, ...)");
+  //! The policy's name in plan<>::describe().
   static constexpr std::string_view name = "v-shape";
+  //! The map's shape.
   static constexpr PlacementKind kind = PlacementKind::VShape;
   static constexpr int chunks = V;  //!< stages per rank
   //! The stage → rank map for `ranks` ranks.
@@ -53,6 +60,7 @@ struct VShape : detail::PlacementTag {
 //! True when `T` is a placement policy (placement::Linear, Interleaved<V>, VShape<V>, ...).
 template <class T>
 struct is_placement : std::bool_constant<detail::is_policy_of_v<detail::PlacementTag, T>> {};
+//! True when `T` is a placement policy.
 template <class T>
 inline constexpr bool is_placement_v = is_placement<T>::value;
 //! A placement policy.

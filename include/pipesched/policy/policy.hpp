@@ -9,3 +9,7 @@
 #include "pipesched/policy/plan.hpp"
 #include "pipesched/policy/slicing.hpp"
 #include "pipesched/policy/wgrad.hpp"
+
+//! \namespace pipesched::checkpoint
+//! Checkpoint policies: which forwards drop their activations and recompute them before their
+//! backward (none, full, selective, Mario, or a policy of the program's own).

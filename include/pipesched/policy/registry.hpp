@@ -31,7 +31,7 @@ struct GeneratorInfo {
   bool fused;                //!< accepts WGradMode::Fused
   bool split;                //!< accepts WGradMode::Split
   WGradMode default_wgrad;   //!< what it uses when not told
-  std::function<Schedule(Problem, WGradMode)> generate;
+  std::function<Schedule(Problem, WGradMode)> generate;  //!< the generator
   bool slices = false;  //!< accepts Problem.slices > 1 (slice-level schedules)
   //! Generates with a given warm-up (forwards before rank 0's first backward); empty for
   //! generators without that knob.

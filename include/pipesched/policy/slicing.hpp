@@ -11,10 +11,12 @@
 #include "pipesched/policy/family.hpp"
 
 namespace pipesched {
+//! Slicing policies: whether, and how, each microbatch's sequence is cut into slices.
 namespace slicing {
 
 //! Whole sequences: one slice per microbatch.
 struct Whole : detail::SlicingTag {
+  //! The policy's name in plan<>::describe().
   static constexpr std::string_view name = "whole";
   static constexpr int slices = 1;  //!< slices per microbatch the policy schedules
   static constexpr SlicingMode mode = SlicingMode::Uniform;  //!< how slice lengths are chosen
@@ -28,6 +30,7 @@ struct Uniform : detail::SlicingTag {
   static_assert(K >= 1,
                 "pipesched::slicing::Uniform<K>: K is the number of slices per microbatch and "
                 "must be at least 1; use Uniform<2> or more (or slicing::Whole for one)");
+  //! The policy's name in plan<>::describe().
   static constexpr std::string_view name = "uniform";
   static constexpr int slices = K;  //!< slices per microbatch the policy schedules
   static constexpr SlicingMode mode = SlicingMode::Uniform;  //!< how slice lengths are chosen
@@ -43,6 +46,7 @@ struct Balanced : detail::SlicingTag {
   static_assert(K >= 1,
                 "pipesched::slicing::Balanced<K>: K is the number of slices per microbatch and "
                 "must be at least 1; use Balanced<2> or more (or slicing::Whole for one)");
+  //! The policy's name in plan<>::describe().
   static constexpr std::string_view name = "balanced";
   static constexpr int slices = K;  //!< slices per microbatch the policy schedules
   static constexpr SlicingMode mode = SlicingMode::Balanced;  //!< how slice lengths are chosen
@@ -55,6 +59,7 @@ struct Balanced : detail::SlicingTag {
 //! True when `T` is a slicing policy (slicing::Whole, Uniform<K>, Balanced<K>, ...).
 template <class T>
 struct is_slicing : std::bool_constant<detail::is_policy_of_v<detail::SlicingTag, T>> {};
+//! True when `T` is a slicing policy.
 template <class T>
 inline constexpr bool is_slicing_v = is_slicing<T>::value;
 //! A slicing policy.

@@ -11,6 +11,7 @@
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/schedule/detail/generator_support.hpp"
 
+//! The generators: one function per schedule order, from a Problem to a Schedule.
 namespace pipesched::schedule {
 
 //! GPipe on a linear placement (stage s on rank s). Rank r runs F(r, m) for every

@@ -57,6 +57,7 @@ namespace pipesched {
 struct ListProblem {
   Problem problem;      //!< ranks, microbatches, slices; stages 0 = the placement's
   Placement placement;  //!< stage → rank (its rank count must equal problem.ranks)
+  //! One B per unit (Fused), or I then W (Split).
   WGradMode wgrad = WGradMode::Fused;
   std::string name = "list";  //!< the schedule's name, and the prefix of error messages
 };
@@ -72,7 +73,7 @@ struct ReadyAction {
 
 //! A free rank at a decision point.
 struct RankState {
-  int rank = 0;
+  int rank = 0;              //!< the rank that is free
   double now = 0;            //!< the simulated time
   double memory = 0;         //!< activations the rank holds now (the simulator's unit)
   double peak_memory = 0;    //!< the most it has held so far
@@ -84,6 +85,7 @@ struct RankState {
   //! them with ready_count.
   std::span<const ReadyAction> ready;
   std::span<const Action> started;  //!< the rank's list so far, in start order
+  //! What is being scheduled.
   const ListProblem* problem = nullptr;
 
   //! Forwards started whose backward (B or I) has not.
@@ -114,10 +116,13 @@ template <class R>
 concept prioritized_rule = requires(const R& rule, const RankState& st, const ReadyAction& a) {
   { rule.priority(st, a) } -> std::totally_ordered;
 };
+//! A list-scheduling rule that orders by `key(action)`, a value of the action alone (see
+//! prioritized_rule).
 template <class R>
 concept keyed_rule = requires(const R& rule, const ReadyAction& a) {
   { rule.key(a) } -> std::totally_ordered;
 };
+//! A list-scheduling rule: one that orders by `priority` or by `key` (see prioritized_rule).
 template <class R>
 concept list_rule = prioritized_rule<R> || keyed_rule<R>;
 
@@ -134,10 +139,13 @@ concept kind_admitting_rule = requires(const R& rule, const RankState& st, OpKin
 
 //! Where the engine found every rank refusing: the rank, its state and what it refused.
 struct RankStall {
-  int rank = 0;
-  double time = 0;
+  int rank = 0;     //!< the rank
+  double time = 0;  //!< when it was free
+  //! @{
+  //! F, B or I, and W it had started by then.
   int forwards = 0, backwards = 0, weight_gradients = 0;
-  double memory = 0;
+  //! @}
+  double memory = 0;            //!< what it held then
   std::vector<Action> refused;  //!< its ready actions, most preferred first
 };
 
@@ -145,8 +153,10 @@ struct RankStall {
 //! on. `stalls()` gives each rank that had ready actions.
 class schedule_stalled : public invalid_problem {
  public:
+  //! An exception whose message is `what`, with each stalled rank's state.
   schedule_stalled(const std::string& what, std::vector<RankStall> stalls)
       : invalid_problem(what), stalls_(std::move(stalls)) {}
+  //! Each rank that had ready actions, and what it refused.
   const std::vector<RankStall>& stalls() const noexcept { return stalls_; }
 
  private:
@@ -155,7 +165,7 @@ class schedule_stalled : public invalid_problem {
 
 //! A list schedule and what the engine measured while building it.
 struct ListPlan {
-  Schedule schedule;
+  Schedule schedule;                //!< the rank lists, in start order
   double makespan = 0;              //!< end of the last action, under the cost model
   std::vector<double> peak_memory;  //!< per rank
   std::vector<int> peak_in_flight;  //!< per rank: most forwards whose B/I had not started

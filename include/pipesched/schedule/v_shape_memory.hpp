@@ -65,10 +65,11 @@ inline int third_share(int p) {
 inline Schedule v_half(Problem p, WGradMode wgrad = WGradMode::Split) {
   return detail::controllable_v("v-half", p, wgrad, UniformCost{}, nullptr, &detail::half_share);
 }
-//! V-Half with `cost`'s memory, and within `budget` too.
+//! V-Half with `cost`'s memory.
 inline Schedule v_half(Problem p, WGradMode wgrad, CostRef cost) {
   return detail::controllable_v("v-half", p, wgrad, cost, nullptr, &detail::half_share);
 }
+//! V-Half with `cost`'s memory, each rank also held within `budget`.
 inline Schedule v_half_within(Problem p, WGradMode wgrad, CostRef cost,
                               const MemoryBudget& budget) {
   return detail::controllable_v("v-half", p, wgrad, cost, &budget, &detail::half_share);
@@ -79,10 +80,11 @@ inline Schedule v_half_within(Problem p, WGradMode wgrad, CostRef cost,
 inline Schedule v_min(Problem p, WGradMode wgrad = WGradMode::Split) {
   return detail::controllable_v("v-min", p, wgrad, UniformCost{}, nullptr, &detail::third_share);
 }
-//! V-Min with `cost`'s memory, and within `budget` too.
+//! V-Min with `cost`'s memory.
 inline Schedule v_min(Problem p, WGradMode wgrad, CostRef cost) {
   return detail::controllable_v("v-min", p, wgrad, cost, nullptr, &detail::third_share);
 }
+//! V-Min with `cost`'s memory, each rank also held within `budget`.
 inline Schedule v_min_within(Problem p, WGradMode wgrad, CostRef cost, const MemoryBudget& budget) {
   return detail::controllable_v("v-min", p, wgrad, cost, &budget, &detail::third_share);
 }

@@ -33,8 +33,8 @@ enum class LossKind : std::uint8_t {
 //! losses and gradients add up to the unsliced ones.
 template <class T>
 struct StepData {
-  int microbatches = 0;
-  LossKind loss_kind = LossKind::SquaredError;
+  int microbatches = 0;                         //!< microbatches in the step
+  LossKind loss_kind = LossKind::SquaredError;  //!< the loss the step computes
   std::vector<Tensor<T>> inputs;   //!< per microbatch: features [rows, hidden] or ids [b, s]
   std::vector<Tensor<T>> targets;  //!< per microbatch: values like the output, or ids [b, s]
 

@@ -35,29 +35,39 @@ namespace pipesched::toy {
 template <class T>
 class GptBlock {
  public:
-  using tensor_type = Tensor<T>;
+  using tensor_type = Tensor<T>;  //!< activations and gradients [batch, tokens, hidden]
   //! What one microbatch (or slice) leaves behind between calls (see `gpt_block_stash_bytes`
   //! and `gpt_block_slice_bytes`).
   struct Stash {
     // forward
-    Tensor<T> xhat1, rstd1;  // LN1's normalized input and inverse deviation
-    Tensor<T> q;             // queries [batch, tokens, hidden]
-    Tensor<T> kv;            // keys, values side by side per row [.., 2·hidden]: whole sequences
-                             // only (a slice's live in the context, where later slices read them)
-    Tensor<T> probs;         // attention probabilities [batch, heads, tokens, keys]
-    Tensor<T> attn;          // attention output, the input of Wo
-    Tensor<T> xhat2, rstd2;  // LN2's
-    Tensor<T> pre, act;      // W1·LN2(y1) + b1 and its GELU
+    //! @{
+    //! LN1's normalized input and inverse deviation.
+    Tensor<T> xhat1, rstd1;
+    //! @}
+    Tensor<T> q;      //!< queries [batch, tokens, hidden]
+    Tensor<T> kv;     //!< keys, values side by side per row [.., 2·hidden]: whole sequences
+                      //!< only (a slice's live in the context, where later slices read them)
+    Tensor<T> probs;  //!< attention probabilities [batch, heads, tokens, keys]
+    Tensor<T> attn;   //!< attention output, the input of Wo
+    //! @{
+    //! LN2's normalized input and inverse deviation.
+    Tensor<T> xhat2, rstd2;
+    //! @}
+    //! @{
+    //! W1·LN2(y1) + b1 and its GELU.
+    Tensor<T> pre, act;
+    //! @}
     // backward_input, for the weight pass
-    Tensor<T> dy;         // output gradient (into W2, b2)
-    Tensor<T> dpre;       // into W1, b1
-    Tensor<T> dy1;        // residual gradient after attention (into Wo, bo)
-    Tensor<T> dqkv;       // into Wqkv, bqkv
-    int slice = -1;       // the slice a sliced forward ran; -1 for a whole sequence
-    int pieces_done = 0;  // bit i: weight piece i has run
+    Tensor<T> dy;         //!< output gradient (into W2, b2)
+    Tensor<T> dpre;       //!< into W1, b1
+    Tensor<T> dy1;        //!< residual gradient after attention (into Wo, bo)
+    Tensor<T> dqkv;       //!< into Wqkv, bqkv
+    int slice = -1;       //!< the slice a sliced forward ran; -1 for a whole sequence
+    int pieces_done = 0;  //!< bit i: weight piece i has run
+    //! Which calls have run on the stash: none, the forward, backward_input.
     detail::StashPhase phase = detail::StashPhase::Empty;
   };
-  using stash_type = Stash;
+  using stash_type = Stash;  //!< what a forward keeps for the backward
 
   //! Element type of the key/value gradients a `Context` gathers: double for float blocks.
   using key_value_gradient_type = detail::accumulator_t<T>;
@@ -71,8 +81,8 @@ class GptBlock {
   //! while the double sum keeps sliced float gradients within double rounding of unsliced ones.
   //! They count at that width in `context_bytes` and `gpt_block_slice_bytes`.
   struct Context {
-    std::vector<Tensor<T>> kv;
-    std::vector<Tensor<key_value_gradient_type>> dkv;
+    std::vector<Tensor<T>> kv;                         //!< per slice, its keys and values
+    std::vector<Tensor<key_value_gradient_type>> dkv;  //!< per slice, their gradients so far
   };
 
   //! The pieces of the weight gradient, in the order `backward_weight` runs them: the second
@@ -165,6 +175,7 @@ class GptBlock {
                              [&](int p) { run_piece(stash, p); });
   }
 
+  //! Bytes `st` holds now.
   std::size_t stash_bytes(const Stash& st) const noexcept {
     return detail::gpt_block_held_bytes(st);
   }
@@ -197,10 +208,13 @@ class GptBlock {
                                            static_cast<std::size_t>(ffn_));
   }
 
+  //! The parameters, in the order of the class comment (indexed by the enumeration above).
   std::span<Tensor<T>> parameters() noexcept { return params_; }
+  //! The parameters, in the order of the class comment (indexed by the enumeration above).
   std::span<const Tensor<T>> parameters() const noexcept { return params_; }
   //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
   std::span<Tensor<T>> gradients() noexcept { return grads_.tensors(); }
+  //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
   std::span<const Tensor<T>> gradients() const noexcept { return grads_.tensors(); }
   //! Sets the accumulated gradients (and the sums behind them) to zero.
   void zero_gradients() { grads_.zero(); }

@@ -23,16 +23,20 @@ namespace pipesched::toy {
 template <class T>
 class GptEmbedding {
  public:
-  using tensor_type = Tensor<T>;
+  using tensor_type = Tensor<T>;  //!< token ids in, activations out
+  //! What one microbatch (or slice) leaves behind between calls.
   struct Stash {
-    Tensor<T> ids;   // forward: the token ids
-    Tensor<T> dy;    // backward_input: the output gradient
-    int offset = 0;  // position of the first token
+    Tensor<T> ids;   //!< forward: the token ids
+    Tensor<T> dy;    //!< backward_input: the output gradient
+    int offset = 0;  //!< position of the first token
+    //! Which calls have run on the stash: none, the forward, backward_input.
     detail::StashPhase phase = detail::StashPhase::Empty;
   };
-  using stash_type = Stash;
+  using stash_type = Stash;  //!< what a forward keeps for the backward
   enum : std::size_t { tokens, positions, tensor_count };
 
+  //! The embedding of `config`'s vocabulary, hidden size and sequence, initialized from
+  //! `config.seed`.
   explicit GptEmbedding(const GptConfig& config)
       : vocabulary_(config.vocabulary), hidden_(config.hidden), sequence_(config.sequence) {
     detail::check_gpt_config(config, "GptEmbedding");
@@ -77,6 +81,7 @@ class GptEmbedding {
     return Tensor<T>(stash.ids.shape);
   }
 
+  //! Adds this microbatch's gradients of both tables and empties the stash.
   void backward_weight(Stash& stash) {
     detail::require_phase(stash.phase, detail::StashPhase::InputDone, "GptEmbedding",
                           "backward_weight");
@@ -99,15 +104,18 @@ class GptEmbedding {
     stash = Stash{};
   }
 
+  //! Bytes `stash` holds now.
   std::size_t stash_bytes(const Stash& stash) const noexcept {
     return detail::gpt_embedding_held_bytes(stash);
   }
 
   //! Token table, position table.
   std::span<Tensor<T>> parameters() noexcept { return params_; }
+  //! Token table, position table.
   std::span<const Tensor<T>> parameters() const noexcept { return params_; }
   //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
   std::span<Tensor<T>> gradients() noexcept { return grads_.tensors(); }
+  //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
   std::span<const Tensor<T>> gradients() const noexcept { return grads_.tensors(); }
   //! Sets the accumulated gradients (and the sums behind them) to zero.
   void zero_gradients() { grads_.zero(); }

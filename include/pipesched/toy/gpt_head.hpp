@@ -19,15 +19,21 @@ namespace pipesched::toy {
 template <class T>
 class GptHead {
  public:
-  using tensor_type = Tensor<T>;
+  using tensor_type = Tensor<T>;  //!< activations in, logits out
+  //! What one microbatch (or slice) leaves behind between calls.
   struct Stash {
-    Tensor<T> xhat, rstd;  // forward: LayerNorm's normalized input and inverse deviation
-    Tensor<T> dlogits;     // backward_input: the logits' gradient
+    //! @{
+    //! forward: LayerNorm's normalized input and inverse deviation.
+    Tensor<T> xhat, rstd;
+    //! @}
+    Tensor<T> dlogits;  //!< backward_input: the logits' gradient
+    //! Which calls have run on the stash: none, the forward, backward_input.
     detail::StashPhase phase = detail::StashPhase::Empty;
   };
-  using stash_type = Stash;
+  using stash_type = Stash;  //!< what a forward keeps for the backward
   enum : std::size_t { ln_gamma, ln_beta, weight, tensor_count };
 
+  //! The head of `config`'s hidden size and vocabulary, initialized from `config.seed`.
   explicit GptHead(const GptConfig& config)
       : hidden_(config.hidden), vocabulary_(config.vocabulary) {
     detail::check_gpt_config(config, "GptHead");
@@ -79,6 +85,8 @@ class GptHead {
     return dx;
   }
 
+  //! Adds this microbatch's gradients of W and the LayerNorm and empties the stash; the
+  //! LayerNorm output is rebuilt from what is kept.
   void backward_weight(Stash& stash) {
     detail::require_phase(stash.phase, detail::StashPhase::InputDone, "GptHead", "backward_weight");
     const int n = stash.xhat.dim(0) * stash.xhat.dim(1);
@@ -98,14 +106,18 @@ class GptHead {
     stash = Stash{};
   }
 
+  //! Bytes `stash` holds now.
   std::size_t stash_bytes(const Stash& stash) const noexcept {
     return detail::gpt_head_held_bytes(stash);
   }
 
+  //! LN γ, LN β, W.
   std::span<Tensor<T>> parameters() noexcept { return params_; }
+  //! LN γ, LN β, W.
   std::span<const Tensor<T>> parameters() const noexcept { return params_; }
   //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
   std::span<Tensor<T>> gradients() noexcept { return grads_.tensors(); }
+  //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
   std::span<const Tensor<T>> gradients() const noexcept { return grads_.tensors(); }
   //! Sets the accumulated gradients (and the sums behind them) to zero.
   void zero_gradients() { grads_.zero(); }

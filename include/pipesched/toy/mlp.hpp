@@ -38,15 +38,22 @@ struct MlpConfig {
 template <class T>
 class MlpBlock {
  public:
-  using tensor_type = Tensor<T>;
+  using tensor_type = Tensor<T>;  //!< rows [rows, hidden] in and out
   //! What one microbatch leaves behind between calls (see `mlp_block_stash_bytes`).
   struct Stash {
-    Tensor<T> x, pre, act;  // forward: input, W1·x + b1, gelu(pre)
-    Tensor<T> dy, dpre;     // backward_input: output gradient, gradient of pre
-    int pieces_done = 0;    // bit i: weight piece i has run
+    //! @{
+    //! forward: the input x, pre = W1·x + b1 and act = gelu(pre).
+    Tensor<T> x, pre, act;
+    //! @}
+    //! @{
+    //! backward_input: the output gradient dy and dpre, the gradient of pre.
+    Tensor<T> dy, dpre;
+    //! @}
+    int pieces_done = 0;  //!< bit i: weight piece i has run
+    //! Which calls have run on the stash: none, the forward, backward_input.
     detail::StashPhase phase = detail::StashPhase::Empty;
   };
-  using stash_type = Stash;
+  using stash_type = Stash;  //!< what a forward keeps for the backward
 
   //! The pieces of the weight gradient, in the order `backward_weight` runs them: W2 and b2,
   //! then W1 and b1 (see `mlp_block_weight_piece_bytes`).
@@ -144,10 +151,12 @@ class MlpBlock {
 
   //! W1, b1, W2, b2.
   std::span<Tensor<T>> parameters() noexcept { return params_; }
+  //! W1, b1, W2, b2.
   std::span<const Tensor<T>> parameters() const noexcept { return params_; }
   //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T (a
   //! write into them lasts until the next contribution to that tensor rounds the sum again).
   std::span<Tensor<T>> gradients() noexcept { return grads_.tensors(); }
+  //! Accumulated gradients, in the order of `parameters()`: the double sums rounded to T.
   std::span<const Tensor<T>> gradients() const noexcept { return grads_.tensors(); }
   //! Sets the accumulated gradients (and the sums behind them) to zero.
   void zero_gradients() { grads_.zero(); }
@@ -186,16 +195,17 @@ class MlpBlock {
 template <class T>
 class MlpStage {
  public:
-  using tensor_type = Tensor<T>;
-  using value_type = T;
+  using tensor_type = Tensor<T>;  //!< rows [rows, hidden] in and out
+  using value_type = T;           //!< the element type
   //! One stash per block, in block order.
   struct Stash {
-    std::vector<typename MlpBlock<T>::stash_type> blocks;
+    std::vector<typename MlpBlock<T>::stash_type> blocks;  //!< each block's stash, in order
+    //! Which calls have run on the stash: none, the forward, backward_input.
     detail::StashPhase phase = detail::StashPhase::Empty;
-    int first_block = -1;  // the filling stage's first block, to catch a stash of another stage
-    std::vector<char> parts_done;  // weight parts run so far, when the weight pass is cut
+    int first_block = -1;  //!< the filling stage's first block, to catch a stash of another stage
+    std::vector<char> parts_done;  //!< weight parts run so far, when the weight pass is cut
   };
-  using stash_type = Stash;
+  using stash_type = Stash;  //!< what a forward keeps for the backward
 
   //! Stage `stage` of `stages`; throws `invalid_problem` when the config or the split does not
   //! fit (a non-positive size, more stages than blocks, a stage out of range).
@@ -289,6 +299,7 @@ class MlpStage {
   TensorRange<Tensor<T>> parameters() {
     return joined<Tensor<T>>(*this, [](auto& b) { return b.parameters(); });
   }
+  //! Every parameter tensor of the stage: block by block, each block's in its own order.
   TensorRange<const Tensor<T>> parameters() const {
     return joined<const Tensor<T>>(*this, [](auto& b) { return b.parameters(); });
   }
@@ -296,6 +307,7 @@ class MlpStage {
   TensorRange<Tensor<T>> gradients() {
     return joined<Tensor<T>>(*this, [](auto& b) { return b.gradients(); });
   }
+  //! Gradients, in the order of `parameters()` (each block's double sums rounded to T).
   TensorRange<const Tensor<T>> gradients() const {
     return joined<const Tensor<T>>(*this, [](auto& b) { return b.gradients(); });
   }
@@ -306,6 +318,7 @@ class MlpStage {
   int last_block() const noexcept { return first_ + static_cast<int>(blocks_.size()); }
   //! The stage's blocks.
   std::span<const MlpBlock<T>> blocks() const noexcept { return blocks_; }
+  //! The configuration the stage was built from.
   const MlpConfig& config() const noexcept { return config_; }
 
  private:

@@ -14,8 +14,8 @@ namespace pipesched::toy {
 
 //! Where a slice lies in its sequence: tokens [start, start + length).
 struct SliceBounds {
-  int start = 0;
-  int length = 0;
+  int start = 0;   //!< the slice's first token
+  int length = 0;  //!< its token count
   friend constexpr bool operator==(SliceBounds, SliceBounds) = default;
 };
 
@@ -44,6 +44,7 @@ inline SliceBounds slice_bounds(int sequence, int slice, int slices) {
 //! forward run again between a slice's forward and backward is a recompute of the same input.
 class SliceLedger {
  public:
+  //! A slice's life: its forward not run yet (Pending), run (Live), its backward run (Done).
   enum class State : std::uint8_t { Pending, Live, Done };
 
   //! Checks that the forward of `slice` with `tokens` tokens may run now and returns the

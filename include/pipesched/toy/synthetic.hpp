@@ -70,13 +70,14 @@ inline void sleep_from(std::chrono::steady_clock::time_point start, double secon
 //! backward_weight). Tensors pass through unchanged (keep them a few elements long).
 class SyntheticStage {
  public:
-  using tensor_type = Tensor<float>;
+  using tensor_type = Tensor<float>;  //!< passed through unchanged
   //! A byte count and where the stash is in its life; no memory is really held.
   struct Stash {
-    std::size_t bytes = 0;
+    std::size_t bytes = 0;  //!< the bytes the stash stands for
+    //! Which calls have run on the stash: none, the forward, backward_input.
     detail::StashPhase phase = detail::StashPhase::Empty;
   };
-  using stash_type = Stash;
+  using stash_type = Stash;  //!< what a forward keeps for the backward
 
   //! Called with "forward", "backward_input" or "backward_weight" at the start of each action
   //! (before the sleep), so a test can make a chosen stage throw. Empty by default.
@@ -89,6 +90,7 @@ class SyntheticStage {
     check(cost.backward_weight, "backward_weight");
   }
 
+  //! Sleeps for the forward's duration and returns `x`; the stash holds activation_bytes.
   tensor_type forward(const tensor_type& x, Stash& stash) {
     const auto start = std::chrono::steady_clock::now();
     if (fail_on) fail_on("forward");
@@ -97,6 +99,7 @@ class SyntheticStage {
     return x;
   }
 
+  //! Sleeps for backward_input's duration and returns `dy`; the stash holds wgrad_bytes.
   tensor_type backward_input(const tensor_type& dy, Stash& stash) {
     const auto start = std::chrono::steady_clock::now();
     if (fail_on) fail_on("backward_input");
@@ -107,6 +110,7 @@ class SyntheticStage {
     return dy;
   }
 
+  //! Sleeps for backward_weight's duration and empties the stash.
   void backward_weight(Stash& stash) {
     const auto start = std::chrono::steady_clock::now();
     if (fail_on) fail_on("backward_weight");
@@ -116,13 +120,16 @@ class SyntheticStage {
     stash = Stash{};
   }
 
+  //! The byte count the stash stands for.
   std::size_t stash_bytes(const Stash& stash) const noexcept { return stash.bytes; }
+  //! Nothing to zero: the stage has no parameters.
   void zero_gradients() {}
 
   //! Bytes a stash holds right after forward.
   std::size_t activation_bytes() const noexcept { return cost_.activation_bytes; }
   //! Bytes a stash holds right after backward_input.
   std::size_t wgrad_bytes() const noexcept { return cost_.wgrad_bytes; }
+  //! The durations and byte counts the stage was built with.
   const SyntheticCost& cost() const noexcept { return cost_; }
 
   //! A small tensor to feed the first stage (its values do not matter).

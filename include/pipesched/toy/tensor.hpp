@@ -15,6 +15,8 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/exec/wire.hpp"
 
+//! Toy models for tests, examples and benchmarks: an MLP, a small GPT and a synthetic stage
+//! on the host, with their tensors, data and a sequential reference.
 namespace pipesched::toy {
 
 //! A host tensor: `shape` (outermost first) and `data`, contiguous and row-major. A plain
@@ -22,7 +24,7 @@ namespace pipesched::toy {
 //! the toy models index it in their inner loops.
 template <class T>
 struct Tensor {
-  using value_type = T;
+  using value_type = T;  //!< the element type
 
   std::vector<int> shape;  //!< extents, outermost first; empty for a default tensor
   std::vector<T> data;     //!< product(shape) values, row-major
@@ -43,16 +45,22 @@ struct Tensor {
   //! True when the tensor holds no elements.
   bool empty() const noexcept { return data.empty(); }
 
+  //! Element `i` in row-major order.
   T& operator[](std::size_t i) noexcept { return data[i]; }
+  //! Element `i` in row-major order.
   const T& operator[](std::size_t i) const noexcept { return data[i]; }
   //! Element (i, j) of a rank-2 tensor.
   T& operator()(int i, int j) noexcept { return data[index(i, j)]; }
+  //! Element (i, j) of a rank-2 tensor.
   const T& operator()(int i, int j) const noexcept { return data[index(i, j)]; }
   //! Element (i, j, k) of a rank-3 tensor.
   T& operator()(int i, int j, int k) noexcept { return data[index(i, j, k)]; }
+  //! Element (i, j, k) of a rank-3 tensor.
   const T& operator()(int i, int j, int k) const noexcept { return data[index(i, j, k)]; }
 
+  //! The first element (null when empty), for the layers' loops over raw pointers.
   T* begin_data() noexcept { return data.data(); }
+  //! The first element (null when empty), for the layers' loops over raw pointers.
   const T* begin_data() const noexcept { return data.data(); }
 
   //! Sets every element to `value`.
@@ -89,23 +97,29 @@ struct Tensor {
 template <class Elem>
 class TensorRange {
  public:
+  //! A forward iterator over the range's tensors.
   class iterator {
    public:
-    using iterator_concept = std::forward_iterator_tag;
-    using iterator_category = std::forward_iterator_tag;
-    using value_type = std::remove_const_t<Elem>;
-    using difference_type = std::ptrdiff_t;
-    using reference = Elem&;
-    using pointer = Elem*;
+    using iterator_concept = std::forward_iterator_tag;   //!< a forward iterator
+    using iterator_category = std::forward_iterator_tag;  //!< a forward iterator
+    using value_type = std::remove_const_t<Elem>;         //!< the tensor type
+    using difference_type = std::ptrdiff_t;               //!< distances between iterators
+    using reference = Elem&;                              //!< what `*it` gives
+    using pointer = Elem*;                                //!< what `it.operator->()` gives
 
     iterator() = default;
+    //! An iterator at `at` in the range's list of tensor pointers.
     explicit iterator(Elem* const* at) noexcept : at_(at) {}
+    //! The tensor.
     Elem& operator*() const noexcept { return **at_; }
+    //! The tensor, for member access.
     Elem* operator->() const noexcept { return *at_; }
+    //! Steps to the next tensor.
     iterator& operator++() noexcept {
       ++at_;
       return *this;
     }
+    //! Steps to the next tensor and returns where it was.
     iterator operator++(int) noexcept {
       iterator before = *this;
       ++at_;
@@ -124,9 +138,13 @@ class TensorRange {
       items_.push_back(&t);
   }
 
+  //! The first tensor.
   iterator begin() const noexcept { return iterator(items_.data()); }
+  //! One past the last tensor.
   iterator end() const noexcept { return iterator(items_.data() + items_.size()); }
+  //! The number of tensors.
   std::size_t size() const noexcept { return items_.size(); }
+  //! Tensor `i`.
   Elem& operator[](std::size_t i) const noexcept { return *items_[i]; }
 
  private:
@@ -201,17 +219,23 @@ namespace pipesched {
 //! the element size in bytes, plus 0x100 for floating point).
 template <class T>
 struct wire<toy::Tensor<T>> {
+  //! The header's element type: the element size, + 0x100 for floating point.
   static constexpr std::uint32_t code = sizeof(T) + (std::is_floating_point_v<T> ? 0x100u : 0u);
 
+  //! The header of `x`: its element type, extents and bytes.
   static WireHeader describe(const toy::Tensor<T>& x) {
     return detail::wire_header(code, x.shape, x.bytes(), "toy::Tensor");
   }
+  //! The elements' bytes, to send.
   static std::span<const std::byte> payload(const toy::Tensor<T>& x) {
     return std::as_bytes(std::span<const T>(x.data));
   }
+  //! The elements' bytes, where the received ones go.
   static std::span<std::byte> payload(toy::Tensor<T>& x) {
     return std::as_writable_bytes(std::span<T>(x.data));
   }
+  //! A zero tensor shaped by `h`; throws pipesched::error when `h` does not describe a
+  //! toy::Tensor of this element type.
   static toy::Tensor<T> make(const WireHeader& h) {
     toy::Tensor<T> x(detail::wire_extents(h, code, "toy::Tensor of this element type"));
     detail::check_wire_bytes(h, x.bytes());

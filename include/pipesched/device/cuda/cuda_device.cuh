@@ -24,6 +24,7 @@ namespace pipesched {
 struct GpuStatus {
   int devices = 0;     //!< GPUs the runtime sees
   std::string reason;  //!< empty when `devices > 0`; otherwise what the runtime said
+  //! True when there is at least one GPU.
   bool available() const noexcept { return devices > 0; }
 };
 
@@ -45,6 +46,7 @@ inline GpuStatus gpu_status() {
 //! An owned CUDA stream that does not synchronize with the legacy default stream.
 class CudaStream {
  public:
+  //! A new stream of `priority` (lower numbers run first, as CUDA orders them).
   explicit CudaStream(int priority = 0) {
     PIPESCHED_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
   }
@@ -53,7 +55,9 @@ class CudaStream {
   ~CudaStream() {
     if (stream_) cudaStreamDestroy(stream_);
   }
+  //! The stream's handle.
   cudaStream_t get() const noexcept { return stream_; }
+  //! The stream's handle, for CUDA calls and kernel launches.
   operator cudaStream_t() const noexcept { return stream_; }
 
  private:
@@ -69,7 +73,9 @@ class CudaEvent {
   ~CudaEvent() {
     if (event_) cudaEventDestroy(event_);
   }
+  //! The event's handle.
   cudaEvent_t get() const noexcept { return event_; }
+  //! The event's handle, for CUDA calls.
   operator cudaEvent_t() const noexcept { return event_; }
 
  private:
@@ -149,9 +155,9 @@ class CudaDevice {
  public:
   //! A point on a stream.
   struct Mark {
-    std::shared_ptr<CudaEvent> event;
+    std::shared_ptr<CudaEvent> event;  //!< the recorded event (back to the pool when released)
   };
-  using mark_type = Mark;
+  using mark_type = Mark;  //!< what mark() returns
 
   //! Uses GPU `ordinal` with a compute stream of its own; throws cuda_error when there is no
   //! such GPU.

@@ -19,7 +19,7 @@ namespace pipesched {
 template <class T>
 class DeviceTensor {
  public:
-  using value_type = T;
+  using value_type = T;  //!< the element type
 
   DeviceTensor() = default;
   //! Uninitialized elements, allocated in stream order on `stream`.
@@ -53,11 +53,13 @@ class DeviceTensor {
 
   DeviceTensor(const DeviceTensor&) = delete;
   DeviceTensor& operator=(const DeviceTensor&) = delete;
+  //! Takes `o`'s memory and stream; `o` is left empty.
   DeviceTensor(DeviceTensor&& o) noexcept
       : shape_(std::move(o.shape_)),
         data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
         stream_(o.stream_) {}
+  //! Frees this tensor's memory (in its stream's order) and takes `o`'s; `o` is left empty.
   DeviceTensor& operator=(DeviceTensor&& o) noexcept {
     if (this != &o) {
       release();
@@ -90,14 +92,21 @@ class DeviceTensor {
     return v;
   }
 
+  //! The elements in device memory (null when empty).
   T* data() noexcept { return data_; }
+  //! The elements in device memory (null when empty).
   const T* data() const noexcept { return data_; }
+  //! The number of elements.
   std::size_t size() const noexcept { return size_; }
   //! Bytes of the elements (what the stash accounting counts).
   std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+  //! The extents, outermost first.
   const std::vector<int>& shape() const noexcept { return shape_; }
+  //! The number of extents.
   int rank() const noexcept { return static_cast<int>(shape_.size()); }
+  //! Extent `i` (precondition: 0 <= i < rank()).
   int dim(int i) const noexcept { return shape_[static_cast<std::size_t>(i)]; }
+  //! True when the tensor has no elements.
   bool empty() const noexcept { return size_ == 0; }
 
   //! The stream that owns the tensor: its memory is freed in that stream's order.
@@ -105,6 +114,8 @@ class DeviceTensor {
   //! Hands the tensor to `stream`; the caller has ordered `stream` after every earlier use.
   void set_stream(cudaStream_t stream) noexcept { stream_ = stream; }
 
+  //! The elements a tensor of `extents` has: their product, negative extents counted as 0; 0
+  //! for no extents.
   static std::size_t element_count(const std::vector<int>& extents) noexcept {
     if (extents.empty()) return 0;
     std::size_t n = 1;
@@ -130,9 +141,11 @@ class DeviceTensor {
 //! default stream's order (a transport re-associates it with its receive stream).
 template <class T>
 struct wire<DeviceTensor<T>> {
+  //! The header's element type: 0x10000 + the element size, + 0x100 for floating point.
   static constexpr std::uint32_t code =
       0x10000u + sizeof(T) + (std::is_floating_point_v<T> ? 0x100u : 0u);
 
+  //! The header of `x`: its element type, extents and bytes.
   static WireHeader describe(const DeviceTensor<T>& x) {
     return detail::wire_header(code, x.shape(), x.bytes(), "DeviceTensor");
   }
@@ -140,9 +153,12 @@ struct wire<DeviceTensor<T>> {
   static std::span<const std::byte> payload(const DeviceTensor<T>& x) {
     return {reinterpret_cast<const std::byte*>(x.data()), x.bytes()};
   }
+  //! Device memory the received bytes go to: only a GPU-aware transport may write it.
   static std::span<std::byte> payload(DeviceTensor<T>& x) {
     return {reinterpret_cast<std::byte*>(x.data()), x.bytes()};
   }
+  //! An uninitialized tensor shaped by `h`, allocated in `stream`'s order; throws
+  //! pipesched::error when `h` does not describe a DeviceTensor of this element type.
   static DeviceTensor<T> make(const WireHeader& h, cudaStream_t stream = nullptr) {
     DeviceTensor<T> x(detail::wire_extents(h, code, "DeviceTensor of this element type"), stream);
     detail::check_wire_bytes(h, x.bytes());

@@ -21,6 +21,7 @@
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/slicing.hpp"
 
+//! The toy models as CUDA kernels: the MLP, the GPT and the synthetic stage on a CudaDevice.
 namespace pipesched::toy::gpu {
 
 namespace detail {

@@ -37,26 +37,28 @@ namespace pipesched::toy::gpu {
 template <class T>
 class GptStage {
  public:
-  using tensor_type = DeviceTensor<T>;
-  using value_type = T;
+  using tensor_type = DeviceTensor<T>;  //!< token ids, activations or logits on the GPU
+  using value_type = T;                 //!< the element type
+  //! What one microbatch (or slice) leaves behind between calls, layer by layer.
   struct Stash {
-    typename detail::GptEmbedding<T>::Stash embedding;  // stage 0 only
-    std::vector<typename detail::GptBlock<T>::Stash> blocks;
-    typename detail::GptHead<T>::Stash head;  // last stage only
+    typename detail::GptEmbedding<T>::Stash embedding;        //!< stage 0 only
+    std::vector<typename detail::GptBlock<T>::Stash> blocks;  //!< each block's, in block order
+    typename detail::GptHead<T>::Stash head;                  //!< last stage only
+    //! Which calls have run on the stash: none, the forward, backward_input.
     toy::detail::StashPhase phase = toy::detail::StashPhase::Empty;
-    int first_block = -1;
-    int slice = -1;
-    std::vector<char> parts_done;
+    int first_block = -1;  //!< the filling stage's first block, to catch a stash of another stage
+    int slice = -1;        //!< the slice a sliced forward ran; -1 for a whole sequence
+    std::vector<char> parts_done;  //!< weight parts run so far, when the weight pass is cut
   };
-  using stash_type = Stash;
+  using stash_type = Stash;  //!< what a forward keeps for the backward
 
   //! What the slices of one microbatch share on this stage (see toy::GptStage::Context).
   struct Context {
-    toy::SliceLedger slices;  // each slice's length and where it is in its life
-    std::vector<typename detail::GptBlock<T>::Context> blocks;
-    int first_block = -1;
+    toy::SliceLedger slices;  //!< each slice's length and where it is in its life
+    std::vector<typename detail::GptBlock<T>::Context> blocks;  //!< each block's keys/values
+    int first_block = -1;  //!< the filling stage's first block, to catch a context of another
   };
-  using context_type = Context;
+  using context_type = Context;  //!< what the slices of a microbatch share
 
   //! Stage `stage` of `stages` on `device`; throws `invalid_problem` where the host stage would
   //! and `cuda_error` when the device cannot take it.
@@ -143,12 +145,15 @@ class GptStage {
     return bytes;
   }
 
-  //! Analytic figures, as the host stage's.
+  //! Analytic bytes a stash holds right after forward of one microbatch, as the host stage's.
   std::size_t activation_bytes() const noexcept { return host_.activation_bytes(); }
+  //! Analytic bytes a stash holds right after backward_input, as the host stage's.
   std::size_t wgrad_bytes() const noexcept { return host_.wgrad_bytes(); }
+  //! Analytic bytes of slice `slice` of `slices`, as the host stage's.
   SliceStashBytes slice_bytes(int slice, int slices) const {
     return host_.slice_bytes(slice, slices);
   }
+  //! Analytic bytes each of `parts` weight-gradient parts frees, as the host stage's.
   std::vector<std::size_t> weight_part_bytes(int parts, int slice = 0, int slices = 1) const {
     return host_.weight_part_bytes(parts, slice, slices);
   }
@@ -177,10 +182,15 @@ class GptStage {
     return out;
   }
 
+  //! Global index of the stage's first block.
   int first_block() const noexcept { return host_.first_block(); }
+  //! One past the global index of the stage's last block.
   int last_block() const noexcept { return host_.last_block(); }
+  //! True on stage 0, which holds the embedding.
   bool has_embedding() const noexcept { return embedding_.has_value(); }
+  //! True on the last stage, which holds the LM head.
   bool has_head() const noexcept { return head_.has_value(); }
+  //! The configuration the stage was built from.
   const GptConfig& config() const noexcept { return host_.config(); }
   //! The device the stage runs on.
   const CudaDevice& device() const noexcept { return engine_->device(); }

@@ -140,16 +140,17 @@ class MlpBlock {
 template <class T>
 class MlpStage {
  public:
-  using tensor_type = DeviceTensor<T>;
-  using value_type = T;
+  using tensor_type = DeviceTensor<T>;  //!< rows [rows, hidden] on the GPU, in and out
+  using value_type = T;                 //!< the element type
   //! One stash per block, in block order (the host stage's layout).
   struct Stash {
-    std::vector<typename detail::MlpBlock<T>::Stash> blocks;
+    std::vector<typename detail::MlpBlock<T>::Stash> blocks;  //!< each block's, in block order
+    //! Which calls have run on the stash: none, the forward, backward_input.
     toy::detail::StashPhase phase = toy::detail::StashPhase::Empty;
-    int first_block = -1;          // the filling stage's first block
-    std::vector<char> parts_done;  // weight parts run so far, when the weight pass is cut
+    int first_block = -1;          //!< the filling stage's first block
+    std::vector<char> parts_done;  //!< weight parts run so far, when the weight pass is cut
   };
-  using stash_type = Stash;
+  using stash_type = Stash;  //!< what a forward keeps for the backward
 
   //! Stage `stage` of `stages` on `device`; throws `invalid_problem` where the host stage would
   //! and `cuda_error` when the device cannot take it.
@@ -209,9 +210,11 @@ class MlpStage {
     return bytes;
   }
 
-  //! Analytic figures, as the host stage's.
+  //! Analytic bytes a stash holds right after forward of one microbatch, as the host stage's.
   std::size_t activation_bytes() const noexcept { return host_.activation_bytes(); }
+  //! Analytic bytes a stash holds right after backward_input, as the host stage's.
   std::size_t wgrad_bytes() const noexcept { return host_.wgrad_bytes(); }
+  //! Analytic bytes each of `parts` weight-gradient parts frees, as the host stage's.
   std::vector<std::size_t> weight_part_bytes(int parts) const {
     return host_.weight_part_bytes(parts);
   }
@@ -243,8 +246,11 @@ class MlpStage {
     return out;
   }
 
+  //! Global index of the stage's first block.
   int first_block() const noexcept { return host_.first_block(); }
+  //! One past the global index of the stage's last block.
   int last_block() const noexcept { return host_.last_block(); }
+  //! The configuration the stage was built from.
   const MlpConfig& config() const noexcept { return host_.config(); }
   //! The device the stage runs on.
   const CudaDevice& device() const noexcept { return engine_->device(); }

@@ -58,23 +58,28 @@ inline std::uint64_t to_ns(double seconds) {
 //! SyntheticCost predicts it.
 class SyntheticStage {
  public:
-  using tensor_type = DeviceTensor<float>;
-  using Stash = toy::SyntheticStage::Stash;
-  using stash_type = Stash;
+  using tensor_type = DeviceTensor<float>;   //!< copied through unchanged
+  using Stash = toy::SyntheticStage::Stash;  //!< the host stage's: a byte count and a phase
+  using stash_type = Stash;                  //!< what a forward keeps for the backward
 
+  //! A stage of `cost`'s durations and byte counts on `device`; throws `invalid_problem` for
+  //! a negative or non-finite duration.
   SyntheticStage(const SyntheticCost& cost, CudaDevice device)
       : host_(cost), device_(std::move(device)) {}
 
+  //! Runs for the forward's duration on the compute stream and returns a copy of `x`.
   tensor_type forward(const tensor_type& x, Stash& stash) {
     stash = Stash{host_.cost().activation_bytes, toy::detail::StashPhase::Forwarded};
     return pass(x, host_.cost().forward);
   }
+  //! Runs for backward_input's duration and returns a copy of `dy`.
   tensor_type backward_input(const tensor_type& dy, Stash& stash) {
     toy::detail::require_phase(stash.phase, toy::detail::StashPhase::Forwarded,
                                "gpu::SyntheticStage", "backward_input");
     stash = Stash{host_.cost().wgrad_bytes, toy::detail::StashPhase::InputDone};
     return pass(dy, host_.cost().backward_input);
   }
+  //! Runs for backward_weight's duration and empties the stash.
   void backward_weight(Stash& stash) {
     toy::detail::require_phase(stash.phase, toy::detail::StashPhase::InputDone,
                                "gpu::SyntheticStage", "backward_weight");
@@ -83,10 +88,15 @@ class SyntheticStage {
     PIPESCHED_CUDA_CHECK(cudaGetLastError());
   }
 
+  //! The byte count the stash stands for.
   std::size_t stash_bytes(const Stash& stash) const noexcept { return stash.bytes; }
+  //! Nothing to zero: the stage has no parameters.
   void zero_gradients() {}
+  //! Bytes a stash holds right after forward.
   std::size_t activation_bytes() const noexcept { return host_.activation_bytes(); }
+  //! Bytes a stash holds right after backward_input.
   std::size_t wgrad_bytes() const noexcept { return host_.wgrad_bytes(); }
+  //! The durations and byte counts the stage was built with.
   const SyntheticCost& cost() const noexcept { return host_.cost(); }
 
   //! A small input for the first stage, on `device`'s compute stream. Uploading waits for the

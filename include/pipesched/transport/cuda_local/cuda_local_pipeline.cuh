@@ -85,15 +85,21 @@ class CudaLocalTransport {
     return accept(rank, mailboxes_.receive(rank, key, timeout));
   }
 
+  //! The message `key` for `rank` if it has arrived, its copy waited for as receive() does;
+  //! never waits on the host.
   std::optional<Tensor> try_receive(int rank, const MessageKey& key) {
     std::optional<Message> m = mailboxes_.try_receive(rank, key);
     if (!m) return std::nullopt;
     return accept(rank, std::move(*m));
   }
 
+  //! Wakes every waiting receive; they throw transport_aborted until `reset()`.
   void abort() { mailboxes_.abort(); }
+  //! Clears messages and the aborted state (between steps).
   void reset() { mailboxes_.reset(); }
+  //! The number of ranks.
   int ranks() const noexcept { return static_cast<int>(devices_.size()); }
+  //! Rank `rank`'s device; throws pipesched::error for a rank out of range.
   CudaDevice& device(int rank) {
     if (rank < 0 || rank >= ranks())
       throw error("CudaLocalTransport: rank " + std::to_string(rank) +
@@ -171,6 +177,8 @@ class CudaLocalPipeline
     return d;
   }
 
+  //! Runs `schedule` on `stages` (indexed by stage, as InprocPipeline's), rank r on
+  //! `devices[r]`; throws invalid_problem unless there is one device per rank, all on one GPU.
   CudaLocalPipeline(const Schedule& schedule, std::vector<CudaDevice> devices,
                     std::span<Stage> stages, ExecutorOptions options = {})
       : CudaLocalPipeline::ThreadPipeline("CudaLocalPipeline", schedule, stages, options,

@@ -45,6 +45,7 @@ class InprocPipeline
     : public detail::ThreadPipeline<Stage, InprocTransport<typename Stage::tensor_type>,
                                     HostDevice, detail::HostRanks> {
  public:
+  //! A pipeline running `schedule` on `stages`, one thread per rank, under `options`.
   InprocPipeline(const Schedule& schedule, std::span<Stage> stages, ExecutorOptions options = {})
       : InprocPipeline::ThreadPipeline("InprocPipeline", schedule, stages, options,
                                        schedule.rank_count() > 0 ? schedule.rank_count() : 1) {}

@@ -24,6 +24,7 @@ namespace pipesched {
 template <class Tensor>
 class InprocTransport {
  public:
+  //! Empty mailboxes for `ranks` ranks; throws invalid_problem when `ranks` < 1.
   explicit InprocTransport(int ranks) {
     if (ranks < 1)
       throw invalid_problem("InprocTransport: ranks = " + std::to_string(ranks) +
@@ -32,6 +33,7 @@ class InprocTransport {
       boxes_.push_back(std::make_unique<Mailbox>());
   }
 
+  //! The number of ranks.
   int ranks() const noexcept { return static_cast<int>(boxes_.size()); }
 
   //! Moves `x` into rank `to`'s mailbox under `key`. Never waits.

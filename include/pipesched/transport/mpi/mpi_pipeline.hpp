@@ -225,6 +225,8 @@ class MpiPipeline
     : public detail::mpi::ProcessPipeline<Stage, MpiTransport<typename Stage::tensor_type>,
                                           HostDevice> {
  public:
+  //! A pipeline running this process's rank of `schedule` over `comm`: `stages` under `options`,
+  //! with MpiTransport's `transport_options`.
   MpiPipeline(const Schedule& schedule, std::span<Stage> stages, MPI_Comm comm = MPI_COMM_WORLD,
               ExecutorOptions options = {}, MpiTransportOptions transport_options = {})
       : MpiPipeline::ProcessPipeline("MpiPipeline", schedule, stages, HostDevice{},

@@ -26,6 +26,8 @@ class peer_lost : public error {
 //! program already did, and finalizes it on destruction if it initialized it.
 class MpiSession {
  public:
+  //! Initializes MPI with `main`'s arguments, unless it is initialized already; throws
+  //! pipesched::error when MPI_Init_thread fails.
   MpiSession(int& argc, char**& argv) {
     int done = 0;
     MPI_Initialized(&done);

@@ -57,9 +57,12 @@ class mpi_error : public error {
 //! its transport is built.
 class schedule_mismatch : public invalid_problem {
  public:
+  //! An exception whose message is `what`, about ranks `first` and `second`.
   schedule_mismatch(const std::string& what, int first, int second)
       : invalid_problem(what), first_(first), second_(second) {}
+  //! The rank whose schedule the others are compared with (0).
   int first_rank() const noexcept { return first_; }
+  //! The lowest rank whose schedule differs from first_rank()'s.
   int second_rank() const noexcept { return second_; }
 
  private:
@@ -75,10 +78,10 @@ struct MpiTransportOptions {
 
 //! What a failing rank tells every other rank: who failed, where, and why.
 struct FailureNotice {
-  int rank = -1;      //!< the rank that failed
-  int position = -1;  //!< position in its (lowered) list; -1 when outside the list
-  Action action{};    //!< the action at that position
-  std::string message;
+  int rank = -1;        //!< the rank that failed
+  int position = -1;    //!< position in its (lowered) list; -1 when outside the list
+  Action action{};      //!< the action at that position
+  std::string message;  //!< the failing rank's error message
 };
 
 namespace detail::mpi {

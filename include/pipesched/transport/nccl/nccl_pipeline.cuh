@@ -43,6 +43,8 @@ class NcclPipeline
     : public detail::mpi::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>,
                                           CudaDevice> {
  public:
+  //! A pipeline running this process's rank of `schedule` over `comm` on `device`: `stages`
+  //! under `options`, with NcclTransport's `transport_options`.
   NcclPipeline(const Schedule& schedule, CudaDevice device, std::span<Stage> stages,
                MPI_Comm comm = MPI_COMM_WORLD, ExecutorOptions options = {},
                NcclTransportOptions transport_options = {})
