@@ -25,24 +25,33 @@ class Message {
   //! spells it ("4", "selective"; empty for a bare name); `api` is the library's own text
   //! ("Problem.ranks = 4", "CheckpointMode::Selective").
   struct Mention {
-    std::string key, value, api;
+    std::string key;    //!< what a front end looks the name up by ("Problem.ranks")
+    std::string value;  //!< the value named, as a front end spells it; empty for a bare name
+    std::string api;    //!< the library's own text ("Problem.ranks = 4")
   };
   //! A memory amount; `round_up` when the figure must be enough (held, needed), not a given.
   struct Amount {
-    double value = 0;
-    MemoryUnit unit = MemoryUnit::Units;
-    bool round_up = true;
+    double value = 0;                     //!< the amount, in `unit`
+    MemoryUnit unit = MemoryUnit::Units;  //!< bytes, or a cost model's abstract units
+    bool round_up = true;                 //!< written rounded up (held, needed), else as given
   };
+  //! One part of a message: plain text, a mention or an amount.
   using Part = std::variant<std::string, Mention, Amount>;
 
+  //! An empty message.
   Message() = default;
+  //! A message of plain text (implicit: any text is a message).
   Message(std::string text) {  // NOLINT(google-explicit-constructor): text is a message
     if (!text.empty()) parts_.emplace_back(std::move(text));
   }
+  //! A message of plain text.
   Message(const char* text) : Message(std::string(text)) {}  // NOLINT(google-explicit-constructor)
+  //! A message of plain text.
   Message(std::string_view text) : Message(std::string(text)) {}  // NOLINT
+  //! A message of one part.
   explicit Message(Part part) { parts_.push_back(std::move(part)); }
 
+  //! Appends `other`'s parts (adjacent text merges).
   Message& operator+=(const Message& other) {
     for (const Part& p : other.parts_)
       append(p);
@@ -54,6 +63,7 @@ class Message {
   friend Message operator+(const char* a, const Message& b) { return Message(a) += b; }
   friend Message operator+(Message a, const char* b) { return a += Message(b); }
 
+  //! The parts, in order.
   const std::vector<Part>& parts() const noexcept { return parts_; }
 
   //! The message with every part rendered by `naming`: `naming.mention(m)` returns the text
@@ -77,9 +87,11 @@ class Message {
   //! The library's wording.
   std::string text() const { return text(LibraryNaming{}); }
 
-  //! The library's naming: every mention as the API spells it, amounts by format_memory.
+  //! The library's naming: every mention as the API spells it, amounts by format_amount.
   struct LibraryNaming {
+    //! The library's own text of every mention.
     std::optional<std::string> mention(const Mention&) const { return std::nullopt; }
+    //! An amount as format_amount writes it.
     std::string amount(const Amount& a) const { return format_amount(a.value, a.unit, a.round_up); }
   };
 

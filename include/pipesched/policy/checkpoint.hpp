@@ -37,7 +37,8 @@ namespace checkpoint {
 //! `needs_budget` (true: generate() needs a cost model and a budget, which apply then gets)
 //! and `runs_on<Order>`.
 struct Custom : detail::CheckpointTag {
-  static constexpr std::string_view name = "custom";
+  static constexpr std::string_view name = "custom";  //!< the command-line name
+  //! One line for `pipesched list`.
   static constexpr std::string_view summary = "a checkpoint policy of the program's own";
   //! Whether generate() needs a cost model and a memory budget to choose what to recompute.
   static constexpr bool needs_budget = false;
@@ -72,14 +73,16 @@ namespace checkpoint {
 
 //! No checkpointing: every forward keeps its activations until its backward.
 struct None : pipesched::detail::CheckpointBuiltin<CheckpointMode::None> {
-  static constexpr std::string_view name = "none";
+  static constexpr std::string_view name = "none";  //!< the command-line name
+  //! One line for `pipesched list`.
   static constexpr std::string_view summary = "keep every activation until its backward";
 };
 
 //! Full checkpointing: every forward keeps only its input; its recompute runs right before its
 //! backward, once the gradient is there (RL), as in Megatron-LM.
 struct Full : pipesched::detail::CheckpointBuiltin<CheckpointMode::Full> {
-  static constexpr std::string_view name = "full";
+  static constexpr std::string_view name = "full";  //!< the command-line name
+  //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "recompute every forward right before its backward, once its gradient is there "
       "(Megatron-LM)";
@@ -88,35 +91,39 @@ struct Full : pipesched::detail::CheckpointBuiltin<CheckpointMode::Full> {
 //! Selective checkpointing: just the forwards a per-rank memory budget requires, recomputed
 //! right before the backward once the gradient is there (checkpoint_selective, RL).
 struct Selective : pipesched::detail::CheckpointBuiltin<CheckpointMode::Selective> {
-  static constexpr std::string_view name = "selective";
+  static constexpr std::string_view name = "selective";  //!< the command-line name
+  //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "recompute what --memory-budget requires, right before its backward, the same way";
-  static constexpr bool needs_budget = true;
+  static constexpr bool needs_budget = true;  //!< chooses from a memory budget
 };
 
 //! Full checkpointing with each recompute free to start before its gradient arrives (R).
 struct FullEarly : pipesched::detail::CheckpointBuiltin<CheckpointMode::FullEarly> {
-  static constexpr std::string_view name = "full-early";
+  static constexpr std::string_view name = "full-early";  //!< the command-line name
+  //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "as full, each recompute free to run while its gradient is on its way";
 };
 
 //! Selective checkpointing with each recompute free to start before its gradient arrives (R).
 struct SelectiveEarly : pipesched::detail::CheckpointBuiltin<CheckpointMode::SelectiveEarly> {
-  static constexpr std::string_view name = "selective-early";
+  static constexpr std::string_view name = "selective-early";  //!< the command-line name
+  //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "as selective, each recompute free to run while its gradient is on its way";
-  static constexpr bool needs_budget = true;
+  static constexpr bool needs_budget = true;  //!< chooses from a memory budget
 };
 
 //! Mario: recomputes moved into bubbles and extra forwards preposed within a per-rank memory
 //! budget (checkpoint_mario). It plans on the steady one-forward-one-backward rhythm, so it
 //! runs on the orders whose `mario_applies` is true (and policies refining them).
 struct Mario : pipesched::detail::CheckpointBuiltin<CheckpointMode::Mario> {
-  static constexpr std::string_view name = "mario";
+  static constexpr std::string_view name = "mario";  //!< the command-line name
+  //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "recompute in bubbles, prepose forwards, within --memory-budget";
-  static constexpr bool needs_budget = true;
+  static constexpr bool needs_budget = true;  //!< chooses from a memory budget
   //! Whether the policy can checkpoint a schedule of order `Order`.
   //! (The order's own fact, `Order::mario_applies`, which a refined order inherits.)
   template <class Order>
@@ -134,7 +141,7 @@ struct SelectiveWithin : Selective {
                 "pipesched::checkpoint::SelectiveWithin<N>: N is how many microbatches' "
                 "activations a rank may hold and must be at least 1 (1 holds about what full "
                 "checkpointing needs; the pipeline depth holds what 1F1B holds without it)");
-  static constexpr bool needs_budget = false;
+  static constexpr bool needs_budget = false;  //!< the budget is in the policy
   //! Microbatches' activations a rank may hold (0: the budget comes from generate()).
   static constexpr int held_microbatches = Microbatches;
 };
@@ -144,6 +151,7 @@ struct SelectiveWithin : Selective {
 //! True when `T` is a checkpoint policy (checkpoint::None, Full, Selective, Mario, ...).
 template <class T>
 struct is_checkpoint : std::bool_constant<detail::is_policy_of_v<detail::CheckpointTag, T>> {};
+//! True when `T` is a checkpoint policy.
 template <class T>
 inline constexpr bool is_checkpoint_v = is_checkpoint<T>::value;
 //! A checkpoint policy.

@@ -329,80 +329,56 @@ inline std::string seconds_text(double t) {
 
 namespace detail::list {
 
+// The engine of list_schedule_plan: the problem resolved against its placement, each action's
+// inputs still to come (by the rules), the events (an action ending, an input arriving), each
+// rank's ready actions, and the plan being built. run() lands every event due, lets each free
+// rank start its preferred admitted action, and advances to the next event.
 template <class Rule, class Cost>
-ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
-  const std::string& gen = lp.name;
-  Problem p = lp.problem;
-  const Placement& pl = lp.placement;
-  if (p.stages == 0) p.stages = pl.stages();
-  if (pl.ranks() != p.ranks || pl.stages() != p.stages)
-    throw invalid_problem(gen + ": the placement maps " + std::to_string(pl.stages()) +
-                          " stages onto " + std::to_string(pl.ranks()) +
-                          " ranks, but the problem has ranks = " + std::to_string(p.ranks) +
-                          " and stages = " + std::to_string(p.stages) + "; they must agree.");
-  try {
-    p.check();
-  } catch (const invalid_problem& e) {
-    e.rethrow_after(gen + ": ");
+class Engine {
+ public:
+  Engine(const ListProblem& lp, const Rule& rule, const Cost& cost)
+      : lp_(lp), rule_(rule), cost_(cost), p_(resolved(lp)), ctx_{p_, lp.placement, 1} {
+    sizes();
+    count_inputs();
+    start_plan();
   }
-  const int S = p.stages, M = p.microbatches, K = p.slices, R = p.ranks;
-  const bool split = lp.wgrad == WGradMode::Split;
-  const int kinds = split ? 3 : 2;  // 0 F, 1 B or I, 2 W
-  const std::uint64_t units64 =
-      static_cast<std::uint64_t>(S) * static_cast<std::uint64_t>(M) * static_cast<std::uint64_t>(K);
-  constexpr std::uint64_t max_actions = std::uint64_t{1} << 28;
-  if (units64 * static_cast<std::uint64_t>(kinds) > max_actions)
-    throw invalid_problem(gen + ": stages × microbatches × slices = " + std::to_string(units64) +
-                          " units is more than a list schedule builds (" +
-                          std::to_string(max_actions / static_cast<std::uint64_t>(kinds)) +
-                          "); use fewer microbatches or slices.");
-  const std::size_t units = static_cast<std::size_t>(units64);
-  const CostContext ctx{p, pl, 1};
-  const OpKind back = split ? OpKind::I : OpKind::B;
-  auto unit_of = [&](int s, int m, int k) {
-    return (static_cast<std::size_t>(s) * static_cast<std::size_t>(M) +
-            static_cast<std::size_t>(m)) *
-               static_cast<std::size_t>(K) +
-           static_cast<std::size_t>(k);
-  };
-  auto id_of = [&](int kind, int s, int m, int k) {
-    return static_cast<std::size_t>(kind) * units + unit_of(s, m, k);
-  };
-  auto action_of = [&](std::size_t id) {
-    const int kind = static_cast<int>(id / units);
-    std::size_t u = id % units;
-    const int k = static_cast<int>(u % static_cast<std::size_t>(K));
-    u /= static_cast<std::size_t>(K);
-    const int m = static_cast<int>(u % static_cast<std::size_t>(M));
-    const int s = static_cast<int>(u / static_cast<std::size_t>(M));
-    return Action::make(kind == 0 ? OpKind::F : kind == 1 ? back : OpKind::W, s, m, k);
-  };
 
-  std::vector<std::uint8_t> waiting(static_cast<std::size_t>(kinds) * units);
-  std::vector<double> arrives(waiting.size(), 0.0);  // latest input arrival so far
-  // With several replicas a microbatch has units on its replica's stages only; the others
-  // wait for an input that never comes and are not counted as work.
-  std::size_t absent = 0;
-  for (int s = 0; s < S; ++s)
-    for (int m = 0; m < M; ++m)
-      for (int k = 0; k < K; ++k) {
-        if (!p.has_unit(s, m)) {
-          for (int kind = 0; kind < kinds; ++kind)
-            waiting[id_of(kind, s, m, k)] = 1;
-          ++absent;
-          continue;
-        }
-        // Each action waits for its inputs by the rules (core/rules.hpp); the engine plans no
-        // recomputes.
-        for (int kind = 0; kind < kinds; ++kind) {
-          std::uint8_t inputs = 0;
-          for_each_dependency(p, action_of(id_of(kind, s, m, k)), [&](const Dependency& d) {
-            if (d.role != Role::Recompute) ++inputs;
-          });
-          waiting[id_of(kind, s, m, k)] = inputs;
+  ListPlan run() {
+    for (int m = 0; m < M_; ++m) {
+      const int first = p_.replica_of_microbatch(m) * p_.replica_stages();  // replica's stage 0
+      become_ready(id_of(0, first, m, 0), Action::make(OpKind::F, first, m, 0));
+    }
+    while (left_ > 0) {
+      // Everything that has happened by `now` lands before any rank chooses, so the choices
+      // at one instant do not depend on the order the ranks are visited in.
+      while (!events_.empty() && events_.top().time <= now_) {
+        const Event e = events_.top();
+        events_.pop();
+        if (e.finish()) {  // id is the rank that ran it
+          finish(running_[e.id()], e.time);
+          changed_[e.id()] = 1;
+        } else {
+          make_ready(e.id(), action_of(e.id()));
         }
       }
+      for (int r = 0; r < R_; ++r) {
+        const auto ru = static_cast<std::size_t>(r);
+        const RankState& rs = state_[ru];
+        if (!changed_[ru] || free_at_[ru] > now_ ||
+            rs.ready_by_kind[0] + rs.ready_by_kind[1] + rs.ready_by_kind[2] == 0)
+          continue;
+        changed_[ru] = 0;
+        choose_and_start(r);
+      }
+      if (left_ == 0) break;
+      // Nothing runs and nothing will arrive: the rule refused every ready action.
+      if (events_.empty()) stalled();
+      now_ = std::max(now_, events_.top().time);
+    }
+    return std::move(plan_);
+  }
 
+ private:
   // Events: an action finishing, or becoming ready (its last input arriving); earliest first,
   // ties in the order they were created. Packed in 16 bytes (the heap is the engine's hottest
   // structure): the sequence number in the high half of `tag`, then the id, then the kind.
@@ -415,71 +391,149 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
     bool finish() const { return (tag & 1u) != 0; }
     bool operator>(const Event& o) const { return time != o.time ? time > o.time : tag > o.tag; }
   };
-  auto event = [](double time, std::uint64_t n, std::size_t id, bool finish) {
+  static Event event(double time, std::uint64_t n, std::size_t id, bool finish) {
     return Event{time, (n << 32) | (static_cast<std::uint64_t>(id) << 1) | (finish ? 1u : 0u)};
-  };
-  std::vector<Event> event_storage;
-  event_storage.reserve(static_cast<std::size_t>(R) + 64);
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events(std::greater<>{},
-                                                                        std::move(event_storage));
-  std::uint64_t seq = 0, ready_seq = 0;
-
-  std::vector<std::vector<ReadyAction>> ready(static_cast<std::size_t>(R));
-  ListPlan plan;
-  plan.schedule = Schedule{gen, p, pl, {}};
-  auto& lists = plan.schedule.ranks;
-  lists.assign(static_cast<std::size_t>(R), {});
-  plan.peak_memory.assign(static_cast<std::size_t>(R), 0.0);
-  plan.peak_in_flight.assign(static_cast<std::size_t>(R), 0);
-  for (int r = 0; r < R; ++r)
-    lists[static_cast<std::size_t>(r)].reserve(
-        static_cast<std::size_t>(kinds) * pl.stages_of(r).size() * static_cast<std::size_t>(M) *
-        static_cast<std::size_t>(K));
-  std::vector<RankState> state(static_cast<std::size_t>(R));
-  for (int r = 0; r < R; ++r) {
-    state[static_cast<std::size_t>(r)].rank = r;
-    state[static_cast<std::size_t>(r)].problem = &lp;
   }
-  std::vector<double> free_at(static_cast<std::size_t>(R), 0.0);
-  std::vector<Action> running(static_cast<std::size_t>(R));  // each rank's current action
-  // A rank is asked again only when something it can see changed: an action of its own
-  // ended, or one became ready on it. (Rules see the rank's state and ready set; between those
-  // events neither changes, so asking again would give the same answer.)
-  std::vector<char> changed(static_cast<std::size_t>(R), 1);
-  auto kind_slot = [](OpKind k) { return k == OpKind::F ? 0 : k == OpKind::W ? 2 : 1; };
-
-  [[maybe_unused]] auto bad_cost = [&](const Action& a, const char* what, double v) {
-    throw invalid_problem(gen + ": the cost model gives " + to_string(a) + " a " + what + " of " +
-                          std::to_string(v) + "; it must be finite" +
-                          (what[0] == 'd' ? " and not negative." : "."));
-  };
-
   // Keyed rules keep each rank's ready actions ordered by (key, order), per kind, and not in
-  // `ready` (RankState::ready is then empty; ready_count still counts them).
-  using Entry = typename detail::list::KeyOf<Rule>::entry;
-  // The ready actions themselves lie in a slab per rank (small heap entries, reused slots).
+  // `ready_` (RankState::ready is then empty; ready_count still counts them). The ready actions
+  // themselves lie in a slab per rank (small heap entries, reused slots).
+  using Entry = typename KeyOf<Rule>::entry;
   struct KeyedRank {
-    std::array<detail::list::Ordered<Entry, admitting_rule<Rule>>, 3> sorted;
+    std::array<Ordered<Entry, admitting_rule<Rule>>, 3> sorted;
     std::vector<ReadyAction> slab;
     std::vector<std::uint32_t> free_slots;
   };
-  std::vector<KeyedRank> keyed;
-  if constexpr (keyed_rule<Rule>) keyed.resize(static_cast<std::size_t>(R));
 
-  auto make_ready = [&](std::size_t id, const Action& a) {
+  // The problem with its stages from the placement, checked against it.
+  static Problem resolved(const ListProblem& lp) {
+    const std::string& gen = lp.name;
+    Problem p = lp.problem;
+    const Placement& pl = lp.placement;
+    if (p.stages == 0) p.stages = pl.stages();
+    if (pl.ranks() != p.ranks || pl.stages() != p.stages)
+      throw invalid_problem(gen + ": the placement maps " + std::to_string(pl.stages()) +
+                            " stages onto " + std::to_string(pl.ranks()) +
+                            " ranks, but the problem has ranks = " + std::to_string(p.ranks) +
+                            " and stages = " + std::to_string(p.stages) + "; they must agree.");
+    try {
+      p.check();
+    } catch (const invalid_problem& e) {
+      e.rethrow_after(gen + ": ");
+    }
+    return p;
+  }
+
+  void sizes() {
+    S_ = p_.stages;
+    M_ = p_.microbatches;
+    K_ = p_.slices;
+    R_ = p_.ranks;
+    split_ = lp_.wgrad == WGradMode::Split;
+    kinds_ = split_ ? 3 : 2;  // 0 F, 1 B or I, 2 W
+    back_ = split_ ? OpKind::I : OpKind::B;
+    const std::uint64_t units64 = static_cast<std::uint64_t>(S_) * static_cast<std::uint64_t>(M_) *
+                                  static_cast<std::uint64_t>(K_);
+    constexpr std::uint64_t max_actions = std::uint64_t{1} << 28;
+    if (units64 * static_cast<std::uint64_t>(kinds_) > max_actions)
+      throw invalid_problem(lp_.name +
+                            ": stages × microbatches × slices = " + std::to_string(units64) +
+                            " units is more than a list schedule builds (" +
+                            std::to_string(max_actions / static_cast<std::uint64_t>(kinds_)) +
+                            "); use fewer microbatches or slices.");
+    units_ = static_cast<std::size_t>(units64);
+  }
+
+  std::size_t id_of(int kind, int s, int m, int k) const {
+    return static_cast<std::size_t>(kind) * units_ +
+           (static_cast<std::size_t>(s) * static_cast<std::size_t>(M_) +
+            static_cast<std::size_t>(m)) *
+               static_cast<std::size_t>(K_) +
+           static_cast<std::size_t>(k);
+  }
+  Action action_of(std::size_t id) const {
+    const int kind = static_cast<int>(id / units_);
+    std::size_t u = id % units_;
+    const int k = static_cast<int>(u % static_cast<std::size_t>(K_));
+    u /= static_cast<std::size_t>(K_);
+    const int m = static_cast<int>(u % static_cast<std::size_t>(M_));
+    const int s = static_cast<int>(u / static_cast<std::size_t>(M_));
+    return Action::make(kind == 0 ? OpKind::F : kind == 1 ? back_ : OpKind::W, s, m, k);
+  }
+  static int kind_slot(OpKind k) { return k == OpKind::F ? 0 : k == OpKind::W ? 2 : 1; }
+
+  // Each action's inputs still to come, by the rules (core/rules.hpp; the engine plans no
+  // recomputes). With several replicas a microbatch has units on its replica's stages only;
+  // the others wait for an input that never comes and are not counted as work.
+  void count_inputs() {
+    waiting_.assign(static_cast<std::size_t>(kinds_) * units_, 0);
+    arrives_.assign(waiting_.size(), 0.0);
+    std::size_t absent = 0;
+    for (int s = 0; s < S_; ++s)
+      for (int m = 0; m < M_; ++m)
+        for (int k = 0; k < K_; ++k) {
+          if (!p_.has_unit(s, m)) {
+            for (int kind = 0; kind < kinds_; ++kind)
+              waiting_[id_of(kind, s, m, k)] = 1;
+            ++absent;
+            continue;
+          }
+          for (int kind = 0; kind < kinds_; ++kind) {
+            std::uint8_t inputs = 0;
+            for_each_dependency(p_, action_of(id_of(kind, s, m, k)), [&](const Dependency& d) {
+              if (d.role != Role::Recompute) ++inputs;
+            });
+            waiting_[id_of(kind, s, m, k)] = inputs;
+          }
+        }
+    left_ = static_cast<std::size_t>(kinds_) * (units_ - absent);
+  }
+
+  void start_plan() {
+    const auto R = static_cast<std::size_t>(R_);
+    std::vector<Event> storage;
+    storage.reserve(R + 64);
+    events_ = decltype(events_)(std::greater<>{}, std::move(storage));
+    ready_.resize(R);
+    plan_.schedule = Schedule{lp_.name, p_, lp_.placement, {}};
+    plan_.schedule.ranks.assign(R, {});
+    plan_.peak_memory.assign(R, 0.0);
+    plan_.peak_in_flight.assign(R, 0);
+    for (int r = 0; r < R_; ++r)
+      plan_.schedule.ranks[static_cast<std::size_t>(r)].reserve(
+          static_cast<std::size_t>(kinds_) * lp_.placement.stages_of(r).size() *
+          static_cast<std::size_t>(M_) * static_cast<std::size_t>(K_));
+    state_.resize(R);
+    for (int r = 0; r < R_; ++r) {
+      state_[static_cast<std::size_t>(r)].rank = r;
+      state_[static_cast<std::size_t>(r)].problem = &lp_;
+    }
+    free_at_.assign(R, 0.0);
+    running_.resize(R);
+    changed_.assign(R, 1);
+    if constexpr (keyed_rule<Rule>) keyed_.resize(R);
+  }
+
+  [[noreturn]] void bad_cost(const Action& a, const char* what, double v) const {
+    throw invalid_problem(lp_.name + ": the cost model gives " + to_string(a) + " a " + what +
+                          " of " + std::to_string(v) + "; it must be finite" +
+                          (what[0] == 'd' ? " and not negative." : "."));
+  }
+
+  // Action `id` (= `a`) has all its inputs: into its rank's ready set.
+  void make_ready(std::size_t id, const Action& a) {
     ReadyAction ra;
     ra.action = a;
-    ra.ready_at = arrives[id];
-    ra.duration = static_cast<double>(cost.duration(ctx, a));
-    ra.memory = memory_effect(cost, ctx, a, [](const Action&) { return false; }).net();
+    ra.ready_at = arrives_[id];
+    ra.duration = static_cast<double>(cost_.duration(ctx_, a));
+    ra.memory = memory_effect(cost_, ctx_, a, [](const Action&) { return false; }).net();
     if (!(ra.duration >= 0 && ra.duration <= std::numeric_limits<double>::max()))
       bad_cost(a, "duration", ra.duration);
     if (!(std::abs(ra.memory) <= std::numeric_limits<double>::max()))
       bad_cost(a, "memory delta", ra.memory);
-    ra.order = ready_seq++;
-    const auto ru = static_cast<std::size_t>(pl.rank_of(a.stage));
+    ra.order = ready_seq_++;
+    const auto ru = static_cast<std::size_t>(lp_.placement.rank_of(a.stage));
     if constexpr (keyed_rule<Rule>) {
-      KeyedRank& kr = keyed[ru];
+      KeyedRank& kr = keyed_[ru];
       std::uint32_t slot;
       if (kr.free_slots.empty()) {
         slot = static_cast<std::uint32_t>(kr.slab.size());
@@ -490,88 +544,77 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
         kr.slab[slot] = ra;
       }
       kr.sorted[static_cast<std::size_t>(kind_slot(a.kind))].insert(
-          Entry{rule.key(ra), ra.order, slot});
+          Entry{rule_.key(ra), ra.order, slot});
     } else {
-      ready[ru].push_back(ra);
+      ready_[ru].push_back(ra);
     }
-    ++state[ru].ready_by_kind[kind_slot(a.kind)];
-    changed[ru] = 1;
-  };
+    ++state_[ru].ready_by_kind[kind_slot(a.kind)];
+    changed_[ru] = 1;
+  }
 
-  std::size_t left = static_cast<std::size_t>(kinds) * (units - absent);
-  double now = 0.0;
   // An action whose last input arrives at or before `now` is ready at once (in the order the
   // finishing actions release it); a later arrival (a transfer in flight) is an event.
-  auto become_ready = [&](std::size_t id, const Action& a) {
-    if (arrives[id] <= now)
+  void become_ready(std::size_t id, const Action& a) {
+    if (arrives_[id] <= now_)
       make_ready(id, a);
     else
-      events.push(event(arrives[id], seq++, id, false));
-  };
+      events_.push(event(arrives_[id], seq_++, id, false));
+  }
+
   // A dependency of `a` (action `id`) on `producer` ended at `end`.
-  auto release = [&](std::size_t id, const Action& a, const Action& producer, double end) {
+  void release(std::size_t id, const Action& a, const Action& producer, double end) {
     double at = end;
-    if (pl.rank_of(a.stage) != pl.rank_of(producer.stage))
-      at += static_cast<double>(cost.transfer_time(ctx, producer));
-    arrives[id] = std::max(arrives[id], at);
-    if (--waiting[id] == 0) become_ready(id, a);
-  };
+    if (lp_.placement.rank_of(a.stage) != lp_.placement.rank_of(producer.stage))
+      at += static_cast<double>(cost_.transfer_time(ctx_, producer));
+    arrives_[id] = std::max(arrives_[id], at);
+    if (--waiting_[id] == 0) become_ready(id, a);
+  }
+
   // `a` ended: each action waiting for it (by the rules) has one input fewer to wait for.
-  auto finish = [&](const Action& a, double end) {
-    for_each_dependent(p, a, [&](const Dependency& d) {
+  void finish(const Action& a, double end) {
+    for_each_dependent(p_, a, [&](const Dependency& d) {
       int kind = 0;
       if (d.role == Role::Backward)
         kind = 1;
-      else if (d.role == Role::WeightGrad && split)
+      else if (d.role == Role::WeightGrad && split_)
         kind = 2;
       else if (d.role != Role::Forward)
         return;  // a recompute (the engine plans none), or W of a fused backward
       const std::size_t id = id_of(kind, d.stage, d.microbatch, d.slice);
       release(id, action_of(id), a, end);
     });
-  };
-  for (int m = 0; m < M; ++m) {
-    const int first = p.replica_of_microbatch(m) * p.replica_stages();  // its replica's stage 0
-    become_ready(id_of(0, first, m, 0), Action::make(OpKind::F, first, m, 0));
   }
 
-  constexpr OpKind slot_kind[3] = {OpKind::F, OpKind::B, OpKind::W};
   // May the rank start anything of this kind now (admit_kind), and this action (admit)?
-  auto kind_open = [&](const RankState& rs, int slot) {
+  bool kind_open(const RankState& rs, int slot) const {
     if constexpr (kind_admitting_rule<Rule>) {
-      const OpKind k = slot == 1 ? back : slot_kind[slot];
-      return static_cast<bool>(rule.admit_kind(rs, k));
+      constexpr OpKind slot_kind[3] = {OpKind::F, OpKind::B, OpKind::W};
+      const OpKind k = slot == 1 ? back_ : slot_kind[slot];
+      return static_cast<bool>(rule_.admit_kind(rs, k));
     } else {
       (void)rs;
       (void)slot;
       return true;
     }
-  };
-  auto admitted = [&](const RankState& rs, const ReadyAction& ra) {
+  }
+  bool admitted(const RankState& rs, const ReadyAction& ra) const {
     if constexpr (admitting_rule<Rule>) {
-      return static_cast<bool>(rule.admit(rs, ra));
+      return static_cast<bool>(rule_.admit(rs, ra));
     } else {
       (void)rs;
       (void)ra;
       return true;
     }
-  };
-  // Starts the rank's preferred admitted action; false when it admits none.
-  auto choose_and_start = [&](int r) -> bool {
-    const auto ru = static_cast<std::size_t>(r);
-    auto& rs = state[ru];
-    const auto& list = lists[ru];
-    auto& cand = ready[ru];
-    rs.now = now;
-    rs.ready = std::span<const ReadyAction>(cand.data(), cand.size());
-    rs.started = std::span<const Action>(list.data(), list.size());
+  }
+
+  // The rank's preferred admitted ready action, taken out of its ready set; false when it
+  // admits none.
+  bool take_preferred(std::size_t ru, RankState& rs, ReadyAction& out) {
     bool open[3];
     for (int k = 0; k < 3; ++k)
       open[k] = rs.ready_by_kind[k] > 0 && kind_open(rs, k);
-    ReadyAction picked;
-    const ReadyAction* chosen = &picked;
     if constexpr (keyed_rule<Rule>) {
-      KeyedRank& kr = keyed[ru];
+      KeyedRank& kr = keyed_[ru];
       const Entry* best = nullptr;
       int best_kind = -1;
       for (int k = 0; k < 3; ++k) {
@@ -586,16 +629,17 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
         }
       }
       if (best == nullptr) return false;
-      chosen = &kr.slab[best->slot];  // stays put: nothing is inserted before it is used
+      out = kr.slab[best->slot];
       kr.free_slots.push_back(best->slot);
       kr.sorted[static_cast<std::size_t>(best_kind)].erase(*best);
     } else {
+      auto& cand = ready_[ru];
       long best = -1;
-      using P = decltype(rule.priority(rs, cand.front()));
+      using P = decltype(rule_.priority(rs, cand.front()));
       std::optional<P> best_priority;
       for (std::size_t i = 0; i < cand.size(); ++i) {
         if (!open[kind_slot(cand[i].action.kind)] || !admitted(rs, cand[i])) continue;
-        P pr = rule.priority(rs, cand[i]);
+        P pr = rule_.priority(rs, cand[i]);
         if (best < 0 || pr < *best_priority ||
             (!(*best_priority < pr) &&
              cand[i].order < cand[static_cast<std::size_t>(best)].order)) {
@@ -604,93 +648,110 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
         }
       }
       if (best < 0) return false;
-      picked = cand[static_cast<std::size_t>(best)];
+      out = cand[static_cast<std::size_t>(best)];
       cand[static_cast<std::size_t>(best)] = cand.back();  // ties use ReadyAction::order
       cand.pop_back();
     }
-    const ReadyAction& ra = *chosen;
+    return true;
+  }
+
+  // Starts the rank's preferred admitted action; false when it admits none.
+  bool choose_and_start(int r) {
+    const auto ru = static_cast<std::size_t>(r);
+    RankState& rs = state_[ru];
+    auto& list = plan_.schedule.ranks[ru];
+    const auto& cand = ready_[ru];
+    rs.now = now_;
+    rs.ready = std::span<const ReadyAction>(cand.data(), cand.size());
+    rs.started = std::span<const Action>(list.data(), list.size());
+    ReadyAction ra;
+    if (!take_preferred(ru, rs, ra)) return false;
     --rs.ready_by_kind[kind_slot(ra.action.kind)];
-    lists[ru].push_back(ra.action);
+    list.push_back(ra.action);
     if (ra.action.kind == OpKind::F) ++rs.forwards;
     if (ra.action.kind == OpKind::B || ra.action.kind == OpKind::I) ++rs.backwards;
     if (ra.action.kind == OpKind::W) ++rs.weight_gradients;
-    plan.peak_in_flight[ru] = std::max(plan.peak_in_flight[ru], rs.in_flight());
+    plan_.peak_in_flight[ru] = std::max(plan_.peak_in_flight[ru], rs.in_flight());
     rs.memory += ra.memory;
     rs.peak_memory = std::max(rs.peak_memory, rs.memory);
-    plan.peak_memory[ru] = rs.peak_memory;
-    free_at[ru] = now + ra.duration;
-    plan.makespan = std::max(plan.makespan, free_at[ru]);
-    running[ru] = ra.action;
-    events.push(event(free_at[ru], seq++, ru, true));
-    --left;
+    plan_.peak_memory[ru] = rs.peak_memory;
+    free_at_[ru] = now_ + ra.duration;
+    plan_.makespan = std::max(plan_.makespan, free_at_[ru]);
+    running_[ru] = ra.action;
+    events_.push(event(free_at_[ru], seq_++, ru, true));
+    --left_;
     return true;
-  };
-
-  while (left > 0) {
-    // Everything that has happened by `now` lands before any rank chooses, so the choices at
-    // one instant do not depend on the order the ranks are visited in.
-    while (!events.empty() && events.top().time <= now) {
-      const Event e = events.top();
-      events.pop();
-      if (e.finish()) {  // id is the rank that ran it
-        finish(running[e.id()], e.time);
-        changed[e.id()] = 1;
-      } else {
-        make_ready(e.id(), action_of(e.id()));
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      const auto ru = static_cast<std::size_t>(r);
-      const RankState& rs = state[ru];
-      if (!changed[ru] || free_at[ru] > now ||
-          rs.ready_by_kind[0] + rs.ready_by_kind[1] + rs.ready_by_kind[2] == 0)
-        continue;
-      changed[ru] = 0;
-      choose_and_start(r);
-    }
-    if (left == 0) break;
-    if (events.empty()) {
-      // Nothing runs and nothing will arrive: the rule refused every ready action.
-      std::vector<RankStall> stalls;
-      std::string detail;
-      for (int r = 0; r < R; ++r) {
-        const auto ru = static_cast<std::size_t>(r);
-        const RankState& rs = state[ru];
-        std::vector<ReadyAction> refused = ready[ru];
-        if constexpr (keyed_rule<Rule>)
-          for (const auto& kind_set : keyed[ru].sorted)
-            for (const Entry& e : detail::list::all_entries(kind_set))
-              refused.push_back(keyed[ru].slab[e.slot]);
-        if (refused.empty()) continue;
-        RankStall st{r, now, rs.forwards, rs.backwards, rs.weight_gradients, rs.memory, {}};
-        std::sort(refused.begin(), refused.end(), [&](const ReadyAction& a, const ReadyAction& b) {
-          auto pa = detail::list::rank_value(rule, rs, a),
-               pb = detail::list::rank_value(rule, rs, b);
-          return pa < pb || (!(pb < pa) && a.order < b.order);
-        });
-        std::string names;
-        for (std::size_t i = 0; i < refused.size(); ++i) {
-          st.refused.push_back(refused[i].action);
-          if (i < 8) names += (i ? ", " : "") + to_string(refused[i].action);
-        }
-        if (refused.size() > 8) names += " and " + std::to_string(refused.size() - 8) + " more";
-        detail += "\n  rank " + std::to_string(r) + " (" + std::to_string(rs.forwards) +
-                  " forwards, " + std::to_string(rs.backwards) + " backwards, " +
-                  std::to_string(rs.in_flight()) + " in flight, memory " +
-                  detail::list::seconds_text(rs.memory) + ") refused " + names;
-        stalls.push_back(std::move(st));
-      }
-      throw schedule_stalled(gen + ": the rule refuses every ready action at time " +
-                                 detail::list::seconds_text(now) + " with nothing running and " +
-                                 std::to_string(left) +
-                                 " actions left, so no rank can go on:" + detail +
-                                 "\nAdmit at least one of them (a limit that holds back "
-                                 "forwards must let the backwards they feed run first).",
-                             std::move(stalls));
-    }
-    now = std::max(now, events.top().time);
   }
-  return plan;
+
+  // Nothing runs and nothing will arrive: every rank's refusals, in its rule's order.
+  [[noreturn]] void stalled() const {
+    std::vector<RankStall> stalls;
+    std::string detail;
+    for (int r = 0; r < R_; ++r) {
+      const auto ru = static_cast<std::size_t>(r);
+      const RankState& rs = state_[ru];
+      std::vector<ReadyAction> refused = ready_[ru];
+      if constexpr (keyed_rule<Rule>)
+        for (const auto& kind_set : keyed_[ru].sorted)
+          for (const Entry& e : all_entries(kind_set))
+            refused.push_back(keyed_[ru].slab[e.slot]);
+      if (refused.empty()) continue;
+      RankStall st{r, now_, rs.forwards, rs.backwards, rs.weight_gradients, rs.memory, {}};
+      std::sort(refused.begin(), refused.end(), [&](const ReadyAction& a, const ReadyAction& b) {
+        auto pa = rank_value(rule_, rs, a), pb = rank_value(rule_, rs, b);
+        return pa < pb || (!(pb < pa) && a.order < b.order);
+      });
+      std::string names;
+      for (std::size_t i = 0; i < refused.size(); ++i) {
+        st.refused.push_back(refused[i].action);
+        if (i < 8) names += (i ? ", " : "") + to_string(refused[i].action);
+      }
+      if (refused.size() > 8) names += " and " + std::to_string(refused.size() - 8) + " more";
+      detail += "\n  rank " + std::to_string(r) + " (" + std::to_string(rs.forwards) +
+                " forwards, " + std::to_string(rs.backwards) + " backwards, " +
+                std::to_string(rs.in_flight()) + " in flight, memory " + seconds_text(rs.memory) +
+                ") refused " + names;
+      stalls.push_back(std::move(st));
+    }
+    throw schedule_stalled(lp_.name + ": the rule refuses every ready action at time " +
+                               seconds_text(now_) + " with nothing running and " +
+                               std::to_string(left_) +
+                               " actions left, so no rank can go on:" + detail +
+                               "\nAdmit at least one of them (a limit that holds back "
+                               "forwards must let the backwards they feed run first).",
+                           std::move(stalls));
+  }
+
+  const ListProblem& lp_;
+  const Rule& rule_;
+  const Cost& cost_;
+  const Problem p_;
+  const CostContext ctx_;
+  int S_ = 0, M_ = 0, K_ = 0, R_ = 0, kinds_ = 2;
+  bool split_ = false;
+  OpKind back_ = OpKind::B;
+  std::size_t units_ = 0;
+  std::vector<std::uint8_t> waiting_;  // inputs still to come, per action id
+  std::vector<double> arrives_;        // latest input arrival so far, per action id
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::uint64_t seq_ = 0, ready_seq_ = 0;
+  std::vector<std::vector<ReadyAction>> ready_;
+  std::vector<KeyedRank> keyed_;
+  ListPlan plan_;
+  std::vector<RankState> state_;
+  std::vector<double> free_at_;
+  std::vector<Action> running_;  // each rank's current action
+  // A rank is asked again only when something it can see changed: an action of its own
+  // ended, or one became ready on it. (Rules see the rank's state and ready set; between those
+  // events neither changes, so asking again would give the same answer.)
+  std::vector<char> changed_;
+  std::size_t left_ = 0;
+  double now_ = 0.0;
+};
+
+template <class Rule, class Cost>
+ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
+  return Engine<Rule, Cost>(lp, rule, cost).run();
 }
 
 }  // namespace detail::list
@@ -699,11 +760,12 @@ ListPlan run(const ListProblem& lp, const Rule& rule, const Cost& cost) {
 //! comment). Dependencies are the rules of core/rules.hpp (F(s,m,k) after F(s−1,m,k) and
 //! F(s,m,k−1); B/I(s,m,k) after F(s,m,k), B/I(s+1,m,k) and B/I(s,m,k+1); W after its I). A
 //! dependency on another rank adds the cost model's transfer time. Memory: each action's
-//! memory_effect (no checkpointing) counts from its start, so `RankState::memory` is what the simulator reports along the list.
-//! Throws invalid_problem for a problem or placement that does not fit, a cost model giving a
-//! negative or non-finite duration, and schedule_stalled when the rule starves every rank.
-//! A type that is not a list_rule gets one error naming what it lacks. Cost: per decision, a
-//! pass over the rank's ready actions (priority rules) or a logarithm (key rules).
+//! memory_effect (no checkpointing) counts from its start, so `RankState::memory` is what the
+//! simulator reports along the list. Throws invalid_problem for a problem or placement that does
+//! not fit, a cost model giving a negative or non-finite duration, and schedule_stalled when the
+//! rule starves every rank. A type that is not a list_rule gets one error naming what it lacks.
+//! Cost: per decision, a pass over the rank's ready actions (priority rules) or a logarithm (key
+//! rules).
 template <class Rule, cost_model Cost = UniformCost>
 ListPlan list_schedule_plan(const ListProblem& lp, const Rule& rule, const Cost& cost = {}) {
   static_assert(check_list_rule<Rule>());

@@ -29,8 +29,9 @@ concept cost_factory = requires(const F& f, int microbatch_size) {
 //! UniformCost as a factory. Its durations and memory are per microbatch whatever the
 //! microbatch holds, so only microbatch size 1 has a meaning; other sizes are refused.
 struct UniformCostFactory {
-  UniformCost cost;
+  UniformCost cost;  //!< the cost model every microbatch size gets
 
+  //! `cost` for microbatch size 1; throws invalid_problem for any other size.
   UniformCost operator()(int microbatch_size) const {
     if (microbatch_size != 1)
       throw invalid_problem(
@@ -46,10 +47,11 @@ struct UniformCostFactory {
 //! TransformerCost as a factory: the model with `model.microbatch_size` set to the size asked
 //! for, on `device`, with `parallel`.
 struct TransformerCostFactory {
-  ModelShape model;
-  DeviceSpec device;
-  Parallelism parallel{};
+  ModelShape model;        //!< the model (its microbatch_size is replaced)
+  DeviceSpec device;       //!< the device every rank runs on
+  Parallelism parallel{};  //!< tensor, data and ZeRO degrees, layer split
 
+  //! The cost model of microbatches of `microbatch_size` sequences (checked).
   TransformerCost operator()(int microbatch_size) const {
     TransformerCost c{model, device, {}, parallel};
     c.model.microbatch_size = microbatch_size;

@@ -57,7 +57,7 @@ struct TuneRequest {
   //! (TransformerCost, WGradSplit::PerGemm: as many parts as the stage with the most GEMMs
   //! has), as MEPipe cuts them.
   bool fine_wgrad = false;
-  int wgrad_parts = 4;
+  int wgrad_parts = 4;  //!< parts of each weight gradient with fine_wgrad (0: one per GEMM)
   //! Threads searching at once; 0 = one per core (std::thread::hardware_concurrency).
   int threads = 0;
   //! Wall-clock seconds after which the search stops and returns the best plans found so far

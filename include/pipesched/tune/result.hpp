@@ -88,9 +88,9 @@ struct TuneNote {
 //! The best plan of one (base schedule, checkpoint mode) pair: what that scheme achieves
 //! with its own full search.
 struct TuneBaseline {
-  std::string base;
-  CheckpointMode checkpoint = CheckpointMode::None;
-  std::optional<TunePlan> plan;        //!< empty: nothing of this pair fits
+  std::string base;                                  //!< the base schedule's generator name
+  CheckpointMode checkpoint = CheckpointMode::None;  //!< the built-in checkpointing
+  std::optional<TunePlan> plan;                      //!< empty: nothing of this pair fits
   std::string checkpoint_policy = {};  //!< as TunePlan's: a program's own policy, or empty
 };
 
