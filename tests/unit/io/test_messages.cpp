@@ -77,8 +77,9 @@ TEST(TypedErrors, BudgetErrorCarriesItsFiguresThroughAPrefix) {
     EXPECT_EQ(std::string(e.what()).rfind("plan<1f1b", 0), 0u) << e.what();
   }
   // Under TransformerCost the amounts are bytes, written as budgets are given.
-  ps::TransformerCost cost{ps::presets::find_model("gpt3-1.3b"),
-                           ps::presets::find_device("a100-40gb")};
+  ps::TransformerCost cost;
+  cost.model = ps::presets::find_model("gpt3-1.3b");
+  cost.device = ps::presets::find_device("a100-40gb");
   try {
     (void)Plan::generate({.ranks = 4, .microbatches = 8}, cost, ps::MemoryBudget{.all = 1e8});
     FAIL() << "100 MB was enough";

@@ -141,8 +141,8 @@ TEST(CliCorpusFiles, EveryExpectedFileHasItsCase) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CliCorpus, ::testing::ValuesIn(load_corpus()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           std::string n = info.param.name;
+                         [](const ::testing::TestParamInfo<Case>& param) {
+                           std::string n = param.param.name;
                            for (char& ch : n)
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
