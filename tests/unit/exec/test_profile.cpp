@@ -218,9 +218,10 @@ TEST(Profile, ByteFiguresStayExactWhenWaitsAreFilled) {
   // backward: both are work a waiting rank runs early.
   const ps::Schedule deferred = ps::checkpoint_full(
       ps::schedule::zero_bubble_h1({.ranks = 2, .microbatches = 4}), ps::RecomputeTiming::Early);
-  const ps::ProfiledCost cost =
-      ps::profile(stages, dense_data(stages),
-                  {.schedule = deferred, .repeats = 2, .executor = {.fill_waits = true}});
+  ps::ExecutorOptions filling;
+  filling.fill_waits = true;
+  const ps::ProfiledCost cost = ps::profile(
+      stages, dense_data(stages), {.schedule = deferred, .repeats = 2, .executor = filling});
   for (std::size_t s = 0; s < 2; ++s) {
     SCOPED_TRACE("stage " + std::to_string(s));
     EXPECT_EQ(cost.stages[s].activation_bytes, double(stages[s].activation_bytes(rows)));

@@ -1,0 +1,55 @@
+// What the executor takes and gives per rank: its knobs (ExecutorOptions) and what one rank
+// measured in one step (RankRun).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "pipesched/analysis/simulate.hpp"
+
+namespace pipesched {
+
+//! Knobs of the executor.
+struct ExecutorOptions {
+  //! How long a receive waits before the step fails with the rank and action named. Must be
+  //! more than 0 (0, negative and NaN are refused when the executor is built); infinity, or
+  //! any duration too long for the steady clock (std::chrono::hours::max()), waits without a
+  //! deadline. Process pipelines bound their start-of-step and end-of-step agreement by it too.
+  std::chrono::duration<double> receive_timeout{60.0};
+  //! Called by each rank once per step, after its list has run (e.g. an optimizer step on
+  //! that rank's stage models). What it throws fails the step like a layer's exception: the
+  //! execution_error names the rank and "its optimizer step", at the position after the list.
+  std::function<void(int rank)> optimizer;
+  //! Dynamic bubble filling: when the rank's next action is a receive whose message has not
+  //! arrived, run pending work from later in the rank's own list instead of waiting — the
+  //! next recompute R whose forward has already run or, when no recompute can run, the next
+  //! weight-gradient W (or W part) whose I has run — then try the receive again; block only
+  //! when nothing is pending. Numerics do not change beyond rounding (a recompute's output is
+  //! discarded; weight gradients may add up in another order), but held bytes rise earlier
+  //! than the list says when a recompute moves up, so the measured peak may then exceed the
+  //! static simulation's; `memory_budget_bytes` bounds it. A W run early only frees bytes.
+  bool fill_waits = false;
+  //! With `fill_waits`: work is run early only if the rank's held bytes stay within this
+  //! budget from then until the work's own place in the list, projected from the byte figures
+  //! this rank has measured for each of its stages (a stage whose figures it has not seen yet
+  //! is not filled across). The budget never holds back the list itself: a schedule whose own
+  //! peak is above it still runs, unfilled.
+  double memory_budget_bytes = std::numeric_limits<double>::infinity();
+};
+
+//! What one rank measured in one step. Times are seconds since the step's common start.
+struct RankRun {
+  int rank = 0;                      //!< the rank these figures are of
+  double loss = 0;                   //!< loss contributions computed on this rank
+  double peak_bytes = 0;             //!< largest sum of live stash bytes
+  double end = 0;                    //!< when the rank's last action ended
+  std::vector<ActionTiming> timing;  //!< per position of the executed (lowered) list
+  std::vector<MemoryPoint> memory;   //!< held stash bytes after each change
+  //! Actions run ahead of their place in the list to fill a wait (`fill_waits`); each keeps
+  //! its own list position in `timing`, with the times it really ran.
+  int filled = 0;
+};
+
+}  // namespace pipesched
