@@ -56,10 +56,14 @@ struct Custom : detail::CheckpointTag {
 
 namespace detail {
 
-// A built-in policy: its CheckpointMode, applied by apply_checkpoint.
+// A built-in policy: its CheckpointMode, applied by apply_checkpoint; its name and whether it
+// needs a budget are the mode's facts (core/modes.hpp), its summary the tag's own.
 template <CheckpointMode M>
 struct CheckpointBuiltin : checkpoint::Custom {
   static constexpr CheckpointMode mode = M;
+  static constexpr std::string_view name = to_string(M);  //!< the command-line name
+  //! Whether the mode chooses what to recompute from a memory budget.
+  static constexpr bool needs_budget = is_selective(M) || M == CheckpointMode::Mario;
   static constexpr bool recomputes = M != CheckpointMode::None;
   template <cost_model Cost>
   static Schedule apply(const Schedule& s, const Cost& cost, const MemoryBudget& budget) {
@@ -73,7 +77,6 @@ namespace checkpoint {
 
 //! No checkpointing: every forward keeps its activations until its backward.
 struct None : pipesched::detail::CheckpointBuiltin<CheckpointMode::None> {
-  static constexpr std::string_view name = "none";  //!< the command-line name
   //! One line for `pipesched list`.
   static constexpr std::string_view summary = "keep every activation until its backward";
 };
@@ -81,7 +84,6 @@ struct None : pipesched::detail::CheckpointBuiltin<CheckpointMode::None> {
 //! Full checkpointing: every forward keeps only its input; its recompute runs right before its
 //! backward, once the gradient is there (RL), as in Megatron-LM.
 struct Full : pipesched::detail::CheckpointBuiltin<CheckpointMode::Full> {
-  static constexpr std::string_view name = "full";  //!< the command-line name
   //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "recompute every forward right before its backward, once its gradient is there "
@@ -91,16 +93,13 @@ struct Full : pipesched::detail::CheckpointBuiltin<CheckpointMode::Full> {
 //! Selective checkpointing: just the forwards a per-rank memory budget requires, recomputed
 //! right before the backward once the gradient is there (checkpoint_selective, RL).
 struct Selective : pipesched::detail::CheckpointBuiltin<CheckpointMode::Selective> {
-  static constexpr std::string_view name = "selective";  //!< the command-line name
   //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "recompute what --memory-budget requires, right before its backward, the same way";
-  static constexpr bool needs_budget = true;  //!< chooses from a memory budget
 };
 
 //! Full checkpointing with each recompute free to start before its gradient arrives (R).
 struct FullEarly : pipesched::detail::CheckpointBuiltin<CheckpointMode::FullEarly> {
-  static constexpr std::string_view name = "full-early";  //!< the command-line name
   //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "as full, each recompute free to run while its gradient is on its way";
@@ -108,22 +107,18 @@ struct FullEarly : pipesched::detail::CheckpointBuiltin<CheckpointMode::FullEarl
 
 //! Selective checkpointing with each recompute free to start before its gradient arrives (R).
 struct SelectiveEarly : pipesched::detail::CheckpointBuiltin<CheckpointMode::SelectiveEarly> {
-  static constexpr std::string_view name = "selective-early";  //!< the command-line name
   //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "as selective, each recompute free to run while its gradient is on its way";
-  static constexpr bool needs_budget = true;  //!< chooses from a memory budget
 };
 
 //! Mario: recomputes moved into bubbles and extra forwards preposed within a per-rank memory
 //! budget (checkpoint_mario). It plans on the steady one-forward-one-backward rhythm, so it
 //! runs on the orders whose `mario_applies` is true (and policies refining them).
 struct Mario : pipesched::detail::CheckpointBuiltin<CheckpointMode::Mario> {
-  static constexpr std::string_view name = "mario";  //!< the command-line name
   //! One line for `pipesched list`.
   static constexpr std::string_view summary =
       "recompute in bubbles, prepose forwards, within --memory-budget";
-  static constexpr bool needs_budget = true;  //!< chooses from a memory budget
   //! Whether the policy can checkpoint a schedule of order `Order`.
   //! (The order's own fact, `Order::mario_applies`, which a refined order inherits.)
   template <class Order>

@@ -3,9 +3,7 @@
 // which the command-line tools built on the registry and the tuner then offer beside them.
 #pragma once
 
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -73,24 +71,6 @@ requires applicable_checkpoint<P, CostRef> CheckpointInfo checkpoint_info() {
   return c;
 }
 
-namespace detail {
-
-struct CheckpointRegistry {
-  struct Entry {
-    std::string name, summary;
-    CheckpointInfo info;
-  };
-  std::mutex mutex;
-  std::deque<Entry> entries;  // entries stay in place: references to them stay valid
-
-  static CheckpointRegistry& instance() {
-    static CheckpointRegistry r;
-    return r;
-  }
-};
-
-}  // namespace detail
-
 //! The built-in checkpoint policies, in the order `pipesched list` shows them.
 inline std::span<const CheckpointInfo> builtin_checkpoints() {
   static const std::vector<CheckpointInfo> all = {
@@ -103,12 +83,7 @@ inline std::span<const CheckpointInfo> builtin_checkpoints() {
 //! Every checkpoint policy: the built-ins, then those registered, in registration order. A
 //! copy, safe to iterate while another thread registers.
 inline std::vector<CheckpointInfo> checkpoint_policies() {
-  std::vector<CheckpointInfo> out(builtin_checkpoints().begin(), builtin_checkpoints().end());
-  detail::CheckpointRegistry& r = detail::CheckpointRegistry::instance();
-  const std::lock_guard lock(r.mutex);
-  for (const auto& e : r.entries)
-    out.push_back(e.info);
-  return out;
+  return detail::NamedRegistry<CheckpointInfo>::instance().with(builtin_checkpoints());
 }
 
 //! Adds `info` to the registry, so find_checkpoint, checkpoint_policies() and the tuner know it
@@ -125,22 +100,12 @@ inline void register_checkpoint(const CheckpointInfo& info) {
     throw invalid_problem("register_checkpoint: policy '" + name +
                           "' has no apply or no runs_on; give both (checkpoint_info<Policy>() "
                           "fills them from a policy's tag).");
-  detail::CheckpointRegistry& r = detail::CheckpointRegistry::instance();
-  const std::lock_guard lock(r.mutex);
   bool taken = false;
   for (const CheckpointInfo& c : builtin_checkpoints())
     taken = taken || c.name == name;
-  for (const auto& e : r.entries)
-    taken = taken || e.name == name;
-  if (taken)
+  if (taken || !detail::NamedRegistry<CheckpointInfo>::instance().add(info))
     throw invalid_problem("register_checkpoint: a checkpoint policy named '" + name +
                           "' exists already; give yours another name.");
-  auto& e = r.entries.emplace_back();
-  e.name = name;
-  e.summary = std::string(info.summary);
-  e.info = info;
-  e.info.name = e.name;
-  e.info.summary = e.summary;
 }
 
 //! Registers a checkpoint policy's tag (checkpoint_info<P>()).
@@ -156,12 +121,8 @@ inline const CheckpointInfo& find_checkpoint(std::string_view name) {
     if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
   for (const CheckpointInfo& c : builtin_checkpoints())
     if (c.name == lower) return c;
-  detail::CheckpointRegistry& r = detail::CheckpointRegistry::instance();
-  {
-    const std::lock_guard lock(r.mutex);
-    for (const auto& e : r.entries)
-      if (e.info.name == lower) return e.info;
-  }
+  if (const CheckpointInfo* c = detail::NamedRegistry<CheckpointInfo>::instance().find(lower))
+    return *c;
   // The built-ins' own sentence (parse_checkpoint_mode), then the program's policies.
   try {
     (void)parse_checkpoint_mode(name);

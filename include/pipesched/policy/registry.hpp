@@ -4,9 +4,7 @@
 // the registry then offer beside the built-ins.
 #pragma once
 
-#include <deque>
 #include <functional>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -16,6 +14,7 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/memory_budget.hpp"
 #include "pipesched/core/placement.hpp"
+#include "pipesched/policy/detail/named_registry.hpp"
 #include "pipesched/policy/generate.hpp"
 #include "pipesched/policy/order.hpp"
 
@@ -91,31 +90,6 @@ std::vector<GeneratorInfo> infos_of(order_list<Orders...>) {
   return {generator_info<Orders>()...};
 }
 
-//! The run-time registry: the built-ins, then registered generators in registration order.
-//! A deque keeps every entry (and the names it owns) in place as others are added, so a
-//! reference from find_generator stays valid for the life of the program.
-struct GeneratorRegistry {
-  struct Entry {
-    std::string name, summary;
-    GeneratorInfo info;
-  };
-  std::mutex mutex;
-  std::deque<Entry> entries;
-
-  static GeneratorRegistry& instance() {
-    static GeneratorRegistry r;
-    return r;
-  }
-};
-
-inline bool valid_generator_name(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name)
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
-      return false;
-  return name.front() != '-';
-}
-
 }  // namespace detail
 
 //! The built-in generators, in the order `pipesched list` shows them.
@@ -143,12 +117,7 @@ std::string builtin_names(Has&& has, std::string_view last = " and ") {
 //! Every generator: the built-ins, then those registered with register_generator, in
 //! registration order. A copy, safe to iterate while another thread registers.
 inline std::vector<GeneratorInfo> generators() {
-  std::vector<GeneratorInfo> out(builtin_generators().begin(), builtin_generators().end());
-  detail::GeneratorRegistry& r = detail::GeneratorRegistry::instance();
-  const std::lock_guard lock(r.mutex);
-  for (const auto& e : r.entries)
-    out.push_back(e.info);
-  return out;
+  return detail::NamedRegistry<GeneratorInfo>::instance().with(builtin_generators());
 }
 
 //! Adds `info` to the registry, so find_generator, generators() and the tuner (TuneRequest
@@ -177,16 +146,8 @@ inline void register_generator(const GeneratorInfo& info) {
            "; a rank holds at least 1 stage");
   for (const GeneratorInfo& g : builtin_generators())
     if (g.name == info.name) refuse("a built-in generator has that name; choose another");
-  detail::GeneratorRegistry& r = detail::GeneratorRegistry::instance();
-  const std::lock_guard lock(r.mutex);
-  for (const auto& e : r.entries)
-    if (e.name == name) refuse("a generator of that name is already registered");
-  auto& e = r.entries.emplace_back();
-  e.name = name;
-  e.summary = std::string(info.summary);
-  e.info = info;
-  e.info.name = e.name;
-  e.info.summary = e.summary;
+  if (!detail::NamedRegistry<GeneratorInfo>::instance().add(info))
+    refuse("a generator of that name is already registered");
 }
 
 //! Registers the generator of an order policy (generator_info<Order>()).
@@ -199,12 +160,8 @@ void register_order() {
 inline const GeneratorInfo& find_generator(std::string_view name) {
   for (const GeneratorInfo& g : builtin_generators())
     if (g.name == name) return g;
-  detail::GeneratorRegistry& r = detail::GeneratorRegistry::instance();
-  {
-    const std::lock_guard lock(r.mutex);
-    for (const auto& e : r.entries)
-      if (e.info.name == name) return e.info;
-  }
+  if (const GeneratorInfo* g = detail::NamedRegistry<GeneratorInfo>::instance().find(name))
+    return *g;
   std::string known;
   for (const GeneratorInfo& g : generators())
     known += (known.empty() ? "" : ", ") + std::string(g.name);
