@@ -61,46 +61,55 @@ inline std::vector<std::vector<double>> fixed_starts(const Schedule& s, const Si
   return est;
 }
 
-//! The filler: replays `s` with its floating work (per `opt`) taken out and placed as the file
-//! comment describes. A wait's length is known from the dependency's end once it has been
-//! planned, else estimated from `estimate` (a previous round's start of the rank's next fixed
-//! action, from fixed_starts). Memory: a recompute runs early only when what it brings back fits
-//! the rank's budget at every point until its backward; before any action that grows the
-//! rank's memory past its budget, pending weight-gradient parts run (oldest first) while there
-//! are any. `pass` names the caller in the error thrown when `s` cannot run to the end.
+//! The filler's state and its named phases, for one call of fill_bubbles: set-up (part_count,
+//! mark_units, plan_rank: each rank's fixed list, levels and pending recomputes), the
+//! questions it asks about an action (ready, duration, growth, net, over), the event loop
+//! (replay, step) with its three ways forward at a rank's turn (run_forced, run_next,
+//! fill_wait: hoist_recompute, then the oldest weight-gradient part, else wait) and the end
+//! (check_finished, result).
 template <class Cost>
-Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& budget,
-                      const std::vector<std::vector<double>>& estimate, const FillOptions& opt,
-                      const std::string& pass) {
-  const Problem& p = s.problem;
-  const UnitIndex unit(p);
-  const int nranks = s.rank_count();
-  // Parts of a weight gradient, as the simulator will count them in the result.
-  int parts = 1;
-  if (opt.float_wgrad) {
-    parts = std::max(1, opt.wgrad_parts);
-  } else {
-    for (const auto& list : s.ranks)
-      for (const Action& a : list)
-        if (a.kind == OpKind::W) parts = std::max(parts, a.part + 1);
+class BubbleFiller {
+ public:
+  //! Plans the fixed lists of `s`, with floating work per `opt`, under `cost` and `budget`;
+  //! `estimate` as fill_bubbles takes it. The filler keeps references to all five.
+  BubbleFiller(const Schedule& s, const Cost& cost, const MemoryBudget& budget,
+               const std::vector<std::vector<double>>& estimate, const FillOptions& opt)
+      : s_(s),
+        cost_(cost),
+        budget_(budget),
+        estimate_(estimate),
+        opt_(opt),
+        p_(s.problem),
+        unit_(p_),
+        nranks_(s.rank_count()),
+        parts_(part_count(s, opt)),
+        ctx_{p_, s.placement, parts_},
+        ckpt_(unit_.size(), 0),
+        has_w_(unit_.size(), 0),
+        rk_(nranks_),
+        bwd_pos_(unit_.size(), -1),
+        end_f_(unit_.size(), -1),
+        end_bi_(unit_.size(), -1),
+        end_r_(unit_.size(), -1),
+        parked_(nranks_, 0),
+        parked_at_(nranks_, 0) {
+    mark_units();
+    for (int r = 0; r < nranks_; ++r)
+      plan_rank(r);
   }
-  const CostContext ctx{p, s.placement, parts};
-  constexpr double inf = std::numeric_limits<double>::infinity();
-  std::vector<char> ckpt(unit.size(), 0), has_w(unit.size(), 0);
-  for (const auto& list : s.ranks)
-    for (const Action& a : list) {
-      if (a.kind == OpKind::R) ckpt[unit(a)] = 1;
-      if (a.kind == OpKind::W) has_w[unit(a)] = 1;
-    }
-  auto is_ckpt = [&](const Action& x) { return ckpt[unit(x)] != 0; };
-  auto whole_w_delta = [&](const Action& i) {
-    return parts *
-           memory_effect(cost, ctx, Action::make(OpKind::W, i.stage, i.microbatch, i.slice),
-                         is_ckpt)
-               .net();
-  };
 
-  // Per rank: the fixed list, each unit's backward position, baseline memory levels.
+  //! Replays every rank and returns `s` with each rank's list as run. `pass` names the caller
+  //! in the error thrown when `s` cannot run to the end. Call it once.
+  Schedule run(const std::string& pass) {
+    replay();
+    check_finished(pass);
+    return result();
+  }
+
+ private:
+  static constexpr double inf = std::numeric_limits<double>::infinity();
+
+  //! Per rank: the fixed list, its baseline memory levels, what is still to place.
   struct Rank {
     std::vector<Action> main;
     std::vector<double> level;  // highest held memory during main[i] (forced R included)
@@ -112,12 +121,38 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
     double held = 0;  // memory held after the actions emitted so far
     std::vector<Action> out;
   };
-  std::vector<Rank> rk(nranks);
-  std::vector<int> bwd_pos(unit.size(), -1);
-  for (int r = 0; r < nranks; ++r) {
-    Rank& R = rk[r];
-    for (const Action& a : s.ranks[static_cast<std::size_t>(r)])
-      if (!is_floating(a, opt)) R.main.push_back(a);
+  using Item = std::pair<double, int>;
+
+  // ---- Set-up --------------------------------------------------------------------------
+
+  //! Parts of a weight gradient, as the simulator will count them in the result.
+  static int part_count(const Schedule& s, const FillOptions& opt) {
+    int parts = 1;
+    if (opt.float_wgrad) {
+      parts = std::max(1, opt.wgrad_parts);
+    } else {
+      for (const auto& list : s.ranks)
+        for (const Action& a : list)
+          if (a.kind == OpKind::W) parts = std::max(parts, a.part + 1);
+    }
+    return parts;
+  }
+
+  //! Which units the schedule recomputes (an R exists) and which have a W.
+  void mark_units() {
+    for (const auto& list : s_.ranks)
+      for (const Action& a : list) {
+        if (a.kind == OpKind::R) ckpt_[unit_(a)] = 1;
+        if (a.kind == OpKind::W) has_w_[unit_(a)] = 1;
+      }
+  }
+
+  //! Rank r's fixed list, each of its units' backward position, its baseline memory levels
+  //! and the recomputes pending.
+  void plan_rank(int r) {
+    Rank& R = rk_[r];
+    for (const Action& a : s_.ranks[static_cast<std::size_t>(r)])
+      if (!is_floating(a, opt_)) R.main.push_back(a);
     // Levels assume each floating weight gradient runs right after its I: the lowest the
     // rank can hold, which the forced parts below can always reach.
     double held = 0;
@@ -127,17 +162,17 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
       const Action& a = R.main[i];
       double lvl = held;
       auto apply = [&](const Action& x) {
-        held += memory_effect(cost, ctx, x, is_ckpt).net();
+        held += effect(x).net();
         lvl = std::max(lvl, held);
       };
       auto backward = [&](const Action& b) {
-        if (opt.float_recompute && ckpt[unit(b)]) {
+        if (opt_.float_recompute && ckpt_[unit_(b)]) {
           apply(Action::make(OpKind::R, b.stage, b.microbatch, b.slice));
-          bwd_pos[unit(b)] = static_cast<int>(i);
-          R.pending.push_back(static_cast<int>(unit(b)));
+          bwd_pos_[unit_(b)] = static_cast<int>(i);
+          R.pending.push_back(static_cast<int>(unit_(b)));
         }
         apply(b);
-        if (opt.float_wgrad && b.kind == OpKind::I && has_w[unit(b)]) held += whole_w_delta(b);
+        if (opt_.float_wgrad && b.kind == OpKind::I && has_w_[unit_(b)]) held += whole_w_delta(b);
       };
       if (a.kind == OpKind::Overlap) {
         apply(a.forward_half());
@@ -151,36 +186,49 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
     }
   }
 
-  std::vector<double> end_f(unit.size(), -1), end_bi(unit.size(), -1), end_r(unit.size(), -1);
-  auto rank_of = [&](int stage) { return s.placement.rank_of(stage); };
-  // When the inputs of `a` (on rank r) are ready; inf if some have not been planned yet.
-  auto ready = [&](int r, const Action& a) {
+  // ---- What the filler asks about an action ---------------------------------------------
+
+  //! The memory effect of `x` in this schedule (its unit checkpointed when it has an R).
+  MemoryEffect effect(const Action& x) const {
+    auto is_ckpt = [&](const Action& y) { return ckpt_[unit_(y)] != 0; };
+    return memory_effect(cost_, ctx_, x, is_ckpt);
+  }
+
+  //! Net memory of the whole weight gradient of input gradient `i`'s unit (all its parts).
+  double whole_w_delta(const Action& i) const {
+    return parts_ * effect(Action::make(OpKind::W, i.stage, i.microbatch, i.slice)).net();
+  }
+
+  int rank_of(int stage) const { return s_.placement.rank_of(stage); }
+
+  //! When the inputs of `a` (on rank r) are ready; inf if some have not been planned yet.
+  double ready(int r, const Action& a) const {
     double t = 0;
     auto need = [&](const std::vector<double>& ends, int st, int mb, int sl, bool cross,
                     const Action& producer) {
-      const double e = ends[unit(st, mb, sl)];
+      const double e = ends[unit_(st, mb, sl)];
       if (e < 0) {
         t = inf;
         return;
       }
-      t = std::max(t, e + (cross ? static_cast<double>(cost.transfer_time(ctx, producer)) : 0.0));
+      t = std::max(t, e + (cross ? static_cast<double>(cost_.transfer_time(ctx_, producer)) : 0.0));
     };
     auto one = [&](const Action& x) {
-      for_each_dependency(p, x, [&](const Dependency& d) {
+      for_each_dependency(p_, x, [&](const Dependency& d) {
         const std::vector<double>* ends = nullptr;
         Action producer = x;
         switch (d.role) {
           case Role::Forward:
-            ends = &end_f;
+            ends = &end_f_;
             producer = Action::make(OpKind::F, d.stage, d.microbatch, d.slice);
             break;
           case Role::Backward:
-            ends = &end_bi;
+            ends = &end_bi_;
             producer = Action::make(OpKind::B, d.stage, d.microbatch, d.slice);
             break;
           case Role::Recompute:
-            if (!ckpt[unit(x)]) return;  // no R for the unit
-            ends = &end_r;
+            if (!ckpt_[unit_(x)]) return;  // no R for the unit
+            ends = &end_r_;
             break;
           default:
             return;
@@ -198,167 +246,256 @@ Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& b
       one(a);
     }
     return t;
-  };
-  auto duration = [&](const Action& a) -> double {
-    if (a.kind == OpKind::Overlap)
-      return static_cast<double>(cost.duration(ctx, a.forward_half())) +
-             static_cast<double>(cost.duration(ctx, a.backward_half()));
-    if (a.kind == OpKind::Idle || is_comm(a.kind)) return 0.0;
-    return cost.duration(ctx, a);
-  };
-  // Memory an action adds at its start, and its net change once it has ended.
-  auto growth = [&](const Action& a) { return memory_effect(cost, ctx, a, is_ckpt).grow; };
-  auto net = [&](const Action& a) { return memory_effect(cost, ctx, a, is_ckpt).net(); };
-  // True when running `a` next would take rank r over its budget.
-  auto over = [&](int r, const Action& a) {
-    const double limit = budget.of(r);
-    const double g = growth(a);
-    return g > 0 && rk[r].held + g > limit + 1e-9 * std::max(1.0, std::abs(limit));
-  };
-  auto record_end = [&](const Action& a, double e) {
-    if (a.kind == OpKind::F) end_f[unit(a)] = e;
-    if (is_input_backward(a.kind)) end_bi[unit(a)] = e;
-    if (a.kind == OpKind::R) end_r[unit(a)] = e;
-    if (a.kind == OpKind::Overlap) {
-      end_f[unit(a)] = e;
-      end_bi[unit(a.b_stage, a.b_microbatch, a.b_slice)] = e;
-    }
-  };
+  }
 
-  using Item = std::pair<double, int>;
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
-  std::vector<char> parked(nranks, 0);
-  std::vector<double> parked_at(nranks, 0);
-  for (int r = 0; r < nranks; ++r)
-    heap.push({0.0, r});
-  int finished = 0;
-  auto wake = [&] {
-    for (int q = 0; q < nranks; ++q)
-      if (parked[q]) {
-        parked[q] = 0;
-        heap.push({parked_at[q], q});
+  //! Time `a` occupies its rank (an Overlap: both halves; idle and messages: none).
+  double duration(const Action& a) const {
+    if (a.kind == OpKind::Overlap)
+      return static_cast<double>(cost_.duration(ctx_, a.forward_half())) +
+             static_cast<double>(cost_.duration(ctx_, a.backward_half()));
+    if (a.kind == OpKind::Idle || is_comm(a.kind)) return 0.0;
+    return cost_.duration(ctx_, a);
+  }
+
+  // Memory an action adds at its start, and its net change once it has ended.
+  double growth(const Action& a) const { return effect(a).grow; }
+  double net(const Action& a) const { return effect(a).net(); }
+
+  //! True when running `a` next would take rank r over its budget.
+  bool over(int r, const Action& a) const {
+    const double limit = budget_.of(r);
+    const double g = growth(a);
+    return g > 0 && rk_[r].held + g > limit + 1e-9 * std::max(1.0, std::abs(limit));
+  }
+
+  // ---- Events --------------------------------------------------------------------------
+
+  //! Records when `a` ends, for the actions that wait on it.
+  void record_end(const Action& a, double e) {
+    if (a.kind == OpKind::F) end_f_[unit_(a)] = e;
+    if (is_input_backward(a.kind)) end_bi_[unit_(a)] = e;
+    if (a.kind == OpKind::R) end_r_[unit_(a)] = e;
+    if (a.kind == OpKind::Overlap) {
+      end_f_[unit_(a)] = e;
+      end_bi_[unit_(a.b_stage, a.b_microbatch, a.b_slice)] = e;
+    }
+  }
+
+  //! Puts every parked rank (waiting on work not yet planned) back in the queue.
+  void wake() {
+    for (int q = 0; q < nranks_; ++q)
+      if (parked_[q]) {
+        parked_[q] = 0;
+        heap_.push({parked_at_[q], q});
       }
-  };
-  auto run = [&](int r, const Action& a, double start) {
+  }
+
+  //! Runs `a` on rank r from `start`: its end, the rank's list and memory, the parts of its
+  //! weight gradient when `a` is an I whose W floats.
+  void run_action(int r, const Action& a, double start) {
     const double e = start + duration(a);
     record_end(a, e);
-    rk[r].out.push_back(a);
-    rk[r].free_at = e;
-    rk[r].held += net(a);
-    if (opt.float_wgrad && a.kind == OpKind::I && has_w[unit(a)])
-      for (int j = 0; j < parts; ++j)
-        rk[r].wgrad.push_back(Action::make(OpKind::W, a.stage, a.microbatch, a.slice, j));
-    heap.push({e, r});
+    rk_[r].out.push_back(a);
+    rk_[r].free_at = e;
+    rk_[r].held += net(a);
+    if (opt_.float_wgrad && a.kind == OpKind::I && has_w_[unit_(a)])
+      for (int j = 0; j < parts_; ++j)
+        rk_[r].wgrad.push_back(Action::make(OpKind::W, a.stage, a.microbatch, a.slice, j));
+    heap_.push({e, r});
     wake();
-  };
-  // Runs the oldest pending weight-gradient part of rank r at `t`.
-  auto run_wgrad = [&](int r, double t) {
-    const Action w = rk[r].wgrad.front();
-    rk[r].wgrad.pop_front();
-    run(r, w, t);
-  };
-  while (!heap.empty()) {
-    auto [t, r] = heap.top();
-    heap.pop();
-    Rank& R = rk[r];
+  }
+
+  //! Runs the oldest pending weight-gradient part of rank r at `t`.
+  void run_wgrad(int r, double t) {
+    const Action w = rk_[r].wgrad.front();
+    rk_[r].wgrad.pop_front();
+    run_action(r, w, t);
+  }
+
+  // ---- The event loop ------------------------------------------------------------------
+
+  //! Every rank from time 0, a turn at a time in time order, until none has anything left.
+  void replay() {
+    for (int r = 0; r < nranks_; ++r)
+      heap_.push({0.0, r});
+    while (!heap_.empty()) {
+      auto [t, r] = heap_.top();
+      heap_.pop();
+      step(t, r);
+    }
+  }
+
+  //! Rank r's turn at `t`: a forced recompute, else its next fixed action when ready, else
+  //! floating work in the wait.
+  void step(double t, int r) {
+    Rank& R = rk_[r];
     if (R.pos >= R.main.size()) {
       // The list is done: weight gradients still pending are due now.
       if (!R.wgrad.empty()) run_wgrad(r, std::max(t, R.free_at));
-      continue;
+      return;
     }
     t = std::max(t, R.free_at);
     const Action& a = R.main[R.pos];
-    // A backward whose recompute has not run: the recompute goes first.
-    auto forced = [&]() -> int {
-      if (!opt.float_recompute) return -1;
-      Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
-      if ((is_input_backward(b.kind) || a.kind == OpKind::Overlap) && ckpt[unit(b)] &&
-          end_r[unit(b)] < 0)
-        return static_cast<int>(unit(b));
-      return -1;
-    }();
-    if (forced >= 0) {
-      Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
-      const Action rc = Action::make(OpKind::R, b.stage, b.microbatch, b.slice);
-      if (!R.wgrad.empty() && over(r, rc)) {
-        run_wgrad(r, t);
-        continue;
-      }
-      std::erase(R.pending, forced);
-      run(r, rc, t);
-      continue;
-    }
+    if (run_forced(r, a, t)) return;
     const double rt = ready(r, a);
     if (rt <= t + 1e-12) {
-      if (!R.wgrad.empty() && over(r, a)) {
-        run_wgrad(r, t);
-        continue;
-      }
-      ++R.pos;
-      if (R.pos == R.main.size()) ++finished;
-      run(r, a, t);
-      continue;
+      run_next(r, a, t);
+      return;
     }
-    // The rank would wait: hoist the pending recompute needed soonest, if it fits.
+    fill_wait(r, a, t, rt);
+  }
+
+  //! A backward `a` whose recompute has not run: the recompute goes first (or, when it would
+  //! take the rank over its budget, a pending weight-gradient part). False when `a` forces
+  //! nothing.
+  bool run_forced(int r, const Action& a, double t) {
+    Rank& R = rk_[r];
+    const int forced = [&]() -> int {
+      if (!opt_.float_recompute) return -1;
+      Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
+      if ((is_input_backward(b.kind) || a.kind == OpKind::Overlap) && ckpt_[unit_(b)] &&
+          end_r_[unit_(b)] < 0)
+        return static_cast<int>(unit_(b));
+      return -1;
+    }();
+    if (forced < 0) return false;
+    Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
+    const Action rc = Action::make(OpKind::R, b.stage, b.microbatch, b.slice);
+    if (!R.wgrad.empty() && over(r, rc)) {
+      run_wgrad(r, t);
+      return true;
+    }
+    std::erase(R.pending, forced);
+    run_action(r, rc, t);
+    return true;
+  }
+
+  //! Rank r's next fixed action `a`, ready at `t` (after a pending weight-gradient part when
+  //! `a` would take the rank over its budget).
+  void run_next(int r, const Action& a, double t) {
+    Rank& R = rk_[r];
+    if (!R.wgrad.empty() && over(r, a)) {
+      run_wgrad(r, t);
+      return;
+    }
+    ++R.pos;
+    if (R.pos == R.main.size()) ++finished_;
+    run_action(r, a, t);
+  }
+
+  //! Rank r would wait at `t` for its next action `a`, ready at `rt` (inf: not yet planned):
+  //! a hoisted recompute, else the oldest weight-gradient part, else the rank waits (parked
+  //! when `rt` is unknown).
+  void fill_wait(int r, const Action& a, double t, double rt) {
+    Rank& R = rk_[r];
     const double gap_end = rt < inf ? rt
-                                    : (R.pos < estimate[static_cast<std::size_t>(r)].size()
-                                           ? estimate[static_cast<std::size_t>(r)][R.pos]
+                                    : (R.pos < estimate_[static_cast<std::size_t>(r)].size()
+                                           ? estimate_[static_cast<std::size_t>(r)][R.pos]
                                            : -inf);
-    bool hoisted = false;
-    for (int u : R.pending) {
-      const Action& b = R.main[static_cast<std::size_t>(bwd_pos[static_cast<std::size_t>(u)])];
-      const Action rc = Action::make(OpKind::R, b.kind == OpKind::Overlap ? b.b_stage : b.stage,
-                                     b.kind == OpKind::Overlap ? b.b_microbatch : b.microbatch,
-                                     b.kind == OpKind::Overlap ? b.b_slice : b.slice);
-      if (end_f[unit(rc)] < 0 || end_f[unit(rc)] > t + 1e-12) continue;  // forward not done
-      // The wait must cover at least `min_fit` of the recompute (1: it must fit whole).
-      if (t + opt.min_fit * duration(rc) > gap_end + 1e-9) break;  // pending: backward order
-      const double grow = memory_effect(cost, ctx, rc, is_ckpt).net();  // rc's unit has an R
-      const int bp = bwd_pos[static_cast<std::size_t>(u)];
-      // With weight gradients pending the rank may hold more than its levels say right now.
-      bool fits = !(opt.float_wgrad && over(r, rc));
-      for (int i = static_cast<int>(R.pos); i < bp && fits; ++i)
-        fits = R.level[static_cast<std::size_t>(i)] + R.extra[static_cast<std::size_t>(i)] + grow <=
-               budget.of(r) + 1e-9;
-      if (!fits) continue;
-      for (int i = static_cast<int>(R.pos); i < bp; ++i)
-        R.extra[static_cast<std::size_t>(i)] += grow;
-      std::erase(R.pending, u);
-      run(r, rc, t);
-      hoisted = true;
-      break;
-    }
-    if (hoisted) continue;
+    if (hoist_recompute(r, t, gap_end)) return;
     // Else the oldest weight-gradient part: when it fits the wait, or when the next action
     // will need the memory it frees anyway.
     if (!R.wgrad.empty()) {
       const bool fits_wait =
-          opt.min_fit <= 0 || t + opt.min_fit * duration(R.wgrad.front()) <= gap_end + 1e-9;
+          opt_.min_fit <= 0 || t + opt_.min_fit * duration(R.wgrad.front()) <= gap_end + 1e-9;
       if (fits_wait || over(r, a)) {
         run_wgrad(r, t);
-        continue;
+        return;
       }
     }
     if (rt < inf) {
-      heap.push({rt, r});
+      heap_.push({rt, r});
     } else {
-      parked[r] = 1;
-      parked_at[r] = t;
+      parked_[r] = 1;
+      parked_at_[r] = t;
     }
   }
-  if (finished < nranks) {
-    int done = 0;
-    for (const Rank& R : rk)
-      done += R.pos >= R.main.size();
-    if (done < nranks)
-      throw invalid_schedule(pass + ": the base schedule '" + s.name +
-                             "' cannot run to the end (a rank waits for an action that never "
-                             "runs); validate it first.");
+
+  //! Runs at `t` the pending recompute of rank r needed soonest whose forward has run, when
+  //! the wait (until `gap_end`) covers `min_fit` of it and what it brings back fits the budget
+  //! until its backward. False when none does.
+  bool hoist_recompute(int r, double t, double gap_end) {
+    Rank& R = rk_[r];
+    for (int u : R.pending) {
+      const Action& b = R.main[static_cast<std::size_t>(bwd_pos_[static_cast<std::size_t>(u)])];
+      const Action rc = Action::make(OpKind::R, b.kind == OpKind::Overlap ? b.b_stage : b.stage,
+                                     b.kind == OpKind::Overlap ? b.b_microbatch : b.microbatch,
+                                     b.kind == OpKind::Overlap ? b.b_slice : b.slice);
+      if (end_f_[unit_(rc)] < 0 || end_f_[unit_(rc)] > t + 1e-12) continue;  // forward not done
+      // The wait must cover at least `min_fit` of the recompute (1: it must fit whole).
+      if (t + opt_.min_fit * duration(rc) > gap_end + 1e-9) break;  // pending: backward order
+      const double grow = effect(rc).net();                         // rc's unit has an R
+      const int bp = bwd_pos_[static_cast<std::size_t>(u)];
+      // With weight gradients pending the rank may hold more than its levels say right now.
+      bool fits = !(opt_.float_wgrad && over(r, rc));
+      for (int i = static_cast<int>(R.pos); i < bp && fits; ++i)
+        fits = R.level[static_cast<std::size_t>(i)] + R.extra[static_cast<std::size_t>(i)] + grow <=
+               budget_.of(r) + 1e-9;
+      if (!fits) continue;
+      for (int i = static_cast<int>(R.pos); i < bp; ++i)
+        R.extra[static_cast<std::size_t>(i)] += grow;
+      std::erase(R.pending, u);
+      run_action(r, rc, t);
+      return true;
+    }
+    return false;
   }
-  Schedule out = s;
-  for (int r = 0; r < nranks; ++r)
-    out.ranks[static_cast<std::size_t>(r)] = std::move(rk[r].out);
-  return out;
+
+  // ---- The end -------------------------------------------------------------------------
+
+  //! Throws invalid_schedule (naming `pass`) when some rank did not reach the end of its list.
+  void check_finished(const std::string& pass) const {
+    if (finished_ < nranks_) {
+      int done = 0;
+      for (const Rank& R : rk_)
+        done += R.pos >= R.main.size();
+      if (done < nranks_)
+        throw invalid_schedule(pass + ": the base schedule '" + s_.name +
+                               "' cannot run to the end (a rank waits for an action that never "
+                               "runs); validate it first.");
+    }
+  }
+
+  //! `s` with each rank's list as run.
+  Schedule result() {
+    Schedule out = s_;
+    for (int r = 0; r < nranks_; ++r)
+      out.ranks[static_cast<std::size_t>(r)] = std::move(rk_[r].out);
+    return out;
+  }
+
+  const Schedule& s_;
+  const Cost& cost_;
+  const MemoryBudget& budget_;
+  const std::vector<std::vector<double>>& estimate_;
+  const FillOptions& opt_;
+  const Problem& p_;
+  const UnitIndex unit_;
+  const int nranks_;
+  const int parts_;
+  const CostContext ctx_;
+  std::vector<char> ckpt_, has_w_;
+  std::vector<Rank> rk_;
+  std::vector<int> bwd_pos_;
+  std::vector<double> end_f_, end_bi_, end_r_;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap_;
+  std::vector<char> parked_;
+  std::vector<double> parked_at_;
+  int finished_ = 0;
+};
+
+//! The filler: replays `s` with its floating work (per `opt`) taken out and placed as the file
+//! comment describes. A wait's length is known from the dependency's end once it has been
+//! planned, else estimated from `estimate` (a previous round's start of the rank's next fixed
+//! action, from fixed_starts). Memory: a recompute runs early only when what it brings back fits
+//! the rank's budget at every point until its backward; before any action that grows the
+//! rank's memory past its budget, pending weight-gradient parts run (oldest first) while there
+//! are any. `pass` names the caller in the error thrown when `s` cannot run to the end.
+template <class Cost>
+Schedule fill_bubbles(const Schedule& s, const Cost& cost, const MemoryBudget& budget,
+                      const std::vector<std::vector<double>>& estimate, const FillOptions& opt,
+                      const std::string& pass) {
+  return BubbleFiller<Cost>(s, cost, budget, estimate, opt).run(pass);
 }
 
 }  // namespace pipesched::detail
