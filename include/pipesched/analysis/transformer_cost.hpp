@@ -16,152 +16,19 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/detail/transformer_checks.hpp"
+#include "pipesched/analysis/detail/transformer_formulas.hpp"
+#include "pipesched/analysis/device_spec.hpp"
+#include "pipesched/analysis/model_shape.hpp"
+#include "pipesched/analysis/parallelism.hpp"
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
 
 namespace pipesched {
-
-//! The shape of a decoder-only transformer and of the microbatches it trains on.
-struct ModelShape {
-  int layers = 0;               //!< transformer layers (blocks)
-  int hidden = 0;               //!< model width h
-  int heads = 0;                //!< attention (query) heads a; must divide hidden
-  int kv_heads = 0;             //!< key/value heads for grouped-query attention; 0 = heads
-  int ffn_hidden = 0;           //!< MLP inner width f; 0 = 4 · hidden
-  bool gated_mlp = false;       //!< SwiGLU: three MLP matrices (gate, up, down) instead of two
-  int sequence = 0;             //!< tokens per sequence s
-  int vocabulary = 0;           //!< vocabulary size V
-  int microbatch_size = 1;      //!< sequences per microbatch b
-  int bytes_per_value = 2;      //!< width of stored activations: 2 for 16-bit, 4 for 32-bit
-  bool flash_attention = true;  //!< fused attention: no s² score / softmax activations kept
-
-  //! The MLP inner width actually used (ffn_hidden, or 4 · hidden when it is 0).
-  int ffn() const noexcept { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
-  //! Key/value heads actually used (kv_heads, or heads when it is 0).
-  int key_value_heads() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
-  //! Output width of the fused QKV projection: h queries plus 2 · h · kv/a keys and values.
-  double qkv_width() const noexcept {
-    return hidden + 2.0 * hidden * key_value_heads() / std::max(heads, 1);
-  }
-
-  //! Weights of one layer: the QKV (h × q), output (h × h) and MLP (h × f, g + 1 times)
-  //! matrices. Biases and norm scales are left out (under 0.1 % of a layer at these widths).
-  double layer_parameters() const noexcept {
-    const double h = hidden, f = ffn();
-    return h * qkv_width() + h * h + h * f * (gated_mlp ? 3 : 2);
-  }
-  //! Weights of the token embedding, and separately of the LM head: V × h each.
-  double embedding_parameters() const noexcept { return static_cast<double>(vocabulary) * hidden; }
-  //! All weights: layers plus embedding plus LM head. Tied embeddings are counted twice, as
-  //! a pipeline keeps one copy on the first and one on the last stage (Narayanan et al.
-  //! 2021, "Efficient Large-Scale Language Model Training on GPU Clusters").
-  double parameters() const noexcept {
-    return layers * layer_parameters() + 2 * embedding_parameters();
-  }
-
-  //! FLOPs of training on one sequence, forward and backward, no recompute: 3 × the forward
-  //! FLOPs of every layer and the LM head over the whole sequence (the formulas of
-  //! TransformerCost with b = 1, t = s, o = 0). The numerator of model FLOPs utilisation.
-  double training_flops_per_sequence() const noexcept {
-    const double s = sequence, h = hidden, f = ffn(), V = vocabulary;
-    const double gemms =
-        2 * s * h * qkv_width() + 2 * s * h * h + 2 * s * h * f * (gated_mlp ? 3 : 2);
-    const double attention = 2 * 2 * h * (s * (s + 1) / 2);
-    return 3 * (layers * (gemms + attention) + 2 * s * h * V);
-  }
-
-  //! Throws invalid_problem naming the first field out of range.
-  void check() const {
-    auto bad = [](const char* field, long long value, const std::string& want) {
-      const std::string name = std::string("ModelShape.") + field;
-      throw invalid_argument(pipesched::field(name, value) + " is out of range; " + want + ".",
-                             name, std::to_string(value));
-    };
-    if (layers < 1) bad("layers", layers, "a model needs at least 1 layer");
-    if (hidden < 1) bad("hidden", hidden, "the model width must be positive");
-    if (heads < 1) bad("heads", heads, "a model needs at least 1 attention head");
-    if (hidden % heads != 0)
-      bad("hidden", hidden,
-          "it must be a multiple of heads = " + std::to_string(heads) +
-              " (hidden = heads × head size)");
-    if (kv_heads < 0 || kv_heads > heads || (kv_heads > 0 && heads % kv_heads != 0))
-      bad("kv_heads", kv_heads, "use 0 (= heads) or a divisor of heads = " + std::to_string(heads));
-    if (ffn_hidden < 0) bad("ffn_hidden", ffn_hidden, "use 0 (= 4 × hidden) or a positive width");
-    if (sequence < 1) bad("sequence", sequence, "a sequence needs at least 1 token");
-    if (vocabulary < 1) bad("vocabulary", vocabulary, "the vocabulary must be positive");
-    if (microbatch_size < 1)
-      bad("microbatch_size", microbatch_size, "a microbatch needs at least 1 sequence");
-    if (bytes_per_value != 1 && bytes_per_value != 2 && bytes_per_value != 4 &&
-        bytes_per_value != 8)
-      bad("bytes_per_value", bytes_per_value, "use 1, 2, 4 or 8 (2 for 16-bit training)");
-  }
-};
-
-//! One accelerator and the links between accelerators, as a cost model sees them.
-//!
-//! GEMM efficiency: a GEMM of F FLOPs runs at peak_flops · efficiency(F), with
-//!   efficiency(F) = max_efficiency · F / (F + half_flops),
-//! so large GEMMs approach max_efficiency of the datasheet peak and a GEMM of half_flops
-//! FLOPs reaches half of that. Its time, F / (peak · efficiency(F)) =
-//! (F + half_flops) / (peak · max_efficiency), is the ideal time plus a fixed per-kernel
-//! overhead: short sequence slices (small GEMMs) run further below peak.
-struct DeviceSpec {
-  std::string name;                //!< e.g. "h100"
-  double peak_flops = 0;           //!< dense 16-bit tensor-core FLOP/s (datasheet, no sparsity)
-  double memory_bandwidth = 0;     //!< device memory bandwidth, B/s
-  double memory_bytes = 0;         //!< device memory capacity, bytes
-  double link_bandwidth = 0;       //!< between two ranks of one node, B/s per direction
-  double link_latency = 0;         //!< between two ranks of one node, s
-  int ranks_per_node = 1;          //!< ranks sharing a node; node of a rank = rank / this
-  double node_link_bandwidth = 0;  //!< between ranks on different nodes, B/s per direction
-  double node_link_latency = 0;    //!< between ranks on different nodes, s
-  //! Network ports of a node, shared by the ranks of the node that send to other nodes at
-  //! once (a node's inter-node traffic splits its ports' bandwidth among its senders);
-  //! 0 = one port per rank, as on DGX / HGX machines.
-  int node_ports = 0;
-  double max_efficiency = 0.75;  //!< fraction of peak_flops large GEMMs reach
-  double half_flops = 2e9;       //!< GEMM size (FLOPs) reaching half of max_efficiency
-
-  //! Fraction of peak_flops a GEMM of `flops` FLOPs achieves (see above).
-  double efficiency(double flops) const noexcept {
-    return flops > 0 ? max_efficiency * flops / (flops + half_flops) : 0.0;
-  }
-  //! Time of a GEMM (or fused attention kernel) of `flops` FLOPs; 0 for no work.
-  double gemm_time(double flops) const noexcept {
-    return flops > 0 ? (flops + half_flops) / (peak_flops * max_efficiency) : 0.0;
-  }
-
-  //! Throws invalid_problem naming the first field out of range.
-  void check() const {
-    auto bad = [this](const char* field, double value, const char* want) {
-      const std::string key = "DeviceSpec." + std::string(field);
-      throw invalid_argument(pipesched::field(key, std::to_string(value)) +
-                                 (name.empty() ? std::string() : " (device '" + name + "')") +
-                                 " is out of range; " + want + ".",
-                             key, std::to_string(value));
-    };
-    if (!(peak_flops > 0)) bad("peak_flops", peak_flops, "the peak FLOP/s must be positive");
-    if (!(memory_bandwidth > 0))
-      bad("memory_bandwidth", memory_bandwidth, "the memory bandwidth (B/s) must be positive");
-    if (!(memory_bytes > 0)) bad("memory_bytes", memory_bytes, "the capacity must be positive");
-    if (!(link_bandwidth > 0))
-      bad("link_bandwidth", link_bandwidth, "the intra-node bandwidth (B/s) must be positive");
-    if (!(link_latency >= 0)) bad("link_latency", link_latency, "a latency must be >= 0");
-    if (ranks_per_node < 1) bad("ranks_per_node", ranks_per_node, "a node holds at least 1 rank");
-    if (!(node_link_bandwidth > 0))
-      bad("node_link_bandwidth", node_link_bandwidth,
-          "the inter-node bandwidth (B/s) must be positive");
-    if (!(node_link_latency >= 0))
-      bad("node_link_latency", node_link_latency, "a latency must be >= 0");
-    if (node_ports < 0) bad("node_ports", node_ports, "use 0 (one per rank) or a positive count");
-    if (!(max_efficiency > 0 && max_efficiency <= 1))
-      bad("max_efficiency", max_efficiency, "use a fraction in (0, 1]");
-    if (!(half_flops >= 0)) bad("half_flops", half_flops, "use 0 (no small-GEMM penalty) or more");
-  }
-};
 
 //! How a weight gradient W cut into parts (CostContext::wgrad_parts) shares its work.
 enum class WGradSplit {
@@ -169,74 +36,6 @@ enum class WGradSplit {
   PerGemm,  //!< parts are runs of the stage's weight GEMMs in backward order (the LM head,
             //!< then each layer from the last: MLP out, MLP in, projection, QKV), GEMM g of
             //!< G in part ⌊g·parts/G⌋; with parts = G one GEMM each, as MEPipe cuts W
-};
-
-//! How layers go to the stages of one model replica when Parallelism::layers does not list them.
-enum class LayerSplit {
-  Even,      //!< as even as possible, earlier stages taking the remainder (10 over 4: 3 3 2 2)
-  Balanced,  //!< the last stage takes fewer layers for its LM head: as many as make its forward
-             //!< closest to the others' ((layers + e) / stages − e, rounded, e = the head's
-             //!< forward FLOPs in layers), the rest as Even
-};
-
-//! How the GPUs of a cluster run one pipeline rank, and what a training step adds to the
-//! pipeline's own actions. The defaults are a plain pipeline: one GPU per pipeline rank, one
-//! pipeline, even layer split, 16 bytes of static state per parameter, nothing after the
-//! last backward.
-//!
-//! GPUs are numbered as Megatron-LM orders its groups, tensor innermost: pipeline rank r,
-//! data-parallel replica j and tensor rank i run on GPU i + t·(j + d·r), and GPU g sits on
-//! node g / DeviceSpec::ranks_per_node (so a tensor group never leaves its node, and a
-//! pipeline rank's t·d GPUs are consecutive).
-struct Parallelism {
-  //! Tensor-parallel degree t (Megatron-LM, Shoeybi et al. 2019): each layer's weights,
-  //! FLOPs and most activations split over t GPUs of one node, two all-reduces per layer in
-  //! the forward and two in the input-gradient backward. Must divide the heads, key/value
-  //! heads, MLP width and the node size.
-  int tensor = 1;
-  //! Sequence parallelism (Korthikanti et al. 2022, Sec. 4.2.2): the norms' and dropouts'
-  //! activations split over the tensor group too; each all-reduce becomes a reduce-scatter
-  //! and an all-gather (the same bytes on the link).
-  bool sequence_parallel = false;
-  //! Data-parallel degree d: replicas of the pipeline, each on its own share of the global
-  //! batch, whose gradients are all-reduced at the end of the step.
-  int data = 1;
-  //! ZeRO stage (Rajbhandari et al. 2020): 0 none, 1 optimizer state sharded over the d
-  //! replicas (Megatron-LM's distributed optimizer), 2 gradients sharded too.
-  int zero = 0;
-  //! Layers of each model stage (one replica's stages, in order); empty = as `split` says.
-  //! Megatron-LM's --decoder-first/last-pipeline-num-layers give the same freedom.
-  std::vector<int> layers;
-  //! How layers go to stages when `layers` is empty.
-  LayerSplit split = LayerSplit::Even;
-  //! Model the whole training step: also the optimizer step after the gradient all-reduce
-  //! (time) and the largest temporary buffer of an action (memory, see workspace_bytes).
-  bool whole_step = false;
-
-  //! Throws invalid_problem naming the first field out of range.
-  void check() const {
-    auto bad = [](const char* field, long long value, const std::string& want) {
-      const std::string name = std::string("Parallelism.") + field;
-      throw invalid_argument(pipesched::field(name, value) + " is out of range; " + want + ".",
-                             name, std::to_string(value));
-    };
-    if (tensor < 1) bad("tensor", tensor, "use 1 (no tensor parallelism) or more");
-    if (data < 1) bad("data", data, "use 1 (one pipeline) or more");
-    if (zero < 0 || zero > 2)
-      bad("zero", zero, "use 0 (none), 1 (optimizer state) or 2 (+ gradients)");
-    for (std::size_t i = 0; i < layers.size(); ++i)
-      if (layers[i] < 1)
-        throw invalid_argument(pipesched::field("Parallelism.layers[" + std::to_string(i) + "]",
-                                                layers[i]) +
-                                   " is out of range; every stage needs at least one layer.",
-                               "Parallelism.layers", std::to_string(layers[i]));
-  }
-};
-
-//! Where a slice sits in its sequence: tokens [offset, offset + length).
-struct SliceSpan {
-  int offset = 0;  //!< the slice's first token
-  int length = 0;  //!< its token count
 };
 
 //! Cost model of a transformer on a device; satisfies `cost_model`.
@@ -368,81 +167,15 @@ struct TransformerCost {
     model.check();
     device.check();
     parallel.check();
-    const int t = parallel.tensor;
-    if (t == 1) return;
-    auto divides = [&](const Message& what, int value) {
-      if (value % t != 0)
-        throw invalid_argument(field("Parallelism.tensor", t) + " does not divide " + what +
-                                   " = " + std::to_string(value) +
-                                   "; a tensor group splits them evenly (use a divisor of it).",
-                               "Parallelism.tensor", std::to_string(t));
-    };
-    divides(field("ModelShape.heads"), model.heads);
-    divides("the key/value heads (" + field("ModelShape.kv_heads") + ")", model.key_value_heads());
-    divides("the MLP width (" + field("ModelShape.ffn_hidden") + ")", model.ffn());
-    divides(field("DeviceSpec.ranks_per_node"), device.ranks_per_node);
+    detail::transformer::check_tensor_degree(model, device, parallel);
   }
 
   //! Checks the model, the device and that they fit the problem in `ctx` (enough layers
   //! for its stages, enough tokens for its slices, slice_lengths matching).
   void check(const CostContext& ctx) const {
     check();
-    const int S = model_stage_count(ctx);
-    if (S < 1)
-      throw invalid_problem("TransformerCost: the problem has " + std::to_string(S) +
-                            " stages; it needs at least 1.");
-    if (!parallel.layers.empty()) {
-      if (static_cast<int>(parallel.layers.size()) != S)
-        throw invalid_problem("TransformerCost: " + field("Parallelism.layers") + " has " +
-                              std::to_string(parallel.layers.size()) +
-                              " entries but the model is split over " + std::to_string(S) +
-                              " stages; give one layer count per stage.");
-      long long sum = 0;
-      for (int n : parallel.layers)
-        sum += n;
-      if (sum != model.layers)
-        throw invalid_problem("TransformerCost: " + field("Parallelism.layers") + " sum to " +
-                              std::to_string(sum) + " layers but " +
-                              field("ModelShape.layers", model.layers) +
-                              "; they must cover the model exactly.");
-    } else if (model.layers < S)
-      throw invalid_problem("TransformerCost: " + field("ModelShape.layers", model.layers) +
-                            " cannot be split over " + std::to_string(S) +
-                            " stages; every stage needs at least one layer "
-                            "(use at most " +
-                            std::to_string(model.layers) + " stages).");
-    const int K = ctx.problem.slices;
-    if (K < 1)
-      throw invalid_argument("TransformerCost: " + field("Problem.slices", K) +
-                                 " is out of range; use 1 or more.",
-                             "Problem.slices", std::to_string(K));
-    if (slice_lengths.empty()) {
-      if (K > model.sequence)
-        throw invalid_argument("TransformerCost: " + field("Problem.slices", K) + " exceeds " +
-                                   field("ModelShape.sequence", model.sequence) +
-                                   "; every slice needs at least one token.",
-                               "Problem.slices", std::to_string(K));
-      return;
-    }
-    if (static_cast<int>(slice_lengths.size()) != K)
-      throw invalid_problem("TransformerCost: slice_lengths has " +
-                            std::to_string(slice_lengths.size()) +
-                            " entries but the problem "
-                            "has slices = " +
-                            std::to_string(K) + "; give one length per slice.");
-    long long sum = 0;
-    for (std::size_t k = 0; k < slice_lengths.size(); ++k) {
-      if (slice_lengths[k] < 1)
-        throw invalid_problem("TransformerCost: slice_lengths[" + std::to_string(k) +
-                              "] = " + std::to_string(slice_lengths[k]) +
-                              " is out of range; every slice needs at least one token.");
-      sum += slice_lengths[k];
-    }
-    if (sum != model.sequence)
-      throw invalid_problem("TransformerCost: slice_lengths sum to " + std::to_string(sum) +
-                            " tokens but " + field("ModelShape.sequence", model.sequence) +
-                            "; they must cover the sequence "
-                            "exactly.");
+    detail::transformer::check_problem_fit(model, parallel, slice_lengths, model_stage_count(ctx),
+                                           ctx.problem.slices);
   }
 
   //! Stages of the problem (the placement's, else the problem's, else one per rank).
@@ -645,8 +378,10 @@ struct TransformerCost {
     const long long last = first + static_cast<long long>(t) * d - 1;
     if (first / G == last / G)
       return ring_allreduce(bytes, d, device.link_bandwidth, device.link_latency);
-    return ring_allreduce(bytes, d, device.node_link_bandwidth * port_share(std::min(t, G)),
-                          device.node_link_latency);
+    return ring_allreduce(
+        bytes, d,
+        device.node_link_bandwidth * detail::transformer::port_share(device, std::min(t, G)),
+        device.node_link_latency);
   }
 
   //! Seconds of the optimizer step of `rank` (whole_step; else 0): 28 bytes of memory
@@ -666,8 +401,7 @@ struct TransformerCost {
   //! Seconds of an all-reduce of `bytes` over `n` GPUs on a link of `bandwidth` and
   //! `latency`, as NCCL's ring runs it: 2(n − 1)/n · bytes / bandwidth + 2(n − 1) · latency.
   static double ring_allreduce(double bytes, int n, double bandwidth, double latency) noexcept {
-    if (n < 2 || bytes <= 0) return 0.0;
-    return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
+    return detail::transformer::ring_allreduce(bytes, n, bandwidth, latency);
   }
 
   //! Seconds `a` occupies its rank (sends and receives: 0, their time is transfer_time).
@@ -760,7 +494,8 @@ struct TransformerCost {
     if (node_of(from_rank) == node_of(to_rank))
       return device.link_latency + bytes / device.link_bandwidth;
     const int senders = std::min(parallel.tensor * parallel.data, device.ranks_per_node);
-    return device.node_link_latency + bytes / (device.node_link_bandwidth * port_share(senders));
+    return device.node_link_latency +
+           bytes / (device.node_link_bandwidth * detail::transformer::port_share(device, senders));
   }
 
   //! The node of pipeline rank `rank`'s first GPU (GPU rank · t · d; see Parallelism).
@@ -770,23 +505,8 @@ struct TransformerCost {
   }
 
  private:
-  // Everything about one (stage, slice) unit of a microbatch.
-  struct Unit {
-    double n = 0;                    // layers on the stage
-    double gemms[4] = {};            // per layer, forward FLOPs of QKV, projection, MLP in, MLP out
-    double attention = 0;            // per layer, forward FLOPs of scores and values
-    double head = 0;                 // LM head forward FLOPs (last stage only)
-    double activation = 0;           // bytes a full forward stores
-    double boundary = 0;             // bytes a checkpointed forward keeps
-    double wgrad = 0;                // bytes kept from I until W
-    double layer_activation = 0;     // bytes one layer's forward stores (workspace)
-    double logits_gradient = 0;      // 32-bit logits gradient of the last stage (workspace)
-    double forward_collectives = 0;  // seconds of tensor-parallel all-reduces in F and R
-    double backward_collectives = 0;  // seconds of them in I (and B)
-    double gemm_wgrad[4] = {};        // per layer, bytes W of each GEMM frees (sum: wgrad / n)
-    double head_wgrad = 0;            // bytes W of the LM head frees (last stage)
-    double layer_gemm_flops() const { return gemms[0] + gemms[1] + gemms[2] + gemms[3]; }
-  };
+  // Everything about one (stage, slice) unit of a microbatch (detail/transformer_formulas.hpp).
+  using Unit = detail::transformer::Unit;
 
   static void check_stage(int stages, int stage) {
     if (stage < 0 || stage >= stages)
@@ -803,94 +523,23 @@ struct TransformerCost {
     return ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1;
   }
 
-  // Calls `f(k)` for each weight GEMM in W part `part` under WGradSplit::PerGemm: k = 0..3
-  // for a layer's QKV, projection, MLP in, MLP out, -1 for the LM head (see WGradSplit).
+  // Calls `f(k)` for each weight GEMM in W part `part` under WGradSplit::PerGemm (see
+  // detail::transformer::for_each_gemm_of_part).
   template <class F>
   void for_each_gemm_of_part(const CostContext& ctx, const Unit& u, int part, F&& f) const {
-    const long long P = static_cast<long long>(parts(ctx));
-    const bool head = u.head > 0;
-    const long long G = 4 * static_cast<long long>(u.n) + (head ? 1 : 0);
-    if (G == 0 || part < 0 || part >= P) return;
-    // GEMM g is in part floor(g·P/G): part j holds g in [ceil(j·G/P), ceil((j+1)·G/P)).
-    const long long lo = (part * G + P - 1) / P, hi = ((part + 1) * G + P - 1) / P;
-    for (long long g = lo; g < hi; ++g) {
-      const long long i = head ? g - 1 : g;  // position among the layers' GEMMs
-      f(i < 0 ? -1 : static_cast<int>(3 - i % 4));
-    }
+    detail::transformer::for_each_gemm_of_part(parts(ctx), u, part, std::forward<F>(f));
   }
 
-  // The share of one port's bandwidth each of `senders` ranks of a node gets when they all
-  // send to other nodes at once.
-  double port_share(int senders) const noexcept {
-    if (device.node_ports == 0 || senders <= device.node_ports) return 1.0;
-    return static_cast<double>(device.node_ports) / senders;
-  }
-
-  // Formulas of the class comment; `check(ctx)` has run.
+  // Formulas of the class comment (detail::transformer::unit); `check(ctx)` has run.
   Unit unit(const CostContext& ctx, int stage, int slice) const {
     const int S = model_stage_count(ctx);
-    const SliceSpan span = slice_span(ctx, slice);
-    const bool last = model_stage(ctx, stage) == S - 1;
-    const double b = model.microbatch_size, t = span.length, o = span.offset;
-    const double h = model.hidden, f = model.ffn(), a = model.heads, V = model.vocabulary;
-    const double v = model.bytes_per_value, q = model.qkv_width();
-    const double kv = static_cast<double>(model.key_value_heads()) / model.heads;
-    const double g = model.gated_mlp ? 2 : 1;
-    const double bt = b * t;
-
-    // Tensor parallelism: split tensors by t, replicated ones by t only with sequence
-    // parallelism (see the class comment).
-    const double tp = parallel.tensor;
-    const double rep = parallel.sequence_parallel ? 1 / tp : 1.0;
-
-    Unit u;
-    u.n = layers_of(ctx, stage);
-    u.gemms[0] = 2 * bt * h * q / tp;
-    u.gemms[1] = 2 * bt * h * h / tp;
-    u.gemms[2] = 2 * bt * h * f * g / tp;
-    u.gemms[3] = 2 * bt * f * h / tp;
-    // Σ_{i=o}^{o+t−1} (i + 1) = t·o + t·(t + 1)/2
-    u.attention = 2 * 2 * b * h * (t * o + t * (t + 1) / 2) / tp;
-    u.head = last ? 2 * bt * h * V / tp : 0.0;
-
-    // Replicated: the QKV and MLP GEMM inputs, the two dropout masks, the two norm inputs;
-    // split: Q, K, V, the projection input, the activation-function input(s), the second
-    // MLP GEMM input.
-    const double replicated = v * h + h + v * h + h + 2 * v * h;
-    const double split = v * h * (1 + 2 * kv) + v * h + v * (g * f + f);
-    double layer = bt * (replicated * rep + split / tp);
-    if (!model.flash_attention) layer += (2 * v + 1) * a * b * t * (o + t) / tp;
-    u.layer_activation = layer;
-    u.activation = u.n * layer + (last ? bt * (2 * v * h * rep + 4 * V / tp) : 0.0);
-    u.logits_gradient = last ? bt * 4 * V / tp : 0.0;
-
-    const bool context = slice < ctx.problem.slices - 1;
-    u.boundary = bt * h * v * rep + (context ? u.n * bt * 2 * h * kv * v / tp : 0.0);
-    u.boundary = std::min(u.boundary, u.activation);
-
-    // W keeps each weight GEMM's input X and output gradient dY: X of QKV and MLP-in and dY
-    // of the projection and MLP-out are full width (replicated), the rest split.
-    const double layer_w = bt * v * ((h + h + h + h) * rep + (h + f + q + g * f) / tp);
-    u.wgrad = u.n * layer_w + (last ? bt * v * (h * rep + V / tp) : 0.0);
-    // Per GEMM, X + dY: QKV h (rep) + q, projection h + h (rep), MLP in h (rep) + g·f, MLP
-    // out f + h (rep); scaled with the total where it is capped at the activations.
-    const double scale = u.wgrad > 0 ? std::min(u.wgrad, u.activation) / u.wgrad : 0.0;
-    u.gemm_wgrad[0] = scale * bt * v * (h * rep + q / tp);
-    u.gemm_wgrad[1] = scale * bt * v * (h / tp + h * rep);
-    u.gemm_wgrad[2] = scale * bt * v * (h * rep + g * f / tp);
-    u.gemm_wgrad[3] = scale * bt * v * (f / tp + h * rep);
-    u.head_wgrad = last ? scale * bt * v * (h * rep + V / tp) : 0.0;
-    u.wgrad = std::min(u.wgrad, u.activation);
-
-    if (parallel.tensor > 1) {
-      const double bytes = bt * h * v;  // one all-reduce's message (the full activation)
-      const double one =
-          ring_allreduce(bytes, parallel.tensor, device.link_bandwidth, device.link_latency);
-      const bool first = model_stage(ctx, stage) == 0;
-      u.forward_collectives = (2 * u.n + (first ? 1 : 0)) * one;
-      u.backward_collectives = (2 * u.n + (last ? 1 : 0)) * one;
-    }
-    return u;
+    detail::transformer::UnitPlace at;
+    at.span = slice_span(ctx, slice);
+    at.last = model_stage(ctx, stage) == S - 1;
+    at.layers = layers_of(ctx, stage);
+    at.first = model_stage(ctx, stage) == 0;
+    at.context = slice < ctx.problem.slices - 1;
+    return detail::transformer::unit(model, device, parallel, at);
   }
 };
 

@@ -1,0 +1,337 @@
+// The structural checks of validation (validate.hpp): the schedule's shape, every action's
+// indices and placement, and that every unit (stage, microbatch, slice) runs its forward,
+// backward, weight-gradient parts and recompute exactly as often as it must.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pipesched/analysis/detail/unit_table.hpp"
+#include "pipesched/analysis/validation_report.hpp"
+#include "pipesched/core/action.hpp"
+#include "pipesched/core/schedule.hpp"
+
+namespace pipesched::detail {
+
+inline std::string stage_count_text(int stages) {
+  return std::to_string(stages) + (stages == 1 ? " stage" : " stages") + " (0.." +
+         std::to_string(stages - 1) + ")";
+}
+
+//! What one unit (stage, microbatch, slice) holds: counts per kind and its W parts.
+struct UnitSeen {
+  int f = 0, b = 0, i = 0, r = 0;
+  std::vector<int> w_parts;  //!< the part index of every W of the unit, in list order
+  friend bool operator==(const UnitSeen&, const UnitSeen&) = default;
+};
+
+// The exactly-once rules for one unit; `emit(rule, make_message)` is called per violation
+// (make_message builds the text only when the report keeps it).
+template <class Emit>
+void unit_rules(const Schedule& s, UnitKey key, const UnitSeen& u, Emit&& emit) {
+  const Problem& p = s.problem;
+  const int st = key.stage, mb = key.microbatch, sl = key.slice;
+  const int owner = s.placement.rank_of(st);
+  auto unit = [&](OpKind k) { return to_string(Action::make(k, st, mb, sl)); };
+  const std::size_t w_total = u.w_parts.size();
+  if (u.f == 0)
+    emit("missing", [&] {
+      return "rank " + std::to_string(owner) + " never runs " + unit(OpKind::F) +
+             "; every (stage, microbatch, slice) needs exactly one forward.";
+    });
+  if (u.f > 1)
+    emit("duplicate", [&] {
+      return unit(OpKind::F) + " appears " + std::to_string(u.f) +
+             " times; every (stage, microbatch, slice) needs exactly one forward.";
+    });
+  if (u.b == 0 && u.i == 0)
+    emit("missing", [&] {
+      return "rank " + std::to_string(owner) + " never runs the backward of stage " +
+             std::to_string(st) + " microbatch " + std::to_string(mb) +
+             (p.slices > 1 ? " slice " + std::to_string(sl) : std::string()) + " (" +
+             unit(OpKind::B) + ", or " + unit(OpKind::I) + " and " + unit(OpKind::W) +
+             "); every forward needs exactly one backward.";
+    });
+  if (u.b + u.i > 1)
+    emit("duplicate", [&] {
+      return "the backward of " + unit(OpKind::F) + " appears " + std::to_string(u.b + u.i) +
+             " times (" + std::to_string(u.b) + " B, " + std::to_string(u.i) +
+             " I); every forward needs exactly one: B, or I followed by W.";
+    });
+  if (u.b >= 1 && w_total > 0)
+    emit("duplicate", [&] {
+      return unit(OpKind::W) + " runs although the backward is the full " + unit(OpKind::B) +
+             ", which already computes weight gradients; use B alone or I then W.";
+    });
+  if (u.i >= 1 && w_total == 0)
+    emit("missing", [&] {
+      return "rank " + std::to_string(owner) + " runs " + unit(OpKind::I) +
+             " but never its weight gradient " + unit(OpKind::W) +
+             "; a split backward needs both I and W.";
+    });
+  if (u.i == 0 && u.b == 0 && w_total > 0)
+    emit("missing", [&] {
+      return unit(OpKind::W) + " runs but " + unit(OpKind::I) + " never does; W follows its I.";
+    });
+  if (w_total > 0) {
+    // Parts are 0..n-1, each once: report every repeated part and every gap (a gap as one
+    // violation, so a lone part 2147483647 is one problem, not two billion).
+    std::vector<int> parts = u.w_parts;
+    std::sort(parts.begin(), parts.end());
+    const int top = parts.back();
+    long long expect = 0;  // the next part that should run
+    for (std::size_t j = 0; j < parts.size();) {
+      const int part = parts[j];
+      std::size_t n = 0;
+      while (j < parts.size() && parts[j] == part) {
+        ++j;
+        ++n;
+      }
+      if (part > expect) {
+        const long long lo = expect, hi = part - 1LL;
+        emit("missing", [&] {
+          return "the weight gradient of " + unit(OpKind::F) + " has parts up to " +
+                 std::to_string(top) +
+                 (lo == hi ? " but part " + std::to_string(lo) + " never runs"
+                           : " but parts " + std::to_string(lo) + ".." + std::to_string(hi) +
+                                 " never run") +
+                 "; parts are numbered 0..n-1 and each runs once.";
+        });
+      }
+      if (n > 1)
+        emit("duplicate", [&] {
+          return "W part " + std::to_string(part) + " of " + unit(OpKind::F) + " appears " +
+                 std::to_string(n) + " times; each part runs once.";
+        });
+      expect = part + 1LL;
+    }
+  }
+  if (u.r > 1)
+    emit("duplicate", [&] {
+      return unit(OpKind::R) + " appears " + std::to_string(u.r) +
+             " times; a checkpointed forward is recomputed at most once.";
+    });
+}
+
+// Adds a violation of `rule` at rank `r` position `i`; `make_message()` builds its text only
+// when the report keeps it.
+template <class MakeMessage>
+void add_violation(ValidationReport& rep, int r, int i, const Action& a, const char* rule,
+                   MakeMessage make_message) {
+  if (rep.full()) {
+    rep.add({});
+    return;
+  }
+  rep.add({r, i, a, rule, make_message()});
+}
+
+// The problem, the rank lists and the placement agree and are positive; else reports `shape`
+// and returns false.
+inline bool check_shape(const Schedule& s, ValidationReport& rep) {
+  const Problem& p = s.problem;
+  if (s.rank_count() != p.ranks || s.placement.ranks() != p.ranks ||
+      s.placement.stages() != p.stages || p.stages < 1 || p.microbatches < 1 || p.slices < 1) {
+    add_violation(rep, -1, -1, Action{}, "shape", [&] {
+      return "the schedule's shape is inconsistent: problem says ranks = " +
+             std::to_string(p.ranks) + ", stages = " + std::to_string(p.stages) +
+             ", microbatches = " + std::to_string(p.microbatches) +
+             ", slices = " + std::to_string(p.slices) + "; it has " +
+             std::to_string(s.rank_count()) + " rank lists and a placement of " +
+             std::to_string(s.placement.stages()) + " stages over " +
+             std::to_string(s.placement.ranks()) + " ranks; all must agree and be positive.";
+    });
+    return false;
+  }
+  return true;
+}
+
+// True when (st, mb, sl) is within the problem's stages, microbatches and slices.
+inline bool unit_in_range(const Problem& p, int st, int mb, int sl) {
+  return st >= 0 && st < p.stages && mb >= 0 && mb < p.microbatches && sl >= 0 && sl < p.slices;
+}
+
+// The checks of the unit (st, mb, sl) that action `a` at rank `r` position `i` names: in
+// range, a unit of its microbatch's replica, on its stage's rank. False when there is no such
+// unit to count.
+inline bool check_unit_of(const Schedule& s, ValidationReport& rep, int r, int i, const Action& a,
+                          int st, int mb, int sl) {
+  const Problem& p = s.problem;
+  if (!unit_in_range(p, st, mb, sl)) {
+    add_violation(rep, r, i, a, "index-range", [&] {
+      return to_string(a) + " at " + where(r, i) + " is out of range: stages run 0.." +
+             std::to_string(p.stages - 1) + ", microbatches 0.." +
+             std::to_string(p.microbatches - 1) + ", slices 0.." + std::to_string(p.slices - 1) +
+             ".";
+    });
+    return false;
+  }
+  if (!p.has_unit(st, mb)) {
+    add_violation(rep, r, i, a, "index-range", [&] {
+      return to_string(a) + " at " + where(r, i) + " runs microbatch " + std::to_string(mb) +
+             " on stage " + std::to_string(st) + " of replica " +
+             std::to_string(p.replica_of_stage(st)) + ", but microbatch " + std::to_string(mb) +
+             " runs through replica " + std::to_string(p.replica_of_microbatch(mb)) +
+             " (microbatch m through replica m mod " + std::to_string(p.replicas) + ", stages " +
+             std::to_string(p.replica_of_microbatch(mb) * p.replica_stages()) + ".." +
+             std::to_string((p.replica_of_microbatch(mb) + 1) * p.replica_stages() - 1) + ").";
+    });
+    return false;
+  }
+  if (s.placement.rank_of(st) != r) {
+    add_violation(rep, r, i, a, "placement", [&] {
+      return to_string(a) + " at " + where(r, i) + " runs stage " + std::to_string(st) +
+             ", which the placement (" + s.placement.describe() + ") puts on rank " +
+             std::to_string(s.placement.rank_of(st)) +
+             "; each stage lives on exactly one rank and all its actions run there.";
+    });
+  }
+  return true;
+}
+
+// The checks of a send, receive or WAIT_SEND `a` at rank `r` position `i`: its unit, and a
+// peer stage that exists, belongs to the same replica and sits on another rank.
+inline void check_comm_action(const Schedule& s, ValidationReport& rep, int r, int i,
+                              const Action& a) {
+  const Problem& p = s.problem;
+  if (!unit_in_range(p, a.stage, a.microbatch, a.slice)) {
+    check_unit_of(s, rep, r, i, a, a.stage, a.microbatch, a.slice);
+    return;
+  }
+  const OpKind k = send_of_wait(a.kind);  // a WAIT_SEND names its send's unit
+  const bool fwd = k == OpKind::SendF || k == OpKind::RecvF;
+  const bool send = k == OpKind::SendF || k == OpKind::SendB;
+  const long long peer = a.stage + ((fwd == send) ? 1LL : -1LL);
+  if (peer < 0 || peer >= p.stages) {
+    add_violation(rep, r, i, a, "index-range", [&] {
+      return to_string(a) + " at " + where(r, i) + (send ? " sends to" : " receives from") +
+             " stage " + std::to_string(peer) + ", which does not exist: the schedule has " +
+             stage_count_text(p.stages) +
+             "; forward data flows from stage s to s+1 and gradients from s to s-1.";
+    });
+    return;
+  }
+  if (p.replica_of_stage(static_cast<int>(peer)) != p.replica_of_stage(a.stage)) {
+    add_violation(rep, r, i, a, "index-range", [&] {
+      return to_string(a) + " at " + where(r, i) + (send ? " sends to" : " receives from") +
+             " stage " + std::to_string(peer) + " of replica " +
+             std::to_string(p.replica_of_stage(static_cast<int>(peer))) + ", but stage " +
+             std::to_string(a.stage) + " belongs to replica " +
+             std::to_string(p.replica_of_stage(a.stage)) +
+             "; data flows only between neighbouring stages of one replica.";
+    });
+    return;
+  }
+  check_unit_of(s, rep, r, i, a, a.stage, a.microbatch, a.slice);
+  if (s.placement.rank_of(static_cast<int>(peer)) == s.placement.rank_of(a.stage))
+    add_violation(rep, r, i, a, "placement", [&] {
+      return to_string(a) + " at " + where(r, i) + " communicates between stages " +
+             std::to_string(a.stage) + " and " + std::to_string(peer) +
+             ", which are both on rank " + std::to_string(s.placement.rank_of(a.stage)) +
+             "; only cross-rank neighbours send and receive.";
+    });
+}
+
+// Counts compute action `a` in `u`, the unit it names.
+inline void count_unit_action(UnitSeen& u, const Action& a) {
+  switch (a.kind) {
+    case OpKind::F:
+      ++u.f;
+      break;
+    case OpKind::B:
+      ++u.b;
+      break;
+    case OpKind::I:
+      ++u.i;
+      break;
+    case OpKind::R:
+      ++u.r;
+      break;
+    case OpKind::W:
+      u.w_parts.push_back(a.part);
+      break;
+    default:
+      break;
+  }
+}
+
+// Every action's indices and placement; the compute actions of each unit counted in `seen`.
+inline void check_actions(const Schedule& s, ValidationReport& rep, UnitTable<UnitSeen>& seen) {
+  for (int r = 0; r < s.rank_count(); ++r) {
+    for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.kind == OpKind::Idle) continue;
+      if (a.kind == OpKind::Overlap) {
+        if (check_unit_of(s, rep, r, i, a, a.stage, a.microbatch, a.slice))
+          ++seen.at(a.stage, a.microbatch, a.slice).f;
+        if (check_unit_of(s, rep, r, i, a, a.b_stage, a.b_microbatch, a.b_slice))
+          ++seen.at(a.b_stage, a.b_microbatch, a.b_slice).b;
+        continue;
+      }
+      if (is_comm(a.kind) || is_wait_send(a.kind)) {
+        check_comm_action(s, rep, r, i, a);
+        continue;
+      }
+      if (a.part < 0 || (a.part != 0 && a.kind != OpKind::W)) {
+        add_violation(rep, r, i, a, "index-range", [&] {
+          return to_string(a) + " at " + where(r, i) + " has part " + std::to_string(a.part) +
+                 "; only W actions have parts, numbered from 0.";
+        });
+        continue;
+      }
+      if (!check_unit_of(s, rep, r, i, a, a.stage, a.microbatch, a.slice)) continue;
+      count_unit_action(seen.at(a.stage, a.microbatch, a.slice), a);
+    }
+  }
+}
+
+// The exactly-once rules of every unit, counted in `seen`.
+inline void check_exactly_once(const Schedule& s, const UnitTable<UnitSeen>& seen,
+                               ValidationReport& rep) {
+  const Problem& p = s.problem;
+  // Exactly-once rules, per unit in (stage, microbatch, slice) order. The walk over every unit
+  // of the problem stops once the report is full; the rest is counted without a walk: a unit
+  // no action names misses its forward and its backward (two violations), and the units some
+  // action names are visited directly.
+  auto keep = [&](UnitKey k, const UnitSeen& u) {
+    unit_rules(s, k, u, [&](const char* rule, auto make_message) {
+      add_violation(rep, s.placement.rank_of(k.stage), -1,
+                    Action::make(OpKind::F, k.stage, k.microbatch, k.slice), rule, make_message);
+    });
+  };
+  UnitKey stop{p.stages, 0, 0};  // the first unit not walked
+  std::uint64_t walked = 0;
+  for (int st = 0; st < p.stages && stop.stage == p.stages; ++st)
+    for (int mb = 0; mb < p.microbatches && stop.stage == p.stages; ++mb)
+      for (int sl = 0; sl < p.slices; ++sl) {
+        if (rep.full()) {
+          stop = {st, mb, sl};
+          break;
+        }
+        if (!p.has_unit(st, mb)) break;  // another replica's microbatch: no unit here
+        keep({st, mb, sl}, seen.get(st, mb, sl));
+        ++walked;
+      }
+  if (stop.stage == p.stages) return;
+  std::uint64_t named_after = 0;
+  seen.for_each_stored([&](UnitKey k, const UnitSeen& u) {
+    if (k < stop) return;
+    ++named_after;
+    unit_rules(s, k, u, [&](const char*, auto) { rep.add({}); });
+  });
+  const std::uint64_t after = step_unit_count(p) - walked;
+  const std::uint64_t absent = after - std::min(after, named_after);
+  rep.omitted = saturating_add(rep.omitted, absent > UINT64_MAX / 2 ? UINT64_MAX : 2 * absent);
+}
+
+// The structural checks: shape, ranges, placement, and exactly-once counts. Costs what the
+// schedule's actions cost (plus at most max_recorded absent units), whatever its dimensions.
+inline void check_units(const Schedule& s, ValidationReport& rep) {
+  if (!check_shape(s, rep)) return;
+  UnitTable<UnitSeen> seen(s.problem, s.action_count());
+  check_actions(s, rep, seen);
+  check_exactly_once(s, seen, rep);
+}
+
+}  // namespace pipesched::detail
