@@ -41,7 +41,7 @@ namespace detail {
 template <class P, class... Orders>
 std::optional<bool> runs_on_builtin(std::string_view name, order_list<Orders...>) {
   std::optional<bool> out;
-  ((name == Orders::name ? (out = P::template runs_on<Orders>, true) : false) || ...);
+  (void)((name == Orders::name ? (out = P::template runs_on<Orders>, true) : false) || ...);
   return out;
 }
 
