@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "pipesched/analysis/simulate.hpp"
-#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/exec/profile.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/schedule/gpipe.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/slice_pipe.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
 namespace ps = pipesched;
 
