@@ -18,9 +18,6 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <exception>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,233 +27,24 @@
 #include <utility>
 #include <vector>
 
-#if defined(__linux__)
-#include <sys/prctl.h>
-#endif
-
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
-#include "pipesched/exec/fingerprint.hpp"
 #include "pipesched/exec/wire.hpp"
+#include "pipesched/transport/mpi/detail/mpi_support.hpp"
+#include "pipesched/transport/mpi/detail/rank_geometry.hpp"
+#include "pipesched/transport/mpi/mpi_errors.hpp"
 
 namespace pipesched {
-
-//! An MPI call returned an error; the message names the call and the MPI error text.
-class mpi_error : public error {
- public:
-  using error::error;
-};
-
-//! The processes of one pipeline were started with different schedules: `first_rank()` (0)
-//! and `second_rank()` (the lowest rank whose schedule differs from rank 0's) hold schedules
-//! with different fingerprints (`schedule_fingerprint`). Every process throws it, alike, when
-//! its transport is built.
-class schedule_mismatch : public invalid_problem {
- public:
-  //! An exception whose message is `what`, about ranks `first` and `second`.
-  schedule_mismatch(const std::string& what, int first, int second)
-      : invalid_problem(what), first_(first), second_(second) {}
-  //! The rank whose schedule the others are compared with (0).
-  int first_rank() const noexcept { return first_; }
-  //! The lowest rank whose schedule differs from first_rank()'s.
-  int second_rank() const noexcept { return second_; }
-
- private:
-  int first_;
-  int second_;
-};
 
 //! Tuning knobs of MpiTransport.
 struct MpiTransportOptions {
   //! Sleep between completion tests while a receive waits (the core is free meanwhile).
   std::chrono::microseconds poll_interval{20};
 };
-
-//! What a failing rank tells every other rank: who failed, where, and why.
-struct FailureNotice {
-  int rank = -1;        //!< the rank that failed
-  int position = -1;    //!< position in its (lowered) list; -1 when outside the list
-  Action action{};      //!< the action at that position
-  std::string message;  //!< the failing rank's error message
-};
-
-namespace detail::mpi {
-
-inline std::string error_text(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<std::size_t>(len));
-}
-
-//! Throws mpi_error naming `call` when `code` is not MPI_SUCCESS.
-inline void check(int code, const char* call) {
-  if (code != MPI_SUCCESS) throw mpi_error(std::string(call) + " failed: " + error_text(code));
-}
-
-using pipesched::detail::seconds_text;
-
-inline std::string hex_text(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-// What a process whose schedule cannot be fingerprinted (lowering it failed) contributes, so
-// that it still takes part in the agreement.
-inline constexpr std::uint64_t no_fingerprint = 0;
-
-// Every process of `comm` learns every process's schedule fingerprint; all of them throw the
-// same schedule_mismatch when one differs from rank 0's. Runs before anything that could
-// refuse on some processes only (a schedule for another rank count, say), which would leave
-// the others waiting in a collective call for processes that already gave up. A process whose
-// own schedule cannot even be lowered still joins the gather, then throws its own error.
-inline void agree_on_schedule(const char* who, const Schedule& schedule, MPI_Comm comm,
-                              std::chrono::microseconds poll_interval) {
-  int size = 0;
-  check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  std::uint64_t mine = no_fingerprint;
-  std::exception_ptr own_failure;
-  try {
-    mine = schedule_fingerprint(schedule);
-  } catch (...) {
-    own_failure = std::current_exception();
-  }
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(size), 0);
-  MPI_Request request = MPI_REQUEST_NULL;
-  check(MPI_Iallgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, comm, &request),
-        "MPI_Iallgather");
-  // Every process builds its transport at start-up, like MPI_Comm_dup after this; polling
-  // leaves the core to processes that are still getting there.
-  for (;;) {
-    int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done) break;
-    std::this_thread::sleep_for(poll_interval);
-  }
-  if (own_failure) std::rethrow_exception(own_failure);
-  for (int r = 1; r < size; ++r)
-    if (all[static_cast<std::size_t>(r)] != all[0])
-      throw schedule_mismatch(
-          std::string(who) + ": rank 0 and rank " + std::to_string(r) +
-              " were given different schedules (fingerprints " + hex_text(all[0]) + " and " +
-              hex_text(all[static_cast<std::size_t>(r)]) +
-              "); start every process with the same schedule (the same generator, problem, "
-              "placement and passes).",
-          0, r);
-}
-
-inline bool initialized() {
-  int flag = 0;
-  MPI_Initialized(&flag);
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  return flag != 0 && finalized == 0;
-}
-
-// The wire form of a FailureNotice: fixed size, so a receive for it can be posted ahead.
-struct NoticeWire {
-  std::int32_t step = 0;  // a notice from an earlier (failed, drained) step is stale
-  std::int32_t rank = -1;
-  std::int32_t position = -1;
-  std::array<std::int32_t, 8> action{};
-  char message[2000] = {};
-};
-
-inline NoticeWire encode(const FailureNotice& n) {
-  NoticeWire w;
-  w.rank = n.rank;
-  w.position = n.position;
-  const Action& a = n.action;
-  w.action = {static_cast<std::int32_t>(a.kind),
-              a.stage,
-              a.microbatch,
-              a.slice,
-              a.part,
-              a.b_stage,
-              a.b_microbatch,
-              a.b_slice};
-  const std::size_t len = std::min(n.message.size(), sizeof w.message - 1);
-  std::memcpy(w.message, n.message.data(), len);
-  w.message[len] = '\0';
-  return w;
-}
-
-inline FailureNotice decode(const NoticeWire& w) {
-  FailureNotice n;
-  n.rank = w.rank;
-  n.position = w.position;
-  n.action = Action{static_cast<OpKind>(w.action[0]),
-                    w.action[1],
-                    w.action[2],
-                    w.action[3],
-                    w.action[4],
-                    w.action[5],
-                    w.action[6],
-                    w.action[7]};
-  n.message.assign(w.message, strnlen(w.message, sizeof w.message));
-  return n;
-}
-
-//! Lets short sleeps be short: Linux rounds a thread's sleeps up by its timer slack (50 µs by
-//! default), which would add that much latency to every message a rank waits for.
-inline void tighten_timer_slack() {
-#if defined(__linux__)
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
-#endif
-}
-
-// What a process transport knows of the pipeline: its problem's extents, the placement, this
-// process's rank and the rank count; and the checks and lookups every such transport makes.
-class RankGeometry {
- protected:
-  RankGeometry(const char* who, const Schedule& schedule)
-      : who_(who),
-        stages_(schedule.problem.stages),
-        microbatches_(schedule.problem.microbatches),
-        slices_(std::max(1, schedule.problem.slices)),
-        placement_(schedule.placement) {}
-
-  void check_self(int r, const char* what) const {
-    if (r != rank_)
-      throw error(std::string(who_) + ": asked to " + what + " rank " + std::to_string(r) +
-                  " in the process of rank " + std::to_string(rank_) +
-                  "; each process runs only its own rank.");
-  }
-  void check_peer(int r, const char* what) const {
-    if (r < 0 || r >= ranks_)
-      throw error(std::string(who_) + ": " + what + " rank " + std::to_string(r) +
-                  ", but ranks run from 0 to " + std::to_string(ranks_ - 1) + ".");
-  }
-  void check_key(const MessageKey& k) const {
-    if (k.stage < 0 || k.stage >= stages_ || k.microbatch < 0 || k.microbatch >= microbatches_ ||
-        k.slice < 0 || k.slice >= slices_)
-      throw error(std::string(who_) + ": the " + describe_key(k) +
-                  " is outside the schedule's problem (" + std::to_string(stages_) + " stages, " +
-                  std::to_string(microbatches_) + " microbatches, " + std::to_string(slices_) +
-                  " slices).");
-  }
-  // The rank that sends the message `k`: the previous stage's for a forward activation, the
-  // next stage's for an input gradient.
-  int source_of(const MessageKey& k) const {
-    const int from = k.direction == Direction::Forward ? k.stage - 1 : k.stage + 1;
-    if (from < 0 || from >= stages_)
-      throw error(std::string(who_) + ": no stage sends the " + describe_key(k) + ".");
-    return placement_.rank_of(from);
-  }
-
-  const char* who_;
-  int stages_, microbatches_, slices_;
-  Placement placement_;
-  int rank_ = 0;
-  int ranks_ = 0;
-};
-
-}  // namespace detail::mpi
 
 //! Ranks as MPI processes: the process of rank r of `comm` runs pipeline rank r. Satisfies
 //! `transport<MpiTransport<Tensor>, Tensor>` for a `Tensor` with a `wire` specialization.

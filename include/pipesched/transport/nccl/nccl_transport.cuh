@@ -19,7 +19,6 @@
 // sends and hears the failure notices, so a failing rank stops every other one with its
 // message, and `drain` leaves NCCL and MPI clean for the next step.
 #pragma once
-
 #include <nccl.h>
 
 #include <algorithm>
@@ -34,7 +33,6 @@
 #include <span>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -49,30 +47,9 @@
 #include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
 #include "pipesched/transport/mpi/mpi_session.hpp"
 #include "pipesched/transport/mpi/mpi_transport.hpp"
-
-namespace pipesched {
-
-namespace detail::nccl {
-
-//! Throws cuda_error naming `call`, `file` and `line` when `code` is not ncclSuccess.
-inline void check(ncclResult_t code, const char* call, const char* file, int line,
-                  const char* hint = nullptr) {
-  if (code == ncclSuccess) return;
-  std::string what = detail::gpu::where(call, file, line) + " failed: " + ncclGetErrorString(code);
-  if (const char* last = ncclGetLastError(nullptr); last != nullptr && *last != '\0')
-    what += std::string(" (") + last + ")";
-  if (hint) what += std::string("; ") + hint;
-  throw cuda_error(what);
-}
-
-}  // namespace detail::nccl
-
-}  // namespace pipesched
-
-//! Checks an NCCL call; throws pipesched::cuda_error naming the call, file and line (and what
-//! ncclGetErrorString and ncclGetLastError say) on failure.
-#define PIPESCHED_NCCL_CHECK(call) \
-  ::pipesched::detail::nccl::check((call), #call, __FILE__, __LINE__)
+#include "pipesched/transport/nccl/detail/link.cuh"
+#include "pipesched/transport/nccl/detail/setup.cuh"
+#include "pipesched/transport/nccl/nccl_check.cuh"
 
 namespace pipesched {
 
@@ -80,114 +57,6 @@ namespace pipesched {
 struct NcclTransportOptions {
   //! Sleep between completion tests while a receive waits (the core is free meanwhile).
   std::chrono::microseconds poll_interval{20};
-};
-
-namespace detail::nccl {
-
-//! What goes over MPI ahead of a payload: how to allocate it, which message it is, and its
-//! place in the sender's sends to this peer (the order NCCL will match them in).
-struct Ticket {
-  WireHeader header{};
-  std::int32_t stage = 0;
-  std::int32_t microbatch = 0;
-  std::int32_t slice = 0;
-  std::int32_t direction = 0;
-  std::uint64_t sequence = 0;
-
-  MessageKey key() const {
-    return {stage, microbatch, slice, direction != 0 ? Direction::Backward : Direction::Forward};
-  }
-};
-static_assert(std::is_trivially_copyable_v<Ticket>);
-
-//! A two-rank NCCL communicator that carries one direction between two ranks (the sender is
-//! its rank 0). Ended cleanly by `finalize` and then `destroy`, on both ranks; aborted on
-//! destruction otherwise: an abort never waits, where a finalize waits for the other rank.
-class Link {
- public:
-  Link() = default;
-  Link(const Link&) = delete;
-  Link& operator=(const Link&) = delete;
-  Link(Link&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
-  Link& operator=(Link&& o) noexcept {
-    if (this != &o) {
-      abort();
-      comm_ = std::exchange(o.comm_, nullptr);
-    }
-    return *this;
-  }
-  ~Link() { abort(); }
-
-  ncclComm_t* out() noexcept { return &comm_; }
-  ncclComm_t get() const noexcept { return comm_; }
-
-  //! Flushes the communicator's operations and waits (NCCL's ncclCommFinalize) until it is
-  //! quiescent on both of its ranks; false when NCCL reports an error, or the communicator is
-  //! still finalizing at `deadline` (then `abort` it). On a blocking communicator, as the
-  //! transport's are, the finalize call itself is the wait. Both ranks call it, and a rank with
-  //! several links finalizes them in the order every rank agrees on, so no two ranks wait on
-  //! each other in a cycle.
-  bool finalize(std::chrono::steady_clock::time_point deadline) noexcept {
-    if (!comm_) return true;
-    const ncclResult_t started = ncclCommFinalize(comm_);
-    if (started != ncclSuccess && started != ncclInProgress) return false;
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return false;
-      if (state == ncclSuccess) return true;
-      if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-  //! Frees the communicator; call after `finalize` succeeded on it.
-  void destroy() noexcept {
-    if (comm_) (void)ncclCommDestroy(comm_);
-    comm_ = nullptr;
-  }
-  void abort() noexcept {
-    if (comm_) (void)ncclCommAbort(comm_);
-    comm_ = nullptr;
-  }
-
- private:
-  ncclComm_t comm_ = nullptr;
-};
-
-//! The (sender, receiver) pairs a schedule's messages go between: each direction between the
-//! ranks of two neighbouring stages, sorted, without repeats. Every process derives the same
-//! list, and each rank joins and ends its links in this order.
-inline std::vector<std::pair<int, int>> pipeline_links(const Schedule& schedule) {
-  std::vector<std::pair<int, int>> links;
-  for (int s = 0; s + 1 < schedule.problem.stages; ++s) {
-    const int a = schedule.placement.rank_of(s), b = schedule.placement.rank_of(s + 1);
-    if (a == b) continue;
-    links.emplace_back(a, b);
-    links.emplace_back(b, a);
-  }
-  std::sort(links.begin(), links.end());
-  links.erase(std::unique(links.begin(), links.end()), links.end());
-  return links;
-}
-
-}  // namespace detail::nccl
-
-//! The tickets' own MPI wire form: a fixed-size host message with no payload of its own. This
-//! lets an `MpiTransport<Ticket>` serve as the NCCL transport's control plane.
-template <>
-struct wire<detail::nccl::Ticket> {
-  static constexpr std::uint32_t code = 0x4e43u;  // "NC"
-  static WireHeader describe(const detail::nccl::Ticket&) {
-    WireHeader h;
-    h.element_type = code;
-    return h;
-  }
-  static std::span<const std::byte> payload(const detail::nccl::Ticket&) { return {}; }
-  static std::span<std::byte> payload(detail::nccl::Ticket&) { return {}; }
-  static detail::nccl::Ticket make(const WireHeader& h) {
-    if (h.magic != WireHeader::magic_value || h.element_type != code)
-      throw error("a received header is not an NCCL transport ticket.");
-    return {};
-  }
 };
 
 //! Ranks as GPUs, one per MPI process: the process of rank r of `comm` runs pipeline rank r on
@@ -461,7 +330,7 @@ class NcclTransport : detail::mpi::RankGeometry {
       : RankGeometry("NcclTransport", schedule),
         options_(options),
         control_(schedule, comm, MpiTransportOptions{options.poll_interval}),
-        device_(agreed_device(make_device, control_.communicator())) {
+        device_(detail::nccl::agreed_device(make_device, control_.communicator())) {
     rank_ = control_.rank();
     ranks_ = control_.ranks();
     device_.activate();
@@ -472,78 +341,15 @@ class NcclTransport : detail::mpi::RankGeometry {
       post_ticket_receive(peer, in);
   }
 
-  // The device `make` returns, once every process has made its own: a process whose GPU
-  // cannot be used makes every process throw here, rather than leave them waiting for it.
-  template <class MakeDevice>
-  static CudaDevice agreed_device(MakeDevice& make, MPI_Comm comm) {
-    std::optional<CudaDevice> device;
-    std::exception_ptr failure;
-    try {
-      device.emplace(make());
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    int ok = device.has_value() ? 1 : 0, all = 0;
-    detail::mpi::check(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-    if (failure) std::rethrow_exception(failure);
-    if (!all)
-      throw cuda_error(
-          "NcclTransport: another process could not set up its GPU (its own error says why), "
-          "so no rank can start.");
-    return std::move(*device);
-  }
-
   // Makes this rank's NCCL communicators, one per link it is on.
   void connect(const std::vector<std::pair<int, int>>& links) {
-    MPI_Comm comm = control_.communicator();
-    // Every process must derive the same links; otherwise the joins below would never pair up.
-    unsigned long long mine[2] = {links.size(), 0};
-    for (const auto& [a, b] : links)
-      mine[1] = mine[1] * 1000003u + static_cast<unsigned long long>(a) * 1009u +
-                static_cast<unsigned long long>(b);
-    unsigned long long low[2] = {0, 0}, high[2] = {0, 0};
-    detail::mpi::check(MPI_Allreduce(mine, low, 2, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm),
-                       "MPI_Allreduce");
-    detail::mpi::check(MPI_Allreduce(mine, high, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm),
-                       "MPI_Allreduce");
-    if (low[0] != high[0] || low[1] != high[1])
-      throw invalid_problem(
-          "NcclTransport: the processes were given schedules with different placements; every "
-          "process must construct its transport with the same schedule.");
-    if (links.empty()) return;
-    std::vector<ncclUniqueId> ids(links.size());
-    if (rank_ == 0)
-      for (ncclUniqueId& id : ids)
-        PIPESCHED_NCCL_CHECK(ncclGetUniqueId(&id));
-    detail::mpi::check(MPI_Bcast(ids.data(), static_cast<int>(ids.size() * sizeof(ncclUniqueId)),
-                                 MPI_BYTE, 0, comm),
-                       "MPI_Bcast");
-    // A join waits for the other rank of its link, and so does the first message over it
-    // (NCCL connects a peer on the host, with both ranks in the call, at the first send or
-    // receive); taking links in the one global order means the first unfinished link always
-    // has both its ranks at it. One byte over each link now keeps that host-side wait out of
-    // the steps, where a sender blocked in it could not post the receives its peer waits on.
-    for (std::size_t i = 0; i < links.size(); ++i) {
-      const auto [from, to] = links[i];
-      if (from != rank_ && to != rank_) continue;
-      const bool sends = from == rank_;
-      detail::nccl::Link link;
-      detail::nccl::check(ncclCommInitRank(link.out(), 2, ids[i], sends ? 0 : 1),
-                          "ncclCommInitRank", __FILE__, __LINE__,
-                          "each rank needs a GPU of its own (give each process the CudaDevice "
-                          "of its rank on the node) and NCCL must reach the other process");
-      const cudaStream_t stream = sends ? device_.send_stream(to) : device_.recv_stream(from);
-      auto probe = DeviceTensor<unsigned char>::zeros({1}, stream);
-      if (sends)
-        PIPESCHED_NCCL_CHECK(ncclSend(probe.data(), 1, ncclUint8, 1, link.get(), stream));
+    for (detail::nccl::JoinedLink& j :
+         detail::nccl::join_links(links, rank_, device_, control_.communicator())) {
+      if (j.ends.first == rank_)
+        to_[j.ends.second].comm = std::move(j.link);
       else
-        PIPESCHED_NCCL_CHECK(ncclRecv(probe.data(), 1, ncclUint8, 0, link.get(), stream));
-      PIPESCHED_CUDA_CHECK(cudaStreamSynchronize(stream));
-      if (sends)
-        to_[to].comm = std::move(link);
-      else
-        from_[from].comm = std::move(link);
-      joined_.push_back(links[i]);
+        from_[j.ends.first].comm = std::move(j.link);
+      joined_.push_back(j.ends);
     }
   }
 

@@ -1,0 +1,59 @@
+// What a process transport (MPI's, NCCL's) knows of the pipeline and the checks it makes.
+#pragma once
+
+#include <algorithm>
+#include <string>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/exec/concepts.hpp"
+
+namespace pipesched::detail::mpi {
+
+// What a process transport knows of the pipeline: its problem's extents, the placement, this
+// process's rank and the rank count; and the checks and lookups every such transport makes.
+class RankGeometry {
+ protected:
+  RankGeometry(const char* who, const Schedule& schedule)
+      : who_(who),
+        stages_(schedule.problem.stages),
+        microbatches_(schedule.problem.microbatches),
+        slices_(std::max(1, schedule.problem.slices)),
+        placement_(schedule.placement) {}
+
+  void check_self(int r, const char* what) const {
+    if (r != rank_)
+      throw error(std::string(who_) + ": asked to " + what + " rank " + std::to_string(r) +
+                  " in the process of rank " + std::to_string(rank_) +
+                  "; each process runs only its own rank.");
+  }
+  void check_peer(int r, const char* what) const {
+    if (r < 0 || r >= ranks_)
+      throw error(std::string(who_) + ": " + what + " rank " + std::to_string(r) +
+                  ", but ranks run from 0 to " + std::to_string(ranks_ - 1) + ".");
+  }
+  void check_key(const MessageKey& k) const {
+    if (k.stage < 0 || k.stage >= stages_ || k.microbatch < 0 || k.microbatch >= microbatches_ ||
+        k.slice < 0 || k.slice >= slices_)
+      throw error(std::string(who_) + ": the " + describe_key(k) +
+                  " is outside the schedule's problem (" + std::to_string(stages_) + " stages, " +
+                  std::to_string(microbatches_) + " microbatches, " + std::to_string(slices_) +
+                  " slices).");
+  }
+  // The rank that sends the message `k`: the previous stage's for a forward activation, the
+  // next stage's for an input gradient.
+  int source_of(const MessageKey& k) const {
+    const int from = k.direction == Direction::Forward ? k.stage - 1 : k.stage + 1;
+    if (from < 0 || from >= stages_)
+      throw error(std::string(who_) + ": no stage sends the " + describe_key(k) + ".");
+    return placement_.rank_of(from);
+  }
+
+  const char* who_;
+  int stages_, microbatches_, slices_;
+  Placement placement_;
+  int rank_ = 0;
+  int ranks_ = 0;
+};
+
+}  // namespace pipesched::detail::mpi

@@ -1,0 +1,131 @@
+// The NCCL transport's parts below the transport: the ticket that goes over MPI ahead of a
+// payload (and its wire form), a one-direction two-rank NCCL link, and the links a schedule
+// needs.
+#pragma once
+
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/exec/concepts.hpp"
+#include "pipesched/exec/wire.hpp"
+
+namespace pipesched {
+
+namespace detail::nccl {
+
+//! What goes over MPI ahead of a payload: how to allocate it, which message it is, and its
+//! place in the sender's sends to this peer (the order NCCL will match them in).
+struct Ticket {
+  WireHeader header{};
+  std::int32_t stage = 0;
+  std::int32_t microbatch = 0;
+  std::int32_t slice = 0;
+  std::int32_t direction = 0;
+  std::uint64_t sequence = 0;
+
+  MessageKey key() const {
+    return {stage, microbatch, slice, direction != 0 ? Direction::Backward : Direction::Forward};
+  }
+};
+static_assert(std::is_trivially_copyable_v<Ticket>);
+
+//! A two-rank NCCL communicator that carries one direction between two ranks (the sender is
+//! its rank 0). Ended cleanly by `finalize` and then `destroy`, on both ranks; aborted on
+//! destruction otherwise: an abort never waits, where a finalize waits for the other rank.
+class Link {
+ public:
+  Link() = default;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+  Link(Link&& o) noexcept : comm_(std::exchange(o.comm_, nullptr)) {}
+  Link& operator=(Link&& o) noexcept {
+    if (this != &o) {
+      abort();
+      comm_ = std::exchange(o.comm_, nullptr);
+    }
+    return *this;
+  }
+  ~Link() { abort(); }
+
+  ncclComm_t* out() noexcept { return &comm_; }
+  ncclComm_t get() const noexcept { return comm_; }
+
+  //! Flushes the communicator's operations and waits (NCCL's ncclCommFinalize) until it is
+  //! quiescent on both of its ranks; false when NCCL reports an error, or the communicator is
+  //! still finalizing at `deadline` (then `abort` it). On a blocking communicator, as the
+  //! transport's are, the finalize call itself is the wait. Both ranks call it, and a rank with
+  //! several links finalizes them in the order every rank agrees on, so no two ranks wait on
+  //! each other in a cycle.
+  bool finalize(std::chrono::steady_clock::time_point deadline) noexcept {
+    if (!comm_) return true;
+    const ncclResult_t started = ncclCommFinalize(comm_);
+    if (started != ncclSuccess && started != ncclInProgress) return false;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return false;
+      if (state == ncclSuccess) return true;
+      if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  //! Frees the communicator; call after `finalize` succeeded on it.
+  void destroy() noexcept {
+    if (comm_) (void)ncclCommDestroy(comm_);
+    comm_ = nullptr;
+  }
+  void abort() noexcept {
+    if (comm_) (void)ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+
+//! The (sender, receiver) pairs a schedule's messages go between: each direction between the
+//! ranks of two neighbouring stages, sorted, without repeats. Every process derives the same
+//! list, and each rank joins and ends its links in this order.
+inline std::vector<std::pair<int, int>> pipeline_links(const Schedule& schedule) {
+  std::vector<std::pair<int, int>> links;
+  for (int s = 0; s + 1 < schedule.problem.stages; ++s) {
+    const int a = schedule.placement.rank_of(s), b = schedule.placement.rank_of(s + 1);
+    if (a == b) continue;
+    links.emplace_back(a, b);
+    links.emplace_back(b, a);
+  }
+  std::sort(links.begin(), links.end());
+  links.erase(std::unique(links.begin(), links.end()), links.end());
+  return links;
+}
+
+}  // namespace detail::nccl
+
+//! The tickets' own MPI wire form: a fixed-size host message with no payload of its own. This
+//! lets an `MpiTransport<Ticket>` serve as the NCCL transport's control plane.
+template <>
+struct wire<detail::nccl::Ticket> {
+  static constexpr std::uint32_t code = 0x4e43u;  // "NC"
+  static WireHeader describe(const detail::nccl::Ticket&) {
+    WireHeader h;
+    h.element_type = code;
+    return h;
+  }
+  static std::span<const std::byte> payload(const detail::nccl::Ticket&) { return {}; }
+  static std::span<std::byte> payload(detail::nccl::Ticket&) { return {}; }
+  static detail::nccl::Ticket make(const WireHeader& h) {
+    if (h.magic != WireHeader::magic_value || h.element_type != code)
+      throw error("a received header is not an NCCL transport ticket.");
+    return {};
+  }
+};
+}  // namespace pipesched
