@@ -192,7 +192,7 @@ int run(const Options& o, int process_rank) {
       o.microbatches, s.problem.slices, config.blocks,
       o.checkpoint == "mario" ? ", Mario checkpointing" : "");
   ps::ExecutorOptions options;
-  options.optimizer = toy::sgd_optimizer(s.placement, stages, 0.1);
+  toy::use_sgd(options, s.placement, stages, 0.1);  // SGD, with its snapshot and rollback
   if (process_rank < 0) {
     ps::InprocPipeline<Stage> pipe(s, stages, options);
     return train(pipe, s, stages, config, o, process_rank);

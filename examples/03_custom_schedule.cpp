@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
       reference.emplace_back(config, s, problem.ranks);
     }
     ps::ExecutorOptions options;
-    options.optimizer = ps::toy::sgd_optimizer(mine.placement, stages, 0.1);
+    ps::toy::use_sgd(options, mine.placement, stages, 0.1);
     ps::InprocPipeline<Stage> pipe(mine, stages, options);
     const auto data = ps::toy::make_gpt_data<double>(config, problem.microbatches, 11);
     for (int step = 0; step < 3; ++step) {

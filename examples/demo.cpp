@@ -175,7 +175,7 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
     stages.emplace_back(config, st, s.problem.stages);
   const ps::SimulationResult predicted = ps::simulate(s, toy::gpt_profiled_cost(stages, slices));
   ps::ExecutorOptions options;
-  options.optimizer = toy::sgd_optimizer(s.placement, stages, 0.1);
+  toy::use_sgd(options, s.placement, stages, 0.1);  // SGD, with its snapshot and rollback
   const auto training = toy::training_data(data, slices);
   say("\n%s:\n  loss per step:", label.c_str());
   ps::StepResult last;

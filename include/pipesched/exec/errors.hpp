@@ -10,23 +10,32 @@
 namespace pipesched {
 
 //! An action failed on a rank: a layer threw, a receive timed out, a message was missing.
-//! The message names the rank, the position in its list and the action.
+//! The message names the rank, the position in its list and the action. A pipeline's step
+//! that throws it has been rolled back (`rolled_back()`, and the message ends by saying so):
+//! no rank applied its update, so every rank keeps the parameters and optimizer state it had
+//! before the step.
 class execution_error : public error {
  public:
   //! An exception whose message is `what`, about `action` at `position` of `rank`'s list.
-  execution_error(const std::string& what, int rank, int position, Action action)
-      : error(what), rank_(rank), position_(position), action_(action) {}
+  execution_error(const std::string& what, int rank, int position, Action action,
+                  bool rolled_back = false)
+      : error(what), rank_(rank), position_(position), action_(action), rolled_back_(rolled_back) {}
   //! The rank on which the action failed.
   int rank() const noexcept { return rank_; }
-  //! The action's index in the rank's (lowered) list; -1 before the list starts.
+  //! The action's index in the rank's (lowered) list; -1 before the list starts, the list's
+  //! size for the optimizer step after it.
   int position() const noexcept { return position_; }
   //! The action that failed.
   const Action& action() const noexcept { return action_; }
+  //! True when the step this error ended left every rank's parameters and optimizer state as
+  //! they were before it (a pipeline's steps commit on every rank or on none).
+  bool rolled_back() const noexcept { return rolled_back_; }
 
  private:
   int rank_;
   int position_;
   Action action_;
+  bool rolled_back_;
 };
 
 //! A receive gave up: no message with its key came within the timeout.
@@ -42,6 +51,18 @@ class transport_aborted : public error {
 };
 
 namespace detail {
+
+//! What a rolled-back step's error adds to the failing rank's message.
+inline constexpr const char* rolled_back_text =
+    "; the step was rolled back: no rank applied its update, every rank keeps its previous "
+    "parameters and optimizer state";
+
+//! `e` as the error of a step that was rolled back (its message saying so).
+inline execution_error rolled_back(const execution_error& e) {
+  if (e.rolled_back()) return e;
+  return execution_error(std::string(e.what()) + rolled_back_text, e.rank(), e.position(),
+                         e.action(), true);
+}
 
 //! What is said of an exception that is not a std::exception (`throw 42`).
 inline constexpr const char* non_standard_exception =

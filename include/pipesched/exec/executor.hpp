@@ -115,8 +115,9 @@ class Executor {
   //! Runs one training step of this rank's list; `start` is the step's common start mark
   //! (timeline times are measured from it). Throws execution_error naming the rank, the
   //! position and the action when anything fails — whatever was thrown, std::exception or
-  //! not; position -1 for the stage models' zero_gradients before the list, the list's size
-  //! for the optimizer hook after it — and transport_aborted when another rank failed.
+  //! not; position -1 for the stage models' zero_gradients before the list — and
+  //! transport_aborted when another rank failed. The update is not applied here: a pipeline
+  //! calls `apply_update` once every rank's list has run.
   RankRun step(const TrainingData<tensor_type>& data, const mark_type& start) {
     attached(-1, Action{}, "before its list (zero_gradients)", [&] { units_.zero_gradients(); });
     units_.begin(data);
@@ -145,9 +146,6 @@ class Executor {
       run_at(i);
     }
     units_.end(posted_inputs_.size() + posted_grads_.size(), list.size());
-    if (options_.optimizer)
-      attached(static_cast<int>(list.size()), Action{}, "in its optimizer step",
-               [&] { options_.optimizer(rank_); });
     device_.synchronize();
     resolve_times(start, run);
     run.loss = units_.loss();
@@ -157,6 +155,33 @@ class Executor {
     for (const auto& t : run.timing)
       run.end = std::max(run.end, t.end);
     return run;
+  }
+
+  //! True when the options have an optimizer hook (an update to apply after the step).
+  bool has_update() const noexcept { return static_cast<bool>(options_.optimizer); }
+  //! True when an applied update can be undone (the options have a rollback hook).
+  bool can_roll_back() const noexcept { return static_cast<bool>(options_.rollback); }
+
+  //! Applies this rank's update of the step that just ran (the snapshot hook, then the
+  //! optimizer hook) and waits for the device; what they throw becomes an execution_error at
+  //! the position after the list.
+  void apply_update() {
+    const int after = static_cast<int>(schedule_.ranks[rank_].size());
+    attached(after, Action{}, "in its optimizer step", [&] {
+      if (options_.snapshot) options_.snapshot(rank_);
+      if (options_.optimizer) options_.optimizer(rank_);
+      device_.synchronize();
+    });
+  }
+
+  //! Undoes `apply_update` (the rollback hook) and waits for the device; what it throws
+  //! becomes an execution_error at the position after the list.
+  void roll_back_update() {
+    const int after = static_cast<int>(schedule_.ranks[rank_].size());
+    attached(after, Action{}, "rolling back its optimizer step", [&] {
+      if (options_.rollback) options_.rollback(rank_);
+      device_.synchronize();
+    });
   }
 
  private:

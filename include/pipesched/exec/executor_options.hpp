@@ -18,10 +18,22 @@ struct ExecutorOptions {
   //! any duration too long for the steady clock (std::chrono::hours::max()), waits without a
   //! deadline. Process pipelines bound their start-of-step and end-of-step agreement by it too.
   std::chrono::duration<double> receive_timeout{60.0};
-  //! Called by each rank once per step, after its list has run (e.g. an optimizer step on
-  //! that rank's stage models). What it throws fails the step like a layer's exception: the
-  //! execution_error names the rank and "its optimizer step", at the position after the list.
-  std::function<void(int rank)> optimizer;
+  //! Called by each rank once per step (e.g. an optimizer step on that rank's stage models),
+  //! in a pipeline only once every rank has finished its list: a step that fails anywhere
+  //! before that applies no update on any rank. What it throws fails the step like a layer's
+  //! exception: the execution_error names the rank and "its optimizer step", at the position
+  //! after the list, and every rank's update is then undone by `rollback`.
+  std::function<void(int rank)> optimizer{};
+  //! Called on rank `rank` right before its `optimizer` call: keeps what `rollback` needs to
+  //! put back (its parameters and optimizer state). Optional.
+  std::function<void(int rank)> snapshot{};
+  //! Undoes rank `rank`'s `optimizer` call of this step (the call may have stopped half-way):
+  //! puts back what the rank had before it, as `snapshot` kept it. A pipeline calls it on
+  //! every rank whose optimizer ran, when the optimizer failed on any rank, so that the step
+  //! commits on every rank or on none (the error's `rolled_back()`). Without it, an optimizer
+  //! that throws leaves the other ranks' updates applied, and the error says so.
+  //! `toy::use_sgd` sets all three hooks for the toy models.
+  std::function<void(int rank)> rollback{};
   //! Dynamic bubble filling: when the rank's next action is a receive whose message has not
   //! arrived, run pending work from later in the rank's own list instead of waiting — the
   //! next recompute R whose forward has already run or, when no recompute can run, the next

@@ -8,11 +8,13 @@
 #include <cstddef>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/placement.hpp"
+#include "pipesched/exec/executor_options.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/tensor.hpp"
 
@@ -216,6 +218,33 @@ std::function<void(int)> sgd_optimizer(const Placement& placement, std::vector<S
   return [placement, &stages, learning_rate](int rank) {
     for (int s : placement.stages_of(rank))
       sgd_update_stage(stages[static_cast<std::size_t>(s)], learning_rate);
+  };
+}
+
+//! Sets `options`' optimizer to plain SGD on the stages (of `stages`, indexed by stage, kept by
+//! reference) that rank r holds under `placement`, its snapshot to copy those stages'
+//! parameters, and its rollback to put the copy back, so that a pipeline's step commits on
+//! every rank or on none.
+template <class Stage>
+void use_sgd(ExecutorOptions& options, const Placement& placement, std::vector<Stage>& stages,
+             double learning_rate) {
+  using Copy = std::vector<std::vector<stage_value_t<Stage>>>;  // one rank's parameters
+  // One slot per rank, made here: each rank's calls touch only its own slot.
+  auto saved = std::make_shared<std::vector<Copy>>(static_cast<std::size_t>(placement.ranks()));
+  options.optimizer = sgd_optimizer(placement, stages, learning_rate);
+  options.snapshot = [placement, &stages, saved](int rank) {
+    Copy& copy = saved->at(static_cast<std::size_t>(rank));
+    copy.clear();
+    for (int s : placement.stages_of(rank))
+      for (const auto& p : stages[static_cast<std::size_t>(s)].parameters())
+        copy.push_back(p.data);
+  };
+  options.rollback = [placement, &stages, saved](int rank) {
+    const Copy& copy = saved->at(static_cast<std::size_t>(rank));
+    std::size_t k = 0;
+    for (int s : placement.stages_of(rank))
+      for (auto&& p : stages[static_cast<std::size_t>(s)].parameters())
+        if (k < copy.size()) p.data = copy[k++];
   };
 }
 

@@ -5,21 +5,24 @@
 // execution_error of their rank, with the position, and every rank stops.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/policy/registry.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/reference.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
 #include "exec_support.hpp"
 
@@ -252,6 +255,190 @@ TEST(TimedExecutorFaults, ZeroGradientsExceptionGetsRank) {
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
   stages[3].zero_fault = nullptr;
   EXPECT_NO_THROW(pipe.step(toy::training_data(data)));
+}
+
+// ---- a step commits on every rank or on none ------------------------------------------------
+
+// A toy MLP stage that throws at its `target`-th call (forward, backward_input, either
+// backward_weight) since `calls` was last reset; 0 never.
+struct CountingMlp : toy::MlpStage<double> {
+  using Base = toy::MlpStage<double>;
+  using Base::Base;
+  int calls = 0;
+  int target = 0;
+  void tick() {
+    if (++calls == target) throw std::runtime_error("injected fault");
+  }
+  tensor_type forward(const tensor_type& x, stash_type& st) {
+    tick();
+    return Base::forward(x, st);
+  }
+  tensor_type backward_input(const tensor_type& dy, stash_type& st) {
+    tick();
+    return Base::backward_input(dy, st);
+  }
+  void backward_weight(stash_type& st) {
+    tick();
+    Base::backward_weight(st);
+  }
+  void backward_weight(stash_type& st, int part, int parts) {
+    tick();
+    Base::backward_weight(st, part, parts);
+  }
+};
+
+ps::Schedule generated(const char* name, int ranks, int microbatches) {
+  const ps::GeneratorInfo& g = ps::find_generator(name);
+  return g.generate({.ranks = ranks, .microbatches = microbatches}, g.default_wgrad);
+}
+
+// Trains `steps` steps of `s` (SGD with its rollback, `fill` waits or not) with a fault
+// injected into one random step of each of `trials` runs — in any compute action of any
+// stage, or in one rank's optimizer before or after it updated — then retries that step. The
+// failed step must say it was rolled back, and every step's loss (the retried one's too) and
+// the final parameters must equal the fault-free run's, bit for bit.
+void expect_faults_roll_back(const ps::Schedule& s, bool fill, int trials, unsigned seed) {
+  SCOPED_TRACE(s.name + (fill ? " with filled waits" : ""));
+  constexpr int steps = 3;
+  const auto data = toy::make_mlp_data<double>(mlp_config, s.problem.microbatches, 7);
+  const int n = s.problem.stages;
+  // The fault-free run, counting each stage's calls per step.
+  std::vector<double> clean_loss;
+  std::vector<int> calls_per_step(static_cast<std::size_t>(n));
+  std::vector<double> clean_params;
+  {
+    auto stages = exec_test::make_stages<CountingMlp>(mlp_config, n);
+    ps::ExecutorOptions options;
+    options.fill_waits = fill;
+    toy::use_sgd(options, s.placement, stages, exec_test::learning_rate);
+    ps::InprocPipeline<CountingMlp> pipe(s, stages, options);
+    for (int k = 0; k < steps; ++k)
+      clean_loss.push_back(pipe.step(toy::training_data(data)).loss);
+    for (int i = 0; i < n; ++i)
+      calls_per_step[static_cast<std::size_t>(i)] =
+          stages[static_cast<std::size_t>(i)].calls / steps;
+    clean_params = toy::flat_parameters(stages);
+  }
+  std::mt19937 rng(seed);
+  int optimizer_faults = 0;
+  for (int t = 0; t < trials; ++t) {
+    auto stages = exec_test::make_stages<CountingMlp>(mlp_config, n);
+    ps::ExecutorOptions options;
+    options.fill_waits = fill;
+    toy::use_sgd(options, s.placement, stages, exec_test::learning_rate);
+    // One trial in four breaks an optimizer: rank `bad_rank` throws before or after updating.
+    const bool in_optimizer = rng() % 4 == 0;
+    const int bad_rank = static_cast<int>(rng() % static_cast<unsigned>(s.rank_count()));
+    const bool after_update = rng() % 2 == 0;
+    bool armed = false;
+    auto sgd = options.optimizer;
+    options.optimizer = [&, sgd](int rank) {
+      if (armed && rank == bad_rank && !after_update) throw std::runtime_error("optimizer fault");
+      sgd(rank);
+      if (armed && rank == bad_rank && after_update) throw std::runtime_error("optimizer fault");
+    };
+    ps::InprocPipeline<CountingMlp> pipe(s, stages, options);
+    const int faulty_step = static_cast<int>(rng() % steps);
+    const int stage = static_cast<int>(rng() % static_cast<unsigned>(n));
+    const int call =
+        1 + static_cast<int>(
+                rng() % static_cast<unsigned>(calls_per_step[static_cast<std::size_t>(stage)]));
+    SCOPED_TRACE("trial " + std::to_string(t) + ": step " + std::to_string(faulty_step) +
+                 (in_optimizer
+                      ? ", rank " + std::to_string(bad_rank) + "'s optimizer" +
+                            (after_update ? " after its update" : "")
+                      : ", stage " + std::to_string(stage) + "'s call " + std::to_string(call)));
+    for (int k = 0; k < steps; ++k) {
+      for (CountingMlp& st : stages)
+        st.calls = 0;
+      if (k == faulty_step) {
+        if (in_optimizer) {
+          armed = true;
+          ++optimizer_faults;
+        } else {
+          stages[static_cast<std::size_t>(stage)].target = call;
+        }
+        try {
+          pipe.step(toy::training_data(data));
+          ADD_FAILURE() << "the injected fault did not fail the step";
+        } catch (const ps::execution_error& e) {
+          EXPECT_TRUE(e.rolled_back()) << e.what();
+          EXPECT_NE(std::string(e.what()).find("the step was rolled back"), std::string::npos)
+              << e.what();
+          if (in_optimizer) {
+            EXPECT_EQ(e.rank(), bad_rank);
+          } else {
+            EXPECT_EQ(e.action().stage, stage) << e.what();
+          }
+        }
+        armed = false;
+        stages[static_cast<std::size_t>(stage)].target = 0;
+        for (CountingMlp& st : stages)
+          st.calls = 0;
+      }
+      EXPECT_EQ(pipe.step(toy::training_data(data)).loss, clean_loss[static_cast<std::size_t>(k)])
+          << "step " << k;
+    }
+    EXPECT_EQ(toy::flat_parameters(stages), clean_params);
+  }
+  EXPECT_GT(optimizer_faults, 0);
+}
+
+TEST(StepCommit, RandomFaultsRollBackOneFOneB) {
+  expect_faults_roll_back(generated("1f1b", 4, 8), false, 120, 1);
+}
+
+TEST(StepCommit, RandomFaultsRollBackZeroBubbleWithFilledWaits) {
+  expect_faults_roll_back(generated("zb-h1", 4, 8), true, 120, 2);
+}
+
+// Without a rollback hook an optimizer that throws leaves the others' updates, and says so.
+TEST(StepCommit, OptimizerFaultWithoutRollbackSaysTheStepWasNotRolledBack) {
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const auto data = toy::make_mlp_data<double>(mlp_config, s.problem.microbatches, 7);
+  auto stages = faulty_stages(s.problem.stages);
+  ps::ExecutorOptions options;
+  options.optimizer = [](int rank) {
+    if (rank == 2) throw std::runtime_error("optimizer boom");
+  };
+  ps::InprocPipeline<FaultyMlp> pipe(s, stages, options);
+  try {
+    pipe.step(toy::training_data(data));
+    ADD_FAILURE() << "the step did not fail";
+  } catch (const ps::execution_error& e) {
+    EXPECT_FALSE(e.rolled_back());
+    EXPECT_EQ(e.rank(), 2);
+    EXPECT_NE(std::string(e.what()).find("optimizer boom; the step was NOT rolled back"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("no ExecutorOptions::rollback"), std::string::npos)
+        << e.what();
+  }
+}
+
+// A fault in a list applies no update anywhere: with a rank that finishes early (rank 3 of
+// 1F1B) and a fault late on rank 0, rank 3's optimizer never runs.
+TEST(StepCommit, NoRankUpdatesBeforeEveryListHasRun) {
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const auto data = toy::make_mlp_data<double>(mlp_config, s.problem.microbatches, 7);
+  auto stages = exec_test::make_stages<CountingMlp>(mlp_config, s.problem.stages);
+  std::atomic<int> updates{0};
+  ps::ExecutorOptions options;
+  options.optimizer = [&](int) { ++updates; };
+  ps::InprocPipeline<CountingMlp> pipe(s, stages, options);
+  pipe.step(toy::training_data(data));
+  ASSERT_EQ(updates.load(), 4);
+  updates = 0;
+  stages[0].target = stages[0].calls;  // rank 0's last call of the step: its last W
+  stages[0].calls = 0;
+  try {
+    pipe.step(toy::training_data(data));
+    ADD_FAILURE() << "the step did not fail";
+  } catch (const ps::execution_error& e) {
+    EXPECT_TRUE(e.rolled_back());
+    EXPECT_EQ(e.rank(), 0);
+  }
+  EXPECT_EQ(updates.load(), 0);
 }
 
 }  // namespace

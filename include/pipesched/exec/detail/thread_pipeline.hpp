@@ -1,6 +1,7 @@
 // The step loop of a pipeline whose ranks are threads of this process (InprocPipeline,
 // CudaLocalPipeline): one Executor per rank over one shared transport, every rank's list run
-// on its own thread from a common start, the first failure stopping every rank.
+// on its own thread from a common start, the first failure stopping every rank; the updates
+// applied only once every list has run, and undone on every rank when one fails.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/exec/detail/commit.hpp"
 #include "pipesched/exec/detail/run_ranks.hpp"
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/step_result.hpp"
@@ -28,20 +30,27 @@ class ThreadPipeline {
 
   //! Runs one training step on every rank and returns what they measured. A failure on any
   //! rank stops every rank and is rethrown as the execution_error of the rank that failed
-  //! first; no thread is left running.
+  //! first; no thread is left running. The step commits on every rank or on none: the
+  //! optimizer hooks run once every rank has finished its list, and when one throws, every
+  //! rank's update is undone by the rollback hook (the error's `rolled_back()`).
   StepResult step(const TrainingData<tensor_type>& data) {
     transport_.reset();
     const int n = static_cast<int>(executors_.size());
     std::vector<RankRun> runs(static_cast<std::size_t>(n));
     const auto start = Ranks::start(transport_);
-    run_ranks(
-        n,
-        [&](int r) {
-          Ranks::enter(transport_, r);
-          runs[static_cast<std::size_t>(r)] =
-              executors_[static_cast<std::size_t>(r)].step(data, start);
-        },
-        [&] { transport_.abort(); });
+    try {
+      run_ranks(
+          n,
+          [&](int r) {
+            Ranks::enter(transport_, r);
+            runs[static_cast<std::size_t>(r)] =
+                executors_[static_cast<std::size_t>(r)].step(data, start);
+          },
+          [&] { transport_.abort(); });
+    } catch (const execution_error& e) {
+      throw rolled_back(e);  // no rank has applied its update yet
+    }
+    commit();
     return StepResult::from_runs(std::move(runs), executors_.front().schedule());
   }
 
@@ -71,6 +80,35 @@ class ThreadPipeline {
 
   Transport transport_;
   std::vector<Executor<Stage, Transport, Device>> executors_;
+
+ private:
+  // Every rank applies its update, each on its own thread; when one fails, every rank's is
+  // undone.
+  void commit() {
+    if (!executors_.front().has_update()) return;
+    const int n = static_cast<int>(executors_.size());
+    auto each = [&](auto&& fn) {
+      run_ranks(
+          n,
+          [&](int r) {
+            Ranks::enter(transport_, r);
+            fn(executors_[static_cast<std::size_t>(r)]);
+          },
+          [] {});
+    };
+    try {
+      each([](auto& e) { e.apply_update(); });
+    } catch (const execution_error& failed) {
+      if (!executors_.front().can_roll_back())
+        throw update_failed(failed, false, no_rollback_hook);
+      try {
+        each([](auto& e) { e.roll_back_update(); });
+      } catch (const execution_error& undo) {
+        throw update_failed(failed, false, undo.what());
+      }
+      throw update_failed(failed, true, "");
+    }
+  }
 };
 
 }  // namespace pipesched::detail

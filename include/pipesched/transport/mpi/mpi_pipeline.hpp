@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "pipesched/device/host/host_device.hpp"
+#include "pipesched/exec/detail/commit.hpp"
 #include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
 #include "pipesched/exec/executor.hpp"
@@ -85,6 +86,9 @@ class ProcessPipeline {
 
   //! Runs one training step: every process must call it. Returns every rank's measurements
   //! (times since a common start taken after a barrier) and the total loss, on every process.
+  //! The step commits on every process or on none: the optimizer hooks run once every rank
+  //! has finished its list, and when one throws, every rank's update is undone by the
+  //! rollback hook (the error's `rolled_back()`, on every process).
   StepResult step(const TrainingData<tensor_type>& data) {
     if (broken_)
       throw peer_lost("rank " + std::to_string(rank()) +
@@ -125,6 +129,7 @@ class ProcessPipeline {
            : heard ? "rank " + std::to_string(heard->rank) + " failed (" + heard->message + ")"
                    : std::string("the other processes did not finish the step"));
     if (lowest != INT_MAX) fail(lowest, local);
+    commit();
     return gather(std::move(run));
   }
 
@@ -164,18 +169,69 @@ class ProcessPipeline {
                     " s, so a process has died or hangs. End the job (MpiSession::abort).");
   }
 
-  // Rank `who` failed: every process gets its notice, the messages still in flight are
-  // dropped, and the failure is thrown here as that rank's execution_error.
+  // Rank `who` failed in its list: every process gets its notice, the messages still in
+  // flight are dropped, and the failure is thrown here as that rank's execution_error (no
+  // rank has applied its update: the step is rolled back).
   [[noreturn]] void fail(int who, const std::optional<FailureNotice>& local) {
+    const FailureNotice notice = notice_of(who, local);
+    if (!transport_.drain(timeout_)) lost(notice.message);
+    throw rolled_back(
+        execution_error(notice.message, notice.rank, notice.position, notice.action));
+  }
+
+  // Rank `who`'s notice (`local` on that rank), on every process.
+  FailureNotice notice_of(int who, const std::optional<FailureNotice>& local) {
     NoticeWire wire;
     if (who == rank()) wire = encode(*local);
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ibcast(&wire, sizeof wire, MPI_BYTE, who, transport_.communicator(), &request),
           "MPI_Ibcast");
     if (!transport_.wait(request, deadline())) lost("rank " + std::to_string(who) + " failed");
-    const FailureNotice notice = decode(wire);
-    if (!transport_.drain(timeout_)) lost(notice.message);
-    throw execution_error(notice.message, notice.rank, notice.position, notice.action);
+    return decode(wire);
+  }
+
+  // The lowest rank of those for which `mine` holds on their process (INT_MAX for none),
+  // agreed by every process; `what` says what was agreed on when a process does not answer.
+  int lowest_where(bool mine, const std::string& what) {
+    int in = mine ? rank() : INT_MAX, lowest = INT_MAX;
+    MPI_Request request = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(&in, &lowest, 1, MPI_INT, MPI_MIN, transport_.communicator(), &request),
+          "MPI_Iallreduce");
+    if (!transport_.wait(request, deadline())) lost(what);
+    return lowest;
+  }
+
+  // Every list ran: every process applies its update; when one fails anywhere, every
+  // process undoes its own, and all throw the failing rank's error.
+  void commit() {
+    if (!executor_->has_update()) return;
+    std::optional<FailureNotice> local;
+    try {
+      executor_->apply_update();
+    } catch (const execution_error& e) {
+      local = FailureNotice{e.rank(), e.position(), e.action(), e.what()};
+    }
+    const int who = lowest_where(local.has_value(), "applying the step's updates stalled");
+    if (who == INT_MAX) return;
+    std::string why = no_rollback_hook;
+    bool undone = executor_->can_roll_back();
+    if (undone) {
+      try {
+        executor_->roll_back_update();
+      } catch (const execution_error& e) {
+        undone = false;
+        why = e.what();
+      }
+    }
+    // Every process learns whether every process undid its update, and the first that did not.
+    const int stuck = lowest_where(!undone, "rolling back the step's updates stalled");
+    std::optional<FailureNotice> mine;
+    if (stuck == rank()) mine = FailureNotice{rank(), -1, Action{}, why};
+    if (stuck != INT_MAX) why = notice_of(stuck, mine).message;
+    const FailureNotice notice = notice_of(who, local);
+    throw update_failed(
+        execution_error(notice.message, notice.rank, notice.position, notice.action),
+        stuck == INT_MAX, why);
   }
 
   StepResult gather(RankRun run) {
