@@ -38,6 +38,7 @@
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/toy/synthetic.hpp"
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"
+#include "pipesched/transport/mpi/mpi_groups.hpp"
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
 
 namespace ps = pipesched;
@@ -606,6 +607,46 @@ TEST(MpiFaults, RandomFaultsRollBackOneFOneB) {
 TEST(MpiFaults, RandomFaultsRollBackZeroBubble) {
   const int p = world_size();
   expect_mpi_faults_roll_back(generated("zb-h1", p, 2 * p), 100, 12);
+}
+
+// Every grid of the job's size: each communicator of MpiGroups holds exactly the processes
+// ProcessGrid puts in that group, ranked along it.
+TEST(MpiGroups, CommunicatorsHoldTheGridsGroups) {
+  const int n = world_size();
+  int grids = 0;
+  for (int p = 1; p <= n; ++p)
+    for (int d = 1; d <= n; ++d)
+      for (int t = 1; t <= n; ++t) {
+        if (p * d * t != n) continue;
+        const ps::ProcessGrid grid{p, d, t};
+        SCOPED_TRACE(grid.describe());
+        ++grids;
+        const ps::MpiGroups groups(grid);
+        EXPECT_EQ(groups.coordinates(), grid.coordinates(world_rank()));
+        auto members = [](MPI_Comm c) {
+          int size = 0, me = world_rank();
+          MPI_Comm_size(c, &size);
+          std::vector<int> all(static_cast<std::size_t>(size));
+          MPI_Allgather(&me, 1, MPI_INT, all.data(), 1, MPI_INT, c);
+          return all;
+        };
+        EXPECT_EQ(members(groups.pipeline()), grid.pipeline_group(world_rank()));
+        EXPECT_EQ(members(groups.data()), grid.data_group(world_rank()));
+        EXPECT_EQ(members(groups.tensor()), grid.tensor_group(world_rank()));
+      }
+  EXPECT_GE(grids, 3);
+}
+
+TEST(MpiGroups, AGridOfAnotherSizeIsRefusedOnEveryProcess) {
+  const ps::ProcessGrid grid{world_size(), 2, 1};
+  try {
+    const ps::MpiGroups groups(grid);
+    ADD_FAILURE() << "a grid of " << grid.size() << " processes was accepted";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("mpirun -np " + std::to_string(grid.size())),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // A receive timeout too long for the clock means no deadline: the step runs (it used to fail

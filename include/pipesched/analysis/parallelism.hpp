@@ -27,7 +27,8 @@ enum class LayerSplit {
 //! GPUs are numbered as Megatron-LM orders its groups, tensor innermost: pipeline rank r,
 //! data-parallel replica j and tensor rank i run on GPU i + t·(j + d·r), and GPU g sits on
 //! node g / DeviceSpec::ranks_per_node (so a tensor group never leaves its node, and a
-//! pipeline rank's t·d GPUs are consecutive).
+//! pipeline rank's t·d GPUs are consecutive). ProcessGrid (exec/process_grid.hpp) gives each
+//! process of such a job its coordinates and groups in this numbering.
 struct Parallelism {
   //! Tensor-parallel degree t (Megatron-LM, Shoeybi et al. 2019): each layer's weights,
   //! FLOPs and most activations split over t GPUs of one node, two all-reduces per layer in
