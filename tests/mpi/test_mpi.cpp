@@ -5,9 +5,7 @@
 // summed across processes); the measured peak of held bytes equals the
 // simulator's; dynamic filling runs; a layer that throws on one rank (a std::exception or
 // not), or an optimizer hook that throws, makes every process throw the same error naming that
-// rank and its action or optimizer step, after which the next step runs cleanly; random faults
-// in any action or optimizer roll the step back on every process (the retried step's loss is
-// the fault-free run's); a receive
+// rank and its action or optimizer step, after which the next step runs cleanly; a receive
 // timeout too long for the clock means no deadline; and processes given different schedules
 // are all refused when their pipelines are built, naming two ranks that differ.
 #include <gtest/gtest.h>
@@ -25,6 +23,7 @@
 #include <vector>
 
 #include "../unit/exec/exec_support.hpp"
+#include "mpi_support.hpp"
 #include "mpi_test_main.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/pass/checkpoint.hpp"
@@ -49,60 +48,7 @@ static_assert(ps::wire_tensor<toy::Tensor<double>>);
 
 namespace {
 
-constexpr double learning_rate = 0.05;
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
-
-template <class T>
-double tolerance() {
-  return std::is_same_v<T, double> ? 1e-12 : 1e-5;
-}
-
-toy::GptConfig config_for(int stages) {
-  return toy::GptConfig{.vocabulary = 16,
-                        .hidden = 8,
-                        .heads = 2,
-                        .ffn = 16,
-                        .sequence = 8,
-                        .blocks = stages,
-                        .microbatch_size = 2,
-                        .seed = 5};
-}
-
-template <class T>
-std::vector<toy::GptStage<T>> make_stages(const toy::GptConfig& config, int stages) {
-  std::vector<toy::GptStage<T>> v;
-  for (int s = 0; s < stages; ++s)
-    v.emplace_back(config, s, stages);
-  return v;
-}
-
-// The stages this process's rank holds, out of `all`.
-template <class T>
-std::vector<toy::GptStage<T>> own(const ps::Schedule& s, const std::vector<toy::GptStage<T>>& all) {
-  std::vector<toy::GptStage<T>> v;
-  for (int st : s.placement.stages_of(world_rank()))
-    v.push_back(all[st]);
-  return v;
-}
-
-// The stages this process's rank holds, out of `all` (stage models deriving from GptStage).
-template <class Stage>
-std::vector<toy::GptStage<double>> own_of(const ps::Schedule& s, const std::vector<Stage>& all) {
-  std::vector<toy::GptStage<double>> v;
-  for (int st : s.placement.stages_of(world_rank()))
-    v.push_back(all[static_cast<std::size_t>(st)]);
-  return v;
-}
+using namespace mpi_test;
 
 // Trains `s` for two steps over MPI, in-process and sequentially (unsliced); compares this
 // process's stages. `exact` asks for bit equality with the in-process run.
@@ -151,12 +97,6 @@ void expect_same_as_inproc(const ps::Schedule& s, ps::ExecutorOptions options = 
     }
     EXPECT_EQ(mpi.transport().pending(), 0u);
   }
-}
-
-ps::Schedule generated(const char* name, int ranks, int microbatches, int slices = 1) {
-  const ps::GeneratorInfo& g = ps::find_generator(name);
-  return g.generate({.ranks = ranks, .microbatches = microbatches, .slices = slices},
-                    g.default_wgrad);
 }
 
 ps::Schedule mario_plan(int ranks) {
@@ -476,177 +416,6 @@ TEST(MpiFaults, OptimizerExceptionIsAttached) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   armed = false;
   EXPECT_NO_THROW(pipe.step(training));
-}
-
-// A GPT stage that throws at its `target`-th compute call (forward, backward_input, either
-// backward_weight) since `calls` was last reset; 0 never.
-struct CountingGpt : toy::GptStage<double> {
-  using Base = toy::GptStage<double>;
-  using Base::backward_input;
-  using Base::backward_weight;
-  using Base::Base;
-  using Base::forward;
-  int calls = 0;
-  int target = 0;
-  void tick() {
-    if (++calls == target) throw std::runtime_error("injected fault");
-  }
-  tensor_type forward(const tensor_type& x, stash_type& st) {
-    tick();
-    return Base::forward(x, st);
-  }
-  tensor_type backward_input(const tensor_type& dy, stash_type& st) {
-    tick();
-    return Base::backward_input(dy, st);
-  }
-  void backward_weight(stash_type& st) {
-    tick();
-    Base::backward_weight(st);
-  }
-  void backward_weight(stash_type& st, int part, int parts) {
-    tick();
-    Base::backward_weight(st, part, parts);
-  }
-};
-
-// Random faults in any compute action of any stage, or in one rank's optimizer (before or
-// after it updated), each in one random step of a 3-step run over MPI: every process throws
-// the same error saying the step was rolled back, and after a retry of the failed step every
-// step's loss and this process's parameters equal the fault-free run's, bit for bit. The
-// draws come from one seed, so every process draws the same.
-void expect_mpi_faults_roll_back(const ps::Schedule& s, int trials, unsigned seed) {
-  SCOPED_TRACE(s.name);
-  constexpr int steps = 3;
-  const toy::GptConfig config = config_for(s.problem.stages);
-  const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 3);
-  const auto training = toy::training_data(data);
-  const int n = s.problem.stages;
-  auto make = [&] {
-    std::vector<CountingGpt> v;
-    for (int st = 0; st < n; ++st)
-      v.emplace_back(config, st, n);
-    return v;
-  };
-  ps::ExecutorOptions base;
-  base.receive_timeout = std::chrono::seconds(30);
-  std::vector<double> clean_loss;
-  std::vector<int> calls_per_step(static_cast<std::size_t>(n), 0);  // of this process's stages
-  std::vector<double> clean_params;
-  {
-    auto stages = make();
-    ps::ExecutorOptions options = base;
-    toy::use_sgd(options, s.placement, stages, learning_rate);
-    ps::MpiPipeline<CountingGpt> pipe(s, stages, MPI_COMM_WORLD, options);
-    for (int k = 0; k < steps; ++k)
-      clean_loss.push_back(pipe.step(training).loss);
-    for (int st = 0; st < n; ++st)
-      calls_per_step[static_cast<std::size_t>(st)] =
-          stages[static_cast<std::size_t>(st)].calls / steps;
-    clean_params = toy::flat_parameters(own_of(s, stages));
-  }
-  std::mt19937 rng(seed);
-  for (int t = 0; t < trials; ++t) {
-    auto stages = make();
-    ps::ExecutorOptions options = base;
-    toy::use_sgd(options, s.placement, stages, learning_rate);
-    const bool in_optimizer = rng() % 4 == 0;
-    const int bad_rank = static_cast<int>(rng() % static_cast<unsigned>(s.rank_count()));
-    const bool after_update = rng() % 2 == 0;
-    const int faulty_step = static_cast<int>(rng() % steps);
-    const int stage = static_cast<int>(rng() % static_cast<unsigned>(n));
-    const double where = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-    bool armed = false;
-    auto sgd = options.optimizer;
-    options.optimizer = [&, sgd](int rank) {
-      if (armed && rank == bad_rank && !after_update) throw std::runtime_error("optimizer fault");
-      sgd(rank);
-      if (armed && rank == bad_rank && after_update) throw std::runtime_error("optimizer fault");
-    };
-    ps::MpiPipeline<CountingGpt> pipe(s, stages, MPI_COMM_WORLD, options);
-    SCOPED_TRACE("trial " + std::to_string(t) + ": step " + std::to_string(faulty_step) +
-                 (in_optimizer ? ", rank " + std::to_string(bad_rank) + "'s optimizer"
-                               : ", stage " + std::to_string(stage)));
-    for (int k = 0; k < steps; ++k) {
-      for (CountingGpt& st : stages)
-        st.calls = 0;
-      if (k == faulty_step) {
-        if (in_optimizer) {
-          armed = true;
-        } else if (s.placement.rank_of(stage) == world_rank()) {
-          const int calls = calls_per_step[static_cast<std::size_t>(stage)];
-          stages[static_cast<std::size_t>(stage)].target =
-              1 + std::min(calls - 1, static_cast<int>(where * calls));
-        }
-        try {
-          pipe.step(training);
-          ADD_FAILURE() << "the injected fault did not fail the step";
-        } catch (const ps::execution_error& e) {
-          EXPECT_TRUE(e.rolled_back()) << e.what();
-          EXPECT_NE(std::string(e.what()).find("the step was rolled back"), std::string::npos)
-              << e.what();
-          EXPECT_EQ(e.rank(), in_optimizer ? bad_rank : s.placement.rank_of(stage)) << e.what();
-        }
-        armed = false;
-        for (CountingGpt& st : stages) {
-          st.target = 0;
-          st.calls = 0;
-        }
-      }
-      EXPECT_EQ(pipe.step(training).loss, clean_loss[static_cast<std::size_t>(k)]) << "step " << k;
-    }
-    EXPECT_EQ(toy::flat_parameters(own_of(s, stages)), clean_params);
-    EXPECT_EQ(pipe.transport().pending(), 0u);
-  }
-}
-
-TEST(MpiFaults, RandomFaultsRollBackOneFOneB) {
-  const int p = world_size();
-  expect_mpi_faults_roll_back(generated("1f1b", p, 2 * p), 100, 11);
-}
-
-TEST(MpiFaults, RandomFaultsRollBackZeroBubble) {
-  const int p = world_size();
-  expect_mpi_faults_roll_back(generated("zb-h1", p, 2 * p), 100, 12);
-}
-
-// Every grid of the job's size: each communicator of MpiGroups holds exactly the processes
-// ProcessGrid puts in that group, ranked along it.
-TEST(MpiGroups, CommunicatorsHoldTheGridsGroups) {
-  const int n = world_size();
-  int grids = 0;
-  for (int p = 1; p <= n; ++p)
-    for (int d = 1; d <= n; ++d)
-      for (int t = 1; t <= n; ++t) {
-        if (p * d * t != n) continue;
-        const ps::ProcessGrid grid{p, d, t};
-        SCOPED_TRACE(grid.describe());
-        ++grids;
-        const ps::MpiGroups groups(grid);
-        EXPECT_EQ(groups.coordinates(), grid.coordinates(world_rank()));
-        auto members = [](MPI_Comm c) {
-          int size = 0, me = world_rank();
-          MPI_Comm_size(c, &size);
-          std::vector<int> all(static_cast<std::size_t>(size));
-          MPI_Allgather(&me, 1, MPI_INT, all.data(), 1, MPI_INT, c);
-          return all;
-        };
-        EXPECT_EQ(members(groups.pipeline()), grid.pipeline_group(world_rank()));
-        EXPECT_EQ(members(groups.data()), grid.data_group(world_rank()));
-        EXPECT_EQ(members(groups.tensor()), grid.tensor_group(world_rank()));
-      }
-  EXPECT_GE(grids, 3);
-}
-
-TEST(MpiGroups, AGridOfAnotherSizeIsRefusedOnEveryProcess) {
-  const ps::ProcessGrid grid{world_size(), 2, 1};
-  try {
-    const ps::MpiGroups groups(grid);
-    ADD_FAILURE() << "a grid of " << grid.size() << " processes was accepted";
-  } catch (const ps::invalid_problem& e) {
-    EXPECT_NE(std::string(e.what()).find("mpirun -np " + std::to_string(grid.size())),
-              std::string::npos)
-        << e.what();
-  }
 }
 
 // A receive timeout too long for the clock means no deadline: the step runs (it used to fail

@@ -30,6 +30,7 @@
 #include "pipesched/exec/executor_options.hpp"
 #include "pipesched/exec/training_data.hpp"
 #include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/pass/reduce_gradients.hpp"
 
 namespace pipesched {
 
@@ -90,7 +91,7 @@ class Executor {
   //! (`schedule.placement.stages_of(rank)`); the executor does not own them.
   Executor(const Schedule& schedule, int rank, std::vector<Stage*> stages, Transport& transport,
            Device device = {}, ExecutorOptions options = {})
-      : schedule_(lower_communication(schedule)),
+      : schedule_(prepared(schedule, options)),
         rank_(rank),
         transport_(&transport),
         device_(std::move(device)),
@@ -186,6 +187,13 @@ class Executor {
 
  private:
   using Units = detail::UnitRunner<Stage>;
+
+  // The schedule as run: lowered to sends and receives, with the gradient reductions placed
+  // when the options reduce gradients and the schedule does not say where.
+  static Schedule prepared(const Schedule& schedule, const ExecutorOptions& options) {
+    Schedule lowered = lower_communication(schedule);
+    return options.reduce_gradients ? add_gradient_reduction(lowered) : lowered;
+  }
 
   // Checks what the constructor was given and builds the unit runner over the models by stage.
   static Units checked(const Schedule& schedule, int rank, const ExecutorOptions& options,
@@ -381,16 +389,21 @@ class Executor {
       case OpKind::RecvB:
         post(a, Direction::Backward, units_.grads, posted_grads_);
         return;
+      // The data-parallel reduction of a stage's gradients, when the options have one.
+      case OpKind::ReduceGrad:
+        if (options_.reduce_gradients) options_.reduce_gradients.start(a.stage);
+        return;
+      case OpKind::WaitReduceGrad:
+        if (options_.reduce_gradients && options_.reduce_gradients.wait)
+          options_.reduce_gradients.wait(a.stage);
+        return;
       // Sends complete when the transport has taken the tensor (it owns it from then on), so a
       // WAIT_SEND has nothing left to wait for. The stages hold whole parameters (no FSDP
-      // sharding) and data-parallel gradient reduction belongs to the optimizer hook, so the
-      // FSDP and reduction actions of PyTorch's lowered files are no-ops here.
+      // sharding), so the FSDP actions of PyTorch's lowered files are no-ops here.
       case OpKind::WaitSendF:
       case OpKind::WaitSendB:
       case OpKind::Unshard:
       case OpKind::Reshard:
-      case OpKind::ReduceGrad:
-      case OpKind::WaitReduceGrad:
         return;
     }
   }

@@ -11,6 +11,18 @@
 
 namespace pipesched {
 
+//! A stage's data-parallel gradient reduction, run by the schedule's actions on the rank that
+//! holds the stage: `start(stage)` at its REDUCE_GRAD (start reducing the stage's weight
+//! gradients over its data-parallel group; return without waiting), `wait(stage)` at its
+//! WAIT_REDUCE_GRAD (return once they are reduced). What either throws fails the step at that
+//! action. `MpiGradientReducer` is one over MPI.
+struct GradientReduction {
+  std::function<void(int stage)> start{};  //!< at REDUCE_GRAD
+  std::function<void(int stage)> wait{};   //!< at WAIT_REDUCE_GRAD
+  //! True when a reduction is set.
+  explicit operator bool() const noexcept { return static_cast<bool>(start); }
+};
+
 //! Knobs of the executor.
 struct ExecutorOptions {
   //! How long a receive waits before the step fails with the rank and action named. Must be
@@ -34,6 +46,12 @@ struct ExecutorOptions {
   //! that throws leaves the other ranks' updates applied, and the error says so.
   //! `toy::use_sgd` sets all three hooks for the toy models.
   std::function<void(int rank)> rollback{};
+  //! Data-parallel gradient reduction (empty: none; the schedule's REDUCE_GRAD and
+  //! WAIT_REDUCE_GRAD actions do nothing). When set and the schedule has no REDUCE_GRAD, the
+  //! executor places them (`add_gradient_reduction`): each stage's reduction starts right after
+  //! its last weight gradient, overlapping the rest of the list, and is waited for before the
+  //! optimizer.
+  GradientReduction reduce_gradients{};
   //! Dynamic bubble filling: when the rank's next action is a receive whose message has not
   //! arrived, run pending work from later in the rank's own list instead of waiting — the
   //! next recompute R whose forward has already run or, when no recompute can run, the next

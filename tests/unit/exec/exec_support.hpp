@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -90,5 +91,49 @@ inline int count_recomputes(const pipesched::Schedule& s) {
     }));
   return n;
 }
+
+// A stage model (`Base`) that throws at its `target`-th compute call (forward, backward_input,
+// either backward_weight) since `calls` was last reset, or at its `reach_target`-th
+// gradients() call (what a data-parallel reduction or an optimizer makes) since `reaches`
+// was; 0 never. For the random fault injections of the step-commit tests.
+template <class Base>
+struct Counting : Base {
+  using Base::backward_input;
+  using Base::backward_weight;
+  using Base::Base;
+  using Base::forward;
+  using tensor_type = typename Base::tensor_type;
+  using stash_type = typename Base::stash_type;
+  int calls = 0;
+  int target = 0;
+  int reaches = 0;
+  int reach_target = 0;
+  void tick() {
+    if (++calls == target) throw std::runtime_error("injected fault");
+  }
+  tensor_type forward(const tensor_type& x, stash_type& st) {
+    tick();
+    return Base::forward(x, st);
+  }
+  tensor_type backward_input(const tensor_type& dy, stash_type& st) {
+    tick();
+    return Base::backward_input(dy, st);
+  }
+  void backward_weight(stash_type& st) {
+    tick();
+    Base::backward_weight(st);
+  }
+  void backward_weight(stash_type& st, int part, int parts) {
+    tick();
+    Base::backward_weight(st, part, parts);
+  }
+  auto gradients() {
+    if (++reaches == reach_target) throw std::runtime_error("injected gradients fault");
+    return Base::gradients();
+  }
+  auto gradients() const { return Base::gradients(); }
+  // Clears the counts and the targets.
+  void disarm() { calls = target = reaches = reach_target = 0; }
+};
 
 }  // namespace exec_test

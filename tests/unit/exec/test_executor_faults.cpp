@@ -259,33 +259,7 @@ TEST(TimedExecutorFaults, ZeroGradientsExceptionGetsRank) {
 
 // ---- a step commits on every rank or on none ------------------------------------------------
 
-// A toy MLP stage that throws at its `target`-th call (forward, backward_input, either
-// backward_weight) since `calls` was last reset; 0 never.
-struct CountingMlp : toy::MlpStage<double> {
-  using Base = toy::MlpStage<double>;
-  using Base::Base;
-  int calls = 0;
-  int target = 0;
-  void tick() {
-    if (++calls == target) throw std::runtime_error("injected fault");
-  }
-  tensor_type forward(const tensor_type& x, stash_type& st) {
-    tick();
-    return Base::forward(x, st);
-  }
-  tensor_type backward_input(const tensor_type& dy, stash_type& st) {
-    tick();
-    return Base::backward_input(dy, st);
-  }
-  void backward_weight(stash_type& st) {
-    tick();
-    Base::backward_weight(st);
-  }
-  void backward_weight(stash_type& st, int part, int parts) {
-    tick();
-    Base::backward_weight(st, part, parts);
-  }
-};
+using CountingMlp = exec_test::Counting<toy::MlpStage<double>>;
 
 ps::Schedule generated(const char* name, int ranks, int microbatches) {
   const ps::GeneratorInfo& g = ps::find_generator(name);

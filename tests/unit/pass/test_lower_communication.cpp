@@ -17,6 +17,7 @@
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/io/action_string.hpp"
 #include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/pass/reduce_gradients.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pytorch_style_lowering.hpp"
 
@@ -161,6 +162,83 @@ ps::Schedule consumer_order_lowering(const ps::Schedule& s) {
 // find_generator's references stay valid for the program's life (generators() is a copy).
 const ps::GeneratorInfo& generator(std::string_view name) {
   return ps::find_generator(name);
+}
+
+// ---- gradient reduction as actions ---------------------------------------------------------
+
+ps::Schedule named(const char* name, int ranks, int microbatches, int slices = 1) {
+  const ps::GeneratorInfo& g = ps::find_generator(name);
+  return g.generate({.ranks = ranks, .microbatches = microbatches, .slices = slices},
+                    g.default_wgrad);
+}
+
+// Each stage of each rank gets one REDUCE_GRAD, after every action adding to its weight
+// gradients, and one WAIT_REDUCE_GRAD after it; the list ends with a WAIT_REDUCE_GRAD; the
+// result is valid, lowered or not, and applying the pass again changes nothing.
+void expect_reductions_placed(const ps::Schedule& s) {
+  SCOPED_TRACE(s.name);
+  for (const ps::Schedule& in : {s, ps::lower_communication(s)}) {
+    const ps::Schedule out = ps::add_gradient_reduction(in);
+    EXPECT_TRUE(ps::check(out).ok()) << ps::check(out).summary();
+    EXPECT_EQ(ps::add_gradient_reduction(out).ranks, out.ranks);
+    for (int r = 0; r < out.rank_count(); ++r) {
+      const auto& list = out.ranks[static_cast<std::size_t>(r)];
+      ASSERT_FALSE(list.empty());
+      EXPECT_EQ(list.back().kind, ps::OpKind::WaitReduceGrad) << "rank " << r;
+      for (int stage : out.placement.stages_of(r)) {
+        int starts = 0, waits = 0, start_at = -1, wait_at = -1, last_gradient = -1;
+        for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+          const ps::Action& a = list[static_cast<std::size_t>(i)];
+          if (ps::detail::adds_weight_gradient(a, stage)) last_gradient = i;
+          if (a.stage != stage) continue;
+          if (a.kind == ps::OpKind::ReduceGrad) ++starts, start_at = i;
+          if (a.kind == ps::OpKind::WaitReduceGrad) ++waits, wait_at = i;
+        }
+        EXPECT_EQ(starts, 1) << "stage " << stage;
+        EXPECT_EQ(waits, 1) << "stage " << stage;
+        EXPECT_GT(start_at, last_gradient) << "stage " << stage;
+        EXPECT_GT(wait_at, start_at) << "stage " << stage;
+      }
+    }
+    // The list is unchanged but for the reductions.
+    for (int r = 0; r < out.rank_count(); ++r) {
+      std::vector<ps::Action> rest;
+      for (const ps::Action& a : out.ranks[static_cast<std::size_t>(r)])
+        if (a.kind != ps::OpKind::ReduceGrad && a.kind != ps::OpKind::WaitReduceGrad)
+          rest.push_back(a);
+      EXPECT_EQ(rest, in.ranks[static_cast<std::size_t>(r)]);
+    }
+  }
+}
+
+TEST(GradientReduction, OneReductionPerStageAfterItsLastWeightGradient) {
+  expect_reductions_placed(named("1f1b", 4, 8));
+  expect_reductions_placed(named("interleaved-1f1b", 2, 4));
+  expect_reductions_placed(named("zb-h1", 4, 8));
+  expect_reductions_placed(named("zb-v", 2, 4));
+  expect_reductions_placed(named("slice-pipe", 2, 4, 2));
+  expect_reductions_placed(named("dualpipe-v", 4, 8));
+}
+
+// In 1F1B the last stage finishes its backward first: its reduction starts (in the simulated
+// step) before the first rank's list ends, and overlaps the cooldown.
+TEST(GradientReduction, TheLastStagesReductionStartsBeforeTheFirstRankEnds) {
+  const ps::Schedule s = ps::add_gradient_reduction(ps::lower_communication(named("1f1b", 4, 8)));
+  const ps::SimulationResult r = ps::simulate(s, ps::UniformCost{});
+  const auto& last = s.ranks[3];
+  double start = -1;
+  for (std::size_t i = 0; i < last.size(); ++i)
+    if (last[i].kind == ps::OpKind::ReduceGrad) start = r.timing[3][i].start;
+  ASSERT_GE(start, 0);
+  EXPECT_LT(start, r.ranks[0].end);
+}
+
+// A schedule that already reduces gradients (PyTorch's lowered files) keeps its own places.
+TEST(GradientReduction, AScheduleThatReducesKeepsItsReductions) {
+  ps::Schedule s = ps::lower_communication(named("1f1b", 2, 4));
+  s.ranks[0].push_back(ps::Action::make(ps::OpKind::ReduceGrad, 0, 0));
+  s.ranks[0].push_back(ps::Action::make(ps::OpKind::WaitReduceGrad, 0, 0));
+  EXPECT_EQ(ps::add_gradient_reduction(s).ranks, s.ranks);
 }
 
 }  // namespace

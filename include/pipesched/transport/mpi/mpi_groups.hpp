@@ -40,6 +40,8 @@ class MpiGroups {
                             std::to_string(size) + "; start the job with mpirun -np " +
                             std::to_string(grid_.size()) + ".");
     process_ = rank;
+    detail::mpi::check(MPI_Comm_dup(world, &job_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(job_, MPI_ERRORS_RETURN);
     at_ = grid_.coordinates(rank);
     const ProcessGrid& g = grid_;
     const ProcessGrid::Coordinates c = at_;
@@ -51,10 +53,12 @@ class MpiGroups {
 
   MpiGroups(const MpiGroups&) = delete;
   MpiGroups& operator=(const MpiGroups&) = delete;
+  //! Takes `o`'s communicators (`o` is left without any).
   MpiGroups(MpiGroups&& o) noexcept
       : grid_(o.grid_),
         process_(o.process_),
         at_(o.at_),
+        job_(std::exchange(o.job_, MPI_COMM_NULL)),
         pipeline_(std::exchange(o.pipeline_, MPI_COMM_NULL)),
         data_(std::exchange(o.data_, MPI_COMM_NULL)),
         tensor_(std::exchange(o.tensor_, MPI_COMM_NULL)) {}
@@ -63,7 +67,7 @@ class MpiGroups {
   //! Frees the communicators (unless MPI is already finalized).
   ~MpiGroups() {
     if (!detail::mpi::initialized()) return;
-    for (MPI_Comm* c : {&pipeline_, &data_, &tensor_})
+    for (MPI_Comm* c : {&job_, &pipeline_, &data_, &tensor_})
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   }
 
@@ -73,6 +77,8 @@ class MpiGroups {
   int process() const noexcept { return process_; }
   //! This process's pipeline rank, replica and tensor rank.
   const ProcessGrid::Coordinates& coordinates() const noexcept { return at_; }
+  //! Every process of the job (a duplicate of the communicator the groups were split from).
+  MPI_Comm job() const noexcept { return job_; }
   //! The processes of this process's pipeline; its rank there is the pipeline rank.
   MPI_Comm pipeline() const noexcept { return pipeline_; }
   //! The replicas of this process's pipeline rank and tensor rank; its rank there is its
@@ -91,6 +97,7 @@ class MpiGroups {
   ProcessGrid grid_;
   int process_ = 0;
   ProcessGrid::Coordinates at_{};
+  MPI_Comm job_ = MPI_COMM_NULL;
   MPI_Comm pipeline_ = MPI_COMM_NULL;
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Comm tensor_ = MPI_COMM_NULL;

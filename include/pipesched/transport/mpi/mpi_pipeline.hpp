@@ -13,6 +13,8 @@
 #include <chrono>
 #include <climits>
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,6 +27,9 @@
 #include "pipesched/exec/errors.hpp"
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/step_result.hpp"
+#include "pipesched/pass/reduce_gradients.hpp"
+#include "pipesched/transport/mpi/mpi_gradient_reducer.hpp"
+#include "pipesched/transport/mpi/mpi_groups.hpp"
 #include "pipesched/transport/mpi/mpi_session.hpp"
 #include "pipesched/transport/mpi/mpi_transport.hpp"
 
@@ -94,8 +99,9 @@ class ProcessPipeline {
       throw peer_lost("rank " + std::to_string(rank()) +
                       ": an earlier step lost contact with a peer process; the job cannot run "
                       "more steps (end it with MpiSession::abort).");
-    MPI_Comm comm = transport_.communicator();
+    MPI_Comm comm = job();
     transport_.begin_step();
+    if (reduction_) reduction_->begin_step();
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
     if (!transport_.wait(request, deadline()))
@@ -120,14 +126,12 @@ class ProcessPipeline {
     }
     if (local) transport_.notify_failure(*local);
 
-    // Every process learns whether (and which) a rank failed.
-    int failed = local ? rank() : INT_MAX;
-    int lowest = INT_MAX;
-    check(MPI_Iallreduce(&failed, &lowest, 1, MPI_INT, MPI_MIN, comm, &request), "MPI_Iallreduce");
-    if (!transport_.wait(request, deadline()))
-      lost(local   ? local->message
-           : heard ? "rank " + std::to_string(heard->rank) + " failed (" + heard->message + ")"
-                   : std::string("the other processes did not finish the step"));
+    // Every process of the job learns whether (and which) a rank failed.
+    const int lowest = lowest_where(
+        local.has_value(),
+        local   ? local->message
+        : heard ? "rank " + std::to_string(heard->rank) + " failed (" + heard->message + ")"
+                : std::string("the other processes did not finish the step"));
     if (lowest != INT_MAX) fail(lowest, local);
     commit();
     return gather(std::move(run));
@@ -138,13 +142,47 @@ class ProcessPipeline {
   //! The executed (lowered) schedule.
   const Schedule& schedule() const noexcept { return executor_->schedule(); }
 
+  //! What a process pipeline's data-parallel reduction gives it: a fresh start per step, and
+  //! after a failed step the completion of every reduction a replica started (collective over
+  //! the data-parallel group; false when it could not within `timeout`).
+  struct Reduction {
+    virtual ~Reduction() = default;
+    //! `poll` runs while a reduction is waited for: it moves the pipeline's messages and
+    //! throws transport_aborted once another process failed.
+    virtual void attach(std::function<void()> poll) = 0;
+    virtual void begin_step() = 0;
+    virtual bool drain(std::chrono::duration<double> timeout) = 0;
+  };
+
  protected:
   template <class... TransportArgs>
   ProcessPipeline(const char* who, const Schedule& schedule, std::span<Stage> stages, Device device,
                   ExecutorOptions options, TransportArgs&&... transport_args)
+      : ProcessPipeline(with_reduction, who, schedule, stages, std::move(device),
+                        std::move(options), nullptr,
+                        std::forward<TransportArgs>(transport_args)...) {}
+
+  //! As above, with `reduction` (owned) reducing the gradients over the data-parallel group;
+  //! `options.reduce_gradients` calls it.
+  struct WithReduction {};
+  static constexpr WithReduction with_reduction{};
+  template <class... TransportArgs>
+  ProcessPipeline(WithReduction, const char* who, const Schedule& schedule, std::span<Stage> stages,
+                  Device device, ExecutorOptions options, std::unique_ptr<Reduction> reduction,
+                  TransportArgs&&... transport_args)
       : transport_(std::forward<TransportArgs>(transport_args)...),
         device_(std::move(device)),
-        timeout_(options.receive_timeout) {
+        timeout_(options.receive_timeout),
+        reduction_(std::move(reduction)) {
+    check(MPI_Comm_rank(job(), &job_rank_), "MPI_Comm_rank");
+    if (reduction_)
+      reduction_->attach([this] {
+        transport_.progress();
+        if (const auto& f = transport_.failure())
+          throw transport_aborted("rank " + std::to_string(rank()) +
+                                  " stopped waiting for a data-parallel reduction: rank " +
+                                  std::to_string(f->rank) + " failed (" + f->message + ")");
+      });
     if (static_cast<int>(stages.size()) != schedule.problem.stages)
       throw invalid_problem(std::string(who) + ": the schedule has " +
                             std::to_string(schedule.problem.stages) + " stages but " +
@@ -169,34 +207,41 @@ class ProcessPipeline {
                     " s, so a process has died or hangs. End the job (MpiSession::abort).");
   }
 
-  // Rank `who` failed in its list: every process gets its notice, the messages still in
-  // flight are dropped, and the failure is thrown here as that rank's execution_error (no
-  // rank has applied its update: the step is rolled back).
+  // The communicator of the whole job: the step's barrier, agreements and notices go over it.
+  MPI_Comm job() const {
+    if constexpr (requires(const Transport& t) { t.job(); })
+      return transport_.job();
+    else
+      return transport_.communicator();
+  }
+
+  // The process `who` of the job failed in its list: every process gets its notice, the
+  // messages and reductions still in flight are completed and dropped, and the failure is
+  // thrown here as that rank's execution_error (no rank has applied its update: the step is
+  // rolled back).
   [[noreturn]] void fail(int who, const std::optional<FailureNotice>& local) {
     const FailureNotice notice = notice_of(who, local);
     if (!transport_.drain(timeout_)) lost(notice.message);
-    throw rolled_back(
-        execution_error(notice.message, notice.rank, notice.position, notice.action));
+    if (reduction_ && !reduction_->drain(timeout_)) lost(notice.message);
+    throw rolled_back(execution_error(notice.message, notice.rank, notice.position, notice.action));
   }
 
-  // Rank `who`'s notice (`local` on that rank), on every process.
+  // The notice of process `who` of the job (`local` on that process), on every process.
   FailureNotice notice_of(int who, const std::optional<FailureNotice>& local) {
     NoticeWire wire;
-    if (who == rank()) wire = encode(*local);
+    if (who == job_rank_) wire = encode(*local);
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Ibcast(&wire, sizeof wire, MPI_BYTE, who, transport_.communicator(), &request),
-          "MPI_Ibcast");
+    check(MPI_Ibcast(&wire, sizeof wire, MPI_BYTE, who, job(), &request), "MPI_Ibcast");
     if (!transport_.wait(request, deadline())) lost("rank " + std::to_string(who) + " failed");
     return decode(wire);
   }
 
-  // The lowest rank of those for which `mine` holds on their process (INT_MAX for none),
-  // agreed by every process; `what` says what was agreed on when a process does not answer.
+  // The lowest process of the job for which `mine` holds (INT_MAX for none), agreed by every
+  // process; `what` says what was agreed on when a process does not answer.
   int lowest_where(bool mine, const std::string& what) {
-    int in = mine ? rank() : INT_MAX, lowest = INT_MAX;
+    int in = mine ? job_rank_ : INT_MAX, lowest = INT_MAX;
     MPI_Request request = MPI_REQUEST_NULL;
-    check(MPI_Iallreduce(&in, &lowest, 1, MPI_INT, MPI_MIN, transport_.communicator(), &request),
-          "MPI_Iallreduce");
+    check(MPI_Iallreduce(&in, &lowest, 1, MPI_INT, MPI_MIN, job(), &request), "MPI_Iallreduce");
     if (!transport_.wait(request, deadline())) lost(what);
     return lowest;
   }
@@ -226,7 +271,7 @@ class ProcessPipeline {
     // Every process learns whether every process undid its update, and the first that did not.
     const int stuck = lowest_where(!undone, "rolling back the step's updates stalled");
     std::optional<FailureNotice> mine;
-    if (stuck == rank()) mine = FailureNotice{rank(), -1, Action{}, why};
+    if (stuck == job_rank_) mine = FailureNotice{rank(), -1, Action{}, why};
     if (stuck != INT_MAX) why = notice_of(stuck, mine).message;
     const FailureNotice notice = notice_of(who, local);
     throw update_failed(
@@ -263,6 +308,8 @@ class ProcessPipeline {
   Device device_;
   std::optional<Executor<Stage, Transport, Device>> executor_;
   std::chrono::duration<double> timeout_;
+  std::unique_ptr<Reduction> reduction_;  // the data-parallel one, when the job has replicas
+  int job_rank_ = 0;                      // this process in job()
   bool broken_ = false;
 };
 
@@ -280,13 +327,96 @@ template <class Stage>
 class MpiPipeline
     : public detail::mpi::ProcessPipeline<Stage, MpiTransport<typename Stage::tensor_type>,
                                           HostDevice> {
+  using Base =
+      detail::mpi::ProcessPipeline<Stage, MpiTransport<typename Stage::tensor_type>, HostDevice>;
+
  public:
   //! A pipeline running this process's rank of `schedule` over `comm`: `stages` under `options`,
   //! with MpiTransport's `transport_options`.
   MpiPipeline(const Schedule& schedule, std::span<Stage> stages, MPI_Comm comm = MPI_COMM_WORLD,
               ExecutorOptions options = {}, MpiTransportOptions transport_options = {})
-      : MpiPipeline::ProcessPipeline("MpiPipeline", schedule, stages, HostDevice{},
-                                     std::move(options), schedule, comm, transport_options) {}
+      : Base("MpiPipeline", schedule, stages, HostDevice{}, std::move(options), schedule, comm,
+             transport_options) {}
+
+  //! This process's pipeline of a pp × dp × tp job: it runs pipeline rank
+  //! `groups.coordinates().pipeline` of `schedule` over `groups.pipeline()`. With replicas
+  //! (`groups.grid().data > 1`) each stage's weight gradients are averaged over
+  //! `groups.data()` by scheduled actions: the executor places a REDUCE_GRAD after each
+  //! stage's last weight gradient (its all-reduce, bucketed by `reducer_options`, overlaps the
+  //! rest of the list) and a WAIT_REDUCE_GRAD before the optimizer. Every process of the job
+  //! calls `step` together; a failure anywhere stops every process and rolls the step back
+  //! on all of them.
+  MpiPipeline(const Schedule& schedule, std::span<Stage> stages, const MpiGroups& groups,
+              ExecutorOptions options = {}, MpiTransportOptions transport_options = {},
+              MpiReducerOptions reducer_options = {})
+      : MpiPipeline(schedule, stages, groups,
+                    data_parallel(schedule, stages, groups, std::move(options), reducer_options),
+                    transport_options) {}
+
+ private:
+  using Reduction = typename Base::Reduction;
+  struct Prepared {
+    ExecutorOptions options;
+    std::unique_ptr<Reduction> reduction;
+  };
+
+  MpiPipeline(const Schedule& schedule, std::span<Stage> stages, const MpiGroups& groups,
+              Prepared prepared, MpiTransportOptions transport_options)
+      : Base(Base::with_reduction, "MpiPipeline", schedule, stages, HostDevice{},
+             std::move(prepared.options), std::move(prepared.reduction), schedule,
+             groups.pipeline(), transport_options, groups.job()) {}
+
+  // An MpiGradientReducer as the pipeline's Reduction.
+  struct Reducer final : Reduction {
+    template <class... Args>
+    explicit Reducer(Args&&... args) : reducer(std::forward<Args>(args)...) {}
+    void attach(std::function<void()> p) override { poll = std::move(p); }
+    void begin_step() override { reducer.begin_step(); }
+    bool drain(std::chrono::duration<double> timeout) override { return reducer.drain(timeout); }
+    std::function<void()> poll;
+    MpiGradientReducer<Stage> reducer;
+  };
+
+  static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
+                                const MpiGroups& groups, ExecutorOptions options,
+                                const MpiReducerOptions& reducer_options) {
+    Prepared out;
+    if (groups.grid().data > 1) {
+      if constexpr (reducible_stage<Stage>) {
+        if (options.reduce_gradients)
+          throw invalid_problem(
+              "MpiPipeline: the options already reduce gradients, and a job with " +
+              std::to_string(groups.grid().data) +
+              " replicas reduces them over its data-parallel group; leave "
+              "ExecutorOptions::reduce_gradients empty.");
+        const Schedule executed = add_gradient_reduction(lower_communication(schedule));
+        const int rank = groups.coordinates().pipeline;
+        if (rank >= executed.rank_count())
+          throw invalid_problem("MpiPipeline: the schedule has " +
+                                std::to_string(executed.rank_count()) + " ranks but the grid has " +
+                                groups.grid().describe() +
+                                "; give the grid the schedule's rank count as its pipeline.");
+        auto r = std::make_unique<Reducer>(
+            groups.data(), stages, executed.ranks[static_cast<std::size_t>(rank)],
+            std::function<void()>(), options.receive_timeout, reducer_options);
+        Reducer* raw = r.get();
+        raw->reducer.set_poll([raw] {
+          if (raw->poll) raw->poll();
+        });
+        options.reduce_gradients.start = [raw](int stage) { raw->reducer.start(stage); };
+        options.reduce_gradients.wait = [raw](int stage) { raw->reducer.wait(stage); };
+        out.reduction = std::move(r);
+      } else {
+        throw invalid_problem(
+            "MpiPipeline: a job with " + std::to_string(groups.grid().data) +
+            " replicas reduces each stage's gradients over its data-parallel group, but the "
+            "stage model has no gradients() whose tensors have a wire<> form (see "
+            "reducible_stage).");
+      }
+    }
+    out.options = std::move(options);
+    return out;
+  }
 };
 
 }  // namespace pipesched

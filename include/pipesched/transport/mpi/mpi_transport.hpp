@@ -58,14 +58,21 @@ class MpiTransport : detail::mpi::RankGeometry {
   //! Collective over `comm`: the processes first compare their schedules' fingerprints
   //! (`schedule_fingerprint`) and every one throws schedule_mismatch, naming rank 0 and the
   //! first rank that differs, unless all are the same.
+  //!
+  //! `job`, when given, is the communicator of the whole job `comm` is one pipeline of (the
+  //! one MpiGroups split, with data-parallel replicas of the pipeline): the schedules are
+  //! compared over it, and a failing rank's notice goes to every process of it, so that the
+  //! other replicas' waits (a data-parallel reduction with the failing replica) stop too.
+  //! Collective over `job` then.
   MpiTransport(const Schedule& schedule, MPI_Comm comm = MPI_COMM_WORLD,
-               MpiTransportOptions options = {})
+               MpiTransportOptions options = {}, MPI_Comm job = MPI_COMM_NULL)
       : RankGeometry("MpiTransport", schedule), options_(options) {
     if (!detail::mpi::initialized())
       throw error(
           "MpiTransport: MPI is not initialized; create a pipesched::MpiSession (or call "
           "MPI_Init_thread) before the transport.");
-    detail::mpi::agree_on_schedule("MpiTransport", schedule, comm, options_.poll_interval);
+    if (job == MPI_COMM_NULL) job = comm;
+    detail::mpi::agree_on_schedule("MpiTransport", schedule, job, options_.poll_interval);
     int size = 0;
     detail::mpi::check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
     if (size != schedule.rank_count())
@@ -92,6 +99,10 @@ class MpiTransport : detail::mpi::RankGeometry {
     detail::mpi::check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
+    detail::mpi::check(MPI_Comm_dup(job, &notices_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(notices_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(notices_, &job_rank_);
+    MPI_Comm_size(notices_, &job_size_);
     ranks_ = size;
     sent_.assign(static_cast<std::size_t>(size), 0);
     received_.assign(static_cast<std::size_t>(size), 0);
@@ -117,6 +128,7 @@ class MpiTransport : detail::mpi::RankGeometry {
     } catch (...) {
     }
     MPI_Comm_free(&comm_);
+    MPI_Comm_free(&notices_);
   }
 
   //! This process's pipeline rank.
@@ -125,6 +137,9 @@ class MpiTransport : detail::mpi::RankGeometry {
   int ranks() const noexcept { return ranks_; }
   //! The transport's own communicator (a duplicate of the one given).
   MPI_Comm communicator() const noexcept { return comm_; }
+  //! The communicator of the whole job (a duplicate of `job`, or of `comm` without one): the
+  //! failure notices go over it, and a process pipeline agrees over it on each step.
+  MPI_Comm job() const noexcept { return notices_; }
 
   //! Starts sending `x` to rank `to` under `key`; returns at once (the tensor is kept until
   //! MPI is done with it).
@@ -223,14 +238,14 @@ class MpiTransport : detail::mpi::RankGeometry {
     if (!failure_) failure_ = notice;
     if (notified_) return;
     notified_ = true;
-    for (int r = 0; r < ranks_; ++r) {
-      if (r == rank_) continue;
+    for (int r = 0; r < job_size_; ++r) {
+      if (r == job_rank_) continue;
       auto out = std::make_unique<Outgoing>();
       out->notice = detail::mpi::encode(notice);
       out->notice.step = step_;
       // A peer that is gone may refuse; the others still hear of it.
-      if (MPI_Isend(&out->notice, sizeof(detail::mpi::NoticeWire), MPI_BYTE, r, notice_tag, comm_,
-                    &out->requests[0]) == MPI_SUCCESS)
+      if (MPI_Isend(&out->notice, sizeof(detail::mpi::NoticeWire), MPI_BYTE, r, notice_tag,
+                    notices_, &out->requests[0]) == MPI_SUCCESS)
         outgoing_.push_back(std::move(out));
     }
   }
@@ -413,7 +428,7 @@ class MpiTransport : detail::mpi::RankGeometry {
 
   void post_notice_receive() {
     detail::mpi::check(MPI_Irecv(&notice_in_, sizeof notice_in_, MPI_BYTE, MPI_ANY_SOURCE,
-                                 notice_tag, comm_, &notice_request_),
+                                 notice_tag, notices_, &notice_request_),
                        "MPI_Irecv");
   }
 
@@ -454,6 +469,8 @@ class MpiTransport : detail::mpi::RankGeometry {
 
   MpiTransportOptions options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm notices_ = MPI_COMM_NULL;  // the job's: failure notices only
+  int job_rank_ = 0, job_size_ = 1;
   std::unordered_map<int, std::unique_ptr<Incoming>> incoming_;  // by header tag
   std::vector<Incoming*> active_;  // receives still posted (header or payload)
   std::vector<std::unique_ptr<Outgoing>> outgoing_;
