@@ -3,23 +3,28 @@
 // the default) or on MPI processes (--transport mpi, started as `mpirun -np P`). Every step
 // is checked against the sequential (unpipelined) reference; rank 0 prints the summary.
 //
+// With --data-parallel D the MPI job runs D replicas of the pipeline, each on its share of the
+// global batch, their gradients averaged by the schedule's REDUCE_GRAD actions.
+//
 //   example_02_train_gpt --schedule zb-h1 --ranks 4 --microbatches 8
 //   mpirun -np 4 example_02_train_gpt --transport mpi --schedule slice-pipe --slices 4
+//   mpirun -np 4 example_02_train_gpt --transport mpi --data-parallel 2 --schedule zb-h1
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/pipesched.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
 #include "pipesched/toy/profile.hpp"
 #include "pipesched/toy/reference.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #if PIPESCHED_WITH_MPI
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
 #endif
@@ -38,6 +43,7 @@ struct Options {
   int microbatches = 8;
   int slices = 1;
   int steps = 3;
+  int data = 1;  // data-parallel replicas (MPI)
 };
 
 bool quiet = false;  // ranks other than 0 print only errors
@@ -55,6 +61,7 @@ int usage(int code) {
                "usage: example_02_train_gpt [--transport inproc|mpi] [--schedule NAME]\n"
                "                            [--ranks P] [--microbatches M] [--slices K]\n"
                "                            [--checkpoint none|mario] [--steps N]\n"
+               "                            [--data-parallel D]\n"
                "\n"
                "Trains a tiny GPT for N steps (default 3) through schedule NAME (default 1f1b;\n"
                "`pipesched list` names them) on P ranks (default 4) with M microbatches\n"
@@ -62,7 +69,11 @@ int usage(int code) {
                "checks every step's loss and gradients against the sequential reference.\n"
                "--checkpoint mario adds Mario's checkpointing under half of the plan's peak.\n"
                "--transport mpi runs one rank per MPI process: start it with\n"
-               "`mpirun -np P example_02_train_gpt --transport mpi ...` (P from mpirun).\n");
+               "`mpirun -np P example_02_train_gpt --transport mpi ...` (P from mpirun).\n"
+               "--data-parallel D (with --transport mpi) runs D replicas of a pipeline of\n"
+               "P / D ranks, each on M microbatches of a global batch of D x M; their\n"
+               "gradients are averaged by REDUCE_GRAD actions after each stage's last weight\n"
+               "gradient, and the reference trains on the whole global batch.\n");
   return code;
 }
 
@@ -83,11 +94,12 @@ bool parse(int argc, char** argv, Options& o, int& code) {
       (a == "--transport" ? o.transport : a == "--schedule" ? o.schedule : o.checkpoint) = v;
       continue;
     }
-    int* target = a == "--ranks"          ? &o.ranks
-                  : a == "--microbatches" ? &o.microbatches
-                  : a == "--slices"       ? &o.slices
-                  : a == "--steps"        ? &o.steps
-                                          : nullptr;
+    int* target = a == "--ranks"           ? &o.ranks
+                  : a == "--microbatches"  ? &o.microbatches
+                  : a == "--slices"        ? &o.slices
+                  : a == "--steps"         ? &o.steps
+                  : a == "--data-parallel" ? &o.data
+                                           : nullptr;
     if (!target) {
       std::fprintf(stderr, "example_02_train_gpt: unknown option '%s'\n", a.c_str());
       code = usage(2);
@@ -111,6 +123,14 @@ bool parse(int argc, char** argv, Options& o, int& code) {
     code = 2;
     return false;
   }
+  if (o.data > 1 && o.transport != "mpi") {
+    std::fprintf(stderr,
+                 "example_02_train_gpt: --data-parallel %d needs --transport mpi (one process "
+                 "per rank of each replica)\n",
+                 o.data);
+    code = 2;
+    return false;
+  }
   if (o.checkpoint != "none" && o.checkpoint != "mario") {
     std::fprintf(stderr, "example_02_train_gpt: --checkpoint is none or mario, got '%s'\n",
                  o.checkpoint.c_str());
@@ -122,13 +142,36 @@ bool parse(int argc, char** argv, Options& o, int& code) {
 
 using Stage = toy::GptStage<double>;
 
+// How this process takes part in a step of the global batch: its replica, the replica count,
+// and the mean over replicas of a per-replica figure (the identity with one replica).
+struct Replica {
+  int index = 0;
+  int count = 1;
+  std::function<double(double)> mean = [](double x) { return x; };
+};
+
+// Replica `r`'s share of the global batch `global`: its `global.microbatches / r.count`.
+toy::StepData<double> share(const toy::StepData<double>& global, const Replica& r) {
+  toy::StepData<double> mine = global;
+  const int m = global.microbatches / r.count;
+  mine.microbatches = m;
+  mine.inputs.assign(global.inputs.begin() + r.index * m,
+                     global.inputs.begin() + (r.index + 1) * m);
+  mine.targets.assign(global.targets.begin() + r.index * m,
+                      global.targets.begin() + (r.index + 1) * m);
+  return mine;
+}
+
 // Trains through `pipe` (an InprocPipeline or an MpiPipeline; `process_rank` is the rank this
-// process runs, -1 when it runs all of them); returns mismatches.
+// process runs, -1 when it runs all of them) on `replica`'s share of the global batch; returns
+// mismatches.
 template <class Pipe>
 int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
-          const toy::GptConfig& config, const Options& o, int process_rank) {
-  const auto data = toy::make_gpt_data<double>(config, o.microbatches, 7);
-  const auto training = toy::training_data(data, s.problem.slices);
+          const toy::GptConfig& config, const Options& o, int process_rank,
+          const Replica& replica = {}) {
+  const auto global = toy::make_gpt_data<double>(config, o.microbatches * replica.count, 7);
+  const auto data = share(global, replica);
+  const auto training = toy::training_data(data, s.problem.slices);  // refers to `data`
   const ps::SimulationResult predicted =
       ps::simulate(s, toy::gpt_profiled_cost(stages, s.problem.slices));
   std::vector<Stage> ref;
@@ -136,12 +179,13 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
     ref.emplace_back(config, st, s.problem.stages);
   int failures = 0;
   for (int step = 0; step < o.steps; ++step) {
-    const double want = toy::sequential_step(ref, data);
+    const double want = toy::sequential_step(ref, global);
     toy::sgd_update(ref, 0.1);
     const ps::StepResult r = pipe.step(training);
-    const bool same = std::abs(r.loss - want) <= 1e-12 * std::abs(want);
+    const double loss = replica.mean(r.loss);
+    const bool same = std::abs(loss - want) <= 1e-12 * std::abs(want);
     failures += !same;
-    say("step %d: loss %.9f (sequential reference %.9f%s), %.2f ms\n", step, r.loss, want,
+    say("step %d: loss %.9f (sequential reference %.9f%s), %.2f ms\n", step, loss, want,
         same ? "" : ", MISMATCH", 1e3 * r.seconds);
     if (step + 1 == o.steps) {
       say("peak activation KiB per rank, measured / simulated:");
@@ -191,6 +235,10 @@ int run(const Options& o, int process_rank) {
       s.name.c_str(), s.rank_count(), o.transport == "mpi" ? "MPI processes" : "threads",
       o.microbatches, s.problem.slices, config.blocks,
       o.checkpoint == "mario" ? ", Mario checkpointing" : "");
+  if (o.data > 1)
+    say("%d data-parallel replicas, gradients averaged by REDUCE_GRAD actions; global batch %d "
+        "microbatches\n",
+        o.data, o.data * o.microbatches);
   ps::ExecutorOptions options;
   toy::use_sgd(options, s.placement, stages, 0.1);  // SGD, with its snapshot and rollback
   if (process_rank < 0) {
@@ -198,8 +246,14 @@ int run(const Options& o, int process_rank) {
     return train(pipe, s, stages, config, o, process_rank);
   }
 #if PIPESCHED_WITH_MPI
-  ps::MpiPipeline<Stage> pipe(s, stages, MPI_COMM_WORLD, options);
-  return train(pipe, s, stages, config, o, process_rank);
+  const ps::MpiGroups groups(ps::ProcessGrid{.pipeline = o.ranks, .data = o.data, .tensor = 1});
+  Replica replica{groups.coordinates().data, o.data, [&groups, &o](double x) {
+                    double sum = 0;
+                    MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, groups.data());
+                    return sum / o.data;
+                  }};
+  ps::MpiPipeline<Stage> pipe(s, stages, groups, options);
+  return train(pipe, s, stages, config, o, groups.coordinates().pipeline, replica);
 #else
   return 2;
 #endif
@@ -225,16 +279,24 @@ int main(int argc, char** argv) {
 #if PIPESCHED_WITH_MPI
   ps::MpiSession session(argc, argv);
   quiet = session.rank() != 0;
-  if (o.ranks_given && o.ranks != session.size()) {
+  if (session.size() % o.data != 0) {
+    if (!quiet)
+      std::fprintf(stderr,
+                   "example_02_train_gpt: --data-parallel %d but mpirun started %d processes; "
+                   "start a multiple of %d (replicas x pipeline ranks)\n",
+                   o.data, session.size(), o.data);
+    return 2;
+  }
+  if (o.ranks_given && o.ranks * o.data != session.size()) {
     if (!quiet)
       std::fprintf(stderr,
                    "example_02_train_gpt: --ranks %d but mpirun started %d processes; with "
                    "--transport mpi there is one rank per process (drop --ranks or use "
                    "mpirun -np %d)\n",
-                   o.ranks, session.size(), o.ranks);
+                   o.ranks, session.size(), o.ranks * o.data);
     return 2;
   }
-  o.ranks = session.size();
+  o.ranks = session.size() / o.data;
   try {
     const int failures = run(o, session.rank());
     say(failures == 0 ? "every step matched the sequential reference\n" : "MISMATCHES: %d\n",
