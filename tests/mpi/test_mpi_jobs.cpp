@@ -129,6 +129,15 @@ void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, 
           EXPECT_NE(std::string(e.what()).find("the step was rolled back"), std::string::npos)
               << e.what();
           EXPECT_EQ(e.rank(), in_optimizer ? bad_rank : s.placement.rank_of(stage)) << e.what();
+          // With replicas the error names the failing one (the lowest, when all failed).
+          if (grid.data > 1) {
+            const int replica = in_optimizer ? 0 : bad_replica;
+            EXPECT_EQ(std::string(e.what()).rfind("replica " + std::to_string(replica) + " of " +
+                                                      std::to_string(grid.data) + ": rank ",
+                                                  0),
+                      0u)
+                << e.what();
+          }
         }
         armed = false;
         for (CountingGpt& st : stages)

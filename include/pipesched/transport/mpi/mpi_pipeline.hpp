@@ -117,12 +117,13 @@ class ProcessPipeline {
       // Another rank failed; the agreement below names it.
       heard = transport_.failure();
     } catch (const execution_error& e) {
-      local = FailureNotice{e.rank(), e.position(), e.action(), e.what()};
+      local = FailureNotice{e.rank(), e.position(), e.action(), replica_ + e.what()};
     } catch (...) {
       // The executor attaches what a layer or the optimizer throws; anything else still
       // reaches every process, as this rank's failure outside its list.
-      local = FailureNotice{rank(), -1, Action{},
-                            "rank " + std::to_string(rank()) + ": " + current_exception_text()};
+      local = FailureNotice{
+          rank(), -1, Action{},
+          replica_ + "rank " + std::to_string(rank()) + ": " + current_exception_text()};
     }
     if (local) transport_.notify_failure(*local);
 
@@ -139,6 +140,17 @@ class ProcessPipeline {
 
   //! The transport (to inspect it in tests).
   Transport& transport() noexcept { return transport_; }
+
+ protected:
+  //! Names this process's replica (`index` of `count`) before the failures it reports, so
+  //! that an error says which replica's rank failed; nothing with one replica.
+  void name_replica(int index, int count) {
+    replica_ = count > 1
+                   ? "replica " + std::to_string(index) + " of " + std::to_string(count) + ": "
+                   : std::string();
+  }
+
+ public:
   //! The executed (lowered) schedule.
   const Schedule& schedule() const noexcept { return executor_->schedule(); }
 
@@ -254,7 +266,7 @@ class ProcessPipeline {
     try {
       executor_->apply_update();
     } catch (const execution_error& e) {
-      local = FailureNotice{e.rank(), e.position(), e.action(), e.what()};
+      local = FailureNotice{e.rank(), e.position(), e.action(), replica_ + e.what()};
     }
     const int who = lowest_where(local.has_value(), "applying the step's updates stalled");
     if (who == INT_MAX) return;
@@ -309,7 +321,8 @@ class ProcessPipeline {
   std::optional<Executor<Stage, Transport, Device>> executor_;
   std::chrono::duration<double> timeout_;
   std::unique_ptr<Reduction> reduction_;  // the data-parallel one, when the job has replicas
-  int job_rank_ = 0;                      // this process in job()
+  std::string replica_;  // "replica j of d: " before this process's failures, with replicas
+  int job_rank_ = 0;     // this process in job()
   bool broken_ = false;
 };
 
@@ -364,7 +377,9 @@ class MpiPipeline
               Prepared prepared, MpiTransportOptions transport_options)
       : Base(Base::with_reduction, "MpiPipeline", schedule, stages, HostDevice{},
              std::move(prepared.options), std::move(prepared.reduction), schedule,
-             groups.pipeline(), transport_options, groups.job()) {}
+             groups.pipeline(), transport_options, groups.job()) {
+    this->name_replica(groups.coordinates().data, groups.grid().data);
+  }
 
   // An MpiGradientReducer as the pipeline's Reduction.
   struct Reducer final : Reduction {
