@@ -4,14 +4,16 @@
 // parameters, and every rank's measured peak equals the simulator's prediction from the HOST
 // stages' figures. Side by side with the host stage, a GPU stage's stash and context bytes are
 // the host's at every call, and a GPU layer refuses a weight piece out of range as the host layer
-// does. The static interface is checked without a GPU; every other test
-// skips, with the reason, where there is none (and fails with PIPESCHED_REQUIRE_GPU=1).
+// does; a failed optimizer step is rolled back on every GPU rank. The static interface is
+// checked without a GPU; every other test skips, with the reason, where there is none (and
+// fails with PIPESCHED_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -169,6 +171,68 @@ template <class T>
 class CudaToy : public ::testing::Test {};
 using Precisions = ::testing::Types<double, float>;
 TYPED_TEST_SUITE(CudaToy, Precisions);
+
+// ---- a step commits or rolls back on the GPU too ---------------------------------------------
+
+// An optimizer that throws on rank 1 after updating its stages, in the first step: the GPU
+// stages' snapshot and rollback hooks (device copies of the parameters) put every rank back, so
+// the retried step and the next give the fault-free run's losses and parameters, bit for bit.
+TEST(CudaToyCommit, AFailedOptimizerIsRolledBackOnEveryGpuRank) {
+  PIPESCHED_NEEDS_GPU();
+  using Gpu = gpu::GptStage<double>;
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const int n = s.problem.stages;
+  const auto data = toy::make_gpt_data<double>(whole_config, s.problem.microbatches, 17);
+  auto run = [&](bool faulty, std::vector<double>& losses) {
+    auto devices = ps::CudaLocalPipeline<Gpu>::devices_for(s);
+    std::vector<Gpu> piped;
+    piped.reserve(static_cast<std::size_t>(n));
+    for (int st = 0; st < n; ++st)
+      piped.emplace_back(whole_config, st, n,
+                         devices[static_cast<std::size_t>(s.placement.rank_of(st))]);
+    bool armed = faulty;
+    ps::ExecutorOptions options;
+    options.optimizer = [&](int rank) {
+      for (int st : s.placement.stages_of(rank))
+        piped[static_cast<std::size_t>(st)].sgd_step(learning_rate);
+      if (armed && rank == 1) throw std::runtime_error("optimizer fault after the update");
+    };
+    options.snapshot = [&](int rank) {
+      for (int st : s.placement.stages_of(rank))
+        piped[static_cast<std::size_t>(st)].snapshot_parameters();
+    };
+    options.rollback = [&](int rank) {
+      for (int st : s.placement.stages_of(rank))
+        piped[static_cast<std::size_t>(st)].restore_parameters();
+    };
+    ps::CudaLocalPipeline<Gpu> pipe(s, devices, piped, options);
+    const auto training =
+        gpu::training_data(data, devices[static_cast<std::size_t>(s.placement.rank_of(0))],
+                           devices[static_cast<std::size_t>(s.placement.rank_of(n - 1))]);
+    if (faulty) {
+      try {
+        pipe.step(training);
+        ADD_FAILURE() << "the optimizer fault did not fail the step";
+      } catch (const ps::execution_error& e) {
+        EXPECT_TRUE(e.rolled_back()) << e.what();
+        EXPECT_EQ(e.rank(), 1);
+      }
+      armed = false;
+    }
+    for (int step = 0; step < 2; ++step)
+      losses.push_back(pipe.step(training).loss);
+    std::vector<double> params;
+    for (const Gpu& st : piped)
+      for (const auto& t : st.host_parameters())
+        params.insert(params.end(), t.data.begin(), t.data.end());
+    return params;
+  };
+  std::vector<double> clean_losses, faulty_losses;
+  const std::vector<double> clean = run(false, clean_losses);
+  const std::vector<double> rolled = run(true, faulty_losses);
+  EXPECT_EQ(faulty_losses, clean_losses);
+  EXPECT_EQ(rolled, clean);
+}
 
 }  // namespace
 

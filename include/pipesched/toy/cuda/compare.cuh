@@ -60,6 +60,14 @@ std::vector<StepComparison> compare_with_reference(const Schedule& schedule, con
     for (int s : schedule.placement.stages_of(rank))
       piped[static_cast<std::size_t>(s)].sgd_step(learning_rate);
   };
+  options.snapshot = [&](int rank) {
+    for (int s : schedule.placement.stages_of(rank))
+      piped[static_cast<std::size_t>(s)].snapshot_parameters();
+  };
+  options.rollback = [&](int rank) {
+    for (int s : schedule.placement.stages_of(rank))
+      piped[static_cast<std::size_t>(s)].restore_parameters();
+  };
   CudaLocalPipeline<Gpu> pipe(schedule, devices, piped, options);
   const SimulationResult predicted = simulate(schedule, cost);
   const auto training =

@@ -167,6 +167,15 @@ class GptStage {
   void sgd_step(double lr) {
     for_each_parameters([&](detail::DeviceParameters<T>& p) { p.sgd(lr, engine_->stream()); });
   }
+  //! Keeps a device copy of the parameters, on the compute stream (an optimizer's snapshot
+  //! hook); `restore_parameters` puts it back (its rollback hook).
+  void snapshot_parameters() {
+    for_each_parameters([&](detail::DeviceParameters<T>& p) { p.snapshot(engine_->stream()); });
+  }
+  //! Puts the parameters of the last `snapshot_parameters` back, on the compute stream.
+  void restore_parameters() {
+    for_each_parameters([&](detail::DeviceParameters<T>& p) { p.restore(engine_->stream()); });
+  }
 
   //! Copies of the parameters, in the host stage's parameters() order (embedding, blocks, head;
   //! waits for the compute stream).

@@ -230,6 +230,17 @@ class MlpStage {
     for (detail::MlpBlock<T>& b : blocks_)
       b.parameters().sgd(lr, engine_->stream());
   }
+  //! Keeps a device copy of the parameters, on the compute stream (an optimizer's snapshot
+  //! hook); `restore_parameters` puts it back (its rollback hook).
+  void snapshot_parameters() {
+    for (detail::MlpBlock<T>& b : blocks_)
+      b.parameters().snapshot(engine_->stream());
+  }
+  //! Puts the parameters of the last `snapshot_parameters` back, on the compute stream.
+  void restore_parameters() {
+    for (detail::MlpBlock<T>& b : blocks_)
+      b.parameters().restore(engine_->stream());
+  }
 
   //! Copies of the parameters, in the host stage's parameters() order (waits for the stream).
   std::vector<Tensor<T>> host_parameters() const {

@@ -152,6 +152,24 @@ class DeviceParameters {
       detail::sgd(params_[i].data(), grads_[i].data(), params_[i].size(), lr, s);
   }
 
+  // Keeps a device copy of the parameters (made on first use), on `s`: what `restore` puts back.
+  void snapshot(cudaStream_t s) {
+    if (saved_.size() != params_.size()) {
+      saved_.clear();
+      for (const DeviceTensor<T>& p : params_)
+        saved_.push_back(DeviceTensor<T>::zeros(p.shape(), s));
+    }
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(saved_[i].data(), params_[i].data(), params_[i].bytes(),
+                                           cudaMemcpyDeviceToDevice, s));
+  }
+  // Puts the last snapshot back into the parameters, on `s` (nothing before a first snapshot).
+  void restore(cudaStream_t s) {
+    for (std::size_t i = 0; i < saved_.size() && i < params_.size(); ++i)
+      PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(params_[i].data(), saved_[i].data(), params_[i].bytes(),
+                                           cudaMemcpyDeviceToDevice, s));
+  }
+
   void append_parameters(std::vector<Tensor<T>>& out) const { append(params_, out); }
   void append_gradients(std::vector<Tensor<T>>& out) const { append(grads_, out); }
 
@@ -169,6 +187,7 @@ class DeviceParameters {
   std::vector<DeviceTensor<T>> params_;
   std::vector<DeviceTensor<T>> grads_;
   std::vector<DeviceTensor<sum_type>> sums_;  // empty when T is already the sum type
+  std::vector<DeviceTensor<T>> saved_;        // the parameters at the last snapshot
 };
 
 // A device copy of `x` on `stream` (a stash keeps its own copy, as the host models do).
