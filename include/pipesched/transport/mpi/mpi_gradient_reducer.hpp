@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
-#include <cstring>
 #include <functional>
+#include <ranges>
 #include <span>
 #include <string>
 #include <thread>
