@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/pipesched.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
 #include "pipesched/toy/reference.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
 namespace ps = pipesched;
 

@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "pipesched/analysis/profiled_cost.hpp"
-#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/pipesched.hpp"
@@ -26,6 +25,7 @@
 #include "pipesched/toy/gpt.hpp"
 #include "pipesched/toy/profile.hpp"
 #include "pipesched/toy/reference.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #if PIPESCHED_WITH_MPI
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
 #endif

@@ -192,18 +192,11 @@ TEST(CudaToyCommit, AFailedOptimizerIsRolledBackOnEveryGpuRank) {
                          devices[static_cast<std::size_t>(s.placement.rank_of(st))]);
     bool armed = faulty;
     ps::ExecutorOptions options;
-    options.optimizer = [&](int rank) {
-      for (int st : s.placement.stages_of(rank))
-        piped[static_cast<std::size_t>(st)].sgd_step(learning_rate);
+    gpu::use_sgd(options, s.placement, piped, learning_rate);
+    auto sgd = options.optimizer;
+    options.optimizer = [&, sgd](int rank) {
+      sgd(rank);
       if (armed && rank == 1) throw std::runtime_error("optimizer fault after the update");
-    };
-    options.snapshot = [&](int rank) {
-      for (int st : s.placement.stages_of(rank))
-        piped[static_cast<std::size_t>(st)].snapshot_parameters();
-    };
-    options.rollback = [&](int rank) {
-      for (int st : s.placement.stages_of(rank))
-        piped[static_cast<std::size_t>(st)].restore_parameters();
     };
     ps::CudaLocalPipeline<Gpu> pipe(s, devices, piped, options);
     const auto training =

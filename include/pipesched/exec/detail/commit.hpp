@@ -23,7 +23,6 @@ inline execution_error update_failed(const execution_error& e, bool undone,
 }
 
 //! Why an update could not be undone when no rollback hook is set.
-inline constexpr const char* no_rollback_hook =
-    "no ExecutorOptions::rollback is set to undo it";
+inline constexpr const char* no_rollback_hook = "no ExecutorOptions::rollback is set to undo it";
 
 }  // namespace pipesched::detail

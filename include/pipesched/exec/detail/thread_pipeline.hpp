@@ -99,8 +99,7 @@ class ThreadPipeline {
     try {
       each([](auto& e) { e.apply_update(); });
     } catch (const execution_error& failed) {
-      if (!executors_.front().can_roll_back())
-        throw update_failed(failed, false, no_rollback_hook);
+      if (!executors_.front().can_roll_back()) throw update_failed(failed, false, no_rollback_hook);
       try {
         each([](auto& e) { e.roll_back_update(); });
       } catch (const execution_error& undo) {

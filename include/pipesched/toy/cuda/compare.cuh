@@ -36,8 +36,26 @@ std::vector<double> flat_values(const std::vector<Stage>& stages, bool gradients
   return out;
 }
 
+//! Sets `options`' optimizer to plain SGD on the GPU stages (of `stages`, indexed by stage,
+//! kept by reference) that rank r holds under `placement`, its snapshot to keep a device copy
+//! of their parameters and its rollback to put it back: the GPU twin of toy::use_sgd.
+template <class Gpu>
+void use_sgd(ExecutorOptions& options, const Placement& placement, std::vector<Gpu>& stages,
+             double learning_rate) {
+  auto each = [placement, &stages](int rank, auto&& fn) {
+    for (int s : placement.stages_of(rank))
+      fn(stages[static_cast<std::size_t>(s)]);
+  };
+  options.optimizer = [each, learning_rate](int rank) {
+    each(rank, [&](Gpu& g) { g.sgd_step(learning_rate); });
+  };
+  options.snapshot = [each](int rank) { each(rank, [](Gpu& g) { g.snapshot_parameters(); }); };
+  options.rollback = [each](int rank) { each(rank, [](Gpu& g) { g.restore_parameters(); }); };
+}
+
 //! Trains `schedule` for `steps` steps on GPU stages `Gpu` (built from `config`, one
-//! CudaDevice per rank on GPU 0) with SGD at `learning_rate` from each rank's optimizer hook,
+//! CudaDevice per rank on GPU 0) with SGD at `learning_rate` from each rank's optimizer hook
+//! (`use_sgd`, with its rollback),
 //! beside host stages `Reference` run sequentially on `ref_data` (unsliced); `cost` predicts
 //! the peaks. Returns one comparison per step.
 template <class Gpu, class Reference, class Config, class Data, class RefData>
@@ -56,18 +74,7 @@ std::vector<StepComparison> compare_with_reference(const Schedule& schedule, con
                        devices[static_cast<std::size_t>(schedule.placement.rank_of(s))]);
   }
   ExecutorOptions options;
-  options.optimizer = [&](int rank) {
-    for (int s : schedule.placement.stages_of(rank))
-      piped[static_cast<std::size_t>(s)].sgd_step(learning_rate);
-  };
-  options.snapshot = [&](int rank) {
-    for (int s : schedule.placement.stages_of(rank))
-      piped[static_cast<std::size_t>(s)].snapshot_parameters();
-  };
-  options.rollback = [&](int rank) {
-    for (int s : schedule.placement.stages_of(rank))
-      piped[static_cast<std::size_t>(s)].restore_parameters();
-  };
+  use_sgd(options, schedule.placement, piped, learning_rate);
   CudaLocalPipeline<Gpu> pipe(schedule, devices, piped, options);
   const SimulationResult predicted = simulate(schedule, cost);
   const auto training =
