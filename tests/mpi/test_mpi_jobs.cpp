@@ -18,6 +18,7 @@
 #include "../unit/exec/exec_support.hpp"
 #include "mpi_support.hpp"
 #include "pipesched/exec/process_grid.hpp"
+#include "pipesched/exec/shard_optimizer.hpp"
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/transport/mpi/mpi_groups.hpp"
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
@@ -34,9 +35,11 @@ using CountingGpt = exec_test::Counting<toy::GptStage<double>>;
 // the job `grid` over MPI, on one replica: every process throws the same error saying the step
 // was rolled back, and after a retry of the failed step every step's loss and this process's
 // parameters equal the fault-free run's, bit for bit. The draws come from one seed, so every
-// process draws the same.
+// process draws the same. With `zero` 1 or 2 the optimizer is ZeRO's shard step (SGD with
+// momentum, so a rolled-back step must also restore the shards' state), and an optimizer fault
+// hits one replica's rank only.
 void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, int trials,
-                                 unsigned seed) {
+                                 unsigned seed, int zero = 0) {
   if (grid.size() != world_size()) return;
   const ps::MpiGroups groups(grid);
   const ps::Schedule s = generated(name, grid.pipeline, 2 * grid.pipeline);
@@ -66,11 +69,14 @@ void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, 
   std::vector<int> calls_per_step(static_cast<std::size_t>(n), 0);  // of this process's stages
   std::vector<int> reaches_per_step(static_cast<std::size_t>(n), 0);
   std::vector<double> clean_params;
+  ps::MpiReducerOptions sharded;
+  sharded.zero = zero;
+  if (zero > 0) sharded.optimizer = ps::sgd_shards(learning_rate, 0.9);
   {
     auto stages = make();
     ps::ExecutorOptions options = base;
-    toy::use_sgd(options, s.placement, stages, learning_rate);
-    ps::MpiPipeline<CountingGpt> pipe(s, stages, groups, options);
+    if (zero == 0) toy::use_sgd(options, s.placement, stages, learning_rate);
+    ps::MpiPipeline<CountingGpt> pipe(s, stages, groups, options, {}, sharded);
     for (int k = 0; k < steps; ++k)
       clean_loss.push_back(pipe.step(training).loss);
     for (int st = 0; st < n; ++st) {
@@ -85,7 +91,7 @@ void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, 
   for (int t = 0; t < trials; ++t) {
     auto stages = make();
     ps::ExecutorOptions options = base;
-    toy::use_sgd(options, s.placement, stages, learning_rate);
+    if (zero == 0) toy::use_sgd(options, s.placement, stages, learning_rate);
     const unsigned kind = rng() % 4;  // 0: an optimizer, 1: a gradients() call, else compute
     const bool in_optimizer = kind == 0, in_gradients = kind == 1;
     const int bad_rank = static_cast<int>(rng() % static_cast<unsigned>(s.rank_count()));
@@ -97,13 +103,25 @@ void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, 
     const bool here =
         s.placement.rank_of(stage) == rank && groups.coordinates().data == bad_replica;
     bool armed = false;
-    auto sgd = options.optimizer;
-    options.optimizer = [&, sgd](int r) {
-      if (armed && r == bad_rank && !after_update) throw std::runtime_error("optimizer fault");
-      sgd(r);
-      if (armed && r == bad_rank && after_update) throw std::runtime_error("optimizer fault");
-    };
-    ps::MpiPipeline<CountingGpt> pipe(s, stages, groups, options);
+    ps::MpiReducerOptions faulty = sharded;
+    if (zero == 0) {
+      auto sgd = options.optimizer;
+      options.optimizer = [&, sgd](int r) {
+        if (armed && r == bad_rank && !after_update) throw std::runtime_error("optimizer fault");
+        sgd(r);
+        if (armed && r == bad_rank && after_update) throw std::runtime_error("optimizer fault");
+      };
+    } else {
+      const bool mine_fails = rank == bad_rank && groups.coordinates().data == bad_replica;
+      faulty.optimizer.step = [&, mine_fails, rule = sharded.optimizer.step](
+                                  std::span<double> w, std::span<const double> g,
+                                  std::span<double> state) {
+        if (armed && mine_fails && !after_update) throw std::runtime_error("optimizer fault");
+        rule(w, g, state);
+        if (armed && mine_fails && after_update) throw std::runtime_error("optimizer fault");
+      };
+    }
+    ps::MpiPipeline<CountingGpt> pipe(s, stages, groups, options, {}, faulty);
     SCOPED_TRACE("trial " + std::to_string(t) + ": step " + std::to_string(faulty_step) +
                  (in_optimizer ? ", rank " + std::to_string(bad_rank) + "'s optimizer"
                                : std::string(in_gradients ? ", the gradients of" : ", a call of") +
@@ -131,7 +149,7 @@ void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, 
           EXPECT_EQ(e.rank(), in_optimizer ? bad_rank : s.placement.rank_of(stage)) << e.what();
           // With replicas the error names the failing one (the lowest, when all failed).
           if (grid.data > 1) {
-            const int replica = in_optimizer ? 0 : bad_replica;
+            const int replica = in_optimizer && zero == 0 ? 0 : bad_replica;
             EXPECT_EQ(std::string(e.what()).rfind("replica " + std::to_string(replica) + " of " +
                                                       std::to_string(grid.data) + ": rank ",
                                                   0),
@@ -163,6 +181,14 @@ TEST(MpiFaults, RandomFaultsRollBackEveryReplica) {
   const int n = world_size();
   expect_mpi_faults_roll_back("1f1b", {1, n, 1}, 60, 13);
   expect_mpi_faults_roll_back("zb-h1", {2, n / 2, 1}, 60, 14);
+}
+
+// ZeRO: a fault in a shard's optimizer (before or after it updated the shard and its
+// momentum) or anywhere else rolls back every shard; the next steps match the clean run's.
+TEST(MpiFaults, RandomFaultsRollBackZeroShards) {
+  const int n = world_size();
+  expect_mpi_faults_roll_back("1f1b", {2, n / 2, 1}, 60, 15, 1);
+  expect_mpi_faults_roll_back("zb-h1", {1, n, 1}, 60, 16, 2);
 }
 
 // Every grid of the job's size: each communicator of MpiGroups holds exactly the processes
@@ -266,6 +292,131 @@ TEST(MpiDataParallel, MatchesSequentialTrainingOfTheGlobalBatch) {
     expect_data_parallel("slice-pipe", grid, 2);
     if (grid.pipeline > 1) expect_data_parallel("interleaved-1f1b", grid);
   }
+}
+
+// ---- ZeRO: sharded optimizer state (1) and gradients (2) ------------------------------------
+
+inline constexpr double momentum = 0.9;
+
+// Sequential training's update of `stages` with SGD and momentum (PyTorch's form), one
+// velocity per parameter value in `velocity` (one vector per stage, grown on first use).
+void momentum_update(std::vector<toy::GptStage<double>>& stages,
+                     std::vector<std::vector<double>>& velocity) {
+  velocity.resize(stages.size());
+  for (std::size_t st = 0; st < stages.size(); ++st) {
+    std::vector<double>& v = velocity[st];
+    std::size_t k = 0;
+    auto grads = stages[st].gradients();
+    auto g = grads.begin();
+    for (auto& p : stages[st].parameters()) {
+      for (std::size_t i = 0; i < p.data.size(); ++i, ++k) {
+        if (k >= v.size()) v.push_back(0);
+        v[k] = momentum * v[k] + (*g).data[i];
+        p.data[i] -= learning_rate * v[k];
+      }
+      ++g;
+    }
+  }
+}
+
+// One stage's gradient values, flat.
+std::vector<double> flat(const toy::GptStage<double>& stage) {
+  return toy::flat_gradients(std::vector<toy::GptStage<double>>{stage});
+}
+
+// Trains `name` on `grid` with ZeRO-`zero` for three steps, SGD with momentum stepped shard
+// by shard: the global loss, this replica's shard of every reduced gradient (one bucket per
+// stage: the j-th of d equal parts of the stage's values, padded) and the whole all-gathered
+// weights equal sequential training of the global batch with momentum (double, 1e-12); with
+// ZeRO-2 the gradients outside the shard are zero.
+void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int slices = 1) {
+  if (grid.size() != world_size()) return;
+  SCOPED_TRACE(std::string(name) + " with ZeRO-" + std::to_string(zero) + " on " + grid.describe());
+  const ps::MpiGroups groups(grid);
+  const int d = grid.data, j = groups.coordinates().data, rank = groups.coordinates().pipeline;
+  const ps::Schedule s = generated(name, grid.pipeline, 4, slices);
+  const toy::GptConfig config = config_for(s.problem.stages);
+  const auto global = toy::make_gpt_data<double>(config, d * s.problem.microbatches, 21);
+  const auto mine = share(global, j, d);
+  auto ref = make_stages<double>(config, s.problem.stages);
+  auto procs = make_stages<double>(config, s.problem.stages);
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(30);
+  ps::MpiReducerOptions zero_options;
+  zero_options.zero = zero;
+  zero_options.optimizer = ps::sgd_shards(learning_rate, momentum);
+  ps::MpiPipeline<toy::GptStage<double>> pipe(s, procs, groups, options, {}, zero_options);
+  const auto training = toy::training_data(mine, slices);
+  std::vector<std::vector<double>> velocity;
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const double ref_loss = toy::sequential_step(ref, global);
+    std::vector<std::vector<double>> ref_grads;
+    for (const auto& st : ref)
+      ref_grads.push_back(flat(st));
+    momentum_update(ref, velocity);
+    const ps::StepResult r = pipe.step(training);
+    double loss = 0;
+    MPI_Allreduce(&r.loss, &loss, 1, MPI_DOUBLE, MPI_SUM, groups.data());
+    EXPECT_LE(std::abs(loss / d - ref_loss), 1e-12 * std::abs(ref_loss));
+    for (int st : s.placement.stages_of(rank)) {
+      const std::vector<double> got = flat(procs[static_cast<std::size_t>(st)]);
+      const std::vector<double>& want = ref_grads[static_cast<std::size_t>(st)];
+      const std::size_t n = want.size(), c = (n + d - 1) / d;
+      const std::size_t lo = std::min(n, c * j), hi = std::min(n, lo + c);
+      EXPECT_LE(toy::max_relative_error(std::vector<double>(got.begin() + lo, got.begin() + hi),
+                                        std::vector<double>(want.begin() + lo, want.begin() + hi)),
+                1e-12)
+          << "stage " << st << "'s shard";
+      if (zero == 2) {
+        for (std::size_t i = 0; i < n; ++i) {
+          if (i < lo || i >= hi) {
+            EXPECT_EQ(got[i], 0.0) << "stage " << st << " value " << i;
+          }
+        }
+      }
+    }
+    EXPECT_LE(toy::max_relative_error(toy::flat_parameters(stages_of(s, procs, rank)),
+                                      toy::flat_parameters(stages_of(s, ref, rank))),
+              1e-12);
+  }
+  EXPECT_EQ(pipe.transport().pending(), 0u);
+}
+
+TEST(MpiZero, MatchesSequentialTrainingWithMomentum) {
+  const int n = world_size();
+  expect_zero("1f1b", {2, n / 2, 1}, 1);
+  expect_zero("zb-h1", {2, n / 2, 1}, 2);
+  expect_zero("interleaved-1f1b", {2, n / 2, 1}, 1);
+  expect_zero("slice-pipe", {2, n / 2, 1}, 1, 2);
+  expect_zero("1f1b", {1, n, 1}, 2);
+}
+
+TEST(MpiZero, OptionsAreCheckedOnEveryProcess) {
+  const ps::ProcessGrid grid{1, world_size(), 1};
+  const ps::MpiGroups groups(grid);
+  const ps::Schedule s = generated("1f1b", 1, 2);
+  auto stages = make_stages<double>(config_for(1), 1);
+  auto refused = [&](ps::ExecutorOptions options, ps::MpiReducerOptions zero, const char* says) {
+    try {
+      ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, groups, options, {}, zero);
+      ADD_FAILURE() << "accepted; expected: " << says;
+    } catch (const ps::invalid_problem& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  ps::MpiReducerOptions three;
+  three.zero = 3;
+  refused({}, three, "give 0 (all-reduce), 1");
+  ps::MpiReducerOptions no_rule;
+  no_rule.zero = 1;
+  refused({}, no_rule, "MpiReducerOptions.optimizer is empty");
+  ps::MpiReducerOptions both;
+  both.zero = 2;
+  both.optimizer = ps::sgd_shards(0.1);
+  ps::ExecutorOptions with_optimizer;
+  toy::use_sgd(with_optimizer, s.placement, stages, 0.1);
+  refused(with_optimizer, both, "leave those empty");
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 // Data-parallel gradient reduction over MPI: at a stage's REDUCE_GRAD its weight gradients are
 // packed into buckets and each bucket's MPI_Iallreduce starts; at its WAIT_REDUCE_GRAD the
 // reducer waits for them (polling, so the pipeline's messages and failure notices keep moving)
-// and writes the replicas' mean back into the gradients. After a failed step `drain` completes
-// every reduction some replica started, so the data-parallel communicator is clean.
+// and writes the replicas' mean back into the gradients. With ZeRO-1/2 each bucket is
+// reduce-scattered instead (MPI_Ireduce_scatter_block): a replica receives the mean of its own
+// shard only, steps that shard with its own optimizer state (`step_shards`) and, once the
+// whole job agreed to commit, the replicas all-gather the updated weights (`gather_weights`).
+// After a failed step `drain` completes every reduction some replica started, so the
+// data-parallel communicator is clean.
 #pragma once
 
 #ifndef OMPI_SKIP_MPICXX
@@ -14,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <ranges>
 #include <span>
 #include <string>
@@ -26,6 +31,7 @@
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
+#include "pipesched/exec/shard_optimizer.hpp"
 #include "pipesched/exec/wire.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 
@@ -41,6 +47,17 @@ concept reducible_stage = requires(S& s) {
       std::ranges::range_reference_t<decltype(std::declval<S&>().gradients())>>>;
 };
 
+//! A reducible stage whose weights a ZeRO-sharded optimizer can reach: `parameters()` is a
+//! range of the same tensors as `gradients()`, in the same order and of the same sizes.
+template <class S>
+concept shardable_stage = reducible_stage<S> && requires(S& s) {
+  { s.parameters() } -> std::ranges::range;
+  requires std::is_same_v<
+      std::remove_cvref_t<std::ranges::range_reference_t<decltype(std::declval<S&>().gradients())>>,
+      std::remove_cvref_t<
+          std::ranges::range_reference_t<decltype(std::declval<S&>().parameters())>>>;
+};
+
 //! Knobs of MpiGradientReducer.
 struct MpiReducerOptions {
   //! The most bytes one all-reduce carries; a stage's gradients go in buckets of at most this
@@ -49,6 +66,44 @@ struct MpiReducerOptions {
   //! Divide the sum by the replica count (the mean: the gradient of the global batch's mean
   //! loss, when each replica's loss is the mean over its own share).
   bool average = true;
+  //! The ZeRO stage (Rajbhandari et al. 2020). 0: each bucket is all-reduced, every replica
+  //! holds the whole mean gradient and ExecutorOptions::optimizer updates the weights. 1 and
+  //! 2: each bucket is reduce-scattered; replica j of d receives the mean of its j-th shard
+  //! (a bucket padded to a multiple of d, cut in d equal parts), `optimizer` updates that
+  //! shard's weights with that shard's state only (the state is sharded: 1/d of it per
+  //! replica), and once every process of the job has stepped, the replicas all-gather the
+  //! weights. Outside its shard a replica's gradients keep its own unreduced sums with 1 (the
+  //! gradient buffer stays whole) and are zeroed with 2 (ZeRO-2 releases them; the toy tensors
+  //! stay allocated). Both move the bytes of one all-reduce.
+  int zero = 0;
+  //! With `zero` 1 or 2: the update rule of a shard (`sgd_shards`); it replaces
+  //! ExecutorOptions::optimizer, which must then be empty.
+  ShardOptimizer optimizer{};
+
+  //! Throws invalid_argument for options a reducer cannot run.
+  void validate() const {
+    const MpiReducerOptions& o = *this;
+    if (o.bucket_bytes == 0)
+      throw invalid_argument(
+          "MpiReducerOptions.bucket_bytes = 0 is out of range; give 1 byte "
+          "or more (25 MiB is PyTorch DDP's default).",
+          "MpiReducerOptions.bucket_bytes", "0");
+    if (o.zero < 0 || o.zero > 2)
+      throw invalid_argument("MpiReducerOptions.zero = " + std::to_string(o.zero) +
+                                 " is not a ZeRO stage pipesched runs; give 0 (all-reduce), 1 "
+                                 "(sharded optimizer state) or 2 (and sharded gradients).",
+                             "MpiReducerOptions.zero", std::to_string(o.zero));
+    if (o.zero >= 1 && !o.optimizer)
+      throw invalid_argument("MpiReducerOptions.zero = " + std::to_string(o.zero) +
+                                 " steps each replica's shard, but MpiReducerOptions.optimizer "
+                                 "is empty; set it (e.g. sgd_shards(0.01)).",
+                             "MpiReducerOptions.optimizer", "empty");
+    if (o.zero >= 1 && o.optimizer.state_per_value < 0)
+      throw invalid_argument(
+          "ShardOptimizer.state_per_value = " + std::to_string(o.optimizer.state_per_value) +
+              " is negative; give 0 or more state values per weight.",
+          "ShardOptimizer.state_per_value", std::to_string(o.optimizer.state_per_value));
+  }
 };
 
 //! Reduces the weight gradients of this process's stages over `data` (its data-parallel
@@ -78,13 +133,15 @@ class MpiGradientReducer {
     detail::mpi::check(MPI_Comm_dup(data, &control_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_size(comm_, &replicas_);
+    MPI_Comm_rank(comm_, &replica_);
     for (const Action& a : order)
       if (a.kind == OpKind::ReduceGrad) sequence_.push_back(a.stage);
-    if (options_.bucket_bytes == 0)
-      throw invalid_argument(
-          "MpiReducerOptions.bucket_bytes = 0 is out of range; give 1 byte "
-          "or more (25 MiB is PyTorch DDP's default).",
-          "MpiReducerOptions.bucket_bytes", "0");
+    options_.validate();
+    if (options_.zero >= 1 && !shardable)
+      throw invalid_problem(
+          "MpiGradientReducer: ZeRO-" + std::to_string(options_.zero) +
+          " steps each replica's shard of the weights, but the stage model has no "
+          "parameters() of the same tensors as its gradients() (see shardable_stage).");
   }
 
   MpiGradientReducer(const MpiGradientReducer&) = delete;
@@ -102,11 +159,17 @@ class MpiGradientReducer {
 
   //! Replicas in the data-parallel group.
   int replicas() const noexcept { return replicas_; }
+  //! This process's replica: its rank in the data-parallel group (its shard, with ZeRO).
+  int replica() const noexcept { return replica_; }
+  //! The ZeRO stage the reducer runs (MpiReducerOptions::zero).
+  int zero() const noexcept { return options_.zero; }
 
   //! Per-step bookkeeping: called when a step starts.
   void begin_step() {
     started_ = 0;
     pending_.clear();
+    reduced_.clear();
+    updated_.clear();
   }
 
   //! Starts reducing stage `stage`'s gradients (REDUCE_GRAD): packs them into buckets and
@@ -114,13 +177,11 @@ class MpiGradientReducer {
   void start(int stage) {
     Pending p;
     p.stage = stage;
-    for (std::vector<value>& bucket : pack(stage)) {
-      p.buckets.push_back(std::move(bucket));
-      p.requests.push_back(MPI_REQUEST_NULL);
-      std::vector<value>& b = p.buckets.back();
-      detail::mpi::check(MPI_Iallreduce(MPI_IN_PLACE, b.data(), static_cast<int>(b.size()),
-                                        datatype(), MPI_SUM, comm_, &p.requests.back()),
-                         "MPI_Iallreduce");
+    p.buckets = pack(stage, gradients_of);
+    p.shards.resize(p.buckets.size());
+    p.requests.assign(p.buckets.size(), MPI_REQUEST_NULL);
+    for (std::size_t b = 0; b < p.buckets.size(); ++b) {
+      begin_reduction(p.buckets[b], p.shards[b], p.requests[b]);
       ++started_;
     }
     pending_.push_back(std::move(p));
@@ -154,6 +215,77 @@ class MpiGradientReducer {
     pending_.erase(it);
   }
 
+  //! ZeRO: steps this replica's shard of every bucket of the stages it reduced this step
+  //! (their WAIT_REDUCE_GRAD has run) with the shard optimizer and the shard's own state,
+  //! keeping the previous state for `discard_step`. The updated weights are kept apart: the
+  //! stage models change only in `gather_weights`.
+  void step_shards() {
+    require_zero("step_shards");
+    saved_ = states_;
+    updated_.clear();
+    for (int stage : sequence_) {
+      auto r = reduced_.find(stage);
+      if (r == reduced_.end())
+        throw error("MpiGradientReducer: stage " + std::to_string(stage) +
+                    "'s reduction was not waited for before the optimizer; put " +
+                    std::to_string(stage) + "WAIT_REDUCE_GRAD before the list's end.");
+      std::vector<std::vector<value>> weights = pack(stage, parameters_of);
+      std::vector<std::vector<double>>& state = states_[stage];
+      state.resize(weights.size());
+      for (std::size_t b = 0; b < weights.size(); ++b) {
+        const Shard sh = shard(r->second.sizes[b]);
+        std::vector<double> w(weights[b].begin() + static_cast<std::ptrdiff_t>(sh.begin),
+                              weights[b].begin() + static_cast<std::ptrdiff_t>(sh.end));
+        const std::vector<value>& g = r->second.shards[b];
+        std::vector<double> grad(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(w.size()));
+        state[b].resize(static_cast<std::size_t>(options_.optimizer.state_per_value) * w.size());
+        options_.optimizer.step(w, grad, state[b]);
+        std::copy(w.begin(), w.end(), weights[b].begin() + static_cast<std::ptrdiff_t>(sh.begin));
+      }
+      updated_.emplace_back(stage, std::move(weights));
+    }
+  }
+
+  //! ZeRO: undoes `step_shards` (its optimizer may have stopped half-way): the shards' state
+  //! is put back and the updated weights are dropped; the stage models never changed.
+  void discard_step() {
+    require_zero("discard_step");
+    states_ = saved_;
+    updated_.clear();
+  }
+
+  //! ZeRO, once every process of the job has stepped: all-gathers every replica's updated
+  //! shard into the stage models' weights (collective over the data-parallel group, in
+  //! REDUCE_GRAD order; waited for with `poll`). Throws receive_timeout after the timeout.
+  void gather_weights() {
+    require_zero("gather_weights");
+    const auto deadline = detail::deadline_after(timeout_);
+    std::vector<MPI_Request> requests;
+    requests.reserve(updated_.size() * 2);
+    for (auto& [stage, buckets] : updated_)
+      for (std::vector<value>& b : buckets) {
+        requests.push_back(MPI_REQUEST_NULL);
+        detail::mpi::check(MPI_Iallgather(MPI_IN_PLACE, 0, datatype(), b.data(),
+                                          static_cast<int>(b.size()) / replicas_, datatype(), comm_,
+                                          &requests.back()),
+                           "MPI_Iallgather");
+      }
+    while (!wait_all(requests, std::min(deadline, std::chrono::steady_clock::now() +
+                                                      std::chrono::milliseconds(1)))) {
+      if (poll_) poll_();
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw receive_timeout("the all-gather of the updated weights did not complete within " +
+                              detail::seconds_text(timeout_.count()) +
+                              " s; does every replica run the same schedule?");
+    }
+    for (auto& [stage, buckets] : updated_)
+      walk(stage, parameters_of, [&](std::span<value> v, std::size_t b, std::size_t at) {
+        std::copy_n(buckets[b].begin() + static_cast<std::ptrdiff_t>(at), v.size(), v.begin());
+      });
+    updated_.clear();
+    reduced_.clear();
+  }
+
   //! After a failed step: every replica learns how many all-reduces the most advanced one
   //! started, starts the ones it did not (on scratch buffers of the same sizes, in the same
   //! order) and completes them all, so the communicator is clean for the next step
@@ -170,20 +302,21 @@ class MpiGradientReducer {
     if (!wait_all(count, deadline)) return false;
     // The step's buckets in order: the stages in REDUCE_GRAD order, each stage's buckets; the
     // ones this replica did not start, started now on scratch buffers.
-    std::vector<std::vector<value>> scratch;
+    std::vector<std::vector<value>> scratch, scratch_shards;
     std::vector<MPI_Request> all;
     for (Pending& p : pending_)
       all.insert(all.end(), p.requests.begin(), p.requests.end());
+    // (The scratch vectors' buffers stay put while later ones are added: each is sized once.)
+    scratch.reserve(static_cast<std::size_t>(std::max(0LL, most - started_)));
+    scratch_shards.reserve(scratch.capacity());
     long long index = 0;
     for (int stage : sequence_)
       for (std::size_t n : bucket_sizes(stage)) {
         if (index >= started_ && index < most) {
-          scratch.emplace_back(n, value(0));
+          scratch.emplace_back(padded(n), value(0));
+          scratch_shards.emplace_back();
           all.push_back(MPI_REQUEST_NULL);
-          detail::mpi::check(
-              MPI_Iallreduce(MPI_IN_PLACE, scratch.back().data(), static_cast<int>(n), datatype(),
-                             MPI_SUM, comm_, &all.back()),
-              "MPI_Iallreduce");
+          begin_reduction(scratch.back(), scratch_shards.back(), all.back());
         }
         ++index;
       }
@@ -193,11 +326,68 @@ class MpiGradientReducer {
   }
 
  private:
+  static constexpr bool shardable = shardable_stage<Stage>;
+
   struct Pending {
     int stage = 0;
-    std::vector<std::vector<value>> buckets;
+    std::vector<std::vector<value>> buckets;  // padded to a multiple of the replicas with ZeRO
+    std::vector<std::vector<value>> shards;   // ZeRO: this replica's reduced shard of each
     std::vector<MPI_Request> requests;
   };
+  // ZeRO: a stage's reduced shards (the replicas' mean) and its buckets' real sizes.
+  struct Reduced {
+    std::vector<std::vector<value>> shards;
+    std::vector<std::size_t> sizes;
+  };
+  // This replica's part [begin, end) of a bucket of n values.
+  struct Shard {
+    std::size_t begin = 0, end = 0;
+  };
+
+  // A bucket's length as reduced: n, or with ZeRO n rounded up to a multiple of the replicas.
+  std::size_t padded(std::size_t n) const {
+    if (options_.zero == 0) return n;
+    const std::size_t d = static_cast<std::size_t>(replicas_);
+    return (n + d - 1) / d * d;
+  }
+
+  Shard shard(std::size_t n) const {
+    const std::size_t c = padded(n) / static_cast<std::size_t>(replicas_);
+    const std::size_t begin = std::min(n, c * static_cast<std::size_t>(replica_));
+    return {begin, std::min(n, begin + c)};
+  }
+
+  // Starts one bucket's reduction: the all-reduce in place, or with ZeRO the reduce-scatter
+  // into `shard` (sized here).
+  void begin_reduction(std::vector<value>& bucket, std::vector<value>& shard_out,
+                       MPI_Request& request) {
+    if (options_.zero == 0) {
+      detail::mpi::check(
+          MPI_Iallreduce(MPI_IN_PLACE, bucket.data(), static_cast<int>(bucket.size()), datatype(),
+                         MPI_SUM, comm_, &request),
+          "MPI_Iallreduce");
+      return;
+    }
+    const int c = static_cast<int>(bucket.size()) / replicas_;
+    shard_out.assign(static_cast<std::size_t>(c), value(0));
+    detail::mpi::check(MPI_Ireduce_scatter_block(bucket.data(), shard_out.data(), c, datatype(),
+                                                 MPI_SUM, comm_, &request),
+                       "MPI_Ireduce_scatter_block");
+  }
+
+  void require_zero(const char* what) const {
+    if (options_.zero == 0)
+      throw error(std::string("MpiGradientReducer::") + what +
+                  " runs with ZeRO (MpiReducerOptions::zero 1 or 2) only.");
+  }
+
+  static auto gradients_of(Stage& s) { return s.gradients(); }
+  static auto parameters_of(Stage& s) {
+    if constexpr (shardable)
+      return s.parameters();
+    else
+      return s.gradients();  // never used: ZeRO is refused for such stages
+  }
 
   static MPI_Datatype datatype() { return std::is_same_v<value, double> ? MPI_DOUBLE : MPI_FLOAT; }
 
@@ -206,15 +396,15 @@ class MpiGradientReducer {
     return {reinterpret_cast<value*>(bytes.data()), bytes.size() / sizeof(value)};
   }
 
-  // Calls `each(values, bucket, offset)` for every gradient tensor of stage `stage`, in order:
+  // Calls `each(values, bucket, offset)` for every tensor `range(stage)` gives, in order:
   // a bucket is closed when the next tensor would take it past bucket_bytes. Returns the
   // buckets' element counts.
-  template <class Each>
-  std::vector<std::size_t> walk(int stage, Each&& each) {
+  template <class Range, class Each>
+  std::vector<std::size_t> walk(int stage, Range&& range, Each&& each) {
     std::vector<std::size_t> sizes;
     const std::size_t cap = std::max<std::size_t>(1, options_.bucket_bytes / sizeof(value));
     std::size_t open = 0;
-    for (auto&& t : stage_at(stage).gradients()) {
+    for (auto&& t : range(stage_at(stage))) {
       const std::span<value> v = values(t);
       if (open > 0 && open + v.size() > cap) {
         sizes.push_back(open);
@@ -228,25 +418,55 @@ class MpiGradientReducer {
   }
 
   std::vector<std::size_t> bucket_sizes(int stage) {
-    return walk(stage, [](std::span<value>, std::size_t, std::size_t) {});
+    return walk(stage, gradients_of, [](std::span<value>, std::size_t, std::size_t) {});
   }
 
-  std::vector<std::vector<value>> pack(int stage) {
+  // The tensors `range` gives of stage `stage`, packed into buckets (padded with zeros).
+  template <class Range>
+  std::vector<std::vector<value>> pack(int stage, Range&& range) {
     std::vector<std::vector<value>> buckets;
-    for (std::size_t n : bucket_sizes(stage))
-      buckets.emplace_back(n);
-    walk(stage, [&](std::span<value> v, std::size_t b, std::size_t at) {
-      std::copy(v.begin(), v.end(), buckets[b].begin() + static_cast<std::ptrdiff_t>(at));
-    });
+    const std::vector<std::size_t> sizes =
+        walk(stage, range, [&](std::span<value> v, std::size_t b, std::size_t) {
+          if (b >= buckets.size()) buckets.emplace_back();
+          buckets[b].insert(buckets[b].end(), v.begin(), v.end());
+        });
+    if (sizes != bucket_sizes(stage))
+      throw error("MpiGradientReducer: stage " + std::to_string(stage) +
+                  "'s parameters() and gradients() differ in sizes; give them the same tensors "
+                  "in the same order.");
+    for (std::size_t b = 0; b < buckets.size(); ++b)
+      buckets[b].resize(padded(sizes[b]), value(0));
     return buckets;
   }
 
   void unpack(Pending& p) {
     const value scale = options_.average ? value(1) / static_cast<value>(replicas_) : value(1);
-    walk(p.stage, [&](std::span<value> v, std::size_t b, std::size_t at) {
-      for (std::size_t i = 0; i < v.size(); ++i)
-        v[i] = p.buckets[b][at + i] * scale;
+    if (options_.zero == 0) {
+      walk(p.stage, gradients_of, [&](std::span<value> v, std::size_t b, std::size_t at) {
+        for (std::size_t i = 0; i < v.size(); ++i)
+          v[i] = p.buckets[b][at + i] * scale;
+      });
+      return;
+    }
+    // ZeRO: this replica's shard holds the mean; the rest keep the replica's own sums (1) or
+    // are released (2).
+    Reduced r;
+    for (std::vector<value>& s : p.shards)
+      for (value& x : s)
+        x *= scale;
+    r.sizes = bucket_sizes(p.stage);
+    walk(p.stage, gradients_of, [&](std::span<value> v, std::size_t b, std::size_t at) {
+      const Shard sh = shard(r.sizes[b]);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const std::size_t k = at + i;
+        if (k >= sh.begin && k < sh.end)
+          v[i] = p.shards[b][k - sh.begin];
+        else if (options_.zero == 2)
+          v[i] = value(0);
+      }
     });
+    r.shards = std::move(p.shards);
+    reduced_[p.stage] = std::move(r);
   }
 
   Stage& stage_at(int stage) {
@@ -277,9 +497,15 @@ class MpiGradientReducer {
   MPI_Comm comm_ = MPI_COMM_NULL;     // the all-reduces of gradients
   MPI_Comm control_ = MPI_COMM_NULL;  // the count agreement of `drain`
   int replicas_ = 1;
+  int replica_ = 0;
   std::vector<int> sequence_;  // the stages in the order this rank starts their reductions
   long long started_ = 0;      // all-reduces started this step
   std::vector<Pending> pending_;
+  // ZeRO: this step's reduced shards, per stage; each stage's shard optimizer state (per
+  // bucket) and its copy from before this step's update; the updated weights to all-gather.
+  std::map<int, Reduced> reduced_;
+  std::map<int, std::vector<std::vector<double>>> states_, saved_;
+  std::vector<std::pair<int, std::vector<std::vector<value>>>> updated_;
 };
 
 }  // namespace pipesched

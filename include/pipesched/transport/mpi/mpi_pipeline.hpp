@@ -164,6 +164,9 @@ class ProcessPipeline {
     virtual void attach(std::function<void()> poll) = 0;
     virtual void begin_step() = 0;
     virtual bool drain(std::chrono::duration<double> timeout) = 0;
+    //! Once every process's update is applied and none failed: what completes it across
+    //! replicas (ZeRO's all-gather of the updated weights; nothing without ZeRO).
+    virtual void complete_update() {}
   };
 
  protected:
@@ -269,7 +272,10 @@ class ProcessPipeline {
       local = FailureNotice{e.rank(), e.position(), e.action(), replica_ + e.what()};
     }
     const int who = lowest_where(local.has_value(), "applying the step's updates stalled");
-    if (who == INT_MAX) return;
+    if (who == INT_MAX) {
+      if (reduction_) complete(*reduction_);
+      return;
+    }
     std::string why = no_rollback_hook;
     bool undone = executor_->can_roll_back();
     if (undone) {
@@ -289,6 +295,18 @@ class ProcessPipeline {
     throw update_failed(
         execution_error(notice.message, notice.rank, notice.position, notice.action),
         stuck == INT_MAX, why);
+  }
+
+  // The committed update's last collective (ZeRO's all-gather); a process that stops
+  // answering in it ends the job.
+  void complete(Reduction& r) {
+    try {
+      r.complete_update();
+    } catch (const receive_timeout& e) {
+      lost(e.what());
+    } catch (const transport_aborted& e) {
+      lost(e.what());
+    }
   }
 
   StepResult gather(RankRun run) {
@@ -388,15 +406,32 @@ class MpiPipeline
     void attach(std::function<void()> p) override { poll = std::move(p); }
     void begin_step() override { reducer.begin_step(); }
     bool drain(std::chrono::duration<double> timeout) override { return reducer.drain(timeout); }
+    void complete_update() override {
+      if (reducer.zero() >= 1) reducer.gather_weights();
+    }
     std::function<void()> poll;
     MpiGradientReducer<Stage> reducer;
   };
+
+  // ZeRO: the optimizer hook steps this replica's shards, the rollback hook discards that
+  // step; the all-gather follows once the job agreed to commit (complete_update).
+  static void shard_optimizer(ExecutorOptions& options, Reducer* raw) {
+    if (options.optimizer || options.snapshot || options.rollback)
+      throw invalid_problem(
+          "MpiPipeline: with ZeRO-" + std::to_string(raw->reducer.zero()) +
+          " each replica steps its shard with MpiReducerOptions::optimizer, but "
+          "ExecutorOptions also has an optimizer, snapshot or rollback hook; leave those "
+          "empty (the reducer keeps and restores the shards' state).");
+    options.optimizer = [raw](int) { raw->reducer.step_shards(); };
+    options.rollback = [raw](int) { raw->reducer.discard_step(); };
+  }
 
   static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
                                 const MpiGroups& groups, ExecutorOptions options,
                                 const MpiReducerOptions& reducer_options) {
     Prepared out;
-    if (groups.grid().data > 1) {
+    reducer_options.validate();
+    if (groups.grid().data > 1 || reducer_options.zero >= 1) {
       if constexpr (reducible_stage<Stage>) {
         if (options.reduce_gradients)
           throw invalid_problem(
@@ -420,6 +455,7 @@ class MpiPipeline
         });
         options.reduce_gradients.start = [raw](int stage) { raw->reducer.start(stage); };
         options.reduce_gradients.wait = [raw](int stage) { raw->reducer.wait(stage); };
+        if (reducer_options.zero >= 1) shard_optimizer(options, raw);
         out.reduction = std::move(r);
       } else {
         throw invalid_problem(
