@@ -4,7 +4,7 @@
 // microbatches) over MPI whose executor runs REDUCE_GRAD / WAIT_REDUCE_GRAD
 // (ExecutorOptions::reduce_gradients, placed by add_gradient_reduction). Each process's
 // reductions run on a link of its own: a worker thread that takes one reduction at a time and
-// holds it for a set time per stage (from 1 ms for stage 0 to 3 ms for the last), off the
+// holds it for a set time per stage (from 2 ms for stage 0 to 8 ms for the last), off the
 // rank's compute, as a NIC or a copy engine would. The simulator gets no set time: each
 // stage's reduction is first timed alone (REDUCE_GRAD's start to WAIT_REDUCE_GRAD's return,
 // the mean of 20) and those measured seconds go in ProfiledCost's StageProfile::
@@ -39,10 +39,11 @@ namespace {
 constexpr double action_seconds = 1e-3;
 constexpr int microbatches = 16;
 
-// The set time of stage `stage`'s reduction: 1 ms for stage 0 up to 3 ms for the last, so the
-// last stage, which ends its backward first, has the most to hide in the cooldown.
+// The set time of stage `stage`'s reduction: 2 ms for stage 0 up to 8 ms for the last, so the
+// last stage, which ends its backward first, has the most to hide in the cooldown, and a
+// rank's earlier stage's reduction outlasts the cooldown (only the excess shows).
 double link_seconds(int stage, int stages) {
-  return stages > 1 ? 1e-3 + 2e-3 * stage / (stages - 1) : 2e-3;
+  return stages > 1 ? 2e-3 + 6e-3 * stage / (stages - 1) : 4e-3;
 }
 
 // One data-parallel link: reductions queue on it and run one after another on a worker
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
   if (session.rank() == 0)
     std::printf(
         "%d ranks as MPI processes, %d microbatches, 1 ms actions, reductions on a link per "
-        "process (1 to 3 ms by stage, measured alone), %d steps each\n\n"
+        "process (2 to 8 ms by stage, measured alone), %d steps each\n\n"
         "%-17s %12s %13s %8s %19s %18s\n",
         ranks, microbatches, steps, "schedule", "measured ms", "simulated ms", "ratio",
         "reduce-after-list ms", "no-reduction ratio");
