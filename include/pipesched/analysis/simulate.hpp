@@ -48,9 +48,9 @@ struct MemoryPoint {
 
 //! Per-rank figures.
 struct RankSummary {
-  double busy = 0;                  //!< time spent computing (and in the rank's share of transfers)
-  double idle = 0;                  //!< makespan − busy
-  double peak_memory = 0;           //!< largest held memory along the list
+  double busy = 0;         //!< time spent computing (and in the rank's share of transfers)
+  double idle = 0;         //!< makespan − busy
+  double peak_memory = 0;  //!< largest held memory along the list
   //! When the rank's last action (or its last gradient reduction) ends, its step tail included.
   double end = 0;
   std::vector<MemoryPoint> memory;  //!< the memory curve, in time order

@@ -91,9 +91,9 @@ TEST(SimulateReduction, OverlapsTheCooldownAndChargesOnlyTheExcess) {
 // F0 F1 B1 REDUCE(1) B0 WAIT(1) REDUCE(0) WAIT(0): the wait holds the rank until stage 1's
 // reduction (3, from t = 2) is in; stage 0's then runs from 5.
 TEST(SimulateReduction, WaitHoldsTheRankUntilTheReductionEnds) {
-  const ps::Schedule s = ps::add_gradient_reduction(two_stages_on_one_rank(
-      {Action::make(OpKind::F, 0, 0), Action::make(OpKind::F, 1, 0), Action::make(OpKind::B, 1, 0),
-       Action::make(OpKind::B, 0, 0)}));
+  const ps::Schedule s = ps::add_gradient_reduction(
+      two_stages_on_one_rank({Action::make(OpKind::F, 0, 0), Action::make(OpKind::F, 1, 0),
+                              Action::make(OpKind::B, 1, 0), Action::make(OpKind::B, 0, 0)}));
   ASSERT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
   ASSERT_EQ(ps::to_string(s.ranks[0][3]), "1REDUCE_GRAD");
   ReducingCost cost;
@@ -168,9 +168,9 @@ TEST(SimulateReduction, ProfiledCostCarriesMeasuredReductions) {
   ReducingCost same;
   same.reduce = {{0, 0.25}, {1, 3.0}};
   EXPECT_NEAR(ps::simulate(s, profiled).makespan, ps::simulate(s, same).makespan, eps);
-  EXPECT_GT(ps::simulate(s, profiled).makespan,
-            ps::simulate(ps::schedule::one_f_one_b({.ranks = 2, .microbatches = 4}), profiled)
-                .makespan);
+  EXPECT_GT(
+      ps::simulate(s, profiled).makespan,
+      ps::simulate(ps::schedule::one_f_one_b({.ranks = 2, .microbatches = 4}), profiled).makespan);
 }
 
 // TransformerCost: each stage's reduction is its share of the rank's gradient bytes on the
@@ -207,7 +207,8 @@ TEST(SimulateReduction, TransformerCostActionsAreNoSlowerThanTheStepTail) {
   for (int d : {1, 8}) {
     for (const char* name : {"1f1b", "zb-h1", "interleaved-1f1b", "zb-v"}) {
       SCOPED_TRACE(std::string(name) + " d=" + std::to_string(d));
-      ps::TransformerCost c{ps::presets::find_model("gpt3-1.3b"), ps::presets::find_device("h100"), {}};
+      ps::TransformerCost c{
+          ps::presets::find_model("gpt3-1.3b"), ps::presets::find_device("h100"), {}};
       c.parallel.data = d;
       c.parallel.whole_step = true;
       const ps::GeneratorInfo& g = ps::find_generator(name);
