@@ -18,6 +18,11 @@ struct CostContext {
   const Problem& problem;      //!< the problem the schedule solves
   const Placement& placement;  //!< which rank holds each stage
   int wgrad_parts = 1;         //!< pieces each weight-gradient W is cut into (W parts 0..n-1)
+  //! True when the schedule holds REDUCE_GRAD actions: the simulator then times each stage's
+  //! data-parallel gradient reduction where its REDUCE_GRAD stands (`reduce_seconds`), so a
+  //! cost whose `step_tail` charges that reduction after the rank's last action leaves it out
+  //! (TransformerCost does). Set by `simulate`; false elsewhere (the tuner's schedules hold none).
+  bool scheduled_reduction = false;
 };
 
 //! A cost model answers three questions about an action `a` (never an Overlap or Idle:
@@ -35,6 +40,32 @@ concept cost_model = requires(const C& c, const CostContext& ctx, const Action& 
   { c.memory_delta(ctx, a, ckpt) } -> std::convertible_to<double>;
   { c.transfer_time(ctx, a) } -> std::convertible_to<double>;
 };
+
+//! A cost model that charges each rank some time after its last action (`step_tail(ctx,
+//! rank)`: TransformerCost's gradient all-reduce over data-parallel replicas and optimizer
+//! step). Optional; the simulator adds it to the rank's end.
+template <class C>
+concept has_step_tail = requires(const C& c, const CostContext& ctx, int rank) {
+  { c.step_tail(ctx, rank) } -> std::convertible_to<double>;
+};
+
+//! A cost model that times a stage's data-parallel gradient reduction: `reduce_seconds(ctx,
+//! rank, stage)` is how long the reduction that `stage`'s REDUCE_GRAD starts on `rank` holds
+//! the rank's data-parallel link. Optional: without it a reduction takes no time.
+template <class C>
+concept has_reduce_seconds = requires(const C& c, const CostContext& ctx, int rank, int stage) {
+  { c.reduce_seconds(ctx, rank, stage) } -> std::convertible_to<double>;
+};
+
+//! Seconds `cost` gives the reduction of `stage`'s gradients on `rank` (its
+//! `reduce_seconds`), or 0 for a cost without the hook.
+template <class C>
+double reduce_seconds_of(const C& cost, const CostContext& ctx, int rank, int stage) {
+  if constexpr (has_reduce_seconds<C>)
+    return static_cast<double>(cost.reduce_seconds(ctx, rank, stage));
+  else
+    return 0.0;
+}
 
 //! What an action does to its rank's memory: `grow` is held from its start, `shrink` (<= 0)
 //! released at its end. The rule every replay of a schedule counts memory by (the simulator,

@@ -32,6 +32,11 @@ struct StageProfile {
   //! `wgrad_part_bytes[j]`) when its size is the schedule's part count; otherwise each part
   //! frees an even share of `wgrad_bytes`.
   std::vector<double> wgrad_part_bytes = {};
+  //! Seconds of the stage's data-parallel gradient reduction, from its REDUCE_GRAD until the
+  //! reduced gradients are in (measured, e.g. one all-reduce of the stage's gradients timed
+  //! alone): the time the simulator keeps the rank's data-parallel link busy. Read from the
+  //! `ProfiledCost::stages` entry only (a reduction is of the whole stage); 0 = none.
+  double gradient_reduction = 0;
 };
 
 //! Per-stage profile table. Satisfies `cost_model`.
@@ -114,6 +119,12 @@ struct ProfiledCost {
   //! `transfer`, for every message.
   double transfer_time(const CostContext&, const Action&) const { return transfer; }
 
+  //! The stage's `gradient_reduction` seconds: how long the reduction its REDUCE_GRAD starts
+  //! holds the rank's data-parallel link (`has_reduce_seconds`).
+  double reduce_seconds(const CostContext& ctx, int /*rank*/, int stage) const {
+    return at(ctx, stage).gradient_reduction;
+  }
+
  private:
   // The figures of (stage, slice) and the divisor that makes them one slice's.
   const StageProfile& figures(const CostContext& ctx, int stage, int slice, double& k) const {
@@ -141,6 +152,6 @@ struct ProfiledCost {
   }
 };
 
-static_assert(cost_model<ProfiledCost>);
+static_assert(cost_model<ProfiledCost> && has_reduce_seconds<ProfiledCost>);
 
 }  // namespace pipesched

@@ -6,9 +6,16 @@
 // its consumer starts once the data has arrived (the send's end plus the transfer time), as
 // PyTorch's runtime and pipesched's MPI transport run it. A WAIT_SEND ends once its send has
 // been delivered (the send's end plus the transfer time) and the peer has posted the receive.
-// A cost model with a `step_tail(ctx, rank)` (TransformerCost: the gradient all-reduce over
-// data-parallel replicas and the optimizer step) adds that time after each rank's last
-// action, so the makespan is the step time.
+// A REDUCE_GRAD starts its stage's data-parallel gradient reduction as a transfer on the rank's
+// data-parallel link: from when the rank reaches it (or the link frees: a rank's reductions
+// share one link and run one after another) for the cost's `reduce_seconds(ctx, rank, stage)`
+// (0 for a cost without the hook), without occupying the rank, like a send. Its
+// WAIT_REDUCE_GRAD starts no earlier than that transfer's end, and the rank ends no earlier
+// either, so a reduction overlaps whatever the rank runs between the two and only what
+// outlasts the list lengthens the step.
+// A cost model with a `step_tail(ctx, rank)` (TransformerCost: the optimizer step and, when the
+// schedule holds no REDUCE_GRAD, the gradient all-reduce over data-parallel replicas) adds that
+// time after each rank's last action, so the makespan is the step time.
 // Makespan is the last end; bubble ratio = 1 − Σ busy / (ranks × makespan). Memory: the running sum
 // of memory deltas along each rank's list (a forward's activations count from its start, a backward
 // frees at its end); the per-rank peak is its maximum.
@@ -41,10 +48,11 @@ struct MemoryPoint {
 
 //! Per-rank figures.
 struct RankSummary {
-  double busy = 0;                  //!< time spent computing (and in the rank's share of transfers)
-  double idle = 0;                  //!< makespan − busy
-  double peak_memory = 0;           //!< largest held memory along the list
-  double end = 0;                   //!< when the rank's last action ends
+  double busy = 0;         //!< time spent computing (and in the rank's share of transfers)
+  double idle = 0;         //!< makespan − busy
+  double peak_memory = 0;  //!< largest held memory along the list
+  //! When the rank's last action (or its last gradient reduction) ends, its step tail included.
+  double end = 0;
   std::vector<MemoryPoint> memory;  //!< the memory curve, in time order
 };
 
@@ -59,12 +67,6 @@ struct SimulationResult {
   std::vector<RankSummary> ranks;  //!< each rank's figures, by rank
   //! timing[r][i] for the action at rank r, position i (idle slots: start = end).
   std::vector<std::vector<ActionTiming>> timing;
-};
-
-//! A cost model that charges each rank some time after its last action (step_tail).
-template <class C>
-concept has_step_tail = requires(const C& c, const CostContext& ctx, int rank) {
-  { c.step_tail(ctx, rank) } -> std::convertible_to<double>;
 };
 
 namespace detail {
@@ -88,7 +90,7 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
   for (const auto& list : s.ranks)
     for (const Action& a : list)
       if (a.kind == OpKind::W && a.part >= parts) parts = a.part == INT_MAX ? INT_MAX : a.part + 1;
-  const CostContext ctx{s.problem, s.placement, parts};
+  const CostContext ctx{s.problem, s.placement, parts, s.has_gradient_reduction()};
 
   SimulationResult res;
   const int nranks = s.rank_count();
@@ -100,6 +102,14 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
   std::vector<double> free_at(nranks, 0.0);
   std::vector<double> held(nranks, 0.0);
   std::vector<int> last_pos(nranks, -1);  // last simulated position, to time idle slots
+  // Gradient reductions: when each rank's data-parallel link frees, when each stage's ends.
+  std::vector<double> link_free(nranks, 0.0);
+  std::vector<double> reduced_at(static_cast<std::size_t>(std::max(s.problem.stages, 0)), 0.0);
+  auto reduction_end = [&](int stage) -> double& {
+    if (stage >= static_cast<int>(reduced_at.size()))
+      reduced_at.resize(static_cast<std::size_t>(stage) + 1, 0.0);
+    return reduced_at[static_cast<std::size_t>(stage)];
+  };
 
   auto duration = [&](const Action& a) -> double {
     if (a.kind == OpKind::Overlap)
@@ -126,8 +136,15 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
       }
       start = std::max(start, ready);
     }
+    if (a.kind == OpKind::WaitReduceGrad && a.stage >= 0)
+      start = std::max(start, reduction_end(a.stage));
     const double dur = duration(a);
     end[id] = start + dur;
+    if (a.kind == OpKind::ReduceGrad && a.stage >= 0) {
+      // On the link, not the rank: from when it is reached or the link frees.
+      link_free[r] = std::max(start, link_free[r]) + reduce_seconds_of(cost, ctx, r, a.stage);
+      reduction_end(a.stage) = link_free[r];
+    }
     free_at[r] = end[id];
     // Idle slots between the previous action and this one take no time.
     for (int p = last_pos[r] + 1; p < ref.position; ++p)
@@ -146,7 +163,7 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
       held[r] += mem.shrink;
       rs.memory.push_back({end[id], held[r]});
     }
-    rs.end = std::max(rs.end, end[id]);
+    rs.end = std::max({rs.end, end[id], link_free[r]});  // reduced gradients end the step
   });
 
   if (!rr.complete) {

@@ -121,7 +121,12 @@ enum class WGradSplit {
 //! overlapped with its backwards: Megatron-LM without --overlap-grad-reduce; the replicas'
 //! same ranks finish together, and ranks finishing early start early), with the ring time
 //! on the link the replicas share: intra-node when the pipeline rank's t·d GPUs sit on one
-//! node, else the inter-node link, the node's ports shared by its t rings. ZeRO-1 and -2
+//! node, else the inter-node link, the node's ports shared by its t rings. A schedule with
+//! the reduction as actions (`add_gradient_reduction`) times it per stage instead:
+//! reduce_seconds gives each stage's share of those bytes (its parameters) the same ring time
+//! on the same link, started at the stage's REDUCE_GRAD, so it overlaps the rest of the
+//! rank's list (Megatron-LM's --overlap-grad-reduce, PyTorch DDP's bucketed all-reduce during
+//! the backward), and step_tail then leaves the all-reduce out. ZeRO-1 and -2
 //! replace the all-reduce by a reduce-scatter of the gradients and an all-gather of the
 //! weights, the same bytes (Rajbhandari et al. 2020, Sec. 7). Static bytes per parameter:
 //! 16 (2 weights + 2 gradients + 12 Adam) without ZeRO, 4 + 12/d with ZeRO-1, 2 + 14/d with
@@ -129,8 +134,9 @@ enum class WGradSplit {
 //! 28 bytes per parameter it owns (32-bit master weight, momentum and variance read and
 //! written, the 16-bit gradient read and weight written), memory-bound at
 //! memory_bandwidth; ZeRO shards what each GPU owns by d. These end-of-step times are
-//! step_tail: the simulator adds them after each rank's last action, so the makespan is the
-//! step time.
+//! step_tail: the simulator adds them after each rank's last action (the all-reduce only
+//! when the schedule holds no REDUCE_GRAD, CostContext::scheduled_reduction), so the makespan
+//! is the step time.
 //!
 //! Workspace (with whole_step): the largest temporary an action holds beyond what the
 //! schedule stores, counted once per rank on top of its static bytes: the gradients of one
@@ -319,10 +325,7 @@ struct TransformerCost {
   //! Parameters each GPU of `rank` holds: its stages' weights over the tensor group.
   double rank_parameters(const CostContext& ctx, int rank) const {
     check(ctx);
-    if (rank < 0 || rank >= ctx.problem.ranks)
-      throw invalid_problem("TransformerCost: rank " + std::to_string(rank) +
-                            " is out of range; ranks run from 0 to " +
-                            std::to_string(ctx.problem.ranks - 1) + ".");
+    check_rank(ctx, rank);
     double p = 0;
     const int S = stage_count(ctx);
     for (int s = 0; s < S; ++s)
@@ -370,7 +373,24 @@ struct TransformerCost {
   //! Seconds of the gradient all-reduce of `rank` over the data-parallel replicas (0 for
   //! one replica); see the class comment.
   double gradient_sync_seconds(const CostContext& ctx, int rank) const {
-    const double bytes = 2 * rank_parameters(ctx, rank);
+    return data_parallel_allreduce(rank, 2 * rank_parameters(ctx, rank));
+  }
+
+  //! Seconds of the all-reduce of `stage`'s gradients on `rank` over the data-parallel
+  //! replicas, which its REDUCE_GRAD starts (0 for one replica): the stage's share of
+  //! gradient_sync_seconds' bytes, 2 per parameter of each GPU, on the same link with the same
+  //! ring time (so each stage pays the ring's latency once); see the class comment.
+  double reduce_seconds(const CostContext& ctx, int rank, int stage) const {
+    check(ctx);
+    check_stage(stage_count(ctx), stage);
+    check_rank(ctx, rank);
+    return data_parallel_allreduce(rank, 2 * stage_parameters(ctx, stage) / parallel.tensor);
+  }
+
+  //! Seconds of an all-reduce of `bytes` from each GPU of pipeline rank `rank` over its d
+  //! replicas (0 for one replica): the ring time on the intra-node link when the rank's t·d
+  //! GPUs sit on one node, else on the inter-node link, the node's ports shared by its t rings.
+  double data_parallel_allreduce(int rank, double bytes) const {
     const int d = parallel.data;
     if (d < 2) return 0.0;
     const int t = parallel.tensor, G = device.ranks_per_node;
@@ -393,9 +413,12 @@ struct TransformerCost {
   }
 
   //! What the step spends on `rank` after its last action: gradient_sync_seconds +
-  //! optimizer_seconds. The simulator adds it to the rank's end.
+  //! optimizer_seconds, without gradient_sync_seconds when the schedule times the reduction
+  //! with its REDUCE_GRAD actions (CostContext::scheduled_reduction; reduce_seconds). The
+  //! simulator adds it to the rank's end.
   double step_tail(const CostContext& ctx, int rank) const {
-    return gradient_sync_seconds(ctx, rank) + optimizer_seconds(ctx, rank);
+    const double sync = ctx.scheduled_reduction ? 0.0 : gradient_sync_seconds(ctx, rank);
+    return sync + optimizer_seconds(ctx, rank);
   }
 
   //! Seconds of an all-reduce of `bytes` over `n` GPUs on a link of `bandwidth` and
@@ -513,6 +536,13 @@ struct TransformerCost {
       throw invalid_schedule("TransformerCost: stage " + std::to_string(stage) +
                              " is out of range; the problem has stages 0 to " +
                              std::to_string(stages - 1) + ".");
+  }
+
+  static void check_rank(const CostContext& ctx, int rank) {
+    if (rank < 0 || rank >= ctx.problem.ranks)
+      throw invalid_problem("TransformerCost: rank " + std::to_string(rank) +
+                            " is out of range; ranks run from 0 to " +
+                            std::to_string(ctx.problem.ranks - 1) + ".");
   }
 
   static int rank_of(const CostContext& ctx, int stage) {

@@ -43,6 +43,15 @@ struct Schedule {
     return false;
   }
 
+  //! True when some rank's list holds a REDUCE_GRAD (data-parallel gradient reduction as
+  //! actions, `add_gradient_reduction`).
+  bool has_gradient_reduction() const noexcept {
+    for (const auto& list : ranks)
+      for (const Action& a : list)
+        if (a.kind == OpKind::ReduceGrad) return true;
+    return false;
+  }
+
   //! True when some action splits the backward (I or W).
   bool has_split_backward() const noexcept {
     for (const auto& list : ranks)

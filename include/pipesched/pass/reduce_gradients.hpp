@@ -32,9 +32,7 @@ constexpr bool adds_weight_gradient(const Action& a, int stage) noexcept {
 //! start and its wait. Works on compute-only and lowered schedules. A schedule that already
 //! has REDUCE_GRAD actions is returned unchanged.
 inline Schedule add_gradient_reduction(const Schedule& s) {
-  for (const auto& list : s.ranks)
-    for (const Action& a : list)
-      if (a.kind == OpKind::ReduceGrad) return s;
+  if (s.has_gradient_reduction()) return s;
   Schedule out = s;
   for (int r = 0; r < s.rank_count(); ++r) {
     const std::vector<Action>& in = s.ranks[static_cast<std::size_t>(r)];
