@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Fuzzes pipesched's schedule readers with libFuzzer (Clang, AddressSanitizer and
-# UndefinedBehaviorSanitizer): the CSV reader, the text-form reader and the action-string
-# parser, each followed by validation, simulation, lowering and a write + re-read round trip.
+# UndefinedBehaviorSanitizer): the CSV reader, the text-form reader, the action-string parser
+# and the JSON reader (with the run-plan reader on what it reads), each followed by validation,
+# simulation, lowering and a write + re-read round trip.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]    SECONDS per target (default 60); TARGET: csv, text,
-#                                            action (default: all three)
+#                                            action, json (default: all four)
 #
 # Installs clang and libFuzzer's runtime when run as root and they are missing. Builds into
 # build/fuzz (the `fuzz` preset). The working corpus of each target grows in
@@ -16,16 +17,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 [[ "$seconds" =~ ^[0-9]+$ && "$seconds" -gt 0 ]] || {
-  echo "usage: scripts/fuzz.sh [SECONDS] [csv|text|action ...]  (SECONDS: a positive whole number)" >&2
+  echo "usage: scripts/fuzz.sh [SECONDS] [csv|text|action|json ...]  (SECONDS: a positive whole number)" >&2
   exit 2
 }
 shift $(( $# > 0 ? 1 : 0 ))
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(csv text action)
+[ ${#targets[@]} -eq 0 ] && targets=(csv text action json)
 for t in "${targets[@]}"; do
   case "$t" in
-    csv|text|action) ;;
-    *) echo "scripts/fuzz.sh: unknown target '$t'; the targets are csv, text and action" >&2; exit 2 ;;
+    csv|text|action|json) ;;
+    *) echo "scripts/fuzz.sh: unknown target '$t'; the targets are csv, text, action and json" >&2; exit 2 ;;
   esac
 done
 
@@ -64,7 +65,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus"
   seeds=(tests/fuzz/seeds/"$t")
   [ -d tests/fuzz/regressions/"$t" ] && seeds+=(tests/fuzz/regressions/"$t")
-  if [ "$t" != action ]; then
+  if [ "$t" = csv ] || [ "$t" = text ]; then
     seeds+=(tests/data/pytorch)
     for d in ../shared/data/pytorch ../shared/data/pytorch215; do
       [ -d "$d" ] && seeds+=("$d")

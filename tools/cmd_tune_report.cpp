@@ -1,6 +1,6 @@
 // pipesched tune, printing what the search found: as text (the bests, each pair's best, the
 // search, the notes) or as one JSON object (docs/cli.md), each plan with the `pipesched
-// simulate` command that reproduces its step time.
+// simulate` command that reproduces its step time and its schedule in the text form.
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -11,6 +11,7 @@
 #include "cli.hpp"
 #include "pipesched/io/detail/render_common.hpp"
 #include "pipesched/io/json.hpp"
+#include "pipesched/io/text.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/result.hpp"
 
@@ -116,7 +117,8 @@ void plan_json(json::Writer& w, const std::optional<TunePlan>& plan, const Comma
       .begin_array();
   for (double v : p.peak_per_rank)
     w.value(v);
-  w.end_array().end_object();
+  // The schedule itself, so that the plan runs as it is (read_run_plan) without regenerating.
+  w.end_array().field("schedule_text", to_text(p.schedule)).end_object();
 }
 
 //! A plan's step time in the cost model's unit, with how much faster the best plan is.

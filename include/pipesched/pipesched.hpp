@@ -36,6 +36,7 @@
 
 #include "pipesched/io/action_string.hpp"
 #include "pipesched/io/csv.hpp"
+#include "pipesched/io/json_read.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/io/text_grid.hpp"
@@ -46,6 +47,7 @@
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/fingerprint.hpp"
 #include "pipesched/exec/profile.hpp"
+#include "pipesched/exec/run_plan.hpp"
 #include "pipesched/exec/stage_variant.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"

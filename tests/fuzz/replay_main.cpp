@@ -1,5 +1,5 @@
 // The fuzz targets without libFuzzer: `pipesched_fuzz_replay TARGET FILE|DIR...` runs one
-// target (csv, text or action) on every file named (directories: every file in them), so that
+// target (csv, text, action or json) on every file named (directories: every file in them), so that
 // the seed corpus and the saved regressions run as ordinary tests with any compiler. A finding
 // aborts, as under libFuzzer; the file being run is printed first.
 #include <cstddef>
@@ -15,6 +15,7 @@
 int pipesched_fuzz_csv(const std::uint8_t* data, std::size_t size);
 int pipesched_fuzz_text(const std::uint8_t* data, std::size_t size);
 int pipesched_fuzz_action(const std::uint8_t* data, std::size_t size);
+int pipesched_fuzz_json(const std::uint8_t* data, std::size_t size);
 
 int main(int argc, char** argv) {
   using Target = int (*)(const std::uint8_t*, std::size_t);
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[1], "csv") == 0) target = pipesched_fuzz_csv;
     if (std::strcmp(argv[1], "text") == 0) target = pipesched_fuzz_text;
     if (std::strcmp(argv[1], "action") == 0) target = pipesched_fuzz_action;
+    if (std::strcmp(argv[1], "json") == 0) target = pipesched_fuzz_json;
   }
   std::vector<std::filesystem::path> files;
   for (int i = 2; i < argc; ++i) {
@@ -36,7 +38,7 @@ int main(int argc, char** argv) {
   }
   if (target == nullptr || files.empty()) {
     std::fprintf(stderr,
-                 "usage: %s csv|text|action FILE|DIR...\n"
+                 "usage: %s csv|text|action|json FILE|DIR...\n"
                  "runs one fuzz target on each file (directories: each file in them)\n",
                  argv[0]);
     return 2;

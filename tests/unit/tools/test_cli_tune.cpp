@@ -272,6 +272,41 @@ TEST(CliTune, ClusterPlansCarryTheContractAndTheirCommandsReproduceTheirStepTime
   EXPECT_NE(r.out.find("MFU "), std::string::npos) << r.out;
 }
 
+TEST(CliTune, JsonPlansCarryTheirScheduleAndRunAsTheyAre) {
+  CliRun r = run(std::string(small_cluster_tune) + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
+  // The whole output reads as its best plan, with the grid and schedule the tuner chose.
+  const ps::RunPlan plan = ps::read_run_plan(r.out, "tune.json");
+  const auto& best = doc.at("best");
+  EXPECT_EQ(plan.grid.pipeline, best.at("pp").number);
+  EXPECT_EQ(plan.grid.data, best.at("dp").number);
+  EXPECT_EQ(plan.grid.tensor, best.at("tp").number);
+  EXPECT_EQ(plan.grid.size(), 8);
+  EXPECT_EQ(plan.zero, best.at("zero").number);
+  EXPECT_EQ(plan.sequence_parallel, best.at("sequence_parallel").boolean);
+  EXPECT_EQ(plan.microbatch_size, best.at("microbatch_size").number);
+  ASSERT_EQ(plan.layers_per_stage.size(), best.at("layers_per_stage").array.size());
+  EXPECT_EQ(ps::to_text(plan.schedule), best.at("schedule_text").string);
+  ASSERT_TRUE(plan.step_time_s);
+  EXPECT_EQ(*plan.step_time_s, best.at("step_time_s").number);
+  EXPECT_EQ(plan.command, best.at("command").string);
+  // Every plan's schedule is the one its command builds (`generate` with the same flags).
+  int generated = 0;
+  for (const auto& b : doc.at("baselines").array) {
+    if (b.at("step_time_s").type == ps::test_json::Json::Null) continue;
+    std::string command = b.at("command").string;
+    SCOPED_TRACE(command);
+    const std::string simulate = "pipesched simulate ";
+    ASSERT_EQ(command.rfind(simulate, 0), 0u);
+    CliRun g = run("generate " + command.substr(simulate.size()) + " --format text");
+    ASSERT_EQ(g.code, 0) << g.err;
+    EXPECT_EQ(g.out, b.at("schedule_text").string);
+    ++generated;
+  }
+  EXPECT_EQ(generated, 8);
+}
+
 TEST(CliTune, TimeLimitReturnsTheBestSoFarAndSaysTheSearchWasCut) {
   const std::string args =
       "tune --gpus 16 --global-batch 64 --model gpt3-13b --device a100-40gb --time-limit 0.001";

@@ -1,0 +1,118 @@
+// Fuzz target: the JSON reader, then the run-plan reader on what it read. What parses writes
+// back (json::Writer) to text that parses to the same tree; a parse error's position lies in
+// the input; a plan that reads has a grid of its schedule's ranks and a schedule that survives
+// everything a schedule goes through.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "fuzz_harness.hpp"
+#include "pipesched/exec/run_plan.hpp"
+#include "pipesched/io/json.hpp"
+#include "pipesched/io/json_read.hpp"
+
+namespace {
+
+using pipesched::json::Kind;
+using pipesched::json::Value;
+
+void write(pipesched::json::Writer& w, const Value& v) {
+  switch (v.kind()) {
+    case Kind::Null:
+      w.value(nullptr);
+      break;
+    case Kind::Boolean:
+      w.value(v.boolean());
+      break;
+    case Kind::Number:
+      w.raw(v.number_text());
+      break;
+    case Kind::String:
+      w.value(v.string());
+      break;
+    case Kind::Array:
+      w.begin_array();
+      for (const Value& e : v.array())
+        write(w, e);
+      w.end_array();
+      break;
+    case Kind::Object:
+      w.begin_object();
+      for (const Value::Member& m : v.object()) {
+        w.key(m.key);
+        write(w, m.value);
+      }
+      w.end_object();
+      break;
+  }
+}
+
+bool same(const Value& a, const Value& b) {
+  if (a.kind() != b.kind()) return false;
+  switch (a.kind()) {
+    case Kind::Null:
+      return true;
+    case Kind::Boolean:
+      return a.boolean() == b.boolean();
+    case Kind::Number:
+      return a.number_text() == b.number_text();
+    case Kind::String:
+      return a.string() == b.string();
+    case Kind::Array:
+      if (a.array().size() != b.array().size()) return false;
+      for (std::size_t i = 0; i < a.array().size(); ++i)
+        if (!same(a.array()[i], b.array()[i])) return false;
+      return true;
+    case Kind::Object:
+      if (a.object().size() != b.object().size()) return false;
+      for (std::size_t i = 0; i < a.object().size(); ++i)
+        if (a.object()[i].key != b.object()[i].key ||
+            !same(a.object()[i].value, b.object()[i].value))
+          return false;
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int pipesched_fuzz_json(const std::uint8_t* data, std::size_t size) {
+  using namespace pipesched;
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  Value v;
+  try {
+    v = json::parse(input, "fuzz.json");
+  } catch (const parse_error& e) {
+    fuzz::require(e.line() >= 1 && e.column() >= 1 &&
+                      static_cast<std::size_t>(e.line()) <= size + 1 &&
+                      static_cast<std::size_t>(e.column()) <= size + 1,
+                  "a JSON parse error's position lies outside the input", e.what());
+    return 0;
+  } catch (...) {
+    fuzz::finding("the JSON reader threw something other than a parse_error");
+  }
+  // Written and read back, the tree is the same.
+  json::Writer w;
+  write(w, v);
+  const std::string text = w.take();
+  Value again;
+  fuzz::require(fuzz::answers([&] { again = json::parse(text, "written.json"); }),
+                "JSON the writer wrote from a parsed tree does not parse", text);
+  fuzz::require(same(v, again), "a JSON tree does not survive write + read", text);
+  // As a plan: refused with a pipesched::error, or a plan whose parts agree.
+  RunPlan plan;
+  if (!fuzz::answers([&] { plan = read_run_plan(input, "fuzz.json"); })) return 0;
+  fuzz::require(plan.grid.pipeline == plan.schedule.problem.ranks && plan.grid.data >= 1 &&
+                    plan.grid.tensor >= 1 && plan.zero >= 0 && plan.zero <= 2,
+                "a plan read with a grid that does not fit its schedule");
+  fuzz::require(check(plan.schedule).ok(), "a plan read with a schedule that does not validate");
+  fuzz::exercise(plan.schedule);
+  return 0;
+}
+
+#ifndef PIPESCHED_FUZZ_REPLAY
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  return pipesched_fuzz_json(data, size);
+}
+#endif
