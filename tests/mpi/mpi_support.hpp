@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/exec/process_grid.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
@@ -93,5 +94,10 @@ inline ps::Schedule generated(const char* name, int ranks, int microbatches, int
   return g.generate({.ranks = ranks, .microbatches = microbatches, .slices = slices},
                     g.default_wgrad);
 }
+
+// Random faults in a job of `grid` roll every step back (test_mpi_jobs.cpp); `zero` 1 or 2
+// runs ZeRO's shard optimizer.
+void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, int trials,
+                                 unsigned seed, int zero = 0);
 
 }  // namespace mpi_test

@@ -29,6 +29,8 @@ using namespace mpi_test;
 
 using CountingGpt = exec_test::Counting<toy::GptStage<double>>;
 
+}  // namespace
+
 // Random faults in any compute action of any stage, in any call that reaches a stage's
 // gradients (a data-parallel reduction packing or unpacking them, the optimizer), or in one
 // rank's optimizer (before or after it updated), each in one random step of a 3-step run of
@@ -37,9 +39,10 @@ using CountingGpt = exec_test::Counting<toy::GptStage<double>>;
 // parameters equal the fault-free run's, bit for bit. The draws come from one seed, so every
 // process draws the same. With `zero` 1 or 2 the optimizer is ZeRO's shard step (SGD with
 // momentum, so a rolled-back step must also restore the shards' state), and an optimizer fault
-// hits one replica's rank only.
-void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, int trials,
-                                 unsigned seed, int zero = 0) {
+// hits one replica's rank only; with a tensor group, a layer's fault hits one member.
+
+void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid,
+                                           int trials, unsigned seed, int zero) {
   if (grid.size() != world_size()) return;
   const ps::MpiGroups groups(grid);
   const ps::Schedule s = generated(name, grid.pipeline, 2 * grid.pipeline);
@@ -53,7 +56,7 @@ void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, 
   auto make = [&] {
     std::vector<CountingGpt> v;
     for (int st = 0; st < n; ++st)
-      v.emplace_back(config, st, n);
+      v.emplace_back(config, st, n, ps::TensorShard{groups.coordinates().tensor, grid.tensor});
     return v;
   };
   auto mine = [&](const std::vector<CountingGpt>& all) {
@@ -100,8 +103,12 @@ void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, 
     const int faulty_step = static_cast<int>(rng() % steps);
     const int stage = static_cast<int>(rng() % static_cast<unsigned>(n));
     const double where = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-    const bool here =
-        s.placement.rank_of(stage) == rank && groups.coordinates().data == bad_replica;
+    // With a tensor group, one member fails: the others are then inside its all-reduces.
+    const int bad_member =
+        grid.tensor > 1 ? static_cast<int>(rng() % static_cast<unsigned>(grid.tensor)) : 0;
+    const bool here = s.placement.rank_of(stage) == rank &&
+                      groups.coordinates().data == bad_replica &&
+                      groups.coordinates().tensor == bad_member;
     bool armed = false;
     ps::MpiReducerOptions faulty = sharded;
     if (zero == 0) {
@@ -167,6 +174,8 @@ void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, 
     EXPECT_EQ(pipe.transport().pending(), 0u);
   }
 }
+
+namespace {
 
 TEST(MpiFaults, RandomFaultsRollBackOneFOneB) {
   expect_mpi_faults_roll_back("1f1b", {world_size(), 1, 1}, 100, 11);

@@ -265,11 +265,42 @@ class GptStageModel {
   std::span<const GptBlock<T>> blocks() const noexcept { return blocks_; }
   const GptConfig& config() const noexcept { return config_; }
 
+  //! This stage's parameters (`gradients` false) or gradients (true), flat, cut to tensor
+  //! shard `shard` as a stage built for that shard holds them: the blocks' tensors by
+  //! `GptBlock::shard_of`, the embedding's and the head's whole. Compares a tensor-parallel
+  //! run with the whole model it splits (call it on the whole model's stage).
+  std::vector<T> flat_shard(TensorShard shard, bool gradients) const {
+    std::vector<T> out;
+    auto add = [&](const auto& tensors) {
+      for (const Tensor<T>& t : tensors)
+        out.insert(out.end(), t.data.begin(), t.data.end());
+    };
+    auto of = [&](const auto& layer) { return gradients ? layer.gradients() : layer.parameters(); };
+    if constexpr (Embedding)
+      if (embedding_) add(of(*embedding_));
+    for (const GptBlock<T>& blk : blocks_)
+      add(GptBlock<T>::shard_of(of(blk), config_, shard));
+    if constexpr (Head)
+      if (head_) add(of(*head_));
+    return out;
+  }
+
+  //! The tensor-parallel shard of every block the stage holds ({0, 1}: whole blocks).
+  TensorShard tensor_shard() const noexcept { return shard_; }
+  //! Gives every block the group its partial sums go over (see `GptBlock::set_tensor_group`).
+  void set_tensor_group(TensorGroup* group) {
+    for (GptBlock<T>& b : blocks_)
+      b.set_tensor_group(group);
+  }
+
  protected:
   // Stage `stage` of `stages`, named `who` in errors. A stage model whose type fixes its role
   // (`fixed_role`) must stand where that role is: the embedding's first, the head's last.
-  GptStageModel(const GptConfig& config, int stage, int stages, const char* who, bool fixed_role)
-      : config_(config), who_(who) {
+  // With `shard`, each block is that tensor-parallel shard of itself; the embedding and the
+  // head stay whole (computed alike on every shard).
+  GptStageModel(const GptConfig& config, int stage, int stages, const char* who, bool fixed_role,
+                TensorShard shard = {})
+      : config_(config), who_(who), shard_(shard) {
     check_gpt_config(config, who);
     const auto [first, last] = block_range(config.blocks, stage, stages, who);
     if (fixed_role) check_gpt_role(who, stage, stages, Embedding, Head);
@@ -277,7 +308,7 @@ class GptStageModel {
     if constexpr (Embedding)
       if (stage == 0) embedding_.emplace(config);
     for (int i = first; i < last; ++i)
-      blocks_.emplace_back(config, i);
+      blocks_.emplace_back(config, i, shard);
     if constexpr (Head)
       if (stage == stages - 1) head_.emplace(config);
   }
@@ -389,6 +420,7 @@ class GptStageModel {
 
   GptConfig config_;
   const char* who_;
+  TensorShard shard_;
   int first_ = 0;
   slot<Embedding, GptEmbedding<T>> embedding_;
   std::vector<GptBlock<T>> blocks_;
@@ -423,9 +455,10 @@ class GptStage : public detail::GptStageModel<T, true, true> {
  public:
   //! Stage `stage` of `stages`; throws `invalid_problem` when the config or the split does not
   //! fit (a non-positive size, hidden not a multiple of heads, more stages than blocks, a stage
-  //! out of range).
-  GptStage(const GptConfig& config, int stage, int stages)
-      : detail::GptStageModel<T, true, true>(config, stage, stages, "GptStage", false) {}
+  //! out of range). With `shard`, the stage's blocks are that tensor-parallel shard of
+  //! themselves (`GptBlock`); a pipeline of a job with tp > 1 gives it its group.
+  GptStage(const GptConfig& config, int stage, int stages, TensorShard shard = {})
+      : detail::GptStageModel<T, true, true>(config, stage, stages, "GptStage", false, shard) {}
 };
 
 //! The first stage of a pipeline of at least two: the embedding and its share of the blocks

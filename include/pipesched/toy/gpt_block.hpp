@@ -1,7 +1,8 @@
 // The toy causal GPT's transformer block on the host, float or double: pre-LayerNorm causal
 // multi-head attention and a GELU MLP, each with a residual, a `layer` with a hand-written
 // backward that runs whole sequences or sequence slices (through a context of keys and values)
-// and whose weight gradient runs whole or in pieces.
+// and whose weight gradient runs whole or in pieces; split over a tensor-parallel group
+// (Megatron-LM's column- then row-parallel linears in attention and MLP) when built for a shard.
 #pragma once
 
 #include <algorithm>
@@ -13,7 +14,9 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/exec/tensor_group.hpp"
 #include "pipesched/toy/detail/attention.hpp"
+#include "pipesched/toy/detail/block_split.hpp"
 #include "pipesched/toy/detail/layer_bookkeeping.hpp"
 #include "pipesched/toy/detail/ops.hpp"
 #include "pipesched/toy/gpt_config.hpp"
@@ -21,6 +24,9 @@
 #include "pipesched/toy/tensor.hpp"
 
 namespace pipesched::toy {
+
+using pipesched::TensorGroup;  // the toy's layers take part in tensor parallelism as any stage
+using pipesched::TensorShard;
 
 //! A pre-LayerNorm transformer block on [batch, sequence, hidden]:
 //! y1 = x + Wo·attention(LN1(x)) + bo, y = y1 + W2·gelu(W1·LN2(y1) + b1) + b2, attention causal
@@ -32,6 +38,17 @@ namespace pipesched::toy {
 //! puts its own there; the backward of slice k adds the gradients of those earlier keys/values
 //! into the context, where their own backwards take them (so slices run their backwards from
 //! last to first). The weight gradient runs whole or in four pieces (`backward_weight_piece`).
+//!
+//! Tensor parallelism (Shoeybi et al. 2019, Megatron-LM): built for shard r of t, the block
+//! holds heads [r·heads/t, (r+1)·heads/t) — their rows of Wqkv and bqkv (column-parallel) and
+//! their columns of Wo (row-parallel) — and MLP units [r·ffn/t, (r+1)·ffn/t) — rows of W1, b1,
+//! columns of W2; LayerNorms and the biases bo, b2 are whole on every shard. Each half's
+//! row-parallel output is summed over the group (the forward's two all-reduces; shard 0 adds
+//! the bias), and so is the gradient into each half's LayerNorm output (the backward's two
+//! all-reduces), the four all-reduces of [batch, tokens, hidden] per block and microbatch the
+//! cost model counts. The whole-on-every-shard parameters get the same gradient on every shard.
+//! The weight pass then needs no communication: with t > 1 the stash keeps the two summed
+//! LayerNorm-output gradients for it (2·[batch, tokens, hidden] more until their pieces run).
 template <class T>
 class GptBlock {
  public:
@@ -58,10 +75,15 @@ class GptBlock {
     Tensor<T> pre, act;
     //! @}
     // backward_input, for the weight pass
-    Tensor<T> dy;         //!< output gradient (into W2, b2)
-    Tensor<T> dpre;       //!< into W1, b1
-    Tensor<T> dy1;        //!< residual gradient after attention (into Wo, bo)
-    Tensor<T> dqkv;       //!< into Wqkv, bqkv
+    Tensor<T> dy;    //!< output gradient (into W2, b2)
+    Tensor<T> dpre;  //!< into W1, b1
+    Tensor<T> dy1;   //!< residual gradient after attention (into Wo, bo)
+    Tensor<T> dqkv;  //!< into Wqkv, bqkv
+    //! @{
+    //! Tensor parallel only: the group-summed gradients into LN2's and LN1's outputs (into
+    //! their γ, β), which a shard cannot rebuild from its own part of W1 or Wqkv.
+    Tensor<T> dn2, dn1;
+    //! @}
     int slice = -1;       //!< the slice a sliced forward ran; -1 for a whole sequence
     int pieces_done = 0;  //!< bit i: weight piece i has run
     //! Which calls have run on the stash: none, the forward, backward_input.
@@ -106,10 +128,18 @@ class GptBlock {
     tensor_count
   };
 
-  //! The block with global index `index`, initialized from stream (config.seed, index).
-  GptBlock(const GptConfig& config, int index)
-      : hidden_(config.hidden), heads_(config.heads), ffn_(config.ffn) {
+  //! The block with global index `index`, initialized from stream (config.seed, index); with
+  //! `shard` its tensor-parallel part of that block (`shard_of`), whose partial sums go over
+  //! the group given by `set_tensor_group`. Throws invalid_problem when heads or ffn is not a
+  //! multiple of the shard count.
+  GptBlock(const GptConfig& config, int index, TensorShard shard = {})
+      : hidden_(config.hidden),
+        heads_(config.heads),
+        ffn_(config.ffn),
+        head_dim_(config.hidden / std::max(1, config.heads)),
+        shard_(shard) {
     detail::check_gpt_config(config, "GptBlock");
+    check_shard(config, shard);
     Random random(config.seed, static_cast<std::uint64_t>(index));
     const double in_scale = 1.0 / std::sqrt(double(hidden_));
     const int h = hidden_;
@@ -128,7 +158,48 @@ class GptBlock {
     add({ffn_}, 0.1, 0.0);
     add({h, ffn_}, 0.5 / std::sqrt(double(ffn_)), 0.0);  // W2
     add({h}, 0.05, 0.0);
+    if (shard.split()) {
+      params_ = shard_of(params_, config, shard);
+      heads_ /= shard.size;
+      ffn_ /= shard.size;
+    }
     grads_ = detail::GradientSums<T>(params_);
+  }
+
+  //! Shard `shard`'s part of a whole block's tensors `whole` (its parameters, or tensors of
+  //! their shapes such as its gradients), in the order of `parameters()`: what a block built
+  //! for that shard holds. Tests compare a tensor-parallel run with a whole model through it.
+  static std::vector<Tensor<T>> shard_of(std::span<const Tensor<T>> whole, const GptConfig& config,
+                                         TensorShard shard) {
+    check_shard(config, shard);
+    if (whole.size() != tensor_count)
+      throw invalid_problem("GptBlock::shard_of: " + std::to_string(whole.size()) +
+                            " tensors given; a block has " + std::to_string(tensor_count));
+    std::vector<Tensor<T>> out(whole.begin(), whole.end());
+    detail::BlockSplit split{.hidden = config.hidden, .ffn = config.ffn, .shard = shard};
+    out[qkv_weight] = split.rows(whole[qkv_weight], 3, config.hidden, split.attention());
+    out[qkv_bias] = split.rows(whole[qkv_bias], 3, config.hidden, split.attention());
+    out[out_weight] = split.columns(whole[out_weight], split.attention());
+    out[fc1_weight] = split.rows(whole[fc1_weight], 1, config.ffn, split.mlp());
+    out[fc1_bias] = split.rows(whole[fc1_bias], 1, config.ffn, split.mlp());
+    out[fc2_weight] = split.columns(whole[fc2_weight], split.mlp());
+    return out;
+  }
+
+  //! The tensor-parallel shard the block holds ({0, 1}: all of it).
+  TensorShard tensor_shard() const noexcept { return shard_; }
+
+  //! Sets the group the shards' partial sums go over (kept, not owned; nullptr detaches). A
+  //! split block refuses to run without one; its size and this member's rank must be the
+  //! shard's.
+  void set_tensor_group(TensorGroup* group) {
+    if (group != nullptr && (group->size() != shard_.size || group->rank() != shard_.rank))
+      throw invalid_problem("GptBlock: built for tensor shard " + std::to_string(shard_.rank) +
+                            " of " + std::to_string(shard_.size) + " but given member " +
+                            std::to_string(group->rank()) + " of a group of " +
+                            std::to_string(group->size()) +
+                            "; build each process's stages for its place in the tensor group");
+    group_ = group;
   }
 
   //! x [batch, sequence, hidden] → same shape; replaces whatever `stash` held. Deterministic,
@@ -185,7 +256,8 @@ class GptBlock {
     return detail::key_value_bytes(context);
   }
 
-  //! Analytic stash sizes for `batch` sequences of `sequence` tokens.
+  //! Analytic stash sizes for `batch` sequences of `sequence` tokens (of a whole block; a
+  //! tensor-parallel shard's are measured, `stash_bytes`).
   StashBytes predicted_stash_bytes(int batch, int sequence) const noexcept {
     return gpt_block_stash_bytes<T>(
         static_cast<std::size_t>(batch), static_cast<std::size_t>(sequence),
@@ -227,6 +299,7 @@ class GptBlock {
     const int s = x.dim(1);
     const int n = b * s;
     const int h = hidden_;
+    const int hl = local_width();  // this shard's attention width (its heads)
     const auto& p = params_;
     stash = Stash{};
     stash.slice = slice;
@@ -236,16 +309,16 @@ class GptBlock {
     detail::layer_norm_forward(x.begin_data(), p[ln1_gamma].begin_data(), p[ln1_beta].begin_data(),
                                stash.xhat1.begin_data(), stash.rstd1.begin_data(), n1.begin_data(),
                                n, h);
-    Tensor<T> qkv({b, s, 3 * h});
+    Tensor<T> qkv({b, s, 3 * hl});
     detail::linear_forward(n1.begin_data(), p[qkv_weight].begin_data(), p[qkv_bias].begin_data(),
-                           qkv.begin_data(), n, h, 3 * h);
+                           qkv.begin_data(), n, h, 3 * hl);
     // Queries stay with the unit; keys/values go where every later slice can read them.
-    stash.q = Tensor<T>({b, s, h});
-    Tensor<T> kv({b, s, 2 * h});
+    stash.q = Tensor<T>({b, s, hl});
+    Tensor<T> kv({b, s, 2 * hl});
     for (int r = 0; r < n; ++r) {
-      const T* row = qkv.begin_data() + static_cast<std::ptrdiff_t>(r) * 3 * h;
-      std::copy(row, row + h, stash.q.begin_data() + static_cast<std::ptrdiff_t>(r) * h);
-      std::copy(row + h, row + 3 * h, kv.begin_data() + static_cast<std::ptrdiff_t>(r) * 2 * h);
+      const T* row = qkv.begin_data() + static_cast<std::ptrdiff_t>(r) * 3 * hl;
+      std::copy(row, row + hl, stash.q.begin_data() + static_cast<std::ptrdiff_t>(r) * hl);
+      std::copy(row + hl, row + 3 * hl, kv.begin_data() + static_cast<std::ptrdiff_t>(r) * 2 * hl);
     }
     Tensor<T> gathered;
     const Tensor<T>* keys = nullptr;
@@ -258,12 +331,14 @@ class GptBlock {
     }
     const int key_count = offset + s;
     stash.probs = Tensor<T>({b, heads_, s, key_count});
-    stash.attn = Tensor<T>({b, s, h});
+    stash.attn = Tensor<T>({b, s, hl});
     detail::attention_forward(stash.q.begin_data(), keys->begin_data(), stash.probs.begin_data(),
                               stash.attn.begin_data(), b, attention_shape(s, key_count, offset));
     Tensor<T> y1({b, s, h});
+    const std::vector<T> no_bias(shard_.split() ? static_cast<std::size_t>(h) : 0, T(0));
     detail::linear_forward(stash.attn.begin_data(), p[out_weight].begin_data(),
-                           p[out_bias].begin_data(), y1.begin_data(), n, h, h);
+                           bias_of(out_bias, no_bias), y1.begin_data(), n, hl, h);
+    sum_over_group(y1);  // row-parallel Wo: the shards' partial sums
     detail::add_into(y1, x);
     stash.xhat2 = Tensor<T>({b, s, h});
     stash.rstd2 = Tensor<T>({b, s});
@@ -279,7 +354,8 @@ class GptBlock {
       stash.act[i] = detail::gelu(stash.pre[i]);
     Tensor<T> y({b, s, h});
     detail::linear_forward(stash.act.begin_data(), p[fc2_weight].begin_data(),
-                           p[fc2_bias].begin_data(), y.begin_data(), n, ffn_, h);
+                           bias_of(fc2_bias, no_bias), y.begin_data(), n, ffn_, h);
+    sum_over_group(y);  // row-parallel W2
     detail::add_into(y, y1);
     stash.phase = detail::StashPhase::Forwarded;
     return y;
@@ -294,6 +370,7 @@ class GptBlock {
     const int s = dy.dim(1);
     const int n = b * s;
     const int h = hidden_;
+    const int hl = local_width();
     const auto& p = params_;
     // MLP half.
     stash.dpre = Tensor<T>({b, s, ffn_});
@@ -304,6 +381,7 @@ class GptBlock {
     Tensor<T> dn2({b, s, h});
     detail::linear_backward_input(stash.dpre.begin_data(), p[fc1_weight].begin_data(),
                                   dn2.begin_data(), n, h, ffn_);
+    sum_over_group(dn2);  // column-parallel W1: the gradient into its input sums over shards
     Tensor<T> dy1({b, s, h});
     detail::layer_norm_backward_input(dn2.begin_data(), stash.xhat2.begin_data(),
                                       stash.rstd2.begin_data(), p[ln2_gamma].begin_data(),
@@ -311,45 +389,50 @@ class GptBlock {
     detail::add_into(dy1, dy);
     // Attention half: gradients of the queries, and of the keys/values of this slice and
     // every earlier one.
-    Tensor<T> dattn({b, s, h});
+    Tensor<T> dattn({b, s, hl});
     detail::linear_backward_input(dy1.begin_data(), p[out_weight].begin_data(), dattn.begin_data(),
-                                  n, h, h);
+                                  n, hl, h);
     Tensor<T> gathered;
     const Tensor<T>& keys = context != nullptr
                                 ? prefix(*context, slice, offset, b, s, gathered, "backward_input")
                                 : stash.kv;
     const int key_count = offset + s;
     using S = key_value_gradient_type;  // key/value gradients sum here (see Context)
-    Tensor<T> dq({b, s, h});
-    Tensor<S> dkeys({b, key_count, 2 * h});
+    Tensor<T> dq({b, s, hl});
+    Tensor<S> dkeys({b, key_count, 2 * hl});
     detail::attention_backward(dattn.begin_data(), stash.q.begin_data(), keys.begin_data(),
                                stash.probs.begin_data(), dq.begin_data(), dkeys.begin_data(), b,
                                attention_shape(s, key_count, offset));
     // This slice's q/k/v gradient: its queries', and its keys/values' from its own queries plus
     // what later slices left in the context.
     const Tensor<S>* later = detail::later_key_value_gradients(context, slice);
-    stash.dqkv = Tensor<T>({b, s, 3 * h});
+    stash.dqkv = Tensor<T>({b, s, 3 * hl});
     detail::assemble_dqkv(dq.begin_data(), dkeys.begin_data(),
                           later != nullptr ? later->begin_data() : nullptr, stash.dqkv.begin_data(),
-                          b, s, key_count, offset, h);
+                          b, s, key_count, offset, hl);
     if (context != nullptr) {
       // Earlier slices' keys/values: their backwards run later and take these.
       detail::for_each_earlier_slice(*context, slice,
                                      [&](const Tensor<T>& kj, Tensor<S>& gj, int start) {
                                        if (gj.empty()) gj = Tensor<S>(kj.shape);
                                        detail::add_key_rows(gj.begin_data(), dkeys.begin_data(), b,
-                                                            kj.dim(1), key_count, start, 2 * h);
+                                                            kj.dim(1), key_count, start, 2 * hl);
                                      });
       detail::release_slice(*context, slice);
     }
     Tensor<T> dn1({b, s, h});
     detail::linear_backward_input(stash.dqkv.begin_data(), p[qkv_weight].begin_data(),
-                                  dn1.begin_data(), n, h, 3 * h);
+                                  dn1.begin_data(), n, h, 3 * hl);
+    sum_over_group(dn1);  // column-parallel Wqkv
     Tensor<T> dx({b, s, h});
     detail::layer_norm_backward_input(dn1.begin_data(), stash.xhat1.begin_data(),
                                       stash.rstd1.begin_data(), p[ln1_gamma].begin_data(),
                                       dx.begin_data(), n, h);
     detail::add_into(dx, dy1);
+    if (shard_.split()) {
+      stash.dn2 = std::move(dn2);
+      stash.dn1 = std::move(dn1);
+    }
     stash.dy = dy;
     stash.dy1 = std::move(dy1);
     stash.rstd1 = Tensor<T>{};
@@ -371,7 +454,7 @@ class GptBlock {
     const int count =
         detail::check_key_value_prefix(context, slice, offset, batch, tokens, "GptBlock", op);
     if (slice == 0) return context.kv.front();
-    const int h2 = 2 * hidden_;
+    const int h2 = 2 * local_width();
     gathered = Tensor<T>({batch, count, h2});
     for (int i = 0; i < batch; ++i) {
       T* to = gathered.begin_data() + static_cast<std::ptrdiff_t>(i) * count * h2;
@@ -388,6 +471,7 @@ class GptBlock {
   // Piece `piece` of the weight gradient (see `weight_pieces`); each reads only its own tensors.
   void run_piece(Stash& stash, int piece) {
     const int h = hidden_;
+    const int hl = local_width();
     const auto& p = params_;
     auto& g = grads_;
     switch (piece) {
@@ -407,12 +491,16 @@ class GptBlock {
                                  p[ln2_beta].begin_data(), normed.begin_data(), n, h);
         detail::linear_backward_weight(stash.dpre.begin_data(), normed.begin_data(),
                                        g.sum(fc1_weight), g.sum(fc1_bias), n, h, ffn_);
-        Tensor<T> dnormed(stash.xhat2.shape);
-        detail::linear_backward_input(stash.dpre.begin_data(), p[fc1_weight].begin_data(),
-                                      dnormed.begin_data(), n, h, ffn_);
+        Tensor<T> dnormed = std::move(stash.dn2);  // kept summed when split
+        if (!shard_.split()) {
+          dnormed = Tensor<T>(stash.xhat2.shape);
+          detail::linear_backward_input(stash.dpre.begin_data(), p[fc1_weight].begin_data(),
+                                        dnormed.begin_data(), n, h, ffn_);
+        }
         detail::layer_norm_backward_weight(dnormed.begin_data(), stash.xhat2.begin_data(),
                                            g.sum(ln2_gamma), g.sum(ln2_beta), n, h);
         g.publish({fc1_weight, fc1_bias, ln2_gamma, ln2_beta});
+        stash.dn2 = Tensor<T>{};
         stash.dpre = Tensor<T>{};
         stash.xhat2 = Tensor<T>{};
         break;
@@ -420,7 +508,7 @@ class GptBlock {
       case 2: {  // Wo, bo
         const int n = stash.dy1.dim(0) * stash.dy1.dim(1);
         detail::linear_backward_weight(stash.dy1.begin_data(), stash.attn.begin_data(),
-                                       g.sum(out_weight), g.sum(out_bias), n, h, h);
+                                       g.sum(out_weight), g.sum(out_bias), n, hl, h);
         g.publish({out_weight, out_bias});
         stash.dy1 = Tensor<T>{};
         stash.attn = Tensor<T>{};
@@ -432,13 +520,17 @@ class GptBlock {
         detail::layer_norm_apply(stash.xhat1.begin_data(), p[ln1_gamma].begin_data(),
                                  p[ln1_beta].begin_data(), normed.begin_data(), n, h);
         detail::linear_backward_weight(stash.dqkv.begin_data(), normed.begin_data(),
-                                       g.sum(qkv_weight), g.sum(qkv_bias), n, h, 3 * h);
-        Tensor<T> dnormed(stash.xhat1.shape);
-        detail::linear_backward_input(stash.dqkv.begin_data(), p[qkv_weight].begin_data(),
-                                      dnormed.begin_data(), n, h, 3 * h);
+                                       g.sum(qkv_weight), g.sum(qkv_bias), n, h, 3 * hl);
+        Tensor<T> dnormed = std::move(stash.dn1);  // kept summed when split
+        if (!shard_.split()) {
+          dnormed = Tensor<T>(stash.xhat1.shape);
+          detail::linear_backward_input(stash.dqkv.begin_data(), p[qkv_weight].begin_data(),
+                                        dnormed.begin_data(), n, h, 3 * hl);
+        }
         detail::layer_norm_backward_weight(dnormed.begin_data(), stash.xhat1.begin_data(),
                                            g.sum(ln1_gamma), g.sum(ln1_beta), n, h);
         g.publish({qkv_weight, qkv_bias, ln1_gamma, ln1_beta});
+        stash.dn1 = Tensor<T>{};
         stash.dqkv = Tensor<T>{};
         stash.xhat1 = Tensor<T>{};
         break;
@@ -451,12 +543,45 @@ class GptBlock {
             .keys = keys,
             .query_offset = offset,
             .heads = heads_,
-            .head_dim = hidden_ / heads_};
+            .head_dim = head_dim_};
+  }
+
+  // This shard's attention width: its heads × the head width (hidden when whole).
+  int local_width() const noexcept { return heads_ * head_dim_; }
+
+  static void check_shard(const GptConfig& config, TensorShard shard) {
+    shard.check("GptBlock");
+    if (config.heads % shard.size != 0 || config.ffn % shard.size != 0)
+      throw invalid_problem("GptBlock: " + std::to_string(shard.size) +
+                            " tensor-parallel shards need heads (" + std::to_string(config.heads) +
+                            ") and ffn (" + std::to_string(config.ffn) + ") to be multiples of " +
+                            std::to_string(shard.size));
+  }
+
+  // The bias a row-parallel linear adds: its own on shard 0 (once, into the sum), zeros on
+  // the others.
+  const T* bias_of(std::size_t tensor, const std::vector<T>& zeros) const {
+    return shard_.rank == 0 ? params_[tensor].begin_data() : zeros.data();
+  }
+
+  // Sums a partial result over the tensor-parallel group (nothing when whole).
+  void sum_over_group(Tensor<T>& x) const {
+    if (!shard_.split()) return;
+    if (group_ == nullptr)
+      throw invalid_problem("GptBlock: built for tensor shard " + std::to_string(shard_.rank) +
+                            " of " + std::to_string(shard_.size) +
+                            " but given no tensor group; run it in a pipeline of a job with "
+                            "tp = " +
+                            std::to_string(shard_.size) + " (or call set_tensor_group)");
+    group_->all_reduce(std::span<T>(x.begin_data(), x.size()));
   }
 
   int hidden_;
-  int heads_;
-  int ffn_;
+  int heads_;  // this shard's heads
+  int ffn_;    // this shard's MLP width
+  int head_dim_;
+  TensorShard shard_;
+  TensorGroup* group_ = nullptr;
   std::vector<Tensor<T>> params_;
   detail::GradientSums<T> grads_;
 };

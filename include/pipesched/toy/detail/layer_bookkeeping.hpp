@@ -225,11 +225,22 @@ std::size_t gpt_embedding_held_bytes(const Stash& st) noexcept {
   return st.ids.bytes() + st.dy.bytes();
 }
 
+// What a tensor-parallel block's stash keeps besides (host only: the summed LayerNorm-output
+// gradients).
+template <class Stash>
+std::size_t tensor_parallel_bytes(const Stash& st) noexcept {
+  if constexpr (requires { st.dn1.bytes(); })
+    return st.dn1.bytes() + st.dn2.bytes();
+  else
+    return 0;
+}
+
 template <class Stash>
 std::size_t gpt_block_held_bytes(const Stash& st) noexcept {
   return st.xhat1.bytes() + st.rstd1.bytes() + st.q.bytes() + st.kv.bytes() + st.probs.bytes() +
          st.attn.bytes() + st.xhat2.bytes() + st.rstd2.bytes() + st.pre.bytes() + st.act.bytes() +
-         st.dy.bytes() + st.dpre.bytes() + st.dy1.bytes() + st.dqkv.bytes();
+         st.dy.bytes() + st.dpre.bytes() + st.dy1.bytes() + st.dqkv.bytes() +
+         tensor_parallel_bytes(st);
 }
 
 template <class Stash>

@@ -31,6 +31,7 @@
 #include "pipesched/transport/mpi/mpi_gradient_reducer.hpp"
 #include "pipesched/transport/mpi/mpi_groups.hpp"
 #include "pipesched/transport/mpi/mpi_session.hpp"
+#include "pipesched/transport/mpi/mpi_tensor_group.hpp"
 #include "pipesched/transport/mpi/mpi_transport.hpp"
 
 namespace pipesched {
@@ -102,6 +103,7 @@ class ProcessPipeline {
     MPI_Comm comm = job();
     transport_.begin_step();
     if (reduction_) reduction_->begin_step();
+    if (tensor_) tensor_->begin_step();
     MPI_Request request = MPI_REQUEST_NULL;
     check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
     if (!transport_.wait(request, deadline()))
@@ -170,6 +172,28 @@ class ProcessPipeline {
   };
 
  protected:
+  //! Gives the pipeline the tensor-parallel group its stage models sum over (owned): a fresh
+  //! start per step, and its collectives completed after a failed step like the reduction's.
+  void set_tensor_group(std::unique_ptr<Reduction> group) {
+    tensor_ = std::move(group);
+    if (tensor_) tensor_->attach(progress("a tensor-parallel all-reduce"));
+  }
+
+  //! How long a wait lasts before the step fails (ExecutorOptions::receive_timeout).
+  std::chrono::duration<double> wait_limit() const noexcept { return timeout_; }
+
+  //! What a wait for a collective runs meanwhile: the pipeline's messages move, and once
+  //! another process failed it throws transport_aborted (`what` names the wait).
+  std::function<void()> progress(const std::string& what) {
+    return [this, what] {
+      transport_.progress();
+      if (const auto& f = transport_.failure())
+        throw transport_aborted("rank " + std::to_string(rank()) + " stopped waiting for " + what +
+                                ": rank " + std::to_string(f->rank) + " failed (" + f->message +
+                                ")");
+    };
+  }
+
   template <class... TransportArgs>
   ProcessPipeline(const char* who, const Schedule& schedule, std::span<Stage> stages, Device device,
                   ExecutorOptions options, TransportArgs&&... transport_args)
@@ -190,14 +214,7 @@ class ProcessPipeline {
         timeout_(options.receive_timeout),
         reduction_(std::move(reduction)) {
     check(MPI_Comm_rank(job(), &job_rank_), "MPI_Comm_rank");
-    if (reduction_)
-      reduction_->attach([this] {
-        transport_.progress();
-        if (const auto& f = transport_.failure())
-          throw transport_aborted("rank " + std::to_string(rank()) +
-                                  " stopped waiting for a data-parallel reduction: rank " +
-                                  std::to_string(f->rank) + " failed (" + f->message + ")");
-      });
+    if (reduction_) reduction_->attach(progress("a data-parallel reduction"));
     if (static_cast<int>(stages.size()) != schedule.problem.stages)
       throw invalid_problem(std::string(who) + ": the schedule has " +
                             std::to_string(schedule.problem.stages) + " stages but " +
@@ -238,6 +255,7 @@ class ProcessPipeline {
     const FailureNotice notice = notice_of(who, local);
     if (!transport_.drain(timeout_)) lost(notice.message);
     if (reduction_ && !reduction_->drain(timeout_)) lost(notice.message);
+    if (tensor_ && !tensor_->drain(timeout_)) lost(notice.message);
     throw rolled_back(execution_error(notice.message, notice.rank, notice.position, notice.action));
   }
 
@@ -339,6 +357,7 @@ class ProcessPipeline {
   std::optional<Executor<Stage, Transport, Device>> executor_;
   std::chrono::duration<double> timeout_;
   std::unique_ptr<Reduction> reduction_;  // the data-parallel one, when the job has replicas
+  std::unique_ptr<Reduction> tensor_;     // the tensor-parallel group, when stages use one
   std::string replica_;  // "replica j of d: " before this process's failures, with replicas
   int job_rank_ = 0;     // this process in job()
   bool broken_ = false;
@@ -397,7 +416,75 @@ class MpiPipeline
              std::move(prepared.options), std::move(prepared.reduction), schedule,
              groups.pipeline(), transport_options, groups.job()) {
     this->name_replica(groups.coordinates().data, groups.grid().data);
+    join_tensor_group(schedule, stages, groups);
   }
+
+ public:
+  //! Detaches this process's stage models from the tensor group the pipeline owned.
+  ~MpiPipeline() {
+    if constexpr (tensor_parallel_stage<Stage>)
+      for (Stage* s : tensor_stages_)
+        s->set_tensor_group(nullptr);
+  }
+
+ private:
+  // A job with tp > 1, or stage models built for a tensor shard: every stage this process
+  // holds must be built for its place in the tensor group (checked on every process of the
+  // job together), and is given the group.
+  void join_tensor_group(const Schedule& schedule, std::span<Stage> stages,
+                         const MpiGroups& groups) {
+    const ProcessGrid::Coordinates at = groups.coordinates();
+    const TensorShard want{at.tensor, groups.grid().tensor};
+    std::string wrong;
+    bool split = false;
+    if constexpr (tensor_parallel_stage<Stage>) {
+      for (int s : schedule.placement.stages_of(at.pipeline)) {
+        const TensorShard got = stages[static_cast<std::size_t>(s)].tensor_shard();
+        split = split || got.split();
+        if (got != want && wrong.empty())
+          wrong = "stage " + std::to_string(s) + " is built for tensor shard " +
+                  std::to_string(got.rank) + " of " + std::to_string(got.size) +
+                  " but this process is member " + std::to_string(want.rank) + " of its " +
+                  std::to_string(want.size) +
+                  "-way tensor group; build each process's stages "
+                  "with TensorShard{coordinates().tensor, grid().tensor}";
+      }
+    } else if (want.split()) {
+      wrong = "the grid has tp = " + std::to_string(want.size) +
+              " but the stage model takes no tensor group (see tensor_parallel_stage)";
+    }
+    int bad = wrong.empty() ? 0 : 1, any = 0;
+    detail::mpi::check(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, groups.job()),
+                       "MPI_Allreduce");
+    if (any)
+      throw invalid_problem("MpiPipeline: " +
+                            (wrong.empty() ? std::string("another process's stages do not fit "
+                                                         "its place in the tensor group")
+                                           : wrong) +
+                            ".");
+    if constexpr (tensor_parallel_stage<Stage>) {
+      if (!want.split() && !split) return;
+      auto link = std::make_unique<TensorLink>(groups.tensor(), this->wait_limit());
+      for (int s : schedule.placement.stages_of(at.pipeline)) {
+        Stage& st = stages[static_cast<std::size_t>(s)];
+        st.set_tensor_group(&link->group);
+        tensor_stages_.push_back(&st);
+      }
+      this->set_tensor_group(std::move(link));
+    }
+  }
+
+  // An MpiTensorGroup as the pipeline's collective of the tensor group.
+  struct TensorLink final : Base::Reduction {
+    TensorLink(MPI_Comm comm, std::chrono::duration<double> timeout)
+        : group(comm, std::function<void()>(), timeout) {}
+    void attach(std::function<void()> p) override { group.set_poll(std::move(p)); }
+    void begin_step() override { group.begin_step(); }
+    bool drain(std::chrono::duration<double> t) override { return group.drain(t); }
+    MpiTensorGroup group;
+  };
+
+  std::vector<Stage*> tensor_stages_;  // given the tensor group; detached at the end
 
   // An MpiGradientReducer as the pipeline's Reduction.
   struct Reducer final : Reduction {
