@@ -37,6 +37,11 @@ namespace json {
 //! deeper input is refused rather than risk the stack.
 inline constexpr int max_depth = 256;
 
+//! The most values parse() reads from one text (every number, string, literal, array and
+//! object counts one): 4,194,304, a few hundred MiB of tree at most, where a plan of
+//! `pipesched tune --json` holds a few thousand. More is refused rather than risk the memory.
+inline constexpr long long max_values = 1LL << 22;
+
 //! What a JSON value is.
 enum class Kind {
   Null,     //!< `null`
@@ -271,6 +276,9 @@ class Parser {
   }
 
   Value value(int depth) {
+    if (++values_ > pipesched::json::max_values)
+      fail(pos_, "the input holds more than " + std::to_string(pipesched::json::max_values) +
+                     " values; pipesched reads JSON of at most that many");
     Value v;
     const Location where = locate(pos_);
     v.line_ = where.line;
@@ -560,6 +568,7 @@ class Parser {
   std::string_view text_;
   std::string source_;
   std::size_t pos_ = 0;
+  long long values_ = 0;      // values read so far (bounded by json::max_values)
   std::size_t mark_pos_ = 0;  // where locate() last counted to, and what it found there
   Location mark_;
 };

@@ -304,3 +304,19 @@ TEST(JsonRead, ReadingAsTheWrongKindIsABug) {
   EXPECT_STREQ(json::describe(json::Kind::Object), "an object");
   EXPECT_STREQ(json::describe(json::Kind::Null), "null");
 }
+
+// More values than json::max_values is refused by count, before the tree grows past it.
+TEST(JsonRead, TooManyValuesAreRefused) {
+  std::string text = "[";
+  text.reserve(static_cast<std::size_t>(pipesched::json::max_values) * 2 + 8);
+  for (long long i = 0; i < pipesched::json::max_values; ++i)
+    text += "0,";
+  text += "0]";
+  try {
+    (void)pipesched::json::parse(text, "big.json");
+    ADD_FAILURE() << "accepted " << pipesched::json::max_values + 2 << " values";
+  } catch (const pipesched::parse_error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 4194304 values"), std::string::npos)
+        << e.what();
+  }
+}
