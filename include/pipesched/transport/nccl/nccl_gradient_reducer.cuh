@@ -130,7 +130,9 @@ class NcclGradientReducer {
     try {
       device_.activate();
       pending_.clear();
-      const bool idle = stream_ && cudaStreamQuery(*stream_) == cudaSuccess;
+      // After a wait that timed out or a drain that failed a replica may be gone, and a
+      // finalize could wait for it.
+      const bool idle = !broken_ && stream_ && cudaStreamQuery(*stream_) == cudaSuccess;
       if (idle && comm_.finalize(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
         comm_.destroy();
       else
@@ -200,11 +202,13 @@ class NcclGradientReducer {
       if (e == cudaSuccess) break;
       if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
       if (poll_) poll_();
-      if (std::chrono::steady_clock::now() >= deadline)
+      if (std::chrono::steady_clock::now() >= deadline) {
+        broken_ = true;
         throw receive_timeout("the data-parallel reduction of stage " + std::to_string(stage) +
                               "'s gradients (NCCL) did not complete within " +
                               detail::seconds_text(timeout_.count()) +
                               " s; does every replica run the same schedule?");
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     CudaDevice::wait(device_.compute(), it->done);
@@ -225,7 +229,7 @@ class NcclGradientReducer {
     for (int done = 0;;) {
       detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) break;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (std::chrono::steady_clock::now() >= deadline) return broken();
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     std::vector<DeviceTensor<value>> scratch;
@@ -244,7 +248,7 @@ class NcclGradientReducer {
     for (;;) {
       const cudaError_t e = cudaStreamQuery(*stream_);
       if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady || std::chrono::steady_clock::now() >= deadline) return false;
+      if (e != cudaErrorNotReady || std::chrono::steady_clock::now() >= deadline) return broken();
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
     begin_step();
@@ -257,6 +261,12 @@ class NcclGradientReducer {
     std::vector<DeviceTensor<value>> buffers;  // the packed buckets (freed on the stream)
     CudaDevice::Mark done;                     // recorded after the last unpack
   };
+
+  // Notes that a replica may be gone (the communicator is then aborted, not finalized); false.
+  bool broken() noexcept {
+    broken_ = true;
+    return false;
+  }
 
   static constexpr ncclDataType_t datatype() {
     return std::is_same_v<value, double> ? ncclFloat64 : ncclFloat32;
@@ -313,6 +323,7 @@ class NcclGradientReducer {
   int replica_ = 0;
   std::vector<int> sequence_;  // the stages in the order this rank starts their reductions
   long long started_ = 0;      // all-reduces started this step
+  bool broken_ = false;        // a wait or a drain ran out of time: a replica may be gone
   std::vector<Pending> pending_;
 };
 

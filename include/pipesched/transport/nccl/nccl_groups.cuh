@@ -51,16 +51,23 @@ class NcclGroups {
   NcclGroups(const NcclGroups&) = delete;
   NcclGroups& operator=(const NcclGroups&) = delete;
 
-  //! Ends the communicators: when every process says it is ending cleanly, each is finalized
-  //! (tensor, data, pipeline, then the job's, the one order every process takes) and
-  //! destroyed; otherwise, or when a finalize fails or stalls, they are aborted (which never
+  //! Ends the communicators: when every process says its communicators report no error, each
+  //! is finalized (tensor, data, pipeline, then the job's, the one order every process takes)
+  //! and destroyed; otherwise, or when a finalize fails or stalls, they are aborted (which never
   //! waits for a peer).
   ~NcclGroups() {
     try {
       device_.activate();
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      bool clean = every_process(cudaDeviceSynchronize() == cudaSuccess, deadline);
       detail::nccl::Link* order[] = {&tensor_, &data_, &pipeline_, &job_};
+      bool healthy = true;  // no communicator of this process reports an error
+      for (detail::nccl::Link* l : order) {
+        ncclResult_t state = ncclSuccess;
+        healthy = healthy &&
+                  (l->get() == nullptr || (ncclCommGetAsyncError(l->get(), &state) == ncclSuccess &&
+                                           state == ncclSuccess));
+      }
+      bool clean = every_process(healthy, deadline);
       for (detail::nccl::Link* l : order)
         clean = clean && l->finalize(deadline);
       for (detail::nccl::Link* l : order)
