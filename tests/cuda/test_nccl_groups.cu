@@ -6,13 +6,15 @@
 // NcclGradientReducer per rank (a one-rank communicator each, buckets small enough to pack
 // several tensors and to reduce others in place) equals sequential training. With a GPU per
 // process and 2 processes (suite NcclRanks, nccl.np2): NcclPipeline built from NcclGroups on
-// pp1 × dp2 and pp2 × dp1 equals sequential training of the global batch (double, 1e-12).
+// pp1 × dp2 and pp2 × dp1 equals sequential training of the global batch (double, 1e-12); a
+// replica that fails rolls every replica back and the retried step equals sequential training.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -275,6 +277,71 @@ TEST(NcclRanks, DataParallelPipelinesFromGroupsMatchSequentialTrainingOfTheGloba
     expect_data_parallel("1f1b", grid, place.ordinal);
     expect_data_parallel("zb-h1", grid, place.ordinal);
   }
+}
+
+// A GPU GPT stage whose forward of one microbatch (counted from its first) throws.
+struct FaultyGpt : Gpt {
+  using Gpt::forward;
+  using Gpt::Gpt;
+  int fail_microbatch = -1;
+  mutable int seen = 0;
+  tensor_type forward(const tensor_type& x, Stash& stash) const {
+    if (seen++ == fail_microbatch) throw std::runtime_error("injected fault");
+    return Gpt::forward(x, stash);
+  }
+};
+
+TEST(NcclRanks, AFailingReplicaRollsBackEveryReplicaAndTheRetriedStepMatchesSequentialTraining) {
+  // pp1 × dp2: the last replica fails in its third forward, before any reduction; the other
+  // one reaches its WAIT_REDUCE_GRAD with an all-reduce nobody joins, hears the failure, and
+  // drain completes that all-reduce, so the retried step runs on a clean communicator.
+  PIPESCHED_NEEDS_PROCESSES(2);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
+  const int d = world_size();
+  const ps::NcclGroups groups(ps::ProcessGrid{1, d, 1}, place.ordinal);
+  const ps::Schedule s = generated("1f1b", 1, 4);
+  const toy::GptConfig config = config_for(1);
+  const auto global = toy::make_gpt_data<double>(config, d * s.problem.microbatches, 23);
+  const auto mine = share(global, groups.coordinates().data, d);
+  std::vector<toy::GptStage<double>> ref;
+  ref.emplace_back(config, 0, 1);
+  std::vector<FaultyGpt> procs;
+  procs.emplace_back(config, 0, 1, groups.device());
+  if (groups.coordinates().data == d - 1) procs[0].fail_microbatch = 2;
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(20);
+  gpu::use_sgd(options, s.placement, procs, learning_rate);
+  ps::NcclPipeline<FaultyGpt> pipe(s, procs, groups, options);
+  const auto training = gpu::training_data(mine, groups.device(), groups.device());
+  bool threw = false;
+  try {
+    pipe.step(training);
+  } catch (const ps::execution_error& e) {
+    threw = true;
+    const std::string what = e.what();
+    EXPECT_TRUE(e.rolled_back());
+    EXPECT_NE(what.find("replica " + std::to_string(d - 1) + " of " + std::to_string(d)),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("injected fault"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(threw);
+  procs[0].fail_microbatch = -1;
+  const double ref_loss = toy::sequential_step(ref, global);
+  const auto ref_grads = toy::flat_gradients(ref);
+  toy::sgd_update(ref, learning_rate);
+  const ps::StepResult r = pipe.step(training);
+  double loss = 0;
+  MPI_Allreduce(&r.loss, &loss, 1, MPI_DOUBLE, MPI_SUM, groups.mpi().data());
+  loss /= d;
+  EXPECT_LE(std::abs(loss - ref_loss), 1e-12 * std::abs(ref_loss));
+  EXPECT_LE(toy::max_relative_error(gpu::flat_values(procs, true),
+                                    std::vector<double>(ref_grads.begin(), ref_grads.end())),
+            1e-12);
+  const auto ref_params = toy::flat_parameters(ref);
+  EXPECT_LE(toy::max_relative_error(gpu::flat_values(procs, false),
+                                    std::vector<double>(ref_params.begin(), ref_params.end())),
+            1e-12);
 }
 
 }  // namespace
