@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <span>
 #include <vector>
 
 #include "pipesched/core/error.hpp"
@@ -188,6 +189,14 @@ class GptStage {
   std::vector<Tensor<T>> host_gradients() const {
     std::vector<Tensor<T>> out;
     for_each_parameters([&](const detail::DeviceParameters<T>& p) { p.append_gradients(out); });
+    return out;
+  }
+  //! The accumulated gradients in device memory, in host_gradients() order: what a
+  //! data-parallel reduction (NcclGradientReducer) reads and overwrites on the GPU, ordered
+  //! after the compute stream.
+  std::vector<std::span<T>> device_gradients() {
+    std::vector<std::span<T>> out;
+    for_each_parameters([&](detail::DeviceParameters<T>& p) { p.append_gradient_spans(out); });
     return out;
   }
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 #include <utility>
+#include <span>
 #include <vector>
 
 #include "pipesched/core/error.hpp"
@@ -254,6 +255,15 @@ class MlpStage {
     std::vector<Tensor<T>> out;
     for (const detail::MlpBlock<T>& b : blocks_)
       b.parameters().append_gradients(out);
+    return out;
+  }
+  //! The accumulated gradients in device memory, in host_gradients() order: what a
+  //! data-parallel reduction (NcclGradientReducer) reads and overwrites on the GPU, ordered
+  //! after the compute stream.
+  std::vector<std::span<T>> device_gradients() {
+    std::vector<std::span<T>> out;
+    for (detail::MlpBlock<T>& b : blocks_)
+      b.parameters().append_gradient_spans(out);
     return out;
   }
 

@@ -32,7 +32,10 @@ __device__ inline std::uint64_t global_nanoseconds() {
 }
 
 // One thread spins until `nanoseconds` have passed since it started, then copies `n` values.
-__global__ void spin_and_copy(std::uint64_t nanoseconds, const float* in, float* out, int n) {
+// The kernels are static (one copy per translation unit): a header's non-template kernel would
+// otherwise be defined again by every .cu file that includes it, and the link would fail.
+static __global__ void spin_and_copy(std::uint64_t nanoseconds, const float* in, float* out,
+                                     int n) {
   const std::uint64_t start = global_nanoseconds();
   while (global_nanoseconds() - start < nanoseconds) {
   }
@@ -40,7 +43,7 @@ __global__ void spin_and_copy(std::uint64_t nanoseconds, const float* in, float*
     out[i] = in[i];
 }
 
-__global__ void spin(std::uint64_t nanoseconds) {
+static __global__ void spin(std::uint64_t nanoseconds) {
   const std::uint64_t start = global_nanoseconds();
   while (global_nanoseconds() - start < nanoseconds) {
   }

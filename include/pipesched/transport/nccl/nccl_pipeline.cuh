@@ -14,6 +14,8 @@
 #include <chrono>
 #include <climits>
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -23,8 +25,11 @@
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/step_result.hpp"
+#include "pipesched/pass/reduce_gradients.hpp"
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
 #include "pipesched/transport/mpi/mpi_session.hpp"
+#include "pipesched/transport/nccl/nccl_gradient_reducer.cuh"
+#include "pipesched/transport/nccl/nccl_groups.cuh"
 #include "pipesched/transport/nccl/nccl_transport.cuh"
 
 namespace pipesched {
@@ -42,6 +47,9 @@ template <class Stage>
 class NcclPipeline
     : public detail::mpi::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>,
                                           CudaDevice> {
+  using Base =
+      detail::mpi::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>, CudaDevice>;
+
  public:
   //! A pipeline running this process's rank of `schedule` over `comm` on `device`: `stages`
   //! under `options`, with NcclTransport's `transport_options`.
@@ -51,8 +59,95 @@ class NcclPipeline
       : NcclPipeline::ProcessPipeline("NcclPipeline", schedule, stages, device, std::move(options),
                                       schedule, device, comm, transport_options) {}
 
+  //! This process's pipeline of a pp × dp × tp job, on `groups.device()`: it runs pipeline
+  //! rank `groups.coordinates().pipeline` of `schedule` over `groups.mpi().pipeline()`. With
+  //! replicas (`groups.grid().data > 1`) each stage's weight gradients are averaged over
+  //! `groups.data()` by scheduled actions: a REDUCE_GRAD after each stage's last weight
+  //! gradient starts its bucketed ncclAllReduce on a stream of its own (after the compute
+  //! stream's work), overlapping the rest of the list, and a WAIT_REDUCE_GRAD before the
+  //! optimizer waits for it (NcclGradientReducer, tuned by `reducer_options`). Every process of
+  //! the job calls `step` together; a failure anywhere stops every process and rolls the step
+  //! back on all of them. `groups` must outlive the pipeline.
+  NcclPipeline(const Schedule& schedule, std::span<Stage> stages, const NcclGroups& groups,
+               ExecutorOptions options = {}, NcclTransportOptions transport_options = {},
+               NcclReducerOptions reducer_options = {})
+      : NcclPipeline(schedule, stages, groups,
+                     data_parallel(schedule, stages, groups, std::move(options), reducer_options),
+                     transport_options) {}
+
   //! This rank's GPU.
   CudaDevice& device() noexcept { return this->transport().device(); }
+
+ private:
+  using Reduction = typename Base::Reduction;
+  struct Prepared {
+    ExecutorOptions options;
+    std::unique_ptr<Reduction> reduction;
+  };
+
+  NcclPipeline(const Schedule& schedule, std::span<Stage> stages, const NcclGroups& groups,
+               Prepared prepared, NcclTransportOptions transport_options)
+      : Base(Base::with_reduction, "NcclPipeline", schedule, stages, groups.device(),
+             std::move(prepared.options), std::move(prepared.reduction), schedule, groups.device(),
+             groups.mpi().pipeline(), transport_options, groups.mpi().job()) {
+    this->name_replica(groups.coordinates().data, groups.grid().data);
+  }
+
+  // A reducer (NcclGradientReducer of the stage) as the pipeline's Reduction; a template, so
+  // that nothing of it is instantiated for stages without gradients.
+  template <class R>
+  struct Reducer final : Reduction {
+    template <class... Args>
+    explicit Reducer(Args&&... args) : reducer(std::forward<Args>(args)...) {}
+    void attach(std::function<void()> p) override { poll = std::move(p); }
+    void begin_step() override { reducer.begin_step(); }
+    bool drain(std::chrono::duration<double> timeout) override { return reducer.drain(timeout); }
+    std::function<void()> poll;
+    R reducer;
+  };
+
+  static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
+                                const NcclGroups& groups, ExecutorOptions options,
+                                const NcclReducerOptions& reducer_options) {
+    Prepared out;
+    reducer_options.validate();
+    if (groups.grid().data > 1) {
+      if constexpr (device_reducible_stage<Stage>) {
+        if (options.reduce_gradients)
+          throw invalid_problem(
+              "NcclPipeline: the options already reduce gradients, and a job with " +
+              std::to_string(groups.grid().data) +
+              " replicas reduces them over its data-parallel group; leave "
+              "ExecutorOptions::reduce_gradients empty.");
+        const Schedule executed = add_gradient_reduction(lower_communication(schedule));
+        const int rank = groups.coordinates().pipeline;
+        if (rank >= executed.rank_count())
+          throw invalid_problem("NcclPipeline: the schedule has " +
+                                std::to_string(executed.rank_count()) + " ranks but the grid has " +
+                                groups.grid().describe() +
+                                "; give the grid the schedule's rank count as its pipeline.");
+        auto r = std::make_unique<Reducer<NcclGradientReducer<Stage>>>(
+            groups.data(), groups.mpi().data(), groups.device(), stages,
+            executed.ranks[static_cast<std::size_t>(rank)], std::function<void()>(),
+            options.receive_timeout, reducer_options);
+        auto* raw = r.get();
+        raw->reducer.set_poll([raw] {
+          if (raw->poll) raw->poll();
+        });
+        options.reduce_gradients.start = [raw](int stage) { raw->reducer.start(stage); };
+        options.reduce_gradients.wait = [raw](int stage) { raw->reducer.wait(stage); };
+        out.reduction = std::move(r);
+      } else {
+        throw invalid_problem(
+            "NcclPipeline: a job with " + std::to_string(groups.grid().data) +
+            " replicas reduces each stage's gradients over its data-parallel group, but the "
+            "stage model has no device_gradients() of float or double device memory (see "
+            "device_reducible_stage).");
+      }
+    }
+    out.options = std::move(options);
+    return out;
+  }
 };
 
 }  // namespace pipesched

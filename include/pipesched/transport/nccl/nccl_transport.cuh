@@ -75,18 +75,19 @@ class NcclTransport : detail::mpi::RankGeometry {
  public:
   //! Runs this process's rank on `device`. MPI must be initialized (MpiSession) and `comm`'s
   //! size must be the schedule's rank count; every process constructs its transport with the
-  //! same schedule.
+  //! same schedule. `job`, when given, is the whole job `comm` is one pipeline of (as for
+  //! MpiTransport): failure notices and the step's agreement go over it.
   NcclTransport(const Schedule& schedule, CudaDevice device, MPI_Comm comm = MPI_COMM_WORLD,
-                NcclTransportOptions options = {})
+                NcclTransportOptions options = {}, MPI_Comm job = MPI_COMM_NULL)
       : NcclTransport(
-            schedule, [&] { return std::move(device); }, comm, options, 0) {}
+            schedule, [&] { return std::move(device); }, comm, options, job, 0) {}
 
   //! Runs this process's rank on GPU `ordinal` (usually its local rank on the node). The
   //! process count is checked before the GPU is touched.
   NcclTransport(const Schedule& schedule, int ordinal, MPI_Comm comm = MPI_COMM_WORLD,
                 NcclTransportOptions options = {})
       : NcclTransport(
-            schedule, [ordinal] { return CudaDevice(ordinal); }, comm, options, 0) {}
+            schedule, [ordinal] { return CudaDevice(ordinal); }, comm, options, MPI_COMM_NULL, 0) {}
 
   NcclTransport(const NcclTransport&) = delete;
   NcclTransport& operator=(const NcclTransport&) = delete;
@@ -131,6 +132,8 @@ class NcclTransport : detail::mpi::RankGeometry {
   CudaDevice& device() noexcept { return device_; }
   //! The communicator of the control plane (barriers, agreement, failure notices).
   MPI_Comm communicator() const noexcept { return control_.communicator(); }
+  //! The communicator of the whole job (the pipeline's own without a `job`).
+  MPI_Comm job() const noexcept { return control_.job(); }
 
   //! Starts sending `x` to rank `to` under `key`: its ticket over MPI, its payload by ncclSend
   //! on the send stream to `to` once the compute stream has produced it. Returns at once; the
@@ -326,10 +329,10 @@ class NcclTransport : detail::mpi::RankGeometry {
 
   template <class MakeDevice>
   NcclTransport(const Schedule& schedule, MakeDevice&& make_device, MPI_Comm comm,
-                NcclTransportOptions options, int)
+                NcclTransportOptions options, MPI_Comm job, int)
       : RankGeometry("NcclTransport", schedule),
         options_(options),
-        control_(schedule, comm, MpiTransportOptions{options.poll_interval}),
+        control_(schedule, comm, MpiTransportOptions{options.poll_interval}, job),
         device_(detail::nccl::agreed_device(make_device, control_.communicator())) {
     rank_ = control_.rank();
     ranks_ = control_.ranks();

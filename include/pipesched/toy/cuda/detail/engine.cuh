@@ -170,6 +170,12 @@ class DeviceParameters {
                                            cudaMemcpyDeviceToDevice, s));
   }
 
+  // The visible gradients as device spans (what a data-parallel reduction overwrites).
+  void append_gradient_spans(std::vector<std::span<T>>& out) {
+    for (DeviceTensor<T>& g : grads_)
+      out.emplace_back(g.data(), g.size());
+  }
+
   void append_parameters(std::vector<Tensor<T>>& out) const { append(params_, out); }
   void append_gradients(std::vector<Tensor<T>>& out) const { append(grads_, out); }
 

@@ -1,0 +1,347 @@
+// NCCL groups and the NCCL data-parallel reducer, in the NCCL test program (under mpirun). Without
+// a GPU: a grid of another size than the job is refused naming the mpirun to use, ZeRO is
+// refused on NCCL, the GPU toy stages expose device gradients. With a GPU (nccl.np1): the
+// NcclGroups of every grid of the job's size hold exactly the grid's groups (ncclAllGather of
+// each member's process number); pp2 × dp1 on one GPU through cuda-local with an
+// NcclGradientReducer per rank (a one-rank communicator each, buckets small enough to pack
+// several tensors and to reduce others in place) equals sequential training. With a GPU per
+// process and 2 processes (suite NcclRanks, nccl.np2): NcclPipeline built from NcclGroups on
+// pp1 × dp2 and pp2 × dp1 equals sequential training of the global batch (double, 1e-12); a
+// replica that fails rolls every replica back and the retried step equals sequential training.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpu_test.hpp"
+#include "nccl_test.hpp"
+#include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/pass/reduce_gradients.hpp"
+#include "pipesched/toy/cuda/compare.cuh"
+#include "pipesched/toy/cuda/data.cuh"
+#include "pipesched/toy/cuda/gpt.cuh"
+#include "pipesched/toy/cuda/mlp.cuh"
+#include "pipesched/toy/cuda/synthetic.cuh"
+#include "pipesched/toy/reference.hpp"
+#include "pipesched/transport/cuda_local/cuda_local_pipeline.cuh"
+#include "pipesched/transport/nccl/nccl_gradient_reducer.cuh"
+#include "pipesched/transport/nccl/nccl_groups.cuh"
+#include "pipesched/transport/nccl/nccl_pipeline.cuh"
+
+namespace gpu = pipesched::toy::gpu;
+namespace toy = pipesched::toy;
+
+static_assert(pipesched::device_reducible_stage<gpu::GptStage<float>>);
+static_assert(pipesched::device_reducible_stage<gpu::GptStage<double>>);
+static_assert(pipesched::device_reducible_stage<gpu::MlpStage<float>>);
+static_assert(!pipesched::device_reducible_stage<gpu::SyntheticStage>);
+static_assert(!std::is_copy_constructible_v<pipesched::NcclGroups>);
+
+namespace {
+
+using namespace nccl_test;
+using Gpt = gpu::GptStage<double>;
+
+constexpr double learning_rate = 0.05;
+
+toy::GptConfig config_for(int stages) {
+  return toy::GptConfig{.vocabulary = 16,
+                        .hidden = 8,
+                        .heads = 2,
+                        .ffn = 16,
+                        .sequence = 8,
+                        .blocks = stages,
+                        .microbatch_size = 2,
+                        .seed = 5};
+}
+
+// Replica `j`'s share of a global batch of `d` shares: its microbatches, its own mean loss.
+toy::StepData<double> share(const toy::StepData<double>& global, int j, int d) {
+  toy::StepData<double> mine = global;
+  const int m = global.microbatches / d;
+  mine.microbatches = m;
+  mine.inputs.assign(global.inputs.begin() + j * m, global.inputs.begin() + (j + 1) * m);
+  mine.targets.assign(global.targets.begin() + j * m, global.targets.begin() + (j + 1) * m);
+  return mine;
+}
+
+// The gradients (or parameters) of pipeline rank `rank`'s host stages, flat.
+std::vector<double> values_of(const ps::Schedule& s, const std::vector<toy::GptStage<double>>& all,
+                              int rank, bool gradients) {
+  std::vector<toy::GptStage<double>> mine;
+  for (int st : s.placement.stages_of(rank))
+    mine.push_back(all[static_cast<std::size_t>(st)]);
+  const auto flat = gradients ? toy::flat_gradients(mine) : toy::flat_parameters(mine);
+  return {flat.begin(), flat.end()};
+}
+
+// The same of its GPU stages (copied to the host).
+std::vector<double> values_of(const ps::Schedule& s, const std::vector<Gpt>& all, int rank,
+                              bool gradients) {
+  std::vector<double> out;
+  for (int st : s.placement.stages_of(rank)) {
+    const Gpt& stage = all[static_cast<std::size_t>(st)];
+    for (const auto& t : gradients ? stage.host_gradients() : stage.host_parameters())
+      out.insert(out.end(), t.data.begin(), t.data.end());
+  }
+  return out;
+}
+
+TEST(NcclGroups, AGridOfAnotherSizeIsRefusedNamingMpirun) {
+  // No GPU needed: the size is checked (by MpiGroups) before any GPU is touched.
+  const ps::ProcessGrid grid{world_size(), 2, 1};
+  try {
+    const ps::NcclGroups groups(grid, 0);
+    ADD_FAILURE() << "a grid of " << grid.size() << " processes was accepted";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("mpirun -np " + std::to_string(grid.size())),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(NcclReducerOptions, ZeroIsRefusedOnNcclWithTheWayToRunIt) {
+  ps::NcclReducerOptions o;
+  EXPECT_NO_THROW(o.validate());
+  o.zero = 1;
+  try {
+    o.validate();
+    ADD_FAILURE() << "ZeRO-1 accepted";
+  } catch (const ps::invalid_argument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("ZeRO is not implemented on NCCL"), std::string::npos) << what;
+    EXPECT_NE(what.find("MpiReducerOptions::zero"), std::string::npos) << what;
+  }
+  o.zero = 0;
+  o.bucket_bytes = 0;
+  EXPECT_THROW(o.validate(), ps::invalid_argument);
+}
+
+// The members of `comm` (their process numbers), gathered on the GPU by NCCL.
+std::vector<int> members(ncclComm_t comm, const ps::CudaDevice& device) {
+  int size = 0;
+  PIPESCHED_NCCL_CHECK(ncclCommCount(comm, &size));
+  const cudaStream_t s = device.compute();
+  const auto me = ps::DeviceTensor<int>::from_host({1}, {world_rank()}, s);
+  auto all = ps::DeviceTensor<int>::zeros({size}, s);
+  PIPESCHED_NCCL_CHECK(ncclAllGather(me.data(), all.data(), 1, ncclInt32, comm, s));
+  return all.to_host();
+}
+
+TEST(NcclGroups, HoldTheGridsGroupsForEveryGridOfTheJob) {
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
+  const int n = world_size();
+  int grids = 0;
+  for (int p = 1; p <= n; ++p)
+    for (int d = 1; d <= n; ++d)
+      for (int t = 1; t <= n; ++t) {
+        if (p * d * t != n) continue;
+        const ps::ProcessGrid grid{p, d, t};
+        SCOPED_TRACE(grid.describe());
+        ++grids;
+        const ps::NcclGroups groups(grid, place.ordinal);
+        const int g = world_rank();
+        EXPECT_EQ(groups.coordinates(), grid.coordinates(g));
+        EXPECT_EQ(members(groups.job(), groups.device()).size(), static_cast<std::size_t>(n));
+        EXPECT_EQ(members(groups.pipeline(), groups.device()), grid.pipeline_group(g));
+        EXPECT_EQ(members(groups.data(), groups.device()), grid.data_group(g));
+        EXPECT_EQ(members(groups.tensor(), groups.device()), grid.tensor_group(g));
+        int rank = -1;
+        PIPESCHED_NCCL_CHECK(ncclCommUserRank(groups.data(), &rank));
+        EXPECT_EQ(rank, grid.coordinates(g).data);
+      }
+  EXPECT_GE(grids, 1);
+}
+
+TEST(NcclReducer, CudaLocalTwoRanksOneReplicaMatchesSequentialTraining) {
+  // pp2 × dp1 on one GPU: cuda-local runs both ranks, each rank's stages reduced by an NCCL
+  // reducer of its own over a one-rank communicator (the mean of one replica is its gradient,
+  // so the run must equal sequential training exactly as without the reducer).
+  PIPESCHED_NCCL_NEEDS_GPUS(place, false);
+  const ps::Schedule s = generated("1f1b", 2, 4);
+  const int n = s.problem.stages;
+  const toy::GptConfig config = config_for(n);
+  auto devices = ps::CudaLocalPipeline<Gpt>::devices_for(s, place.ordinal);
+  std::vector<toy::GptStage<double>> ref;
+  std::vector<Gpt> piped;
+  for (int st = 0; st < n; ++st) {
+    ref.emplace_back(config, st, n);
+    piped.emplace_back(config, st, n, devices[static_cast<std::size_t>(s.placement.rank_of(st))]);
+  }
+  const ps::Schedule executed = ps::add_gradient_reduction(ps::lower_communication(s));
+  std::vector<ps::detail::nccl::Link> parents(devices.size());
+  std::vector<std::unique_ptr<ps::NcclGradientReducer<Gpt>>> reducers;
+  for (std::size_t r = 0; r < devices.size(); ++r) {
+    devices[r].activate();
+    ncclUniqueId id;
+    PIPESCHED_NCCL_CHECK(ncclGetUniqueId(&id));
+    PIPESCHED_NCCL_CHECK(ncclCommInitRank(parents[r].out(), 1, id, 0));
+    // 64 doubles a bucket: small tensors share one (packed), larger ones go alone (in place).
+    reducers.push_back(std::make_unique<ps::NcclGradientReducer<Gpt>>(
+        parents[r].get(), MPI_COMM_SELF, devices[r], std::span<Gpt>(piped), executed.ranks[r],
+        std::function<void()>(), std::chrono::seconds(30),
+        ps::NcclReducerOptions{.bucket_bytes = 64 * sizeof(double)}));
+    EXPECT_EQ(reducers.back()->replicas(), 1);
+  }
+  std::vector<int> started(static_cast<std::size_t>(n), 0);
+  ps::ExecutorOptions options;
+  gpu::use_sgd(options, s.placement, piped, learning_rate);
+  options.reduce_gradients.start = [&](int stage) {
+    ++started[static_cast<std::size_t>(stage)];
+    reducers[static_cast<std::size_t>(s.placement.rank_of(stage))]->start(stage);
+  };
+  options.reduce_gradients.wait = [&](int stage) {
+    reducers[static_cast<std::size_t>(s.placement.rank_of(stage))]->wait(stage);
+  };
+  ps::CudaLocalPipeline<Gpt> pipe(s, devices, piped, options);
+  const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 17);
+  const auto training = gpu::training_data(data, devices.front(), devices.back());
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    for (auto& r : reducers)
+      r->begin_step();
+    const double ref_loss = toy::sequential_step(ref, data);
+    const auto ref_grads = toy::flat_gradients(ref);
+    toy::sgd_update(ref, learning_rate);
+    const ps::StepResult r = pipe.step(training);
+    EXPECT_LE(std::abs(r.loss - ref_loss), 1e-12 * std::abs(ref_loss));
+    EXPECT_LE(toy::max_relative_error(gpu::flat_values(piped, true),
+                                      std::vector<double>(ref_grads.begin(), ref_grads.end())),
+              1e-12);
+    const auto ref_params = toy::flat_parameters(ref);
+    EXPECT_LE(toy::max_relative_error(gpu::flat_values(piped, false),
+                                      std::vector<double>(ref_params.begin(), ref_params.end())),
+              1e-12);
+  }
+  EXPECT_EQ(started, std::vector<int>(static_cast<std::size_t>(n), 2));
+}
+
+// Trains `name` on `grid` (every process of the job, a GPU each) through NcclPipeline built
+// from NcclGroups for two steps, each replica on its share of the global batch, its gradients
+// averaged by the NCCL reducer; the global loss, this process's reduced gradients and its
+// updated parameters must equal sequential training of the whole global batch (double, 1e-12).
+void expect_data_parallel(const char* name, const ps::ProcessGrid& grid, int ordinal) {
+  if (grid.size() != world_size()) return;
+  SCOPED_TRACE(std::string(name) + " on " + grid.describe());
+  const ps::NcclGroups groups(grid, ordinal);
+  const int d = grid.data, rank = groups.coordinates().pipeline;
+  const ps::Schedule s = generated(name, grid.pipeline, 4);
+  const int n = s.problem.stages;
+  const toy::GptConfig config = config_for(n);
+  const auto global = toy::make_gpt_data<double>(config, d * s.problem.microbatches, 17);
+  const auto mine = share(global, groups.coordinates().data, d);
+  std::vector<toy::GptStage<double>> ref;
+  std::vector<Gpt> procs;
+  for (int st = 0; st < n; ++st) {
+    ref.emplace_back(config, st, n);
+    procs.emplace_back(config, st, n, groups.device());
+  }
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(30);
+  gpu::use_sgd(options, s.placement, procs, learning_rate);
+  ps::NcclPipeline<Gpt> pipe(s, procs, groups, options, {}, {.bucket_bytes = 256});
+  const auto training = gpu::training_data(mine, groups.device(), groups.device());
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const double ref_loss = toy::sequential_step(ref, global);
+    const auto ref_grads = values_of(s, ref, rank, true);
+    toy::sgd_update(ref, learning_rate);
+    const ps::StepResult r = pipe.step(training);
+    double loss = 0;
+    MPI_Allreduce(&r.loss, &loss, 1, MPI_DOUBLE, MPI_SUM, groups.mpi().data());
+    loss /= d;
+    EXPECT_LE(std::abs(loss - ref_loss), 1e-12 * std::abs(ref_loss));
+    EXPECT_LE(toy::max_relative_error(values_of(s, procs, rank, true), ref_grads), 1e-12);
+    EXPECT_LE(
+        toy::max_relative_error(values_of(s, procs, rank, false), values_of(s, ref, rank, false)),
+        1e-12);
+    const bool reduces =
+        std::any_of(r.executed.ranks[static_cast<std::size_t>(rank)].begin(),
+                    r.executed.ranks[static_cast<std::size_t>(rank)].end(),
+                    [](const ps::Action& a) { return a.kind == ps::OpKind::ReduceGrad; });
+    EXPECT_EQ(reduces, d > 1);
+  }
+  EXPECT_EQ(pipe.transport().pending(), 0u);
+}
+
+TEST(NcclRanks, DataParallelPipelinesFromGroupsMatchSequentialTrainingOfTheGlobalBatch) {
+  PIPESCHED_NEEDS_PROCESSES(2);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
+  const int n = world_size();
+  for (const ps::ProcessGrid grid : {ps::ProcessGrid{1, n, 1}, ps::ProcessGrid{n, 1, 1}}) {
+    expect_data_parallel("1f1b", grid, place.ordinal);
+    expect_data_parallel("zb-h1", grid, place.ordinal);
+  }
+}
+
+// A GPU GPT stage whose forward of one microbatch (counted from its first) throws.
+struct FaultyGpt : Gpt {
+  using Gpt::forward;
+  using Gpt::Gpt;
+  int fail_microbatch = -1;
+  mutable int seen = 0;
+  tensor_type forward(const tensor_type& x, Stash& stash) const {
+    if (seen++ == fail_microbatch) throw std::runtime_error("injected fault");
+    return Gpt::forward(x, stash);
+  }
+};
+
+TEST(NcclRanks, AFailingReplicaRollsBackEveryReplicaAndTheRetriedStepMatchesSequentialTraining) {
+  // pp1 × dp2: the last replica fails in its third forward, before any reduction; the other
+  // one reaches its WAIT_REDUCE_GRAD with an all-reduce nobody joins, hears the failure, and
+  // drain completes that all-reduce, so the retried step runs on a clean communicator.
+  PIPESCHED_NEEDS_PROCESSES(2);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
+  const int d = world_size();
+  const ps::NcclGroups groups(ps::ProcessGrid{1, d, 1}, place.ordinal);
+  const ps::Schedule s = generated("1f1b", 1, 4);
+  const toy::GptConfig config = config_for(1);
+  const auto global = toy::make_gpt_data<double>(config, d * s.problem.microbatches, 23);
+  const auto mine = share(global, groups.coordinates().data, d);
+  std::vector<toy::GptStage<double>> ref;
+  ref.emplace_back(config, 0, 1);
+  std::vector<FaultyGpt> procs;
+  procs.emplace_back(config, 0, 1, groups.device());
+  if (groups.coordinates().data == d - 1) procs[0].fail_microbatch = 2;
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(20);
+  gpu::use_sgd(options, s.placement, procs, learning_rate);
+  ps::NcclPipeline<FaultyGpt> pipe(s, procs, groups, options);
+  const auto training = gpu::training_data(mine, groups.device(), groups.device());
+  bool threw = false;
+  try {
+    pipe.step(training);
+  } catch (const ps::execution_error& e) {
+    threw = true;
+    const std::string what = e.what();
+    EXPECT_TRUE(e.rolled_back());
+    EXPECT_NE(what.find("replica " + std::to_string(d - 1) + " of " + std::to_string(d)),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("injected fault"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(threw);
+  procs[0].fail_microbatch = -1;
+  const double ref_loss = toy::sequential_step(ref, global);
+  const auto ref_grads = toy::flat_gradients(ref);
+  toy::sgd_update(ref, learning_rate);
+  const ps::StepResult r = pipe.step(training);
+  double loss = 0;
+  MPI_Allreduce(&r.loss, &loss, 1, MPI_DOUBLE, MPI_SUM, groups.mpi().data());
+  loss /= d;
+  EXPECT_LE(std::abs(loss - ref_loss), 1e-12 * std::abs(ref_loss));
+  EXPECT_LE(toy::max_relative_error(gpu::flat_values(procs, true),
+                                    std::vector<double>(ref_grads.begin(), ref_grads.end())),
+            1e-12);
+  const auto ref_params = toy::flat_parameters(ref);
+  EXPECT_LE(toy::max_relative_error(gpu::flat_values(procs, false),
+                                    std::vector<double>(ref_params.begin(), ref_params.end())),
+            1e-12);
+}
+
+}  // namespace
