@@ -111,6 +111,12 @@ class NcclPipeline
                                 const NcclReducerOptions& reducer_options) {
     Prepared out;
     reducer_options.validate();
+    if (groups.grid().tensor > 1)
+      throw invalid_problem(
+          "NcclPipeline: the grid has tp = " + std::to_string(groups.grid().tensor) +
+          ", but tensor groups are given to stage models over MPI only (MpiPipeline, "
+          "tensor_parallel_stage); on GPUs use tp = 1, or run the tensor-parallel plan on the "
+          "host.");
     if (groups.grid().data > 1) {
       if constexpr (device_reducible_stage<Stage>) {
         if (options.reduce_gradients)
