@@ -338,8 +338,9 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
       "of %d sequences x %d slices per replica, global batch %lld sequences\n",
       s.name.c_str(), plan.checkpoint.c_str(), plan.grid.pipeline, plan.grid.data, plan.grid.tensor,
       plan.zero, plan.microbatches, plan.microbatch_size, s.problem.slices, run.global_batch());
-  say("toy GPT with %d blocks, one per stage (the plan's model has %d layers)\n", config.blocks,
-      layers);
+  say("toy GPT with %d blocks, one per stage (%s)\n", config.blocks,
+      layers > 0 ? ("the plan's model has " + std::to_string(layers) + " layers").c_str()
+                 : "the plan was made without a model");
   ps::ExecutorOptions options;
   if (run.zero() == 0) toy::use_sgd(options, s.placement, stages, 0.1);
   ps::MpiPipeline<Stage> pipe(s, stages, run.groups(), options, {},
