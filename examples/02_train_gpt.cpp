@@ -341,10 +341,15 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
   say("toy GPT with %d blocks, one per stage (%s)\n", config.blocks,
       layers > 0 ? ("the plan's model has " + std::to_string(layers) + " layers").c_str()
                  : "the plan was made without a model");
+  // [plan-pipeline]
+  // run: a pipesched::MpiPlanRun, s its schedule(); stages: run.stages() of them (this process
+  // runs those that run.holds(stage)). Without ZeRO the executor's optimizer updates the
+  // weights; with ZeRO 1 or 2 the reducer steps each replica's shard with the ShardOptimizer.
   ps::ExecutorOptions options;
   if (run.zero() == 0) toy::use_sgd(options, s.placement, stages, 0.1);
   ps::MpiPipeline<Stage> pipe(s, stages, run.groups(), options, {},
                               run.reducer_options(ps::sgd_shards(0.1)));
+  // [plan-pipeline]
   o.microbatches = plan.microbatches;
   return train(pipe, s, stages, config, o, run.coordinates().pipeline, replica_of(run.groups()));
 }
