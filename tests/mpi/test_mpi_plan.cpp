@@ -49,7 +49,7 @@ TEST(MpiPlan, JobOfAnotherSizeIsRefusedWithTheProcessCountToUse) {
   const int n = world_size();
   const ps::RunPlan plan =
       ps::read_run_plan(plan_json(generated("1f1b", 1, 4), n + 1, 1, 0), "plan.json");
-  EXPECT_EQ(refusal(plan), "plan.json is a plan for pp 1 × dp " + std::to_string(n + 1) +
+  EXPECT_EQ(refusal(plan), "plan.json is for pp 1 × dp " + std::to_string(n + 1) +
                                " × tp 1 = " + std::to_string(n + 1) +
                                " processes, but the job has " + std::to_string(n) +
                                "; start it with mpirun -np " + std::to_string(n + 1) + ".");

@@ -54,7 +54,7 @@ class MpiPlanRun {
  public:
   //! Places `plan` (read from `source`, which the messages name) on `world`. Throws
   //! invalid_problem on every process when the job's size is not the plan's
-  //! (`plan.json is a plan for pp 2 × dp 2 × tp 1 = 4 processes, but the job has 3; start it
+  //! (`plan.json is for pp 2 × dp 2 × tp 1 = 4 processes, but the job has 3; start it
   //! with mpirun -np 4.`) and, through check_tensor_parallel_plan, for a tensor-parallel plan.
   explicit MpiPlanRun(RunPlan plan, const std::string& source = "the plan",
                       MPI_Comm world = MPI_COMM_WORLD)
@@ -106,7 +106,7 @@ class MpiPlanRun {
     detail::mpi::check(MPI_Comm_size(world, &size), "MPI_Comm_size");
     const ProcessGrid& g = plan.grid;
     if (size != g.size())
-      throw invalid_problem(source + " is a plan for pp " + std::to_string(g.pipeline) + " × dp " +
+      throw invalid_problem(source + " is for pp " + std::to_string(g.pipeline) + " × dp " +
                             std::to_string(g.data) + " × tp " + std::to_string(g.tensor) + " = " +
                             std::to_string(g.size()) + " processes, but the job has " +
                             std::to_string(size) + "; start it with mpirun -np " +
