@@ -6,9 +6,17 @@
 // With --data-parallel D the MPI job runs D replicas of the pipeline, each on its share of the
 // global batch, their gradients averaged by the schedule's REDUCE_GRAD actions.
 //
+// With --plan FILE it runs a plan of `pipesched tune --json` over MPI (MpiPlanRun): the plan's
+// grid (pp × dp; tp 1), schedule, microbatches and microbatch size, and ZeRO when the plan
+// shards. The toy GPT stays small (one block per stage, width 16) so the job runs on a laptop:
+// the plan gives the parallel layout and the schedule, not the model.
+//
 //   example_02_train_gpt --schedule zb-h1 --ranks 4 --microbatches 8
 //   mpirun -np 4 example_02_train_gpt --transport mpi --schedule slice-pipe --slices 4
 //   mpirun -np 4 example_02_train_gpt --transport mpi --data-parallel 2 --schedule zb-h1
+//   pipesched tune --gpus 4 --pp 2 --tp 1 --zero 1 --model gpt3-1.3b --device h100
+//       --global-batch 16 --json > plan.json
+//   mpirun -np 4 example_02_train_gpt --plan plan.json
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -27,6 +35,7 @@
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #if PIPESCHED_WITH_MPI
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
+#include "pipesched/transport/mpi/mpi_plan.hpp"
 #endif
 
 namespace ps = pipesched;
@@ -43,7 +52,9 @@ struct Options {
   int microbatches = 8;
   int slices = 1;
   int steps = 3;
-  int data = 1;  // data-parallel replicas (MPI)
+  int data = 1;                    // data-parallel replicas (MPI)
+  std::string plan;                // --plan FILE: run that plan (MPI)
+  std::vector<std::string> given;  // the options given, to refuse those a plan fixes
 };
 
 bool quiet = false;  // ranks other than 0 print only errors
@@ -62,6 +73,7 @@ int usage(int code) {
                "                            [--ranks P] [--microbatches M] [--slices K]\n"
                "                            [--checkpoint none|mario] [--steps N]\n"
                "                            [--data-parallel D]\n"
+               "       mpirun -np N example_02_train_gpt --plan FILE [--steps N]\n"
                "\n"
                "Trains a tiny GPT for N steps (default 3) through schedule NAME (default 1f1b;\n"
                "`pipesched list` names them) on P ranks (default 4) with M microbatches\n"
@@ -73,7 +85,14 @@ int usage(int code) {
                "--data-parallel D (with --transport mpi) runs D replicas of a pipeline of\n"
                "P / D ranks, each on M microbatches of a global batch of D x M; their\n"
                "gradients are averaged by REDUCE_GRAD actions after each stage's last weight\n"
-               "gradient, and the reference trains on the whole global batch.\n");
+               "gradient, and the reference trains on the whole global batch.\n"
+               "--plan FILE runs a plan of `pipesched tune --json` (FILE: its output or one\n"
+               "plan) over MPI, started as `mpirun -np pp*dp*tp`: its grid, schedule,\n"
+               "microbatches, microbatch size and ZeRO stage (SGD on each replica's shard),\n"
+               "checked against the sequential reference on the global batch. The plan gives\n"
+               "the parallel layout and the schedule; the toy GPT stays small (one block per\n"
+               "stage, width 16, whatever layers the plan's model has) so it runs on a laptop.\n"
+               "Tensor-parallel plans (tp > 1) are refused: the toy GPT has no tensor groups.\n");
   return code;
 }
 
@@ -90,8 +109,12 @@ bool parse(int argc, char** argv, Options& o, int& code) {
       return false;
     }
     const std::string v = argv[++i];
-    if (a == "--transport" || a == "--schedule" || a == "--checkpoint") {
-      (a == "--transport" ? o.transport : a == "--schedule" ? o.schedule : o.checkpoint) = v;
+    o.given.push_back(a);
+    if (a == "--transport" || a == "--schedule" || a == "--checkpoint" || a == "--plan") {
+      (a == "--transport"  ? o.transport
+       : a == "--schedule" ? o.schedule
+       : a == "--plan"     ? o.plan
+                           : o.checkpoint) = v;
       continue;
     }
     int* target = a == "--ranks"           ? &o.ranks
@@ -116,6 +139,18 @@ bool parse(int argc, char** argv, Options& o, int& code) {
     }
     *target = static_cast<int>(n);
     o.ranks_given |= a == "--ranks";
+  }
+  if (!o.plan.empty()) {
+    for (const std::string& a : o.given)
+      if (a != "--plan" && a != "--steps" && !(a == "--transport" && o.transport == "mpi")) {
+        std::fprintf(stderr,
+                     "example_02_train_gpt: %s cannot go with --plan, which gives the schedule, "
+                     "the ranks, the replicas and the transport (mpi); only --steps can\n",
+                     a.c_str());
+        code = 2;
+        return false;
+      }
+    o.transport = "mpi";
   }
   if (o.transport != "inproc" && o.transport != "mpi") {
     std::fprintf(stderr, "example_02_train_gpt: --transport is inproc or mpi, got '%s'\n",
@@ -149,6 +184,18 @@ struct Replica {
   int count = 1;
   std::function<double(double)> mean = [](double x) { return x; };
 };
+
+#if PIPESCHED_WITH_MPI
+// This process's replica of `groups`' job; the mean is over its data-parallel group.
+Replica replica_of(const ps::MpiGroups& groups) {
+  const int count = groups.grid().data;
+  return {groups.coordinates().data, count, [comm = groups.data(), count](double x) {
+            double sum = 0;
+            MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
+            return sum / count;
+          }};
+}
+#endif
 
 // Replica `r`'s share of the global batch `global`: its `global.microbatches / r.count`.
 toy::StepData<double> share(const toy::StepData<double>& global, const Replica& r) {
@@ -247,17 +294,66 @@ int run(const Options& o, int process_rank) {
   }
 #if PIPESCHED_WITH_MPI
   const ps::MpiGroups groups(ps::ProcessGrid{.pipeline = o.ranks, .data = o.data, .tensor = 1});
-  Replica replica{groups.coordinates().data, o.data, [&groups, &o](double x) {
-                    double sum = 0;
-                    MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, groups.data());
-                    return sum / o.data;
-                  }};
   ps::MpiPipeline<Stage> pipe(s, stages, groups, options);
-  return train(pipe, s, stages, config, o, groups.coordinates().pipeline, replica);
+  return train(pipe, s, stages, config, o, groups.coordinates().pipeline, replica_of(groups));
 #else
   return 2;
 #endif
 }
+
+#if PIPESCHED_WITH_MPI
+// --plan: the plan placed on this job (nothing without --plan), or nothing after one sentence
+// (from rank 0) when the file does not read as a plan or the job cannot run it (another size,
+// tensor parallelism).
+std::optional<ps::MpiPlanRun> place(const std::string& path, int rank) {
+  if (path.empty()) return std::nullopt;
+  try {
+    return std::optional<ps::MpiPlanRun>(std::in_place, ps::read_run_plan_file(path), path);
+  } catch (const ps::error& e) {
+    if (rank == 0) std::fprintf(stderr, "example_02_train_gpt: %s\n", e.what());
+    return std::nullopt;
+  }
+}
+
+// Trains the toy GPT through the plan's schedule on its grid: the plan's microbatches of its
+// microbatch size per replica, SGD (on each replica's shard with ZeRO 1 or 2).
+int run_plan(const ps::MpiPlanRun& run, Options o) {
+  const ps::RunPlan& plan = run.plan();
+  const ps::Schedule& s = run.schedule();
+  const toy::GptConfig config{.vocabulary = 32,
+                              .hidden = 16,
+                              .heads = 2,
+                              .ffn = 32,
+                              .sequence = 16,
+                              .blocks = run.stages(),
+                              .microbatch_size = plan.microbatch_size,
+                              .seed = 42};
+  std::vector<Stage> stages;
+  for (int st = 0; st < run.stages(); ++st)
+    stages.emplace_back(config, st, run.stages());
+  int layers = 0;
+  for (int l : plan.layers_per_stage)
+    layers += l;
+  say("plan: %s (checkpoint %s) on pp %d x dp %d x tp %d processes, ZeRO-%d; %d microbatches "
+      "of %d sequences x %d slices per replica, global batch %lld sequences\n",
+      s.name.c_str(), plan.checkpoint.c_str(), plan.grid.pipeline, plan.grid.data, plan.grid.tensor,
+      plan.zero, plan.microbatches, plan.microbatch_size, s.problem.slices, run.global_batch());
+  say("toy GPT with %d blocks, one per stage (%s)\n", config.blocks,
+      layers > 0 ? ("the plan's model has " + std::to_string(layers) + " layers").c_str()
+                 : "the plan was made without a model");
+  // [plan-pipeline]
+  // run: a pipesched::MpiPlanRun, s its schedule(); stages: run.stages() of them (this process
+  // runs those that run.holds(stage)). Without ZeRO the executor's optimizer updates the
+  // weights; with ZeRO 1 or 2 the reducer steps each replica's shard with the ShardOptimizer.
+  ps::ExecutorOptions options;
+  if (run.zero() == 0) toy::use_sgd(options, s.placement, stages, 0.1);
+  ps::MpiPipeline<Stage> pipe(s, stages, run.groups(), options, {},
+                              run.reducer_options(ps::sgd_shards(0.1)));
+  // [plan-pipeline]
+  o.microbatches = plan.microbatches;
+  return train(pipe, s, stages, config, o, run.coordinates().pipeline, replica_of(run.groups()));
+}
+#endif
 
 }  // namespace
 
@@ -279,6 +375,8 @@ int main(int argc, char** argv) {
 #if PIPESCHED_WITH_MPI
   ps::MpiSession session(argc, argv);
   quiet = session.rank() != 0;
+  const std::optional<ps::MpiPlanRun> plan = place(o.plan, session.rank());
+  if (!o.plan.empty() && !plan) return 2;
   if (session.size() % o.data != 0) {
     if (!quiet)
       std::fprintf(stderr,
@@ -298,7 +396,7 @@ int main(int argc, char** argv) {
   }
   o.ranks = session.size() / o.data;
   try {
-    const int failures = run(o, session.rank());
+    const int failures = plan ? run_plan(*plan, o) : run(o, session.rank());
     say(failures == 0 ? "every step matched the sequential reference\n" : "MISMATCHES: %d\n",
         failures);
     return failures == 0 ? 0 : 1;

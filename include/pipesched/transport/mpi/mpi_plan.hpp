@@ -1,0 +1,121 @@
+// A plan from `pipesched tune --json`, run over MPI: the job's size checked against the plan's
+// grid, this process's groups, and what an MpiPipeline of the plan needs (its schedule, the
+// stages this process holds, ZeRO from the plan). The caller brings its stage model and its
+// optimizer; docs/mpi.md, "Running a plan".
+#pragma once
+
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // the C API is all pipesched uses
+#endif
+#include <mpi.h>
+
+#include <string>
+#include <utility>
+
+#include "pipesched/core/error.hpp"
+#include "pipesched/core/schedule.hpp"
+#include "pipesched/exec/process_grid.hpp"
+#include "pipesched/exec/run_plan.hpp"
+#include "pipesched/exec/shard_optimizer.hpp"
+#include "pipesched/transport/mpi/detail/mpi_support.hpp"
+#include "pipesched/transport/mpi/mpi_gradient_reducer.hpp"
+#include "pipesched/transport/mpi/mpi_groups.hpp"
+
+namespace pipesched {
+
+//! The one place that refuses tensor-parallel plans: throws invalid_problem naming `source`
+//! when `plan.grid.tensor` > 1. A tensor-parallel plan needs a stage model that takes its
+//! tensor group (its layers split over the tp processes, their all-reduces on
+//! MpiGroups::tensor()), and no stage model pipesched runs does yet. Every process of a job
+//! reads the same plan, so each throws the same error.
+inline void check_tensor_parallel_plan(const RunPlan& plan, const std::string& source) {
+  if (plan.grid.tensor <= 1) return;
+  throw invalid_problem(source + " is a tensor-parallel plan (tp " +
+                        std::to_string(plan.grid.tensor) +
+                        "); running it needs a stage model that takes its tensor group, which "
+                        "pipesched's stage models do not yet; tune with --tp 1 for a plan that "
+                        "runs.");
+}
+
+//! A RunPlan placed on this MPI job: built collectively by every process of `world`, it checks
+//! that the job has the plan's pp·dp·tp processes and splits `world` into this process's
+//! groups. Give `schedule()`, your stages (indexed by stage: `stages()` of them, those with
+//! `holds(stage)` the ones this process runs), `groups()` and `reducer_options(...)` to an
+//! MpiPipeline:
+//!
+//!     pipesched::MpiPlanRun run(pipesched::read_run_plan_file(path), path);
+//!     pipesched::MpiPipeline<Stage> pipe(run.schedule(), stages, run.groups(), options, {},
+//!                                        run.reducer_options(pipesched::sgd_shards(0.1)));
+//!
+//! With `zero()` 0 the weights are updated by ExecutorOptions::optimizer (e.g.
+//! toy::use_sgd); with 1 or 2 by the ShardOptimizer given to reducer_options, and the
+//! ExecutorOptions' optimizer, snapshot and rollback hooks stay empty.
+class MpiPlanRun {
+ public:
+  //! Places `plan` (read from `source`, which the messages name) on `world`. Throws
+  //! invalid_problem on every process when the job's size is not the plan's
+  //! (`plan.json is for pp 2 × dp 2 × tp 1 = 4 processes, but the job has 3; start it
+  //! with mpirun -np 4.`) and, through check_tensor_parallel_plan, for a tensor-parallel plan.
+  explicit MpiPlanRun(RunPlan plan, const std::string& source = "the plan",
+                      MPI_Comm world = MPI_COMM_WORLD)
+      : plan_(std::move(plan)), groups_(checked(plan_, source, world), world) {}
+
+  //! The plan as read.
+  const RunPlan& plan() const noexcept { return plan_; }
+  //! The schedule every pipeline of the job runs (the plan's, validated when it was read).
+  const Schedule& schedule() const noexcept { return plan_.schedule; }
+  //! This process's pipeline, data-parallel and tensor groups.
+  const MpiGroups& groups() const noexcept { return groups_; }
+  //! This process's pipeline rank, replica and tensor rank.
+  const ProcessGrid::Coordinates& coordinates() const noexcept { return groups_.coordinates(); }
+  //! Model stages of one replica (the schedule's; `plan().layers_per_stage` has one count per
+  //! stage when the plan was made with a model).
+  int stages() const noexcept { return plan_.schedule.problem.stages; }
+  //! Whether this process runs `stage` (its pipeline rank holds it); the other stages of the
+  //! span given to MpiPipeline may be cheap placeholders.
+  bool holds(int stage) const {
+    return plan_.schedule.placement.rank_of(stage) == coordinates().pipeline;
+  }
+  //! The ZeRO stage of the plan: 0, 1 or 2.
+  int zero() const noexcept { return plan_.zero; }
+  //! Sequences in one step of the whole job: replicas × microbatches × microbatch size.
+  long long global_batch() const noexcept {
+    return static_cast<long long>(plan_.grid.data) * plan_.microbatches * plan_.microbatch_size;
+  }
+
+  //! `base` with the plan's ZeRO stage; with ZeRO 1 or 2 also `optimizer`, the update rule of
+  //! a shard (with 0 it is not used: ExecutorOptions::optimizer updates the weights). Give it
+  //! to MpiPipeline as its MpiReducerOptions.
+  MpiReducerOptions reducer_options(ShardOptimizer optimizer, MpiReducerOptions base = {}) const {
+    base.zero = plan_.zero;
+    if (plan_.zero >= 1) base.optimizer = std::move(optimizer);
+    return base;
+  }
+
+ private:
+  // Runs before the groups are split, so a refused plan throws on every process before any
+  // collective call.
+  static const ProcessGrid& checked(const RunPlan& plan, const std::string& source,
+                                    MPI_Comm world) {
+    check_tensor_parallel_plan(plan, source);
+    if (!detail::mpi::initialized())
+      throw error(
+          "MpiPlanRun: MPI is not initialized; create a pipesched::MpiSession (or call "
+          "MPI_Init_thread) first.");
+    int size = 0;
+    detail::mpi::check(MPI_Comm_size(world, &size), "MPI_Comm_size");
+    const ProcessGrid& g = plan.grid;
+    if (size != g.size())
+      throw invalid_problem(source + " is for pp " + std::to_string(g.pipeline) + " × dp " +
+                            std::to_string(g.data) + " × tp " + std::to_string(g.tensor) + " = " +
+                            std::to_string(g.size()) + " processes, but the job has " +
+                            std::to_string(size) + "; start it with mpirun -np " +
+                            std::to_string(g.size()) + ".");
+    return g;
+  }
+
+  RunPlan plan_;
+  MpiGroups groups_;
+};
+
+}  // namespace pipesched

@@ -1,0 +1,119 @@
+// MpiPlanRun: a plan of `pipesched tune --json` placed on the job. A plan for another job size
+// is refused on every process with the `mpirun -np` to use, a tensor-parallel plan is refused
+// saying why, and a pp × dp plan with ZeRO gives MpiPipeline what trains like sequential
+// training of the global batch.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "mpi_support.hpp"
+#include "pipesched/exec/run_plan.hpp"
+#include "pipesched/io/json.hpp"
+#include "pipesched/io/text.hpp"
+#include "pipesched/toy/reference.hpp"
+#include "pipesched/transport/mpi/mpi_pipeline.hpp"
+#include "pipesched/transport/mpi/mpi_plan.hpp"
+
+namespace {
+
+using namespace mpi_test;
+
+// The plan object `tune --json` writes for schedule `s` on pp × `dp` × `tp` with ZeRO-`zero`.
+std::string plan_json(const ps::Schedule& s, int dp, int tp, int zero) {
+  ps::json::Writer w;
+  w.begin_object();
+  w.key("schedule").value(s.name).key("checkpoint").value("none");
+  w.key("pp").value(s.problem.ranks).key("dp").value(dp).key("tp").value(tp);
+  w.key("zero").value(zero).key("sequence_parallel").value(false);
+  w.key("microbatch_size").value(2).key("microbatches").value(s.problem.microbatches);
+  w.key("layers_per_stage").begin_array().end_array();
+  w.key("schedule_text").value(ps::to_text(s));
+  w.end_object();
+  return w.take();
+}
+
+// The message MpiPlanRun throws for `plan`, the same on every process; empty when none.
+std::string refusal(const ps::RunPlan& plan) {
+  try {
+    const ps::MpiPlanRun run(plan, "plan.json");
+  } catch (const ps::invalid_problem& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MpiPlan, JobOfAnotherSizeIsRefusedWithTheProcessCountToUse) {
+  const int n = world_size();
+  const ps::RunPlan plan =
+      ps::read_run_plan(plan_json(generated("1f1b", 1, 4), n + 1, 1, 0), "plan.json");
+  EXPECT_EQ(refusal(plan), "plan.json is for pp 1 × dp " + std::to_string(n + 1) +
+                               " × tp 1 = " + std::to_string(n + 1) +
+                               " processes, but the job has " + std::to_string(n) +
+                               "; start it with mpirun -np " + std::to_string(n + 1) + ".");
+}
+
+TEST(MpiPlan, TensorParallelPlanIsRefusedSayingWhy) {
+  const int n = world_size();
+  const ps::RunPlan plan =
+      ps::read_run_plan(plan_json(generated("1f1b", 1, 4), 1, n, 0), "plan.json");
+  const std::string what = refusal(plan);
+  EXPECT_NE(what.find("plan.json is a tensor-parallel plan (tp " + std::to_string(n) + ")"),
+            std::string::npos)
+      << what;
+  EXPECT_NE(what.find("needs a stage model that takes its tensor group"), std::string::npos)
+      << what;
+}
+
+// pp 2 × dp n/2 with ZeRO-`zero` (or pp 1 × dp n): the plan's schedule, groups and reducer
+// options train the toy GPT as sequential training of the global batch does (SGD, 1e-12).
+void expect_plan_trains(int zero) {
+  const int n = world_size(), pp = n % 2 == 0 ? 2 : 1, dp = n / pp;
+  SCOPED_TRACE("ZeRO-" + std::to_string(zero) + " on pp " + std::to_string(pp));
+  const ps::MpiPlanRun run(
+      ps::read_run_plan(plan_json(generated("zb-h1", pp, 4), dp, 1, zero), "plan.json"),
+      "plan.json");
+  EXPECT_EQ(run.coordinates(), run.plan().grid.coordinates(world_rank()));
+  EXPECT_EQ(run.zero(), zero);
+  EXPECT_EQ(run.global_batch(), dp * 4LL * 2);
+  const ps::MpiReducerOptions reducer = run.reducer_options(ps::sgd_shards(learning_rate));
+  EXPECT_EQ(reducer.zero, zero);
+  EXPECT_EQ(static_cast<bool>(reducer.optimizer), zero >= 1);
+  const ps::Schedule& s = run.schedule();
+  ASSERT_EQ(run.stages(), s.problem.stages);
+  for (int st = 0; st < run.stages(); ++st)
+    EXPECT_EQ(run.holds(st), s.placement.rank_of(st) == run.coordinates().pipeline);
+
+  const toy::GptConfig config = config_for(run.stages());
+  auto ref = make_stages<double>(config, run.stages());
+  auto stages = make_stages<double>(config, run.stages());
+  const auto global = toy::make_gpt_data<double>(config, dp * s.problem.microbatches, 3);
+  const auto mine = share(global, run.coordinates().data, dp);
+  const auto training = toy::training_data(mine, 1);
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(30);
+  if (run.zero() == 0) toy::use_sgd(options, s.placement, stages, learning_rate);
+  ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, run.groups(), options, {}, reducer);
+  for (int step = 0; step < 2; ++step) {
+    const double want = toy::sequential_step(ref, global);
+    toy::sgd_update(ref, learning_rate);
+    const ps::StepResult r = pipe.step(training);
+    double loss = 0;
+    MPI_Allreduce(&r.loss, &loss, 1, MPI_DOUBLE, MPI_SUM, run.groups().data());
+    EXPECT_LE(std::abs(loss / dp - want), 1e-12 * std::abs(want)) << "step " << step;
+  }
+  const int rank = run.coordinates().pipeline;
+  EXPECT_LE(toy::max_relative_error(toy::flat_parameters(stages_of(s, stages, rank)),
+                                    toy::flat_parameters(stages_of(s, ref, rank))),
+            1e-12);
+}
+
+TEST(MpiPlan, PlanTrainsLikeSequentialTrainingOfTheGlobalBatch) {
+  expect_plan_trains(0);
+  expect_plan_trains(1);
+  expect_plan_trains(2);
+}
+
+}  // namespace
