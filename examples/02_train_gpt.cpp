@@ -7,9 +7,10 @@
 // global batch, their gradients averaged by the schedule's REDUCE_GRAD actions.
 //
 // With --plan FILE it runs a plan of `pipesched tune --json` over MPI (MpiPlanRun): the plan's
-// grid (pp × dp; tp 1), schedule, microbatches and microbatch size, and ZeRO when the plan
-// shards. The toy GPT stays small (one block per stage, width 16) so the job runs on a laptop:
-// the plan gives the parallel layout and the schedule, not the model.
+// grid (pp × dp × tp: the toy GPT's blocks split over each tensor group), schedule,
+// microbatches and microbatch size, and ZeRO when the plan shards. The toy GPT stays small (one
+// block per stage, width 16) so the job runs on a laptop: the plan gives the parallel layout and
+// the schedule, not the model.
 //
 //   example_02_train_gpt --schedule zb-h1 --ranks 4 --microbatches 8
 //   mpirun -np 4 example_02_train_gpt --transport mpi --schedule slice-pipe --slices 4
@@ -17,6 +18,7 @@
 //   pipesched tune --gpus 4 --pp 2 --tp 1 --zero 1 --model gpt3-1.3b --device h100
 //       --global-batch 16 --json > plan.json
 //   mpirun -np 4 example_02_train_gpt --plan plan.json
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -92,7 +94,8 @@ int usage(int code) {
                "checked against the sequential reference on the global batch. The plan gives\n"
                "the parallel layout and the schedule; the toy GPT stays small (one block per\n"
                "stage, width 16, whatever layers the plan's model has) so it runs on a laptop.\n"
-               "Tensor-parallel plans (tp > 1) are refused: the toy GPT has no tensor groups.\n");
+               "With tp > 1 each block's heads and MLP split over the tensor group (tp must\n"
+               "divide 16); sequence parallelism is not in the toy (such plans run without it).\n");
   return code;
 }
 
@@ -215,7 +218,7 @@ toy::StepData<double> share(const toy::StepData<double>& global, const Replica& 
 template <class Pipe>
 int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
           const toy::GptConfig& config, const Options& o, int process_rank,
-          const Replica& replica = {}) {
+          const Replica& replica = {}, ps::TensorShard shard = {}) {
   const auto global = toy::make_gpt_data<double>(config, o.microbatches * replica.count, 7);
   const auto data = share(global, replica);
   const auto training = toy::training_data(data, s.problem.slices);  // refers to `data`
@@ -235,22 +238,25 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
     say("step %d: loss %.9f (sequential reference %.9f%s), %.2f ms\n", step, loss, want,
         same ? "" : ", MISMATCH", 1e3 * r.seconds);
     if (step + 1 == o.steps) {
-      say("peak activation KiB per rank, measured / simulated:");
+      say("peak activation KiB per rank, measured / simulated%s:",
+          shard.split() ? " (whole blocks: the simulation's figures)" : "");
       for (int k = 0; k < s.rank_count(); ++k)
         say("  r%d %.1f/%.1f", k, r.ranks[k].peak_bytes / 1024,
             predicted.ranks[k].peak_memory / 1024);
       say("\n");
     }
   }
-  // This process's stages against the reference's, after the last update.
-  std::vector<Stage> mine, theirs;
+  // This process's stages (its tensor shard of them) against the reference's, after the last
+  // update.
+  std::vector<Stage> mine;
+  std::vector<double> theirs;
   for (int st = 0; st < s.problem.stages; ++st)
     if (process_rank < 0 || s.placement.rank_of(st) == process_rank) {
       mine.push_back(stages[st]);
-      theirs.push_back(ref[st]);
+      const std::vector<double> cut = ref[st].flat_shard(shard, false);
+      theirs.insert(theirs.end(), cut.begin(), cut.end());
     }
-  const double err =
-      toy::max_relative_error(toy::flat_parameters(mine), toy::flat_parameters(theirs));
+  const double err = toy::max_relative_error(toy::flat_parameters(mine), theirs);
   if (!(err <= 1e-12)) {
     std::printf("parameters differ from the reference by %.3g (relative)\n", err);
     ++failures;
@@ -322,7 +328,7 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
   const ps::Schedule& s = run.schedule();
   const toy::GptConfig config{.vocabulary = 32,
                               .hidden = 16,
-                              .heads = 2,
+                              .heads = std::max(2, plan.grid.tensor),
                               .ffn = 32,
                               .sequence = 16,
                               .blocks = run.stages(),
@@ -330,7 +336,7 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
                               .seed = 42};
   std::vector<Stage> stages;
   for (int st = 0; st < run.stages(); ++st)
-    stages.emplace_back(config, st, run.stages());
+    stages.emplace_back(config, st, run.stages(), run.tensor_shard());
   int layers = 0;
   for (int l : plan.layers_per_stage)
     layers += l;
@@ -341,6 +347,13 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
   say("toy GPT with %d blocks, one per stage (%s)\n", config.blocks,
       layers > 0 ? ("the plan's model has " + std::to_string(layers) + " layers").c_str()
                  : "the plan was made without a model");
+  if (plan.grid.tensor > 1)
+    say("each block split over %d tensor ranks: %d of %d heads and %d of %d MLP units each\n",
+        plan.grid.tensor, config.heads / plan.grid.tensor, config.heads,
+        config.ffn / plan.grid.tensor, config.ffn);
+  if (plan.sequence_parallel)
+    say("the plan has sequence parallelism, which the toy does not implement: it runs without "
+        "(the same numerics, more activation memory per tensor rank)\n");
   // [plan-pipeline]
   // run: a pipesched::MpiPlanRun, s its schedule(); stages: run.stages() of them (this process
   // runs those that run.holds(stage)). Without ZeRO the executor's optimizer updates the
@@ -351,7 +364,8 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
                               run.reducer_options(ps::sgd_shards(0.1)));
   // [plan-pipeline]
   o.microbatches = plan.microbatches;
-  return train(pipe, s, stages, config, o, run.coordinates().pipeline, replica_of(run.groups()));
+  return train(pipe, s, stages, config, o, run.coordinates().pipeline, replica_of(run.groups()),
+               run.tensor_shard());
 }
 #endif
 

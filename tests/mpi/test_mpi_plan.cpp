@@ -1,7 +1,6 @@
 // MpiPlanRun: a plan of `pipesched tune --json` placed on the job. A plan for another job size
-// is refused on every process with the `mpirun -np` to use, a tensor-parallel plan is refused
-// saying why, and a pp × dp plan with ZeRO gives MpiPipeline what trains like sequential
-// training of the global batch.
+// is refused on every process with the `mpirun -np` to use, and a pp × dp plan with ZeRO, or a
+// pp × tp plan, gives MpiPipeline what trains like sequential training of the global batch.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -55,18 +54,6 @@ TEST(MpiPlan, JobOfAnotherSizeIsRefusedWithTheProcessCountToUse) {
                                "; start it with mpirun -np " + std::to_string(n + 1) + ".");
 }
 
-TEST(MpiPlan, TensorParallelPlanIsRefusedSayingWhy) {
-  const int n = world_size();
-  const ps::RunPlan plan =
-      ps::read_run_plan(plan_json(generated("1f1b", 1, 4), 1, n, 0), "plan.json");
-  const std::string what = refusal(plan);
-  EXPECT_NE(what.find("plan.json is a tensor-parallel plan (tp " + std::to_string(n) + ")"),
-            std::string::npos)
-      << what;
-  EXPECT_NE(what.find("needs a stage model that takes its tensor group"), std::string::npos)
-      << what;
-}
-
 // pp 2 × dp n/2 with ZeRO-`zero` (or pp 1 × dp n): the plan's schedule, groups and reducer
 // options train the toy GPT as sequential training of the global batch does (SGD, 1e-12).
 void expect_plan_trains(int zero) {
@@ -114,6 +101,44 @@ TEST(MpiPlan, PlanTrainsLikeSequentialTrainingOfTheGlobalBatch) {
   expect_plan_trains(0);
   expect_plan_trains(1);
   expect_plan_trains(2);
+}
+
+// A tensor-parallel plan (pp n/2 × tp 2): stages built for run.tensor_shard() train like the
+// whole model, cut to this process's shard; whole stages are refused by the pipeline.
+TEST(MpiPlan, TensorParallelPlanTrainsItsShards) {
+  const int n = world_size(), pp = n / 2;
+  const ps::MpiPlanRun run(
+      ps::read_run_plan(plan_json(generated("1f1b", pp, 4), 1, 2, 0), "plan.json"), "plan.json");
+  EXPECT_EQ(run.tensor_shard(), (ps::TensorShard{world_rank() % 2, 2}));
+  const ps::Schedule& s = run.schedule();
+  const toy::GptConfig config = config_for(run.stages());
+  auto ref = make_stages<double>(config, run.stages());
+  std::vector<toy::GptStage<double>> stages;
+  for (int st = 0; st < run.stages(); ++st)
+    stages.emplace_back(config, st, run.stages(), run.tensor_shard());
+  const auto global = toy::make_gpt_data<double>(config, s.problem.microbatches, 5);
+  const auto training = toy::training_data(global, 1);
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(30);
+  toy::use_sgd(options, s.placement, stages, learning_rate);
+  ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, run.groups(), options);
+  for (int step = 0; step < 2; ++step) {
+    const double want = toy::sequential_step(ref, global);
+    toy::sgd_update(ref, learning_rate);
+    EXPECT_LE(std::abs(pipe.step(training).loss - want), 1e-12 * std::abs(want)) << step;
+  }
+  for (int st = 0; st < run.stages(); ++st) {
+    if (!run.holds(st)) continue;
+    std::vector<double> got;
+    for (const auto& p : stages[static_cast<std::size_t>(st)].parameters())
+      got.insert(got.end(), p.data.begin(), p.data.end());
+    EXPECT_LE(toy::max_relative_error(
+                  got, ref[static_cast<std::size_t>(st)].flat_shard(run.tensor_shard(), false)),
+              1e-12)
+        << "stage " << st;
+  }
+  auto whole = make_stages<double>(config, run.stages());
+  EXPECT_THROW(ps::MpiPipeline<toy::GptStage<double>>(s, whole, run.groups()), ps::invalid_problem);
 }
 
 }  // namespace

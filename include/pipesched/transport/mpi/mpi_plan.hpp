@@ -17,25 +17,12 @@
 #include "pipesched/exec/process_grid.hpp"
 #include "pipesched/exec/run_plan.hpp"
 #include "pipesched/exec/shard_optimizer.hpp"
+#include "pipesched/exec/tensor_group.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 #include "pipesched/transport/mpi/mpi_gradient_reducer.hpp"
 #include "pipesched/transport/mpi/mpi_groups.hpp"
 
 namespace pipesched {
-
-//! The one place that refuses tensor-parallel plans: throws invalid_problem naming `source`
-//! when `plan.grid.tensor` > 1. A tensor-parallel plan needs a stage model that takes its
-//! tensor group (its layers split over the tp processes, their all-reduces on
-//! MpiGroups::tensor()), and no stage model pipesched runs does yet. Every process of a job
-//! reads the same plan, so each throws the same error.
-inline void check_tensor_parallel_plan(const RunPlan& plan, const std::string& source) {
-  if (plan.grid.tensor <= 1) return;
-  throw invalid_problem(source + " is a tensor-parallel plan (tp " +
-                        std::to_string(plan.grid.tensor) +
-                        "); running it needs a stage model that takes its tensor group, which "
-                        "pipesched's stage models do not yet; tune with --tp 1 for a plan that "
-                        "runs.");
-}
 
 //! A RunPlan placed on this MPI job: built collectively by every process of `world`, it checks
 //! that the job has the plan's pp·dp·tp processes and splits `world` into this process's
@@ -49,13 +36,15 @@ inline void check_tensor_parallel_plan(const RunPlan& plan, const std::string& s
 //!
 //! With `zero()` 0 the weights are updated by ExecutorOptions::optimizer (e.g.
 //! toy::use_sgd); with 1 or 2 by the ShardOptimizer given to reducer_options, and the
-//! ExecutorOptions' optimizer, snapshot and rollback hooks stay empty.
+//! ExecutorOptions' optimizer, snapshot and rollback hooks stay empty. A tensor-parallel plan
+//! (tp > 1) needs stage models that take their tensor group (`tensor_parallel_stage`), each
+//! built for `tensor_shard()`; MpiPipeline gives them the group and refuses others.
 class MpiPlanRun {
  public:
   //! Places `plan` (read from `source`, which the messages name) on `world`. Throws
   //! invalid_problem on every process when the job's size is not the plan's
   //! (`plan.json is for pp 2 × dp 2 × tp 1 = 4 processes, but the job has 3; start it
-  //! with mpirun -np 4.`) and, through check_tensor_parallel_plan, for a tensor-parallel plan.
+  //! with mpirun -np 4.`).
   explicit MpiPlanRun(RunPlan plan, const std::string& source = "the plan",
                       MPI_Comm world = MPI_COMM_WORLD)
       : plan_(std::move(plan)), groups_(checked(plan_, source, world), world) {}
@@ -76,6 +65,8 @@ class MpiPlanRun {
   bool holds(int stage) const {
     return plan_.schedule.placement.rank_of(stage) == coordinates().pipeline;
   }
+  //! The tensor shard this process's stage models are built for: {its tensor rank, tp}.
+  TensorShard tensor_shard() const noexcept { return {coordinates().tensor, plan_.grid.tensor}; }
   //! The ZeRO stage of the plan: 0, 1 or 2.
   int zero() const noexcept { return plan_.zero; }
   //! Sequences in one step of the whole job: replicas × microbatches × microbatch size.
@@ -97,7 +88,6 @@ class MpiPlanRun {
   // collective call.
   static const ProcessGrid& checked(const RunPlan& plan, const std::string& source,
                                     MPI_Comm world) {
-    check_tensor_parallel_plan(plan, source);
     if (!detail::mpi::initialized())
       throw error(
           "MpiPlanRun: MPI is not initialized; create a pipesched::MpiSession (or call "
