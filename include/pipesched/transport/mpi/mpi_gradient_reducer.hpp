@@ -16,9 +16,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <ranges>
 #include <span>
 #include <string>
@@ -79,6 +81,14 @@ struct MpiReducerOptions {
   //! With `zero` 1 or 2: the update rule of a shard (`sgd_shards`); it replaces
   //! ExecutorOptions::optimizer, which must then be empty.
   ShardOptimizer optimizer{};
+  //! Drive MPI's progress from a thread of the reducer while a reduction is in flight (an
+  //! MPI_Iprobe on a communicator of its own every 50 µs, nothing while none is), so that it
+  //! runs during the rank's compute: MPI implementations without asynchronous progress
+  //! (OpenMPI's default) advance a non-blocking collective only inside MPI calls, and a
+  //! reduction would otherwise wait for its WAIT_REDUCE_GRAD. Needs MPI_THREAD_MULTIPLE
+  //! (MpiSession asks for it); with less, or false here, the reductions progress only while
+  //! the pipeline polls MPI (its receives and waits).
+  bool progress_thread = true;
 
   //! Throws invalid_argument for options a reducer cannot run.
   void validate() const {
@@ -128,6 +138,13 @@ class MpiGradientReducer {
                      std::function<void()> poll, std::chrono::duration<double> timeout,
                      MpiReducerOptions options = {})
       : stages_(stages), poll_(std::move(poll)), timeout_(timeout), options_(options) {
+    // Checked first: nothing to free, no thread to stop when they throw.
+    options_.validate();
+    if (options_.zero >= 1 && !shardable)
+      throw invalid_problem(
+          "MpiGradientReducer: ZeRO-" + std::to_string(options_.zero) +
+          " steps each replica's shard of the weights, but the stage model has no "
+          "parameters() of the same tensors as its gradients() (see shardable_stage).");
     detail::mpi::check(MPI_Comm_dup(data, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     detail::mpi::check(MPI_Comm_dup(data, &control_), "MPI_Comm_dup");
@@ -136,20 +153,33 @@ class MpiGradientReducer {
     MPI_Comm_rank(comm_, &replica_);
     for (const Action& a : order)
       if (a.kind == OpKind::ReduceGrad) sequence_.push_back(a.stage);
-    options_.validate();
-    if (options_.zero >= 1 && !shardable)
-      throw invalid_problem(
-          "MpiGradientReducer: ZeRO-" + std::to_string(options_.zero) +
-          " steps each replica's shard of the weights, but the stage model has no "
-          "parameters() of the same tensors as its gradients() (see shardable_stage).");
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (options_.progress_thread && level == MPI_THREAD_MULTIPLE) {
+      detail::mpi::check(MPI_Comm_dup(data, &progress_comm_), "MPI_Comm_dup");
+      progress_ = std::thread([this] { drive_progress(); });  // last: nothing throws after it
+    }
   }
+
+  //! True when a thread of the reducer drives MPI's progress (MpiReducerOptions::
+  //! progress_thread, under MPI_THREAD_MULTIPLE).
+  bool drives_progress() const noexcept { return progress_.joinable(); }
 
   MpiGradientReducer(const MpiGradientReducer&) = delete;
   MpiGradientReducer& operator=(const MpiGradientReducer&) = delete;
 
   //! Frees the communicator (a reduction still in flight is abandoned: the job is ending).
   ~MpiGradientReducer() {
+    if (progress_.joinable()) {
+      {
+        std::lock_guard lock(progress_mutex_);
+        stopping_ = true;
+      }
+      progress_wake_.notify_one();
+      progress_.join();
+    }
     if (!detail::mpi::initialized()) return;
+    if (progress_comm_ != MPI_COMM_NULL) MPI_Comm_free(&progress_comm_);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
     if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
   }
@@ -167,6 +197,7 @@ class MpiGradientReducer {
   //! Per-step bookkeeping: called when a step starts.
   void begin_step() {
     started_ = 0;
+    set_in_flight(0);
     pending_.clear();
     reduced_.clear();
     updated_.clear();
@@ -185,6 +216,7 @@ class MpiGradientReducer {
       ++started_;
     }
     pending_.push_back(std::move(p));
+    set_in_flight(static_cast<int>(pending_.size()));
   }
 
   //! Waits for stage `stage`'s reduction (WAIT_REDUCE_GRAD) and writes the result into its
@@ -213,6 +245,7 @@ class MpiGradientReducer {
     }
     unpack(*it);
     pending_.erase(it);
+    set_in_flight(static_cast<int>(pending_.size()));
   }
 
   //! ZeRO: steps this replica's shard of every bucket of the stages it reduced this step
@@ -327,6 +360,30 @@ class MpiGradientReducer {
 
  private:
   static constexpr bool shardable = shardable_stage<Stage>;
+
+  // The progress thread: while reductions are in flight, MPI_Iprobe (which runs MPI's
+  // progress engine for every pending operation of the process) every 50 µs; asleep otherwise.
+  void drive_progress() {
+    std::unique_lock lock(progress_mutex_);
+    for (;;) {
+      progress_wake_.wait(lock, [this] { return stopping_ || in_flight_ > 0; });
+      if (stopping_) return;
+      lock.unlock();
+      int flag = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, progress_comm_, &flag, MPI_STATUS_IGNORE);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      lock.lock();
+    }
+  }
+
+  void set_in_flight(int n) {
+    if (!progress_.joinable()) return;
+    {
+      std::lock_guard lock(progress_mutex_);
+      in_flight_ = n;
+    }
+    if (n > 0) progress_wake_.notify_one();
+  }
 
   struct Pending {
     int stage = 0;
@@ -506,6 +563,13 @@ class MpiGradientReducer {
   std::map<int, Reduced> reduced_;
   std::map<int, std::vector<std::vector<double>>> states_, saved_;
   std::vector<std::pair<int, std::vector<std::vector<value>>>> updated_;
+  // The progress thread (MpiReducerOptions::progress_thread) and what wakes it.
+  MPI_Comm progress_comm_ = MPI_COMM_NULL;  // probed, never used for messages
+  std::mutex progress_mutex_;
+  std::condition_variable progress_wake_;
+  int in_flight_ = 0;  // reductions started and not waited for
+  bool stopping_ = false;
+  std::thread progress_;  // last: started once everything it reads exists
 };
 
 }  // namespace pipesched

@@ -22,8 +22,11 @@ class peer_lost : public error {
   using error::error;
 };
 
-//! Initializes MPI (with MPI_THREAD_FUNNELED: one thread per process calls MPI) unless the
-//! program already did, and finalizes it on destruction if it initialized it.
+//! Initializes MPI unless the program already did, and finalizes it on destruction if it
+//! initialized it. It asks for MPI_THREAD_MULTIPLE, so that a data-parallel reducer can drive
+//! MPI's progress from a thread of its own while the pipeline computes (see
+//! MpiReducerOptions::progress_thread); an MPI that gives less still runs everything else,
+//! which calls MPI from one thread.
 class MpiSession {
  public:
   //! Initializes MPI with `main`'s arguments, unless it is initialized already; throws
@@ -33,7 +36,7 @@ class MpiSession {
     MPI_Initialized(&done);
     if (!done) {
       int provided = 0;
-      if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
         throw error("MPI_Init_thread failed; is the program started by mpirun (or alone)?");
       owns_ = true;
     }

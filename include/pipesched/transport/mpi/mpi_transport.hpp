@@ -48,7 +48,7 @@ struct MpiTransportOptions {
 
 //! Ranks as MPI processes: the process of rank r of `comm` runs pipeline rank r. Satisfies
 //! `transport<MpiTransport<Tensor>, Tensor>` for a `Tensor` with a `wire` specialization.
-//! One thread per process calls it (MPI_THREAD_FUNNELED is enough).
+//! One thread per process calls it (MPI_THREAD_FUNNELED is enough for it).
 template <class Tensor>
 class MpiTransport : detail::mpi::RankGeometry {
   static_assert(check_wire_tensor<Tensor>());
