@@ -82,7 +82,8 @@ struct MpiReducerOptions {
   //! ExecutorOptions::optimizer, which must then be empty.
   ShardOptimizer optimizer{};
   //! Drive MPI's progress from a thread of the reducer while a reduction is in flight (an
-  //! MPI_Iprobe on a communicator of its own every 50 µs, nothing while none is), so that it
+  //! MPI_Iprobe on a communicator of its own every 100 µs, resting while none is and while
+  //! WAIT_REDUCE_GRAD polls), so that it
   //! runs during the rank's compute: MPI implementations without asynchronous progress
   //! (OpenMPI's default) advance a non-blocking collective only inside MPI calls, and a
   //! reduction would otherwise wait for its WAIT_REDUCE_GRAD. Needs MPI_THREAD_MULTIPLE
@@ -229,6 +230,11 @@ class MpiGradientReducer {
                   " with no reduction of it started; put " + std::to_string(stage) +
                   "REDUCE_GRAD before it.");
     const auto deadline = detail::deadline_after(timeout_);
+    set_waiting(true);
+    struct Resume {
+      MpiGradientReducer* self;
+      ~Resume() { self->set_waiting(false); }
+    } resume{this};  // also when the wait throws
     for (;;) {
       int done = 0;
       detail::mpi::check(MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(),
@@ -361,19 +367,31 @@ class MpiGradientReducer {
  private:
   static constexpr bool shardable = shardable_stage<Stage>;
 
-  // The progress thread: while reductions are in flight, MPI_Iprobe (which runs MPI's
-  // progress engine for every pending operation of the process) every 50 µs; asleep otherwise.
+  // The progress thread: while reductions are in flight and the rank computes, MPI_Iprobe
+  // (which runs MPI's progress engine for every pending operation of the process) every
+  // 100 µs; asleep otherwise, and while `wait` polls itself (two threads in MPI's progress
+  // engine at once only contend for its lock).
   void drive_progress() {
     std::unique_lock lock(progress_mutex_);
     for (;;) {
-      progress_wake_.wait(lock, [this] { return stopping_ || in_flight_ > 0; });
+      progress_wake_.wait(lock, [this] { return stopping_ || (in_flight_ > 0 && !waiting_); });
       if (stopping_) return;
       lock.unlock();
       int flag = 0;
       MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, progress_comm_, &flag, MPI_STATUS_IGNORE);
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
       lock.lock();
     }
+  }
+
+  // `wait` polls MPI itself between `true` and `false`: the thread rests meanwhile.
+  void set_waiting(bool on) {
+    if (!progress_.joinable()) return;
+    {
+      std::lock_guard lock(progress_mutex_);
+      waiting_ = on;
+    }
+    if (!on) progress_wake_.notify_one();
   }
 
   void set_in_flight(int n) {
@@ -567,7 +585,8 @@ class MpiGradientReducer {
   MPI_Comm progress_comm_ = MPI_COMM_NULL;  // probed, never used for messages
   std::mutex progress_mutex_;
   std::condition_variable progress_wake_;
-  int in_flight_ = 0;  // reductions started and not waited for
+  int in_flight_ = 0;     // reductions started and not waited for
+  bool waiting_ = false;  // `wait` is polling
   bool stopping_ = false;
   std::thread progress_;  // last: started once everything it reads exists
 };
