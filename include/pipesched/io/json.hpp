@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/io/detail/utf8.hpp"
+
 namespace pipesched {
 
 namespace detail {
@@ -25,37 +27,9 @@ namespace detail {
 inline std::string sanitize_utf8(std::string_view text) {
   std::string out;
   out.reserve(text.size());
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const std::size_t n = text.size();
   std::size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    std::size_t len = 0;
-    std::uint32_t cp = 0;
-    if (c < 0x80) {
-      len = 1;
-      cp = c;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    }
-    bool ok = len > 0 && i + len <= n;
-    for (std::size_t k = 1; ok && k < len; ++k) {
-      ok = (p[i + k] & 0xC0) == 0x80;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not valid UTF-8.
-    if (ok) {
-      static constexpr std::uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
-      ok = cp >= least[len] && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    }
-    if (ok) {
+  while (i < text.size()) {
+    if (const std::size_t len = utf8_length(text, i); len > 0) {
       out.append(text.substr(i, len));
       i += len;
     } else {

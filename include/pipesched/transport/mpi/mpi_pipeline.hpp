@@ -363,6 +363,27 @@ class ProcessPipeline {
   bool broken_ = false;
 };
 
+// The list pipeline rank `rank` of a job with replicas runs: `schedule` lowered, with each
+// stage's reduction placed (add_gradient_reduction). Refuses options that reduce gradients
+// already and a grid whose pipeline is shorter than the schedule (`who` names the pipeline).
+inline std::vector<Action> replica_list(const char* who, const Schedule& schedule,
+                                        const ExecutorOptions& options, const ProcessGrid& grid,
+                                        int rank) {
+  if (options.reduce_gradients)
+    throw invalid_problem(std::string(who) +
+                          ": the options already reduce gradients, and a job with " +
+                          std::to_string(grid.data) +
+                          " replicas reduces them over its data-parallel group; leave "
+                          "ExecutorOptions::reduce_gradients empty.");
+  const Schedule executed = add_gradient_reduction(lower_communication(schedule));
+  if (rank >= executed.rank_count())
+    throw invalid_problem(std::string(who) + ": the schedule has " +
+                          std::to_string(executed.rank_count()) + " ranks but the grid has " +
+                          grid.describe() +
+                          "; give the grid the schedule's rank count as its pipeline.");
+  return executed.ranks[static_cast<std::size_t>(rank)];
+}
+
 }  // namespace detail::mpi
 
 //! Runs a schedule with one MPI process per rank (`comm`'s size must equal the schedule's
@@ -520,21 +541,10 @@ class MpiPipeline
     reducer_options.validate();
     if (groups.grid().data > 1 || reducer_options.zero >= 1) {
       if constexpr (reducible_stage<Stage>) {
-        if (options.reduce_gradients)
-          throw invalid_problem(
-              "MpiPipeline: the options already reduce gradients, and a job with " +
-              std::to_string(groups.grid().data) +
-              " replicas reduces them over its data-parallel group; leave "
-              "ExecutorOptions::reduce_gradients empty.");
-        const Schedule executed = add_gradient_reduction(lower_communication(schedule));
-        const int rank = groups.coordinates().pipeline;
-        if (rank >= executed.rank_count())
-          throw invalid_problem("MpiPipeline: the schedule has " +
-                                std::to_string(executed.rank_count()) + " ranks but the grid has " +
-                                groups.grid().describe() +
-                                "; give the grid the schedule's rank count as its pipeline.");
         auto r = std::make_unique<Reducer>(
-            groups.data(), stages, executed.ranks[static_cast<std::size_t>(rank)],
+            groups.data(), stages,
+            detail::mpi::replica_list("MpiPipeline", schedule, options, groups.grid(),
+                                      groups.coordinates().pipeline),
             std::function<void()>(), options.receive_timeout, reducer_options);
         Reducer* raw = r.get();
         raw->reducer.set_poll([raw] {

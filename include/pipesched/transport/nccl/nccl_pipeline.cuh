@@ -119,23 +119,11 @@ class NcclPipeline
           "host.");
     if (groups.grid().data > 1) {
       if constexpr (device_reducible_stage<Stage>) {
-        if (options.reduce_gradients)
-          throw invalid_problem(
-              "NcclPipeline: the options already reduce gradients, and a job with " +
-              std::to_string(groups.grid().data) +
-              " replicas reduces them over its data-parallel group; leave "
-              "ExecutorOptions::reduce_gradients empty.");
-        const Schedule executed = add_gradient_reduction(lower_communication(schedule));
-        const int rank = groups.coordinates().pipeline;
-        if (rank >= executed.rank_count())
-          throw invalid_problem("NcclPipeline: the schedule has " +
-                                std::to_string(executed.rank_count()) + " ranks but the grid has " +
-                                groups.grid().describe() +
-                                "; give the grid the schedule's rank count as its pipeline.");
         auto r = std::make_unique<Reducer<NcclGradientReducer<Stage>>>(
             groups.data(), groups.mpi().data(), groups.device(), stages,
-            executed.ranks[static_cast<std::size_t>(rank)], std::function<void()>(),
-            options.receive_timeout, reducer_options);
+            detail::mpi::replica_list("NcclPipeline", schedule, options, groups.grid(),
+                                      groups.coordinates().pipeline),
+            std::function<void()>(), options.receive_timeout, reducer_options);
         auto* raw = r.get();
         raw->reducer.set_poll([raw] {
           if (raw->poll) raw->poll();
