@@ -363,6 +363,33 @@ class ProcessPipeline {
   bool broken_ = false;
 };
 
+// A data-parallel reducer R (MpiGradientReducer, NcclGradientReducer) as a process pipeline's
+// Reduction (the pipeline's nested interface): its waits run the pipeline's progress, which
+// `attach` gives, and with ZeRO its all-gather completes a committed update.
+template <class Reduction, class R>
+struct ReducerLink final : Reduction {
+  template <class... Args>
+  explicit ReducerLink(Args&&... args) : reducer(std::forward<Args>(args)...) {
+    reducer.set_poll([this] {
+      if (poll) poll();
+    });
+  }
+  void attach(std::function<void()> p) override { poll = std::move(p); }
+  void begin_step() override { reducer.begin_step(); }
+  bool drain(std::chrono::duration<double> timeout) override { return reducer.drain(timeout); }
+  void complete_update() override {
+    if constexpr (requires { reducer.gather_weights(); })
+      if (reducer.zero() >= 1) reducer.gather_weights();
+  }
+  // Makes `options`' REDUCE_GRAD and WAIT_REDUCE_GRAD start and wait for this reducer.
+  void connect(ExecutorOptions& options) {
+    options.reduce_gradients.start = [this](int stage) { reducer.start(stage); };
+    options.reduce_gradients.wait = [this](int stage) { reducer.wait(stage); };
+  }
+  std::function<void()> poll;
+  R reducer;
+};
+
 // The list pipeline rank `rank` of a job with replicas runs: `schedule` lowered, with each
 // stage's reduction placed (add_gradient_reduction). Refuses options that reduce gradients
 // already and a grid whose pipeline is shorter than the schedule (`who` names the pipeline).
@@ -507,31 +534,19 @@ class MpiPipeline
 
   std::vector<Stage*> tensor_stages_;  // given the tensor group; detached at the end
 
-  // An MpiGradientReducer as the pipeline's Reduction.
-  struct Reducer final : Reduction {
-    template <class... Args>
-    explicit Reducer(Args&&... args) : reducer(std::forward<Args>(args)...) {}
-    void attach(std::function<void()> p) override { poll = std::move(p); }
-    void begin_step() override { reducer.begin_step(); }
-    bool drain(std::chrono::duration<double> timeout) override { return reducer.drain(timeout); }
-    void complete_update() override {
-      if (reducer.zero() >= 1) reducer.gather_weights();
-    }
-    std::function<void()> poll;
-    MpiGradientReducer<Stage> reducer;
-  };
-
   // ZeRO: the optimizer hook steps this replica's shards, the rollback hook discards that
-  // step; the all-gather follows once the job agreed to commit (complete_update).
-  static void shard_optimizer(ExecutorOptions& options, Reducer* raw) {
+  // step; the all-gather follows once the job agreed to commit (complete_update). A template,
+  // so that nothing of the reducer is named for stages without gradients.
+  template <class R>
+  static void shard_optimizer(ExecutorOptions& options, R& reducer) {
     if (options.optimizer || options.snapshot || options.rollback)
       throw invalid_problem(
-          "MpiPipeline: with ZeRO-" + std::to_string(raw->reducer.zero()) +
+          "MpiPipeline: with ZeRO-" + std::to_string(reducer.zero()) +
           " each replica steps its shard with MpiReducerOptions::optimizer, but "
           "ExecutorOptions also has an optimizer, snapshot or rollback hook; leave those "
           "empty (the reducer keeps and restores the shards' state).");
-    options.optimizer = [raw](int) { raw->reducer.step_shards(); };
-    options.rollback = [raw](int) { raw->reducer.discard_step(); };
+    options.optimizer = [&reducer](int) { reducer.step_shards(); };
+    options.rollback = [&reducer](int) { reducer.discard_step(); };
   }
 
   static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
@@ -541,19 +556,15 @@ class MpiPipeline
     reducer_options.validate();
     if (groups.grid().data > 1 || reducer_options.zero >= 1) {
       if constexpr (reducible_stage<Stage>) {
-        auto r = std::make_unique<Reducer>(
+        using Link = detail::mpi::ReducerLink<Reduction, MpiGradientReducer<Stage>>;
+        auto link = std::make_unique<Link>(
             groups.data(), stages,
             detail::mpi::replica_list("MpiPipeline", schedule, options, groups.grid(),
                                       groups.coordinates().pipeline),
             std::function<void()>(), options.receive_timeout, reducer_options);
-        Reducer* raw = r.get();
-        raw->reducer.set_poll([raw] {
-          if (raw->poll) raw->poll();
-        });
-        options.reduce_gradients.start = [raw](int stage) { raw->reducer.start(stage); };
-        options.reduce_gradients.wait = [raw](int stage) { raw->reducer.wait(stage); };
-        if (reducer_options.zero >= 1) shard_optimizer(options, raw);
-        out.reduction = std::move(r);
+        link->connect(options);
+        if (reducer_options.zero >= 1) shard_optimizer(options, link->reducer);
+        out.reduction = std::move(link);
       } else {
         throw invalid_problem(
             "MpiPipeline: a job with " + std::to_string(groups.grid().data) +

@@ -93,19 +93,6 @@ class NcclPipeline
     this->name_replica(groups.coordinates().data, groups.grid().data);
   }
 
-  // A reducer (NcclGradientReducer of the stage) as the pipeline's Reduction; a template, so
-  // that nothing of it is instantiated for stages without gradients.
-  template <class R>
-  struct Reducer final : Reduction {
-    template <class... Args>
-    explicit Reducer(Args&&... args) : reducer(std::forward<Args>(args)...) {}
-    void attach(std::function<void()> p) override { poll = std::move(p); }
-    void begin_step() override { reducer.begin_step(); }
-    bool drain(std::chrono::duration<double> timeout) override { return reducer.drain(timeout); }
-    std::function<void()> poll;
-    R reducer;
-  };
-
   static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
                                 const NcclGroups& groups, ExecutorOptions options,
                                 const NcclReducerOptions& reducer_options) {
@@ -119,18 +106,14 @@ class NcclPipeline
           "host.");
     if (groups.grid().data > 1) {
       if constexpr (device_reducible_stage<Stage>) {
-        auto r = std::make_unique<Reducer<NcclGradientReducer<Stage>>>(
+        using Link = detail::mpi::ReducerLink<Reduction, NcclGradientReducer<Stage>>;
+        auto link = std::make_unique<Link>(
             groups.data(), groups.mpi().data(), groups.device(), stages,
             detail::mpi::replica_list("NcclPipeline", schedule, options, groups.grid(),
                                       groups.coordinates().pipeline),
             std::function<void()>(), options.receive_timeout, reducer_options);
-        auto* raw = r.get();
-        raw->reducer.set_poll([raw] {
-          if (raw->poll) raw->poll();
-        });
-        options.reduce_gradients.start = [raw](int stage) { raw->reducer.start(stage); };
-        options.reduce_gradients.wait = [raw](int stage) { raw->reducer.wait(stage); };
-        out.reduction = std::move(r);
+        link->connect(options);
+        out.reduction = std::move(link);
       } else {
         throw invalid_problem(
             "NcclPipeline: a job with " + std::to_string(groups.grid().data) +
