@@ -3,6 +3,7 @@
 // with. The numbering is Megatron-LM's, the one the cost model charges (see Parallelism).
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,8 @@ struct ProcessGrid {
   //! Processes in the job: p·d·t.
   int size() const noexcept { return pipeline * data * tensor; }
 
-  //! Throws invalid_argument naming the first degree below 1.
+  //! Throws invalid_argument naming the first degree below 1, or when p·d·t is more
+  //! processes than an int counts.
   void check() const {
     auto bad = [](const char* name, int value) {
       const std::string f = std::string("ProcessGrid.") + name;
@@ -51,6 +53,14 @@ struct ProcessGrid {
     if (pipeline < 1) bad("pipeline", pipeline);
     if (data < 1) bad("data", data);
     if (tensor < 1) bad("tensor", tensor);
+    const long long processes = static_cast<long long>(pipeline) * data * tensor;
+    if (processes > std::numeric_limits<int>::max())
+      throw invalid_argument("ProcessGrid: pp " + std::to_string(pipeline) + " × dp " +
+                                 std::to_string(data) + " × tp " + std::to_string(tensor) + " = " +
+                                 std::to_string(processes) +
+                                 " processes is more than an MPI job can hold (2147483647); "
+                                 "give smaller degrees.",
+                             "ProcessGrid", std::to_string(processes));
   }
 
   //! Where process `process` sits; throws invalid_argument when it is not 0..size()−1.

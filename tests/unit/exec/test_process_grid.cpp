@@ -99,4 +99,18 @@ TEST(ProcessGrid, BadDegreesProcessesAndCoordinatesAreNamed) {
   EXPECT_THROW((void)g.data_group(-1), ps::invalid_argument);
 }
 
+// Degrees whose product an int cannot count are refused, not wrapped round.
+TEST(ProcessGrid, HugeDegreesAreRefused) {
+  try {
+    ps::ProcessGrid{.pipeline = 70000, .data = 70000, .tensor = 1}.check();
+    ADD_FAILURE() << "70000 × 70000 processes were accepted";
+  } catch (const ps::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("= 4900000000 processes is more than an MPI job can hold"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)ps::ProcessGrid({2147483647, 2, 1}).coordinates(0), ps::invalid_argument);
+  EXPECT_NO_THROW(ps::ProcessGrid({2147483647, 1, 1}).check());
+}
+
 }  // namespace

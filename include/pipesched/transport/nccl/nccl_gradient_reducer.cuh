@@ -72,7 +72,7 @@ struct NcclReducerOptions {
           "NcclReducerOptions.bucket_bytes", "0");
     if (zero != 0)
       throw invalid_argument("NcclReducerOptions.zero = " + std::to_string(zero) +
-                                 ": ZeRO is not implemented on NCCL; give 0 (all-reduce of "
+                                 ": ZeRO runs over MPI only, not on NCCL; give 0 (all-reduce of "
                                  "every bucket), or run ZeRO-1/2 over MPI (MpiPipeline with "
                                  "MpiReducerOptions::zero).",
                              "NcclReducerOptions.zero", std::to_string(zero));
