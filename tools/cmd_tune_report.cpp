@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "cmd_tune.hpp"
 #include "cli.hpp"
+#include "cmd_tune.hpp"
 #include "pipesched/io/detail/render_common.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/text.hpp"

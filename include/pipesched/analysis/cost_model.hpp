@@ -103,9 +103,13 @@ MemoryEffect memory_effect(const Cost& cost, const CostContext& ctx, const Actio
 //! Messages about memory (a budget a schedule cannot meet) print amounts in it.
 template <class C>
 constexpr MemoryUnit memory_unit_of(const C& cost) noexcept {
-  if constexpr (requires { { cost.memory_unit() } -> std::convertible_to<MemoryUnit>; })
+  if constexpr (requires {
+                  { cost.memory_unit() } -> std::convertible_to<MemoryUnit>;
+                })
     return cost.memory_unit();
-  else if constexpr (requires { { C::memory_unit } -> std::convertible_to<MemoryUnit>; })
+  else if constexpr (requires {
+                       { C::memory_unit } -> std::convertible_to<MemoryUnit>;
+                     })
     return C::memory_unit;
   else
     return MemoryUnit::Units;

@@ -9,8 +9,8 @@
 
 #include <cstddef>
 #include <memory>
-#include <utility>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "pipesched/core/error.hpp"
