@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "../mpi/mpi_support.hpp"
 #include "gpu_test.hpp"
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/policy/registry.hpp"
@@ -20,16 +21,10 @@ namespace nccl_test {
 
 namespace ps = pipesched;
 
-inline int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-inline int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+// The job's size, this process's rank and generated schedules, as the host MPI tests have them.
+using mpi_test::generated;
+using mpi_test::world_rank;
+using mpi_test::world_size;
 
 // Where this process's GPU is: its rank among the processes of its node, modulo the GPUs the
 // node has (-1 without a GPU); whether every process has a GPU, and one of its own; why not.
@@ -90,11 +85,6 @@ inline GpuPlace gpu_place() {
       GTEST_SKIP() << "needs " << (n) << " processes (mpirun -np " << (n) << "), has " \
                    << world_size();                                                    \
   } while (0)
-
-inline ps::Schedule generated(const char* name, int ranks, int microbatches) {
-  const ps::GeneratorInfo& g = ps::find_generator(name);
-  return g.generate({.ranks = ranks, .microbatches = microbatches}, g.default_wgrad);
-}
 
 // The first `n` processes of the job (MPI_COMM_NULL on the others).
 inline MPI_Comm first_processes(int n) {

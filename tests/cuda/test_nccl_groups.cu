@@ -47,28 +47,10 @@ namespace {
 using namespace nccl_test;
 using Gpt = gpu::GptStage<double>;
 
-constexpr double learning_rate = 0.05;
-
-toy::GptConfig config_for(int stages) {
-  return toy::GptConfig{.vocabulary = 16,
-                        .hidden = 8,
-                        .heads = 2,
-                        .ffn = 16,
-                        .sequence = 8,
-                        .blocks = stages,
-                        .microbatch_size = 2,
-                        .seed = 5};
-}
-
-// Replica `j`'s share of a global batch of `d` shares: its microbatches, its own mean loss.
-toy::StepData<double> share(const toy::StepData<double>& global, int j, int d) {
-  toy::StepData<double> mine = global;
-  const int m = global.microbatches / d;
-  mine.microbatches = m;
-  mine.inputs.assign(global.inputs.begin() + j * m, global.inputs.begin() + (j + 1) * m);
-  mine.targets.assign(global.targets.begin() + j * m, global.targets.begin() + (j + 1) * m);
-  return mine;
-}
+// The toy GPT, a replica's share of a global batch and the learning rate of the host MPI tests.
+using mpi_test::config_for;
+using mpi_test::learning_rate;
+using mpi_test::share;
 
 // The gradients (or parameters) of pipeline rank `rank`'s host stages, flat.
 std::vector<double> values_of(const ps::Schedule& s, const std::vector<toy::GptStage<double>>& all,
