@@ -31,6 +31,16 @@ struct DeviceSpec {
   //! once (a node's inter-node traffic splits its ports' bandwidth among its senders);
   //! 0 = one port per rank, as on DGX / HGX machines.
   int node_ports = 0;
+  //! Whether two GPUs of a node copy to each other directly (NVLink, or PCIe peer-to-peer).
+  //! GeForce cards have no peer-to-peer: each intra-node transfer is staged through host
+  //! memory, a device-to-host copy and a host-to-device copy over PCIe.
+  bool peer_to_peer = true;
+  //! Bytes of memory_bytes the model cannot use: the CUDA context, communication buffers
+  //! (NCCL) and the caching allocator's fragmentation. 0 = all of memory_bytes is usable.
+  double memory_reserve = 0;
+  //! Seconds added to every scheduled action of a rank (kernel launches and framework
+  //! dispatch that the FLOP and byte terms leave out). 0 = none.
+  double action_overhead = 0;
   double max_efficiency = 0.75;  //!< fraction of peak_flops large GEMMs reach
   double half_flops = 2e9;       //!< GEMM size (FLOPs) reaching half of max_efficiency
 
@@ -42,6 +52,9 @@ struct DeviceSpec {
   double gemm_time(double flops) const noexcept {
     return flops > 0 ? (flops + half_flops) / (peak_flops * max_efficiency) : 0.0;
   }
+
+  //! Bytes the model may use: memory_bytes less memory_reserve.
+  double usable_memory() const noexcept { return memory_bytes - memory_reserve; }
 
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
@@ -66,6 +79,11 @@ struct DeviceSpec {
     if (!(node_link_latency >= 0))
       bad("node_link_latency", node_link_latency, "a latency must be >= 0");
     if (node_ports < 0) bad("node_ports", node_ports, "use 0 (one per rank) or a positive count");
+    if (!(memory_reserve >= 0 && memory_reserve < memory_bytes))
+      bad("memory_reserve", memory_reserve,
+          "use 0 or more bytes, less than memory_bytes (the capacity)");
+    if (!(action_overhead >= 0))
+      bad("action_overhead", action_overhead, "use 0 (none) or more seconds");
     if (!(max_efficiency > 0 && max_efficiency <= 1))
       bad("max_efficiency", max_efficiency, "use a fraction in (0, 1]");
     if (!(half_flops >= 0)) bad("half_flops", half_flops, "use 0 (no small-GEMM penalty) or more");

@@ -23,6 +23,12 @@ struct ModelShape {
   int microbatch_size = 1;      //!< sequences per microbatch b
   int bytes_per_value = 2;      //!< width of stored activations: 2 for 16-bit, 4 for 32-bit
   bool flash_attention = true;  //!< fused attention: no s² score / softmax activations kept
+  //! Dropout in training (GPT-2/GPT-3 style): its masks are stored for the backward. false for
+  //! models trained without dropout (Llama, Mistral, Qwen): no masks are kept.
+  bool dropout = true;
+  //! The LM head shares the token embedding's weights (GPT-2, some Qwen sizes). A pipeline
+  //! still keeps a copy on the first and on the last stage; one stage keeps one.
+  bool tied_embeddings = false;
 
   //! The MLP inner width actually used (ffn_hidden, or 4 · hidden when it is 0).
   int ffn() const noexcept { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
