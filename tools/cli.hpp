@@ -169,8 +169,13 @@ std::string checkpoint_names();
 using AnyCost = std::variant<UniformCost, TransformerCost>;
 
 extern const std::vector<OptionSpec> cost_options;
-//! --cost, or --model with --device (and --sequence, --microbatch-size).
+//! --cost, or --model with --device or --cluster (and --sequence, --microbatch-size); a model
+//! or device value naming a file (or ending in .json) is read from it (io/model_file.hpp,
+//! io/device_file.hpp), the reader's notes written to standard error.
 AnyCost get_cost(const Args& a);
+//! The GPU count of the --cluster file ("gpus"); 0 without --cluster or when the file gives
+//! none. usage_error when the file cannot be read.
+int cluster_gpus(const Args& a);
 //! --cost K=V,...: UniformCost, each key once, times from 0 to max_cost_time.
 UniformCost parse_uniform_cost(const std::string& text);
 bool is_transformer(const AnyCost& c);

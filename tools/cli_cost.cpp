@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -16,13 +17,14 @@
 
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/validate.hpp"
+#include "pipesched/io/device_file.hpp"
+#include "pipesched/io/model_file.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/policy/order.hpp"
 #include "pipesched/policy/registry.hpp"
-
 
 namespace pipesched::cli {
 
@@ -34,9 +36,18 @@ const std::vector<OptionSpec> cost_options = {
      "UniformCost parameters, e.g. f=1,b=2,w=1,r=1,comm=0,boundary=0.05,w_memory=0; times from 0 "
      "to 1e12",
      "K=V,..."},
-    {"--model", true, "TransformerCost model preset (see pipesched list)", "NAME"},
-    {"--device", true, "TransformerCost device preset (see pipesched list)", "NAME"},
-    {"--sequence", true, "sequence length for --model (default: the preset's)", "N"},
+    {"--model", true,
+     "TransformerCost model: a preset (see pipesched list), a pipesched model file or a Hugging "
+     "Face config.json (a value naming a file, or ending in .json, is a file)",
+     "NAME|FILE"},
+    {"--device", true,
+     "TransformerCost device: a preset (see pipesched list) or a device file (JSON, docs/cli.md)",
+     "NAME|FILE"},
+    {"--cluster", true,
+     "instead of --device: a cluster file, a device's fields with the cluster's layout and GPU "
+     "count (JSON, docs/cli.md)",
+     "FILE"},
+    {"--sequence", true, "sequence length for --model (default: the preset's or the file's)", "N"},
     {"--microbatch-size", true, "sequences per microbatch for --model (default 1)", "B"},
     {"--tp", true, "tensor-parallel degree of each pipeline rank, inside a node (default 1)", "T"},
     {"--sp", false, "sequence parallelism with --tp (norm and dropout activations split too)"},
@@ -87,8 +98,72 @@ UniformCost parse_uniform_cost(const std::string& text) {
   return c;
 }
 
+namespace {
+
+// A --model or --device value names a file when it is one, or ends in .json; else a preset.
+bool names_file(const std::string& value) {
+  std::error_code ec;
+  return value.ends_with(".json") || std::filesystem::is_regular_file(value, ec);
+}
+
+// The model of --model (a preset or a file), with --sequence's length (0: the model's).
+ModelShape model_of(const std::string& value, int sequence) {
+  try {
+    if (!names_file(value)) {
+      ModelShape m = presets::find_model(value);
+      if (sequence > 0) m.sequence = sequence;
+      return m;
+    }
+    const ModelFile f = read_model_file(value, ModelReadOptions{.sequence = sequence});
+    for (const std::string& note : f.notes)
+      std::cerr << "note: " << note << "\n";
+    return f.model;
+  } catch (const parse_error& e) {
+    throw usage_error("--model: " + e.message());
+  } catch (const invalid_problem& e) {
+    if (names_file(value)) throw usage_error("--model: " + e.message());
+    throw usage_error(e.message() + " Or give a model file: a path, or a name ending in .json.");
+  } catch (const error& e) {
+    throw usage_error("--model: " + e.message());
+  }
+}
+
+// The file of --cluster, read.
+DeviceFile cluster_of(const std::string& path) {
+  try {
+    if (!names_file(path))
+      throw usage_error("--cluster " + path +
+                        ": there is no such file; --cluster takes a cluster file (JSON, "
+                        "docs/cli.md), --device a device preset");
+    return read_cluster_file(path);
+  } catch (const error& e) {
+    throw usage_error("--cluster: " + e.message());
+  }
+}
+
+// The device of --device (a preset or a file) or --cluster (a file).
+DeviceSpec device_of(const Args& a) {
+  if (a.has("--cluster")) return cluster_of(a.get("--cluster")).device;
+  const std::string value = a.get("--device");
+  try {
+    if (!names_file(value)) return presets::find_device(value);
+    return read_device_file(value).device;
+  } catch (const invalid_problem& e) {
+    if (names_file(value)) throw usage_error("--device: " + e.message());
+    throw usage_error(e.message() + " Or give a device file: a path, or a name ending in .json.");
+  } catch (const error& e) {
+    throw usage_error("--device: " + e.message());
+  }
+}
+
+}  // namespace
+
+int cluster_gpus(const Args& a) {
+  return a.has("--cluster") ? cluster_of(a.get("--cluster")).gpus : 0;
+}
+
 AnyCost get_cost(const Args& a) {
-  const bool transformer = a.has("--model") || a.has("--device");
+  const bool transformer = a.has("--model") || a.has("--device") || a.has("--cluster");
   if (transformer && a.has("--cost"))
     throw usage_error(
         "give either --cost (UniformCost) or --model and --device (TransformerCost), not both");
@@ -100,15 +175,22 @@ AnyCost get_cost(const Args& a) {
                           " describes a transformer on a device; it needs --model and --device");
     return parse_uniform_cost(a.get("--cost"));
   }
-  if (!a.has("--model") || !a.has("--device"))
+  if (a.has("--device") && a.has("--cluster"))
     throw usage_error(
-        "TransformerCost needs both --model NAME and --device NAME (see pipesched list)");
+        "give --device (one device) or --cluster (a cluster file: the device's fields with the "
+        "cluster's layout), not both");
+  if (!a.has("--model") || !(a.has("--device") || a.has("--cluster")))
+    throw usage_error(
+        "TransformerCost needs both --model NAME|FILE and --device NAME|FILE (or --cluster FILE) "
+        "(see pipesched list)");
+  const int sequence =
+      a.has("--sequence") ? parse_int("--sequence", a.get("--sequence"), 1, 1 << 24) : 0;
+  ModelShape m = model_of(a.get("--model"), sequence);
+  const DeviceSpec device = device_of(a);
   try {
-    ModelShape m = presets::find_model(a.get("--model"));
-    if (a.has("--sequence")) m.sequence = parse_int("--sequence", a.get("--sequence"), 1, 1 << 24);
     if (a.has("--microbatch-size"))
       m.microbatch_size = parse_int("--microbatch-size", a.get("--microbatch-size"), 1, 1 << 16);
-    TransformerCost c{m, presets::find_device(a.get("--device")), {}};
+    TransformerCost c{m, device, {}};
     if (a.has("--gpus-per-node"))
       c.device.ranks_per_node = parse_int("--gpus-per-node", a.get("--gpus-per-node"), 1, 1 << 16);
     if (a.has("--tp")) c.parallel.tensor = parse_int("--tp", a.get("--tp"), 1, 1 << 16);

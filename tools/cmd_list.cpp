@@ -6,7 +6,9 @@
 
 #include "cli.hpp"
 #include "pipesched/analysis/presets.hpp"
+#include "pipesched/io/device_file.hpp"
 #include "pipesched/io/json.hpp"
+#include "pipesched/io/model_file.hpp"
 
 namespace pipesched::cli {
 
@@ -29,7 +31,8 @@ std::vector<Entry> checkpoint_entries() {
   std::vector<Entry> out;
   for (const CheckpointInfo& c : pipesched::checkpoint_policies()) {
     std::string summary(c.summary);
-    const std::string on = builtin_names([&](const GeneratorInfo& g) { return c.runs_on(g); }, ", ");
+    const std::string on =
+        builtin_names([&](const GeneratorInfo& g) { return c.runs_on(g); }, ", ");
     if (on != builtin_names([](const GeneratorInfo&) { return true; }, ", "))
       summary += " (" + on + ")";
     out.push_back({std::string(c.name), summary});
@@ -95,25 +98,14 @@ std::string list_json() {
   entries("checkpoint", checkpoint_entries());
   entries("slicing", slicing_policies);
   entries("wgrad", wgrad_policies);
+  // Each preset exactly as a model or device file holds it (io/model_file.hpp,
+  // io/device_file.hpp): saved and edited, it goes back to --model, --device or --cluster.
   w.key("models").begin_array();
   for (const auto& m : presets::models())
-    w.begin_object()
-        .field("name", m.name)
-        .field("description", m.description)
-        .field("layers", m.model.layers)
-        .field("hidden", m.model.hidden)
-        .field("heads", m.model.heads)
-        .field("sequence", m.model.sequence)
-        .field("vocabulary", m.model.vocabulary)
-        .end_object();
+    write_model(w, m.model, m.name, m.description);
   w.end_array().key("devices").begin_array();
   for (const auto& d : presets::devices())
-    w.begin_object()
-        .field("name", d.name)
-        .field("description", d.description)
-        .field("memory_bytes", d.device.memory_bytes)
-        .field("peak_flops", d.device.peak_flops)
-        .end_object();
+    write_device(w, d.device, d.description);
   w.end_array().end_object();
   return w.take() + "\n";
 }
@@ -122,7 +114,9 @@ std::string list_json() {
 
 int cmd_list(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
-      {"--json", false, "print one JSON object (schema: docs/cli.md)"},
+      {"--json", false,
+       "print one JSON object (schema: docs/cli.md); each model and device preset in the form "
+       "of a model or device file"},
   };
   if (wants_help(argv)) {
     std::cout << help_text("pipesched list [--json]",
@@ -149,10 +143,10 @@ int cmd_list(const std::vector<std::string>& argv) {
   print_entries("checkpoint policies (--checkpoint)", checkpoint_entries());
   print_entries("slicing policies (--slices K, --slicing)", slicing_policies);
   print_entries("wgrad policies (--wgrad)", wgrad_policies);
-  std::printf("\nmodels (--model):\n");
+  std::printf("\nmodels (--model NAME, or a model file or Hugging Face config.json):\n");
   for (const auto& m : presets::models())
     std::printf("  %-18s %s\n", m.name.c_str(), m.description.c_str());
-  std::printf("\ndevices (--device):\n");
+  std::printf("\ndevices (--device NAME, or a device file; --cluster FILE):\n");
   for (const auto& d : presets::devices())
     std::printf("  %-18s %s\n", d.name.c_str(), d.description.c_str());
   return exit_ok;

@@ -98,8 +98,7 @@ void print_table(const Prepared& p, const SimulationResult& r) {
     else if (choice.budgeted)
       budget = "memory budget per rank as listed";
     std::printf("checkpoint %s, %s, %d recomputes\n", std::string(choice.policy->name).c_str(),
-                budget.c_str(),
-                recompute_count(s));
+                budget.c_str(), recompute_count(s));
   }
   const bool per_rank_budget = !choice.budget.per_rank.empty();
   std::printf("%6s %16s %16s %18s", "rank", "busy", "idle", "peak memory");
@@ -125,7 +124,8 @@ int cmd_simulate(const std::vector<std::string>& argv) {
   if (wants_help(argv)) {
     std::cout << help_text(
         "pipesched simulate (--schedule NAME --ranks P --microbatches M ... | FILE) "
-        "[--cost K=V,...] [--model NAME --device NAME [--slicing MODE]] [--checkpoint MODE] "
+        "[--cost K=V,...] [--model M (--device D | --cluster C) [--slicing MODE]] [--checkpoint "
+        "MODE] "
         "[--memory-budget X] [--json]",
         "Simulates time and memory. UniformCost (default f=1,b=2,w=1,r=1,comm=0,boundary=0.05)\n"
         "measures time in units of one forward and memory in microbatches of activations;\n"
@@ -140,14 +140,14 @@ int cmd_simulate(const std::vector<std::string>& argv) {
             "slice-pipe takes its largest warm-up that fits (unless --warmup sets one).\n"
             "The budget is a plain number of microbatches under UniformCost; under "
             "TransformerCost bytes with a\n"
-        "unit (kB MB GB TB, KiB MiB GiB TiB) or 'device': each rank's device memory less its\n"
-        "weights, gradients and optimizer state.\n"
-        "--slices K cuts each microbatch into K slices (gpipe, seq-1f1b, slice-pipe); under\n"
-        "TransformerCost --slicing sets their lengths: uniform (default), balanced (equal\n"
-        "forward time: later slices, which attend to a longer prefix, get fewer tokens) or\n"
-        "terapipe (TeraPipe's optimum for P ranks). --wgrad fine places the weight-gradient\n"
-        "parts under the same cost and budget.\n"
-        "A schedule may hold at most " +
+            "unit (kB MB GB TB, KiB MiB GiB TiB) or 'device': each rank's device memory less its\n"
+            "weights, gradients and optimizer state.\n"
+            "--slices K cuts each microbatch into K slices (gpipe, seq-1f1b, slice-pipe); under\n"
+            "TransformerCost --slicing sets their lengths: uniform (default), balanced (equal\n"
+            "forward time: later slices, which attend to a longer prefix, get fewer tokens) or\n"
+            "terapipe (TeraPipe's optimum for P ranks). --wgrad fine places the weight-gradient\n"
+            "parts under the same cost and budget.\n"
+            "A schedule may hold at most " +
             grouped(max_actions) +
             " actions (recomputes and W parts included); the\n"
             "--cost times go from 0 to 1e12.",

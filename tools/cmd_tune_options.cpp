@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
-#include "cmd_tune.hpp"
 #include "cli.hpp"
+#include "cmd_tune.hpp"
 #include "pipesched/core/detail/parallel_for.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/policy/registry.hpp"
@@ -140,10 +140,10 @@ void parse_search_options(const Args& a, TuneRequest& req) {
 Args parse_pipeline_options(const Args& a, TuneCommand& c) {
   Args cost_args = a;
   if (c.cluster) {
-    if (!a.has("--model") || !a.has("--device"))
+    if (!a.has("--model") || !(a.has("--device") || a.has("--cluster")))
       throw usage_error(
           "--gpus searches tensor and data parallelism of a transformer; give "
-          "--model NAME and --device NAME (see pipesched list)");
+          "--model NAME|FILE and --device NAME|FILE or --cluster FILE (see pipesched list)");
     for (const char* o : {"--dp", "--sp", "--layers", "--whole-step"})
       if (a.has(o))
         throw usage_error(std::string(o) +
@@ -275,6 +275,7 @@ CommandContext command_context(const Args& a, const TuneCommand& c, const std::s
   ctx.transformer = c.transformer;
   ctx.model = a.get("--model");
   ctx.device = a.get("--device");
+  ctx.cluster = a.get("--cluster");
   ctx.sequence = a.get("--sequence");
   ctx.gpus_per_node = a.get("--gpus-per-node");
   ctx.cost = a.get("--cost");
@@ -295,7 +296,8 @@ std::vector<OptionSpec> tune_option_specs() {
        "P"},
       {"--gpus", true,
        "search the whole cluster of N GPUs instead: every pipeline x data x tensor "
-       "factorization (needs --model and --device)",
+       "factorization (needs --model and --device or --cluster; default: the cluster file's "
+       "\"gpus\")",
        "N"},
       {"--global-batch", true, "sequences per step (over all replicas), cut into microbatches",
        "B"},
@@ -354,7 +356,8 @@ std::vector<OptionSpec> tune_option_specs() {
 std::string tune_help(const std::vector<OptionSpec>& specs) {
   return help_text(
       "pipesched tune (--ranks P | --gpus N [--gpus-per-node G]) --global-batch B "
-      "(--cost K=V,... | --model M --device D [--sequence S]) [--memory-budget X] "
+      "(--cost K=V,... | --model M (--device D | --cluster FILE) [--sequence S]) [--memory-budget "
+      "X] "
       "[--bases LIST] [--chunks LIST] [--microbatch-sizes LIST] [--checkpoint LIST] "
       "[--slices LIST] [--slicing MODE] [--fine-wgrad [--wgrad-parts N]] [--pp LIST] "
       "[--tp LIST] [--zero Z] [--threads N] [--time-limit S] [--json] [--progress]",
@@ -377,7 +380,15 @@ std::string tune_help(const std::vector<OptionSpec>& specs) {
 
 TuneCommand read_tune_command(const std::vector<std::string>& argv,
                               const std::vector<OptionSpec>& specs) {
-  const Args a = parse_args("tune", argv, specs, 0);
+  Args a = parse_args("tune", argv, specs, 0);
+  // A cluster file's GPU count is --gpus unless --gpus or --ranks is given.
+  if (const int gpus = cluster_gpus(a); gpus > 0) {
+    if (a.has("--gpus") && parse_int("--gpus", a.get("--gpus"), 1, 1 << 16) != gpus)
+      throw usage_error("--gpus " + a.get("--gpus") + " but the cluster file " +
+                        a.get("--cluster") + " has \"gpus\": " + std::to_string(gpus) +
+                        "; give the same count, or leave --gpus out to search the file's");
+    if (!a.has("--gpus") && !a.has("--ranks")) a.values["--gpus"] = std::to_string(gpus);
+  }
   TuneCommand c;
   c.cluster = a.has("--gpus");
   if (c.cluster == a.has("--ranks"))

@@ -19,8 +19,13 @@ namespace pipesched::cli {
 
 namespace {
 
+// `s` as one shell word: as it is, or in single quotes (each ' inside written '\'').
 std::string quoted(const std::string& s) {
-  return s.find_first_of(" '\"\\$`") == std::string::npos ? s : "'" + s + "'";
+  if (!s.empty() && s.find_first_of(" \t\n'\"\\$`;&|<>()*?[]{}#~!") == std::string::npos) return s;
+  std::string out = "'";
+  for (char ch : s)
+    out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
 }
 
 //! A `pipesched simulate` command line that builds this plan's schedule the way tune did
@@ -40,7 +45,9 @@ std::string plan_command(const TunePlan& p, const CommandContext& c) {
     cmd += " --wgrad fine --wgrad-parts " +
            (c.wgrad_parts == 0 ? std::string("gemm") : std::to_string(c.wgrad_parts));
   if (c.transformer) {
-    cmd += " --model " + quoted(c.model) + " --device " + quoted(c.device);
+    cmd +=
+        " --model " + quoted(c.model) +
+        (c.cluster.empty() ? " --device " + quoted(c.device) : " --cluster " + quoted(c.cluster));
     if (!c.sequence.empty()) cmd += " --sequence " + c.sequence;
     cmd += " --microbatch-size " + std::to_string(p.microbatch_size);
     if (!c.gpus_per_node.empty()) cmd += " --gpus-per-node " + c.gpus_per_node;

@@ -9,10 +9,10 @@
 //   pipesched tune --ranks P --global-batch N [cost] [--memory-budget X] [...]
 //   pipesched --version
 //
-// where [cost] is --cost K=V,... or --model M --device D (with --slicing MODE for the slice
-// lengths), and [checkpoint] is --checkpoint none|full|selective|mario with --memory-budget X.
-// A generated schedule takes --slices K, --warmup N and --wgrad fused|split|fine besides.
-// Each subcommand lives in its own cmd_*.cpp; what they share is in cli.hpp.
+// where [cost] is --cost K=V,... or --model M --device D or --cluster C (with --slicing MODE for
+// the slice lengths), and [checkpoint] is --checkpoint none|full|selective|mario with
+// --memory-budget X. A generated schedule takes --slices K, --warmup N and --wgrad fused|split|fine
+// besides. Each subcommand lives in its own cmd_*.cpp; what they share is in cli.hpp.
 //
 // Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input (an
 // unknown checkpoint mode, a malformed memory budget, a budget no checkpointing meets, a
