@@ -356,7 +356,7 @@ std::vector<OptionSpec> tune_option_specs() {
 std::string tune_help(const std::vector<OptionSpec>& specs) {
   return help_text(
       "pipesched tune (--ranks P | --gpus N [--gpus-per-node G]) --global-batch B "
-      "(--cost K=V,... | --model M (--device D | --cluster FILE) [--sequence S]) [--memory-budget "
+      "(--cost K=V,... | --model M (--device D | --cluster C) [--sequence S]) [--memory-budget "
       "X] "
       "[--bases LIST] [--chunks LIST] [--microbatch-sizes LIST] [--checkpoint LIST] "
       "[--slices LIST] [--slicing MODE] [--fine-wgrad [--wgrad-parts N]] [--pp LIST] "

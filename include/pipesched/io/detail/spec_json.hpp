@@ -117,7 +117,9 @@ class Fields {
   int whole(std::string_view key, const json::Value& v, int lo, int hi,
             const std::string& what) const {
     if (!v.is_integer() || v.number() < lo || v.number() > hi)
-      mistyped(key, v, "it is a whole number, " + range(lo, hi) + " (" + what + ")");
+      mistyped(key, v,
+               "it is a whole number" + (lo == INT_MIN ? std::string() : ", " + range(lo, hi)) +
+                   " (" + what + ")");
     return static_cast<int>(v.number());
   }
   //! A number of at least `lo` (above `lo` when `open`), at most `hi`, at `v`.
@@ -125,11 +127,13 @@ class Fields {
                 const std::string& what) const {
     if (v.kind() != json::Kind::Number || !std::isfinite(v.number()) ||
         (open ? v.number() <= lo : v.number() < lo) || v.number() > hi)
-      mistyped(key, v,
-               "it is a number " + std::string(open ? "above " : "of at least ") +
-                   json::number(lo) +
-                   (hi < 1e308 ? " and at most " + json::number(hi) : std::string()) + " (" + what +
-                   ")");
+      mistyped(
+          key, v,
+          "it is a number" +
+              (lo < -1e307 ? std::string()
+                           : std::string(open ? " above " : " of at least ") + json::number(lo)) +
+              (hi < 1e307 ? " and at most " + json::number(hi) : std::string()) + " (" + what +
+              ")");
     return v.number();
   }
   //! true or false at `v`.

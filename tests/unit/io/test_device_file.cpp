@@ -1,0 +1,130 @@
+// Devices and clusters from files: every preset written and read back field by field, a
+// preset as the base of a file, and each mistake placed by line and column.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "pipesched/analysis/presets.hpp"
+#include "pipesched/io/device_file.hpp"
+
+namespace {
+
+namespace ps = pipesched;
+
+std::string refusal(const std::string& text, bool cluster = false) {
+  try {
+    if (cluster)
+      ps::read_cluster(text, "my.json");
+    else
+      ps::read_device(text, "my.json");
+  } catch (const ps::parse_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "read without an error: " << text;
+  return "";
+}
+
+void expect_same(const ps::DeviceSpec& a, const ps::DeviceSpec& b) {
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.peak_flops, b.peak_flops);
+  EXPECT_EQ(a.memory_bandwidth, b.memory_bandwidth);
+  EXPECT_EQ(a.memory_bytes, b.memory_bytes);
+  EXPECT_EQ(a.link_bandwidth, b.link_bandwidth);
+  EXPECT_EQ(a.link_latency, b.link_latency);
+  EXPECT_EQ(a.ranks_per_node, b.ranks_per_node);
+  EXPECT_EQ(a.node_link_bandwidth, b.node_link_bandwidth);
+  EXPECT_EQ(a.node_link_latency, b.node_link_latency);
+  EXPECT_EQ(a.node_ports, b.node_ports);
+  EXPECT_EQ(a.peer_to_peer, b.peer_to_peer);
+  EXPECT_EQ(a.memory_reserve, b.memory_reserve);
+  EXPECT_EQ(a.action_overhead, b.action_overhead);
+  EXPECT_EQ(a.max_efficiency, b.max_efficiency);
+  EXPECT_EQ(a.half_flops, b.half_flops);
+}
+
+TEST(DeviceFile, EveryPresetWrittenReadsBackFieldByField) {
+  for (const ps::presets::DevicePreset& p : ps::presets::devices()) {
+    SCOPED_TRACE(p.name);
+    const ps::DeviceFile f = ps::read_device(ps::device_json(p.device, p.description), "x.json");
+    expect_same(f.device, p.device);
+    EXPECT_EQ(f.description, p.description);
+    EXPECT_EQ(f.gpus, 0);
+    // As a cluster of 16, the same device with its count.
+    const ps::DeviceFile c = ps::read_cluster(ps::device_json(p.device, {}, 16), "c.json");
+    expect_same(c.device, p.device);
+    EXPECT_EQ(c.gpus, 16);
+  }
+  // Every field is written, the new ones off their defaults included.
+  ps::DeviceSpec d = ps::presets::find_device("rtx-4090");
+  d.peer_to_peer = false;
+  d.memory_reserve = 1.5e9;
+  d.action_overhead = 20e-6;
+  expect_same(ps::read_device(ps::device_json(d)).device, d);
+}
+
+TEST(DeviceFile, APresetAsBaseWithFieldsOverridden) {
+  const ps::DeviceFile f = ps::read_cluster(
+      R"({"format": "pipesched-cluster", "base": "rtx-4090", "peer_to_peer": false,
+          "ranks_per_node": 4, "node_ports": 2, "memory_reserve": 2e9, "gpus": 32})",
+      "lab.json");
+  ps::DeviceSpec want = ps::presets::find_device("rtx-4090");
+  want.name = "lab";  // the file's stem, as the file gives no name
+  want.peer_to_peer = false;
+  want.ranks_per_node = 4;
+  want.node_ports = 2;
+  want.memory_reserve = 2e9;
+  expect_same(f.device, want);
+  EXPECT_EQ(f.base, "rtx-4090");
+  EXPECT_EQ(f.gpus, 32);
+  // A device file written from scratch gives the five figures no default stands for.
+  const ps::DeviceFile g = ps::read_device(
+      R"({"name": "mine", "peak_flops": 1e15, "memory_bandwidth": 3e12, "memory_bytes": 8e10,
+          "link_bandwidth": 4e11, "node_link_bandwidth": 5e10, "ranks_per_node": 8})");
+  EXPECT_EQ(g.device.name, "mine");
+  EXPECT_EQ(g.device.peak_flops, 1e15);
+  EXPECT_EQ(g.device.ranks_per_node, 8);
+  EXPECT_EQ(g.device.max_efficiency, ps::DeviceSpec{}.max_efficiency);
+}
+
+TEST(DeviceFile, MistakesAreOneSentenceWithLineAndColumn) {
+  std::string e = refusal(R"({"base": "h100",
+  "memory_bytez": 1})");
+  EXPECT_NE(e.find("my.json: line 2, column 19: unknown field \"memory_bytez\"; a device file has "
+                   "format, name, description, base, peak_flops"),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"base": "h100", "ranks_per_node": 2.5})");
+  EXPECT_NE(e.find("line 1, column 36: field \"ranks_per_node\" is 2.5; it is a whole number (GPUs "
+                   "per node)"),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"base": "h100", "peer_to_peer": "yes"})");
+  EXPECT_NE(e.find("line 1, column 34: field \"peer_to_peer\" is \"yes\" (a string); it is true or "
+                   "false"),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"base": "h100", "memory_reserve": 1e12})");
+  EXPECT_NE(e.find("line 1, column 36: field \"memory_reserve\" is 1e12; use 0 or more bytes, less "
+                   "than memory_bytes"),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"base": "h1000"})");
+  EXPECT_NE(e.find("line 1, column 10: field \"base\" is \"h1000\" (a string); it names a device "
+                   "preset: h100, h200"),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"peak_flops": 1e15})");
+  EXPECT_NE(e.find("line 1, column 1: field \"memory_bandwidth\" is missing; a file without "
+                   "\"base\""),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"base": "h100", "gpus": 64})");
+  EXPECT_NE(e.find("field \"gpus\" is a cluster's GPU count"), std::string::npos) << e;
+  e = refusal(R"({"format": "pipesched-cluster", "base": "h100"})");
+  EXPECT_NE(e.find("this is a cluster file"), std::string::npos) << e;
+  e = refusal(R"({"base": "h100", "gpus": 0})", true);
+  EXPECT_NE(e.find("field \"gpus\" is 0; it is a whole number, from 1 to 65536"), std::string::npos)
+      << e;
+}
+
+}  // namespace

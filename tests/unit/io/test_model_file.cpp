@@ -1,0 +1,261 @@
+// Models from files: Hugging Face config.json files of public models read into the shapes
+// their figures give, mixture-of-experts configs refused, unknown fields named, mistakes
+// placed by line and column; pipesched's own model file read strictly and written back.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "hf_configs.hpp"
+#include "pipesched/analysis/presets.hpp"
+#include "pipesched/io/model_file.hpp"
+
+namespace {
+
+namespace ps = pipesched;
+
+// The parse_error of reading `text`, or a failure when there is none.
+std::string refusal(const std::string& text, const ps::ModelReadOptions& options = {}) {
+  try {
+    ps::read_model(text, "config.json", options);
+  } catch (const ps::parse_error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "read without an error: " << text;
+  return "";
+}
+
+TEST(ModelFile, Llama3_8B) {
+  const ps::ModelFile f = ps::read_model(hf_configs::llama3_8b, "config.json");
+  EXPECT_EQ(f.family, "llama");
+  EXPECT_EQ(f.model.layers, 32);
+  EXPECT_EQ(f.model.hidden, 4096);
+  EXPECT_EQ(f.model.heads, 32);
+  EXPECT_EQ(f.model.kv_heads, 8);
+  EXPECT_EQ(f.model.ffn_hidden, 14336);
+  EXPECT_TRUE(f.model.gated_mlp);
+  EXPECT_EQ(f.model.sequence, 8192);
+  EXPECT_EQ(f.model.vocabulary, 128256);
+  EXPECT_FALSE(f.model.tied_embeddings);
+  EXPECT_FALSE(f.model.dropout);  // attention_dropout 0.0
+  EXPECT_EQ(f.model.microbatch_size, 1);
+  EXPECT_EQ(f.model.bytes_per_value, 2);
+  EXPECT_TRUE(f.model.flash_attention);
+  // Every key of the released config is read or known to be irrelevant: no note.
+  EXPECT_TRUE(f.notes.empty()) << f.notes.front();
+  // About 8.0e9 weights (the name's 8B), embedding and LM head untied.
+  EXPECT_NEAR(f.model.parameters() / 1e9, 8.03, 0.01);
+}
+
+TEST(ModelFile, Mistral7BCapsTheSequenceAtItsSlidingWindow) {
+  ps::ModelFile f = ps::read_model(hf_configs::mistral_7b, "config.json");
+  EXPECT_EQ(f.family, "mistral");
+  EXPECT_EQ(f.model.layers, 32);
+  EXPECT_EQ(f.model.hidden, 4096);
+  EXPECT_EQ(f.model.kv_heads, 8);
+  EXPECT_EQ(f.model.ffn_hidden, 14336);
+  EXPECT_EQ(f.model.vocabulary, 32000);
+  EXPECT_TRUE(f.model.gated_mlp);
+  EXPECT_FALSE(f.model.dropout);
+  EXPECT_EQ(f.sliding_window, 4096);
+  EXPECT_EQ(f.model.sequence, 4096);  // not the 32768 positions
+  ASSERT_EQ(f.notes.size(), 1u);
+  EXPECT_NE(f.notes[0].find("sliding window"), std::string::npos) << f.notes[0];
+  // A shorter sequence is taken; a longer one than the window is refused at the window.
+  f = ps::read_model(hf_configs::mistral_7b, "config.json", {.sequence = 2048});
+  EXPECT_EQ(f.model.sequence, 2048);
+  const std::string e = refusal(hf_configs::mistral_7b, {.sequence = 8192});
+  EXPECT_NE(e.find("config.json: line 16, column 21: the sequence of 8192 tokens"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("at most 4096 tokens"), std::string::npos) << e;
+}
+
+TEST(ModelFile, Qwen2_7BIgnoresAnUnusedWindow) {
+  const ps::ModelFile f = ps::read_model(hf_configs::qwen2_7b, "config.json");
+  EXPECT_EQ(f.family, "qwen2");
+  EXPECT_EQ(f.model.layers, 28);
+  EXPECT_EQ(f.model.hidden, 3584);
+  EXPECT_EQ(f.model.heads, 28);
+  EXPECT_EQ(f.model.kv_heads, 4);
+  EXPECT_EQ(f.model.ffn_hidden, 18944);
+  EXPECT_EQ(f.model.vocabulary, 152064);
+  EXPECT_EQ(f.model.sequence, 131072);  // use_sliding_window: false
+  EXPECT_EQ(f.sliding_window, 0);
+  EXPECT_TRUE(f.notes.empty());
+}
+
+TEST(ModelFile, Gpt2IsTiedWithDropoutAndAPlainMlp) {
+  const ps::ModelFile f = ps::read_model(hf_configs::gpt2, "config.json");
+  EXPECT_EQ(f.family, "gpt2");
+  EXPECT_EQ(f.model.layers, 12);
+  EXPECT_EQ(f.model.hidden, 768);
+  EXPECT_EQ(f.model.heads, 12);
+  EXPECT_EQ(f.model.ffn_hidden, 0);  // n_inner absent: 4 x hidden
+  EXPECT_EQ(f.model.ffn(), 3072);
+  EXPECT_FALSE(f.model.gated_mlp);
+  EXPECT_EQ(f.model.sequence, 1024);
+  EXPECT_EQ(f.model.vocabulary, 50257);
+  EXPECT_TRUE(f.model.tied_embeddings);
+  EXPECT_TRUE(f.model.dropout);  // resid/embd/attn_pdrop 0.1
+  EXPECT_TRUE(f.notes.empty()) << f.notes.front();
+}
+
+TEST(ModelFile, PythiaGptNeoX) {
+  const ps::ModelFile f = ps::read_model(hf_configs::pythia_1b, "config.json");
+  EXPECT_EQ(f.family, "gpt_neox");
+  EXPECT_EQ(f.model.layers, 16);
+  EXPECT_EQ(f.model.hidden, 2048);
+  EXPECT_EQ(f.model.heads, 8);
+  EXPECT_EQ(f.model.ffn_hidden, 8192);
+  EXPECT_FALSE(f.model.gated_mlp);
+  EXPECT_EQ(f.model.sequence, 2048);
+  EXPECT_EQ(f.model.vocabulary, 50304);
+  EXPECT_FALSE(f.model.tied_embeddings);
+  EXPECT_FALSE(f.model.dropout);
+  EXPECT_TRUE(f.notes.empty()) << f.notes.front();
+}
+
+TEST(ModelFile, MixtureOfExpertsIsRefusedWithTheReason) {
+  std::string e = refusal(hf_configs::mixtral_8x7b);
+  EXPECT_NE(e.find("config.json: line 11, column 17: field \"model_type\" is \"mixtral\""),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("mixture-of-experts"), std::string::npos) << e;
+  EXPECT_NE(e.find("no expert layers"), std::string::npos) << e;
+  // An expert count in a family pipesched reads is refused too, at the count.
+  e = refusal(R"({"model_type": "qwen2", "num_experts": 60, "hidden_size": 8})");
+  EXPECT_NE(e.find("line 1, column 40: field \"num_experts\" is 60"), std::string::npos) << e;
+}
+
+TEST(ModelFile, UnknownFieldsAreNamedInOneNoteAndIrrelevantOnesAreNot) {
+  std::string text = hf_configs::llama3_8b;
+  text.insert(text.find("\"vocab_size\""), "\"frobnicate\": 3, \"n_embd\": 4096, ");
+  const ps::ModelFile f = ps::read_model(text, "config.json");
+  ASSERT_EQ(f.notes.size(), 1u);
+  const std::string& note = f.notes[0];
+  EXPECT_NE(note.find("ignored 2 fields"), std::string::npos) << note;
+  // GPT-2's width key means nothing in a Llama config: it is named, as is the unknown one.
+  EXPECT_NE(note.find("\"frobnicate\" and \"n_embd\""), std::string::npos) << note;
+  for (const char* quiet : {"rope_theta", "torch_dtype", "bos_token_id", "rms_norm_eps"})
+    EXPECT_EQ(note.find(quiet), std::string::npos) << quiet << " in " << note;
+}
+
+TEST(ModelFile, MistakesAreOneSentenceWithLineAndColumn) {
+  std::string text = hf_configs::llama3_8b;
+  text.replace(text.find("4096"), 4, "\"4096\"");
+  std::string e = refusal(text);
+  EXPECT_EQ(e,
+            "config.json: line 8, column 18: field \"hidden_size\" is \"4096\" (a string); it is a "
+            "whole number, 1 or more (the model width).");
+  text = hf_configs::llama3_8b;
+  text.replace(text.find("\"tie_word_embeddings\": false"), 28, "\"tie_word_embeddings\": 0");
+  e = refusal(text);
+  EXPECT_NE(e.find("line 20, column 26: field \"tie_word_embeddings\" is 0; it is true or false"),
+            std::string::npos)
+      << e;
+  text = hf_configs::llama3_8b;
+  text.replace(text.find("\"num_key_value_heads\": 8"), 24, "\"num_key_value_heads\": 7");
+  e = refusal(text);
+  EXPECT_NE(e.find("line 15, column 26: field \"num_key_value_heads\" is 7; use 0 (= heads) or a "
+                   "divisor of heads = 32"),
+            std::string::npos)
+      << e;
+  text = hf_configs::llama3_8b;
+  text.replace(text.find("\"vocab_size\": 128256"), 20, "\"vocab\": 128256");
+  e = refusal(text);
+  EXPECT_NE(e.find("line 1, column 1: field \"vocab_size\" is missing"), std::string::npos) << e;
+  e = refusal(R"({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+    "head_dim": 256, "num_hidden_layers": 2, "intermediate_size": 8, "vocab_size": 8,
+    "max_position_embeddings": 8})");
+  EXPECT_NE(e.find("line 2, column 17: field \"head_dim\" is 256; the cost model takes the head "
+                   "size as hidden / heads = 128"),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"model_type": "falcon", "hidden_size": 8})");
+  EXPECT_NE(e.find("model_type \"falcon\" is not a family pipesched reads"), std::string::npos)
+      << e;
+}
+
+TEST(ModelFile, PipeschedModelFileIsStrict) {
+  const std::string base =
+      R"({"format": "pipesched-model", "layers": 4, "hidden": 512, "heads": 8, "sequence": 256,
+  "vocabulary": 1000)";
+  const ps::ModelFile f = ps::read_model(base + "}", "tiny.json");
+  EXPECT_EQ(f.family, "pipesched");
+  EXPECT_EQ(f.name, "tiny");
+  EXPECT_EQ(f.model.layers, 4);
+  EXPECT_EQ(f.model.hidden, 512);
+  EXPECT_TRUE(f.model.dropout);  // ModelShape's default
+  std::string e = refusal(base + R"(, "dropuot": false})");
+  EXPECT_NE(e.find("line 2, column 34: unknown field \"dropuot\"; a pipesched model file has "
+                   "format, name, description, layers, hidden"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("dropout, tied_embeddings."), std::string::npos) << e;
+  e = refusal(base + R"(, "bytes_per_value": 3})");
+  EXPECT_NE(e.find("line 2, column 42: field \"bytes_per_value\" is 3; use 1, 2, 4 or 8"),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"layers": 4, "hidden": 512, "heads": 8, "vocabulary": 1000})");
+  EXPECT_NE(e.find("field \"sequence\" is missing"), std::string::npos) << e;
+  // The sequence may come from the caller instead.
+  EXPECT_EQ(ps::read_model(R"({"layers": 4, "hidden": 512, "heads": 8, "vocabulary": 1000})",
+                           "m.json", {.sequence = 77})
+                .model.sequence,
+            77);
+  e = refusal(R"([1, 2])");
+  EXPECT_NE(e.find("line 1, column 1: the file holds an array; a model is one JSON object"),
+            std::string::npos)
+      << e;
+}
+
+TEST(ModelFile, EveryPresetWrittenReadsBackFieldByField) {
+  for (const ps::presets::ModelPreset& p : ps::presets::models()) {
+    SCOPED_TRACE(p.name);
+    const std::string text = ps::model_json(p.model, p.name, p.description);
+    const ps::ModelFile f = ps::read_model(text, p.name + ".json");
+    const ps::ModelShape &a = f.model, &b = p.model;
+    EXPECT_EQ(f.name, p.name);
+    EXPECT_EQ(f.description, p.description);
+    EXPECT_EQ(a.layers, b.layers);
+    EXPECT_EQ(a.hidden, b.hidden);
+    EXPECT_EQ(a.heads, b.heads);
+    EXPECT_EQ(a.kv_heads, b.kv_heads);
+    EXPECT_EQ(a.ffn_hidden, b.ffn_hidden);
+    EXPECT_EQ(a.gated_mlp, b.gated_mlp);
+    EXPECT_EQ(a.sequence, b.sequence);
+    EXPECT_EQ(a.vocabulary, b.vocabulary);
+    EXPECT_EQ(a.microbatch_size, b.microbatch_size);
+    EXPECT_EQ(a.bytes_per_value, b.bytes_per_value);
+    EXPECT_EQ(a.flash_attention, b.flash_attention);
+    EXPECT_EQ(a.dropout, b.dropout);
+    EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
+    EXPECT_TRUE(f.notes.empty());
+  }
+  // Every field is written, the booleans changed from their defaults included.
+  ps::ModelShape m = ps::presets::find_model("llama2-7b");
+  m.dropout = !m.dropout;
+  m.tied_embeddings = !m.tied_embeddings;
+  m.flash_attention = !m.flash_attention;
+  m.microbatch_size = 3;
+  m.bytes_per_value = 4;
+  const ps::ModelShape back = ps::read_model(ps::model_json(m, "x")).model;
+  EXPECT_EQ(back.dropout, m.dropout);
+  EXPECT_EQ(back.tied_embeddings, m.tied_embeddings);
+  EXPECT_EQ(back.flash_attention, m.flash_attention);
+  EXPECT_EQ(back.microbatch_size, 3);
+  EXPECT_EQ(back.bytes_per_value, 4);
+}
+
+TEST(ModelFile, UnreadableFileNamesThePath) {
+  try {
+    ps::read_model_file("/nonexistent/config.json");
+    FAIL();
+  } catch (const ps::error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot read model file \"/nonexistent/config.json\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
