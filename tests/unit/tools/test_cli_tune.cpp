@@ -326,7 +326,8 @@ TEST(CliTune, ClusterOptionsAreCheckedInTheFlagsWords) {
   const std::string model = " --model gpt3-1.3b --device a100-40gb";
   for (const Case& c : {
            Case{"tune --gpus 8 --ranks 4 --global-batch 8" + model, "not both"},
-           Case{"tune --gpus 8 --global-batch 8", "give --model NAME and --device NAME"},
+           Case{"tune --gpus 8 --global-batch 8",
+                "give --model NAME|FILE and --device NAME|FILE or --cluster FILE"},
            Case{"tune --gpus 8 --global-batch 8 --dp 2" + model, "--dp is what --gpus searches"},
            Case{"tune --gpus 8 --global-batch 8 --memory-budget 20GB" + model,
                 "held to its device memory"},
