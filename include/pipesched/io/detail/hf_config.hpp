@@ -8,6 +8,7 @@
 #include <climits>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "pipesched/analysis/model_shape.hpp"
@@ -170,6 +171,51 @@ inline std::string family_of(const spec_json::Fields& in) {
           "unknown; add \"model_type\" (llama, mistral, qwen2, gpt2 or gpt_neox)");
 }
 
+//! The sequence: the caller's (at most the sliding window), else the config's positions cut
+//! to the window (with a note in `out`); `positions` is 0 when the config gives none.
+inline int sequence_of(const spec_json::Fields& in, ModelFile& out, int positions,
+                       const ModelReadOptions& options) {
+  const std::string window_why =
+      "; pipesched's cost model counts full causal attention, which a windowed model does not "
+      "compute beyond its window";
+  if (options.sequence > 0) {
+    if (out.sliding_window > 0 && options.sequence > out.sliding_window)
+      in.fail(*in.find("sliding_window"),
+              "the sequence of " + std::to_string(options.sequence) +
+                  " tokens asked for is longer than the model's sliding window of " +
+                  std::to_string(out.sliding_window) + " tokens (\"sliding_window\")" + window_why +
+                  "; give a sequence of at most " + std::to_string(out.sliding_window) + " tokens");
+    return options.sequence;
+  }
+  if (positions == 0)
+    in.need(out.family == "gpt2" ? "n_positions" : "max_position_embeddings",
+            "it is the sequence length, unless one is given (the command's --sequence)");
+  if (out.sliding_window == 0 || positions <= out.sliding_window) return positions;
+  out.notes.push_back(in.source() + ": the sequence is " + std::to_string(out.sliding_window) +
+                      " tokens, the model's sliding window, not its " + std::to_string(positions) +
+                      " positions" + window_why + ".");
+  return out.sliding_window;
+}
+
+//! The note naming the keys of the config that `family` does not read and that are not known
+//! to be irrelevant (hf_config_ignored_fields); empty when there are none.
+inline std::string unknown_note(const spec_json::Fields& in, const std::string& family,
+                                const std::vector<HfField>& keys) {
+  std::vector<std::string> unknown;
+  const auto& ignored = hf_config_ignored_fields();
+  for (const json::Value::Member& m : in.object().object()) {
+    if (std::any_of(keys.begin(), keys.end(), [&](const HfField& f) { return m.key == f.key; }) ||
+        std::find(ignored.begin(), ignored.end(), m.key) != ignored.end())
+      continue;
+    unknown.push_back("\"" + m.key + "\"");
+  }
+  if (unknown.empty()) return "";
+  return in.source() + ": ignored " + std::to_string(unknown.size()) + " field" +
+         (unknown.size() == 1 ? "" : "s") + " that pipesched does not read in a " + family +
+         " config: " + spec_json::listed(unknown) +
+         "; if one changes the model's shape or cost, the plan leaves it out.";
+}
+
 inline ModelFile read(const json::Value& doc, const std::string& source,
                       const ModelReadOptions& options) {
   const spec_json::Fields in(doc, source);
@@ -272,42 +318,9 @@ inline ModelFile read(const json::Value& doc, const std::string& source,
                     ", so it cannot count a model whose heads are " + std::to_string(head_dim) +
                     " wide");
   out.sliding_window = use_window ? window : 0;
-  const std::string window_why =
-      "; pipesched's cost model counts full causal attention, which a windowed model does not "
-      "compute beyond its window";
-  if (options.sequence > 0) {
-    if (out.sliding_window > 0 && options.sequence > out.sliding_window)
-      in.fail(*in.find("sliding_window"),
-              "the sequence of " + std::to_string(options.sequence) +
-                  " tokens asked for is longer than the model's sliding window of " +
-                  std::to_string(out.sliding_window) + " tokens (\"sliding_window\")" + window_why +
-                  "; give a sequence of at most " + std::to_string(out.sliding_window) + " tokens");
-    out.model.sequence = options.sequence;
-  } else {
-    if (positions_at == nullptr)
-      in.need(family == "gpt2" ? "n_positions" : "max_position_embeddings",
-              "it is the sequence length, unless one is given (the command's --sequence)");
-    out.model.sequence = positions;
-    if (out.sliding_window > 0 && positions > out.sliding_window) {
-      out.model.sequence = out.sliding_window;
-      out.notes.push_back(source + ": the sequence is " + std::to_string(out.sliding_window) +
-                          " tokens, the model's sliding window, not its " +
-                          std::to_string(positions) + " positions" + window_why + ".");
-    }
-  }
-  std::vector<std::string> unknown;
-  for (const json::Value::Member& m : doc.object()) {
-    const auto& ignored = hf_config_ignored_fields();
-    if (std::any_of(keys.begin(), keys.end(), [&](const HfField& f) { return m.key == f.key; }) ||
-        std::find(ignored.begin(), ignored.end(), m.key) != ignored.end())
-      continue;
-    unknown.push_back("\"" + m.key + "\"");
-  }
-  if (!unknown.empty())
-    out.notes.push_back(source + ": ignored " + std::to_string(unknown.size()) + " field" +
-                        (unknown.size() == 1 ? "" : "s") + " that pipesched does not read in a " +
-                        family + " config: " + spec_json::listed(unknown) +
-                        "; if one changes the model's shape or cost, the plan leaves it out.");
+  out.model.sequence = sequence_of(in, out, positions_at ? positions : 0, options);
+  if (std::string note = unknown_note(in, family, keys); !note.empty())
+    out.notes.push_back(std::move(note));
   model_file::check_model(out.model, in, origins);
   return out;
 }
