@@ -86,10 +86,14 @@ TEST(CliFiles, ListJsonPrintsEveryPresetInTheFileFormThatReadsBack) {
 TEST(CliFiles, TuneAClusterFromFilesAndRunItsPlansCommand) {
   const std::string config = write("config.json", hf_configs::llama3_8b);
   const std::string cluster =
-      write("my cluster.json",
+      write("it's my cluster.json",
             R"({"format": "pipesched-cluster", "name": "lab", "base": "h100", "gpus": 64,
           "memory_reserve": 4e9})");
-  const std::string files = " --model '" + config + "' --cluster '" + cluster + "'";
+  // The cluster's path as one shell word: in single quotes, its own ' written '\''.
+  std::string quoted_cluster = cluster;
+  quoted_cluster.replace(quoted_cluster.find('\''), 1, "'\\''");
+  quoted_cluster = "'" + quoted_cluster + "'";
+  const std::string files = " --model '" + config + "' --cluster " + quoted_cluster;
   const CliRun r = run("tune --gpus 64" + files + " --global-batch 64 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err.find("note:"), std::string::npos) << r.err;  // every key of the config known
@@ -97,9 +101,9 @@ TEST(CliFiles, TuneAClusterFromFilesAndRunItsPlansCommand) {
   const ps::test_json::Json& best = doc.at("best");
   EXPECT_EQ(best.at("pp").number * best.at("dp").number * best.at("tp").number, 64);
   const std::string command = best.at("command").string;
-  // It names the files, quoted for the shell (the cluster's name has a blank).
-  EXPECT_NE(command.find("--model " + config), std::string::npos) << command;
-  EXPECT_NE(command.find("--cluster '" + cluster + "'"), std::string::npos) << command;
+  // It names the files, quoted for the shell where they need it (a blank, a quote).
+  EXPECT_NE(command.find("--model " + config + " "), std::string::npos) << command;
+  EXPECT_NE(command.find("--cluster " + quoted_cluster + " "), std::string::npos) << command;
   ASSERT_EQ(command.rfind("pipesched simulate ", 0), 0u) << command;
   const CliRun sim = run(command.substr(std::string("pipesched ").size()) + " --json");
   ASSERT_EQ(sim.code, 0) << command << "\n" << sim.err;
