@@ -36,7 +36,9 @@
 
 #include "pipesched/io/action_string.hpp"
 #include "pipesched/io/csv.hpp"
+#include "pipesched/io/device_file.hpp"
 #include "pipesched/io/json_read.hpp"
+#include "pipesched/io/model_file.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/io/text_grid.hpp"
