@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
-#include "cmd_tune.hpp"
 #include "cli.hpp"
+#include "cmd_tune.hpp"
 #include "pipesched/core/detail/parallel_for.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/policy/registry.hpp"
@@ -334,6 +334,10 @@ std::vector<OptionSpec> tune_option_specs() {
        "cut)",
        "S"},
       {"--json", false, "print one JSON object (schema: docs/cli.md)"},
+      {"--report", true,
+       "also write an HTML page: every plan evaluated, step time against memory, the frontier, "
+       "the best plans' timelines",
+       "FILE.html"},
       {"--progress", false,
        "show progress and the time left on standard error (default: when it is a terminal)"},
   };
@@ -357,7 +361,8 @@ std::string tune_help(const std::vector<OptionSpec>& specs) {
       "(--cost K=V,... | --model M --device D [--sequence S]) [--memory-budget X] "
       "[--bases LIST] [--chunks LIST] [--microbatch-sizes LIST] [--checkpoint LIST] "
       "[--slices LIST] [--slicing MODE] [--fine-wgrad [--wgrad-parts N]] [--pp LIST] "
-      "[--tp LIST] [--zero Z] [--threads N] [--time-limit S] [--json] [--progress]",
+      "[--tp LIST] [--zero Z] [--threads N] [--time-limit S] [--json] [--report FILE.html] "
+      "[--progress]",
       "Searches base schedule, chunks, microbatch size and count, slices, fine weight gradients\n"
       "and checkpointing (none, conventional selective, Mario) with the simulator, under a\n"
       "per-rank memory budget, for a pipeline of --ranks P ranks; with --gpus N, also every\n"
@@ -399,6 +404,9 @@ TuneCommand read_tune_command(const std::vector<std::string>& argv,
   c.context = command_context(a, c, budget_text);
   c.json = a.has("--json");
   c.progress = a.has("--progress");
+  if (a.has("--report")) c.report = a.get("--report");
+  if (a.has("--report") && (c.report.empty() || c.report == "-"))
+    throw usage_error("--report needs a file name (FILE.html); standard output holds the result");
   return c;
 }
 
