@@ -195,7 +195,8 @@ struct TuneResult {
   //! The candidates evaluated (built and simulated; pruned ones are not), over the budget
   //! included, in grid order: the first TuneRequest::evaluated_limit of them, plus every
   //! point of the Pareto frontier (TunePoint::frontier) of those that fit, which is kept over
-  //! all of them whatever the limit.
+  //! all of them whatever the limit. Which candidates are pruned depends on the order threads
+  //! settle them, so with several threads the points (not the bests) may differ between runs.
   std::vector<TunePoint> evaluated;
   int evaluated_count = 0;  //!< candidates evaluated in all (evaluated holds fewer past the limit)
 
