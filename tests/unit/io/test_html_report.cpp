@@ -16,8 +16,8 @@ namespace {
 
 constexpr double GiB = 1024.0 * 1024 * 1024;
 
-ps::TunePoint point(const std::string& base, double seconds, double bytes, bool fits,
-                    bool frontier, std::size_t order) {
+ps::TunePoint point(const std::string& base, double seconds, double bytes, bool fits, bool frontier,
+                    std::size_t order) {
   ps::TunePoint p;
   p.base = base;
   p.checkpoint = "none";
@@ -66,7 +66,9 @@ ps::HtmlReportOptions options() {
   o.memory_caption = "largest GPU's memory";
   o.memory_limit = 24 * GiB;
   o.timelines.push_back(
-      ps::ReportTimeline{"best", "1f1b <x>", "pipesched simulate --schedule 1f1b",
+      ps::ReportTimeline{"best",
+                         "1f1b <x>",
+                         "pipesched simulate --schedule 1f1b",
                          {"step 20 ms"},
                          "<?xml version=\"1.0\"?>\n<svg class=\"timeline-svg\"></svg>\n"});
   return o;

@@ -30,8 +30,8 @@ bool dominated(const ps::TunePoint& p, const std::vector<ps::TunePoint>& all) {
 }
 
 std::string key(const ps::TunePoint& p) {
-  return ps::describe(p) + "|" + std::to_string(p.makespan) + "|" +
-         std::to_string(p.peak_memory) + "|" + std::to_string(p.fits) + std::to_string(p.frontier);
+  return ps::describe(p) + "|" + std::to_string(p.makespan) + "|" + std::to_string(p.peak_memory) +
+         "|" + std::to_string(p.fits) + std::to_string(p.frontier);
 }
 
 }  // namespace
@@ -41,21 +41,25 @@ TEST(TuneEvaluated, HoldsEveryPlanAndItsFrontier) {
   ASSERT_TRUE(r.best);
   ASSERT_FALSE(r.evaluated.empty());
   EXPECT_EQ(static_cast<int>(r.evaluated.size()), r.evaluated_count);
-  EXPECT_EQ(r.evaluated_count, r.candidates_tried - r.candidates_pruned - r.candidates_refused);
+  // Some over the budget are settled without a simulation (where not even full checkpointing
+  // fits); the rest were built and simulated.
+  EXPECT_LE(r.evaluated_count, r.candidates_tried - r.candidates_pruned - r.candidates_refused);
   int over = 0, frontier = 0;
   for (const ps::TunePoint& p : r.evaluated) {
     over += !p.fits;
     frontier += p.frontier;
-    if (p.fits) EXPECT_LE(p.activation_peak, 3 + 1e-9) << ps::describe(p);
-    else EXPECT_GT(p.activation_peak, 3) << ps::describe(p);
+    if (p.fits)
+      EXPECT_LE(p.activation_peak, 3 + 1e-9) << ps::describe(p);
+    else
+      EXPECT_GT(p.activation_peak, 3) << ps::describe(p);
     // On the frontier exactly when no point that fits is better in one figure and no worse in
     // the other (among equal points one is on it).
     if (p.frontier) EXPECT_TRUE(p.fits && !dominated(p, r.evaluated)) << ps::describe(p);
     if (p.fits && !dominated(p, r.evaluated)) {
       bool equal_on = false;
       for (const ps::TunePoint& q : r.evaluated)
-        equal_on = equal_on || (q.frontier && q.makespan == p.makespan &&
-                                q.peak_memory == p.peak_memory);
+        equal_on =
+            equal_on || (q.frontier && q.makespan == p.makespan && q.peak_memory == p.peak_memory);
       EXPECT_TRUE(equal_on) << ps::describe(p);
     }
   }
