@@ -171,10 +171,13 @@ toy::GptConfig demo_config(const Options& o) {
 void bubble_note(double measured, double simulated, int ranks) {
   say("\n  bubble, measured / simulated: %.1f%% / %.1f%%", 100 * measured, 100 * simulated);
   const unsigned cores = std::thread::hardware_concurrency();
-  if (process_rank < 0 && cores > 0 && static_cast<unsigned>(ranks) > cores)
+  static bool said = false;  // once: it holds for every run of the demo
+  if (!said && process_rank < 0 && cores > 0 && static_cast<unsigned>(ranks) > cores) {
+    said = true;
     say("\n  (%d rank threads share %u cores: a rank waits for a core as well as for its inputs, "
         "which the simulator, one device per rank, does not count; so more bubble is measured)",
         ranks, cores);
+  }
 }
 
 // One training run of `s` (slices > 1: a slice-level schedule) on fresh stages; prints the
