@@ -3,8 +3,9 @@
 // Part 1: every built-in schedule generated for one problem, validated, lowered to sends and
 // receives and simulated (UniformCost f=1, b=2, w=1), side by side.
 // Part 2: a tiny causal GPT trained for a few steps through several schedules on threads
-// (one per rank): per schedule the loss of each step, the step time, each rank's measured
-// peak of held activation bytes beside the simulator's prediction, and an SVG timeline.
+// (one per rank): per schedule the loss of each step, the step time, the measured bubble beside
+// the simulated one (with why it is larger when there are more ranks than cores), each rank's
+// measured peak of held activation bytes beside the simulator's prediction, and an SVG timeline.
 // Part 3: the same model under a memory budget — 1F1B with Mario's checkpointing, and
 // slice-pipe over sequence slices — still computing the same losses.
 // With --transport mpi (under `mpirun -np P`), parts 2 and 3 run one rank per MPI process and
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pipesched/analysis/profiled_cost.hpp"
@@ -164,6 +166,20 @@ toy::GptConfig demo_config(const Options& o) {
                         .seed = 42};
 }
 
+// The last step's bubble beside the simulator's. The simulator gives each rank a device of its
+// own; ranks run as threads on fewer cores also wait for a core, which shows as more bubble.
+void bubble_note(double measured, double simulated, int ranks) {
+  say("\n  bubble, measured / simulated: %.1f%% / %.1f%%", 100 * measured, 100 * simulated);
+  const unsigned cores = std::thread::hardware_concurrency();
+  static bool said = false;  // once: it holds for every run of the demo
+  if (!said && process_rank < 0 && cores > 0 && static_cast<unsigned>(ranks) > cores) {
+    said = true;
+    say("\n  (%d rank threads share %u cores: a rank waits for a core as well as for its inputs, "
+        "which the simulator, one device per rank, does not count; so more bubble is measured)",
+        ranks, cores);
+  }
+}
+
 // One training run of `s` (slices > 1: a slice-level schedule) on fresh stages; prints the
 // losses, the mean step time and each rank's measured / simulated peak, and writes the last
 // step's timeline to `svg_path` when given; returns mismatches.
@@ -200,9 +216,9 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
   for (const auto& list : s.ranks)
     for (const ps::Action& a : list)
       recomputes += a.kind == ps::OpKind::R;
-  say("\n  mean step time: %.2f ms; %d recomputes\n  activation KiB held at peak, "
-      "measured / simulated:",
-      1e3 * seconds / steps, recomputes);
+  say("\n  mean step time: %.2f ms; %d recomputes", 1e3 * seconds / steps, recomputes);
+  bubble_note(last.timeline().bubble_ratio, predicted.bubble_ratio, s.rank_count());
+  say("\n  activation KiB held at peak, measured / simulated:");
   int failures = 0;
   for (int r = 0; r < s.rank_count(); ++r) {
     const bool same = last.ranks[r].peak_bytes == predicted.ranks[r].peak_memory;
@@ -215,6 +231,7 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
     ps::SvgOptions svg;
     svg.title = s.name + " — measured step of the toy GPT";
     svg.memory_unit = "bytes";
+    svg.time_unit = "seconds";
     std::ofstream(svg_path) << ps::render_svg(last.executed, last.timeline(), svg);
     say("  timeline: %s\n", svg_path.c_str());
   }

@@ -3,7 +3,7 @@
 # missing. Run as root it installs them; otherwise it names what is missing and stops.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin doxygen)
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin doxygen python3 chromium)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -122,6 +122,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
     print_tune_json(r, c);
   else
     print_tune_text(r, c);
+  if (!c.report.empty()) write_tune_html(r, c, argv);
   return r.best ? exit_ok : exit_invalid;
 }
 

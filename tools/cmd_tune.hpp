@@ -37,6 +37,7 @@ struct TuneCommand {
   CommandContext context;  //!< for each plan's `simulate` command
   bool json = false;       //!< --json
   bool progress = false;   //!< --progress (the line is also shown on a terminal)
+  std::string report;      //!< --report FILE.html ("" = none)
 };
 
 //! The options tune accepts: its own, then the cost model's (with --tp as a list).
@@ -47,6 +48,12 @@ std::string tune_help(const std::vector<OptionSpec>& specs);
 //! grid too large to search.
 TuneCommand read_tune_command(const std::vector<std::string>& argv,
                               const std::vector<OptionSpec>& specs);
+
+//! A `pipesched simulate` command line that reproduces plan `p`'s step time.
+std::string plan_command(const TunePlan& p, const CommandContext& c);
+//! The result as an HTML page (cmd_tune_html.cpp) in c.report; `argv` is tune's command line.
+void write_tune_html(const TuneResult& r, const TuneCommand& c,
+                     const std::vector<std::string>& argv);
 
 //! The result as one JSON object on standard output (the contract of docs/cli.md).
 void print_tune_json(const TuneResult& r, const TuneCommand& c);

@@ -336,6 +336,10 @@ std::vector<OptionSpec> tune_option_specs() {
        "cut)",
        "S"},
       {"--json", false, "print one JSON object (schema: docs/cli.md)"},
+      {"--report", true,
+       "also write an HTML page: every plan evaluated, step time against memory, the frontier, "
+       "the best plans' timelines",
+       "FILE.html"},
       {"--progress", false,
        "show progress and the time left on standard error (default: when it is a terminal)"},
   };
@@ -360,7 +364,8 @@ std::string tune_help(const std::vector<OptionSpec>& specs) {
       "X] "
       "[--bases LIST] [--chunks LIST] [--microbatch-sizes LIST] [--checkpoint LIST] "
       "[--slices LIST] [--slicing MODE] [--fine-wgrad [--wgrad-parts N]] [--pp LIST] "
-      "[--tp LIST] [--zero Z] [--threads N] [--time-limit S] [--json] [--progress]",
+      "[--tp LIST] [--zero Z] [--threads N] [--time-limit S] [--json] [--report FILE.html] "
+      "[--progress]",
       "Searches base schedule, chunks, microbatch size and count, slices, fine weight gradients\n"
       "and checkpointing (none, conventional selective, Mario) with the simulator, under a\n"
       "per-rank memory budget, for a pipeline of --ranks P ranks; with --gpus N, also every\n"
@@ -410,6 +415,9 @@ TuneCommand read_tune_command(const std::vector<std::string>& argv,
   c.context = command_context(a, c, budget_text);
   c.json = a.has("--json");
   c.progress = a.has("--progress");
+  if (a.has("--report")) c.report = a.get("--report");
+  if (a.has("--report") && (c.report.empty() || c.report == "-"))
+    throw usage_error("--report needs a file name (FILE.html); standard output holds the result");
   return c;
 }
 

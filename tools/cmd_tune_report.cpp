@@ -28,6 +28,8 @@ std::string quoted(const std::string& s) {
   return out + "'";
 }
 
+}  // namespace
+
 //! A `pipesched simulate` command line that builds this plan's schedule the way tune did
 //! (generate, fit, place W parts, checkpoint) under the same cost model, so that its makespan
 //! is the plan's step time.
@@ -70,6 +72,8 @@ std::string plan_command(const TunePlan& p, const CommandContext& c) {
   }
   return cmd;
 }
+
+namespace {
 
 const char* wgrad_name(const TunePlan& p) {
   if (p.fine_wgrad) return "fine";

@@ -225,8 +225,9 @@ inline void draw_lanes(const SvgLayout& L, const SvgOptions& opt, std::string& b
   }
 }
 
-//! Ticks and grid lines, under the actions.
-inline void draw_ticks(const SvgLayout& L, std::string& body) {
+//! Ticks and grid lines, under the actions; with time unit "seconds" the ticks carry an SI
+//! prefix ("250 \xC2\xB5s", "12.5 ms"), else they are bare numbers of the caption's unit.
+inline void draw_ticks(const SvgLayout& L, const SvgOptions& opt, std::string& body) {
   const double step = tick_step(L.span, std::max(1, static_cast<int>(L.chart_w / 70)));
   for (int k = 0;; ++k) {
     const double t = k * step;
@@ -236,8 +237,8 @@ inline void draw_ticks(const SvgLayout& L, std::string& body) {
             px(x) + "\" y2=\"" + px(L.chart_bottom) +
             "\" stroke=\"#c8c8c8\" stroke-width=\"0.5\"/>\n";
     body += "<text class=\"tick\" x=\"" + px(x) + "\" y=\"" + px(L.axis_y) + "\" font-size=\"" +
-            px(L.small_font) + "\" text-anchor=\"middle\" fill=\"#555\">" + format_number(t) +
-            "</text>\n";
+            px(L.small_font) + "\" text-anchor=\"middle\" fill=\"#555\">" +
+            xml_escape(time_tick(t, L.span, opt.time_unit)) + "</text>\n";
   }
 }
 
@@ -423,7 +424,7 @@ inline std::string render_svg(const Schedule& s, const SimulationResult& sim,
   std::string body;
   draw_heading(L, body);
   draw_lanes(L, opt, body);
-  draw_ticks(L, body);
+  draw_ticks(L, opt, body);
   OverlapFills fills;
   SvgSeen seen;
   for (int r = 0; r < L.nranks; ++r) {

@@ -63,6 +63,9 @@ struct TuneRequest {
   //! Wall-clock seconds after which the search stops and returns the best plans found so far
   //! (TuneResult::cut); 0 = no limit.
   double time_limit = 0;
+  //! Evaluated candidates TuneResult::evaluated keeps, the first in grid order (the Pareto
+  //! frontier of those that fit is kept whatever the limit); 0 keeps only the frontier.
+  int evaluated_limit = 20000;
 
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
@@ -74,6 +77,9 @@ struct TuneRequest {
     if (ranks < 1) bad("ranks", std::to_string(ranks), "a pipeline needs at least 1 rank");
     if (global_batch < 1)
       bad("global_batch", std::to_string(global_batch), "a step needs at least 1 sequence");
+    if (evaluated_limit < 0)
+      bad("evaluated_limit", std::to_string(evaluated_limit),
+          "keep 0 or more evaluated candidates (0: the Pareto frontier only)");
     check_lists(false);
     if (budget) {
       detail::check_budget_values(*budget);

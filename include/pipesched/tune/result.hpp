@@ -4,6 +4,7 @@
 // Included by pipesched/tune/tune.hpp, the tuner's entry header.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -99,6 +100,78 @@ inline std::string checkpoint_name(const TunePlan& p) {
   return p.checkpoint_policy.empty() ? std::string(to_string(p.checkpoint)) : p.checkpoint_policy;
 }
 
+//! One candidate the tuner evaluated (built and simulated), in figures only: what a report
+//! plots of every plan considered without keeping every schedule.
+struct TunePoint {
+  std::string base;            //!< generator name
+  std::string checkpoint;      //!< checkpoint_name of the plan
+  int ranks = 1;               //!< pipeline ranks
+  int chunks = 1;              //!< stages per rank
+  int microbatch_size = 1;     //!< sequences per microbatch
+  int microbatches = 1;        //!< microbatches per step and pipeline
+  int slices = 1;              //!< slices per microbatch
+  bool fine_wgrad = false;     //!< as TunePlan's
+  bool fitted = false;         //!< as TunePlan's
+  int data = 1;                //!< data-parallel replicas
+  int tensor = 1;              //!< tensor-parallel degree
+  int recomputes = 0;          //!< R actions in the schedule
+  double makespan = 0;         //!< simulated step time (time unit)
+  double peak_memory = 0;      //!< as TunePlan::peak_memory
+  double activation_peak = 0;  //!< largest rank's activation peak
+  bool fits = true;            //!< within the budget on every rank
+  bool frontier = false;       //!< on the Pareto frontier of step time and peak_memory (fits only)
+  std::size_t order = 0;       //!< grid position of its configuration
+  int mode = 0;                //!< its CheckpointMode as a number (ordering with `order`)
+};
+
+//! The figures of plan `p` as a point, `fits` as given.
+inline TunePoint point_of(const TunePlan& p, bool fits = true) {
+  TunePoint t;
+  t.base = p.base;
+  t.checkpoint = checkpoint_name(p);
+  t.ranks = p.schedule.problem.ranks;
+  t.chunks = p.chunks;
+  t.microbatch_size = p.microbatch_size;
+  t.microbatches = p.microbatches;
+  t.slices = p.slices;
+  t.fine_wgrad = p.fine_wgrad;
+  t.fitted = p.fitted;
+  t.data = p.data;
+  t.tensor = p.tensor;
+  t.recomputes = p.recomputes;
+  t.makespan = p.makespan;
+  t.peak_memory = p.peak_memory;
+  for (double v : p.peak_per_rank)
+    t.activation_peak = std::max(t.activation_peak, v);
+  t.fits = fits;
+  t.order = p.order;
+  t.mode = static_cast<int>(p.checkpoint);
+  return t;
+}
+
+//! "interleaved-1f1b x2, 64 mb of 2, mario (12 R)": the configuration in a few words; a
+//! cluster plan starts with its degrees ("pp 4 x dp 2 x tp 2, ").
+inline std::string describe(const TunePoint& p) {
+  std::string s;
+  if (p.data > 1 || p.tensor > 1)
+    s += "pp " + std::to_string(p.ranks) + " x dp " + std::to_string(p.data) + " x tp " +
+         std::to_string(p.tensor) + ", ";
+  s += p.base;
+  if (p.chunks > 1) s += " x" + std::to_string(p.chunks);
+  s += ", " + std::to_string(p.microbatches) + " mb of " + std::to_string(p.microbatch_size);
+  if (p.slices > 1) s += " in " + std::to_string(p.slices) + " slices";
+  if (p.fine_wgrad) s += ", fine W";
+  if (p.fitted) s += ", fitted";
+  s += ", " + p.checkpoint;
+  if (p.recomputes > 0) s += " (" + std::to_string(p.recomputes) + " R)";
+  return s;
+}
+
+//! The same of a plan.
+inline std::string describe(const TunePlan& p) {
+  return describe(point_of(p));
+}
+
 //! What `tune` found. Plans are compared by step time (makespan) for the same global batch;
 //! on equal step time the one with fewer recomputes, then the simpler checkpoint mode wins.
 struct TuneResult {
@@ -119,6 +192,13 @@ struct TuneResult {
   double seconds = 0;              //!< wall-clock time of the search
   //! Why configurations were refused, one note per distinct reason, in the order first met.
   std::vector<TuneNote> notes;
+  //! The candidates evaluated (built and simulated; pruned ones are not), over the budget
+  //! included, in grid order: the first TuneRequest::evaluated_limit of them, plus every
+  //! point of the Pareto frontier (TunePoint::frontier) of those that fit, which is kept over
+  //! all of them whatever the limit. Which candidates are pruned depends on the order threads
+  //! settle them, so with several threads the points (not the bests) may differ between runs.
+  std::vector<TunePoint> evaluated;
+  int evaluated_count = 0;  //!< candidates evaluated in all (evaluated holds fewer past the limit)
 
   //! The baseline of (base, mode); nullptr when that pair was not searched.
   const TuneBaseline* baseline(std::string_view base, CheckpointMode mode) const {
@@ -139,24 +219,5 @@ struct TuneResult {
 //! so far (nullptr while none fits). Calls never overlap (the search serialises them, from
 //! whichever thread settles a candidate).
 using ProgressFn = std::function<void(int done, int total, const TunePlan* best)>;
-
-//! "interleaved-1f1b x2, 64 mb of 2, mario (12 R)": the configuration in a few words; a
-//! cluster plan starts with its degrees ("pp 4 x dp 2 x tp 2, ").
-inline std::string describe(const TunePlan& p) {
-  std::string s;
-  if (p.data > 1 || p.tensor > 1)
-    s += "pp " + std::to_string(p.schedule.problem.ranks) + " x dp " + std::to_string(p.data) +
-         " x tp " + std::to_string(p.tensor) + ", ";
-  s += p.base;
-  if (p.chunks > 1) s += " x" + std::to_string(p.chunks);
-  s += ", " + std::to_string(p.microbatches) + " mb of " + std::to_string(p.microbatch_size);
-  if (p.slices > 1) s += " in " + std::to_string(p.slices) + " slices";
-  if (p.fine_wgrad) s += ", fine W";
-  if (p.fitted) s += ", fitted";
-  s += ", ";
-  s += checkpoint_name(p);
-  if (p.recomputes > 0) s += " (" + std::to_string(p.recomputes) + " R)";
-  return s;
-}
 
 }  // namespace pipesched

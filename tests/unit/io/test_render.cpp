@@ -217,6 +217,77 @@ TEST(RenderSvg, TimeUnitInTheTitleTooltipsAndAxisCaption) {
   }
 }
 
+TEST(RenderSvg, TimeTicksCarryTheirUnit) {
+  // Seconds: SI-prefixed ticks, the prefix set by the span; units: bare numbers, which the
+  // caption "time (units)" names.
+  const Schedule s = hand_1f1b();
+  const SimulationResult sim = simulate(s);  // makespan 9
+  struct Case {
+    double scale;
+    const char* unit;
+    const char* second_tick;
+  };
+  for (const Case& c : {Case{1, "units", "1"}, Case{1, "seconds", "1 s"},
+                        Case{1e-3, "seconds", "1 ms"}, Case{1e-6, "seconds", "1 \xC2\xB5s"}}) {
+    SCOPED_TRACE(std::string(c.unit) + " " + std::to_string(c.scale));
+    SimulationResult scaled = sim;
+    scaled.makespan *= c.scale;
+    for (auto& rank : scaled.timing)
+      for (ActionTiming& t : rank) {
+        t.start *= c.scale;
+        t.end *= c.scale;
+      }
+    for (RankSummary& rs : scaled.ranks)
+      for (MemoryPoint& m : rs.memory)
+        m.time *= c.scale;
+    SvgOptions opt;
+    opt.time_unit = c.unit;
+    const std::vector<XmlElement> ticks =
+        with_class(parse_xml(render_svg(s, scaled, opt)), "text", "tick");
+    ASSERT_GE(ticks.size(), 3u);
+    EXPECT_EQ(ticks[0].text, "0");
+    EXPECT_EQ(ticks[1].text, c.second_tick);
+  }
+  EXPECT_EQ(detail::time_tick(0.0125, 0.02, "seconds"), "12.5 ms");
+  EXPECT_EQ(detail::time_tick(1.5, 2, "seconds"), "1.5 s");
+  EXPECT_EQ(detail::time_tick(2.5e-4, 8e-4, "seconds"), "250 \xC2\xB5s");
+  EXPECT_EQ(detail::time_tick(5, 10, "units"), "5");
+  const double GiB = 1024.0 * 1024 * 1024;
+  EXPECT_EQ(detail::memory_tick(3.2 * GiB, 4 * GiB, "bytes"), "3.2 GiB");
+  EXPECT_EQ(detail::memory_tick(0.5 * GiB, 2 * GiB, "bytes"), "0.5 GiB");
+  EXPECT_EQ(detail::memory_tick(512 * 1024, 900 * 1024, "bytes"), "512 KiB");
+  EXPECT_EQ(detail::memory_tick(2.5, 3, "microbatches"), "2.5");
+  EXPECT_DOUBLE_EQ(detail::memory_tick_step(3.2 * GiB, 8, "bytes"), 0.5 * GiB);
+}
+
+TEST(RenderSvg, MeasuredStepInSecondsAndBytes) {
+  // A measured step (the executor's timeline) read as seconds and bytes, as the README draws it.
+  const Schedule s = hand_1f1b();
+  SimulationResult sim = simulate(s);
+  for (auto& rank : sim.timing)
+    for (ActionTiming& t : rank) {
+      t.start *= 1e-3;
+      t.end *= 1e-3;
+    }
+  sim.makespan *= 1e-3;
+  for (RankSummary& rs : sim.ranks) {
+    rs.peak_memory *= 3 << 20;
+    for (MemoryPoint& m : rs.memory) {
+      m.time *= 1e-3;
+      m.value *= 3 << 20;
+    }
+  }
+  sim.peak_memory_max *= 3 << 20;
+  const std::vector<XmlElement> els =
+      parse_xml(render_svg(s, sim, {.memory_unit = "bytes", .time_unit = "seconds"}));
+  const std::string figures = all_text(with_class(els, "text", "figures"));
+  EXPECT_NE(figures.find("makespan 0.009 s"), std::string::npos) << figures;
+  EXPECT_NE(figures.find("peak memory 6 MiB"), std::string::npos) << figures;
+  EXPECT_NE(all_text(with_class(els, "text", "peak")).find("MiB"), std::string::npos);
+  EXPECT_EQ(with_class(els, "text", "tick")[1].text, "1 ms");
+  EXPECT_EQ(all_text(with_class(els, "text", "figures")).find("units"), std::string::npos);
+}
+
 TEST(RenderSvg, KindsSlicesAndLegend) {
   {
     const Schedule s = hand_mixed();

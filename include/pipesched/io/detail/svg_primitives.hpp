@@ -1,6 +1,6 @@
 // The drawing primitives of the SVG timeline (io/svg.hpp): colours and their shades, XML
 // escaping, pixel coordinates, a rough text measure to decide what fits, axis tick steps and
-// greedy line wrapping.
+// their labels (SI-prefixed seconds, binary-prefixed bytes) and greedy line wrapping.
 #pragma once
 
 #include <algorithm>
@@ -120,6 +120,48 @@ inline double tick_step(double span, int max_ticks) {
   for (double m : {1.0, 2.0, 5.0, 10.0})
     if (m * mag >= raw) return m * mag;
   return 10 * mag;
+}
+
+//! Time tick `v` of an axis from 0 to `span`: SI-prefixed seconds for "seconds" ("0",
+//! "250 \xC2\xB5s", "12.5 ms", "1.5 s"), the prefix the largest of s, ms, \xC2\xB5s and ns
+//! not above the span; for any other unit the bare number (the axis caption names the unit).
+inline std::string time_tick(double v, double span, const std::string& unit) {
+  if (unit != "seconds" && unit != "s") return format_number(v, 6);
+  if (v == 0) return "0";
+  struct Prefix {
+    double scale;
+    const char* name;
+  };
+  static constexpr Prefix prefixes[] = {{1, "s"}, {1e-3, "ms"}, {1e-6, "\xC2\xB5s"}, {1e-9, "ns"}};
+  for (const Prefix& p : prefixes)
+    if (span >= p.scale * (1 - 1e-9) || p.scale == 1e-9)
+      return format_number(v / p.scale, 6) + " " + p.name;
+  return format_number(v, 6) + " s";
+}
+
+//! The tick step of a memory axis from 0 to `hi`: with "bytes" 1, 2 or 5 × 10^k of the
+//! binary prefix that keeps the numbers under 1024, else as tick_step; at most `max_ticks`.
+inline double memory_tick_step(double hi, int max_ticks, const std::string& unit) {
+  if (unit != "bytes") return tick_step(hi, max_ticks);
+  double scale = 1;
+  while (hi / scale >= 1024 && scale < std::pow(1024.0, 6))
+    scale *= 1024;
+  return scale * tick_step(hi / scale, max_ticks);
+}
+
+//! Memory tick `v` of an axis from 0 to `hi`: with "bytes" in the binary prefix of
+//! memory_tick_step ("0.5 GiB", "3 GiB"), else the bare number.
+inline std::string memory_tick(double v, double hi, const std::string& unit) {
+  if (unit != "bytes") return format_number(v, 6);
+  if (v == 0) return "0";
+  static constexpr const char* names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int k = 0;
+  double scale = 1;
+  while (k < 6 && hi / scale >= 1024) {
+    scale *= 1024;
+    ++k;
+  }
+  return format_number(v / scale, 6) + " " + names[k];
 }
 
 //! Greedy line breaking of `parts` joined by `sep` into lines no wider than `width` pixels.

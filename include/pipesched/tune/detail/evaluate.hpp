@@ -77,7 +77,7 @@ class Evaluator {
       if (cfg.base_fits)
         board_.keep(make_plan(cfg, index, CheckpointMode::None, *b, b->base, sim), cfg.generator);
       else
-        board_.settle(1, Settled::OverBudget);
+        board_.over_budget(point(cfg, index, CheckpointMode::None, *b, b->base, sim));
     }
     settle_full(index, *b);
     settle_on_fitting_base(index, *b, sim);
@@ -99,8 +99,12 @@ class Evaluator {
               ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode))
               : checkpoint_mario(b.base, b.cost, b.budget, request_.mario);
       const SimulationResult sim = simulate(s, b.cost);
-      if (sim.deadlock || !fits_budget(peaks_of(sim), b.budget)) {
+      if (sim.deadlock) {
         board_.settle(1, Settled::OverBudget);
+        return;
+      }
+      if (!fits_budget(peaks_of(sim), b.budget)) {
+        board_.over_budget(point(cfg, index, mode, b, s, sim));
         return;
       }
       board_.keep(make_plan(cfg, index, mode, b, s, sim), cfg.generator);
@@ -132,8 +136,14 @@ class Evaluator {
       const Built b = build(cfg);
       const Schedule s = policy.apply(b.base, CostRef(b.cost), b.budget);
       const SimulationResult sim = simulate(s, b.cost);
-      if (sim.deadlock || !fits_budget(peaks_of(sim), b.budget)) {
+      if (sim.deadlock) {
         board_.settle(1, Settled::OverBudget);
+        return;
+      }
+      if (!fits_budget(peaks_of(sim), b.budget)) {
+        TunePoint over = point(cfg, index, CheckpointMode::None, b, s, sim);
+        over.checkpoint = std::string(policy.name);
+        board_.over_budget(std::move(over));
         return;
       }
       TunePlan p = make_plan(cfg, index, CheckpointMode::None, b, s, sim);
@@ -255,8 +265,10 @@ class Evaluator {
         if (cfg.full_fits)
           board_.keep(make_plan(cfg, index, CheckpointMode::Full, b, full, full_sim),
                       cfg.generator);
-        else
+        else if (full_sim.deadlock)
           board_.settle(1, Settled::OverBudget);
+        else
+          board_.over_budget(point(cfg, index, CheckpointMode::Full, b, full, full_sim));
       }
     }
     // The early recompute holds what the late one holds (the same list, the same units).
@@ -304,10 +316,19 @@ class Evaluator {
     return false;
   }
 
+  //! The figures of a candidate over the budget: its plan without the schedule kept.
+  TunePoint point(const TuneConfig<Cost>& cfg, std::size_t index, CheckpointMode mode,
+                  const Built& b, const Schedule& s, const SimulationResult& sim) const {
+    TunePlan p = make_plan(cfg, index, mode, b, s, sim, false);
+    p.schedule.problem = s.problem;
+    return point_of(p, false);
+  }
+
   //! The plan of `cfg` in `mode`: schedule `s` (its base `b`, checkpointed) simulated as `sim`,
-  //! with what it reports about its cluster.
+  //! with what it reports about its cluster; without `with_schedule` the schedule is left out.
   TunePlan make_plan(const TuneConfig<Cost>& cfg, std::size_t index, CheckpointMode mode,
-                     const Built& b, const Schedule& s, const SimulationResult& sim) const {
+                     const Built& b, const Schedule& s, const SimulationResult& sim,
+                     bool with_schedule = true) const {
     const TuneScenario<Cost>& sc = scenarios_[cfg.scenario];
     TunePlan p;
     p.base = std::string(cfg.generator->name);
@@ -315,7 +336,7 @@ class Evaluator {
     p.microbatch_size = cfg.microbatch_size;
     p.microbatches = cfg.microbatches;
     p.checkpoint = mode;
-    p.schedule = s;
+    if (with_schedule) p.schedule = s;
     p.makespan = sim.makespan;
     p.data = sc.data;
     p.tensor = sc.tensor;

@@ -51,7 +51,8 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
 
   const SearchSpace space = SearchSpace::of(request);
   TuneGrid<Cost> grid = enumerate(request, space, scenarios);
-  Scoreboard board(space, threads, static_cast<int>(grid.configs.size()) * space.modes, progress);
+  Scoreboard board(space, threads, static_cast<int>(grid.configs.size()) * space.modes, progress,
+                   request.evaluated_limit);
   Evaluator<Cost> evaluator(request, space, scenarios, grid, board);
 
   // Work bounds first (cheap, no schedule), then phase one in increasing bound order, so

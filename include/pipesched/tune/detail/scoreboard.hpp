@@ -29,8 +29,13 @@ enum class Settled { Kept, Refused, OverBudget, Pruned };
 class Scoreboard {
  public:
   //! The slots of `space`'s pairs, empty; `total` candidates in the search.
-  Scoreboard(const SearchSpace& space, int threads, int total, const ProgressFn& progress)
-      : space_(space), progress_(progress), best_full_(space.bases.size()) {
+  //! `limit` evaluated candidates kept (TuneRequest::evaluated_limit).
+  Scoreboard(const SearchSpace& space, int threads, int total, const ProgressFn& progress,
+             int limit = 0)
+      : space_(space),
+        progress_(progress),
+        best_full_(space.bases.size()),
+        limit_(static_cast<std::size_t>(std::max(limit, 0))) {
     result_.threads = threads;
     for (const GeneratorInfo* g : space.bases) {
       for (CheckpointMode m : space.pair_modes)
@@ -76,6 +81,7 @@ class Scoreboard {
   //! as the fallback only to its own slot), and counts it settled.
   void keep(TunePlan&& p, const GeneratorInfo* g) {
     std::lock_guard<std::mutex> lock(mutex_);
+    record_locked(point_of(p));
     if (!p.checkpoint_policy.empty()) {  // a program's own policy: its pair and the best only
       keep_better(
           result_.baselines[space_.pair_of_policy(g, space_.policy_index(p.checkpoint_policy))]
@@ -96,6 +102,13 @@ class Scoreboard {
     settle_locked(1, Settled::Kept);
   }
 
+  //! Records an evaluated candidate over the budget (`p.fits` false) and counts it settled.
+  void over_budget(TunePoint&& p) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    record_locked(std::move(p));
+    settle_locked(1, Settled::OverBudget);
+  }
+
   //! The report, once every search thread is done: full checkpointing as the fallback where
   //! nothing else fits, notes in the grid order of the configuration each names.
   TuneResult finish(bool cut, double seconds) {
@@ -111,6 +124,7 @@ class Scoreboard {
     }
     std::stable_sort(result_.notes.begin(), result_.notes.end(),
                      [](const TuneNote& a, const TuneNote& b) { return a.first < b.first; });
+    finish_points();
     result_.cut = cut;
     result_.seconds = seconds;
     return std::move(result_);
@@ -149,6 +163,49 @@ class Scoreboard {
     }
   }
 
+  // Grid order, then the mode, then the checkpoint's name: the same on any number of threads.
+  static bool earlier(const TunePoint& a, const TunePoint& b) {
+    if (a.order != b.order) return a.order < b.order;
+    if (a.mode != b.mode) return a.mode < b.mode;
+    return a.checkpoint < b.checkpoint;
+  }
+  // a dominates b: no slower and no larger, and better in one or, equal, earlier.
+  static bool dominates(const TunePoint& a, const TunePoint& b) {
+    if (a.makespan > b.makespan || a.peak_memory > b.peak_memory) return false;
+    return a.makespan < b.makespan || a.peak_memory < b.peak_memory || earlier(a, b);
+  }
+
+  // Keeps the frontier over every point that fits, and the earliest `limit_` points: past
+  // twice the limit the list is cut back to it, so it never holds more than that.
+  void record_locked(TunePoint&& p) {
+    ++result_.evaluated_count;
+    if (p.fits && std::none_of(frontier_.begin(), frontier_.end(),
+                               [&](const TunePoint& f) { return dominates(f, p); })) {
+      std::erase_if(frontier_, [&](const TunePoint& f) { return dominates(p, f); });
+      frontier_.push_back(p);
+    }
+    if (limit_ == 0) return;
+    points_.push_back(std::move(p));
+    if (points_.size() >= 2 * limit_) cut_points();
+  }
+  void cut_points() {
+    std::sort(points_.begin(), points_.end(), earlier);
+    if (points_.size() > limit_) points_.resize(limit_);
+  }
+  // The kept points with the frontier's marked, and the frontier's not kept added.
+  void finish_points() {
+    cut_points();
+    for (const TunePoint& f : frontier_) {
+      auto same = std::find_if(points_.begin(), points_.end(), [&](const TunePoint& q) {
+        return !earlier(q, f) && !earlier(f, q);
+      });
+      if (same == points_.end()) same = points_.insert(points_.end(), f);
+      same->frontier = true;
+    }
+    std::sort(points_.begin(), points_.end(), earlier);
+    result_.evaluated = std::move(points_);
+  }
+
   // The slot a plan of (g, m) competes for.
   std::optional<TunePlan>& slot_of(const GeneratorInfo* g, CheckpointMode m) {
     if (m == CheckpointMode::Full && space_.fallback_full) return best_full_[space_.base_index(g)];
@@ -160,6 +217,9 @@ class Scoreboard {
   std::mutex mutex_;
   TuneResult result_;
   std::vector<std::optional<TunePlan>> best_full_;  // full checkpointing as fallback, per base
+  std::size_t limit_ = 0;                           // evaluated points kept
+  std::vector<TunePoint> points_;                   // the earliest evaluated points
+  std::vector<TunePoint> frontier_;                 // the frontier of all that fit
 };
 
 }  // namespace pipesched::detail

@@ -1,0 +1,136 @@
+// The HTML report of a tune search: every evaluated point and each marked plan drawn once, the
+// frontier and budget drawn, axes captioned in the cost model's units with prefixed ticks, all
+// text escaped in content and attributes, the timelines inlined, nothing loaded from outside.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pipesched/io/html_report.hpp"
+
+namespace ps = pipesched;
+
+namespace {
+
+constexpr double GiB = 1024.0 * 1024 * 1024;
+
+ps::TunePoint point(const std::string& base, double seconds, double bytes, bool fits, bool frontier,
+                    std::size_t order) {
+  ps::TunePoint p;
+  p.base = base;
+  p.checkpoint = "none";
+  p.makespan = seconds;
+  p.peak_memory = bytes;
+  p.activation_peak = bytes / 2;
+  p.fits = fits;
+  p.frontier = frontier;
+  p.order = order;
+  return p;
+}
+
+ps::TuneResult result() {
+  ps::TuneResult r;
+  r.evaluated = {point("1f1b", 0.030, 10 * GiB, true, true, 0),
+                 point("1f1b", 0.020, 14 * GiB, true, true, 1),
+                 point("a\"b<c>&'d", 0.040, 12 * GiB, true, false, 2),
+                 point("1f1b", 0.010, 30 * GiB, false, false, 3)};
+  r.evaluated_count = 4;
+  r.candidates_tried = 5;
+  r.candidates_pruned = 1;
+  ps::TunePlan best;
+  best.base = "1f1b";
+  best.makespan = 0.020;
+  best.peak_memory = 14 * GiB;
+  best.order = 1;
+  r.best = best;
+  r.baselines.push_back(ps::TuneBaseline{"1f1b", ps::CheckpointMode::None, best});
+  r.baselines.push_back(ps::TuneBaseline{"zb-h1", ps::CheckpointMode::None, std::nullopt});
+  return r;
+}
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++n;
+  return n;
+}
+
+ps::HtmlReportOptions options() {
+  ps::HtmlReportOptions o;
+  o.title = "tune <script>alert(\"x\")</script>";
+  o.command = "pipesched tune --bases 'a b' --report r.html";
+  o.time_unit = "seconds";
+  o.memory_unit = "bytes";
+  o.memory_caption = "largest GPU's memory";
+  o.memory_limit = 24 * GiB;
+  o.timelines.push_back(
+      ps::ReportTimeline{"best",
+                         "1f1b <x>",
+                         "pipesched simulate --schedule 1f1b",
+                         {"step 20 ms"},
+                         "<?xml version=\"1.0\"?>\n<svg class=\"timeline-svg\"></svg>\n"});
+  return o;
+}
+
+}  // namespace
+
+TEST(HtmlReport, DrawsEveryPointOnceAndMarksTheBestAndBaselines) {
+  const std::string h = ps::render_html_report(result(), options());
+  EXPECT_EQ(count(h, "<g class=\"point "), 4u + 2u);  // 4 evaluated, the best, one baseline
+  EXPECT_EQ(count(h, "class=\"point frontier-point\""), 2u);
+  EXPECT_EQ(count(h, "class=\"point over-budget\""), 1u);
+  EXPECT_EQ(count(h, "class=\"point best\""), 1u);
+  EXPECT_EQ(count(h, "class=\"point baseline\""), 1u);
+  EXPECT_EQ(count(h, "class=\"frontier\""), 1u);
+  EXPECT_EQ(count(h, "class=\"budget\""), 1u);
+  EXPECT_NE(h.find("budget 24 GiB"), std::string::npos);
+  // The timeline inline, its XML declaration dropped.
+  EXPECT_NE(h.find("<svg class=\"timeline-svg\">"), std::string::npos);
+  EXPECT_EQ(h.find("<?xml"), std::string::npos);
+  EXPECT_NE(h.find("data-done=\"no\""), std::string::npos);  // until the script runs
+}
+
+TEST(HtmlReport, AxesInTheCostModelsUnits) {
+  const std::string h = ps::render_html_report(result(), options());
+  EXPECT_NE(h.find(">step time (s)<"), std::string::npos);
+  EXPECT_NE(h.find(">largest GPU&apos;s memory (bytes)<"), std::string::npos);
+  EXPECT_NE(h.find("memory-tick\" x=\""), std::string::npos);
+  EXPECT_NE(h.find(" GiB</text>"), std::string::npos);
+  EXPECT_NE(h.find(" ms</text>"), std::string::npos);
+  ps::HtmlReportOptions uniform = options();
+  uniform.time_unit = "units";
+  uniform.memory_unit = "microbatches";
+  uniform.memory_caption = "peak memory";
+  uniform.memory_limit = std::numeric_limits<double>::infinity();
+  const std::string u = ps::render_html_report(result(), uniform);
+  EXPECT_NE(u.find(">step time (units)<"), std::string::npos);
+  EXPECT_NE(u.find(">peak memory (microbatches)<"), std::string::npos);
+  EXPECT_EQ(u.find(" GiB</text>"), std::string::npos);
+  EXPECT_EQ(count(u, "class=\"budget\""), 0u);  // no budget, no line
+}
+
+TEST(HtmlReport, EscapesTextInContentAndAttributes) {
+  const std::string h = ps::render_html_report(result(), options());
+  EXPECT_EQ(h.find("<script>alert"), std::string::npos);
+  EXPECT_NE(h.find("<title>tune &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;</title>"),
+            std::string::npos);
+  EXPECT_NE(h.find("data-tip=\"a&quot;b&lt;c&gt;&amp;&apos;d, "), std::string::npos);
+  EXPECT_EQ(h.find("a\"b<c>"), std::string::npos);
+  EXPECT_NE(h.find("1f1b &lt;x&gt;"), std::string::npos);
+  EXPECT_NE(h.find("--bases &apos;a b&apos;"), std::string::npos);
+  // Self-contained: no resource named by address (the SVG namespace is a name, not a load).
+  EXPECT_EQ(h.find("src="), std::string::npos);
+  EXPECT_EQ(h.find("href="), std::string::npos);
+  EXPECT_EQ(h.find("<link"), std::string::npos);
+}
+
+TEST(HtmlReport, ActivationAxisPlotsTheActivationPeak) {
+  ps::HtmlReportOptions o = options();
+  o.activation_axis = true;
+  const ps::TuneResult r = result();
+  EXPECT_EQ(ps::detail::plotted_memory(r.evaluated[0], o), 5 * GiB);
+  o.activation_axis = false;
+  EXPECT_EQ(ps::detail::plotted_memory(r.evaluated[0], o), 10 * GiB);
+}

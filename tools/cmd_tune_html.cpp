@@ -1,0 +1,110 @@
+// pipesched tune --report FILE.html: the search as one self-contained page (io/html_report.hpp)
+// with the timeline of the best plan and of each pair's best, each drawn from its own
+// `pipesched simulate` command line, so that the picture is what that command reproduces.
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "cli.hpp"
+#include "cmd_tune.hpp"
+#include "pipesched/io/detail/render_common.hpp"
+#include "pipesched/io/html_report.hpp"
+#include "pipesched/io/svg.hpp"
+
+namespace pipesched::cli {
+
+namespace {
+
+//! The words of a plan's command line (plan_command quotes a word in '...' where it must).
+std::vector<std::string> command_words(const std::string& command) {
+  std::vector<std::string> words;
+  std::string word;
+  bool quoted = false, any = false;
+  for (char ch : command) {
+    if (ch == '\'') {
+      quoted = !quoted;
+      any = true;
+    } else if (ch == ' ' && !quoted) {
+      if (any) words.push_back(word);
+      word.clear();
+      any = false;
+    } else {
+      word += ch;
+      any = true;
+    }
+  }
+  if (any) words.push_back(word);
+  return words;
+}
+
+//! The timeline of plan `p`: its command line run as `simulate` runs it, drawn.
+ReportTimeline timeline_of(const std::string& heading, const TunePlan& p, const TuneCommand& c) {
+  ReportTimeline t;
+  t.heading = heading;
+  t.plan = describe(p);
+  t.command = plan_command(p, c.context);
+  std::vector<std::string> argv = command_words(t.command);
+  argv.erase(argv.begin(), argv.begin() + 2);  // "pipesched simulate"
+  std::vector<OptionSpec> specs = schedule_options;
+  specs.insert(specs.end(), cost_options.begin(), cost_options.end());
+  specs.insert(specs.end(), slicing_options.begin(), slicing_options.end());
+  specs.insert(specs.end(), checkpoint_options.begin(), checkpoint_options.end());
+  const Prepared prepared = prepare(parse_args("simulate", argv, specs, 1));
+  const Schedule& s = prepared.schedule;
+  const Units& u = c.units;
+  t.figures = {"step " + detail::format_time(p.makespan, u.time),
+               "bubble " + detail::format_percent(p.bubble_ratio),
+               (c.transformer ? "largest GPU's memory " : "peak memory ") +
+                   detail::format_memory(p.peak_memory, u.memory),
+               std::to_string(p.recomputes) + " recomputes"};
+  if (c.transformer) t.figures.push_back("MFU " + detail::format_percent(p.mfu));
+  if (static_cast<double>(s.action_count()) > max_drawn_actions) {
+    t.figures.push_back("timeline not drawn: " + grouped(s.action_count()) +
+                        " actions, more than the " + grouped(max_drawn_actions) + " drawn");
+    return t;
+  }
+  const SimulationResult sim = simulate_schedule(s, prepared.cost);
+  SvgOptions o;
+  o.title = heading + ": " + t.plan;
+  o.memory_unit = u.memory;
+  o.time_unit = u.time;
+  o.width = 1240;
+  t.svg = render_svg(s, sim, o);
+  return t;
+}
+
+}  // namespace
+
+void write_tune_html(const TuneResult& r, const TuneCommand& c,
+                     const std::vector<std::string>& argv) {
+  Step step("writing the HTML report " + c.report);
+  HtmlReportOptions o;
+  o.command = "pipesched tune";
+  for (const std::string& word : argv)
+    o.command += " " + (word.find_first_of(" '\"\\$`") == std::string::npos || word.empty()
+                            ? word
+                            : "'" + word + "'");
+  o.time_unit = c.units.time;
+  o.memory_unit = c.units.memory;
+  // The budget line is the constraint itself: under TransformerCost's default budget every
+  // GPU is held to its device memory, static bytes included; a budget given holds each
+  // rank's activations; UniformCost's memory is activations only.
+  if (c.transformer && (c.cluster || !c.req.budget)) {
+    o.memory_caption = "largest GPU's memory";
+    o.memory_limit = std::get<TransformerCost>(c.cost).device.memory_bytes;
+  } else {
+    o.activation_axis = c.transformer;
+    o.memory_caption = "largest rank's activation memory";
+    if (c.req.budget) o.memory_limit = c.req.budget->all;
+  }
+  if (r.best) o.timelines.push_back(timeline_of("best", *r.best, c));
+  for (const TuneBaseline& b : r.baselines)
+    if (b.plan)
+      o.timelines.push_back(
+          timeline_of("best of " + b.base + " with " + checkpoint_name(*b.plan), *b.plan, c));
+  write_output(c.report, render_html_report(r, o));
+}
+
+}  // namespace pipesched::cli
