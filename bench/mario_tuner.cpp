@@ -1,9 +1,10 @@
 // The Mario tuner report: for GPT-3 13B and Llama 2 13B pipelined over 16 and 32 GPUs of
 // 24 GB (RTX 4090), 40 GB (A100 40GB) and 80 GB (A100 80GB), the tuner's fastest plan without
 // checkpointing, with conventional checkpointing (selective or full) and with Mario, under
-// TransformerCost with each rank's device memory minus its weights, gradients and optimizer
-// state as its activation budget; and, as the baseline of the paper's "with checkpointing"
-// figure, the fastest plan with full checkpointing. Prints one markdown table per model.
+// TransformerCost with each rank's usable device memory (less the preset's reserve) minus its
+// weights, gradients and optimizer state as its activation budget; and, as the baseline of the
+// paper's "with checkpointing" figure, the fastest plan with full checkpointing. Prints one
+// markdown table per model.
 //
 //   build/default/bench/mario_tuner [--quick] [--terms T]
 //
@@ -15,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "cost_terms.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/tune/tune.hpp"
-#include "cost_terms.hpp"
 
 namespace ps = pipesched;
 
@@ -108,7 +109,8 @@ int main(int argc, char** argv) {
   std::printf(
       "Pipeline over all GPUs (p = GPU count), global batch %d sequences at the model's "
       "sequence length; TransformerCost (16-bit activations, flash attention); each rank's "
-      "activation budget is its device memory minus 16 bytes per parameter of its stages "
+      "activation budget is its usable device memory (less the reserve) minus 16 bytes per "
+      "parameter of its stages "
       "(weights, gradients, Adam). Searched: 1f1b, interleaved-1f1b (2 and 4 chunks), zb-h1; "
       "microbatch sizes 1, 2, 4, 8; no checkpointing, selective and Mario (full as a "
       "fallback). Speedups are step-time ratios (same global batch): the other plan's step "
@@ -129,7 +131,8 @@ int main(int argc, char** argv) {
     Mean vs_none, vs_conv, vs_full;
     for (int gpus : gpu_counts)
       for (const char* device_name : {"rtx-4090", "a100-40gb", "a100-80gb"}) {
-        const ps::DeviceSpec device = ps::bench::with_terms(ps::presets::find_device(device_name), terms);
+        const ps::DeviceSpec device =
+            ps::bench::with_terms(ps::presets::find_device(device_name), terms);
         const std::string overflow = weights_overflow(model, device, gpus);
         if (!overflow.empty()) {
           std::printf("| %d | %s | %s | | | | | | |\n", gpus, device_name, overflow.c_str());

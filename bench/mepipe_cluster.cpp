@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "cost_terms.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
-#include "cost_terms.hpp"
 #include "plan_cost.hpp"
 
 namespace ps = pipesched;

@@ -43,8 +43,9 @@ int main(int argc, char** argv) {
   std::printf("# MEPipe scenario: %d x %s, global batch %d sequences\n\n", gpus,
               device.name.c_str(), global_batch);
   std::printf(
-      "TransformerCost; per-rank activation budget = 24 GB less 16 bytes per parameter of the "
-      "rank's stages. Pipelines of p ranks, d = %d / p data-parallel replicas (the gradient "
+      "TransformerCost; per-rank activation budget = 24 GB less the reserve and 16 bytes per "
+      "parameter of the rank's stages. Pipelines of p ranks, d = %d / p data-parallel replicas "
+      "(the gradient "
       "all-reduce between replicas is not modelled; compare plans within a row). Baselines: "
       "whole microbatches, checkpointing none / selective / full. Best: every knob "
       "(seq-1f1b, slice-pipe with warm-up fitted to the budget, slices 1-8 with balanced "

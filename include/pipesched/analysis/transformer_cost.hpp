@@ -404,8 +404,7 @@ struct TransformerCost {
     const int t = parallel.tensor, G = device.ranks_per_node;
     const long long first = static_cast<long long>(rank) * t * d;
     const long long last = first + static_cast<long long>(t) * d - 1;
-    if (first / G == last / G)
-      return detail::transformer::node_allreduce(device, bytes, d);
+    if (first / G == last / G) return detail::transformer::node_allreduce(device, bytes, d);
     return ring_allreduce(
         bytes, d,
         device.node_link_bandwidth * detail::transformer::port_share(device, std::min(t, G)),

@@ -184,7 +184,8 @@ inline MemoryBudget device_memory_budget(const TransformerCost& cost, const Prob
               cost.device.name + "' (" +
               memory_amount(cost.device.memory_bytes, MemoryUnit::Bytes, false) + " less " +
               memory_amount(cost.device.memory_reserve, MemoryUnit::Bytes, false) +
-              " reserved), leaving nothing for activations; use more ranks (fewer layers per rank), "
+              " reserved), leaving nothing for activations; use more ranks (fewer layers per "
+              "rank), "
               "tensor parallelism or ZeRO sharding, or a device with more memory.",
           r, fixed, usable, MemoryUnit::Bytes);
     }
@@ -252,9 +253,9 @@ Schedule apply_checkpoint(const Schedule& s, CheckpointMode mode, const Cost& co
       if (held <= limit + 1e-9 * std::max(1.0, std::abs(limit))) continue;
       const MemoryUnit mu = memory_unit_of(cost);
       if (mode == CheckpointMode::None)
-        throw budget_error("without checkpointing rank " + std::to_string(r) + " of '" +
-                               out.name + "' holds " + memory_amount(held, mu) +
-                               ", over the budget " + memory_amount(limit, mu, false) + "; use " +
+        throw budget_error("without checkpointing rank " + std::to_string(r) + " of '" + out.name +
+                               "' holds " + memory_amount(held, mu) + ", over the budget " +
+                               memory_amount(limit, mu, false) + "; use " +
                                enumerator("CheckpointMode", "Selective", "selective") + " or " +
                                enumerator("CheckpointMode", "Mario", "mario") +
                                ", or give a budget of at least " + memory_amount(held, mu) + ".",

@@ -50,7 +50,9 @@ ps::DeviceSpec test_device() {
   return d;
 }
 
-Action act(OpKind k, int stage, int slice = 0) { return Action::make(k, stage, 0, slice, 0); }
+Action act(OpKind k, int stage, int slice = 0) {
+  return Action::make(k, stage, 0, slice, 0);
+}
 
 struct Pipeline {
   ps::Problem problem;
@@ -132,8 +134,7 @@ TEST(NoPeerToPeer, IntraNodeAllReducesRunEachRingStepThroughHost) {
   ps::TransformerCost dh = dp;
   dh.device.peer_to_peer = false;
   const double g = 2 * dp.rank_parameters(p.ctx(), 0), step = g / 4;
-  expect_rel(dp.gradient_sync_seconds(p.ctx(), 0),
-             6 * (d.link_latency + step / d.link_bandwidth));
+  expect_rel(dp.gradient_sync_seconds(p.ctx(), 0), 6 * (d.link_latency + step / d.link_bandwidth));
   expect_rel(dh.gradient_sync_seconds(p.ctx(), 0),
              6 * (2 * d.link_latency + (step + std::min(step, chunk)) / d.link_bandwidth));
 }

@@ -70,8 +70,7 @@ inline double ring_allreduce(double bytes, int n, double bandwidth, double laten
 // Seconds of an all-reduce of `bytes` over `n` GPUs of one node of `device` (staged through
 // host memory without peer-to-peer).
 inline double node_allreduce(const DeviceSpec& device, double bytes, int n) noexcept {
-  return ring_allreduce(bytes, n, device.link_bandwidth, device.link_latency,
-                        !device.peer_to_peer);
+  return ring_allreduce(bytes, n, device.link_bandwidth, device.link_latency, !device.peer_to_peer);
 }
 
 // The share of one port's bandwidth each of `senders` ranks of a node of `device` gets when
