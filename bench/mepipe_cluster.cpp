@@ -15,8 +15,9 @@
 // the rank whose end sets the step: its busy time and its waits after its first backward (the
 // idle time fine-grained W could fill) beside the other ranks'. Markdown.
 //
-//   build/default/bench/mepipe_cluster [--quick] [--terms T]   (--quick: Llama 2 7B only;
-//   --terms: which cost-model terms apply, bench/cost_terms.hpp, default all)
+//   build/default/bench/mepipe_cluster [--quick | --model M] [--terms T]   (--quick: Llama 2 7B
+//   only; --model: that model only; --terms: which cost-model terms apply,
+//   bench/cost_terms.hpp, default all)
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -93,17 +94,22 @@ std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost
 
 int main(int argc, char** argv) {
   bool quick = false;
+  std::string only;  // --model
   ps::bench::CostTerms terms;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     std::optional<ps::bench::CostTerms> t;
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--model" && i + 1 < argc) {
+      only = argv[++i];
     } else if (a == "--terms" && i + 1 < argc && (t = ps::bench::parse_terms(argv[i + 1]))) {
       terms = *t;
       ++i;
     } else {
-      std::fprintf(stderr, "usage: mepipe_cluster [--quick] [--terms T]\n%s",
+      std::fprintf(stderr,
+                   "usage: mepipe_cluster [--quick | --model M] [--terms T]\n"
+                   "  --model M  that model only (llama2-7b, llama2-13b or llama2-34b)\n%s",
                    ps::bench::terms_usage);
       return a == "--help" || a == "-h" ? 0 : 2;
     }
@@ -121,9 +127,19 @@ int main(int argc, char** argv) {
       "over the best | MEPipe MFU (causal) | MEPipe MFU (usual) | fine W gain (4 parts) | fine "
       "W gain (per GEMM) | search |\n");
   std::printf("|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
-  const std::vector<const char*> models =
+  std::vector<const char*> models =
       quick ? std::vector<const char*>{"llama2-7b"}
             : std::vector<const char*>{"llama2-7b", "llama2-13b", "llama2-34b"};
+  if (!only.empty()) {
+    std::erase_if(models, [&](const char* m) { return only != m; });
+    if (models.empty()) {
+      std::fprintf(stderr,
+                   "mepipe_cluster: --model %s is not one of llama2-7b, llama2-13b, "
+                   "llama2-34b.\n",
+                   only.c_str());
+      return 2;
+    }
+  }
   for (const char* model_name : models) {
     const ps::ModelShape model = ps::bench::with_terms(ps::presets::find_model(model_name), terms);
     ps::ClusterRequest req;
