@@ -1,19 +1,22 @@
 // The Mario tuner report: for GPT-3 13B and Llama 2 13B pipelined over 16 and 32 GPUs of
 // 24 GB (RTX 4090), 40 GB (A100 40GB) and 80 GB (A100 80GB), the tuner's fastest plan without
 // checkpointing, with conventional checkpointing (selective or full) and with Mario, under
-// TransformerCost with each rank's device memory minus its weights, gradients and optimizer
-// state as its activation budget; and, as the baseline of the paper's "with checkpointing"
-// figure, the fastest plan with full checkpointing. Prints one markdown table per model.
+// TransformerCost with each rank's usable device memory (less the preset's reserve) minus its
+// weights, gradients and optimizer state as its activation budget; and, as the baseline of the
+// paper's "with checkpointing" figure, the fastest plan with full checkpointing. Prints one
+// markdown table per model.
 //
-//   build/default/bench/mario_tuner [--quick]
+//   build/default/bench/mario_tuner [--quick] [--terms T]
 //
 // --quick: 16 GPUs only and a global batch of 64 sequences (instead of 16 and 32 GPUs, 128).
+// --terms: which cost-model terms apply (bench/cost_terms.hpp; default all).
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "cost_terms.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/tune/tune.hpp"
@@ -49,12 +52,12 @@ std::string weights_overflow(const ps::ModelShape& model, const ps::DeviceSpec& 
   if (model.layers < p) return "fewer layers than GPUs";
   for (int r = 0; r < p; ++r) {
     const double fixed = cost.static_bytes(ctx, r);
-    if (fixed >= device.memory_bytes) {
+    if (fixed >= device.usable_memory()) {
       char t[160];
       std::snprintf(t, sizeof t,
                     "does not fit at all: weights, gradients and optimizer state of rank %d "
-                    "alone take %.1f GiB of %.0f GiB",
-                    r, fixed / gib, device.memory_bytes / gib);
+                    "alone take %.1f GiB of %.1f GiB usable",
+                    r, fixed / gib, device.usable_memory() / gib);
       return t;
     }
   }
@@ -81,14 +84,20 @@ struct Mean {
 
 int main(int argc, char** argv) {
   bool quick = false;
+  ps::bench::CostTerms terms;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    std::optional<ps::bench::CostTerms> t;
     if (a == "--quick") {
       quick = true;
+    } else if (a == "--terms" && i + 1 < argc && (t = ps::bench::parse_terms(argv[i + 1]))) {
+      terms = *t;
+      ++i;
     } else {
       std::fprintf(stderr,
-                   "usage: mario_tuner [--quick]\n"
-                   "  --quick  16 GPUs only and a global batch of 64 sequences\n");
+                   "usage: mario_tuner [--quick] [--terms T]\n"
+                   "  --quick    16 GPUs only and a global batch of 64 sequences\n%s",
+                   ps::bench::terms_usage);
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }
@@ -100,19 +109,20 @@ int main(int argc, char** argv) {
   std::printf(
       "Pipeline over all GPUs (p = GPU count), global batch %d sequences at the model's "
       "sequence length; TransformerCost (16-bit activations, flash attention); each rank's "
-      "activation budget is its device memory minus 16 bytes per parameter of its stages "
+      "activation budget is its usable device memory (less the reserve) minus 16 bytes per "
+      "parameter of its stages "
       "(weights, gradients, Adam). Searched: 1f1b, interleaved-1f1b (2 and 4 chunks), zb-h1; "
       "microbatch sizes 1, 2, 4, 8; no checkpointing, selective and Mario (full as a "
       "fallback). Speedups are step-time ratios (same global batch): the other plan's step "
       "time over Mario's; \"Mario vs full\" compares with the fastest plan that recomputes "
       "every forward. Plans read: base, microbatches of size, checkpointing (recomputes). "
-      "\"search\" is the tuner's time for the row.\n",
-      global_batch);
+      "\"search\" is the tuner's time for the row. Cost-model terms: %s.\n",
+      global_batch, ps::bench::describe(terms).c_str());
 
   Mean vs_none_all, vs_conv_all, vs_full_all;
   double total_seconds = 0, slowest = 0;
   for (const char* model_name : {"gpt3-13b", "llama2-13b"}) {
-    const ps::ModelShape model = ps::presets::find_model(model_name);
+    const ps::ModelShape model = ps::bench::with_terms(ps::presets::find_model(model_name), terms);
     std::printf("\n## %s (sequence %d)\n\n", model_name, model.sequence);
     std::printf(
         "| GPUs | device | best without checkpointing | best conventional | best Mario | "
@@ -121,7 +131,8 @@ int main(int argc, char** argv) {
     Mean vs_none, vs_conv, vs_full;
     for (int gpus : gpu_counts)
       for (const char* device_name : {"rtx-4090", "a100-40gb", "a100-80gb"}) {
-        const ps::DeviceSpec device = ps::presets::find_device(device_name);
+        const ps::DeviceSpec device =
+            ps::bench::with_terms(ps::presets::find_device(device_name), terms);
         const std::string overflow = weights_overflow(model, device, gpus);
         if (!overflow.empty()) {
           std::printf("| %d | %s | %s | | | | | | |\n", gpus, device_name, overflow.c_str());

@@ -15,13 +15,16 @@
 // the rank whose end sets the step: its busy time and its waits after its first backward (the
 // idle time fine-grained W could fill) beside the other ranks'. Markdown.
 //
-//   build/default/bench/mepipe_cluster [--quick]      (--quick: Llama 2 7B only)
+//   build/default/bench/mepipe_cluster [--quick | --model M] [--terms T]   (--quick: Llama 2 7B
+//   only; --model: that model only; --terms: which cost-model terms apply,
+//   bench/cost_terms.hpp, default all)
 #include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "cost_terms.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
 #include "plan_cost.hpp"
@@ -90,24 +93,55 @@ std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
-  const ps::DeviceSpec device = ps::presets::find_device("rtx-4090");
+  bool quick = false;
+  std::string only;  // --model
+  ps::bench::CostTerms terms;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::optional<ps::bench::CostTerms> t;
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--model" && i + 1 < argc) {
+      only = argv[++i];
+    } else if (a == "--terms" && i + 1 < argc && (t = ps::bench::parse_terms(argv[i + 1]))) {
+      terms = *t;
+      ++i;
+    } else {
+      std::fprintf(stderr,
+                   "usage: mepipe_cluster [--quick | --model M] [--terms T]\n"
+                   "  --model M  that model only (llama2-7b, llama2-13b or llama2-34b)\n%s",
+                   ps::bench::terms_usage);
+      return a == "--help" || a == "-h" ? 0 : 2;
+    }
+  }
+  const ps::DeviceSpec device = ps::bench::with_terms(ps::presets::find_device("rtx-4090"), terms);
   const std::vector<std::string> baselines = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v"};
   const char* labels[] = {"DAPPLE (1F1B)", "VPP", "ZB-H1", "ZB-V"};
   std::vector<double> over_best;
   std::vector<std::string> critical;  // where each MEPipe best plan's step goes
   double total_seconds = 0, slowest = 0;
   std::printf("# MEPipe over a 64 x RTX 4090 cluster (bench/mepipe_cluster)\n\n");
+  std::printf("Cost-model terms: %s.\n\n", ps::bench::describe(terms).c_str());
   std::printf(
       "| model | MEPipe (slice-pipe, fine W) | DAPPLE (1F1B) | VPP | ZB-H1 | ZB-V | over each | "
-      "over the best | MEPipe MFU | fine W gain (4 parts) | fine W gain (per GEMM) | search "
-      "|\n");
-  std::printf("|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|\n");
-  const std::vector<const char*> models =
+      "over the best | MEPipe MFU (causal) | MEPipe MFU (usual) | fine W gain (4 parts) | fine "
+      "W gain (per GEMM) | search |\n");
+  std::printf("|---|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+  std::vector<const char*> models =
       quick ? std::vector<const char*>{"llama2-7b"}
             : std::vector<const char*>{"llama2-7b", "llama2-13b", "llama2-34b"};
+  if (!only.empty()) {
+    std::erase_if(models, [&](const char* m) { return only != m; });
+    if (models.empty()) {
+      std::fprintf(stderr,
+                   "mepipe_cluster: --model %s is not one of llama2-7b, llama2-13b, "
+                   "llama2-34b.\n",
+                   only.c_str());
+      return 2;
+    }
+  }
   for (const char* model_name : models) {
-    const ps::ModelShape model = ps::presets::find_model(model_name);
+    const ps::ModelShape model = ps::bench::with_terms(ps::presets::find_model(model_name), terms);
     ps::ClusterRequest req;
     req.gpus = 64;
     req.global_batch = 256;
@@ -167,9 +201,9 @@ int main(int argc, char** argv) {
       std::snprintf(gemm_gain, sizeof gemm_gain, "%+.1f %% (%.3f s)",
                     100 * (coarse_best->makespan / per_gemm->makespan - 1), per_gemm->makespan);
     std::snprintf(
-        tail, sizeof tail, " | %s | %.3fx | %.1f %% | %+.1f %% | %s | %.1f s |", each.c_str(),
-        strongest && mepipe ? strongest->makespan / mepipe->makespan : 0.0,
-        mepipe ? 100 * mepipe->mfu : 0.0,
+        tail, sizeof tail, " | %s | %.3fx | %.1f %% | %.1f %% | %+.1f %% | %s | %.1f s |",
+        each.c_str(), strongest && mepipe ? strongest->makespan / mepipe->makespan : 0.0,
+        mepipe ? 100 * mepipe->mfu : 0.0, mepipe ? 100 * mepipe->mfu_usual : 0.0,
         coarse_best && mepipe ? 100 * (coarse_best->makespan / mepipe->makespan - 1) : 0.0,
         gemm_gain, seconds);
     if (strongest && mepipe) over_best.push_back(strongest->makespan / mepipe->makespan);

@@ -4,14 +4,16 @@
 // tuner finds with every knob — slice-level schedules, slices, warm-up, fine weight
 // gradients, Mario — against the best 1F1B, Interleaved 1F1B, ZB-H1 and ZB-V plans (whole
 // microbatches, conventional checkpointing where memory needs it) under the same per-rank
-// memory (device memory less weights, gradients and Adam state). Prints markdown.
+// memory (usable device memory less weights, gradients and Adam state). Prints markdown.
 //
-//   build/default/bench/mepipe_tuner [--quick]
+//   build/default/bench/mepipe_tuner [--quick] [--terms T]   (--terms: which cost-model terms
+//   apply, bench/cost_terms.hpp, default all)
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
 
+#include "cost_terms.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
 
@@ -37,14 +39,29 @@ std::string speedup(const std::optional<ps::TunePlan>& best,
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  ps::bench::CostTerms terms;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::optional<ps::bench::CostTerms> t;
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--terms" && i + 1 < argc && (t = ps::bench::parse_terms(argv[i + 1]))) {
+      terms = *t;
+      ++i;
+    } else {
+      std::fprintf(stderr, "usage: mepipe_tuner [--quick] [--terms T]\n%s", ps::bench::terms_usage);
+      return a == "--help" || a == "-h" ? 0 : 2;
+    }
+  }
   const int gpus = 64, global_batch = 256;
-  const ps::DeviceSpec device = ps::presets::find_device("rtx-4090");
+  const ps::DeviceSpec device = ps::bench::with_terms(ps::presets::find_device("rtx-4090"), terms);
   std::printf("# MEPipe scenario: %d x %s, global batch %d sequences\n\n", gpus,
               device.name.c_str(), global_batch);
   std::printf(
-      "TransformerCost; per-rank activation budget = 24 GB less 16 bytes per parameter of the "
-      "rank's stages. Pipelines of p ranks, d = %d / p data-parallel replicas (the gradient "
+      "TransformerCost; per-rank activation budget = 24 GB less the reserve and 16 bytes per "
+      "parameter of the rank's stages. Pipelines of p ranks, d = %d / p data-parallel replicas "
+      "(the gradient "
       "all-reduce between replicas is not modelled; compare plans within a row). Baselines: "
       "whole microbatches, checkpointing none / selective / full. Best: every knob "
       "(seq-1f1b, slice-pipe with warm-up fitted to the budget, slices 1-8 with balanced "
@@ -52,7 +69,7 @@ int main(int argc, char** argv) {
       gpus);
   double total_seconds = 0, worst = 0;
   for (const char* model_name : {"llama2-7b", "llama2-13b"}) {
-    const ps::ModelShape model = ps::presets::find_model(model_name);
+    const ps::ModelShape model = ps::bench::with_terms(ps::presets::find_model(model_name), terms);
     std::printf("\n## %s (sequence %d)\n\n", model_name, model.sequence);
     std::printf(
         "| p x d | best (all knobs) | best 1F1B | best interleaved | best ZB-H1 | best ZB-V | "

@@ -109,7 +109,7 @@ void plan_json(json::Writer& w, const std::optional<TunePlan>& plan, const Comma
   // Seconds, bytes and MFU exist under TransformerCost only.
   for (const auto& [key, v] :
        {std::pair{"step_time_s", p.makespan}, std::pair{"peak_memory_bytes", p.peak_memory},
-        std::pair{"mfu", p.mfu}}) {
+        std::pair{"mfu", p.mfu}, std::pair{"mfu_usual", p.mfu_usual}}) {
     w.key(key);
     if (c.transformer)
       w.value(v);
@@ -212,8 +212,11 @@ void print_tune_text(const TuneResult& r, const TuneCommand& c) {
   print_row("best:", r.best, r, units);
   if (r.best) {
     if (tc)
-      std::printf("%-26s MFU %.1f%%, largest GPU's memory %s\n", "", 100 * r.best->mfu,
-                  detail::format_memory(r.best->peak_memory, units.memory, 4).c_str());
+      std::printf(
+          "%-26s MFU %.1f%% (causal attention; %.1f%% counting it in full, as PaLM and "
+          "Megatron-LM do), largest GPU's memory %s\n",
+          "", 100 * r.best->mfu, 100 * r.best->mfu_usual,
+          detail::format_memory(r.best->peak_memory, units.memory, 4).c_str());
     std::printf("%-26s %s\n", "", plan_command(*r.best, ctx).c_str());
   }
   print_row("best without checkpoint:", r.best_without_checkpoint, r, units);

@@ -65,6 +65,16 @@ struct ModelShape {
     return 3 * (layers * (gemms + attention) + 2 * s * h * V);
   }
 
+  //! FLOPs of training on one sequence in the usual MFU convention (Chowdhery et al. 2022,
+  //! "PaLM", App. B; Narayanan et al. 2021, Sec. 5.1): attention counted in full, as if not
+  //! causal, 6 · N · s + 12 · L · h · s² with N the weights of the layers and the LM head
+  //! (the embedding lookup has no FLOPs), i.e. training_flops_per_sequence with each token
+  //! attending to all s keys.
+  double usual_training_flops_per_sequence() const noexcept {
+    const double s = sequence, h = hidden, V = vocabulary;
+    return 6 * (layers * layer_parameters() + V * h) * s + 12.0 * layers * h * s * s;
+  }
+
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
     auto bad = [](const char* field, long long value, const std::string& want) {

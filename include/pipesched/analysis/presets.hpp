@@ -46,6 +46,27 @@ inline constexpr double nvlink_latency = 5e-6;
 inline constexpr double pcie_latency = 10e-6;
 inline constexpr double network_latency = 10e-6;
 
+inline constexpr double mib = 1024.0 * 1024.0;
+// Memory every device preset reserves (DeviceSpec::memory_reserve), 966 MiB:
+// - the CUDA context with PyTorch's kernels loaded: 781 MB (745 MiB) in nvidia-smi for a
+//   process that only initialises CUDA (pytorch/pytorch issue #34323); CUDA's lazy module
+//   loading (CUDA_MODULE_LOADING=LAZY) lowers it, so this is the eager case;
+// - NCCL's buffers: per channel and receiving connection 4 MiB for the Simple protocol
+//   (DEFAULT_BUFFSIZE = NCCL_BUFFSIZE), 512 KiB for LL and 4.69 MiB for LL128
+//   (DEFAULT_LL_BUFFSIZE, DEFAULT_LL128_BUFFSIZE in NCCL's src/init.cc), 9.19 MiB in all;
+//   assumed 8 channels (NCCL picks 2 to 32 by topology) and 3 receiving connections (the
+//   previous and next pipeline stage, the ring of the data- or tensor-parallel group):
+//   8 × 3 × 9.19 MiB = 221 MiB.
+// The caching allocator's fragmentation varies with the run and is left out.
+inline constexpr double nccl_connection_buffers = 4 * mib + 0.5 * mib + 4915200.0;
+inline constexpr double memory_reserve = 781e6 + 8 * 3 * nccl_connection_buffers;
+// Seconds added to every action (DeviceSpec::action_overhead): one kernel launch's latency,
+// 2 µs (the half_time assumption above). Megatron-LM synchronises the device after each
+// pipeline send / receive (torch.cuda.synchronize() in p2p_communication._communicate, with
+// batch_p2p_sync, its default), so the first kernel of the next action is launched onto an
+// idle GPU and its launch is not hidden behind earlier work.
+inline constexpr double action_overhead = 2e-6;
+
 inline DeviceSpec device(std::string name, double peak, double bandwidth, double capacity,
                          double link, double link_latency, int per_node, double node_link,
                          int node_ports = 0) {
@@ -62,6 +83,8 @@ inline DeviceSpec device(std::string name, double peak, double bandwidth, double
   d.node_ports = node_ports;
   d.max_efficiency = max_efficiency;
   d.half_flops = peak * half_time;
+  d.memory_reserve = memory_reserve;
+  d.action_overhead = action_overhead;
   return d;
 }
 
@@ -82,10 +105,19 @@ std::string known_names(const std::vector<Preset>& list) {
 
 }  // namespace detail
 
+namespace detail {
+inline DeviceSpec rtx4090() {
+  DeviceSpec d = device("rtx-4090", 165.2e12, 1008e9, 24 * gib, 31.5e9, pcie_latency, 8, 12.5e9, 1);
+  d.peer_to_peer = false;
+  return d;
+}
+}  // namespace detail
+
 //! The device presets: h100, h200, a100-80gb, a100-40gb, rtx-4090.
 inline const std::vector<DevicePreset>& devices() {
   using detail::device;
   using detail::gib;
+  using detail::rtx4090;
   static const std::vector<DevicePreset> list = {
       // NVIDIA H100 Tensor Core GPU datasheet (SXM5): BF16 tensor 1,979 TFLOP/s with
       // sparsity, so 989.4 dense; 80 GB HBM3 at 3.35 TB/s; NVLink 900 GB/s total, i.e.
@@ -119,19 +151,21 @@ inline const std::vector<DevicePreset>& devices() {
       // FP16 / BF16 tensor with FP32 accumulate (what mixed-precision training uses; 330.3
       // with FP16 accumulate); 24 GB GDDR6X, 384-bit at 21 Gb/s = 1,008 GB/s. No NVLink:
       // PCIe 4.0 x16 = 16 GT/s × 16 lanes × 128/130 / 8 = 31.5 GB/s each way (GeForce cards
-      // lack peer-to-peer, so real transfers go through host memory and are slower).
+      // lack peer-to-peer, peer_to_peer = false: each transfer between two GPUs of a node
+      // goes through host memory, two PCIe copies; TransformerCost's class comment).
       // Assumption: 8 GPUs per server and one 100 Gb/s (12.5 GB/s) network port per node,
       // shared by the node's GPUs (node_ports = 1).
       {"rtx-4090",
-       "NVIDIA GeForce RTX 4090 24GB: 165 TFLOP/s BF16, 1.01 TB/s, PCIe 4.0 x16 31.5 GB/s/dir, "
-       "8 per node, one 100 Gb/s port per node",
-       device("rtx-4090", 165.2e12, 1008e9, 24 * gib, 31.5e9, detail::pcie_latency, 8, 12.5e9, 1)},
+       "NVIDIA GeForce RTX 4090 24GB: 165 TFLOP/s BF16, 1.01 TB/s, PCIe 4.0 x16 31.5 GB/s/dir "
+       "through host memory (no P2P), 8 per node, one 100 Gb/s port per node",
+       rtx4090()},
   };
   return list;
 }
 
 //! The model presets: gpt3-1.3b, gpt3-13b, llama2-7b, llama2-13b, llama2-34b. All with
-//! microbatch_size 1, 16-bit activations and flash attention; change the copy you get.
+//! microbatch_size 1, 16-bit activations and flash attention, the Llama 2 shapes without
+//! dropout; change the copy you get.
 inline const std::vector<ModelPreset>& models() {
   auto gpt3 = [](int layers, int hidden, int heads) {
     // Brown et al. 2020 ("Language Models are Few-Shot Learners"), Sec. 2.1: d_ff = 4 ·
@@ -148,8 +182,10 @@ inline const std::vector<ModelPreset>& models() {
   auto llama2 = [](int layers, int hidden, int heads, int kv_heads, int ffn) {
     // Touvron et al. 2023 ("Llama 2: Open Foundation and Fine-Tuned Chat Models"), Table 1
     // and Sec. 2.2: 4k context, SwiGLU MLP, grouped-query attention for 34B and 70B; the
-    // released configs (meta-llama/Llama-2-*-hf config.json): vocabulary 32,000.
+    // released configs (meta-llama/Llama-2-*-hf config.json): vocabulary 32,000. No dropout:
+    // the paper names none, and the configs set attention_dropout 0.0.
     ModelShape m;
+    m.dropout = false;
     m.layers = layers;
     m.hidden = hidden;
     m.heads = heads;

@@ -61,7 +61,8 @@ enum class WGradSplit {
 //! plus one pass of memory traffic, bytes / memory_bandwidth, standing in for the
 //! elementwise kernels (norms, activation functions, dropout, residual adds) that touch each
 //! stored tensor about once: F and R over the bytes a full F stores, I over the bytes it
-//! frees, W over the bytes it frees, B over all of them (so B = I + W in time too).
+//! frees, W over the bytes it frees, B over all of them (so B = I + W in time too). Every
+//! compute action adds DeviceSpec::action_overhead once (a W part, an Overlap each once).
 //!
 //! Activation bytes of one slice through one layer, after Korthikanti et al. 2022
 //! ("Reducing Activation Recomputation in Large Transformer Models", Sec. 4.1), with each
@@ -73,7 +74,9 @@ enum class WGradSplit {
 //!   scores     (2·v + 1)·a·t·(o + t)      softmax output, dropout mask and output; only
 //!                                         without flash_attention (the slice's queries
 //!                                         against its o + t keys)
-//! times b. For 16-bit, multi-head attention and f = 4h this is Korthikanti's
+//! times b. Without dropout (ModelShape::dropout false) no mask is kept: the two t·h mask
+//! terms go, and the scores keep only the softmax output, v·a·t·(o + t). With dropout, for
+//! 16-bit, multi-head attention and f = 4h this is Korthikanti's
 //! b·t·h·34 + 5·a·b·t·(o + t) (with t = s, o = 0: s·b·h·(34 + 5·a·s/h)). The last stage adds
 //! b·t·(2·v·h + 4·V): the final norm's and LM head's inputs and the 32-bit logits the loss
 //! keeps.
@@ -95,6 +98,11 @@ enum class WGradSplit {
 //! Transfers: F sends b·t·h·v bytes to the next stage's rank, B / I the same to the previous
 //! stage's rank (SendF / SendB like their producers), taking latency + bytes / bandwidth on
 //! the intra-node link, or on the inter-node link when the two ranks sit on different nodes.
+//! Without DeviceSpec::peer_to_peer an intra-node message goes through host memory as NCCL's
+//! SHM transport sends it (the transport NCCL falls back to without P2P, or with
+//! NCCL_P2P_DISABLE=1): a device-to-host and a host-to-device copy, pipelined in slots of
+//! NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB, 2 · latency + (bytes + min(bytes, 512 KiB)) /
+//! bandwidth; intra-node all-reduces (tensor, data parallel) run each ring step that way.
 //!
 //! Parallelism (the `parallel` member; defaults: none of it). With tensor parallelism of
 //! degree t every GEMM and the attention run 1/t of their FLOPs on each GPU (Shoeybi et al.
@@ -348,7 +356,7 @@ struct TransformerCost {
   //! Bytes each GPU of `rank` holds whatever the schedule: weights, gradients and optimizer
   //! state of its stages (rank_parameters × bytes_per_parameter), plus workspace_bytes with
   //! whole_step. Add the simulated peak activation bytes and compare with
-  //! DeviceSpec::memory_bytes.
+  //! DeviceSpec::usable_memory().
   double static_bytes(const CostContext& ctx, int rank) const {
     return rank_parameters(ctx, rank) * bytes_per_parameter() + workspace_bytes(ctx, rank);
   }
@@ -396,8 +404,7 @@ struct TransformerCost {
     const int t = parallel.tensor, G = device.ranks_per_node;
     const long long first = static_cast<long long>(rank) * t * d;
     const long long last = first + static_cast<long long>(t) * d - 1;
-    if (first / G == last / G)
-      return ring_allreduce(bytes, d, device.link_bandwidth, device.link_latency);
+    if (first / G == last / G) return detail::transformer::node_allreduce(device, bytes, d);
     return ring_allreduce(
         bytes, d,
         device.node_link_bandwidth * detail::transformer::port_share(device, std::min(t, G)),
@@ -427,44 +434,15 @@ struct TransformerCost {
     return detail::transformer::ring_allreduce(bytes, n, bandwidth, latency);
   }
 
-  //! Seconds `a` occupies its rank (sends and receives: 0, their time is transfer_time).
+  //! Seconds `a` occupies its rank (sends and receives: 0, their time is transfer_time),
+  //! DeviceSpec::action_overhead included once per compute action (an Overlap is one).
   double duration(const CostContext& ctx, const Action& a) const {
     check(ctx);
     if (a.kind == OpKind::Overlap)
-      return duration(ctx, a.forward_half()) + duration(ctx, a.backward_half());
+      return compute_seconds(ctx, a.forward_half()) + compute_seconds(ctx, a.backward_half()) +
+             device.action_overhead;
     if (!is_compute(a.kind)) return 0.0;
-    const Unit u = unit(ctx, a.stage, a.slice);
-    const DeviceSpec& d = device;
-    double gemm = 0;  // the weight GEMMs once (forward, input gradients or weight gradients)
-    for (double g : u.gemms)
-      gemm += d.gemm_time(g);
-    gemm = u.n * gemm + d.gemm_time(u.head);
-    const double bw = d.memory_bandwidth;
-    const double fwd =
-        gemm + u.n * d.gemm_time(u.attention) + u.activation / bw + u.forward_collectives;
-    const double input = gemm + u.n * d.gemm_time(2 * u.attention) + (u.activation - u.wgrad) / bw +
-                         u.backward_collectives;
-    const double weight = gemm + u.wgrad / bw;
-    switch (a.kind) {
-      case OpKind::F:
-      case OpKind::R:
-        return fwd;
-      case OpKind::I:
-        return input;
-      case OpKind::W: {
-        if (wgrad_split == WGradSplit::Even) return weight / parts(ctx);
-        double sum = 0;
-        for_each_gemm_of_part(ctx, u, a.part, [&](int k) {
-          sum += d.gemm_time(k < 0 ? u.head : u.gemms[k]) +
-                 (k < 0 ? u.head_wgrad : u.gemm_wgrad[k]) / bw;
-        });
-        return sum;
-      }
-      case OpKind::B:
-        return input + weight;
-      default:
-        return 0.0;
-    }
+    return compute_seconds(ctx, a) + device.action_overhead;
   }
 
   //! Bytes `a` adds (> 0) or frees (< 0); see the class comment.
@@ -515,7 +493,8 @@ struct TransformerCost {
     // Each tensor rank sends its 1/t share over its own link.
     const double bytes = message_bytes(ctx, a.slice) / parallel.tensor;
     if (node_of(from_rank) == node_of(to_rank))
-      return device.link_latency + bytes / device.link_bandwidth;
+      return detail::transformer::link_send(bytes, device.link_bandwidth, device.link_latency,
+                                            !device.peer_to_peer);
     const int senders = std::min(parallel.tensor * parallel.data, device.ranks_per_node);
     return device.node_link_latency +
            bytes / (device.node_link_bandwidth * detail::transformer::port_share(device, senders));
@@ -528,6 +507,43 @@ struct TransformerCost {
   }
 
  private:
+  // Seconds of the kernels of compute action `a` (not an Overlap): duration less
+  // DeviceSpec::action_overhead.
+  double compute_seconds(const CostContext& ctx, const Action& a) const {
+    const Unit u = unit(ctx, a.stage, a.slice);
+    const DeviceSpec& d = device;
+    double gemm = 0;  // the weight GEMMs once (forward, input gradients or weight gradients)
+    for (double g : u.gemms)
+      gemm += d.gemm_time(g);
+    gemm = u.n * gemm + d.gemm_time(u.head);
+    const double bw = d.memory_bandwidth;
+    const double fwd =
+        gemm + u.n * d.gemm_time(u.attention) + u.activation / bw + u.forward_collectives;
+    const double input = gemm + u.n * d.gemm_time(2 * u.attention) + (u.activation - u.wgrad) / bw +
+                         u.backward_collectives;
+    const double weight = gemm + u.wgrad / bw;
+    switch (a.kind) {
+      case OpKind::F:
+      case OpKind::R:
+        return fwd;
+      case OpKind::I:
+        return input;
+      case OpKind::W: {
+        if (wgrad_split == WGradSplit::Even) return weight / parts(ctx);
+        double sum = 0;
+        for_each_gemm_of_part(ctx, u, a.part, [&](int k) {
+          sum += d.gemm_time(k < 0 ? u.head : u.gemms[k]) +
+                 (k < 0 ? u.head_wgrad : u.gemm_wgrad[k]) / bw;
+        });
+        return sum;
+      }
+      case OpKind::B:
+        return input + weight;
+      default:
+        return 0.0;
+    }
+  }
+
   // Everything about one (stage, slice) unit of a microbatch (detail/transformer_formulas.hpp).
   using Unit = detail::transformer::Unit;
 

@@ -160,7 +160,8 @@ inline CheckpointMode parse_checkpoint_mode(std::string_view text) {
                     0, 1);
 }
 
-//! The activation budget of each rank on `cost.device`: its memory_bytes minus what the rank
+//! The activation budget of each rank on `cost.device`: its usable memory (memory_bytes less
+//! memory_reserve, DeviceSpec::usable_memory) minus what the rank
 //! holds whatever the schedule (weights, gradients and optimizer state of its stages,
 //! TransformerCost::static_bytes), as MemoryBudget::per_rank. Throws invalid_problem naming
 //! the rank when that alone fills the device.
@@ -172,17 +173,21 @@ inline MemoryBudget device_memory_budget(const TransformerCost& cost, const Prob
   budget.per_rank.resize(static_cast<std::size_t>(problem.ranks));
   for (int r = 0; r < problem.ranks; ++r) {
     const double fixed = cost.static_bytes(ctx, r);
-    const double left = cost.device.memory_bytes - fixed;
+    const double usable = cost.device.usable_memory();
+    const double left = usable - fixed;
     if (!(left > 0)) {
       throw budget_error(
           "rank " + std::to_string(r) + "'s weights, gradients and optimizer state" +
               (cost.parallel.whole_step ? std::string(" (and workspace)") : std::string()) +
               " take " + memory_amount(fixed, MemoryUnit::Bytes) + ", at least the " +
-              memory_amount(cost.device.memory_bytes, MemoryUnit::Bytes, false) +
-              " of device '" + cost.device.name +
-              "', leaving nothing for activations; use more ranks (fewer layers per rank), "
+              memory_amount(usable, MemoryUnit::Bytes, false) + " usable of device '" +
+              cost.device.name + "' (" +
+              memory_amount(cost.device.memory_bytes, MemoryUnit::Bytes, false) + " less " +
+              memory_amount(cost.device.memory_reserve, MemoryUnit::Bytes, false) +
+              " reserved), leaving nothing for activations; use more ranks (fewer layers per "
+              "rank), "
               "tensor parallelism or ZeRO sharding, or a device with more memory.",
-          r, fixed, cost.device.memory_bytes, MemoryUnit::Bytes);
+          r, fixed, usable, MemoryUnit::Bytes);
     }
     budget.per_rank[static_cast<std::size_t>(r)] = left;
   }
@@ -248,9 +253,9 @@ Schedule apply_checkpoint(const Schedule& s, CheckpointMode mode, const Cost& co
       if (held <= limit + 1e-9 * std::max(1.0, std::abs(limit))) continue;
       const MemoryUnit mu = memory_unit_of(cost);
       if (mode == CheckpointMode::None)
-        throw budget_error("without checkpointing rank " + std::to_string(r) + " of '" +
-                               out.name + "' holds " + memory_amount(held, mu) +
-                               ", over the budget " + memory_amount(limit, mu, false) + "; use " +
+        throw budget_error("without checkpointing rank " + std::to_string(r) + " of '" + out.name +
+                               "' holds " + memory_amount(held, mu) + ", over the budget " +
+                               memory_amount(limit, mu, false) + "; use " +
                                enumerator("CheckpointMode", "Selective", "selective") + " or " +
                                enumerator("CheckpointMode", "Mario", "mario") +
                                ", or give a budget of at least " + memory_amount(held, mu) + ".",

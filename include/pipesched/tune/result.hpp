@@ -63,6 +63,10 @@ struct TunePlan {
   //! (gpus · peak FLOP/s · makespan), recomputes not counted as useful work; 0 for cost
   //! models without FLOPs.
   double mfu = 0;
+  //! MFU in the usual convention (PaLM, Megatron-LM): attention counted in full, not causal,
+  //! ModelShape::usual_training_flops_per_sequence in place of training_flops_per_sequence;
+  //! 0 for cost models without FLOPs.
+  double mfu_usual = 0;
   //! Position of its configuration in the search, ties between equal plans go to the first.
   std::size_t order = 0;
 };

@@ -309,7 +309,7 @@ TEST(DeviceMemoryBudget, IsDeviceMemoryLessWhatEachRankHoldsAnyway) {
     ASSERT_EQ(b.per_rank.size(), static_cast<std::size_t>(ranks));
     const CostContext ctx{s.problem, s.placement, 1};
     for (int r = 0; r < ranks; ++r)
-      EXPECT_DOUBLE_EQ(b.of(r), cost.device.memory_bytes - cost.static_bytes(ctx, r));
+      EXPECT_DOUBLE_EQ(b.of(r), cost.device.usable_memory() - cost.static_bytes(ctx, r));
     // The first and last ranks hold the embedding and the LM head: less room there.
     if (ranks > 2) {
       EXPECT_LT(b.of(0), b.of(1));

@@ -214,7 +214,7 @@ TEST(CliTune, ClusterPlansCarryTheContractAndTheirCommandsReproduceTheirStepTime
   const auto& best = doc.at("best");
   for (const char* key : {"schedule", "checkpoint", "wgrad", "pp", "dp", "tp", "microbatch_size",
                           "microbatches", "chunks", "slices", "warmup", "layers_per_stage",
-                          "step_time_s", "peak_memory_bytes", "mfu", "command"})
+                          "step_time_s", "peak_memory_bytes", "mfu", "mfu_usual", "command"})
     EXPECT_NE(best.find(key), nullptr) << key;
   EXPECT_EQ(best.at("pp").number * best.at("dp").number * best.at("tp").number, 8);
   double layers = 0;
@@ -223,6 +223,7 @@ TEST(CliTune, ClusterPlansCarryTheContractAndTheirCommandsReproduceTheirStepTime
   EXPECT_EQ(layers, 24);
   EXPECT_GT(best.at("mfu").number, 0);
   EXPECT_LT(best.at("mfu").number, 1);
+  EXPECT_GT(best.at("mfu_usual").number, best.at("mfu").number);  // attention in full
   EXPECT_LE(best.at("peak_memory_bytes").number, 40.0 * 1024 * 1024 * 1024);
   const auto& search = doc.at("search");
   EXPECT_GT(search.at("candidates").number, 0);

@@ -420,8 +420,8 @@ TEST(Tune, TransformerPlanFitsDeviceMemory) {
       const ps::CostContext ctx{p->schedule.problem, p->schedule.placement, 1};
       for (int rank = 0; rank < req.ranks; ++rank) {
         const double fixed = cost.static_bytes(ctx, rank);
-        EXPECT_NEAR(p->budget_per_rank[rank], device.memory_bytes - fixed, 1.0);
-        EXPECT_LE(p->peak_per_rank[rank] + fixed, device.memory_bytes * (1 + eps))
+        EXPECT_NEAR(p->budget_per_rank[rank], device.usable_memory() - fixed, 1.0);
+        EXPECT_LE(p->peak_per_rank[rank] + fixed, device.usable_memory() * (1 + eps))
             << "rank " << rank;
       }
     }
@@ -624,7 +624,7 @@ TEST(TuneCluster, PlansDescribeTheirClusterAndReproduce) {
     EXPECT_LT(p.mfu, 0.75);  // no plan beats the GEMM efficiency ceiling
     ps::DeviceSpec device = ps::presets::find_device("a100-40gb");
     device.ranks_per_node = 4;
-    EXPECT_LE(p.peak_memory, device.memory_bytes * (1 + 1e-12));
+    EXPECT_LE(p.peak_memory, device.usable_memory() * (1 + 1e-12));
     // The cost model the plan names, with its layers listed, simulates to its step time.
     ps::ModelShape m = model;
     m.microbatch_size = p.microbatch_size;
@@ -639,6 +639,10 @@ TEST(TuneCluster, PlansDescribeTheirClusterAndReproduce) {
     EXPECT_DOUBLE_EQ(sim.makespan, p.makespan);
     const double flops = 16 * model.training_flops_per_sequence();
     EXPECT_NEAR(p.mfu, flops / (8 * device.peak_flops * p.makespan), 1e-12);
+    // The usual convention: attention in full, so more FLOPs for the same step.
+    const double usual = 16 * model.usual_training_flops_per_sequence();
+    EXPECT_NEAR(p.mfu_usual, usual / (8 * device.peak_flops * p.makespan), 1e-12);
+    EXPECT_GT(p.mfu_usual, p.mfu);
   }
 }
 

@@ -374,9 +374,11 @@ class Evaluator {
     const int S = TransformerCost::model_stage_count(ctx);
     for (int st = 0; st < S; ++st)
       p.layers_per_stage.push_back(b.cost.layers_of(ctx, st));
-    if (sim.makespan > 0)
-      p.mfu = p.global_batch * b.cost.model.training_flops_per_sequence() /
-              (p.gpus * b.cost.device.peak_flops * sim.makespan);
+    if (sim.makespan > 0) {
+      const double peak = p.gpus * b.cost.device.peak_flops * sim.makespan;
+      p.mfu = p.global_batch * b.cost.model.training_flops_per_sequence() / peak;
+      p.mfu_usual = p.global_batch * b.cost.model.usual_training_flops_per_sequence() / peak;
+    }
   }
 
   const TuneRequest& request_;

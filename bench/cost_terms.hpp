@@ -1,0 +1,80 @@
+// The cost-model terms a report applies (--terms): the device presets' peer_to_peer,
+// memory_reserve and action_overhead and the model presets' dropout, each switched back to
+// the value that leaves it out, to show what each term does to a report's figures.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "pipesched/analysis/device_spec.hpp"
+#include "pipesched/analysis/model_shape.hpp"
+
+namespace pipesched::bench {
+
+// Which terms apply (true: the preset's value; false: the value that leaves the term out).
+struct CostTerms {
+  bool no_p2p = true;    // peer_to_peer as the preset says (false: every device has P2P)
+  bool reserve = true;   // memory_reserve as the preset says (false: 0)
+  bool overhead = true;  // action_overhead as the preset says (false: 0)
+  bool dropout = true;   // dropout as the preset says (false: masks kept, as before)
+};
+
+// "all", "none", or a comma-separated list of no-p2p, reserve, overhead, dropout (those
+// apply, the rest not); nullopt for anything else.
+inline std::optional<CostTerms> parse_terms(std::string_view text) {
+  if (text == "all") return CostTerms{};
+  CostTerms t{false, false, false, false};
+  if (text == "none") return t;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string_view name = text.substr(0, comma);
+    if (name == "no-p2p")
+      t.no_p2p = true;
+    else if (name == "reserve")
+      t.reserve = true;
+    else if (name == "overhead")
+      t.overhead = true;
+    else if (name == "dropout")
+      t.dropout = true;
+    else
+      return std::nullopt;
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+  }
+  return t;
+}
+
+// `device` with the terms left out that `t` leaves out.
+inline DeviceSpec with_terms(DeviceSpec device, const CostTerms& t) {
+  if (!t.no_p2p) device.peer_to_peer = true;
+  if (!t.reserve) device.memory_reserve = 0;
+  if (!t.overhead) device.action_overhead = 0;
+  return device;
+}
+
+// `model` with the terms left out that `t` leaves out.
+inline ModelShape with_terms(ModelShape model, const CostTerms& t) {
+  if (!t.dropout) model.dropout = true;
+  return model;
+}
+
+// The terms that apply, as --terms takes them ("none" when none does).
+inline std::string describe(const CostTerms& t) {
+  std::string s;
+  auto add = [&s](bool on, const char* name) {
+    if (on) s += (s.empty() ? "" : ",") + std::string(name);
+  };
+  add(t.no_p2p, "no-p2p");
+  add(t.reserve, "reserve");
+  add(t.overhead, "overhead");
+  add(t.dropout, "dropout");
+  return s.empty() ? "none" : s;
+}
+
+// The usage line of --terms.
+inline constexpr const char* terms_usage =
+    "  --terms T  cost-model terms applied: all (default), none, or a comma-separated list of\n"
+    "             no-p2p, reserve, overhead, dropout (the presets' peer_to_peer,\n"
+    "             memory_reserve, action_overhead and dropout; the rest left out)\n";
+
+}  // namespace pipesched::bench

@@ -1,0 +1,266 @@
+// TransformerCost's device and model terms: no peer-to-peer (staged through host memory),
+// the memory reserve, the per-action overhead, dropout masks and the usual MFU convention,
+// each changing what it should and nothing else; and the presets' values of them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "pipesched/analysis/presets.hpp"
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/schedule/one_f_one_b.hpp"
+
+namespace ps = pipesched;
+using ps::Action;
+using ps::OpKind;
+
+namespace {
+
+constexpr double chunk = 512.0 * 1024;  // NCCL_BUFFSIZE / NCCL_STEPS
+
+ps::ModelShape tiny_gpt(bool flash = true) {
+  ps::ModelShape m;
+  m.layers = 4;
+  m.hidden = 64;
+  m.heads = 4;
+  m.sequence = 32;
+  m.vocabulary = 100;
+  m.microbatch_size = 2;
+  m.flash_attention = flash;
+  return m;
+}
+
+// Two ranks per node, so that a 4-rank pipeline crosses one node boundary.
+ps::DeviceSpec test_device() {
+  ps::DeviceSpec d;
+  d.name = "test";
+  d.peak_flops = 1e12;
+  d.memory_bandwidth = 1e11;
+  d.memory_bytes = 1e10;
+  d.link_bandwidth = 1e10;
+  d.link_latency = 1e-6;
+  d.ranks_per_node = 2;
+  d.node_link_bandwidth = 1e9;
+  d.node_link_latency = 1e-5;
+  d.max_efficiency = 0.8;
+  d.half_flops = 1e6;
+  return d;
+}
+
+Action act(OpKind k, int stage, int slice = 0) {
+  return Action::make(k, stage, 0, slice, 0);
+}
+
+struct Pipeline {
+  ps::Problem problem;
+  ps::Placement placement;
+  Pipeline(int ranks, int slices)
+      : problem{.ranks = ranks, .stages = ranks, .microbatches = 1, .slices = slices},
+        placement(ps::Placement::linear(ranks)) {}
+  ps::CostContext ctx() const { return ps::CostContext{problem, placement, 1}; }
+};
+
+void expect_rel(double actual, double expected, double tol = 1e-12) {
+  EXPECT_NEAR(actual, expected, tol * std::max(1.0, std::abs(expected)));
+}
+
+}  // namespace
+
+TEST(NoPeerToPeer, IntraNodeSendsGoThroughHostMemory) {
+  ps::TransformerCost p2p{tiny_gpt(), test_device(), {}}, host = p2p;
+  host.device.peer_to_peer = false;
+  Pipeline st(4, 1);
+  const auto ctx = st.ctx();
+  const double bytes = p2p.message_bytes(ctx, 0);  // 8 KiB: under one staging slot
+  ASSERT_LT(bytes, chunk);
+  const double lat = 1e-6, bw = 1e10;
+  // Small message: both copies in full, one after the other: exactly twice the direct send.
+  EXPECT_DOUBLE_EQ(p2p.transfer_time(ctx, act(OpKind::F, 0)), lat + bytes / bw);
+  EXPECT_DOUBLE_EQ(host.transfer_time(ctx, act(OpKind::F, 0)), 2 * (lat + bytes / bw));
+  EXPECT_DOUBLE_EQ(host.transfer_time(ctx, act(OpKind::B, 3)), 2 * (lat + bytes / bw));
+  // Across nodes nothing changes (the network path is the same either way).
+  EXPECT_DOUBLE_EQ(host.transfer_time(ctx, act(OpKind::F, 1)),
+                   p2p.transfer_time(ctx, act(OpKind::F, 1)));
+
+  // A message of several slots: pipelined, one slot more than the direct send's bytes.
+  ps::ModelShape big = tiny_gpt();
+  big.hidden = 4096;
+  big.heads = 32;
+  big.sequence = 2048;
+  ps::TransformerCost bp{big, test_device(), {}}, bh = bp;
+  bh.device.peer_to_peer = false;
+  const double b2 = bp.message_bytes(ctx, 0);  // 32 MiB
+  ASSERT_GT(b2, chunk);
+  EXPECT_DOUBLE_EQ(bp.transfer_time(ctx, act(OpKind::F, 2)), lat + b2 / bw);
+  expect_rel(bh.transfer_time(ctx, act(OpKind::F, 2)), 2 * lat + (b2 + chunk) / bw);
+
+  // Compute, memory and FLOPs are the same.
+  for (OpKind k : {OpKind::F, OpKind::B, OpKind::I, OpKind::W}) {
+    EXPECT_DOUBLE_EQ(host.duration(ctx, act(k, 1)), p2p.duration(ctx, act(k, 1)));
+    EXPECT_DOUBLE_EQ(host.memory_delta(ctx, act(k, 1), false),
+                     p2p.memory_delta(ctx, act(k, 1), false));
+  }
+}
+
+TEST(NoPeerToPeer, IntraNodeAllReducesRunEachRingStepThroughHost) {
+  ps::DeviceSpec d = test_device();
+  d.ranks_per_node = 8;
+  Pipeline p(2, 1);
+  const ps::ModelShape m = tiny_gpt();
+  const double bytes = 2.0 * m.microbatch_size * m.sequence * m.hidden;  // b·s·h·v
+  for (int t : {2, 4}) {
+    SCOPED_TRACE("t=" + std::to_string(t));
+    ps::TransformerCost p2p{m, d, {}};
+    p2p.parallel.tensor = t;
+    ps::TransformerCost host = p2p;
+    host.device.peer_to_peer = false;
+    const double lat = d.link_latency, bw = d.link_bandwidth, step = bytes / t;
+    const double direct = 2.0 * (t - 1) * (lat + step / bw);
+    const double staged = 2.0 * (t - 1) * (2 * lat + (step + std::min(step, chunk)) / bw);
+    const int n = p2p.layers_of(p.ctx(), 1);
+    auto extra = [&](OpKind k, int stage) {
+      return host.duration(p.ctx(), act(k, stage)) - p2p.duration(p.ctx(), act(k, stage));
+    };
+    expect_rel(extra(OpKind::F, 1), 2 * n * (staged - direct), 1e-9);
+    expect_rel(extra(OpKind::I, 1), (2 * n + 1) * (staged - direct), 1e-9);
+    EXPECT_DOUBLE_EQ(extra(OpKind::W, 1), 0.0);
+  }
+  // The data-parallel gradient all-reduce within a node too.
+  ps::TransformerCost dp{m, d, {}};
+  dp.parallel.data = 4;
+  ps::TransformerCost dh = dp;
+  dh.device.peer_to_peer = false;
+  const double g = 2 * dp.rank_parameters(p.ctx(), 0), step = g / 4;
+  expect_rel(dp.gradient_sync_seconds(p.ctx(), 0), 6 * (d.link_latency + step / d.link_bandwidth));
+  expect_rel(dh.gradient_sync_seconds(p.ctx(), 0),
+             6 * (2 * d.link_latency + (step + std::min(step, chunk)) / d.link_bandwidth));
+}
+
+TEST(MemoryReserve, ShrinksEachRanksBudgetByExactlyTheReserve) {
+  ps::TransformerCost all{tiny_gpt(), test_device(), {}}, kept = all;
+  kept.device.memory_reserve = 1.5e9;
+  EXPECT_DOUBLE_EQ(kept.device.usable_memory(), 1e10 - 1.5e9);
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const ps::MemoryBudget a = ps::device_memory_budget(all, s.problem, s.placement);
+  const ps::MemoryBudget b = ps::device_memory_budget(kept, s.problem, s.placement);
+  ASSERT_EQ(a.per_rank.size(), 4u);
+  for (int r = 0; r < 4; ++r)
+    EXPECT_DOUBLE_EQ(a.of(r) - b.of(r), 1.5e9) << "rank " << r;
+  // Nothing else moves.
+  const ps::SimulationResult x = ps::simulate(s, all), y = ps::simulate(s, kept);
+  EXPECT_DOUBLE_EQ(x.makespan, y.makespan);
+  EXPECT_DOUBLE_EQ(x.ranks[0].peak_memory, y.ranks[0].peak_memory);
+  // A reserve that leaves the weights no room is refused with the usable amount named.
+  kept.device.memory_reserve = 1e10 - 1;
+  try {
+    (void)ps::device_memory_budget(kept, s.problem, s.placement);
+    FAIL() << "expected a budget error";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("reserved"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ActionOverhead, AddsItOncePerComputeActionToEachRank) {
+  ps::TransformerCost none{tiny_gpt(), test_device(), {}}, some = none;
+  some.device.action_overhead = 3e-5;
+  for (ps::WGradMode w : {ps::WGradMode::Fused, ps::WGradMode::Split}) {
+    const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 6}, w);
+    const ps::SimulationResult x = ps::simulate(s, none), y = ps::simulate(s, some);
+    for (int r = 0; r < 4; ++r) {
+      int n = 0;
+      for (const Action& a : s.ranks[static_cast<std::size_t>(r)])
+        n += ps::is_compute(a.kind) ? 1 : 0;
+      EXPECT_EQ(n, w == ps::WGradMode::Fused ? 12 : 18);
+      expect_rel(y.ranks[r].busy - x.ranks[r].busy, n * 3e-5, 1e-9);
+      EXPECT_DOUBLE_EQ(x.ranks[r].peak_memory, y.ranks[r].peak_memory);
+    }
+  }
+  // Sends and receives take no time of the rank; an Overlap (F and B together) pays once.
+  Pipeline p(4, 1);
+  EXPECT_DOUBLE_EQ(some.duration(p.ctx(), act(OpKind::SendF, 1)), 0.0);
+  const Action ov = Action::overlap(act(OpKind::F, 1), act(OpKind::B, 1));
+  expect_rel(some.duration(p.ctx(), ov) - none.duration(p.ctx(), ov), 3e-5, 1e-9);
+  EXPECT_DOUBLE_EQ(some.flops(p.ctx(), act(OpKind::F, 1)), none.flops(p.ctx(), act(OpKind::F, 1)));
+}
+
+TEST(Dropout, WithoutItNoMaskBytesAreKept) {
+  for (bool flash : {true, false}) {
+    SCOPED_TRACE(flash ? "flash" : "no flash");
+    ps::TransformerCost with{tiny_gpt(flash), test_device(), {}}, without = with;
+    without.model.dropout = false;
+    Pipeline p(2, 2);  // 2 layers a stage, slices of 16 tokens
+    const double b = 2, t = 16, h = 64, a = 4, v = 2, n = 2;
+    for (int slice : {0, 1}) {
+      const double o = slice * t;
+      // Two 1-byte masks of b·t·h per layer; without flash also the scores' 1-byte mask and
+      // their dropout output (v bytes), a·b·t·(o + t) each.
+      const double masks = n * (2 * b * t * h + (flash ? 0.0 : (1 + v) * a * b * t * (o + t)));
+      for (int stage : {0, 1}) {
+        expect_rel(with.activation_bytes(p.ctx(), stage, slice) -
+                       without.activation_bytes(p.ctx(), stage, slice),
+                   masks);
+        EXPECT_DOUBLE_EQ(with.wgrad_bytes(p.ctx(), stage, slice),
+                         without.wgrad_bytes(p.ctx(), stage, slice));
+        EXPECT_DOUBLE_EQ(with.boundary_bytes(p.ctx(), stage, slice),
+                         without.boundary_bytes(p.ctx(), stage, slice));
+        EXPECT_DOUBLE_EQ(with.flops(p.ctx(), act(OpKind::F, stage, slice)),
+                         without.flops(p.ctx(), act(OpKind::F, stage, slice)));
+      }
+    }
+  }
+  // With tensor parallelism the masks are replicated; sequence parallelism splits them.
+  ps::DeviceSpec d = test_device();
+  d.ranks_per_node = 8;
+  for (bool sp : {false, true}) {
+    ps::TransformerCost with{tiny_gpt(), d, {}};
+    with.parallel.tensor = 4;
+    with.parallel.sequence_parallel = sp;
+    ps::TransformerCost without = with;
+    without.model.dropout = false;
+    Pipeline p(2, 1);
+    const double masks = 2 * 2 * (2.0 * 32 * 64) / (sp ? 4 : 1);
+    expect_rel(with.activation_bytes(p.ctx(), 0, 0) - without.activation_bytes(p.ctx(), 0, 0),
+               masks);
+  }
+}
+
+TEST(UsualMfu, TrainingFlopsCountAttentionInFull) {
+  // 6 · N · s + 12 · L · h · s², N = the layers' and the LM head's weights.
+  ps::ModelShape m = tiny_gpt();
+  m.microbatch_size = 1;
+  const double s = 32, h = 64, L = 4, V = 100;
+  const double N = L * 12 * h * h + V * h;  // QKV 3h², projection h², MLP 8h²
+  expect_rel(m.usual_training_flops_per_sequence(), 6 * N * s + 12 * L * h * s * s);
+  // Narayanan et al. 2021's count without recompute: 72·s·L·h²·(1 + s/(6h)) + 6·s·h·V.
+  expect_rel(m.usual_training_flops_per_sequence(),
+             72 * s * L * h * h * (1 + s / (6 * h)) + 6 * s * h * V);
+  // The causal count differs by the attention over the keys a token does not see:
+  // 3 · L · 2·2·h · (s² − s(s + 1)/2).
+  expect_rel(m.usual_training_flops_per_sequence() - m.training_flops_per_sequence(),
+             3 * L * 4 * h * (s * s - s * (s + 1) / 2));
+  // A Llama shape (SwiGLU, grouped-query attention) by its parameter count.
+  const ps::ModelShape l = ps::presets::find_model("llama2-34b");
+  const double ls = l.sequence;
+  expect_rel(l.usual_training_flops_per_sequence(),
+             6 * (l.layers * l.layer_parameters() + l.embedding_parameters()) * ls +
+                 12.0 * l.layers * l.hidden * ls * ls);
+}
+
+TEST(Presets, CostTermsComeFromTheDocumentedFigures) {
+  const double mib = 1024.0 * 1024.0;
+  const double reserve = 781e6 + 8 * 3 * (4 * mib + 0.5 * mib + 120 * 640 * 8 * 8);
+  for (const auto& p : ps::presets::devices()) {
+    SCOPED_TRACE(p.name);
+    EXPECT_DOUBLE_EQ(p.device.memory_reserve, reserve);
+    EXPECT_DOUBLE_EQ(p.device.usable_memory(), p.device.memory_bytes - reserve);
+    EXPECT_DOUBLE_EQ(p.device.action_overhead, 2e-6);
+    EXPECT_EQ(p.device.peer_to_peer, p.name != "rtx-4090");
+  }
+  for (const auto& p : ps::presets::models()) {
+    SCOPED_TRACE(p.name);
+    EXPECT_EQ(p.model.dropout, p.name.rfind("gpt3", 0) == 0);
+  }
+}
