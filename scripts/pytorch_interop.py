@@ -372,6 +372,7 @@ def make_model(num_stages):
 
 
 def worker(rank, world, path, num_stages, m, placement, out_dir, port):
+    load_torch()  # a spawned process imports this file afresh
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
