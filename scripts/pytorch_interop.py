@@ -371,7 +371,7 @@ def make_model(num_stages):
     ).double()
 
 
-def worker(rank, world, path, num_stages, m, placement, out_dir, port):
+def worker(rank, world, path, num_stages, m, placement, out_dir, port, options):
     load_torch()  # a spawned process imports this file afresh
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -384,7 +384,7 @@ def worker(rank, world, path, num_stages, m, placement, out_dir, port):
         mine = rank_stages(placement, rank)
         stages = [PipelineStage(model[s], s, num_stages, torch.device("cpu")) for s in mine]
         loss = torch.nn.MSELoss(reduction="sum")
-        rt = S._PipelineScheduleRuntime(stages, m, loss_fn=loss, scale_grads=False)
+        rt = S._PipelineScheduleRuntime(stages, m, loss_fn=loss, scale_grads=False, **options)
         rt._load_csv(path, format="compute_comms")
         if placement[0] == rank:
             rt.step(x, target=y)
@@ -421,13 +421,13 @@ def consumer_order(path, out_path):
             w.writerow(row)
 
 
-def run_in_pytorch(path, p, m, work, port):
+def run_in_pytorch(path, p, m, work, port, **options):
     """Runs the file on p gloo processes; returns (worst gradient difference, error text)."""
     placement = placement_of(read_rows(path))
     n = len(placement)
     out_dir = tempfile.mkdtemp(dir=work)
     try:
-        ctx = mp.spawn(worker, args=(p, path, n, m, placement, out_dir, port), nprocs=p,
+        ctx = mp.spawn(worker, args=(p, path, n, m, placement, out_dir, port, options), nprocs=p,
                        join=False)
         deadline = time.monotonic() + TIMEOUT
         while not ctx.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
@@ -473,6 +473,21 @@ def part3(binary, work, cases, controls):
             report(False, f"{tag}: PyTorch's runtime failed: {err}")
             continue
         report(worst < 1e-9, f"{tag}: gradients match sequential training (max diff {worst:.2e})")
+        # The file written for a budget of one open send, in a runtime held to it.
+        budget = os.path.join(work, f"run_{name}_{p}_{m}_budget1.csv")
+        rc, out = run(binary, "generate", "--schedule", name, "--ranks", str(p),
+                      "--microbatches", str(m), "--comm", "--max-outstanding-sends", "1",
+                      "--format", "pytorch", "-o", budget)
+        if rc != 0:
+            report(False, f"{tag} --max-outstanding-sends 1: pipesched cannot write it: "
+                   + out.strip()[:200])
+        else:
+            port += 1
+            worst, err = run_in_pytorch(budget, p, m, work, port, max_outstanding_sends=1)
+            report(worst is not None and worst < 1e-9,
+                   f"{tag} --max-outstanding-sends 1, max_outstanding_sends=1: "
+                   + (f"gradients match sequential training (max diff {worst:.2e})"
+                      if worst is not None else f"PyTorch's runtime failed: {err}"))
         if (name, p, m) not in controls:
             continue
         # The negative control: receives before their consumers break a channel's order here,
