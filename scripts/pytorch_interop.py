@@ -1,37 +1,62 @@
 """Cross-checks pipesched against PyTorch's torch.distributed.pipelining (run by
 scripts/pytorch-interop.sh, which sets up the interpreter; not part of the default tests).
 
-  python3 pytorch_interop.py PIPESCHED_BINARY WORK_DIR [--quick]
+  python3 pytorch_interop.py PIPESCHED_BINARY WORK_DIR [--quick] [--offline] [--timeout S]
+  python3 pytorch_interop.py --dump-references DIR
 
-1. PyTorch's schedule classes against pipesched's generators: each class's compute-only and
-   lowered dumps are read, validated and simulated by pipesched, next to pipesched's own
-   schedule of the same name and size.
+0. PyTorch's stored dumps (tests/data/pytorch215/reference_*.csv and the other files
+   REFERENCES names, written by PyTorch 2.15.0) against pipesched's generator of the same
+   schedule and size; needs no PyTorch. Each pair must hold the same compute actions on every
+   rank, and either the same order on every rank or the same makespan under pipesched's unit
+   costs (simulate's default); anything else fails. --offline runs this part only.
+1. PyTorch's schedule classes against pipesched's generators, compared the same way: each
+   class's compute-only and lowered dumps are read, validated and simulated by pipesched, and
+   the compute-only one is compared with pipesched's own schedule of the same name and size.
 2. pipesched's files in PyTorch: every generator's compute-only CSV and its --comm CSV are
    loaded by PyTorch's runtime, which checks them as it checks its own (stage mapping, counts,
    a wait for every send, one gradient reduction at a time). Each channel's order is checked
-   here too, since PyTorch relies on it without checking.
+   here too, since PyTorch relies on it without checking. The --comm file written with
+   --max-outstanding-sends 1 is also loaded by a runtime built with max_outstanding_sends=1,
+   and must be taken; how many plain --comm files that runtime takes is printed.
 3. A few --comm files run in PyTorch's runtime on gloo processes (CPU); each stage's gradients
    are compared with sequential training of the same model. As a negative control, two of
    them are also run with each receive moved right before its consumer (which breaks a
    channel's order there): pipesched must refuse that file and PyTorch must get it wrong.
 
-Exits 1 when any check fails and prints one line per check.
+Every pipesched command and every PyTorch run gets --timeout seconds (default 300); one that
+takes longer is killed and counts as a failure, as does any file PyTorch refuses. Exits 1 when
+any check fails and prints one line per check. --dump-references writes the stored dumps of
+part 0 again (PyTorch needed).
 """
 
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining import schedules as S
+# PyTorch is imported by load_torch(), so that part 0 runs without it.
+torch = dist = mp = PipelineStage = S = None
 
 FAILURES = []
+TIMEOUT = 300.0
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "tests", "data")
+
+
+def load_torch():
+    global torch, dist, mp, PipelineStage, S
+    import torch as torch_module
+    import torch.distributed as dist_module
+    import torch.multiprocessing as mp_module
+    from torch.distributed.pipelining import PipelineStage as stage_class
+    from torch.distributed.pipelining import schedules as schedules_module
+
+    torch, dist, mp, PipelineStage, S = (torch_module, dist_module, mp_module, stage_class,
+                                         schedules_module)
 
 
 def report(ok, what):
@@ -41,15 +66,72 @@ def report(ok, what):
 
 
 def run(binary, *args):
-    p = subprocess.run([binary, *args], capture_output=True, text=True)
-    return p.returncode, p.stdout + p.stderr
+    """Runs pipesched; a run past TIMEOUT is killed and reported (rc 124)."""
+    # Its own process group, so that a hung command's children are killed with it.
+    p = subprocess.Popen([binary, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        what = f"pipesched {' '.join(args[:3])} ... timed out after {TIMEOUT:g} s (killed)"
+        report(False, what)
+        return 124, what
+    return p.returncode, out
+
+
+STAGE_WIDE = ("UNSHARD", "RESHARD", "REDUCE_GRAD", "WAIT_REDUCE_GRAD")
+
+
+def csv_rows(path):
+    """Each rank's compute actions as strings: idle cells and the whole-stage actions
+    (gradient reduction, FSDP), which pipesched's generators do not write, left out."""
+    with open(path, newline="") as f:
+        return [[c for c in row if c.strip() and not c.strip().lstrip("0123456789") in STAGE_WIDE]
+                for row in csv.reader(f)]
+
+
+def compare(binary, work, tag, theirs, ours_name, p, m, chunks):
+    """PyTorch's compute-only file `theirs` against pipesched's `ours_name` of the same size:
+    the same compute actions on every rank, and the same order or the same makespan."""
+    mine = os.path.join(work, f"ours_{ours_name}_{p}_{m}_{chunks}.csv")
+    args = ["generate", "--schedule", ours_name, "--ranks", str(p), "--microbatches", str(m),
+            "-o", mine]
+    rc, out = run(binary, *args)
+    if rc != 0:
+        report(False, f"{tag}: pipesched cannot generate {ours_name}: {out.strip()[:200]}")
+        return
+    a, b = csv_rows(theirs), csv_rows(mine)
+    compute_only = os.path.join(work, "theirs_" + os.path.basename(theirs))
+    with open(compute_only, "w", newline="") as f:
+        csv.writer(f).writerows(a)
+    theirs = compute_only
+    if [sorted(r) for r in a] != [sorted(r) for r in b]:
+        report(False, f"{tag}: pipesched's {ours_name} holds other actions than PyTorch's "
+               f"({sum(map(len, b))} actions on {len(b)} ranks against {sum(map(len, a))} on "
+               f"{len(a)})")
+        return
+    theirs_ms, out1 = makespan(binary, theirs)
+    ours_ms, out2 = makespan(binary, mine)
+    if a == b:
+        report(True, f"{tag}: pipesched's {ours_name} has PyTorch's order on every rank "
+               f"(makespan {ours_ms})")
+    else:
+        same = theirs_ms is not None and ours_ms is not None and abs(theirs_ms - ours_ms) < 1e-9
+        report(same, f"{tag}: pipesched's {ours_name} orders some rank differently; makespan "
+               f"{ours_ms} against PyTorch's {theirs_ms}"
+               + ("" if same else " (must be equal)"))
 
 
 def makespan(binary, path):
     rc, out = run(binary, "simulate", path, "--json")
     if rc != 0:
         return None, out
-    return json.loads(out)["makespan"], out
+    try:
+        return json.loads(out)["makespan"], out
+    except (ValueError, KeyError):
+        return None, out
 
 
 # A stand-in for a pipeline stage with only what the schedule classes read when they build
@@ -78,14 +160,66 @@ def v_shape(ranks):
     return [s if s < ranks else 2 * ranks - 1 - s for s in range(2 * ranks)]
 
 
-# PyTorch's multi-stage classes and the pipesched generator of the same schedule.
+# PyTorch's schedule classes and the pipesched generator of the same schedule (chunks: stages
+# per rank; pipesched's generators default to the same). Schedule1F1B is left out: in 2.15.0 its
+# pipeline_order, a display form its step does not run, gives rank 1 microbatches 1 to M (M out
+# of range, 0 missing), so there is nothing to compare.
 CLASSES = [
+    ("ScheduleGPipe", "gpipe", "linear", 1),
     ("ScheduleInterleaved1F1B", "interleaved-1f1b", "looped", 2),
     ("ScheduleLoopedBFS", "looped-bfs", "looped", 2),
     ("ScheduleInterleavedZeroBubble", "interleaved-zb", "looped", 2),
     ("ScheduleZBVZeroBubble", "zb-v", "v", 2),
     ("ScheduleDualPipeV", "dualpipe-v", "v", 2),
 ]
+REFERENCE_SIZES = [(2, 4), (4, 8)]
+
+# Part 0's stored dumps: (file under tests/data, pipesched generator, ranks, microbatches).
+REFERENCES = [
+    ("pytorch215/interleaved1f1b_2rank_4mb_compute.csv", "interleaved-1f1b", 2, 4),
+    ("pytorch/zb1p_2rank_2stagep_compute.csv", "interleaved-zb", 2, 8),
+    ("pytorch/dualpipev_4rank_10mb.csv", "dualpipe-v", 4, 10),
+] + [(f"pytorch215/reference_{cls}_p{p}_m{m}.csv", ours, p, m)
+     for cls, ours, _, _ in CLASSES for p, m in REFERENCE_SIZES]
+
+
+def placement_for(shape, p, chunks):
+    if shape == "linear":
+        return list(range(p))
+    return looped(p, chunks) if shape == "looped" else v_shape(p)
+
+
+def class_schedule(cls, shape, p, m, chunks):
+    """PyTorch's schedule object of class `cls` for rank 0, or raises what PyTorch raised."""
+    placement = placement_for(shape, p, chunks)
+    n = len(placement)
+    if shape == "linear":  # a single-stage class: one stage per rank
+        return cls(PlanStage(0, n, p, 0), m)
+    return cls([PlanStage(s, n, p, 0) for s in rank_stages(placement, 0)], m)
+
+
+def write_compute_only(sched, path):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        for r in sorted(sched.pipeline_order):
+            w.writerow(sched.pipeline_order[r])
+
+
+def dump_references(out_dir):
+    load_torch()
+    for cls_name, _, shape, chunks in CLASSES:
+        for p, m in REFERENCE_SIZES:
+            sched = class_schedule(getattr(S, cls_name), shape, p, m, chunks)
+            write_compute_only(sched, os.path.join(out_dir, f"reference_{cls_name}_p{p}_m{m}.csv"))
+
+
+def part0(binary, work):
+    for file, ours, p, m in REFERENCES:
+        path = os.path.join(DATA, file)
+        if not os.path.exists(path):
+            report(False, f"{file}: missing (scripts/pytorch_interop.py --dump-references writes it)")
+            continue
+        compare(binary, work, f"stored {file}", path, ours, p, m, 0)
 
 
 def part1(binary, work, grid):
@@ -95,24 +229,19 @@ def part1(binary, work, grid):
             report(False, f"{cls_name}: not in this PyTorch")
             continue
         for p, m in grid:
-            placement = looped(p, chunks) if shape == "looped" else v_shape(p)
-            n = len(placement)
             tag = f"{cls_name} p={p} m={m}"
             try:
-                sched = cls(
-                    [PlanStage(s, n, p, 0) for s in rank_stages(placement, 0)], m
-                )
+                sched = class_schedule(cls, shape, p, m, chunks)
             except Exception as e:  # a size the class refuses
                 print(f"skip  {tag}: PyTorch refuses it ({e})")
                 continue
             for fmt in ("compute_only", "compute_comms"):
+                if fmt == "compute_comms" and shape == "linear":
+                    continue  # single-stage classes lower at run time, not in a dump
                 path = os.path.join(work, f"torch_{cls_name}_{p}_{m}_{fmt}.csv")
                 try:
                     if fmt == "compute_only":
-                        with open(path, "w", newline="") as f:
-                            w = csv.writer(f)
-                            for r in sorted(sched.pipeline_order):
-                                w.writerow(sched.pipeline_order[r])
+                        write_compute_only(sched, path)
                     else:
                         sched._dump_csv(path, format="compute_comms")
                 except Exception as e:
@@ -121,15 +250,8 @@ def part1(binary, work, grid):
                 rc, out = run(binary, "validate", path)
                 report(rc == 0, f"{tag} {fmt}: pipesched validates PyTorch's dump"
                        + ("" if rc == 0 else ": " + out.strip()[:300]))
-                if rc != 0:
-                    continue
-                ms, _ = makespan(binary, path)
-                mine = os.path.join(work, f"ours_{ours}_{p}_{m}.csv")
-                args = ["generate", "--schedule", ours, "--ranks", str(p),
-                        "--microbatches", str(m), "-o", mine]
-                rc2, out2 = run(binary, *args)
-                ours_ms = makespan(binary, mine)[0] if rc2 == 0 else None
-                print(f"      {tag} {fmt}: makespan {ms} (pipesched's {ours}: {ours_ms})")
+                if rc == 0 and fmt == "compute_only":
+                    compare(binary, work, f"{tag} {fmt}", path, ours, p, m, chunks)
 
 
 def fifo_problem(rows, placement):
@@ -171,8 +293,29 @@ def placement_of(rows):
     return [first[s] for s in range(len(first))]
 
 
+def load_in_runtime(path, p, m, comm, **options):
+    """Loads the file in PyTorch's runtime on every rank: (True, "") or (False, why)."""
+    rows = read_rows(path)
+    placement = placement_of(rows)
+    n = len(placement)
+    try:
+        for rank in range(p):
+            rt = S._PipelineScheduleRuntime(
+                [PlanStage(s, n, p, rank) for s in rank_stages(placement, rank)], m, **options
+            )
+            rt._load_csv(path, format="compute_comms" if comm else "compute_only")
+    except Exception as e:
+        return False, f": {type(e).__name__}: {str(e)[:300]}"
+    if comm:
+        why = fifo_problem(rows, placement)
+        if why is not None:
+            return False, ": " + why
+    return True, ""
+
+
 def part2(binary, work, gens, grid):
     checked = 0
+    plain_taken = plain_total = budget_taken = 0
     for name in gens:
         for p, m in grid:
             for comm in (False, True):
@@ -182,29 +325,37 @@ def part2(binary, work, gens, grid):
                 if comm:
                     args.append("--comm")
                 rc, out = run(binary, *args)
+                if rc == 124:
+                    break
                 if rc != 0:
                     print(f"skip  {name} p={p} m={m}: {out.strip()[:160]}")
                     break
-                rows = read_rows(path)
-                placement = placement_of(rows)
-                n = len(placement)
                 tag = f"{name} p={p} m={m} {'comm' if comm else 'compute'}"
-                try:
-                    for rank in range(p):
-                        rt = S._PipelineScheduleRuntime(
-                            [PlanStage(s, n, p, rank) for s in rank_stages(placement, rank)], m
-                        )
-                        rt._load_csv(path, format="compute_comms" if comm else "compute_only")
-                    ok, why = True, ""
-                except Exception as e:
-                    ok, why = False, f": {type(e).__name__}: {str(e)[:300]}"
-                if ok and comm:
-                    why = fifo_problem(rows, placement)
-                    ok = why is None
-                    why = "" if ok else ": " + why
+                ok, why = load_in_runtime(path, p, m, comm)
                 report(ok, f"{tag}: PyTorch loads and checks pipesched's file" + why)
                 checked += 1
+                if not comm:
+                    continue
+                # PyTorch's runtime with max_outstanding_sends=1 moves waits itself where it can
+                # and refuses the file where it cannot: the plain file is counted, the file
+                # written for that budget must be taken.
+                plain_total += 1
+                plain_taken += load_in_runtime(path, p, m, True, max_outstanding_sends=1)[0]
+                budget = os.path.join(work, f"gen_{name}_{p}_{m}_budget1.csv")
+                rc, out = run(binary, *args[:-3], "-o", budget, "--comm",
+                              "--max-outstanding-sends", "1")
+                if rc != 0:
+                    report(False, f"{tag} --max-outstanding-sends 1: pipesched cannot write it: "
+                           + out.strip()[:200])
+                    continue
+                ok, why = load_in_runtime(budget, p, m, True, max_outstanding_sends=1)
+                budget_taken += ok
+                report(ok, f"{tag} --max-outstanding-sends 1: PyTorch's runtime with "
+                       "max_outstanding_sends=1 takes it" + why)
     print(f"      {checked} pipesched files loaded by PyTorch")
+    print(f"      max_outstanding_sends=1: PyTorch's runtime takes {plain_taken} of {plain_total} "
+          f"plain --comm files and {budget_taken} of {plain_total} written with "
+          "--max-outstanding-sends 1")
 
 
 # Part 3: a small model, one Linear+Tanh block per stage, trained one step in PyTorch's runtime
@@ -220,7 +371,8 @@ def make_model(num_stages):
     ).double()
 
 
-def worker(rank, world, path, num_stages, m, placement, out_dir, port):
+def worker(rank, world, path, num_stages, m, placement, out_dir, port, options):
+    load_torch()  # a spawned process imports this file afresh
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -232,7 +384,7 @@ def worker(rank, world, path, num_stages, m, placement, out_dir, port):
         mine = rank_stages(placement, rank)
         stages = [PipelineStage(model[s], s, num_stages, torch.device("cpu")) for s in mine]
         loss = torch.nn.MSELoss(reduction="sum")
-        rt = S._PipelineScheduleRuntime(stages, m, loss_fn=loss, scale_grads=False)
+        rt = S._PipelineScheduleRuntime(stages, m, loss_fn=loss, scale_grads=False, **options)
         rt._load_csv(path, format="compute_comms")
         if placement[0] == rank:
             rt.step(x, target=y)
@@ -269,13 +421,23 @@ def consumer_order(path, out_path):
             w.writerow(row)
 
 
-def run_in_pytorch(path, p, m, work, port):
+def run_in_pytorch(path, p, m, work, port, **options):
     """Runs the file on p gloo processes; returns (worst gradient difference, error text)."""
     placement = placement_of(read_rows(path))
     n = len(placement)
     out_dir = tempfile.mkdtemp(dir=work)
     try:
-        mp.spawn(worker, args=(p, path, n, m, placement, out_dir, port), nprocs=p, join=True)
+        ctx = mp.spawn(worker, args=(p, path, n, m, placement, out_dir, port, options), nprocs=p,
+                       join=False)
+        deadline = time.monotonic() + TIMEOUT
+        while not ctx.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                for proc in ctx.processes:
+                    if proc.is_alive():
+                        proc.kill()
+                for proc in ctx.processes:
+                    proc.join()
+                return None, f"timed out after {TIMEOUT:g} s (killed)"
     except Exception as e:
         return None, str(e)[-400:]
     model = make_model(n)
@@ -311,6 +473,21 @@ def part3(binary, work, cases, controls):
             report(False, f"{tag}: PyTorch's runtime failed: {err}")
             continue
         report(worst < 1e-9, f"{tag}: gradients match sequential training (max diff {worst:.2e})")
+        # The file written for a budget of one open send, in a runtime held to it.
+        budget = os.path.join(work, f"run_{name}_{p}_{m}_budget1.csv")
+        rc, out = run(binary, "generate", "--schedule", name, "--ranks", str(p),
+                      "--microbatches", str(m), "--comm", "--max-outstanding-sends", "1",
+                      "--format", "pytorch", "-o", budget)
+        if rc != 0:
+            report(False, f"{tag} --max-outstanding-sends 1: pipesched cannot write it: "
+                   + out.strip()[:200])
+        else:
+            port += 1
+            worst, err = run_in_pytorch(budget, p, m, work, port, max_outstanding_sends=1)
+            report(worst is not None and worst < 1e-9,
+                   f"{tag} --max-outstanding-sends 1, max_outstanding_sends=1: "
+                   + (f"gradients match sequential training (max diff {worst:.2e})"
+                      if worst is not None else f"PyTorch's runtime failed: {err}"))
         if (name, p, m) not in controls:
             continue
         # The negative control: receives before their consumers break a channel's order here,
@@ -328,18 +505,32 @@ def part3(binary, work, cases, controls):
 
 
 def main():
-    binary, work = sys.argv[1], sys.argv[2]
-    quick = "--quick" in sys.argv
+    global TIMEOUT
+    argv = sys.argv[1:]
+    if argv[:1] == ["--dump-references"]:
+        dump_references(argv[1])
+        return
+    if "--timeout" in argv:
+        i = argv.index("--timeout")
+        TIMEOUT = float(argv[i + 1])
+        del argv[i:i + 2]
+    binary, work = argv[0], argv[1]
+    quick = "--quick" in argv
+    offline = "--offline" in argv
     os.makedirs(work, exist_ok=True)
-    print(f"PyTorch {torch.__version__}")
-    grid = [(2, 4), (4, 8)] if quick else [(2, 4), (2, 8), (4, 8), (4, 12)]
-    part1(binary, work, grid)
-    rc, out = run(binary, "list", "--json")
-    gens = [g["name"] for g in json.loads(out)["schedules"]]
-    part2(binary, work, gens, grid)
-    runs = [("zb-v", 2, 4), ("zb-v", 4, 8), ("dualpipe-v", 4, 8), ("slice-pipe", 2, 4),
-            ("interleaved-1f1b", 2, 4), ("1f1b", 4, 8), ("zb-h1", 2, 4)]
-    part3(binary, work, runs, controls={("zb-v", 2, 4), ("dualpipe-v", 4, 8)})
+    part0(binary, work)
+    if not offline:
+        load_torch()
+        print(f"PyTorch {torch.__version__}")
+        grid = [(2, 4), (4, 8)] if quick else [(2, 4), (2, 8), (4, 8), (4, 12)]
+        part1(binary, work, grid)
+        rc, out = run(binary, "list", "--json")
+        gens = [g["name"] for g in json.loads(out)["schedules"]] if rc == 0 else []
+        report(bool(gens), "pipesched lists its generators")
+        part2(binary, work, gens, grid)
+        runs = [("zb-v", 2, 4), ("zb-v", 4, 8), ("dualpipe-v", 4, 8), ("slice-pipe", 2, 4),
+                ("interleaved-1f1b", 2, 4), ("1f1b", 4, 8), ("zb-h1", 2, 4)]
+        part3(binary, work, runs, controls={("zb-v", 2, 4), ("dualpipe-v", 4, 8)})
     print(f"{len(FAILURES)} checks failed" if FAILURES else "all checks passed")
     sys.exit(1 if FAILURES else 0)
 

@@ -220,8 +220,9 @@ struct CheckpointChoice {
 
 //! What `prepare` may start from and do at the end.
 struct PrepareOptions {
-  bool allow_file = true;   //!< a schedule FILE instead of --schedule (simulate, render)
-  bool lower_comm = false;  //!< lower to explicit sends and receives (generate --comm)
+  bool allow_file = true;         //!< a schedule FILE instead of --schedule (simulate, render)
+  bool lower_comm = false;        //!< lower to explicit sends and receives (generate --comm)
+  int max_outstanding_sends = 0;  //!< with lower_comm: LowerOptions::max_outstanding_sends
 };
 
 //! A schedule made as the options ask, with what was chosen on the way.

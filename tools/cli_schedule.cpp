@@ -554,7 +554,8 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
                                       out.wgrad, !out.from_file);
   if (options.lower_comm) {
     Step step("lowering to sends and receives");
-    out.schedule = lower_communication(out.schedule);
+    out.schedule = lower_communication(
+        out.schedule, {.max_outstanding_sends = options.max_outstanding_sends});
   }
   require_valid(out.schedule);
   return out;

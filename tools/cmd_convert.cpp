@@ -19,20 +19,29 @@ int cmd_convert(const std::vector<std::string>& argv) {
                            "Converts a schedule between PyTorch's CSV and pipesched's text form.\n"
                            "The input form is detected; the output form follows OUT's extension\n"
                            "(.csv → CSV, anything else → text; '-' writes text to standard "
-                           "output)\nunless --format says otherwise. A CSV read with CRLF line "
-                           "ends is written with them.\nWith --format pytorch a schedule that "
+                           "output)\nunless --format says otherwise. A file read with CRLF line "
+                           "ends (CSV or text) is\nwritten with them, and a full backward "
+                           "read as BW is written BW.\nWith --format pytorch a schedule that "
                            "uses slices, W parts or recomputes, which\nPyTorch misreads or "
-                           "refuses, is refused (exit 1) with the action and the reason.",
+                           "refuses, is refused (exit 1) with the action and the reason, and\n"
+                           "so is one the validator refuses (pipesched validate says why); "
+                           "nothing is written then.",
                            specs);
     return exit_ok;
   }
   const Args a = parse_args("convert", argv, specs, 2);
   if (a.positionals.size() != 2) throw usage_error("give IN and OUT");
+  // Given at all, --format names a form: an empty word is refused, not read as "by extension".
   const std::string format = a.get("--format", "");
-  if (!format.empty() && format != "csv" && format != "text" && format != "pytorch")
+  if (a.has("--format") && format != "csv" && format != "text" && format != "pytorch")
     throw usage_error("--format takes csv, pytorch or text, got '" + format + "'");
   const Schedule s = read_schedule(a.positionals[0]);
-  if (format == "pytorch") check_pytorch_runnable(s);
+  if (format == "pytorch") {
+    // PyTorch's runtime checks less than pipesched's validator: a schedule it cannot run
+    // correctly (a missing action, a deadlock) is refused here, before anything is written.
+    require_valid(s);
+    check_pytorch_runnable(s);
+  }
   const std::string& out = a.positionals[1];
   if (format.empty()) {
     if (out == "-")

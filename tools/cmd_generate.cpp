@@ -21,6 +21,11 @@ int cmd_generate(const std::vector<std::string>& argv) {
   specs.push_back({"--comm", false,
                    "lower to explicit SEND/RECV actions, a WAIT_SEND for every send, each "
                    "channel's receives in the order of its sends"});
+  specs.push_back({"--max-outstanding-sends", true,
+                   "with --comm: at most N sends of a rank without their WAIT_SEND at any point "
+                   "(PyTorch's max_outstanding_sends); the oldest send's wait goes before a send "
+                   "that would exceed it and receives are posted as their sends are placed",
+                   "N"});
   specs.push_back({"-o", true, "write to FILE instead of standard output", "FILE"});
   if (wants_help(argv)) {
     std::cout << help_text(
@@ -29,7 +34,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
         "[--checkpoint MODE] [--memory-budget X] "
         "[--cost K=V,... | --model M (--device D | --cluster C) [--slicing MODE]] "
         "[--format csv|pytorch|text] "
-        "[--comm] [-o FILE]",
+        "[--comm [--max-outstanding-sends N]] [-o FILE]",
         "Generates a schedule, checkpoints it (recompute actions R, e.g. 2R0), places fine\n"
         "weight-gradient parts (--wgrad fine, e.g. 2W0:1), validates it and writes it. Slices\n"
         "appear as a suffix (2F0.3: slice 3). The cost options only matter with\n"
@@ -49,7 +54,15 @@ int cmd_generate(const std::vector<std::string>& argv) {
   const std::string format = a.get("--format", "csv");
   if (format != "csv" && format != "text" && format != "pytorch")
     throw usage_error("--format takes csv, pytorch or text, got '" + format + "'");
-  const Prepared p = prepare(a, {.allow_file = false, .lower_comm = a.has("--comm")});
+  int budget = 0;
+  if (a.has("--max-outstanding-sends")) {
+    if (!a.has("--comm"))
+      throw usage_error(
+          "--max-outstanding-sends limits the sends of a lowered schedule; give --comm too");
+    budget = parse_int("--max-outstanding-sends", a.get("--max-outstanding-sends"), 1, 1 << 20);
+  }
+  const Prepared p = prepare(
+      a, {.allow_file = false, .lower_comm = a.has("--comm"), .max_outstanding_sends = budget});
   if (format == "pytorch") check_pytorch_runnable(p.schedule);
   write_output(a.get("-o"), schedule_as_text(p.schedule, format != "text"));
   return exit_ok;

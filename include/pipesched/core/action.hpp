@@ -131,6 +131,9 @@ struct Action {
   int b_microbatch = 0;        //!< Overlap only: microbatch of the backward half
   int b_slice = 0;             //!< Overlap only: slice of the backward half
   bool late = false;           //!< R only: waits for its backward's inputs (see above)
+  //! B, or an Overlap's backward half: read as `BW` (PyTorch's other spelling of a full
+  //! backward) and written back so. Spelling only: operator== ignores it.
+  bool spelled_bw = false;
 
   //! An explicit idle slot.
   static constexpr Action idle() noexcept { return Action{}; }
@@ -148,8 +151,9 @@ struct Action {
   }
   //! A forward `f` and a full backward `b` run together.
   static constexpr Action overlap(const Action& f, const Action& b) noexcept {
-    return Action{OpKind::Overlap, f.stage,      f.microbatch, f.slice, 0,
-                  b.stage,         b.microbatch, b.slice};
+    Action a{OpKind::Overlap, f.stage, f.microbatch, f.slice, 0, b.stage, b.microbatch, b.slice};
+    a.spelled_bw = b.spelled_bw;
+    return a;
   }
   //! The forward half of an Overlap.
   constexpr Action forward_half() const noexcept {
@@ -157,7 +161,9 @@ struct Action {
   }
   //! The backward half of an Overlap.
   constexpr Action backward_half() const noexcept {
-    return Action::make(OpKind::B, b_stage, b_microbatch, b_slice);
+    Action a = Action::make(OpKind::B, b_stage, b_microbatch, b_slice);
+    a.spelled_bw = spelled_bw;
+    return a;
   }
 
   friend constexpr bool operator==(const Action& a, const Action& b) noexcept {
@@ -174,13 +180,14 @@ struct Action {
 //! The action in pipesched's action-string form: PyTorch's exact form (`2F0`, `0I1`,
 //! `3SEND_F1`, `(0F7;7B3)OVERLAP_F_B`) when it uses no extension, plus a slice suffix `.k`
 //! when slice != 0 and a part suffix `:j` when part != 0 (`2W0.3:1`). A late recompute is
-//! `RL` (`2RL0`). Idle is "". An action on a whole stage has no microbatch: `0UNSHARD`,
-//! `2REDUCE_GRAD`.
+//! `RL` (`2RL0`). A full backward read as `BW` (`spelled_bw`) is written `BW`. Idle is "". An
+//! action on a whole stage has no microbatch: `0UNSHARD`, `2REDUCE_GRAD`.
 inline std::string to_string(const Action& a) {
   auto unit = [&](int stage, OpKind kind, int mb, int slice, int part) {
     std::string s = std::to_string(stage);
     s += to_string(kind);
     if (kind == OpKind::R && a.late) s += 'L';
+    if (kind == OpKind::B && a.spelled_bw) s += 'W';
     s += std::to_string(mb);
     if (slice != 0) s += "." + std::to_string(slice);
     if (part != 0) s += ":" + std::to_string(part);

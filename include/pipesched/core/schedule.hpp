@@ -18,9 +18,10 @@ struct Schedule {
   Problem problem;      //!< ranks, stages, microbatches, slices
   Placement placement;  //!< stage → rank
   std::vector<std::vector<Action>> ranks;  //!< ranks[r] = rank r's actions in order
-  //! True when the CSV it was read from ended its lines in `\r\n` (Python's csv module, and so
-  //! PyTorch's `_dump_csv`, writes them): the CSV writer then writes `\r\n` too, so that a file
-  //! read and written again keeps its bytes. Not compared by `==`.
+  //! True when the file it was read from (CSV or text form) ended its first line in `\r\n`
+  //! (Python's csv module, and so PyTorch's `_dump_csv`, writes them): the CSV and text
+  //! writers then write `\r\n` too, so that a file read and written again keeps its line
+  //! ends. Not compared by `==`.
   bool crlf = false;
 
   //! Number of ranks (== problem.ranks).

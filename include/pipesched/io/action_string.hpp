@@ -213,6 +213,7 @@ class ActionReader {
     const std::size_t kind_at = pos_;
     OpKind kind = read_kind(stage);
     const bool late = ok_ && kind == OpKind::R && pos_ - kind_at == 2;  // RL
+    const bool bw = ok_ && kind == OpKind::B && pos_ - kind_at == 2;    // BW
     if (late && in_overlap)
       fail(kind_at, "a recompute cannot be part of an overlap, which holds one F and one B");
     std::string head = std::to_string(stage) + std::string(to_string(kind)) + (late ? "L" : "");
@@ -246,6 +247,7 @@ class ActionReader {
     }
     Action a = Action::make(kind, stage, microbatch, slice, part);
     a.late = late;
+    a.spelled_bw = bw;
     return a;
   }
 

@@ -72,6 +72,9 @@ class TextReader {
       : content_(without_bom(content)), source_(std::move(source)) {}
 
   Schedule read() {
+    // The line-end style is the first line's, as for CSV: to_text writes it back.
+    const std::size_t nl = content_.find('\n');
+    s_.crlf = nl != std::string_view::npos && nl > 0 && content_[nl - 1] == '\r';
     for (const InputLine& line : split_lines(content_))
       read_line(line);
     if (!header_done_) finish_header(0, 0);
@@ -407,9 +410,11 @@ inline Schedule read_text(std::istream& in, std::string source = "text") {
 
 //! The text form of `s`: a `# pipesched schedule` line, `name` (omitted when empty; line
 //! breaks in it become blanks), the sizes, the placement as the rank of each stage, then one
-//! `rank N:` line per rank with `-` for an idle slot. read_text gives back a schedule equal to
-//! `s`. Throws invalid_schedule when `s` is not self-consistent (rank lists ≠ problem.ranks,
-//! placement sizes ≠ problem) or holds an action with no string form.
+//! `rank N:` line per rank with `-` for an idle slot. Every line ends in `\n`, or in `\r\n`
+//! when `s.crlf` (set when the file it was read from, text or CSV, ended its first line in
+//! `\r\n`). read_text gives back a schedule equal to `s`. Throws invalid_schedule when `s` is not
+//! self-consistent (rank lists ≠ problem.ranks, placement sizes ≠ problem) or holds an action with
+//! no string form.
 inline std::string to_text(const Schedule& s) {
   const Problem& p = s.problem;
   auto bad = [](const std::string& why) {
@@ -429,20 +434,21 @@ inline std::string to_text(const Schedule& s) {
   if (s.placement.stages() != p.stages)
     bad("the placement maps " + std::to_string(s.placement.stages()) +
         " stages but problem.stages = " + std::to_string(p.stages) + "; they must agree");
-  std::string out = "# pipesched schedule\n";
+  const char* const eol = s.crlf ? "\r\n" : "\n";
+  std::string out = std::string("# pipesched schedule") + eol;
   std::string name = s.name;
   for (char& c : name)
     if (c == '\n' || c == '\r') c = ' ';
   if (std::string_view t = detail::io::trim(name); !t.empty())
-    out += "name " + std::string(t) + "\n";
+    out += "name " + std::string(t) + eol;
   out += "ranks " + std::to_string(p.ranks) + " stages " + std::to_string(p.stages) +
          " microbatches " + std::to_string(p.microbatches) + " slices " + std::to_string(p.slices);
   if (p.replicas != 1) out += " replicas " + std::to_string(p.replicas);  // Chimera's two
-  out += "\n";
+  out += eol;
   out += "placement";
   for (int r : s.placement.rank_of_stage())
     out += " " + std::to_string(r);
-  out += "  # " + s.placement.describe() + "\n";
+  out += "  # " + s.placement.describe() + eol;
   auto in_range = [&](const Action& a, int stage, int microbatch, int slice) {
     if (stage >= p.stages || microbatch >= p.microbatches || slice >= p.slices)
       bad("action " + format_action(a) + " lies outside the problem (stages = " +
@@ -459,7 +465,7 @@ inline std::string to_text(const Schedule& s) {
     out += "rank " + std::to_string(r) + ":";
     for (const Action& a : s.ranks[r])
       out += " " + (a.kind == OpKind::Idle ? "-" : format_action(a));
-    out += "\n";
+    out += eol;
   }
   return out;
 }

@@ -4,16 +4,21 @@
 // receive goes right before its consumer, preceded by the receives of the messages the same
 // sender sent to this rank earlier that are not yet posted. A send's wait goes after the
 // backward of its unit (a forward output) or at the end of the list (an input gradient).
-// Neither adds a wait the compute-only schedule did not have; see docs/design.md.
+// Neither adds a wait the compute-only schedule did not have; see docs/design.md. With a
+// budget of outstanding sends (PyTorch's `max_outstanding_sends`) the lists are built
+// differently; see pass/detail/send_budget.hpp.
 #pragma once
 
 #include <cstddef>
 #include <map>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/pass/detail/send_budget.hpp"
 
 namespace pipesched {
 
@@ -22,6 +27,12 @@ struct LowerOptions {
   //! Add a WaitSendF / WaitSendB for every send (PyTorch 2.15 refuses sends without one).
   //! Without them every send completes at the end of the step.
   bool wait_sends = true;
+  //! At most this many sends of a rank posted and not yet waited for (PyTorch's
+  //! `max_outstanding_sends`, whose runtime otherwise moves waits itself or refuses the file);
+  //! 0, the default, sets no limit. With a limit the oldest open send's wait is placed before
+  //! a send that would exceed it, and each receive is posted when its send is placed, so that
+  //! no wait can block on a receive not yet posted. Needs `wait_sends`; must be >= 0.
+  int max_outstanding_sends = 0;
 };
 
 namespace detail {
@@ -33,8 +44,22 @@ using MessageId = std::tuple<bool, int, int, int>;
 
 //! Returns `s` with sends and receives for every cross-rank dependency, each channel's
 //! receives in the order of its sends, and (with `options.wait_sends`) a wait for every
-//! send. A schedule that already has communication actions is returned unchanged.
+//! send, at most `options.max_outstanding_sends` of them open per rank when that is set. A
+//! schedule that already has communication actions is returned unchanged. Throws
+//! invalid_argument for a negative budget or one without `wait_sends`, and invalid_schedule
+//! when a budget is set and the compute-only schedule deadlocks.
 inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}) {
+  if (options.max_outstanding_sends < 0)
+    throw invalid_argument(
+        "LowerOptions.max_outstanding_sends = " + std::to_string(options.max_outstanding_sends) +
+            " is negative; give 0 for no limit or the most sends a rank may "
+            "have outstanding (1 or more)",
+        "LowerOptions.max_outstanding_sends", std::to_string(options.max_outstanding_sends));
+  if (options.max_outstanding_sends > 0 && !options.wait_sends)
+    throw invalid_argument(
+        "LowerOptions.max_outstanding_sends = " + std::to_string(options.max_outstanding_sends) +
+            " limits sends without their wait, so it needs wait_sends = true",
+        "LowerOptions.max_outstanding_sends", std::to_string(options.max_outstanding_sends));
   if (s.has_comm()) return s;
   Schedule out = s;
   const Placement& pl = s.placement;
@@ -69,6 +94,8 @@ inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}
     bool forward;
     int to_stage, microbatch, slice;
   };
+  if (options.max_outstanding_sends > 0)
+    return detail::lower_with_send_budget(s, options.max_outstanding_sends, cross);
   std::vector<std::unordered_map<int, std::vector<Msg>>> channel(static_cast<std::size_t>(n));
   struct Place {
     int from, to;       // sending and receiving rank

@@ -106,14 +106,23 @@ TEST(ActionString, EveryKindRoundTripsOverAGrid) {
   EXPECT_EQ(checked, 8 * 3 * 3 * 2 + 3 * 3 * 2 * 2 + 4);
 }
 
-TEST(ActionString, BwIsReadAsFullBackwardAndWrittenAsB) {
+TEST(ActionString, BwIsReadAsFullBackwardAndWrittenBackAsBw) {
   EXPECT_EQ(parse_action("2BW0"), Action::make(OpKind::B, 2, 0));
-  EXPECT_EQ(format_action(parse_action("2BW0")), "2B0");
+  EXPECT_TRUE(parse_action("2BW0").spelled_bw);
+  EXPECT_FALSE(parse_action("2B0").spelled_bw);
+  EXPECT_EQ(format_action(parse_action("2BW0")), "2BW0");
+  EXPECT_EQ(format_action(parse_action("2B0")), "2B0");
+  EXPECT_EQ(format_action(Action::make(OpKind::B, 2, 0)), "2B0");
   EXPECT_EQ(parse_action("3BW1.2"), Action::make(OpKind::B, 3, 1, 2));
+  EXPECT_EQ(format_action(parse_action("3BW1.2")), "3BW1.2");
   Action o = parse_action("(0F1;5BW2)OVERLAP_F_B");
   EXPECT_EQ(o.kind, OpKind::Overlap);
   EXPECT_EQ(o.backward_half(), Action::make(OpKind::B, 5, 2));
-  EXPECT_EQ(format_action(o), "(0F1;5B2)OVERLAP_F_B");
+  EXPECT_TRUE(o.backward_half().spelled_bw);
+  EXPECT_EQ(format_action(o), "(0F1;5BW2)OVERLAP_F_B");
+  EXPECT_EQ(format_action(parse_action("(0F1;5B2)OVERLAP_F_B")), "(0F1;5B2)OVERLAP_F_B");
+  // BW is not a kind of its own: no other kind takes the W.
+  EXPECT_THROW((void)parse_action("2FW0"), parse_error);
 }
 
 TEST(ActionString, IdleFormatsAsEmptyString) {

@@ -2,8 +2,10 @@
 // placement and write back byte-identical; errors name the line and the column.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <ostream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/io/csv.hpp"
+#include "pipesched/io/text.hpp"
 
 namespace pipesched {
 namespace {
@@ -86,6 +89,33 @@ TEST_P(PyTorchCsv, CrlfLineEndingsReadTheSame) {
   EXPECT_TRUE(b.crlf);
   EXPECT_EQ(to_csv(a), bytes);
   EXPECT_EQ(to_csv(b), crlf);
+}
+
+// Every PyTorch file in the test data, and the same file with each full backward spelled BW
+// (PyTorch's other spelling), reads and writes back byte-identical, as CSV and through the text
+// form.
+TEST(PyTorchCsv, EveryDataFileAndItsBwSpellingRoundTrip) {
+  int files = 0, bw_cells = 0;
+  for (const char* dir : {"/pytorch", "/pytorch215"})
+    for (const auto& e :
+         std::filesystem::directory_iterator(std::string(PIPESCHED_TEST_DATA_DIR) + dir)) {
+      if (e.path().extension() != ".csv") continue;
+      SCOPED_TRACE(e.path().string());
+      const std::string bytes = file_bytes(e.path().string());
+      static const std::regex full_backward("(\\d+)B(\\d)");
+      const std::string bw = std::regex_replace(bytes, full_backward, "$1BW$2");
+      for (const std::string& content : {bytes, bw}) {
+        const Schedule s = from_csv(content);
+        EXPECT_EQ(to_csv(s), content);
+        std::istringstream text(to_text(s));
+        EXPECT_EQ(to_csv(read_text(text)), content);
+      }
+      EXPECT_EQ(from_csv(bw), from_csv(bytes));  // the spelling is all that differs
+      bw_cells += static_cast<int>(bw.size() - bytes.size());
+      ++files;
+    }
+  EXPECT_EQ(files, 5);
+  EXPECT_GT(bw_cells, 20);
 }
 
 // PyTorch 2.15's dumps of Interleaved 1F1B (2 ranks, 4 stages, 4 microbatches), written with

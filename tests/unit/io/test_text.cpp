@@ -80,6 +80,31 @@ TEST(Text, RoundTripsSchedulesExactly) {
   }
 }
 
+// A file with CRLF line ends is written back with them, as a CSV is; one with LF stays LF.
+TEST(Text, KeepsTheLineEndsOfItsInput) {
+  for (const Schedule& s : schedules_to_round_trip()) {
+    SCOPED_TRACE(s.name);
+    const std::string lf = to_text(s);
+    ASSERT_EQ(lf.find('\r'), std::string::npos);
+    std::string crlf;
+    for (char c : lf)
+      crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+    const Schedule a = from_text(lf), b = from_text(crlf);
+    EXPECT_EQ(a, b);
+    EXPECT_FALSE(a.crlf);
+    EXPECT_TRUE(b.crlf);
+    EXPECT_EQ(to_text(a), lf);
+    EXPECT_EQ(to_text(b), crlf);
+  }
+  // The first line decides, as for CSV; a CSV read with CRLF is written as CRLF text too.
+  EXPECT_TRUE(from_text("ranks 1 stages 1 microbatches 1\r\nplacement linear\nrank 0: 0F0\n").crlf);
+  EXPECT_FALSE(from_text("ranks 1 stages 1 microbatches 1\nplacement linear\r\nrank 0:\r\n").crlf);
+  std::istringstream csv("0F0,0B0\r\n");
+  const std::string text = to_text(read_csv(csv, "c"));
+  EXPECT_NE(text.find("rank 0: 0F0 0B0\r\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\n"), text.find("\r\n") + 1);
+}
+
 TEST(Text, KeepsTheNameAndFallsBackToTheSource) {
   Schedule s = custom_schedule();
   EXPECT_EQ(from_text(to_text(s)).name, "custom");

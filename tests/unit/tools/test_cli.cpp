@@ -219,6 +219,58 @@ TEST(Cli, RenderAndConvert) {
   EXPECT_EQ(slurp(dir / "s.csv"), slurp(data("zb1p_2rank_2stagep_comms.csv")));
 }
 
+// convert --format pytorch validates first: a schedule PyTorch's runtime would run wrong or hang
+// on is refused and nothing is written; an empty --format is refused, naming the three forms.
+TEST(Cli, ConvertForPyTorchValidatesFirst) {
+  const auto dir = scratch();
+  const auto bad = dir / "deadlock.csv", out = dir / "deadlock_out.csv";
+  std::ofstream(bad, std::ios::binary) << "0F0,0B0\n1B0,1F0\n";  // stage 1's B before its F
+  std::filesystem::remove(out);
+  CliRun r = run("convert '" + bad.string() + "' '" + out.string() + "' --format pytorch");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("deadlock"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // The other forms still convert it: they are for editing, not for PyTorch.
+  r = run("convert '" + bad.string() + "' '" + out.string() + "' --format csv");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(out), slurp(bad));
+  r = run("convert '" + bad.string() + "' - --format ''");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--format takes csv, pytorch or text, got ''"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// generate --comm --max-outstanding-sends N: at most N sends of a rank open, counted here.
+TEST(Cli, GenerateKeepsTheSendBudget) {
+  for (int budget : {1, 2}) {
+    CliRun r =
+        run("generate --schedule zb-v --ranks 4 --microbatches 8 --comm "
+            "--max-outstanding-sends " +
+            std::to_string(budget));
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::istringstream in(r.out);
+    const ps::Schedule s = ps::read_csv(in, "budget");
+    EXPECT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
+    int most = 0;
+    for (const auto& list : s.ranks) {
+      int open = 0;
+      for (const ps::Action& a : list) {
+        if (a.kind == ps::OpKind::SendF || a.kind == ps::OpKind::SendB)
+          most = std::max(most, ++open);
+        if (ps::is_wait_send(a.kind)) --open;
+      }
+    }
+    EXPECT_EQ(most, budget);
+  }
+  CliRun r = run("generate --schedule 1f1b --ranks 2 --microbatches 4 --max-outstanding-sends 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("give --comm too"), std::string::npos) << r.err;
+  r = run("generate --schedule 1f1b --ranks 2 --microbatches 4 --comm --max-outstanding-sends 0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--max-outstanding-sends needs a whole number from 1"), std::string::npos)
+      << r.err;
+}
+
 // ---------------------------------------------------------------------------------------
 // Checkpointing and memory budgets
 
