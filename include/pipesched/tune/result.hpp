@@ -140,8 +140,10 @@ struct TuneResult {
 //! whichever thread settles a candidate).
 using ProgressFn = std::function<void(int done, int total, const TunePlan* best)>;
 
-//! "interleaved-1f1b x2, 64 mb of 2, mario (12 R)": the configuration in a few words; a
-//! cluster plan starts with its degrees ("pp 4 x dp 2 x tp 2, ").
+//! "interleaved-1f1b x2, 64 mb of 2, mario (12 recomputes)": the configuration in a few
+//! words, every checkpointed plan with its recompute count ("mario (0 recomputes)" where the
+//! base fits the budget as it is); a cluster plan starts with its degrees ("pp 4 x dp 2 x tp
+//! 2, ").
 inline std::string describe(const TunePlan& p) {
   std::string s;
   if (p.data > 1 || p.tensor > 1)
@@ -155,7 +157,8 @@ inline std::string describe(const TunePlan& p) {
   if (p.fitted) s += ", fitted";
   s += ", ";
   s += checkpoint_name(p);
-  if (p.recomputes > 0) s += " (" + std::to_string(p.recomputes) + " R)";
+  if (p.recomputes > 0 || p.checkpoint != CheckpointMode::None || !p.checkpoint_policy.empty())
+    s += " (" + std::to_string(p.recomputes) + (p.recomputes == 1 ? " recompute)" : " recomputes)");
   return s;
 }
 
