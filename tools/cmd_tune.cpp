@@ -6,6 +6,7 @@
 
 #include <sys/ioctl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -13,8 +14,8 @@
 #include <variant>
 #include <vector>
 
-#include "cmd_tune.hpp"
 #include "cli.hpp"
+#include "cmd_tune.hpp"
 #include "pipesched/io/detail/render_common.hpp"
 #include "pipesched/tune/tune.hpp"
 
@@ -35,9 +36,15 @@ std::string time_left(double seconds) {
 //! whatever the previous text left, cut to the terminal's width so that it never wraps (a
 //! wrapped line cannot be rewritten), with an estimate of the time left. Ends its line when
 //! the search ends, however it ends.
+//!
+//! The estimate is the candidates left at the rate measured over the last few seconds of
+//! settled candidates (setup before the first, and a phase of cheap candidates long past, do
+//! not count), and never more than --time-limit leaves; "time left unknown" until a second
+//! of candidates has been measured.
 class ProgressLine {
  public:
-  explicit ProgressLine(bool show) : show_(show), start_(Clock::now()) {
+  ProgressLine(bool show, double time_limit)
+      : show_(show), time_limit_(time_limit), start_(Clock::now()) {
     winsize ws{};
     if (show_ && ::isatty(2) && ::ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20)
       width_ = ws.ws_col - 1;
@@ -57,9 +64,9 @@ class ProgressLine {
     const double elapsed = std::chrono::duration<double>(now - start_).count();
     std::string text =
         "tune: " + std::to_string(done) + "/" + std::to_string(total) + " candidates";
-    if (done < total && done > 0)
-      text += ", " + time_left(elapsed / done * (total - done));
-    else if (done >= total)
+    if (done < total)
+      text += ", " + estimate(now, done, total, elapsed);
+    else
       text += " in " + detail::format_number(elapsed, 3) + " s";
     if (best)
       text += (done < total ? ", best so far: " : ", best: ") + describe(*best) + ", step " +
@@ -74,8 +81,37 @@ class ProgressLine {
 
  private:
   using Clock = std::chrono::steady_clock;
+
+  //! The time left after `done` of `total` candidates, `elapsed` seconds into the search.
+  std::string estimate(Clock::time_point now, int done, int total, double elapsed) {
+    const double limit_left = time_limit_ > 0 ? std::max(0.0, time_limit_ - elapsed) : -1;
+    if (done > 0 && samples_.empty()) samples_.push_back({now, done});
+    // The rate over the last 10 s: the oldest sample within them, one older kept as the base.
+    while (samples_.size() > 1 && now - samples_[1].at > std::chrono::seconds(10))
+      samples_.erase(samples_.begin());
+    std::string text = "time left unknown";
+    if (!samples_.empty() && now - samples_.front().at >= std::chrono::seconds(1) &&
+        done > samples_.front().done) {
+      const double seconds = std::chrono::duration<double>(now - samples_.front().at).count();
+      const double left = (total - done) * seconds / (done - samples_.front().done);
+      text = limit_left >= 0 && limit_left < left ? time_left(limit_left) + " (--time-limit)"
+                                                  : time_left(left);
+    } else if (limit_left >= 0) {
+      text = "at most " + time_left(limit_left).substr(6) + " (--time-limit)";
+    }
+    if (done > 0 && (samples_.empty() || samples_.back().done != done))
+      samples_.push_back({now, done});
+    return text;
+  }
+
+  struct Sample {
+    Clock::time_point at;
+    int done;
+  };
   bool show_;
+  double time_limit_;
   Clock::time_point start_;
+  std::vector<Sample> samples_;  // (time, candidates settled), the last 10 s
   Clock::time_point last_{};
   std::size_t width_ = 160;  // off a terminal: long enough for any line, still bounded
   std::size_t printed_ = 0;
@@ -84,7 +120,7 @@ class ProgressLine {
 //! The search `c` asks for, with its progress line; the library's refusals as usage_error.
 TuneResult run_search(const TuneCommand& c) {
   const TuneRequest& req = c.req;
-  ProgressLine line(c.progress || ::isatty(2));
+  ProgressLine line(c.progress || ::isatty(2), req.time_limit);
   auto progress = [&](int done, int total, const TunePlan* best) {
     line.update(done, total, best, c.units.time);
   };

@@ -38,7 +38,11 @@ void check_grid(const TuneRequest& req, const std::vector<std::pair<int, int>>& 
       const std::vector<int> own{g.default_chunks}, whole{1};
       std::vector<bool> fines{false};
       if (req.fine_wgrad && g.split) fines.push_back(true);
-      for (int c : g.chunks_vary ? req.chunks : own) {
+      std::vector<int> chunks = req.chunks;
+      if (req.every_equal_chunks)
+        for (int c : equal_split_chunks(layers, ranks))
+          if (std::find(chunks.begin(), chunks.end(), c) == chunks.end()) chunks.push_back(c);
+      for (int c : g.chunks_vary ? chunks : own) {
         // A model too shallow for these stages refuses them before any schedule is built.
         if (layers > 0 && (ranks > layers || (g.chunks_vary && ranks * c > layers))) continue;
         for (int b : req.microbatch_sizes) {
@@ -50,12 +54,15 @@ void check_grid(const TuneRequest& req, const std::vector<std::pair<int, int>>& 
                 if (!configs.emplace(ranks, std::string(g.name), c, b, k, fine, fitted).second)
                   continue;
                 if (configs.size() > max_tune_configurations)
-                  throw usage_error("the search grid has over " + grouped(max_tune_configurations) +
-                                    " configurations (" +
-                                    (pipelines.size() > 1 ? "pipelines of --gpus x " : "") +
-                                    "--bases x --chunks x --microbatch-sizes x --slices" +
-                                    (req.fine_wgrad ? " x --fine-wgrad" : "") +
-                                    "); give fewer values in those lists");
+                  throw usage_error(
+                      "the search grid has over " + grouped(max_tune_configurations) +
+                      " configurations (" + (pipelines.size() > 1 ? "pipelines of --gpus x " : "") +
+                      "--bases x --chunks x --microbatch-sizes x --slices" +
+                      (req.fine_wgrad ? " x --fine-wgrad" : "") +
+                      "); give fewer values in those lists" +
+                      (req.every_equal_chunks ? " (--chunks 2,4 tries fewer chunk counts than "
+                                                "the default)"
+                                              : ""));
                 WGradChoice w;
                 w.mode = fine ? WGradMode::Split : g.default_wgrad;
                 w.fine = fine;
@@ -106,6 +113,8 @@ void parse_search_options(const Args& a, TuneRequest& req) {
       }
     }
   }
+  // By default also every count cutting the model into equal stages (TransformerCost).
+  req.every_equal_chunks = !a.has("--chunks");
   if (a.has("--chunks")) req.chunks = parse_int_list("--chunks", a.get("--chunks"), 1, 64);
   if (a.has("--checkpoint")) {
     req.checkpoints.clear();
@@ -306,7 +315,10 @@ std::vector<OptionSpec> tune_option_specs() {
        "device (memory less weights, gradients, optimizer state and workspace), else none",
        "X"},
       {"--bases", true, "base schedules (default 1f1b,interleaved-1f1b,zb-h1)", "LIST"},
-      {"--chunks", true, "chunks tried for interleaved-1f1b (default 2,4)", "LIST"},
+      {"--chunks", true,
+       "chunks per rank tried for interleaved-1f1b (default 2, 4 and, with --model, every count "
+       "that cuts the model into equal stages: 2,3,4,6 for 24 layers over 4 ranks)",
+       "LIST"},
       {"--microbatch-sizes", true,
        "sequences per microbatch tried, with --model (default 1,2,4,8); UniformCost's figures "
        "are per microbatch, so without --model the size is 1",

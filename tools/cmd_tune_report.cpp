@@ -1,6 +1,7 @@
 // pipesched tune, printing what the search found: as text (the bests, each pair's best, the
 // search, the notes) or as one JSON object (docs/cli.md), each plan with the `pipesched
 // simulate` command that reproduces its step time and its schedule in the text form.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -132,22 +133,121 @@ void plan_json(json::Writer& w, const std::optional<TunePlan>& plan, const Comma
   w.end_array().field("schedule_text", to_text(p.schedule)).end_object();
 }
 
-//! A plan's step time in the cost model's unit, with how much faster the best plan is.
-std::string step_of(const TunePlan& p, const TuneResult& r, const Units& units) {
-  std::string s = detail::format_time(p.makespan, units.time, 6);
-  if (r.best && p.makespan > r.best->makespan * (1 + 1e-12))
-    s += "  (best is " + detail::format_number(p.makespan / r.best->makespan, 4) + "x faster)";
-  return s;
+//! The widest line of the text report.
+constexpr std::size_t report_width = 100;
+
+//! Columns `text` takes on a terminal (UTF-8: continuation bytes take none).
+std::size_t columns(const std::string& text) {
+  std::size_t n = 0;
+  for (char ch : text)
+    n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+  return n;
 }
 
-//! One of the bests as a row: "best:", the plan in a few words, its step.
+//! Prints `text` (`first` before it) in lines of at most report_width columns, broken at
+//! spaces, each further line indented by `indent` spaces; `end` closes every line but the
+//! last (" \\" keeps a command one shell command). A word longer than a line is left whole.
+//! `glue` (when not '\\0') joins words that stay together; it prints as a space.
+void print_wrapped(const std::string& first, const std::string& text, std::size_t indent,
+                   const std::string& end = "", char glue = '\0') {
+  auto put = [&](std::string out) {
+    if (glue != '\0') std::replace(out.begin(), out.end(), glue, ' ');
+    std::fputs(out.c_str(), stdout);
+  };
+  std::string line = first;
+  std::size_t at = 0;
+  bool empty = true;  // no word of `text` on this line yet
+  while (at < text.size()) {
+    std::size_t next = text.find(' ', at);
+    if (next == std::string::npos) next = text.size();
+    const std::string word = text.substr(at, next - at);
+    at = next + 1;
+    if (word.empty()) {
+      if (empty) line += ' ';  // the padding of a column, before any word
+      continue;
+    }
+    const std::size_t wide = columns(line) + (empty ? 0 : 1) + columns(word);
+    if (!empty && wide + (at < text.size() ? columns(end) : 0) > report_width) {
+      put(line + end + "\n");
+      line.assign(indent, ' ');
+      empty = true;
+    }
+    line += (empty ? "" : " ") + word;
+    empty = false;
+  }
+  put(line + "\n");
+}
+
+//! A command line with the spaces inside each option's value (quoted) and between an option and
+//! its value replaced by `glue`, so that print_wrapped breaks it only before an option.
+std::string glued_options(const std::string& command, char glue) {
+  std::string out = command;
+  bool quoted = false;
+  std::size_t word = 0;  // where the current word starts
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == '\'') quoted = !quoted;
+    if (out[i] != ' ') continue;
+    const bool option = out.compare(word, 2, "--") == 0;
+    const bool next_option = out.compare(i + 1, 2, "--") == 0;
+    if (quoted || (option && !next_option)) {
+      out[i] = glue;
+      continue;
+    }
+    word = i + 1;
+  }
+  return out;
+}
+
+//! What joins the words print_wrapped keeps on one line.
+constexpr char glue = '\x01';
+
+//! `text` with its spaces glued: print_wrapped keeps it on one line.
+std::string unbroken(std::string text) {
+  std::replace(text.begin(), text.end(), ' ', glue);
+  return text;
+}
+
+//! `v` with `digits` digits after the point ("%.2f").
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+//! `text` padded with spaces to `width` columns.
+std::string padded(std::string text, std::size_t width) {
+  const std::size_t n = columns(text);
+  if (n < width) text.append(width - n, ' ');
+  return text;
+}
+
+//! A plan's step time in the cost model's unit.
+std::string step_text(const TunePlan& p, const Units& units) {
+  return detail::format_time(p.makespan, units.time, 6);
+}
+
+//! How much faster the best plan is, where it is: "  (best is 1.2x faster)".
+std::string behind_best(const TunePlan& p, const TuneResult& r) {
+  if (!r.best || p.makespan <= r.best->makespan * (1 + 1e-12)) return "";
+  return " (best is " + detail::format_number(p.makespan / r.best->makespan, 4) + "x faster)";
+}
+
+//! The column where the best rows' plans start.
+constexpr std::size_t label_width = 26;
+
+//! One of the bests as a row: "best:", the plan in a few words, its step, wrapped under the
+//! plan's column.
 void print_row(const char* what, const std::optional<TunePlan>& p, const TuneResult& r,
                const Units& units) {
+  const std::string label = padded(what, label_width) + " ";
   if (!p) {
-    std::printf("%-26s none fits\n", what);
+    std::printf("%snone fits\n", label.c_str());
     return;
   }
-  std::printf("%-26s %-58s step %s\n", what, describe(*p).c_str(), step_of(*p, r, units).c_str());
+  print_wrapped(
+      label,
+      describe(*p) + ", " + unbroken("step " + step_text(*p, units)) + unbroken(behind_best(*p, r)),
+      label_width + 1, "", glue);
 }
 
 }  // namespace
@@ -209,38 +309,54 @@ void print_tune_text(const TuneResult& r, const TuneCommand& c) {
   const CommandContext& ctx = c.context;
   const Units& units = c.units;
   const bool tc = c.transformer;
+  // Every line is at most report_width columns: longer ones wrap at spaces, under their
+  // column (the command with shell continuations, so that it still pastes as one).
+  const std::string margin(label_width + 1, ' ');
   print_row("best:", r.best, r, units);
   if (r.best) {
     if (tc)
-      std::printf(
-          "%-26s MFU %.1f%% (causal attention; %.1f%% counting it in full, as PaLM and "
-          "Megatron-LM do), largest GPU's memory %s\n",
-          "", 100 * r.best->mfu, 100 * r.best->mfu_usual,
-          detail::format_memory(r.best->peak_memory, units.memory, 4).c_str());
-    std::printf("%-26s %s\n", "", plan_command(*r.best, ctx).c_str());
+      print_wrapped(margin,
+                    "MFU " + fixed(100 * r.best->mfu, 1) + "% (causal attention; " +
+                        fixed(100 * r.best->mfu_usual, 1) +
+                        "% counting it in full, as PaLM and Megatron-LM do), largest GPU's "
+                        "memory " +
+                        detail::format_memory(r.best->peak_memory, units.memory, 4),
+                    label_width + 1);
+    print_wrapped(margin, glued_options(plan_command(*r.best, ctx), glue), label_width + 3, " \\",
+                  glue);
   }
   print_row("best without checkpoint:", r.best_without_checkpoint, r, units);
   print_row("best conventional:", r.best_conventional, r, units);
   print_row("best Mario:", r.best_mario, r, units);
+  // The pairs: schedule, checkpoint mode and step in columns, the plan after them (wrapped
+  // under its column).
   std::printf("\nbest of each schedule and checkpoint mode:\n");
-  std::printf("  %-18s %-16s %-64s %s\n", "schedule", "checkpoint", "plan", "step");
-  for (const TuneBaseline& b : r.baselines)
-    std::printf("  %-18s %-16s %-64s %s\n", b.base.c_str(), to_string(b.checkpoint),
-                b.plan ? describe(*b.plan).c_str() : "none fits",
-                b.plan ? step_of(*b.plan, r, units).c_str() : "");
-  std::printf(
-      "searched %d candidates in %.2f s on %d thread%s (%d refused, %d over budget, %d "
-      "pruned)%s\n",
-      r.candidates_tried, r.seconds, r.threads, r.threads == 1 ? "" : "s", r.candidates_refused,
-      r.candidates_over_budget, r.candidates_pruned,
-      r.cut ? ("; cut by --time-limit after " + std::to_string(r.candidates_tried) + " of " +
-               std::to_string(r.candidates_total))
-                  .c_str()
-            : "");
+  const std::size_t plan_column = 2 + 17 + 16 + 14;
+  std::printf("  %-17s%-16s%-14s%s\n", "schedule", "checkpoint", "step", "plan");
+  for (const TuneBaseline& b : r.baselines) {
+    const std::string head = "  " + padded(b.base, 16) + " " + padded(to_string(b.checkpoint), 15) +
+                             " " + padded(b.plan ? step_text(*b.plan, units) : "", 13) + " ";
+    const std::string behind = b.plan ? behind_best(*b.plan, r) : "";
+    print_wrapped(head,
+                  b.plan
+                      ? describe(*b.plan) + (behind.empty() ? "" : " " + unbroken(behind.substr(1)))
+                      : "none fits",
+                  plan_column, "", glue);
+  }
+  const std::string summary =
+      "searched " + std::to_string(r.candidates_tried) + " candidates in " + fixed(r.seconds, 2) +
+      " s on " + std::to_string(r.threads) + " thread" + (r.threads == 1 ? "" : "s") + " (" +
+      std::to_string(r.candidates_refused) + " refused, " +
+      std::to_string(r.candidates_over_budget) + " over budget, " +
+      std::to_string(r.candidates_pruned) + " pruned)" +
+      (r.cut ? "; " + unbroken("cut by --time-limit") + " after " +
+                   std::to_string(r.candidates_tried) + " of " + std::to_string(r.candidates_total)
+             : "");
+  print_wrapped("", summary, 2, "", glue);
   for (const TuneNote& n : r.notes) {
-    std::string line = "note: " + n.configuration + ": " + words_of(n.message, "tune");
+    std::string line = n.configuration + ": " + words_of(n.message, "tune");
     if (n.count > 1) line += " (\xC3\x97" + std::to_string(n.count) + ")";
-    std::printf("%s\n", line.c_str());
+    print_wrapped("note: ", line, 6);
   }
 }
 

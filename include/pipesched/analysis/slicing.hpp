@@ -84,12 +84,17 @@ inline void check_slice_count(int sequence, int slices, const char* who) {
 class SpanTimer {
  public:
   //! Times through `stages` even stages of `base`'s model (one per rank, linear placement).
+  //! `base`'s own layer split (Parallelism::layers and split, which count the stages of the
+  //! schedule it prices) is replaced by the even one: the lengths depend on the model and the
+  //! rank count only, so any schedule of those ranks, whatever its stages, reproduces them.
   SpanTimer(const TransformerCost& base, int stages)
       : cost_(base),
         problem_{.ranks = stages, .stages = stages, .microbatches = 1, .slices = 1},
         placement_(Placement::linear(stages)) {
     cost_.slice_lengths.clear();
     cost_.slice_lengths.reserve(3);
+    cost_.parallel.layers.clear();
+    cost_.parallel.split = LayerSplit::Even;
     // Surfaces a bad model, device or stage count once, with the cost model's message.
     cost_.check(CostContext{problem_, placement_, 1});
   }
@@ -133,9 +138,9 @@ inline void check_lengths(const std::vector<int>& lengths, int sequence, const c
     sum += lengths[k];
   }
   if (sum != sequence)
-    throw invalid_problem(detail::who_prefix(who) + "the slice lengths sum to " + std::to_string(sum) +
-                          " tokens but the sequence has " + std::to_string(sequence) +
-                          "; they must cover it exactly.");
+    throw invalid_problem(detail::who_prefix(who) + "the slice lengths sum to " +
+                          std::to_string(sum) + " tokens but the sequence has " +
+                          std::to_string(sequence) + "; they must cover it exactly.");
 }
 
 //! The TeraPipe time of a span: forward plus backward on the busier of the first stage (the
@@ -178,7 +183,8 @@ inline double slice_forward_time(const TransformerCost& cost, SliceSpan span) {
 //! time through the whole model (slice_forward_time) to within the cost of one token: the
 //! first K − 1 slices are cut as long as a target time allows, the last takes the rest, and
 //! the target is the least one at which the rest fits (bisection). A later slice attends to
-//! a longer prefix, so the lengths never increase. `base.slice_lengths` is ignored. Throws
+//! a longer prefix, so the lengths never increase. `base.slice_lengths` and its layer split
+//! (Parallelism::layers, split) are ignored. Throws
 //! invalid_problem for a bad model or device, K < 1 or K > sequence.
 inline std::vector<int> balanced_slices(const TransformerCost& base, int slices) {
   constexpr const char* who = "balanced_slices";
@@ -349,9 +355,10 @@ inline std::vector<int> terapipe_cut(SpanTimer& time, const std::vector<int>& gr
 //! points within the old step of each boundary found (at most 8 new steps either side). The
 //! result is exact on the first grid (and so for sequences up to 256 tokens) and, since the
 //! uniform and balanced cuts are on every grid, never worse than uniform_slices or
-//! balanced_slices on this objective. With ranks = 1 the objective is Σ t_k. Throws invalid_problem
-//! for a bad model or device, K < 1, K > sequence, K > terapipe_max_slices, or more ranks than
-//! layers.
+//! balanced_slices on this objective. With ranks = 1 the objective is Σ t_k. The model is
+//! split evenly whatever `base`'s layer split (Parallelism::layers, split). Throws
+//! invalid_problem for a bad model or device, K < 1, K > sequence, K > terapipe_max_slices, or
+//! more ranks than layers.
 inline std::vector<int> terapipe_slices(const TransformerCost& base, int slices, int ranks) {
   constexpr const char* who = "terapipe_slices";
   detail::check_slice_count(base.model.sequence, slices, who);

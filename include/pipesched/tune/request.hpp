@@ -3,6 +3,7 @@
 // Included by pipesched/tune/tune.hpp, the tuner's entry header.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <optional>
@@ -23,6 +24,17 @@ namespace pipesched {
 
 //! What to search. Numbers are run-time values (designated initializers:
 //! `TuneRequest{.ranks = 8, .global_batch = 64}`).
+//! The chunk counts per rank c >= 2 that cut a model of `layers` layers into ranks x c stages
+//! of equal layers (c divides layers / ranks), up to 64, in increasing order; empty when none
+//! does (or layers < 1).
+inline std::vector<int> equal_split_chunks(int layers, int ranks) {
+  std::vector<int> out;
+  if (layers < 1 || ranks < 1 || layers % ranks != 0) return out;
+  for (int c = 2; c <= std::min(64, layers / ranks); ++c)
+    if ((layers / ranks) % c == 0) out.push_back(c);
+  return out;
+}
+
 struct TuneRequest {
   int ranks = 1;         //!< pipeline size p (ranks = devices)
   int global_batch = 1;  //!< sequences per training step, split into microbatches
@@ -30,6 +42,9 @@ struct TuneRequest {
   std::vector<std::string> bases{"1f1b", "interleaved-1f1b", "zb-h1"};
   //! Chunks per rank tried for generators that take a chunk count (interleaved-1f1b).
   std::vector<int> chunks{2, 4};
+  //! Also every chunk count that cuts the model into equal stages (equal_split_chunks), where
+  //! the cost model counts layers (TransformerCost), beside `chunks`.
+  bool every_equal_chunks = false;
   //! Sequences per microbatch; those not dividing global_batch are left out.
   std::vector<int> microbatch_sizes{1, 2, 4, 8};
   //! Per-rank memory budget in the cost model's memory unit. Empty: what the cost model

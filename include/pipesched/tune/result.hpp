@@ -153,8 +153,10 @@ inline TunePoint point_of(const TunePlan& p, bool fits = true) {
   return t;
 }
 
-//! "interleaved-1f1b x2, 64 mb of 2, mario (12 R)": the configuration in a few words; a
-//! cluster plan starts with its degrees ("pp 4 x dp 2 x tp 2, ").
+//! "interleaved-1f1b x2, 64 mb of 2, mario (12 recomputes)": the configuration in a few
+//! words, every checkpointed plan with its recompute count ("mario (0 recomputes)" where the
+//! base fits the budget as it is); a cluster plan starts with its degrees ("pp 4 x dp 2 x tp
+//! 2, ").
 inline std::string describe(const TunePoint& p) {
   std::string s;
   if (p.data > 1 || p.tensor > 1)
@@ -167,7 +169,8 @@ inline std::string describe(const TunePoint& p) {
   if (p.fine_wgrad) s += ", fine W";
   if (p.fitted) s += ", fitted";
   s += ", " + p.checkpoint;
-  if (p.recomputes > 0) s += " (" + std::to_string(p.recomputes) + " R)";
+  if (p.recomputes > 0 || p.checkpoint != "none")
+    s += " (" + std::to_string(p.recomputes) + (p.recomputes == 1 ? " recompute)" : " recomputes)");
   return s;
 }
 

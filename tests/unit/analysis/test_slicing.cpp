@@ -287,3 +287,18 @@ TEST(Slicing, BadInputsAreRefusedWithTheValue) {
   broken.model.heads = 0;
   expect_invalid_problem([&] { ps::balanced_slices(broken, 2); }, {"ModelShape.heads = 0"});
 }
+
+TEST(Slicing, LengthsIgnoreTheCostsOwnLayerSplit) {
+  // A cost pricing a schedule of 8 stages (explicit layers, or the balanced split) gives the
+  // lengths of the even split: they depend on the model and the rank count only.
+  const ps::TransformerCost even = small_llama(300);
+  ps::TransformerCost listed = even;
+  listed.parallel.layers = {1, 1, 1, 1, 1, 1, 1};
+  ps::TransformerCost split = even;
+  split.parallel.split = ps::LayerSplit::Balanced;
+  for (const ps::TransformerCost* c : {&listed, &split}) {
+    EXPECT_EQ(ps::balanced_slices(*c, 4), ps::balanced_slices(even, 4));
+    EXPECT_EQ(ps::terapipe_slices(*c, 4, 3), ps::terapipe_slices(even, 4, 3));
+    EXPECT_EQ(ps::slice_forward_time(*c, {10, 20}), ps::slice_forward_time(even, {10, 20}));
+  }
+}

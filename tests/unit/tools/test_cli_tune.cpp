@@ -135,10 +135,14 @@ TEST(CliTune, RepeatedNotesArePrintedOnceWithACount) {
       run("tune --ranks 16 --global-batch 64 --model gpt3-1.3b --device a100-80gb "
           "--bases interleaved-1f1b --microbatch-sizes 1,2,4");
   EXPECT_EQ(r.code, 1) << r.err;
+  // A note wraps within 100 columns, its further lines indented: joined, one note each.
   std::vector<std::string> notes;
   std::istringstream lines(r.out);
   for (std::string line; std::getline(lines, line);)
-    if (line.rfind("note: ", 0) == 0) notes.push_back(line);
+    if (line.rfind("note: ", 0) == 0)
+      notes.push_back(line);
+    else if (!notes.empty() && line.rfind("      ", 0) == 0)
+      notes.back() += " " + line.substr(6);
   ASSERT_EQ(notes.size(), 2u) << r.out;
   for (const std::string& n : notes) {
     EXPECT_EQ(n.substr(n.size() - 6),

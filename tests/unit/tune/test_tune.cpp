@@ -737,3 +737,36 @@ TEST(TuneCluster, ShardingLetsALargeModelFitSmallGpus) {
   EXPECT_EQ(sharded.best->data, 2);
   EXPECT_EQ(sharded.best->zero, 2);
 }
+
+// every_equal_chunks adds the counts that cut the model into equal stages, and the search
+// over them finds what each count alone finds; sliced configurations share their cut.
+TEST(Tune, EveryEqualChunkCountIsSearchedBesideTheRequestsOwn) {
+  EXPECT_EQ(ps::equal_split_chunks(24, 2), (std::vector<int>{2, 3, 4, 6, 12}));
+  EXPECT_EQ(ps::equal_split_chunks(24, 5), std::vector<int>{});
+  EXPECT_EQ(ps::equal_split_chunks(0, 2), std::vector<int>{});
+  ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
+  model.sequence = 512;
+  const ps::DeviceSpec device = ps::presets::find_device("h100");
+  ps::TuneRequest req;
+  req.ranks = 2;
+  req.global_batch = 4;
+  req.microbatch_sizes = {1};
+  req.bases = {"interleaved-1f1b", "slice-pipe"};
+  req.slices = {2};
+  req.slicing = ps::SlicingMode::TeraPipe;
+  req.checkpoints = {ps::CheckpointMode::None};
+  req.chunks = {2};
+  req.every_equal_chunks = true;
+  const ps::TuneResult all = ps::tune(req, model, device);
+  ASSERT_TRUE(all.best);
+  double fastest = std::numeric_limits<double>::infinity();
+  for (int c : {2, 3, 4, 6, 12}) {
+    ps::TuneRequest one = req;
+    one.chunks = {c};
+    one.every_equal_chunks = false;
+    const ps::TuneResult r = ps::tune(one, model, device);
+    if (r.best) fastest = std::min(fastest, r.best->makespan);
+  }
+  EXPECT_EQ(all.best->makespan, fastest);
+  EXPECT_GT(all.best->chunks, 2);
+}

@@ -88,10 +88,12 @@ inline bool cannot_beat(double bound, double rival) {
 
 //! Sets each configuration's work bound (average_work_bound), cheap as it needs no schedule;
 //! 0 where the cost model is refused or cannot be sliced (evaluation then says why).
-template <class Cost>
-void set_work_bounds(TuneGrid<Cost>& grid, const TuneRequest& request) {
+//! Stops where `stop()` says so (the rest keep 0).
+template <class Cost, class Stop>
+void set_work_bounds(TuneGrid<Cost>& grid, const TuneRequest& request, Stop&& stop) {
   for (auto& cfg : grid.configs)
     if (grid.costs[cfg.cost]) {
+      if (stop()) return;
       try {
         const Cost cost = grid.cost_of(cfg, request.slicing);
         cfg.work_bound = average_work_bound(cost, cfg.ranks, cfg.microbatches, cfg.slices);

@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -15,6 +18,7 @@
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/core/detail/parallel_for.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
@@ -91,19 +95,73 @@ struct TuneGrid {
   std::vector<std::optional<Cost>> costs;
   std::vector<Message> cost_refusal;      //!< the factory's message where it refused
   std::vector<TuneConfig<Cost>> configs;  //!< in grid order
+  //! Slice lengths by (cost model, slices, ranks), as cut_slices finds them (TeraPipe's DP
+  //! takes a fraction of a second, and many configurations share each cut); where the cut is
+  //! refused, its message. Written before any thread starts, then read only.
+  std::map<std::tuple<std::size_t, int, int>, std::pair<std::vector<int>, Message>> cuts;
 
   //! The cost model of `cfg`, cut into its slices; throws invalid_problem with the factory's
-  //! message where the factory refused its microbatch size.
+  //! message where the factory refused its microbatch size, or the slicing's where it
+  //! refused the cut.
   Cost cost_of(const TuneConfig<Cost>& cfg, SlicingMode slicing) const {
     if (!costs[cfg.cost]) throw invalid_problem(cost_refusal[cfg.cost]);
     Cost cost = *costs[cfg.cost];
     if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
-      if (cfg.slices > 1)
-        static_cast<TransformerCost&>(cost) = with_slicing(cost, slicing, cfg.slices, cfg.ranks);
+      if (cfg.slices > 1) {
+        const auto at = cuts.find({cfg.cost, cfg.slices, cfg.ranks});
+        if (at == cuts.end()) {
+          static_cast<TransformerCost&>(cost) = with_slicing(cost, slicing, cfg.slices, cfg.ranks);
+        } else {
+          if (at->second.first.empty()) throw invalid_problem(at->second.second);
+          cost.slice_lengths = at->second.first;
+        }
+      }
+    } else {
+      (void)slicing;
     }
     return cost;
   }
 };
+
+//! Cuts the slices of every (cost model, slices, ranks) of `grid` once, into grid.cuts, on
+//! `threads` threads, calling `tick()` (serialised) after each cut; stops where `stop()` says
+//! so (cost_of then cuts what is left itself).
+template <class Cost, class Stop, class Tick>
+void cut_slices(TuneGrid<Cost>& grid, SlicingMode slicing, int threads, Stop&& stop, Tick&& tick) {
+  if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+    std::vector<std::tuple<std::size_t, int, int>> keys;
+    for (const auto& cfg : grid.configs) {
+      if (cfg.slices < 2 || !grid.costs[cfg.cost]) continue;
+      const std::tuple<std::size_t, int, int> key{cfg.cost, cfg.slices, cfg.ranks};
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+    std::vector<std::optional<std::pair<std::vector<int>, Message>>> cuts(keys.size());
+    std::mutex ticking;
+    parallel_for(
+        keys.size(), threads,
+        [&](std::size_t n) {
+          const auto& [ci, slices, ranks] = keys[n];
+          auto& cut = cuts[n].emplace();
+          try {
+            cut.first = slice_lengths(*grid.costs[ci], slicing, slices, ranks);
+          } catch (const invalid_problem& e) {
+            cut.first.clear();
+            cut.second = e.message();
+          }
+          std::lock_guard<std::mutex> lock(ticking);
+          tick();
+        },
+        stop);
+    for (std::size_t n = 0; n < keys.size(); ++n)
+      if (cuts[n]) grid.cuts.emplace(keys[n], std::move(*cuts[n]));
+  } else {
+    (void)grid;
+    (void)slicing;
+    (void)threads;
+    (void)stop;
+    (void)tick;
+  }
+}
 
 //! Appends the configurations of base `g` in scenario `si` at microbatch size `b` (cost model
 //! `ci`): chunks, then slices, then fine W, then fitted, innermost last.
@@ -153,13 +211,10 @@ TuneGrid<Cost> enumerate(const TuneRequest& request, const SearchSpace& space,
   TuneGrid<Cost> grid;
   for (std::size_t si = 0; si < scenarios.size(); ++si) {
     const TuneScenario<Cost>& sc = scenarios[si];
-    std::vector<int> sizes, chunk_counts;
+    std::vector<int> sizes;
     for (int b : request.microbatch_sizes)
       if (sc.global_batch % b == 0 && std::find(sizes.begin(), sizes.end(), b) == sizes.end())
         sizes.push_back(b);
-    for (int c : request.chunks)
-      if (std::find(chunk_counts.begin(), chunk_counts.end(), c) == chunk_counts.end())
-        chunk_counts.push_back(c);
     for (int b : sizes) {
       const std::size_t ci = grid.costs.size();
       grid.costs.emplace_back();
@@ -169,6 +224,17 @@ TuneGrid<Cost> enumerate(const TuneRequest& request, const SearchSpace& space,
       } catch (const invalid_problem& e) {
         grid.cost_refusal.back() = e.message();
       }
+      // The request's chunk counts, then (every_equal_chunks) those cutting the model into
+      // equal stages over this scenario's ranks.
+      std::vector<int> chunk_counts, extra;
+      if constexpr (std::is_base_of_v<TransformerCost, Cost>)
+        if (request.every_equal_chunks && grid.costs.back())
+          extra = equal_split_chunks(grid.costs.back()->model.layers, sc.ranks);
+      for (const std::vector<int>* list :
+           {&request.chunks, static_cast<const std::vector<int>*>(&extra)})
+        for (int c : *list)
+          if (std::find(chunk_counts.begin(), chunk_counts.end(), c) == chunk_counts.end())
+            chunk_counts.push_back(c);
       for (const GeneratorInfo* g : space.bases)
         add_configs(grid, request, sc, si, ci, b, g, chunk_counts);
     }

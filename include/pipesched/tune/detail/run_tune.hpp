@@ -55,15 +55,20 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
                    request.evaluated_limit);
   Evaluator<Cost> evaluator(request, space, scenarios, grid, board);
 
-  // Work bounds first (cheap, no schedule), then phase one in increasing bound order, so
-  // that the best plans come early and prune the rest.
-  set_work_bounds(grid, request);
-  const std::vector<std::size_t> by_bound = by_work_bound(grid.configs);
   std::atomic<bool> cut{false};
   auto stop = [&] {
     if (limited && Clock::now() >= deadline) cut = true;
     return cut.load();
   };
+  // Slice lengths once per (cost model, slices, ranks); work bounds (cheap, no schedule);
+  // then phase one in increasing bound order, so that the best plans come early and prune
+  // the rest. Each step stops at the deadline.
+  const int total = static_cast<int>(grid.configs.size()) * space.modes;
+  cut_slices(grid, request.slicing, threads, stop, [&] {
+    if (progress) progress(0, total, nullptr);  // the line shows the search has started
+  });
+  set_work_bounds(grid, request, stop);
+  const std::vector<std::size_t> by_bound = by_work_bound(grid.configs);
   // Phase one, every configuration: base schedule, budget, base and full checkpointing
   // simulated (both cheap); plans without recompute and with full recompute.
   parallel_for(
