@@ -35,6 +35,8 @@ inline std::vector<int> equal_split_chunks(int layers, int ranks) {
   return out;
 }
 
+//! What to search: the cost model, the ranks, the global batch, the memory budget and the
+//! schedules, chunk counts, microbatch sizes, slices and checkpoint modes to try.
 struct TuneRequest {
   int ranks = 1;         //!< pipeline size p (ranks = devices)
   int global_batch = 1;  //!< sequences per training step, split into microbatches
