@@ -24,7 +24,6 @@
 #include "pipesched/policy/order.hpp"
 #include "pipesched/policy/registry.hpp"
 
-
 namespace pipesched::cli {
 
 // ---------------------------------------------------------------------------------------
@@ -399,7 +398,8 @@ const CheckpointInfo& checked_checkpoint(const Args& a) {
         throw usage_error(
             "--checkpoint mario hides recomputes in the bubbles of a one-forward-one-backward "
             "rhythm and runs on " +
-            orders + " only, not on '" + name + "'; use one of those, or --checkpoint selective "
+            orders + " only, not on '" + name +
+            "'; use one of those, or --checkpoint selective "
             "or full");
       throw usage_error("--checkpoint " + std::string(policy.name) + " runs on " + orders +
                         " only, not on '" + name + "'");
@@ -466,8 +466,7 @@ Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
   auto checkpointed = [&](const Schedule& base) {
     Step step("checkpointing (--checkpoint " + std::string(choice.policy->name) + ")");
     return std::visit(
-        [&](const auto& c) { return choice.policy->apply(base, CostRef(c), choice.budget); },
-        cost);
+        [&](const auto& c) { return choice.policy->apply(base, CostRef(c), choice.budget); }, cost);
   };
   const bool fit_first = g && (!choice.policy->recomputes || a.has("--fit"));
   try {
@@ -554,8 +553,8 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
                                       out.wgrad, !out.from_file);
   if (options.lower_comm) {
     Step step("lowering to sends and receives");
-    out.schedule = lower_communication(
-        out.schedule, {.max_outstanding_sends = options.max_outstanding_sends});
+    out.schedule =
+        lower_communication(out.schedule, {.max_outstanding_sends = options.max_outstanding_sends});
   }
   require_valid(out.schedule);
   return out;

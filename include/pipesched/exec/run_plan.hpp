@@ -23,6 +23,7 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/process_grid.hpp"
+#include "pipesched/io/detail/bounded_file.hpp"
 #include "pipesched/io/json_read.hpp"
 #include "pipesched/io/text.hpp"
 
@@ -279,28 +280,11 @@ inline RunPlan read_run_plan(std::string_view json_text, std::string source = "p
 //! path in its messages. Throws pipesched::error naming the path and the reason when the file
 //! cannot be read (missing, a directory, too large).
 inline RunPlan read_run_plan_file(const std::string& path) {
-  const std::string what = "cannot read plan file \"" + path + "\": ";
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw error(what + "it is a directory; give the path of a plan from `pipesched tune --json`.");
-  errno = 0;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw error(what + std::strerror(errno != 0 ? errno : EIO) + ".");
-  std::string content;
-  char buffer[1 << 14];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) {
-    content.append(buffer, n);
-    if (content.size() > max_plan_bytes) {
-      std::fclose(f);
-      throw error(what + "it is larger than the 256 MiB pipesched reads as a plan.");
-    }
-  }
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno != 0 ? errno : EIO;
-  std::fclose(f);
-  if (failed) throw error(what + std::strerror(err) + ".");
-  return read_run_plan(content, path);
+  return read_run_plan(
+      detail::io::read_bounded_file(path, "plan file", max_plan_bytes,
+                                    "give the path of a plan from `pipesched tune --json`",
+                                    "the 256 MiB pipesched reads as a plan"),
+      path);
 }
 
 }  // namespace pipesched

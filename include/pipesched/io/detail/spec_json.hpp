@@ -18,6 +18,7 @@
 
 #include "pipesched/core/error.hpp"
 #include "pipesched/io/csv.hpp"
+#include "pipesched/io/detail/bounded_file.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/json_read.hpp"
 
@@ -29,28 +30,8 @@ inline constexpr std::uintmax_t max_file_bytes = std::uintmax_t{16} << 20;
 //! The content of the file at `path`; throws pipesched::error naming `what` ("model file"),
 //! the path and the reason when it cannot be read (missing, a directory, over 16 MiB).
 inline std::string read_file(const std::string& path, const std::string& what) {
-  const std::string cannot = "cannot read " + what + " \"" + path + "\": ";
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw error(cannot + "it is a directory; give the path of a JSON file.");
-  errno = 0;
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw error(cannot + std::strerror(errno != 0 ? errno : EIO) + ".");
-  std::string content;
-  char buffer[1 << 14];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) {
-    content.append(buffer, n);
-    if (content.size() > max_file_bytes) {
-      std::fclose(f);
-      throw error(cannot + "it is larger than the 16 MiB pipesched reads as a " + what + ".");
-    }
-  }
-  const bool failed = std::ferror(f) != 0;
-  const int err = errno != 0 ? errno : EIO;
-  std::fclose(f);
-  if (failed) throw error(cannot + std::strerror(err) + ".");
-  return content;
+  return io::read_bounded_file(path, what, max_file_bytes, "give the path of a JSON file",
+                               "the 16 MiB pipesched reads as a " + what);
 }
 
 //! "4096", "\"4096\" (a string)", "true", "an object": a value as a message shows it.
