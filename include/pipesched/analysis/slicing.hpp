@@ -160,8 +160,8 @@ inline double terapipe_span_time(SpanTimer& time, SliceSpan span) {
 inline std::vector<int> uniform_slices(int sequence, int slices) {
   detail::check_slice_count(sequence, slices, "uniform_slices");
   const int base = sequence / slices;
-  std::vector<int> lengths(static_cast<std::size_t>(slices), base);
-  lengths.back() = sequence - (slices - 1) * base;
+  std::vector<int> lengths(static_cast<std::size_t>(slices - 1), base);
+  lengths.push_back(sequence - (slices - 1) * base);
   return lengths;
 }
 

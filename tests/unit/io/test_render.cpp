@@ -278,8 +278,10 @@ TEST(RenderSvg, MeasuredStepInSecondsAndBytes) {
     }
   }
   sim.peak_memory_max *= 3 << 20;
-  const std::vector<XmlElement> els =
-      parse_xml(render_svg(s, sim, {.memory_unit = "bytes", .time_unit = "seconds"}));
+  SvgOptions options;
+  options.memory_unit = "bytes";
+  options.time_unit = "seconds";
+  const std::vector<XmlElement> els = parse_xml(render_svg(s, sim, options));
   const std::string figures = all_text(with_class(els, "text", "figures"));
   EXPECT_NE(figures.find("makespan 0.009 s"), std::string::npos) << figures;
   EXPECT_NE(figures.find("peak memory 6 MiB"), std::string::npos) << figures;

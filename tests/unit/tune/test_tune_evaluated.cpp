@@ -54,7 +54,9 @@ TEST(TuneEvaluated, HoldsEveryPlanAndItsFrontier) {
       EXPECT_GT(p.activation_peak, 3) << ps::describe(p);
     // On the frontier exactly when no point that fits is better in one figure and no worse in
     // the other (among equal points one is on it).
-    if (p.frontier) EXPECT_TRUE(p.fits && !dominated(p, r.evaluated)) << ps::describe(p);
+    if (p.frontier) {
+      EXPECT_TRUE(p.fits && !dominated(p, r.evaluated)) << ps::describe(p);
+    }
     if (p.fits && !dominated(p, r.evaluated)) {
       bool equal_on = false;
       for (const ps::TunePoint& q : r.evaluated)

@@ -21,17 +21,20 @@ inline void check_tensor_degree(const ModelShape& model, const DeviceSpec& devic
                                 const Parallelism& parallel) {
   const int t = parallel.tensor;
   if (t == 1) return;
-  auto divides = [&](const Message& what, int value) {
+  // `what` names the divided figure; built only when it does not divide (every cost query
+  // checks, and a Message allocates).
+  auto divides = [&](int value, auto what) {
     if (value % t != 0)
-      throw invalid_argument(field("Parallelism.tensor", t) + " does not divide " + what + " = " +
-                                 std::to_string(value) +
+      throw invalid_argument(field("Parallelism.tensor", t) + " does not divide " + what() +
+                                 " = " + std::to_string(value) +
                                  "; a tensor group splits them evenly (use a divisor of it).",
                              "Parallelism.tensor", std::to_string(t));
   };
-  divides(field("ModelShape.heads"), model.heads);
-  divides("the key/value heads (" + field("ModelShape.kv_heads") + ")", model.key_value_heads());
-  divides("the MLP width (" + field("ModelShape.ffn_hidden") + ")", model.ffn());
-  divides(field("DeviceSpec.ranks_per_node"), device.ranks_per_node);
+  divides(model.heads, [] { return field("ModelShape.heads"); });
+  divides(model.key_value_heads(),
+          [] { return "the key/value heads (" + field("ModelShape.kv_heads") + ")"; });
+  divides(model.ffn(), [] { return "the MLP width (" + field("ModelShape.ffn_hidden") + ")"; });
+  divides(device.ranks_per_node, [] { return field("DeviceSpec.ranks_per_node"); });
 }
 
 // Throws invalid_problem (invalid_argument for Problem.slices) when the model does not fit
