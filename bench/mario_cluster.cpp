@@ -18,7 +18,8 @@
 //       step.
 // Prints markdown; the means and maxima close the report.
 //
-//   build/default/bench/mario_cluster [--quick]      (--quick: 16 GPUs only)
+//   build/default/bench/mario_cluster [--quick] [--terms T]   (--quick: 16 GPUs only;
+//   --terms: which cost-model terms apply, bench/cost_terms.hpp, default all)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "cost_terms.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
 #include "plan_cost.hpp"
@@ -127,7 +129,23 @@ double usable_idle(const ps::Schedule& s, const ps::SimulationResult& sim, int r
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  ps::bench::CostTerms terms;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::optional<ps::bench::CostTerms> t;
+    if (a == "--quick") {
+      quick = true;
+    } else if (a == "--terms" && i + 1 < argc && (t = ps::bench::parse_terms(argv[i + 1]))) {
+      terms = *t;
+      ++i;
+    } else {
+      std::fprintf(stderr,
+                   "usage: mario_cluster [--quick] [--terms T]\n  --quick    16 GPUs only\n%s",
+                   ps::bench::terms_usage);
+      return a == "--help" || a == "-h" ? 0 : 2;
+    }
+  }
   const std::vector<int> sizes = quick ? std::vector<int>{16} : std::vector<int>{16, 32, 64};
   const char* schemes[] = {"1f1b", "interleaved-1f1b", "chimera"};
   struct Variant {
@@ -136,15 +154,18 @@ int main(int argc, char** argv) {
     int zero;
   };
   double total_seconds = 0, slowest = 0;
-  std::printf("# Mario over whole clusters (bench/mario_cluster)\n");
+  std::printf("# Mario over whole clusters (bench/mario_cluster)\n\n");
+  std::printf("Cost-model terms: %s.\n", ps::bench::describe(terms).c_str());
   for (const Variant variant : {Variant{"pipeline x data x tensor parallelism, ZeRO-1", true, 1},
                                 Variant{"pipeline x data parallelism, no ZeRO", false, 0}}) {
     Stat a_all, b_all, ab_all, fixed_all, a_bind, b_bind, ceiling_gap;
     std::printf("\n# Searched: %s\n", variant.name);
     for (const char* model_name : {"gpt3-13b", "llama2-7b", "llama2-13b"}) {
-      const ps::ModelShape model = ps::presets::find_model(model_name);
+      const ps::ModelShape model =
+          ps::bench::with_terms(ps::presets::find_model(model_name), terms);
       for (const char* device_name : {"a100-40gb", "a100-80gb"}) {
-        const ps::DeviceSpec device = ps::presets::find_device(device_name);
+        const ps::DeviceSpec device =
+            ps::bench::with_terms(ps::presets::find_device(device_name), terms);
         std::printf("\n## %s on %s\n\n", model_name, device_name);
         std::printf(
             "| GPUs | scheme | no checkpointing | conventional | Mario | (a) conv / Mario "
