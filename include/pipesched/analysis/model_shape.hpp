@@ -49,7 +49,8 @@ struct ModelShape {
   double embedding_parameters() const noexcept { return static_cast<double>(vocabulary) * hidden; }
   //! All weights: layers plus embedding plus LM head. Tied embeddings are counted twice, as
   //! a pipeline keeps one copy on the first and one on the last stage (Narayanan et al.
-  //! 2021, "Efficient Large-Scale Language Model Training on GPU Clusters").
+  //! 2021, "Efficient Large-Scale Language Model Training on GPU Clusters");
+  //! TransformerCost::stage_parameters counts them once where one stage holds the model.
   double parameters() const noexcept {
     return layers * layer_parameters() + 2 * embedding_parameters();
   }

@@ -319,14 +319,16 @@ struct TransformerCost {
   }
 
   //! Weights of `stage` (the whole stage, all its tensor ranks together): its layers, plus
-  //! the embedding on stage 0 and the LM head on the last stage (of its replica).
+  //! the embedding on stage 0 and the LM head on the last stage (of its replica). With
+  //! ModelShape::tied_embeddings a replica of one stage holds the shared matrix once; a
+  //! pipeline keeps a copy on its first and on its last stage.
   double stage_parameters(const CostContext& ctx, int stage) const {
     check(ctx);
     const int S = model_stage_count(ctx);
     const int ms = model_stage(ctx, stage);
     double p = layers_of(ctx, stage) * model.layer_parameters();
     if (ms == 0) p += model.embedding_parameters();
-    if (ms == S - 1) p += model.embedding_parameters();
+    if (ms == S - 1 && !(model.tied_embeddings && S == 1)) p += model.embedding_parameters();
     return p;
   }
 

@@ -607,6 +607,21 @@ TEST(TransformerCostParallel, StaticBytesFollowZeroAndTensorSplit) {
   expect_rel(c.static_bytes(p.ctx(), 0), (2 + 14.0 / 4) * params / 2);
 }
 
+TEST(TransformerCostParallel, TiedEmbeddingsAreHeldOnceByOneStageAndTwiceByAPipeline) {
+  ps::ModelShape tied = tiny_llama();
+  tied.tied_embeddings = true;
+  const double layers = tied.layers * tied.layer_parameters(), V_h = tied.embedding_parameters();
+  Pipeline one(1, 1), two(2, 1);
+  const ps::TransformerCost untied_cost{tiny_llama(), test_device(), {}};
+  const ps::TransformerCost tied_cost{tied, test_device(), {}};
+  expect_rel(untied_cost.stage_parameters(one.ctx(), 0), layers + 2 * V_h);
+  expect_rel(tied_cost.stage_parameters(one.ctx(), 0), layers + V_h);
+  // Across stages each end keeps its copy (its gradients are summed between them).
+  for (int stage = 0; stage < 2; ++stage)
+    EXPECT_DOUBLE_EQ(tied_cost.stage_parameters(two.ctx(), stage),
+                     untied_cost.stage_parameters(two.ctx(), stage));
+}
+
 TEST(TransformerCostParallel, LayerSplitIsTheOneGiven) {
   Pipeline p(3, 1);
   ps::TransformerCost c{tiny_llama(), test_device(), {}};  // 7 layers
