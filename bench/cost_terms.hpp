@@ -3,6 +3,7 @@
 // the value that leaves it out, to show what each term does to a report's figures.
 #pragma once
 
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -76,5 +77,35 @@ inline constexpr const char* terms_usage =
     "  --terms T  cost-model terms applied: all (default), none, or a comma-separated list of\n"
     "             no-p2p, reserve, overhead, dropout (the presets' peer_to_peer,\n"
     "             memory_reserve, action_overhead and dropout; the rest left out)\n";
+
+// What a report was asked for on its command line.
+struct ReportArgs {
+  bool quick = false;  // --quick: the report's smaller run
+  CostTerms terms;     // --terms T
+  std::string model;   // --model M, where the report takes it ("" = every model)
+};
+
+// Reads --quick, --terms T and, where `takes_model`, --model M. On --help, -h or anything else
+// prints `usage` (its first lines, naming the report's own options) and the --terms lines to
+// stderr and returns the exit code: 0 for help, 2 for a mistake.
+inline std::optional<int> parse_report_args(int argc, char** argv, const char* usage,
+                                            bool takes_model, ReportArgs& out) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::optional<CostTerms> t;
+    if (a == "--quick") {
+      out.quick = true;
+    } else if (a == "--terms" && i + 1 < argc && (t = parse_terms(argv[i + 1]))) {
+      out.terms = *t;
+      ++i;
+    } else if (takes_model && a == "--model" && i + 1 < argc) {
+      out.model = argv[++i];
+    } else {
+      std::fprintf(stderr, "%s%s", usage, terms_usage);
+      return a == "--help" || a == "-h" ? 0 : 2;
+    }
+  }
+  return std::nullopt;
+}
 
 }  // namespace pipesched::bench

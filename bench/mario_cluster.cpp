@@ -129,23 +129,13 @@ double usable_idle(const ps::Schedule& s, const ps::SimulationResult& sim, int r
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  ps::bench::CostTerms terms;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    std::optional<ps::bench::CostTerms> t;
-    if (a == "--quick") {
-      quick = true;
-    } else if (a == "--terms" && i + 1 < argc && (t = ps::bench::parse_terms(argv[i + 1]))) {
-      terms = *t;
-      ++i;
-    } else {
-      std::fprintf(stderr,
-                   "usage: mario_cluster [--quick] [--terms T]\n  --quick    16 GPUs only\n%s",
-                   ps::bench::terms_usage);
-      return a == "--help" || a == "-h" ? 0 : 2;
-    }
-  }
+  ps::bench::ReportArgs args;
+  if (const auto code = ps::bench::parse_report_args(
+          argc, argv, "usage: mario_cluster [--quick] [--terms T]\n  --quick    16 GPUs only\n",
+          false, args))
+    return *code;
+  const bool quick = args.quick;
+  const ps::bench::CostTerms terms = args.terms;
   const std::vector<int> sizes = quick ? std::vector<int>{16} : std::vector<int>{16, 32, 64};
   const char* schemes[] = {"1f1b", "interleaved-1f1b", "chimera"};
   struct Variant {

@@ -83,24 +83,15 @@ struct Mean {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  ps::bench::CostTerms terms;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    std::optional<ps::bench::CostTerms> t;
-    if (a == "--quick") {
-      quick = true;
-    } else if (a == "--terms" && i + 1 < argc && (t = ps::bench::parse_terms(argv[i + 1]))) {
-      terms = *t;
-      ++i;
-    } else {
-      std::fprintf(stderr,
-                   "usage: mario_tuner [--quick] [--terms T]\n"
-                   "  --quick    16 GPUs only and a global batch of 64 sequences\n%s",
-                   ps::bench::terms_usage);
-      return a == "--help" || a == "-h" ? 0 : 2;
-    }
-  }
+  ps::bench::ReportArgs args;
+  if (const auto code = ps::bench::parse_report_args(
+          argc, argv,
+          "usage: mario_tuner [--quick] [--terms T]\n"
+          "  --quick    16 GPUs only and a global batch of 64 sequences\n",
+          false, args))
+    return *code;
+  const bool quick = args.quick;
+  const ps::bench::CostTerms terms = args.terms;
   const int global_batch = quick ? 64 : 128;
   const std::vector<int> gpu_counts = quick ? std::vector<int>{16} : std::vector<int>{16, 32};
   const ps::TuneRequest defaults;

@@ -93,27 +93,16 @@ std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  std::string only;  // --model
-  ps::bench::CostTerms terms;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    std::optional<ps::bench::CostTerms> t;
-    if (a == "--quick") {
-      quick = true;
-    } else if (a == "--model" && i + 1 < argc) {
-      only = argv[++i];
-    } else if (a == "--terms" && i + 1 < argc && (t = ps::bench::parse_terms(argv[i + 1]))) {
-      terms = *t;
-      ++i;
-    } else {
-      std::fprintf(stderr,
-                   "usage: mepipe_cluster [--quick | --model M] [--terms T]\n"
-                   "  --model M  that model only (llama2-7b, llama2-13b or llama2-34b)\n%s",
-                   ps::bench::terms_usage);
-      return a == "--help" || a == "-h" ? 0 : 2;
-    }
-  }
+  ps::bench::ReportArgs args;
+  if (const auto code = ps::bench::parse_report_args(
+          argc, argv,
+          "usage: mepipe_cluster [--quick | --model M] [--terms T]\n"
+          "  --model M  that model only (llama2-7b, llama2-13b or llama2-34b)\n",
+          true, args))
+    return *code;
+  const bool quick = args.quick;
+  const std::string only = args.model;
+  const ps::bench::CostTerms terms = args.terms;
   const ps::DeviceSpec device = ps::bench::with_terms(ps::presets::find_device("rtx-4090"), terms);
   const std::vector<std::string> baselines = {"1f1b", "interleaved-1f1b", "zb-h1", "zb-v"};
   const char* labels[] = {"DAPPLE (1F1B)", "VPP", "ZB-H1", "ZB-V"};

@@ -39,21 +39,12 @@ std::string speedup(const std::optional<ps::TunePlan>& best,
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
-  ps::bench::CostTerms terms;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    std::optional<ps::bench::CostTerms> t;
-    if (a == "--quick") {
-      quick = true;
-    } else if (a == "--terms" && i + 1 < argc && (t = ps::bench::parse_terms(argv[i + 1]))) {
-      terms = *t;
-      ++i;
-    } else {
-      std::fprintf(stderr, "usage: mepipe_tuner [--quick] [--terms T]\n%s", ps::bench::terms_usage);
-      return a == "--help" || a == "-h" ? 0 : 2;
-    }
-  }
+  ps::bench::ReportArgs args;
+  if (const auto code = ps::bench::parse_report_args(
+          argc, argv, "usage: mepipe_tuner [--quick] [--terms T]\n", false, args))
+    return *code;
+  const bool quick = args.quick;
+  const ps::bench::CostTerms terms = args.terms;
   const int gpus = 64, global_batch = 256;
   const ps::DeviceSpec device = ps::bench::with_terms(ps::presets::find_device("rtx-4090"), terms);
   std::printf("# MEPipe scenario: %d x %s, global batch %d sequences\n\n", gpus,
