@@ -25,8 +25,8 @@ inline void check_tensor_degree(const ModelShape& model, const DeviceSpec& devic
   // checks, and a Message allocates).
   auto divides = [&](int value, auto what) {
     if (value % t != 0)
-      throw invalid_argument(field("Parallelism.tensor", t) + " does not divide " + what() +
-                                 " = " + std::to_string(value) +
+      throw invalid_argument(field("Parallelism.tensor", t) + " does not divide " + what() + " = " +
+                                 std::to_string(value) +
                                  "; a tensor group splits them evenly (use a divisor of it).",
                              "Parallelism.tensor", std::to_string(t));
   };
