@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -87,9 +88,9 @@ struct ReportArgs {
 
 // Reads --quick, --terms T and, where `takes_model`, --model M. On --help, -h or anything else
 // prints `usage` (its first lines, naming the report's own options) and the --terms lines to
-// stderr and returns the exit code: 0 for help, 2 for a mistake.
-inline std::optional<int> parse_report_args(int argc, char** argv, const char* usage,
-                                            bool takes_model, ReportArgs& out) {
+// stderr and exits: 0 for help, 2 for a mistake.
+inline ReportArgs read_report_args(int argc, char** argv, const char* usage, bool takes_model) {
+  ReportArgs out;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     std::optional<CostTerms> t;
@@ -102,10 +103,10 @@ inline std::optional<int> parse_report_args(int argc, char** argv, const char* u
       out.model = argv[++i];
     } else {
       std::fprintf(stderr, "%s%s", usage, terms_usage);
-      return a == "--help" || a == "-h" ? 0 : 2;
+      std::exit(a == "--help" || a == "-h" ? 0 : 2);
     }
   }
-  return std::nullopt;
+  return out;
 }
 
 }  // namespace pipesched::bench

@@ -129,11 +129,8 @@ double usable_idle(const ps::Schedule& s, const ps::SimulationResult& sim, int r
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::bench::ReportArgs args;
-  if (const auto code = ps::bench::parse_report_args(
-          argc, argv, "usage: mario_cluster [--quick] [--terms T]\n  --quick    16 GPUs only\n",
-          false, args))
-    return *code;
+  const ps::bench::ReportArgs args = ps::bench::read_report_args(
+      argc, argv, "usage: mario_cluster [--quick] [--terms T]\n  --quick    16 GPUs only\n", false);
   const bool quick = args.quick;
   const ps::bench::CostTerms terms = args.terms;
   const std::vector<int> sizes = quick ? std::vector<int>{16} : std::vector<int>{16, 32, 64};

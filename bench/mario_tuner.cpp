@@ -83,13 +83,11 @@ struct Mean {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::bench::ReportArgs args;
-  if (const auto code = ps::bench::parse_report_args(
-          argc, argv,
-          "usage: mario_tuner [--quick] [--terms T]\n"
-          "  --quick    16 GPUs only and a global batch of 64 sequences\n",
-          false, args))
-    return *code;
+  const ps::bench::ReportArgs args =
+      ps::bench::read_report_args(argc, argv,
+                                  "usage: mario_tuner [--quick] [--terms T]\n"
+                                  "  --quick    16 GPUs only and a global batch of 64 sequences\n",
+                                  false);
   const bool quick = args.quick;
   const ps::bench::CostTerms terms = args.terms;
   const int global_batch = quick ? 64 : 128;

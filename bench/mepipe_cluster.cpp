@@ -93,13 +93,11 @@ std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::bench::ReportArgs args;
-  if (const auto code = ps::bench::parse_report_args(
-          argc, argv,
-          "usage: mepipe_cluster [--quick | --model M] [--terms T]\n"
-          "  --model M  that model only (llama2-7b, llama2-13b or llama2-34b)\n",
-          true, args))
-    return *code;
+  const ps::bench::ReportArgs args = ps::bench::read_report_args(
+      argc, argv,
+      "usage: mepipe_cluster [--quick | --model M] [--terms T]\n"
+      "  --model M  that model only (llama2-7b, llama2-13b or llama2-34b)\n",
+      true);
   const bool quick = args.quick;
   const std::string only = args.model;
   const ps::bench::CostTerms terms = args.terms;

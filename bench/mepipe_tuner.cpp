@@ -39,10 +39,8 @@ std::string speedup(const std::optional<ps::TunePlan>& best,
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::bench::ReportArgs args;
-  if (const auto code = ps::bench::parse_report_args(
-          argc, argv, "usage: mepipe_tuner [--quick] [--terms T]\n", false, args))
-    return *code;
+  const ps::bench::ReportArgs args =
+      ps::bench::read_report_args(argc, argv, "usage: mepipe_tuner [--quick] [--terms T]\n", false);
   const bool quick = args.quick;
   const ps::bench::CostTerms terms = args.terms;
   const int gpus = 64, global_batch = 256;
