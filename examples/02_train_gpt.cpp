@@ -93,9 +93,15 @@ int usage(int code) {
                "microbatches, microbatch size and ZeRO stage (SGD on each replica's shard),\n"
                "checked against the sequential reference on the global batch. The plan gives\n"
                "the parallel layout and the schedule; the toy GPT stays small (one block per\n"
-               "stage, width 16, whatever layers the plan's model has) so it runs on a laptop.\n"
+               "stage, width 16, whatever layers the plan's model has) so it runs on a laptop:\n"
+               "it trains at most 4096 sequences per step (dp x microbatches x microbatch\n"
+               "size) and builds at most 4096 stages, and refuses a larger plan.\n"
                "With tp > 1 each block's heads and MLP split over the tensor group (tp must\n"
-               "divide 16); sequence parallelism is not in the toy (such plans run without it).\n");
+               "divide 16); sequence parallelism is not in the toy (such plans run without it).\n"
+               "Chimera (--schedule chimera, or such a plan) holds two replicas of the model in\n"
+               "one pipeline: each block's two copies take the SGD steps of their own\n"
+               "microbatches, then add them up (SGD is linear: the step of the summed\n"
+               "gradient), so the copies stay equal.\n");
   return code;
 }
 
@@ -200,6 +206,88 @@ Replica replica_of(const ps::MpiGroups& groups) {
 }
 #endif
 
+// Chimera's update of a pipeline with several model replicas (Problem::replicas): every copy
+// of a model stage takes the SGD step of its own microbatches' gradient (the executor's
+// optimizer, or ZeRO's shard optimizer), and SGD is linear, so adding up the copies' steps
+// gives the step of the summed gradient, the update Chimera takes. `before` keeps the weights
+// of the stages this process holds; `after` adds every copy's step to them (`sum` adds the
+// buffer over the processes of the pipeline; nothing to do on threads), so the copies stay
+// equal. Nothing with one replica.
+class ReplicaUpdate {
+ public:
+  ReplicaUpdate(const ps::Problem& problem, std::vector<Stage>& stages, std::vector<int> held,
+                std::function<void(std::vector<double>&)> sum = {})
+      : problem_(problem), stages_(stages), held_(std::move(held)), sum_(std::move(sum)) {
+    if (problem_.replicas == 1) return;
+    offset_.assign(static_cast<std::size_t>(problem_.replica_stages()) + 1, 0);
+    for (int m = 0; m < problem_.replica_stages(); ++m)
+      offset_[m + 1] = offset_[m] + toy::flat_parameters(std::vector{stages_[m]}).size();
+  }
+
+  void before() {
+    if (problem_.replicas == 1) return;
+    saved_.clear();
+    for (int st : held_)
+      saved_.push_back(toy::flat_parameters(std::vector{stages_[st]}));
+  }
+
+  void after() {
+    if (problem_.replicas == 1) return;
+    std::vector<double> steps(offset_.back(), 0.0);
+    for (std::size_t h = 0; h < held_.size(); ++h) {
+      const std::vector<double> now = toy::flat_parameters(std::vector{stages_[held_[h]]});
+      std::size_t at = offset_[problem_.model_stage(held_[h])];
+      for (std::size_t k = 0; k < now.size(); ++k)
+        steps[at + k] += now[k] - saved_[h][k];
+    }
+    if (sum_) sum_(steps);
+    for (std::size_t h = 0; h < held_.size(); ++h) {
+      std::size_t at = offset_[problem_.model_stage(held_[h])], k = 0;
+      for (auto&& p : stages_[held_[h]].parameters())
+        for (double& v : p.data) {
+          v = saved_[h][k] + steps[at + k];
+          ++k;
+        }
+    }
+  }
+
+ private:
+  const ps::Problem& problem_;
+  std::vector<Stage>& stages_;
+  std::vector<int> held_;
+  std::function<void(std::vector<double>&)> sum_;
+  std::vector<std::size_t> offset_;         // of each model stage's weights in the buffer
+  std::vector<std::vector<double>> saved_;  // the held stages' weights before the step
+};
+
+// The stages `process_rank` runs (every stage when it is -1: one process runs them all).
+std::vector<int> held_stages(const ps::Schedule& s, int process_rank) {
+  std::vector<int> out;
+  for (int st = 0; st < s.problem.stages; ++st)
+    if (process_rank < 0 || s.placement.rank_of(st) == process_rank) out.push_back(st);
+  return out;
+}
+
+// The toy GPT's stages for schedule `s`: stage st computes model stage
+// s.problem.model_stage(st) of the model's replica_stages() (Chimera's two replicas start
+// from equal weights), each built for `shard`.
+std::vector<Stage> make_stages(const toy::GptConfig& config, const ps::Schedule& s,
+                               ps::TensorShard shard = {}) {
+  std::vector<Stage> stages;
+  for (int st = 0; st < s.problem.stages; ++st)
+    stages.emplace_back(config, s.problem.model_stage(st), s.problem.replica_stages(), shard);
+  return stages;
+}
+
+#if PIPESCHED_WITH_MPI
+// The sum over the processes of `comm` (a pipeline), for ReplicaUpdate.
+std::function<void(std::vector<double>&)> sum_over(MPI_Comm comm) {
+  return [comm](std::vector<double>& v) {
+    MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_SUM, comm);
+  };
+}
+#endif
+
 // Replica `r`'s share of the global batch `global`: its `global.microbatches / r.count`.
 toy::StepData<double> share(const toy::StepData<double>& global, const Replica& r) {
   toy::StepData<double> mine = global;
@@ -217,21 +305,23 @@ toy::StepData<double> share(const toy::StepData<double>& global, const Replica& 
 // mismatches.
 template <class Pipe>
 int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
-          const toy::GptConfig& config, const Options& o, int process_rank,
+          const toy::GptConfig& config, const Options& o, int process_rank, ReplicaUpdate& update,
           const Replica& replica = {}, ps::TensorShard shard = {}) {
   const auto global = toy::make_gpt_data<double>(config, o.microbatches * replica.count, 7);
   const auto data = share(global, replica);
   const auto training = toy::training_data(data, s.problem.slices);  // refers to `data`
   const ps::SimulationResult predicted =
       ps::simulate(s, toy::gpt_profiled_cost(stages, s.problem.slices));
-  std::vector<Stage> ref;
-  for (int st = 0; st < s.problem.stages; ++st)
-    ref.emplace_back(config, st, s.problem.stages);
+  std::vector<Stage> ref;  // the model: one replica's stages
+  for (int m = 0; m < s.problem.replica_stages(); ++m)
+    ref.emplace_back(config, m, s.problem.replica_stages());
   int failures = 0;
   for (int step = 0; step < o.steps; ++step) {
     const double want = toy::sequential_step(ref, global);
     toy::sgd_update(ref, 0.1);
+    update.before();
     const ps::StepResult r = pipe.step(training);
+    update.after();
     const double loss = replica.mean(r.loss);
     const bool same = std::abs(loss - want) <= 1e-12 * std::abs(want);
     failures += !same;
@@ -250,12 +340,11 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
   // update.
   std::vector<Stage> mine;
   std::vector<double> theirs;
-  for (int st = 0; st < s.problem.stages; ++st)
-    if (process_rank < 0 || s.placement.rank_of(st) == process_rank) {
-      mine.push_back(stages[st]);
-      const std::vector<double> cut = ref[st].flat_shard(shard, false);
-      theirs.insert(theirs.end(), cut.begin(), cut.end());
-    }
+  for (int st : held_stages(s, process_rank)) {
+    mine.push_back(stages[st]);
+    const std::vector<double> cut = ref[s.problem.model_stage(st)].flat_shard(shard, false);
+    theirs.insert(theirs.end(), cut.begin(), cut.end());
+  }
   const double err = toy::max_relative_error(toy::flat_parameters(mine), theirs);
   if (!(err <= 1e-12)) {
     std::printf("parameters differ from the reference by %.3g (relative)\n", err);
@@ -273,12 +362,10 @@ int run(const Options& o, int process_rank) {
                               .heads = 2,
                               .ffn = 32,
                               .sequence = 16,
-                              .blocks = s.problem.stages,
+                              .blocks = s.problem.replica_stages(),
                               .microbatch_size = 2,
                               .seed = 42};
-  std::vector<Stage> stages;
-  for (int st = 0; st < s.problem.stages; ++st)
-    stages.emplace_back(config, st, s.problem.stages);
+  std::vector<Stage> stages = make_stages(config, s);
   if (o.checkpoint == "mario") {
     const ps::ProfiledCost cost = toy::gpt_profiled_cost(stages, s.problem.slices);
     const double budget = 0.5 * ps::simulate(s, cost).peak_memory_max;
@@ -288,6 +375,10 @@ int run(const Options& o, int process_rank) {
       s.name.c_str(), s.rank_count(), o.transport == "mpi" ? "MPI processes" : "threads",
       o.microbatches, s.problem.slices, config.blocks,
       o.checkpoint == "mario" ? ", Mario checkpointing" : "");
+  if (s.problem.replicas > 1)
+    say("%d replicas of the model in the pipeline (Chimera): each block's copies add up their "
+        "SGD steps after each step\n",
+        s.problem.replicas);
   if (o.data > 1)
     say("%d data-parallel replicas, gradients averaged by REDUCE_GRAD actions; global batch %d "
         "microbatches\n",
@@ -296,25 +387,47 @@ int run(const Options& o, int process_rank) {
   toy::use_sgd(options, s.placement, stages, 0.1);  // SGD, with its snapshot and rollback
   if (process_rank < 0) {
     ps::InprocPipeline<Stage> pipe(s, stages, options);
-    return train(pipe, s, stages, config, o, process_rank);
+    ReplicaUpdate update(s.problem, stages, held_stages(s, -1));
+    return train(pipe, s, stages, config, o, process_rank, update);
   }
 #if PIPESCHED_WITH_MPI
   const ps::MpiGroups groups(ps::ProcessGrid{.pipeline = o.ranks, .data = o.data, .tensor = 1});
   ps::MpiPipeline<Stage> pipe(s, stages, groups, options);
-  return train(pipe, s, stages, config, o, groups.coordinates().pipeline, replica_of(groups));
+  const int me = groups.coordinates().pipeline;
+  ReplicaUpdate update(s.problem, stages, held_stages(s, me), sum_over(groups.pipeline()));
+  return train(pipe, s, stages, config, o, me, update, replica_of(groups));
 #else
   return 2;
 #endif
 }
 
 #if PIPESCHED_WITH_MPI
+// What the toy GPT trains of a plan on a laptop: at most this many sequences per step of the
+// whole job (every process also runs the sequential reference on all of them) ...
+constexpr long long toy_sequences = 4096;
+// ... and at most this many stages (every process builds each one).
+constexpr int toy_stages = 4096;
+
 // --plan: the plan placed on this job (nothing without --plan), or nothing after one sentence
-// (from rank 0) when the file does not read as a plan or the job cannot run it (another size,
-// tensor parallelism).
+// (from rank 0) when the file does not read as a plan, the job cannot run it (another size,
+// tensor parallelism) or the toy GPT cannot hold it.
 std::optional<ps::MpiPlanRun> place(const std::string& path, int rank) {
   if (path.empty()) return std::nullopt;
   try {
-    return std::optional<ps::MpiPlanRun>(std::in_place, ps::read_run_plan_file(path), path);
+    std::optional<ps::MpiPlanRun> run(std::in_place, ps::read_run_plan_file(path), path);
+    const ps::RunPlan& plan = run->plan();
+    if (run->global_batch() > toy_sequences)
+      throw ps::error(path + " trains " + std::to_string(run->global_batch()) +
+                      " sequences per step (dp " + std::to_string(plan.grid.data) + " × " +
+                      std::to_string(plan.microbatches) + " microbatches × microbatch_size " +
+                      std::to_string(plan.microbatch_size) + "); the toy GPT trains 1 to " +
+                      std::to_string(toy_sequences) +
+                      " per step, so plan with a smaller --global-batch");
+    if (run->stages() > toy_stages)
+      throw ps::error(path + " has " + std::to_string(run->stages()) +
+                      " stages; the toy GPT builds 1 to " + std::to_string(toy_stages) +
+                      ", so plan with fewer ranks or chunks");
+    return run;
   } catch (const ps::error& e) {
     if (rank == 0) std::fprintf(stderr, "example_02_train_gpt: %s\n", e.what());
     return std::nullopt;
@@ -331,12 +444,10 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
                               .heads = std::max(2, plan.grid.tensor),
                               .ffn = 32,
                               .sequence = 16,
-                              .blocks = run.stages(),
+                              .blocks = s.problem.replica_stages(),
                               .microbatch_size = plan.microbatch_size,
                               .seed = 42};
-  std::vector<Stage> stages;
-  for (int st = 0; st < run.stages(); ++st)
-    stages.emplace_back(config, st, run.stages(), run.tensor_shard());
+  std::vector<Stage> stages = make_stages(config, s, run.tensor_shard());
   int layers = 0;
   for (int l : plan.layers_per_stage)
     layers += l;
@@ -347,6 +458,10 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
   say("toy GPT with %d blocks, one per stage (%s)\n", config.blocks,
       layers > 0 ? ("the plan's model has " + std::to_string(layers) + " layers").c_str()
                  : "the plan was made without a model");
+  if (s.problem.replicas > 1)
+    say("%d replicas of the model in each pipeline (Chimera): each block's copies add up their "
+        "SGD steps after each step\n",
+        s.problem.replicas);
   if (plan.grid.tensor > 1)
     say("each block split over %d tensor ranks: %d of %d heads and %d of %d MLP units each\n",
         plan.grid.tensor, config.heads / plan.grid.tensor, config.heads,
@@ -364,7 +479,9 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
                               run.reducer_options(ps::sgd_shards(0.1)));
   // [plan-pipeline]
   o.microbatches = plan.microbatches;
-  return train(pipe, s, stages, config, o, run.coordinates().pipeline, replica_of(run.groups()),
+  const int me = run.coordinates().pipeline;
+  ReplicaUpdate update(s.problem, stages, held_stages(s, me), sum_over(run.groups().pipeline()));
+  return train(pipe, s, stages, config, o, me, update, replica_of(run.groups()),
                run.tensor_shard());
 }
 #endif

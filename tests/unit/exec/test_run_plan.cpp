@@ -7,6 +7,8 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +16,7 @@
 #include "pipesched/exec/run_plan.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/text.hpp"
+#include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/tune.hpp"
 
@@ -35,7 +38,9 @@ Fields plan_fields(const ps::TunePlan& p) {
     peaks += (peaks.size() > 1 ? "," : "") + ps::json::number(v);
   return {{"schedule", str(p.base)},
           {"checkpoint", str(ps::to_string(p.checkpoint))},
-          {"wgrad", str(p.wgrad == ps::WGradMode::Split ? "split" : "fused")},
+          {"wgrad", str(p.fine_wgrad                      ? "fine"
+                        : p.wgrad == ps::WGradMode::Split ? "split"
+                                                          : "fused")},
           {"pp", std::to_string(p.schedule.problem.ranks)},
           {"dp", std::to_string(p.data)},
           {"tp", std::to_string(p.tensor)},
@@ -345,4 +350,144 @@ TEST(RunPlan, DocumentedUse) {
   EXPECT_EQ(me.pipeline, 2);
   EXPECT_EQ(actions, tuned().schedule.ranks[2]);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// What follows ": field" in the refusal of `fields` (the position depends on the fields before).
+std::string field_refusal(const Fields& fields) {
+  const std::string m = refusal(object_of(fields));
+  const std::size_t at = m.find(": field");
+  return at == std::string::npos ? m : m.substr(at + 2);
+}
+
+}  // namespace
+
+// Every numeric field has a range: a microbatch of 2^27 sequences (which took every process's
+// memory) and a grid beyond the GPUs `tune` plans for are refused with the field, the value
+// and the range.
+TEST(RunPlan, BoundsEveryNumericField) {
+  const Fields f = plan_fields(tuned());
+  EXPECT_EQ(field_refusal(with(f, "microbatch_size", "134217728")),
+            "field \"microbatch_size\" is 134217728; it is a whole number from 1 to 65536 "
+            "(sequences per microbatch).");
+  EXPECT_EQ(field_refusal(with(f, "microbatch_size", "100000")),
+            "field \"microbatch_size\" is 100000; it is a whole number from 1 to 65536 "
+            "(sequences per microbatch).");
+  EXPECT_NO_THROW(ps::read_run_plan(object_of(with(f, "microbatch_size", "65536"))));
+  EXPECT_EQ(refusal(object_of(with(with(f, "dp", "16384"), "tp", "2"))),
+            "plan.json: line 1, column 1: pp 4 × dp 16384 × tp 2 is 131072 processes; a plan "
+            "runs on at most 65536 (the GPUs `pipesched tune --gpus` plans for).");
+  EXPECT_NO_THROW(ps::read_run_plan(object_of(with(with(f, "dp", "8192"), "tp", "2"))));
+  const std::string layers = field_refusal(with(f, "layers_per_stage", "[4, 4, 4, 2097152]"));
+  EXPECT_NE(layers.find("field \"layers_per_stage\" holds 2097152; it is an array of layer "
+                        "counts"),
+            std::string::npos)
+      << layers;
+  EXPECT_NE(layers.find("at most 1048576."), std::string::npos) << layers;
+}
+
+// The fields that describe the schedule agree with it and with each other.
+TEST(RunPlan, ChecksTheFieldsAgainstEachOtherAndTheSchedule) {
+  const ps::TunePlan& best = tuned();  // interleaved-1f1b x4 with Mario's recomputes, fused
+  ASSERT_EQ(best.base, "interleaved-1f1b");
+  ASSERT_EQ(best.chunks, 4);
+  const Fields f = plan_fields(best);
+  EXPECT_EQ(field_refusal(with(f, "sequence_parallel", "true")),
+            "field \"sequence_parallel\" is true but \"tp\" is 1; sequence parallelism splits "
+            "the sequence over a tensor group, so a plan without tensor parallelism has false.");
+  EXPECT_NO_THROW(
+      ps::read_run_plan(object_of(with(with(f, "sequence_parallel", "true"), "tp", "2"))));
+  EXPECT_EQ(field_refusal(with(f, "chunks", "2")),
+            "field \"chunks\" is 2 but the schedule in \"schedule_text\" has 4 stages per "
+            "rank; they must agree.");
+  EXPECT_EQ(field_refusal(with(f, "checkpoint", str("sometimes"))),
+            "field \"checkpoint\" is \"sometimes\" (a string); it is the checkpoint mode: none, "
+            "full, selective, mario, full-early or selective-early.");
+  const std::string none = field_refusal(with(f, "checkpoint", str("none")));
+  EXPECT_EQ(none.rfind("field \"checkpoint\" is \"none\" but the schedule in \"schedule_text\" "
+                       "recomputes (",
+                       0),
+            0u)
+      << none;
+  EXPECT_EQ(field_refusal(with(f, "wgrad", str("split"))),
+            "field \"wgrad\" is \"split\" but the schedule in \"schedule_text\" has no input or "
+            "weight gradient actions (I, W); give the mode the plan was made with.");
+  EXPECT_EQ(field_refusal(with(f, "wgrad", str("halves"))),
+            "field \"wgrad\" is \"halves\" (a string); it is how the backward is split: "
+            "\"fused\", \"split\" or \"fine\".");
+  const std::string base = refusal(object_of(with(f, "schedule", str("zb-h1"))));
+  EXPECT_NE(base.find(": field \"schedule\" is \"zb-h1\" but the schedule in \"schedule_text\" "
+                      "is named \"" +
+                      best.schedule.name +
+                      "\"; the tuner names a plan's schedule after its base (\"zb-h1\" or "
+                      "\"zb-h1+...\")."),
+            std::string::npos)
+      << base;
+  // A split schedule said to be fused, and one cut into parts said to be split.
+  const ps::Schedule zb = ps::find_generator("zb-h1").generate(
+      ps::Problem{.ranks = 4, .microbatches = 8}, ps::WGradMode::Split);
+  Fields z = with(with(with(f, "schedule", str("zb-h1")), "schedule_text", str(ps::to_text(zb))),
+                  "checkpoint", str("none"));
+  z = with(with(z, "chunks", "1"), "wgrad", str("split"));
+  EXPECT_NO_THROW(ps::read_run_plan(object_of(z)));
+  const std::string fused = field_refusal(with(z, "wgrad", str("fused")));
+  EXPECT_EQ(fused.rfind("field \"wgrad\" is \"fused\" but the schedule in \"schedule_text\" "
+                        "splits its backward (",
+                        0),
+            0u)
+      << fused;
+}
+
+// Every plan of a search over every base, checkpoint mode and backward mode reads back: the
+// checks above refuse none of what the tuner writes.
+TEST(RunPlan, ReadsEveryPlanOfASearchOverEveryBase) {
+  ps::TuneRequest req{.ranks = 4, .global_batch = 8};
+  req.bases.clear();
+  for (const ps::GeneratorInfo& g : ps::generators())
+    req.bases.push_back(std::string(g.name));
+  req.checkpoints.assign(std::begin(ps::checkpoint_modes), std::end(ps::checkpoint_modes));
+  req.slices = {1, 2};
+  req.fine_wgrad = true;
+  req.budget = ps::MemoryBudget{.all = 3, .per_rank = {}};
+  req.threads = 1;
+  const ps::TuneResult r = ps::tune(req, ps::UniformCost{.f = 1, .b = 2});
+  int read = 0;
+  std::set<std::string> bases;
+  for (const ps::TuneBaseline& b : r.baselines) {
+    if (!b.plan) continue;
+    SCOPED_TRACE(b.plan->schedule.name);
+    const ps::RunPlan p = ps::read_run_plan(object_of(plan_fields(*b.plan)), "plan.json");
+    EXPECT_EQ(p.schedule, b.plan->schedule);
+    bases.insert(p.base);
+    ++read;
+  }
+  EXPECT_GE(read, 40);
+  EXPECT_EQ(bases.size(), ps::generators().size());
+}
+
+// The schedule's actions are counted before it is parsed, and the JSON's values before the
+// text is: a plan over the command's action limit, or a file of numbers, is refused without
+// building either.
+TEST(RunPlan, RefusesTooManyActionsOrValuesBeforeBuildingThem) {
+  const Fields f = plan_fields(tuned());
+  std::string text = "ranks 1 stages 1 microbatches 1\nplacement linear\nrank 0:";
+  text.reserve(text.size() + 4 * 2'000'001);
+  for (int i = 0; i < 2'000'001; ++i)
+    text += " 0F0";
+  const std::string actions =
+      field_refusal(with(with(f, "pp", "1"), "schedule_text", str(text + "\n")));
+  EXPECT_EQ(actions,
+            "field \"schedule_text\" holds 2000001 actions; a plan runs at most 2000000 "
+            "(the limit of every schedule the pipesched command builds or reads).");
+  std::string numbers = "{\"best\": [1";
+  for (int i = 0; i < 100'000; ++i)
+    numbers += ",1";
+  numbers += "]}";
+  EXPECT_EQ(refusal(numbers),
+            "plan.json: the text holds more than 65536 JSON values for its " +
+                std::to_string(numbers.size()) +
+                " bytes; a plan of `pipesched tune --json` holds a few dozen values per plan and "
+                "at most one per 8 bytes (the larger of 65536 and its size / 8), so this is not "
+                "one.");
 }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "pipesched/analysis/simulate.hpp"
@@ -218,6 +219,27 @@ TEST(GradientReduction, OneReductionPerStageAfterItsLastWeightGradient) {
   expect_reductions_placed(named("zb-v", 2, 4));
   expect_reductions_placed(named("slice-pipe", 2, 4, 2));
   expect_reductions_placed(named("dualpipe-v", 4, 8));
+}
+
+// Every order, Chimera's included (the stages of its second replica run no microbatch 0, and
+// their reductions name none), in each of its backward modes: the reductions are placed and
+// the result validates.
+TEST(GradientReduction, EveryOrdersReductionsValidate) {
+  for (const ps::GeneratorInfo& g : ps::generators())
+    for (ps::WGradMode wg : {ps::WGradMode::Fused, ps::WGradMode::Split}) {
+      if ((wg == ps::WGradMode::Fused && !g.fused) || (wg == ps::WGradMode::Split && !g.split))
+        continue;
+      for (auto [p, m] : {std::pair{2, 4}, std::pair{4, 8}, std::pair{3, 7}}) {
+        ps::Schedule s;
+        try {
+          s = g.generate({.ranks = p, .microbatches = m}, wg);
+        } catch (const ps::invalid_problem&) {
+          continue;  // sizes the order refuses (tested with each generator)
+        }
+        s.name += wg == ps::WGradMode::Split ? " split" : " fused";
+        expect_reductions_placed(s);
+      }
+    }
 }
 
 // In 1F1B the last stage finishes its backward first: its reduction starts (in the simulated

@@ -190,6 +190,29 @@ inline bool check_unit_of(const Schedule& s, ValidationReport& rep, int r, int i
   return true;
 }
 
+// The checks of a whole-stage action `a` (REDUCE_GRAD, UNSHARD, ...) at rank `r` position
+// `i`: a stage in range, on its rank. It names no microbatch, so it belongs to every replica's
+// step (a Chimera stage of replica 1 reduces like one of replica 0).
+inline void check_stage_action(const Schedule& s, ValidationReport& rep, int r, int i,
+                               const Action& a) {
+  const Problem& p = s.problem;
+  if (a.stage < 0 || a.stage >= p.stages || a.microbatch != 0 || a.slice != 0) {
+    add_violation(rep, r, i, a, "index-range", [&] {
+      return to_string(a) + " at " + where(r, i) + " is out of range: stages run 0.." +
+             std::to_string(p.stages - 1) + ", and a whole-stage action names no microbatch.";
+    });
+    return;
+  }
+  if (s.placement.rank_of(a.stage) != r) {
+    add_violation(rep, r, i, a, "placement", [&] {
+      return to_string(a) + " at " + where(r, i) + " runs stage " + std::to_string(a.stage) +
+             ", which the placement (" + s.placement.describe() + ") puts on rank " +
+             std::to_string(s.placement.rank_of(a.stage)) +
+             "; each stage lives on exactly one rank and all its actions run there.";
+    });
+  }
+}
+
 // The checks of a send, receive or WAIT_SEND `a` at rank `r` position `i`: its unit, and a
 // peer stage that exists, belongs to the same replica and sits on another rank.
 inline void check_comm_action(const Schedule& s, ValidationReport& rep, int r, int i,
@@ -278,6 +301,10 @@ inline void check_actions(const Schedule& s, ValidationReport& rep, UnitTable<Un
           return to_string(a) + " at " + where(r, i) + " has part " + std::to_string(a.part) +
                  "; only W actions have parts, numbered from 0.";
         });
+        continue;
+      }
+      if (is_stage_action(a.kind)) {
+        check_stage_action(s, rep, r, i, a);
         continue;
       }
       if (!check_unit_of(s, rep, r, i, a, a.stage, a.microbatch, a.slice)) continue;

@@ -57,8 +57,9 @@ class MpiPlanRun {
   const MpiGroups& groups() const noexcept { return groups_; }
   //! This process's pipeline rank, replica and tensor rank.
   const ProcessGrid::Coordinates& coordinates() const noexcept { return groups_.coordinates(); }
-  //! Model stages of one replica (the schedule's; `plan().layers_per_stage` has one count per
-  //! stage when the plan was made with a model).
+  //! The schedule's stages: one replica's model stages (`plan().layers_per_stage` has one count
+  //! per stage when the plan was made with a model), or with Chimera's two replicas both
+  //! replicas' stages, stage st computing model stage `schedule().problem.model_stage(st)`.
   int stages() const noexcept { return plan_.schedule.problem.stages; }
   //! Whether this process runs `stage` (its pipeline rank holds it); the other stages of the
   //! span given to MpiPipeline may be cheap placeholders.
