@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Fuzzes pipesched's schedule readers with libFuzzer (Clang, AddressSanitizer and
+# Fuzzes pipesched's readers and checkpoint passes with libFuzzer (Clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer): the CSV reader, the text-form reader, the action-string parser
 # and the JSON reader (with the run-plan reader on what it reads), each followed by validation,
-# simulation, lowering and a write + re-read round trip.
+# simulation, lowering and a write + re-read round trip; the model-file reader (pipesched's
+# and Hugging Face's), the device and cluster file readers, each followed by a write + re-read
+# and a small simulation; and the checkpoint passes on small generated schedules.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]    SECONDS per target (default 60); TARGET: csv, text,
-#                                            action, json (default: all four)
+#                                            action, json, model, device, checkpoint (default:
+#                                            all seven)
 #
 # Installs clang and libFuzzer's runtime when run as root and they are missing. Builds into
 # build/fuzz (the `fuzz` preset). The working corpus of each target grows in
@@ -17,16 +20,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 [[ "$seconds" =~ ^[0-9]+$ && "$seconds" -gt 0 ]] || {
-  echo "usage: scripts/fuzz.sh [SECONDS] [csv|text|action|json ...]  (SECONDS: a positive whole number)" >&2
+  echo "usage: scripts/fuzz.sh [SECONDS] [csv|text|action|json|model|device|checkpoint ...]  (SECONDS: a positive whole number)" >&2
   exit 2
 }
 shift $(( $# > 0 ? 1 : 0 ))
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(csv text action json)
+all_targets=(csv text action json model device checkpoint)
+[ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do
   case "$t" in
-    csv|text|action|json) ;;
-    *) echo "scripts/fuzz.sh: unknown target '$t'; the targets are csv, text, action and json" >&2; exit 2 ;;
+    csv|text|action|json|model|device|checkpoint) ;;
+    *) echo "scripts/fuzz.sh: unknown target '$t'; the targets are ${all_targets[*]}" >&2; exit 2 ;;
   esac
 done
 

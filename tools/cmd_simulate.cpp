@@ -69,6 +69,14 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
 // Six significant digits: the table is for reading figures off, not for a glance.
 constexpr int digits = 6;
 
+//! `text` right-aligned in `width` terminal columns (UTF-8: "µs" takes two bytes, one column).
+std::string right_aligned(const std::string& text, std::size_t width) {
+  std::size_t n = 0;
+  for (char ch : text)
+    n += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+  return n < width ? std::string(width - n, ' ') + text : text;
+}
+
 void print_table(const Prepared& p, const SimulationResult& r) {
   const Schedule& s = p.schedule;
   const Units u = units_of(p.cost);
@@ -106,8 +114,8 @@ void print_table(const Prepared& p, const SimulationResult& r) {
   std::printf("\n");
   for (int i = 0; i < s.rank_count(); ++i) {
     const RankSummary& rk = r.ranks[static_cast<std::size_t>(i)];
-    std::printf("%6d %16s %16s %18s", i, time(rk.busy).c_str(), time(rk.idle).c_str(),
-                memory(rk.peak_memory).c_str());
+    std::printf("%6d %s %s %18s", i, right_aligned(time(rk.busy), 16).c_str(),
+                right_aligned(time(rk.idle), 16).c_str(), memory(rk.peak_memory).c_str());
     if (per_rank_budget) std::printf(" %18s", memory(choice.budget.of(i)).c_str());
     std::printf("\n");
   }

@@ -25,7 +25,7 @@ struct ReportTimeline {
   std::string heading;               //!< "best", "1f1b with mario", ...
   std::string plan;                  //!< the plan in a few words (describe)
   std::string command;               //!< the command line that reproduces it
-  std::vector<std::string> figures;  //!< "step 0.447 s", "bubble 12.0%", ...
+  std::vector<std::string> figures;  //!< "step 447 ms", "bubble 12.0%", ...
   std::string svg;                   //!< its render_svg picture (an SVG document)
 };
 
@@ -74,6 +74,82 @@ inline std::string point_tip(const TunePoint& p, const HtmlReportOptions& opt) {
          (p.fits ? "" : ", over the budget") + (p.frontier ? ", on the frontier" : "");
 }
 
+//! Whether the memory budget `limit` is drawn on the memory axis of points reaching `data_max`:
+//! a finite budget up to twice the largest point (further out it would squeeze every point
+//! into the axis's left part, as a device's 80 GB does a small model's few GiB; the plot then
+//! notes it instead).
+inline bool budget_on_axis(double data_max, double limit) {
+  return std::isfinite(limit) && (limit <= 2 * data_max || !(data_max > 0));
+}
+
+//! The five markers of the plot, which its legend repeats.
+enum class MarkerKind { Best, Baseline, Frontier, Fits, OverBudget };
+
+//! The class of a marker's group in the plot ("point best", ...).
+inline const char* marker_class(MarkerKind k) {
+  switch (k) {
+    case MarkerKind::Best:
+      return "best";
+    case MarkerKind::Baseline:
+      return "baseline";
+    case MarkerKind::Frontier:
+      return "frontier-point";
+    case MarkerKind::Fits:
+      return "fits";
+    case MarkerKind::OverBudget:
+      return "over-budget";
+  }
+  return "";
+}
+
+//! The SVG shape of a marker centred at (`x`, `y`), the same in the plot and the legend.
+inline std::string marker_shape(MarkerKind k, double x, double y) {
+  switch (k) {
+    case MarkerKind::Best:
+      return "<path d=\"M" + px(x) + "," + px(y - 9) + " L" + px(x + 8) + "," + px(y + 6) + " L" +
+             px(x - 8) + "," + px(y + 6) + " Z\" fill=\"#e67e22\" stroke=\"#7a3e00\"/>";
+    case MarkerKind::Baseline:
+      return "<rect x=\"" + px(x - 5) + "\" y=\"" + px(y - 5) +
+             "\" width=\"10\" height=\"10\" fill=\"none\" stroke=\"#2e7d32\" stroke-width=\"2\"/>";
+    case MarkerKind::Frontier:
+      return "<circle cx=\"" + px(x) + "\" cy=\"" + px(y) +
+             "\" r=\"4\" fill=\"#1f6fb2\" stroke=\"#0b3d66\"/>";
+    case MarkerKind::Fits:
+      return "<circle cx=\"" + px(x) + "\" cy=\"" + px(y) +
+             "\" r=\"3\" fill=\"#9aa5b1\" stroke=\"#6b7785\"/>";
+    case MarkerKind::OverBudget:
+      return "<circle cx=\"" + px(x) + "\" cy=\"" + px(y) +
+             "\" r=\"3\" fill=\"none\" stroke=\"#b0b0b0\"/>";
+  }
+  return "";
+}
+
+//! The legend: each marker drawn as the plot draws it, then the frontier line and, under a
+//! budget (`budget`), the budget line.
+inline std::string report_legend(bool budget) {
+  auto item = [](MarkerKind k, const char* text) {
+    return std::string("<span class=\"legend-item\" data-marker=\"") + marker_class(k) +
+           "\"><svg class=\"legend-symbol\" width=\"20\" height=\"20\" viewBox=\"0 0 20 20\">" +
+           marker_shape(k, 10, 11) + "</svg>" + text + "</span>";
+  };
+  auto line = [](const char* cls, const char* attrs, const char* text) {
+    return std::string("<span class=\"legend-item\" data-line=\"") + cls +
+           "\"><svg class=\"legend-symbol\" width=\"24\" height=\"20\" viewBox=\"0 0 24 20\">"
+           "<line x1=\"2\" y1=\"10\" x2=\"22\" y2=\"10\" " +
+           attrs + "/></svg>" + text + "</span>";
+  };
+  return "<p class=\"legend\">" + item(MarkerKind::Best, "best") +
+         item(MarkerKind::Baseline, "best of a (schedule, checkpoint) pair") +
+         item(MarkerKind::Frontier, "Pareto frontier") + item(MarkerKind::Fits, "fits") +
+         item(MarkerKind::OverBudget, "over the budget") +
+         line("frontier", "stroke=\"#1f6fb2\" stroke-width=\"2\"", "frontier") +
+         (budget
+              ? line("budget", "stroke=\"#c0392b\" stroke-width=\"1.5\" stroke-dasharray=\"6,4\"",
+                     "budget")
+              : std::string()) +
+         "</p>\n";
+}
+
 //! The scatter plot of `r` as an inline SVG element.
 inline std::string report_scatter(const TuneResult& r, const HtmlReportOptions& opt) {
   const double W = std::clamp(opt.width, 400, 4000), H = 520;
@@ -91,7 +167,10 @@ inline std::string report_scatter(const TuneResult& r, const HtmlReportOptions& 
       tmax = std::max(tmax, p.makespan);
       mmax = std::max(mmax, plotted_memory(p, opt));
     }
-  if (std::isfinite(opt.memory_limit)) mmax = std::max(mmax, opt.memory_limit);
+  // The memory axis spans the data; the budget joins it only when it is in range
+  // (budget_on_axis), else a note names it.
+  const bool budget_line = budget_on_axis(mmax, opt.memory_limit);
+  if (budget_line) mmax = std::max(mmax, opt.memory_limit);
   tmax = tmax > 0 ? tmax * 1.05 : 1;
   mmax = mmax > 0 ? mmax * 1.05 : 1;
   auto x_of = [&](double m) { return left + cw * m / mmax; };
@@ -125,7 +204,7 @@ inline std::string report_scatter(const TuneResult& r, const HtmlReportOptions& 
   s += "<text class=\"axis-caption\" transform=\"translate(16," + px(top + ch / 2) +
        ") rotate(-90)\" text-anchor=\"middle\" font-size=\"13\">" +
        html_escape(axis_caption("step time", opt.time_unit)) + "</text>\n";
-  if (std::isfinite(opt.memory_limit)) {
+  if (budget_line) {
     const double x = x_of(opt.memory_limit);
     s += "<line class=\"budget\" x1=\"" + px(x) + "\" y1=\"" + px(top) + "\" x2=\"" + px(x) +
          "\" y2=\"" + px(top + ch) +
@@ -133,6 +212,12 @@ inline std::string report_scatter(const TuneResult& r, const HtmlReportOptions& 
          "class=\"budget-label\" x=\"" +
          px(x - 4) + "\" y=\"" + px(top + 14) + "\" text-anchor=\"end\" fill=\"#c0392b\">" +
          html_escape("budget " + format_memory(opt.memory_limit, opt.memory_unit)) + "</text>\n";
+  } else if (std::isfinite(opt.memory_limit)) {
+    s += "<text class=\"budget-note\" x=\"" + px(left + cw - 6) + "\" y=\"" + px(top + 14) +
+         "\" text-anchor=\"end\" fill=\"#c0392b\">" +
+         html_escape("budget " + format_memory(opt.memory_limit, opt.memory_unit) +
+                     ": beyond the axis \xE2\x86\x92") +
+         "</text>\n";
   }
   // The frontier as a staircase, under the points.
   std::vector<TunePoint> front;
@@ -156,28 +241,16 @@ inline std::string report_scatter(const TuneResult& r, const HtmlReportOptions& 
   };
   for (const TunePoint& p : r.evaluated) {
     const double x = x_of(plotted_memory(p, opt)), y = y_of(p.makespan);
-    const std::string fill = !p.fits ? "none" : p.frontier ? "#1f6fb2" : "#9aa5b1";
-    const std::string stroke = !p.fits ? "#b0b0b0" : p.frontier ? "#0b3d66" : "#6b7785";
-    marker(p,
-           p.frontier ? "frontier-point"
-           : p.fits   ? "fits"
-                      : "over-budget",
-           "<circle cx=\"" + px(x) + "\" cy=\"" + px(y) + "\" r=\"" + (p.frontier ? "4" : "3") +
-               "\" fill=\"" + fill + "\" stroke=\"" + stroke + "\"/>");
+    const MarkerKind k = p.frontier ? MarkerKind::Frontier
+                         : p.fits   ? MarkerKind::Fits
+                                    : MarkerKind::OverBudget;
+    marker(p, marker_class(k), marker_shape(k, x, y));
   }
   for (std::size_t i = 0; i < marked.size(); ++i) {
     const TunePoint& p = marked[i];
     const double x = x_of(plotted_memory(p, opt)), y = y_of(p.makespan);
-    if (i == 0 && r.best) {
-      marker(p, "best",
-             "<path d=\"M" + px(x) + "," + px(y - 9) + " L" + px(x + 8) + "," + px(y + 6) + " L" +
-                 px(x - 8) + "," + px(y + 6) + " Z\" fill=\"#e67e22\" stroke=\"#7a3e00\"/>");
-    } else {
-      marker(p, "baseline",
-             "<rect x=\"" + px(x - 5) + "\" y=\"" + px(y - 5) +
-                 "\" width=\"10\" height=\"10\" fill=\"none\" stroke=\"#2e7d32\" "
-                 "stroke-width=\"2\"/>");
-    }
+    const MarkerKind k = i == 0 && r.best ? MarkerKind::Best : MarkerKind::Baseline;
+    marker(p, marker_class(k), marker_shape(k, x, y));
   }
   s += "</svg>\n";
   return s;
@@ -189,13 +262,20 @@ inline const char* report_style() {
          "h1{font-size:22px}h2{font-size:17px;margin-top:28px}"
          "code,pre{background:#f3f3f3;padding:2px 4px;font-size:12px}"
          "pre{padding:8px;white-space:pre-wrap;word-break:break-all}"
-         ".legend span{margin-right:18px}.timeline svg{max-width:100%;height:auto}"
+         ".legend-item{margin-right:18px;white-space:nowrap}"
+         ".legend-symbol{vertical-align:middle;margin-right:4px}"
+         ".timeline svg{max-width:100%;height:auto}"
+         "table.summary{border-collapse:collapse;font-size:13px;margin:12px 0}"
+         "table.summary th,table.summary td{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+         "table.summary th,table.summary td:first-child{white-space:nowrap}"
+         "table.summary td.num{text-align:right;white-space:nowrap}"
          "#tip{position:fixed;display:none;background:#222;color:#fff;padding:4px 8px;"
          "font-size:12px;border-radius:3px;pointer-events:none}";
 }
 
 //! The page's script: tooltips for the plot's points, script errors recorded in the page
-//! (#script-errors) and a marker that the script ran (#script-status, data-done="yes").
+//! (#script-errors) and a marker that the script ran (the hidden #script-status's
+//! data-done="yes", for tests; nothing shows on the page).
 inline const char* report_script() {
   return "window.onerror=function(m,s,l){var e=document.getElementById('script-errors');"
          "if(e){var d=document.createElement('div');d.className='script-error';"
@@ -208,9 +288,52 @@ inline const char* report_script() {
          "tip.style.display='block';tip.style.left=(ev.clientX+12)+'px';"
          "tip.style.top=(ev.clientY+12)+'px';});\n"
          "p.addEventListener('mouseleave',function(){tip.style.display='none';});})(pts[i]);}\n"
-         "var st=document.getElementById('script-status');st.setAttribute('data-done','yes');"
-         "st.textContent='script ran: '+pts.length+' points with tooltips';\n"
+         "document.getElementById('script-status').setAttribute('data-done','yes');\n"
          "});\n";
+}
+
+//! The summary table: the best plan, then the best plan of each (schedule, checkpoint) pair
+//! searched (a pair where nothing fits says so), with what comparing them takes: the
+//! configuration, step time and how many times the best's it is, bubble, the plotted memory,
+//! recomputes, and the MFU where the cost model counts FLOPs. Empty without a plan or pair.
+inline std::string report_summary(const TuneResult& r, const HtmlReportOptions& opt) {
+  if (!r.best && r.baselines.empty()) return {};
+  bool mfu = r.best && r.best->mfu > 0;
+  for (const TuneBaseline& b : r.baselines)
+    mfu = mfu || (b.plan && b.plan->mfu > 0);
+  auto cell = [](const std::string& text, bool num = false) {
+    return std::string(num ? "<td class=\"num\">" : "<td>") + html_escape(text) + "</td>";
+  };
+  auto row = [&](const std::string& cls, const std::string& label, const std::string& base,
+                 const std::string& checkpoint, const TunePlan* p) {
+    std::string t = "<tr class=\"" + cls + "\">" + cell(label) + cell(base) + cell(checkpoint);
+    if (p == nullptr)
+      return t + "<td colspan=\"" + std::to_string(mfu ? 7 : 6) +
+             "\">no plan of this pair fits the budget</td></tr>\n";
+    t += cell(describe(*p)) + cell(format_time(p->makespan, opt.time_unit), true);
+    t +=
+        cell(r.best && r.best->makespan > 0 ? format_number(p->makespan / r.best->makespan, 4) + "x"
+                                            : std::string("-"),
+             true);
+    t += cell(format_percent(p->bubble_ratio), true) +
+         cell(format_memory(plotted_memory(point_of(*p), opt), opt.memory_unit), true) +
+         cell(std::to_string(p->recomputes), true);
+    if (mfu) t += cell(p->mfu > 0 ? format_percent(p->mfu) : std::string("-"), true);
+    return t + "</tr>\n";
+  };
+  std::string h =
+      "<h2>Best plans</h2>\n<table id=\"summary\" class=\"summary\">\n<tr><th></th>"
+      "<th>schedule</th><th>checkpoint</th><th>plan</th><th>step time</th><th>vs "
+      "best</th><th>bubble</th><th>" +
+      html_escape(opt.memory_caption) + "</th><th>recomputes</th>" + (mfu ? "<th>MFU</th>" : "") +
+      "</tr>\n";
+  if (r.best) h += row("best", "best", r.best->base, checkpoint_name(*r.best), &*r.best);
+  for (const TuneBaseline& b : r.baselines)
+    h += row(
+        "baseline", "best of pair", b.base,
+        b.checkpoint_policy.empty() ? std::string(to_string(b.checkpoint)) : b.checkpoint_policy,
+        b.plan ? &*b.plan : nullptr);
+  return h + "</table>\n";
 }
 
 }  // namespace detail
@@ -218,7 +341,9 @@ inline const char* report_script() {
 //! The HTML page of tune result `r`: a heading with the search's figures, the scatter plot of
 //! every evaluated candidate (TuneResult::evaluated; step time up, memory across, frontier
 //! points filled blue and joined, over-budget ones hollow, the best a triangle, each
-//! baseline a square, the budget a dashed line), a table of the best and the baselines, then
+//! baseline a square; the memory axis spans the points, and the budget is a dashed line when
+//! it lies within twice the largest point, else a note), a legend drawing each marker as the
+//! plot does, a table of the best and the baselines (detail::report_summary), then
 //! `opt.timelines`. Every text is escaped for HTML content and attributes.
 inline std::string render_html_report(const TuneResult& r, const HtmlReportOptions& opt) {
   using namespace detail;
@@ -237,7 +362,7 @@ inline std::string render_html_report(const TuneResult& r, const HtmlReportOptio
                    std::to_string(r.evaluated_count) + " evaluated, " +
                    std::to_string(r.candidates_pruned) + " pruned, " +
                    std::to_string(r.candidates_refused) + " refused) in " +
-                   format_number(r.seconds, 3) + " s" + (r.cut ? ", cut by the time limit" : "") +
+                   format_time(r.seconds, "seconds", 3) + (r.cut ? ", cut by the time limit" : "") +
                    "; the plot shows " + std::to_string(r.evaluated.size()) +
                    (static_cast<int>(r.evaluated.size()) < r.evaluated_count
                         ? " of them (the first in the search's order, and the whole frontier)"
@@ -247,13 +372,12 @@ inline std::string render_html_report(const TuneResult& r, const HtmlReportOptio
        "</p>\n<p class=\"note\">Pruned candidates are not evaluated: the search skips what "
        "cannot beat its pair's fastest plan, so slower plans that need less memory may be "
        "missing from the frontier.</p>\n";
-  h += "<div id=\"script-status\" data-done=\"no\">script did not run (the page reads the same "
-       "without it; hover tooltips need it)</div>\n<div id=\"script-errors\"></div>\n";
-  h += "<p class=\"legend\"><span>&#9650; best</span><span>&#9633; best of a (schedule, "
-       "checkpoint) pair</span><span>&#9679; blue: Pareto frontier</span><span>&#9679; grey: "
-       "fits</span><span>&#9675; over the budget</span><span>- - budget</span></p>\n";
+  h += "<div id=\"script-status\" data-done=\"no\" hidden></div>\n<div "
+       "id=\"script-errors\"></div>\n";
+  h += report_legend(std::isfinite(opt.memory_limit));
   h += report_scatter(r, opt);
   h += "<div id=\"tip\"></div>\n";
+  h += report_summary(r, opt);
   for (const ReportTimeline& t : opt.timelines) {
     h += "<section class=\"timeline\">\n<h2>" + html_escape(t.heading) + ": " +
          html_escape(t.plan) + "</h2>\n<pre class=\"command\">" + html_escape(t.command) +

@@ -34,8 +34,9 @@ struct SvgOptions {
   //! ...); "bytes" reads the figures as byte counts and writes them with binary prefixes.
   std::string memory_unit = "units";
   //! Unit of the simulated times: "seconds" writes the makespan and tooltips as seconds
-  //! ("0.447 s") and captions the time axis "time (s)"; any other text is written after the
-  //! figures ("44 units", axis "time (units)"); empty leaves bare numbers and no caption.
+  //! ("447 ms", "1.5 s"; detail::format_time) and captions the time axis "time (s)"; any other text
+  //! is written after the figures ("44 units", axis "time (units)"); empty leaves bare numbers and
+  //! no caption.
   std::string time_unit;
   bool show_memory = true;  //!< draw each rank's memory curve beneath its row
 };

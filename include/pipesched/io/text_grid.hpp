@@ -26,8 +26,9 @@ struct TextGridOptions {
   bool color = false;     //!< ANSI colours per kind (for terminals that show them)
   //! Unit written after memory figures; "bytes" writes byte counts with binary prefixes.
   std::string memory_unit = "units";
-  //! Unit of the times (makespan, column width): "seconds" writes them as seconds ("0.447 s"),
-  //! any other text is written after them ("44 units"), empty leaves them bare numbers.
+  //! Unit of the times (makespan, column width): "seconds" writes them as seconds ("447 ms", "1.5
+  //! s"; detail::format_time), any other text is written after them ("44 units"), empty leaves them
+  //! bare numbers.
   std::string time_unit;
 };
 

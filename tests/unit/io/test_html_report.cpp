@@ -134,3 +134,107 @@ TEST(HtmlReport, ActivationAxisPlotsTheActivationPeak) {
   o.activation_axis = false;
   EXPECT_EQ(ps::detail::plotted_memory(r.evaluated[0], o), 10 * GiB);
 }
+
+TEST(HtmlReport, TimesBelowASecondKeepTheirDigits) {
+  ps::TuneResult r = result();
+  r.evaluated[0].makespan = 0.001205;
+  const std::string h = ps::render_html_report(r, options());
+  EXPECT_NE(h.find(": step 1.205 ms, "), std::string::npos);  // the tooltip
+  EXPECT_EQ(h.find("0.001 s"), std::string::npos);
+}
+
+TEST(HtmlReport, NoDebugLineShowsOnThePage) {
+  const std::string h = ps::render_html_report(result(), options());
+  // The script's marker for tests stays, hidden and empty; no "script ran" text anywhere.
+  EXPECT_NE(h.find("<div id=\"script-status\" data-done=\"no\" hidden></div>"), std::string::npos);
+  EXPECT_EQ(h.find("script ran"), std::string::npos);
+  EXPECT_EQ(h.find("script did not run"), std::string::npos);
+}
+
+TEST(HtmlReport, LegendDrawsEachMarkerAsThePlotDoes) {
+  const std::string h = ps::render_html_report(result(), options());
+  const std::string legend = h.substr(h.find("<p class=\"legend\">"));
+  for (auto k : {ps::detail::MarkerKind::Best, ps::detail::MarkerKind::Baseline,
+                 ps::detail::MarkerKind::Frontier, ps::detail::MarkerKind::Fits,
+                 ps::detail::MarkerKind::OverBudget}) {
+    const std::string cls = ps::detail::marker_class(k);
+    SCOPED_TRACE(cls);
+    EXPECT_NE(legend.find("data-marker=\"" + cls + "\""), std::string::npos);
+    // The legend's shape has the plot's colours: its fill and stroke attributes appear on
+    // this class's markers in the plot.
+    const std::string shape = ps::detail::marker_shape(k, 10, 11);
+    const std::string colours = shape.substr(shape.find(" fill="));
+    EXPECT_NE(legend.find(colours), std::string::npos);
+    const std::size_t in_plot = h.find("<g class=\"point " + cls + "\"");
+    ASSERT_NE(in_plot, std::string::npos);
+    EXPECT_EQ(
+        h.substr(in_plot, h.find("</g>", in_plot) - in_plot).find(colours) != std::string::npos,
+        true);
+  }
+  EXPECT_EQ(legend.find("&#9650;"), std::string::npos);  // no black text symbols
+  EXPECT_NE(legend.find("data-line=\"budget\""), std::string::npos);
+  // Without a budget the legend has no budget line.
+  ps::HtmlReportOptions none = options();
+  none.memory_limit = std::numeric_limits<double>::infinity();
+  const std::string u = ps::render_html_report(result(), none);
+  EXPECT_EQ(u.find("data-line=\"budget\""), std::string::npos);
+}
+
+TEST(HtmlReport, MemoryAxisSpansTheDataAndNotesABudgetFarBeyondIt) {
+  // A small model: points of a few GiB under an 80 GiB device.
+  ps::TuneResult r = result();
+  for (ps::TunePoint& p : r.evaluated) {
+    p.peak_memory /= 10;
+    p.fits = true;
+  }
+  r.best->peak_memory /= 10;
+  r.baselines[0].plan->peak_memory /= 10;
+  ps::HtmlReportOptions o = options();
+  o.memory_limit = 80 * GiB;
+  const std::string h = ps::render_html_report(r, o);
+  EXPECT_EQ(count(h, "class=\"budget\""), 0u);  // no line off the data's range
+  EXPECT_NE(h.find("class=\"budget-note\""), std::string::npos);
+  EXPECT_NE(h.find("budget 80 GiB: beyond the axis"), std::string::npos);
+  // The axis ends near the largest point (3 GiB), not at the budget's 80 GiB.
+  std::string last_tick;
+  for (std::size_t at = h.find("memory-tick"); at != std::string::npos;
+       at = h.find("memory-tick", at + 1)) {
+    const std::size_t open = h.find('>', at) + 1;
+    last_tick = h.substr(open, h.find('<', open) - open);
+  }
+  EXPECT_EQ(last_tick, "3 GiB");
+  EXPECT_TRUE(ps::detail::budget_on_axis(10, 20));
+  EXPECT_FALSE(ps::detail::budget_on_axis(10, 21));
+  EXPECT_FALSE(ps::detail::budget_on_axis(10, std::numeric_limits<double>::infinity()));
+  // A budget within the data's range is a line, as before.
+  const std::string near = ps::render_html_report(result(), options());
+  EXPECT_EQ(count(near, "class=\"budget\""), 1u);
+  EXPECT_EQ(near.find("budget-note"), std::string::npos);
+}
+
+TEST(HtmlReport, SummaryTableOfTheBestAndEachPair) {
+  ps::TuneResult r = result();
+  r.best->bubble_ratio = 0.125;
+  r.best->recomputes = 3;
+  r.baselines[0].plan->makespan = 0.025;
+  const std::string h = ps::render_html_report(r, options());
+  const std::size_t at = h.find("<table id=\"summary\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string table = h.substr(at, h.find("</table>", at) - at);
+  EXPECT_NE(table.find("<th>step time</th>"), std::string::npos);
+  EXPECT_NE(table.find("<th>largest GPU&apos;s memory</th>"), std::string::npos);
+  EXPECT_EQ(count(table, "<tr class=\"best\">"), 1u);
+  EXPECT_EQ(count(table, "<tr class=\"baseline\">"), 2u);
+  EXPECT_NE(table.find("<td class=\"num\">20 ms</td><td class=\"num\">1x</td><td "
+                       "class=\"num\">12.5%</td><td class=\"num\">14 GiB</td><td "
+                       "class=\"num\">3</td>"),
+            std::string::npos);
+  EXPECT_NE(table.find("<td class=\"num\">25 ms</td><td class=\"num\">1.25x</td>"),
+            std::string::npos);
+  EXPECT_NE(table.find("<td>zb-h1</td><td>none</td><td colspan=\"6\">no plan of this pair fits"),
+            std::string::npos);
+  EXPECT_EQ(table.find("MFU"), std::string::npos);  // no FLOPs in this result
+  // Nothing tried, no table.
+  EXPECT_EQ(ps::render_html_report(ps::TuneResult{}, options()).find("id=\"summary\""),
+            std::string::npos);
+}

@@ -45,9 +45,31 @@ TEST(RenderFormat, NumbersPercentagesAndMemory) {
   EXPECT_EQ(detail::format_memory(3 * 1024.0 * 1024, "bytes"), "3 MiB");
 }
 
+TEST(RenderFormat, TimesBelowASecondKeepTheirDigitsInMillisecondsAndMicroseconds) {
+  // Seconds with three decimals wrote 1.205 ms as "0.001 s".
+  EXPECT_EQ(detail::format_time(0.001205, "seconds"), "1.205 ms");
+  EXPECT_EQ(detail::format_time(0.0012051234, "seconds", 6), "1.20512 ms");
+  EXPECT_EQ(detail::format_time(0.0125, "s"), "12.5 ms");
+  EXPECT_EQ(detail::format_time(0.00025, "seconds"), "250 \xC2\xB5s");
+  EXPECT_EQ(detail::format_time(4.567e-6, "seconds"), "4.567 \xC2\xB5s");
+  EXPECT_EQ(detail::format_time(-0.0125, "seconds"), "-12.5 ms");
+  // The prefix is chosen after rounding: never "1000 ms" or "1000 µs".
+  EXPECT_EQ(detail::format_time(0.9999999, "seconds"), "1 s");
+  EXPECT_EQ(detail::format_time(0.0009999999, "seconds"), "1 ms");
+  EXPECT_EQ(detail::format_time(9.9999999e-7, "seconds"), "1 \xC2\xB5s");
+  // Below a microsecond and from a second up, seconds.
+  EXPECT_EQ(detail::format_time(5e-7, "seconds"), "5e-07 s");
+  EXPECT_EQ(detail::format_time(12.25, "seconds"), "12.25 s");
+  // Other units are untouched by the prefixes.
+  EXPECT_EQ(detail::format_time(0.001205, "units"), "0.001 units");
+}
+
 TEST(RenderFormat, TimesAndMemoryInACostModelsUnits) {
-  EXPECT_EQ(detail::format_time(0.447, "seconds"), "0.447 s");
-  EXPECT_EQ(detail::format_time(0.24755, "seconds", 6), "0.24755 s");
+  EXPECT_EQ(detail::format_time(0.447, "seconds"), "447 ms");
+  EXPECT_EQ(detail::format_time(0.24755, "seconds", 6), "247.55 ms");
+  EXPECT_EQ(detail::format_time(1.5, "seconds"), "1.5 s");
+  EXPECT_EQ(detail::format_time(0, "seconds"), "0 s");
+  EXPECT_EQ(detail::format_time(44, "units"), "44 units");
   EXPECT_EQ(detail::format_time(44, "units"), "44 units");
   EXPECT_EQ(detail::format_time(1, "units"), "1 unit");
   EXPECT_EQ(detail::format_time(9, ""), "9");
@@ -283,7 +305,7 @@ TEST(RenderSvg, MeasuredStepInSecondsAndBytes) {
   options.time_unit = "seconds";
   const std::vector<XmlElement> els = parse_xml(render_svg(s, sim, options));
   const std::string figures = all_text(with_class(els, "text", "figures"));
-  EXPECT_NE(figures.find("makespan 0.009 s"), std::string::npos) << figures;
+  EXPECT_NE(figures.find("makespan 9 ms"), std::string::npos) << figures;
   EXPECT_NE(figures.find("peak memory 6 MiB"), std::string::npos) << figures;
   EXPECT_NE(all_text(with_class(els, "text", "peak")).find("MiB"), std::string::npos);
   EXPECT_EQ(with_class(els, "text", "tick")[1].text, "1 ms");

@@ -100,12 +100,35 @@ inline std::string format_memory(double v, const std::string& unit, int digits =
   return format_number(x, digits) + " " + prefixes[k];
 }
 
-//! A time figure in a cost model's unit: with unit "seconds" (or "s") the value is written as
-//! seconds ("0.447 s"); any other unit is written after the number ("44 units", singular for
-//! 1), an empty one not at all (a bare number). `digits` as for format_number.
+//! A time figure in a cost model's unit: with unit "seconds" (or "s") the value is written in
+//! seconds from 1 s up ("1.5 s"), in milliseconds or microseconds between 1 µs and 1 s
+//! ("447 ms", "1.205 ms", "250 µs": `digits` significant digits, the prefix chosen
+//! after rounding, so 0.99999 s is "1 s"), below 1 µs in seconds again ("5e-07 s"); any
+//! other unit is written after the number ("44 units", singular for 1), an empty one not at
+//! all (a bare number). `digits` as for format_number.
 inline std::string format_time(double v, const std::string& unit, int digits = 4) {
-  if (unit == "seconds" || unit == "s") return format_number(v, digits) + " s";
-  return with_unit(format_number(v, digits), v, unit);
+  if (unit != "seconds" && unit != "s") return with_unit(format_number(v, digits), v, unit);
+  // `v` / `scale` rounded to `digits` as written, and whether it rounds to 1000 or more (then
+  // the next larger prefix says it: "1 s", not "1000 ms").
+  auto in = [&](double scale, std::string& number) {
+    number = format_number(v / scale, digits);
+    double rounded = 0;
+    const bool minus = !number.empty() && number[0] == '-';
+    std::from_chars(number.data() + minus, number.data() + number.size(), rounded);
+    return rounded;
+  };
+  const double a = std::fabs(v);
+  std::string number;
+  if (std::isfinite(a) && a < 1 && a > 0) {
+    if (a >= 1e-3 * (1 - 1e-12) && in(1e-3, number) < 1000) return number + " ms";
+    if (a >= 1e-3 * (1 - 1e-12)) return format_number(v, digits) + " s";
+    if (in(1e-6, number) >= 1000) {
+      in(1e-3, number);
+      return number + " ms";
+    }
+    if (in(1e-6, number) >= 1) return number + " \xC2\xB5s";
+  }
+  return format_number(v, digits) + " s";
 }
 
 //! The one-letter name of a kind in the text grid and the SVG legend: F, B, I, W, R, O for
