@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Cross-checks pipesched against PyTorch's torch.distributed.pipelining: pipesched's generators
 # against PyTorch's stored dumps and its schedule classes (same actions, and the same order or
-# the same makespan), pipesched's files loaded and checked by PyTorch (also under
-# max_outstanding_sends=1), and a few run in PyTorch's runtime on gloo CPU processes with
-# gradients compared to sequential training (scripts/pytorch_interop.py says what each part
-# does). Not part of the default tests: it downloads PyTorch (about 5 GB, a few minutes) into a
-# scratch virtual environment; --offline needs no PyTorch (the default tests run it).
+# the same makespan), pipesched's files loaded by PyTorch (also under max_outstanding_sends=1,
+# no slower than PyTorch's own lowering; a generator refused at every size fails), a few run
+# in PyTorch's runtime on gloo CPU processes with gradients compared to sequential training
+# (scripts/pytorch_interop.py says what each part does). Not part of the default tests: it
+# downloads PyTorch (about 5 GB, a few minutes) into a scratch virtual environment; --offline
+# needs no PyTorch (the default tests run it).
 #
 #   scripts/pytorch-interop.sh [--quick] [--offline] [--timeout S] [--venv DIR]
 #                              [--torch VERSION] [--pipesched BINARY]
@@ -37,7 +38,7 @@ while [[ $# -gt 0 ]]; do
     --quick) quick="--quick"; shift ;;
     --offline) offline="--offline"; shift ;;
     --timeout) timeout="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "pytorch-interop.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -3,6 +3,7 @@ scripts/pytorch-interop.sh, which sets up the interpreter; not part of the defau
 
   python3 pytorch_interop.py PIPESCHED_BINARY WORK_DIR [--quick] [--offline] [--timeout S]
   python3 pytorch_interop.py --dump-references DIR
+  python3 pytorch_interop.py --budget-figures FILE PIPESCHED_BINARY
 
 0. PyTorch's stored dumps (tests/data/pytorch215/reference_*.csv and the other files
    REFERENCES names, written by PyTorch 2.15.0) against pipesched's generator of the same
@@ -17,7 +18,10 @@ scripts/pytorch-interop.sh, which sets up the interpreter; not part of the defau
    a wait for every send, one gradient reduction at a time). Each channel's order is checked
    here too, since PyTorch relies on it without checking. The --comm file written with
    --max-outstanding-sends 1 is also loaded by a runtime built with max_outstanding_sends=1,
-   and must be taken; how many plain --comm files that runtime takes is printed.
+   and must be taken, and its makespan (unit costs) must be no worse than that of PyTorch's
+   own lowering of the compute-only file under max_outstanding_sends=1; how many plain --comm
+   files that runtime takes is printed. A generator pipesched refuses to write at every size
+   fails (chimera, whose replicas PyTorch cannot run, must be refused saying so).
 3. A few --comm files run in PyTorch's runtime on gloo processes (CPU); each stage's gradients
    are compared with sequential training of the same model. As a negative control, two of
    them are also run with each receive moved right before its consumer (which breaks a
@@ -26,7 +30,10 @@ scripts/pytorch-interop.sh, which sets up the interpreter; not part of the defau
 Every pipesched command and every PyTorch run gets --timeout seconds (default 300); one that
 takes longer is killed and counts as a failure, as does any file PyTorch refuses. Exits 1 when
 any check fails and prints one line per check. --dump-references writes the stored dumps of
-part 0 again (PyTorch needed).
+part 0 again (PyTorch needed). --budget-figures FILE BINARY writes
+tests/data/pytorch215/send_budget_makespans.csv again: for every case of BUDGET_ORDERS x
+BUDGET_GRID x BUDGETS, the makespan under simulate's unit costs of pipesched's compute-only
+schedule and of PyTorch's own lowering of it under max_outstanding_sends (PyTorch needed).
 """
 
 import csv
@@ -213,6 +220,69 @@ def dump_references(out_dir):
             write_compute_only(sched, os.path.join(out_dir, f"reference_{cls_name}_p{p}_m{m}.csv"))
 
 
+# The grid of --budget-figures: (pipesched generator, --chunks or None for its default) x ranks x
+# microbatches x max_outstanding_sends. Every generator whose files PyTorch can run (chimera's
+# replicas it cannot), the looped ones with 2 and 3 chunks.
+BUDGET_ORDERS = [("gpipe", None), ("1f1b", None), ("interleaved-1f1b", 2), ("interleaved-1f1b", 3),
+                 ("looped-bfs", 2), ("looped-bfs", 3), ("zb-h1", None), ("zb-h2", None),
+                 ("zb-v", None), ("interleaved-zb", 2), ("interleaved-zb", 3), ("v-half", None),
+                 ("v-min", None), ("dualpipe-v", None), ("seq-1f1b", None), ("slice-pipe", 2),
+                 ("slice-pipe", 3)]
+BUDGET_GRID = [(p, m) for p in (2, 3, 4, 8) for m in (4, 9, 16, 32)]
+BUDGETS = (1, 2)
+
+
+def lower_in_pytorch(path, p, m, budget, out_path):
+    """PyTorch's own lowering of the compute-only file `path` (its add-send-recv and send-wait
+    passes) in a runtime built with max_outstanding_sends=budget, written as CSV to out_path."""
+    rows = read_rows(path)
+    placement = placement_of(rows)
+    n = len(placement)
+    rt = S._PipelineScheduleRuntime([PlanStage(s, n, p, 0) for s in rank_stages(placement, 0)], m,
+                                    max_outstanding_sends=budget)
+    rt._load_csv(path, format="compute_only")
+    with open(out_path, "w", newline="") as f:
+        w = csv.writer(f)
+        for r in sorted(rt.pipeline_order_with_comms):
+            w.writerow(rt.pipeline_order_with_comms[r])
+
+
+def budget_figures(binary, work, out):
+    """Writes `out`: for each case of the budget grid, the makespan (simulate's unit costs) of
+    pipesched's compute-only schedule and of PyTorch's lowering of it under the budget."""
+    load_torch()
+    lines = ["schedule,chunks,ranks,microbatches,budget,compute_makespan,pytorch_makespan"]
+    for name, chunks in BUDGET_ORDERS:
+        for p, m in BUDGET_GRID:
+            path = os.path.join(work, "budget_compute.csv")
+            args = ["generate", "--schedule", name, "--ranks", str(p), "--microbatches", str(m),
+                    "--format", "pytorch", "-o", path]
+            if chunks is not None:
+                args += ["--chunks", str(chunks)]
+            rc, out_text = run(binary, *args)
+            if rc != 0:
+                print(f"skip  {name} chunks={chunks} p={p} m={m}: {out_text.strip()[:120]}")
+                continue
+            plain, _ = makespan(binary, path)
+            for budget in BUDGETS:
+                lowered = os.path.join(work, "budget_pytorch.csv")
+                try:
+                    lower_in_pytorch(path, p, m, budget, lowered)
+                except Exception as e:  # PyTorch cannot meet the budget: no figure
+                    print(f"skip  {name} chunks={chunks} p={p} m={m} budget {budget}: "
+                          f"PyTorch refuses it ({str(e)[:120]})")
+                    continue
+                theirs, text = makespan(binary, lowered)
+                if theirs is None:
+                    report(False, f"{name} p={p} m={m} budget {budget}: pipesched cannot "
+                           f"simulate PyTorch's lowering: {text.strip()[:200]}")
+                    continue
+                lines.append(f"{name},{chunks or 0},{p},{m},{budget},{plain:.12g},{theirs:.12g}")
+                print(lines[-1], flush=True)
+    with open(out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def part0(binary, work):
     for file, ours, p, m in REFERENCES:
         path = os.path.join(DATA, file)
@@ -313,10 +383,16 @@ def load_in_runtime(path, p, m, comm, **options):
     return True, ""
 
 
+# Generators pipesched refuses to write for PyTorch at any size, and a word the refusal holds.
+PYTORCH_REFUSED = {"chimera": "replicas"}
+
+
 def part2(binary, work, gens, grid):
     checked = 0
     plain_taken = plain_total = budget_taken = 0
     for name in gens:
+        generated = 0
+        refusals = []
         for p, m in grid:
             for comm in (False, True):
                 path = os.path.join(work, f"gen_{name}_{p}_{m}_{int(comm)}.csv")
@@ -329,7 +405,9 @@ def part2(binary, work, gens, grid):
                     break
                 if rc != 0:
                     print(f"skip  {name} p={p} m={m}: {out.strip()[:160]}")
+                    refusals.append(out.strip())
                     break
+                generated += 1
                 tag = f"{name} p={p} m={m} {'comm' if comm else 'compute'}"
                 ok, why = load_in_runtime(path, p, m, comm)
                 report(ok, f"{tag}: PyTorch loads and checks pipesched's file" + why)
@@ -352,6 +430,32 @@ def part2(binary, work, gens, grid):
                 budget_taken += ok
                 report(ok, f"{tag} --max-outstanding-sends 1: PyTorch's runtime with "
                        "max_outstanding_sends=1 takes it" + why)
+                # Its makespan (unit costs) against PyTorch's own lowering of the same compute
+                # order under the same budget: never slower.
+                theirs_path = os.path.join(work, f"gen_{name}_{p}_{m}_torch_budget1.csv")
+                try:
+                    lower_in_pytorch(os.path.join(work, f"gen_{name}_{p}_{m}_0.csv"), p, m, 1,
+                                     theirs_path)
+                except Exception as e:
+                    print(f"skip  {tag}: PyTorch cannot lower it under max_outstanding_sends=1 "
+                          f"({str(e)[:120]})")
+                    continue
+                ours_ms, _ = makespan(binary, budget)
+                theirs_ms, _ = makespan(binary, theirs_path)
+                report(ours_ms is not None and theirs_ms is not None
+                       and ours_ms <= theirs_ms + 1e-9,
+                       f"{tag} --max-outstanding-sends 1: makespan {ours_ms} against "
+                       f"{theirs_ms} for PyTorch's lowering under max_outstanding_sends=1")
+        # A generator refused at every size checked nothing: that is a failure, except for the
+        # one PyTorch cannot run at all (several model replicas), which must say so.
+        if generated == 0:
+            if name in PYTORCH_REFUSED:
+                report(bool(refusals) and all(PYTORCH_REFUSED[name] in r for r in refusals),
+                       f"{name}: pipesched refuses it for PyTorch at every size, as it must "
+                       f"({PYTORCH_REFUSED[name]})")
+            else:
+                report(False, f"{name}: pipesched refuses it for PyTorch at every size, so none "
+                       "of its files was checked: " + (refusals[0][:200] if refusals else ""))
     print(f"      {checked} pipesched files loaded by PyTorch")
     print(f"      max_outstanding_sends=1: PyTorch's runtime takes {plain_taken} of {plain_total} "
           f"plain --comm files and {budget_taken} of {plain_total} written with "
@@ -509,6 +613,10 @@ def main():
     argv = sys.argv[1:]
     if argv[:1] == ["--dump-references"]:
         dump_references(argv[1])
+        return
+    if argv[:1] == ["--budget-figures"]:
+        work = tempfile.mkdtemp()
+        budget_figures(argv[2], work, argv[1])
         return
     if "--timeout" in argv:
         i = argv.index("--timeout")

@@ -1,6 +1,7 @@
 // pipesched convert: a schedule file from PyTorch's CSV to pipesched's text form or back.
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli.hpp"
@@ -12,7 +13,7 @@ int cmd_convert(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
       {"--format", true,
        "output form instead of OUT's extension: csv, pytorch (CSV that PyTorch can run: refuses "
-       "slices, W parts and R) or text",
+       "what its runtime cannot run, see validate --format pytorch; writes B for BW) or text",
        "csv|pytorch|text"}};
   if (wants_help(argv)) {
     std::cout << help_text("pipesched convert IN OUT [--format csv|pytorch|text]",
@@ -21,11 +22,13 @@ int cmd_convert(const std::vector<std::string>& argv) {
                            "(.csv → CSV, anything else → text; '-' writes text to standard "
                            "output)\nunless --format says otherwise. A file read with CRLF line "
                            "ends (CSV or text) is\nwritten with them, and a full backward "
-                           "read as BW is written BW.\nWith --format pytorch a schedule that "
-                           "uses slices, W parts or recomputes, which\nPyTorch misreads or "
-                           "refuses, is refused (exit 1) with the action and the reason, and\n"
-                           "so is one the validator refuses (pipesched validate says why); "
-                           "nothing is written then.",
+                           "read as BW is written BW, except with\n--format pytorch, which "
+                           "writes B (PyTorch 2.15 refuses BW). With --format pytorch a\n"
+                           "schedule PyTorch's runtime cannot run (slices, W parts, recomputes, "
+                           "the last\nstage's forwards out of microbatch order, ...; see "
+                           "pipesched validate --help) is\nrefused (exit 1) with the rank, "
+                           "position and rule, and so is one the validator\nrefuses (pipesched "
+                           "validate says why); nothing is written then.",
                            specs);
     return exit_ok;
   }
@@ -35,11 +38,12 @@ int cmd_convert(const std::vector<std::string>& argv) {
   const std::string format = a.get("--format", "");
   if (a.has("--format") && format != "csv" && format != "text" && format != "pytorch")
     throw usage_error("--format takes csv, pytorch or text, got '" + format + "'");
-  const Schedule s = read_schedule(a.positionals[0]);
+  Schedule s = read_schedule(a.positionals[0]);
   if (format == "pytorch") {
     // PyTorch's runtime checks less than pipesched's validator: a schedule it cannot run
     // correctly (a missing action, a deadlock) is refused here, before anything is written.
     require_valid(s);
+    s = spelled_for_pytorch(std::move(s));
     check_pytorch_runnable(s);
   }
   const std::string& out = a.positionals[1];

@@ -131,8 +131,8 @@ struct Action {
   int b_microbatch = 0;        //!< Overlap only: microbatch of the backward half
   int b_slice = 0;             //!< Overlap only: slice of the backward half
   bool late = false;           //!< R only: waits for its backward's inputs (see above)
-  //! B, or an Overlap's backward half: read as `BW` (PyTorch's other spelling of a full
-  //! backward) and written back so. Spelling only: operator== ignores it.
+  //! B, or an Overlap's backward half: read as `BW` (another spelling of a full backward,
+  //! which PyTorch 2.15 refuses) and written back so. Spelling only: operator== ignores it.
   bool spelled_bw = false;
 
   //! An explicit idle slot.

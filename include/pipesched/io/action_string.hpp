@@ -147,7 +147,8 @@ class ActionReader {
     return static_cast<int>(value);
   }
 
-  // The kind word after the stage number. BW is PyTorch's older spelling of a full backward.
+  // The kind word after the stage number. BW is read as a full backward (PyTorch 2.15 refuses
+  // it: its reader takes 2BW0 as 2B with no microbatch).
   OpKind read_kind(int stage) {
     if (!ok_) return OpKind::Idle;
     std::size_t start = pos_;

@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <istream>
 #include <iterator>
+#include <map>
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "pipesched/core/action.hpp"
@@ -419,14 +421,25 @@ inline std::string to_csv(const Schedule& s) {
   return out;
 }
 
-//! Throws invalid_schedule when `s` uses an extension PyTorch's runtime (2.15) cannot run:
-//! a slice suffix (PyTorch reads `2F0.1` as `2F0`, the whole microbatch), a weight-gradient
-//! part (`2W0:1` is read as `2W0`, so the whole W would run once per part) or a recompute
-//! (`2R0`, a kind PyTorch's reader refuses), and any schedule of several model replicas
-//! (Chimera), which PyTorch would run as one model. The message names the first such action, its
-//! rank and position, why PyTorch cannot run it, and what to do instead. Every other kind, overlaps
-//! and the FSDP and send-wait actions included, is PyTorch's own.
-inline void check_pytorch_runnable(const Schedule& s) {
+//! Throws invalid_schedule when PyTorch's runtime (2.15) cannot run `s` as pipesched does:
+//! - an extension it misreads or refuses: a slice suffix (PyTorch reads `2F0.1` as `2F0`, the
+//!   whole microbatch), a weight-gradient part (`2W0:1` is read as `2W0`, so the whole W would
+//!   run once per part) or a recompute (`2R0`, a kind PyTorch's reader refuses);
+//! - several model replicas (Chimera), which PyTorch would run as one model;
+//! - the last stage's forwards out of microbatch order: PyTorch keeps each loss in the order
+//!   the last stage's forwards run and gives microbatch k's backward the loss at index k;
+//! - with communication actions, an idle slot (PyTorch refuses an empty cell in a lowered
+//!   file) or a send without a `WAIT_SEND` after it on its rank (PyTorch 2.15 asks one for
+//!   every send);
+//! - with `as_written` (a file handed to PyTorch as it stands), a full backward spelled `BW`:
+//!   PyTorch 2.15's reader takes `0BW0` as `0B` with no microbatch and refuses it
+//!   (spelled_for_pytorch writes `B` instead).
+//!
+//! The message names the first such action, its rank and position (0-based, idle slots counted),
+//! the rule, and what to do instead. Every other kind, overlaps and the FSDP and send-wait
+//! actions included, is PyTorch's own. Schedules the validator refuses are not looked at more
+//! closely here: check them with validate first.
+inline void check_pytorch_runnable(const Schedule& s, bool as_written = false) {
   if (s.problem.replicas > 1)
     throw invalid_schedule(
         "schedule '" + s.name + "' cannot run in PyTorch: it pipelines " +
@@ -436,22 +449,37 @@ inline void check_pytorch_runnable(const Schedule& s) {
         std::to_string(s.problem.stages) +
         " stages as one model. Write it as CSV (--format csv) to read it back with pipesched, or "
         "choose a one-replica schedule for PyTorch.");
-  for (std::size_t r = 0; r < s.ranks.size(); ++r)
-    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
-      const Action& a = s.ranks[r][i];
-      if (a.kind == OpKind::Idle) continue;
-      const std::string at = "schedule '" + s.name + "' cannot run in PyTorch: " + to_string(a) +
-                             " (rank " + std::to_string(r) + " position " + std::to_string(i) +
-                             ") ";
+  const bool lowered = s.has_comm();
+  const int last_stage = s.problem.stages - 1;
+  int last_forwards = 0;  // forwards of the last stage so far
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
+    const std::vector<Action>& list = s.ranks[r];
+    // Sends not yet followed by their wait: (forward?, stage, microbatch) -> position.
+    std::map<std::tuple<bool, int, int>, std::size_t> unwaited;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      auto at = [&] {
+        return "schedule '" + s.name + "' cannot run in PyTorch: " +
+               (a.kind == OpKind::Idle ? std::string("the idle slot") : to_string(a)) + " (rank " +
+               std::to_string(r) + " position " + std::to_string(i) + ") ";
+      };
+      if (a.kind == OpKind::Idle) {
+        if (lowered)
+          throw invalid_schedule(at() +
+                                 "is an empty cell in a schedule with communication actions, "
+                                 "which PyTorch 2.15's runtime refuses (it takes idle slots only "
+                                 "in compute-only files); remove the idle slots.");
+        continue;
+      }
       if (a.kind == OpKind::R)
-        throw invalid_schedule(at +
+        throw invalid_schedule(at() +
                                "recomputes a checkpointed forward, an action PyTorch's schedules "
                                "do not have (its reader refuses the kind R); write the schedule "
                                "without pipesched's checkpointing (--checkpoint none) and "
                                "checkpoint inside the stage modules instead.");
       if (a.slice != 0 || (a.kind == OpKind::Overlap && a.b_slice != 0))
         throw invalid_schedule(
-            at +
+            at() +
             "runs one slice of a microbatch's sequence; PyTorch has no slices "
             "and reads the suffix away (" +
             to_string(a) + " as " +
@@ -460,11 +488,54 @@ inline void check_pytorch_runnable(const Schedule& s) {
             "), so it would run the whole microbatch once per slice; write a "
             "schedule without slices (--slices 1).");
       if (a.part != 0)
-        throw invalid_schedule(at + "is one part of a split weight gradient; PyTorch reads it as " +
+        throw invalid_schedule(at() +
+                               "is one part of a split weight gradient; PyTorch reads it as " +
                                to_string(Action::make(a.kind, a.stage, a.microbatch)) +
                                " and would compute the whole weight gradient once per part; "
                                "write each W whole (--wgrad split rather than fine).");
+      if (as_written && a.spelled_bw)
+        throw invalid_schedule(at() +
+                               "spells a full backward BW, which PyTorch 2.15's reader takes as "
+                               "B with no microbatch and refuses; write it B (pipesched convert "
+                               "--format pytorch does).");
+      if (a.kind == OpKind::SendF || a.kind == OpKind::SendB)
+        unwaited[{a.kind == OpKind::SendF, a.stage, a.microbatch}] = i;
+      if (is_wait_send(a.kind))
+        unwaited.erase({a.kind == OpKind::WaitSendF, a.stage, a.microbatch});
+      const Action fwd = a.kind == OpKind::Overlap ? a.forward_half() : a;
+      if (fwd.kind == OpKind::F && fwd.stage == last_stage) {
+        if (fwd.microbatch != last_forwards)
+          throw invalid_schedule(
+              at() + "is forward number " + std::to_string(last_forwards) +
+              " (from 0) of the last stage, " + std::to_string(last_stage) +
+              ", but runs microbatch " + std::to_string(fwd.microbatch) +
+              ": PyTorch's runtime keeps the losses in the order the last stage's forwards run "
+              "and reads microbatch k's loss at index k, so the last stage's forwards must run "
+              "in microbatch order (0, 1, 2, ...); reorder them.");
+        ++last_forwards;
+      }
     }
+    if (lowered && !unwaited.empty()) {
+      std::size_t i = list.size();
+      for (const auto& u : unwaited)
+        i = std::min(i, u.second);
+      throw invalid_schedule("schedule '" + s.name +
+                             "' cannot run in PyTorch: " + to_string(list[i]) + " (rank " +
+                             std::to_string(r) + " position " + std::to_string(i) +
+                             ") has no WAIT_SEND after it on its rank, and PyTorch 2.15's "
+                             "runtime asks one for every send; lower the schedule with its send "
+                             "waits (pipesched generate --comm writes them).");
+    }
+  }
+}
+
+//! `s` with every full backward (a B, or an overlap's backward half) spelled `B`: the form
+//! PyTorch 2.15 reads (it refuses `BW`, which pipesched reads as B and writes back as read).
+inline Schedule spelled_for_pytorch(Schedule s) {
+  for (auto& list : s.ranks)
+    for (Action& a : list)
+      a.spelled_bw = false;
+  return s;
 }
 
 //! Writes to_csv(s) to `out`; throws pipesched::error when the stream fails.

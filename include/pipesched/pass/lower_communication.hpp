@@ -29,9 +29,11 @@ struct LowerOptions {
   bool wait_sends = true;
   //! At most this many sends of a rank posted and not yet waited for (PyTorch's
   //! `max_outstanding_sends`, whose runtime otherwise moves waits itself or refuses the file);
-  //! 0, the default, sets no limit. With a limit the oldest open send's wait is placed before
-  //! a send that would exceed it, and each receive is posted when its send is placed, so that
-  //! no wait can block on a receive not yet posted. Needs `wait_sends`; must be >= 0.
+  //! 0, the default, sets no limit. With a limit the ranks' lists are built together in the
+  //! order the actions start on estimated durations (UniformCost's ratios), each receive is
+  //! posted when its send is placed, so that no wait can block on a receive not yet posted,
+  //! and before a send that would exceed the limit the wait of the open send whose receive is
+  //! posted first is placed (see pass/detail/send_budget.hpp). Needs `wait_sends`; must be >= 0.
   int max_outstanding_sends = 0;
 };
 

@@ -2,12 +2,17 @@
 // max_outstanding_sends, PyTorch's max_outstanding_sends): over every generator and a grid of
 // sizes, the lowered schedule validates (no deadlock), keeps each rank's compute order, has a
 // wait for every send, keeps every channel in order, and never has more than the budget's sends
-// open on a rank, counted here on their own from the action lists.
+// open on a rank, counted here on their own from the action lists. Under simulate's unit costs
+// the budgeted lowering is never slower than PyTorch 2.15's own lowering of the same compute
+// order under the same budget (its makespans stored in tests/data/pytorch215).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -135,11 +140,16 @@ TEST(SendBudget, OneSendOpenWaitsBeforeTheNextSend) {
       out += (out.empty() ? "" : ",") + ps::to_string(a);
     return out;
   };
-  // Rank 0 waits for each forward send before its next send; a receive is posted as soon as
-  // its send is placed, so rank 1's gradients are all posted here before rank 0's first B.
+  // Rank 0 waits for each forward send before its next send. A receive is placed when its send
+  // is, in the order the actions start (rank 0's F1 and rank 1's F0 both start at 1: the lower
+  // rank first), so rank 1 posts two receives before its first forward, and rank 0 each
+  // gradient's receive right before the B it feeds.
   EXPECT_EQ(text(low.ranks[0]),
-            "0F0,0SEND_F0,0F1,0WAIT_SEND_F0,0SEND_F1,0F2,0WAIT_SEND_F1,0SEND_F2,0RECV_B0,0RECV_B1,"
-            "0RECV_B2,0B0,0B1,0B2,0WAIT_SEND_F2");
+            "0F0,0SEND_F0,0F1,0WAIT_SEND_F0,0SEND_F1,0F2,0WAIT_SEND_F1,0SEND_F2,0RECV_B0,0B0,"
+            "0RECV_B1,0B1,0RECV_B2,0B2,0WAIT_SEND_F2");
+  EXPECT_EQ(text(low.ranks[1]),
+            "1RECV_F0,1RECV_F1,1F0,1RECV_F2,1F1,1F2,1B0,1SEND_B0,1B1,1WAIT_SEND_B0,1SEND_B1,1B2,"
+            "1WAIT_SEND_B1,1SEND_B2,1WAIT_SEND_B2");
   EXPECT_TRUE(ps::check(low).ok()) << ps::check(low).summary();
 }
 
@@ -167,4 +177,80 @@ TEST(SendBudget, BadBudgetsAndDeadlocksAreRefused) {
   } catch (const ps::invalid_schedule& e) {
     EXPECT_NE(std::string(e.what()).find("deadlocks"), std::string::npos) << e.what();
   }
+}
+
+namespace {
+
+// One row of tests/data/pytorch215/send_budget_makespans.csv (see the README there).
+struct BudgetFigure {
+  std::string schedule;
+  int chunks = 0, ranks = 0, microbatches = 0, budget = 0;
+  double compute = 0, pytorch = 0;
+};
+
+std::vector<BudgetFigure> budget_figures() {
+  const std::string path =
+      std::string(PIPESCHED_TEST_DATA_DIR) + "/pytorch215/send_budget_makespans.csv";
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << "cannot read " << path;
+  std::vector<BudgetFigure> out;
+  std::string line;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::replace(line.begin(), line.end(), ',', ' ');
+    std::istringstream row(line);
+    BudgetFigure f;
+    row >> f.schedule >> f.chunks >> f.ranks >> f.microbatches >> f.budget >> f.compute >>
+        f.pytorch;
+    EXPECT_TRUE(row) << "cannot read the line '" << line << "' of " << path;
+    if (row) out.push_back(f);
+  }
+  return out;
+}
+
+double budget_makespan(const ps::Schedule& s, int budget) {
+  return ps::simulate(ps::lower_communication(s, {.max_outstanding_sends = budget})).makespan;
+}
+
+}  // namespace
+
+TEST(SendBudget, NeverSlowerThanPyTorchsOwnLowering) {
+  const std::vector<BudgetFigure> figures = budget_figures();
+  ASSERT_GT(figures.size(), 400u);
+  int kept = 0, pytorch_kept = 0, faster = 0;
+  for (const BudgetFigure& f : figures) {
+    SCOPED_TRACE(f.schedule + " chunks " + std::to_string(f.chunks) +
+                 " p=" + std::to_string(f.ranks) + " m=" + std::to_string(f.microbatches) +
+                 " budget " + std::to_string(f.budget));
+    const ps::GeneratorInfo& g = ps::find_generator(f.schedule);
+    const int v = f.chunks > 0 ? f.chunks : g.default_chunks;
+    const ps::Schedule s = g.generate(
+        {.ranks = f.ranks, .stages = f.ranks * v, .microbatches = f.microbatches}, g.default_wgrad);
+    // The same compute order PyTorch lowered (the figures keep 12 digits).
+    const double tolerance = 1e-9 * std::max(1.0, f.compute);
+    ASSERT_NEAR(ps::simulate(s).makespan, f.compute, tolerance);
+    const double mine = budget_makespan(s, f.budget);
+    EXPECT_LE(mine, f.pytorch + tolerance);
+    if (f.pytorch <= f.compute + tolerance) {
+      ++pytorch_kept;
+      EXPECT_LE(mine, f.compute + tolerance) << "PyTorch keeps the makespan, pipesched does not";
+    }
+    kept += mine <= f.compute + tolerance;
+    faster += mine < f.pytorch - tolerance;
+  }
+  std::cout << "[ budget  ] " << figures.size() << " cases: the budget keeps the makespan in "
+            << kept << " (PyTorch's lowering: " << pytorch_kept << "), faster than PyTorch's in "
+            << faster << "\n";
+}
+
+TEST(SendBudget, LoopedBfsP4M9KeepsItsMakespan) {
+  // The smallest case where waiting for the oldest send in a greedy order cost time: 31.5
+  // without a budget, and 31.5 with PyTorch's lowering under max_outstanding_sends=1.
+  const ps::Schedule s =
+      ps::find_generator("looped-bfs")
+          .generate({.ranks = 4, .stages = 8, .microbatches = 9}, ps::WGradMode::Fused);
+  EXPECT_DOUBLE_EQ(ps::simulate(s).makespan, 31.5);
+  EXPECT_DOUBLE_EQ(ps::simulate(ps::lower_communication(s)).makespan, 31.5);
+  for (int budget : {1, 2, 3})
+    EXPECT_DOUBLE_EQ(budget_makespan(s, budget), 31.5) << "budget " << budget;
 }

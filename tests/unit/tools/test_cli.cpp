@@ -240,6 +240,40 @@ TEST(Cli, ConvertForPyTorchValidatesFirst) {
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
+// validate --format pytorch refuses what PyTorch's runtime cannot run as it stands (here the
+// last stage's forwards out of microbatch order, and BW), naming rank, position and rule;
+// convert --format pytorch writes BW as B, and refuses the out-of-order file.
+TEST(Cli, ValidateAndConvertForPyTorch) {
+  const auto dir = scratch();
+  const auto order = dir / "order.csv", bw = dir / "bw.csv", out = dir / "pytorch_out.csv";
+  std::ofstream(order, std::ios::binary) << "0F0,0F1,0B0,0B1\n1F1,1B1,1F0,1B0\n";
+  std::ofstream(bw, std::ios::binary) << "0F0,0F1,0BW0,0B1\n1F0,1BW0,1F1,1B1\n";
+  CliRun r = run("validate '" + order.string() + "'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = run("validate '" + order.string() + "' --format pytorch");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("1F1 (rank 1 position 0)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("microbatch order"), std::string::npos) << r.err;
+  std::filesystem::remove(out);
+  r = run("convert '" + order.string() + "' '" + out.string() + "' --format pytorch");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+  r = run("validate '" + bw.string() + "' --format pytorch");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_NE(r.err.find("0BW0 (rank 0 position 2)"), std::string::npos) << r.err;
+  r = run("convert '" + bw.string() + "' '" + out.string() + "' --format pytorch");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(out), "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  r = run("validate '" + out.string() + "' --format pytorch");
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = run("convert '" + bw.string() + "' '" + out.string() + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(slurp(out), slurp(bw));  // other forms keep the spelling
+  r = run("validate '" + bw.string() + "' --format csv");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("--format takes pytorch"), std::string::npos) << r.err;
+}
+
 // generate --comm --max-outstanding-sends N: at most N sends of a rank open, counted here.
 TEST(Cli, GenerateKeepsTheSendBudget) {
   for (int budget : {1, 2}) {
