@@ -113,7 +113,7 @@ inline const DeviceRange (&device_ranges())[11] {
        false,
        1e14,
        "B/s",
-       "1e9 is a laptop's memory, 1e14 over 10 times a B200's 8e12 B/s of HBM3e",
+       "1e9 is slower than a laptop's memory, 1e14 over 10 times a B200's 8e12 B/s of HBM3e",
        {{1e12, "TB/s"}, {1e9, "GB/s"}}},
       {"memory_bytes",
        &DeviceSpec::memory_bytes,
