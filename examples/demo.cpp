@@ -10,9 +10,11 @@
 // slice-pipe over sequence slices — still computing the same losses.
 // With --transport mpi (under `mpirun -np P`), parts 2 and 3 run one rank per MPI process and
 // rank 0 prints.
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -67,7 +69,9 @@ int usage(int code) {
                "microbatches (default 4 and 8), then trains a tiny GPT for N steps (default 3)\n"
                "through several of them on P threads, printing loss, step time and each rank's\n"
                "measured peak of activation bytes beside the simulator's prediction, and writing\n"
-               "an SVG timeline per schedule into DIR (default ./pipesched-demo).\n"
+               "the last step's SVG timeline of each schedule it trains (gpipe, 1f1b,\n"
+               "interleaved-1f1b, zb-h1, zb-v, dualpipe-v, where P and M allow them) into DIR\n"
+               "(default ./pipesched-demo), naming each file it wrote.\n"
                "--transport mpi runs the ranks as MPI processes instead of threads: start it\n"
                "as `mpirun -np P pipesched_demo --transport mpi` (P from mpirun).\n");
   return code;
@@ -232,8 +236,18 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
     svg.title = s.name + " — measured step of the toy GPT";
     svg.memory_unit = "bytes";
     svg.time_unit = "seconds";
-    std::ofstream(svg_path) << ps::render_svg(last.executed, last.timeline(), svg);
-    say("  timeline: %s\n", svg_path.c_str());
+    // Named only once it is written whole: a full disk or a directory that went away is
+    // reported instead.
+    std::ofstream file(svg_path, std::ios::binary);
+    file << ps::render_svg(last.executed, last.timeline(), svg);
+    file.close();
+    if (file) {
+      say("  timeline: %s\n", svg_path.c_str());
+    } else {
+      std::fprintf(stderr, "pipesched_demo: cannot write the timeline '%s': %s\n", svg_path.c_str(),
+                   std::strerror(errno));
+      ++failures;
+    }
   }
   return failures;
 }

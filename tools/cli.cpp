@@ -89,17 +89,22 @@ Args parse_args(const std::string& command, const std::vector<std::string>& argv
 }
 
 int parse_int(const std::string& option, const std::string& text, int lo, int hi) {
+  // Digits with an optional '-' only: strtol alone would also take blanks and a '+'.
+  const std::size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+  const bool digits =
+      text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
   char* end = nullptr;
   errno = 0;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi)
+  const long v = digits ? std::strtol(text.c_str(), &end, 10) : 0;
+  if (!digits || *end != '\0' || errno != 0 || v < lo || v > hi)
     throw usage_error(option + " needs a whole number from " + std::to_string(lo) + " to " +
                       std::to_string(hi) + ", got '" + text + "'");
   return static_cast<int>(v);
 }
 
 double parse_number(const std::string& what, const std::string& text, double lo, double hi) {
-  const std::string range = "from " + pipesched::detail::format_general(lo) + " to " + pipesched::detail::format_general(hi);
+  const std::string range = "from " + pipesched::detail::format_general(lo) + " to " +
+                            pipesched::detail::format_general(hi);
   // Decimal notation only: strtod alone would also take "inf", "nan" and hexadecimal.
   const bool decimal =
       !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
@@ -113,19 +118,30 @@ double parse_number(const std::string& what, const std::string& text, double lo,
   return v;
 }
 
-std::vector<std::string> split_list(const std::string& text) {
+std::vector<std::string> split_list(const std::string& option, const std::string& text) {
   std::vector<std::string> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
+  if (text.empty()) return out;
+  std::size_t begin = 0;
+  for (;;) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, comma - begin);
+    const std::string position = "item " + std::to_string(out.size() + 1) + " of '" + text + "'";
+    if (item.empty())
+      throw usage_error(option + " " + text + ": " + position +
+                        " is empty; give the items separated by single commas, e.g. 1,2,4");
+    if (item.find_first_of(" \t\n\r\f\v") != std::string::npos)
+      throw usage_error(option + ": " + position + ", '" + item +
+                        "', holds a blank; give the list without blanks, e.g. 1,2,4");
+    out.push_back(item);
+    if (comma == text.size()) return out;
+    begin = comma + 1;
+  }
 }
 
 std::vector<int> parse_int_list(const std::string& option, const std::string& text, int lo,
                                 int hi) {
   std::vector<int> out;
-  for (const std::string& item : split_list(text))
+  for (const std::string& item : split_list(option, text))
     out.push_back(parse_int(option, item, lo, hi));
   if (out.empty()) throw usage_error(option + " needs a comma-separated list, got '" + text + "'");
   return out;
@@ -362,8 +378,10 @@ std::string checkpoint_names() {
   std::string out;
   const auto all = builtin_checkpoints();
   for (std::size_t i = 0; i < all.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == all.size() ? " or " : ", ") + std::string(all[i].name) +
-           (i == 0 ? " (default)" : "");
+    out += (i == 0                ? ""
+            : i + 1 == all.size() ? " or "
+                                  : ", ") +
+           std::string(all[i].name) + (i == 0 ? " (default)" : "");
   return out;
 }
 

@@ -102,13 +102,15 @@ struct Args {
 Args parse_args(const std::string& command, const std::vector<std::string>& argv,
                 const std::vector<OptionSpec>& specs, std::size_t max_positionals);
 
-//! A whole number from `lo` to `hi`, or usage_error naming `option`.
+//! A whole number from `lo` to `hi`, digits with an optional '-' (no blanks, no '+'), or
+//! usage_error naming `option`.
 int parse_int(const std::string& option, const std::string& text, int lo, int hi);
 //! A finite decimal number from `lo` to `hi` (no "inf", "nan" or hexadecimal), or
 //! usage_error naming `what` and the range.
 double parse_number(const std::string& what, const std::string& text, double lo, double hi);
-//! The non-empty items of a comma-separated list.
-std::vector<std::string> split_list(const std::string& text);
+//! The items of the comma-separated list `text` given to `option` (none for ""); usage_error
+//! for an empty item ("1,,2", "1,2,") or an item with a blank (" 1, 2").
+std::vector<std::string> split_list(const std::string& option, const std::string& text);
 //! A comma-separated list of whole numbers from `lo` to `hi`.
 std::vector<int> parse_int_list(const std::string& option, const std::string& text, int lo, int hi);
 //! The numbers joined by `separator`.

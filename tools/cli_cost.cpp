@@ -57,7 +57,7 @@ const std::vector<OptionSpec> cost_options = {
      "ZeRO stage with --dp: 0 (default), 1 (optimizer state sharded), 2 (+ gradients)", "Z"},
     {"--layers", true,
      "layers of each stage of the model, e.g. 6,6,6,6 (default: as even as possible)", "LIST"},
-    {"--gpus-per-node", true, "GPUs of a node (default: the device's)", "G"},
+    {"--gpus-per-node", true, "GPUs of a node, 1 to 1024 (default: the device's)", "G"},
     {"--whole-step", false,
      "also the optimizer step (time) and each rank's largest temporary buffer (memory)"},
 };
@@ -192,7 +192,8 @@ AnyCost get_cost(const Args& a) {
       m.microbatch_size = parse_int("--microbatch-size", a.get("--microbatch-size"), 1, 1 << 16);
     TransformerCost c{m, device, {}};
     if (a.has("--gpus-per-node"))
-      c.device.ranks_per_node = parse_int("--gpus-per-node", a.get("--gpus-per-node"), 1, 1 << 16);
+      c.device.ranks_per_node =
+          parse_int("--gpus-per-node", a.get("--gpus-per-node"), 1, DeviceSpec::max_ranks_per_node);
     if (a.has("--tp")) c.parallel.tensor = parse_int("--tp", a.get("--tp"), 1, 1 << 16);
     if (a.has("--sp")) {
       if (c.parallel.tensor < 2)

@@ -289,11 +289,22 @@ int recompute_count(const Schedule& s) {
 
 SimulationResult simulate_schedule(const Schedule& s, const AnyCost& cost) {
   Step step("simulating schedule '" + s.name + "' (" + grouped(s.action_count()) + " actions)");
+  SimulationResult r;
   try {
-    return std::visit([&](const auto& c) { return simulate(s, c); }, cost);
+    r = std::visit([&](const auto& c) { return simulate(s, c); }, cost);
   } catch (const invalid_problem& e) {
     throw usage_error(e.message());
   }
+  // The cost models' figures are bounded so that this does not happen; should it, the
+  // result is refused rather than printed as inf or nan.
+  if (!std::isfinite(r.makespan) || !std::isfinite(r.bubble_ratio) ||
+      !std::isfinite(r.peak_memory_max))
+    throw usage_error("the simulated step is not a finite figure (makespan " +
+                      detail::format_general(r.makespan) + ", peak memory " +
+                      detail::format_general(r.peak_memory_max) +
+                      "): the cost model's times or sizes overflow; check the --cost, --model "
+                      "and --device figures against their ranges (docs/cli.md)");
+  return r;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -495,7 +506,9 @@ const std::vector<OptionSpec> checkpoint_options = {
          "arrives, as Megatron-LM; the -early ones may recompute before it)",
      "MODE"},
     {"--memory-budget", true,
-     "activation memory per rank: N (microbatches), 24GB, 512MiB or device", "X"},
+     "activation memory per rank, one amount for every rank: N (microbatches), 24GB, 512MiB or "
+     "device",
+     "X"},
     {"--fit", false,
      "fit the schedule's own memory knob (" + memory_knob_orders() +
          ") to the budget before checkpointing (default: only without checkpointing, or when its "
@@ -520,9 +533,10 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
     out.schedule = read_schedule(a.positionals[0]);
     out.from_file = true;
     // Checkpointing adds at most one R per unit; the file itself is within the readers' limits.
+    // A microbatch runs through the stages of its replica only: S / P stages × M × K units.
     if (checkpointed) {
       const Problem& p = out.schedule.problem;
-      const double units = static_cast<double>(p.stages) * p.microbatches * p.slices;
+      const double units = static_cast<double>(p.replica_stages()) * p.microbatches * p.slices;
       const double actions = static_cast<double>(out.schedule.action_count()) + units;
       if (actions > max_actions)
         throw usage_error("schedule '" + out.schedule.name + "' has " +

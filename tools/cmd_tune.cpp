@@ -154,6 +154,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
   }
   const TuneCommand c = read_tune_command(argv, specs);
   const TuneResult r = run_search(c);
+  require_finite(r);
   if (c.json)
     print_tune_json(r, c);
   else

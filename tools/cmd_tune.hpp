@@ -49,6 +49,10 @@ std::string tune_help(const std::vector<OptionSpec>& specs);
 TuneCommand read_tune_command(const std::vector<std::string>& argv,
                               const std::vector<OptionSpec>& specs);
 
+//! usage_error when a plan of `r` has a step time, bubble, memory or MFU that is not a finite
+//! figure (the cost model's figures overflowed), so that no inf or nan is printed as a result.
+void require_finite(const TuneResult& r);
+
 //! A `pipesched simulate` command line that reproduces plan `p`'s step time.
 std::string plan_command(const TunePlan& p, const CommandContext& c);
 //! The result as an HTML page (cmd_tune_html.cpp) in c.report; `argv` is tune's command line.

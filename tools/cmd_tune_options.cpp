@@ -1,6 +1,7 @@
 // pipesched tune, reading the command line: the options, their checks (in the order the
 // messages promise), the request they make, and the limits on the search grid.
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <tuple>
@@ -99,7 +100,7 @@ void check_grid(const TuneRequest& req, const std::vector<std::pair<int, int>>& 
 //! The lists the tune options give, into `req`.
 void parse_search_options(const Args& a, TuneRequest& req) {
   if (a.has("--bases")) {
-    req.bases = split_list(a.get("--bases"));
+    req.bases = split_list("--bases", a.get("--bases"));
     if (req.bases.empty())
       throw usage_error(
           "--bases needs a comma-separated list of schedules (see pipesched "
@@ -118,7 +119,7 @@ void parse_search_options(const Args& a, TuneRequest& req) {
   if (a.has("--chunks")) req.chunks = parse_int_list("--chunks", a.get("--chunks"), 1, 64);
   if (a.has("--checkpoint")) {
     req.checkpoints.clear();
-    for (const std::string& m : split_list(a.get("--checkpoint"))) {
+    for (const std::string& m : split_list("--checkpoint", a.get("--checkpoint"))) {
       try {
         req.checkpoints.push_back(parse_checkpoint_mode(m));
       } catch (const parse_error& e) {
@@ -252,9 +253,11 @@ std::vector<std::pair<int, int>> searched_pipelines(TuneCommand& c) {
       creq.global_batch = req.global_batch;
       creq.search = req;
       creq.check();
+      const int per_node = std::get<TransformerCost>(c.cost).device.ranks_per_node;
+      detail::check_whole_nodes(creq.gpus, per_node);
       // Each pipeline size with the most sequences one of its pipelines can run: the
       // fewest data-parallel replicas, i.e. the largest tensor degree the node allows.
-      const int G = std::get<TransformerCost>(c.cost).device.ranks_per_node;
+      const int G = per_node;
       for (int pp = 1; pp <= creq.gpus; ++pp) {
         if (creq.gpus % pp != 0 ||
             (!creq.pipeline.empty() &&
@@ -297,6 +300,26 @@ CommandContext command_context(const Args& a, const TuneCommand& c, const std::s
 
 }  // namespace
 
+void require_finite(const TuneResult& r) {
+  auto check = [](const std::optional<TunePlan>& p) {
+    if (!p) return;
+    if (std::isfinite(p->makespan) && std::isfinite(p->bubble_ratio) &&
+        std::isfinite(p->peak_memory) && std::isfinite(p->mfu))
+      return;
+    throw usage_error("a plan's simulated step is not a finite figure (step time " +
+                      detail::format_general(p->makespan) + ", MFU " +
+                      detail::format_general(p->mfu) +
+                      "): the cost model's times or sizes overflow; check the --cost, --model "
+                      "and --device figures against their ranges (docs/cli.md)");
+  };
+  check(r.best);
+  check(r.best_without_checkpoint);
+  check(r.best_conventional);
+  check(r.best_mario);
+  for (const TuneBaseline& b : r.baselines)
+    check(b.plan);
+}
+
 std::vector<OptionSpec> tune_option_specs() {
   std::vector<OptionSpec> specs = {
       {"--ranks", true,
@@ -311,7 +334,8 @@ std::vector<OptionSpec> tune_option_specs() {
       {"--global-batch", true, "sequences per step (over all replicas), cut into microbatches",
        "B"},
       {"--memory-budget", true,
-       "activation memory per rank: N (microbatches) or bytes (24GB); default with --model: "
+       "activation memory per rank, one amount for every rank: N (microbatches) or bytes (24GB); "
+       "default with --model: "
        "device (memory less weights, gradients, optimizer state and workspace), else none",
        "X"},
       {"--bases", true, "base schedules (default 1f1b,interleaved-1f1b,zb-h1)", "LIST"},

@@ -3,9 +3,12 @@
 // device" or "the cluster".
 #pragma once
 
+#include <cmath>
 #include <string>
+#include <string_view>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/format.hpp"
 
 namespace pipesched {
 
@@ -56,38 +59,221 @@ struct DeviceSpec {
   //! Bytes the model may use: memory_bytes less memory_reserve.
   double usable_memory() const noexcept { return memory_bytes - memory_reserve; }
 
-  //! Throws invalid_problem naming the first field out of range.
-  void check() const {
-    auto bad = [this](const char* field, double value, const char* want) {
-      const std::string key = "DeviceSpec." + std::string(field);
-      throw invalid_argument(pipesched::field(key, std::to_string(value)) +
-                                 (name.empty() ? std::string() : " (device '" + name + "')") +
-                                 " is out of range; " + want + ".",
-                             key, std::to_string(value));
-    };
-    if (!(peak_flops > 0)) bad("peak_flops", peak_flops, "the peak FLOP/s must be positive");
-    if (!(memory_bandwidth > 0))
-      bad("memory_bandwidth", memory_bandwidth, "the memory bandwidth (B/s) must be positive");
-    if (!(memory_bytes > 0)) bad("memory_bytes", memory_bytes, "the capacity must be positive");
-    if (!(link_bandwidth > 0))
-      bad("link_bandwidth", link_bandwidth, "the intra-node bandwidth (B/s) must be positive");
-    if (!(link_latency >= 0)) bad("link_latency", link_latency, "a latency must be >= 0");
-    if (ranks_per_node < 1) bad("ranks_per_node", ranks_per_node, "a node holds at least 1 rank");
-    if (!(node_link_bandwidth > 0))
-      bad("node_link_bandwidth", node_link_bandwidth,
-          "the inter-node bandwidth (B/s) must be positive");
-    if (!(node_link_latency >= 0))
-      bad("node_link_latency", node_link_latency, "a latency must be >= 0");
-    if (node_ports < 0) bad("node_ports", node_ports, "use 0 (one per rank) or a positive count");
-    if (!(memory_reserve >= 0 && memory_reserve < memory_bytes))
-      bad("memory_reserve", memory_reserve,
-          "use 0 or more bytes, less than memory_bytes (the capacity)");
-    if (!(action_overhead >= 0))
-      bad("action_overhead", action_overhead, "use 0 (none) or more seconds");
-    if (!(max_efficiency > 0 && max_efficiency <= 1))
-      bad("max_efficiency", max_efficiency, "use a fraction in (0, 1]");
-    if (!(half_flops >= 0)) bad("half_flops", half_flops, "use 0 (no small-GEMM penalty) or more");
-  }
+  //! Most ranks a node may hold (ranks_per_node) and network ports it may have (node_ports):
+  //! the largest NVLink domains are racks of 72 to 576 GPUs.
+  static constexpr int max_ranks_per_node = 1024;
+
+  //! Throws invalid_argument naming the first field out of its physical range (see
+  //! detail::device_ranges), with the unit, the range and, for a figure that looks like a
+  //! unit slip (989.4 peak FLOP/s, i.e. TFLOP/s typed as FLOP/s), what it would be in the
+  //! field's unit.
+  void check() const;
 };
+
+namespace detail {
+
+//! A scale a figure of a DeviceSpec field may have been typed in by mistake: `factor` times
+//! the typed figure is the figure in the field's unit (989.4 TFLOP/s: 989.4 × 1e12 FLOP/s).
+struct UnitSlip {
+  double factor;     //!< the field's unit per this unit
+  const char* unit;  //!< the unit the figure looks like it is in: "TFLOP/s"
+};
+
+//! The physical range of one number of DeviceSpec: from `lo` (excluded when `open`) to `hi`
+//! in `unit`, why, and the unit slips a figure outside it may be.
+struct DeviceRange {
+  const char* field;           //!< the DeviceSpec field's name
+  double DeviceSpec::*member;  //!< the field
+  double lo;                   //!< the smallest figure (or the bound above which it lies)
+  bool open;                   //!< lo itself is out of range
+  double hi;                   //!< the largest figure
+  const char* unit;            //!< "FLOP/s", "B/s", "bytes", "seconds", "" for a fraction
+  const char* reason;          //!< why these bounds: the hardware at both ends
+  UnitSlip slips[2];           //!< unit slips to suggest (factor 0: none)
+};
+
+//! The ranges DeviceSpec::check holds the number fields to. Wide enough for every accelerator
+//! that exists (a consumer GPU to a B200: 1e14 to 2.3e15 dense 16-bit FLOP/s, 0.5 to 8 TB/s,
+//! 8 to 192 GB) and for toy or future ones two to three orders of magnitude either side;
+//! narrow enough that a figure typed in the wrong unit (989.4 for 989.4 TFLOP/s, 80 for 80 GB,
+//! 2 for 2 µs) is caught, and that every time the simulator derives stays finite.
+inline const DeviceRange (&device_ranges())[11] {
+  static const DeviceRange list[11] = {
+      {"peak_flops",
+       &DeviceSpec::peak_flops,
+       1e9,
+       false,
+       1e17,
+       "FLOP/s",
+       "1e9 is a single CPU core, 1e17 about 40 times a B200's 2.25e15 dense 16-bit FLOP/s",
+       {{1e12, "TFLOP/s"}, {1e15, "PFLOP/s"}}},
+      {"memory_bandwidth",
+       &DeviceSpec::memory_bandwidth,
+       1e9,
+       false,
+       1e14,
+       "B/s",
+       "1e9 is slower than a laptop's memory, 1e14 over 10 times a B200's 8e12 B/s of HBM3e",
+       {{1e12, "TB/s"}, {1e9, "GB/s"}}},
+      {"memory_bytes",
+       &DeviceSpec::memory_bytes,
+       1e8,
+       false,
+       1e14,
+       "bytes",
+       "1e8 is 100 MB, less than any accelerator has; 1e14 is 100 TB, 500 times a B200's 192 GB",
+       {{1e9, "GB"}, {1073741824.0, "GiB"}}},
+      {"link_bandwidth",
+       &DeviceSpec::link_bandwidth,
+       1e8,
+       false,
+       1e14,
+       "B/s per direction",
+       "1e8 is slower than one PCIe lane; 1e14 is 100 times NVLink 5's 9e11 B/s",
+       {{1e9, "GB/s"}, {0, ""}}},
+      {"link_latency",
+       &DeviceSpec::link_latency,
+       0,
+       false,
+       0.1,
+       "seconds",
+       "links within a node take microseconds; 0.1 s is longer than a wide-area round trip",
+       {{1e-6, "microseconds"}, {1e-3, "milliseconds"}}},
+      {"node_link_bandwidth",
+       &DeviceSpec::node_link_bandwidth,
+       1e7,
+       false,
+       1e14,
+       "B/s per direction",
+       "1e7 is 100 Mb/s Ethernet; 1e14 is 2000 times a 400 Gb/s InfiniBand port's 5e10 B/s",
+       {{1e9, "GB/s"}, {1.25e8, "Gb/s"}}},
+      {"node_link_latency",
+       &DeviceSpec::node_link_latency,
+       0,
+       false,
+       0.1,
+       "seconds",
+       "networks between nodes take microseconds; 0.1 s is longer than a wide-area round trip",
+       {{1e-6, "microseconds"}, {1e-3, "milliseconds"}}},
+      {"memory_reserve",
+       &DeviceSpec::memory_reserve,
+       0,
+       false,
+       1e14,
+       "bytes",
+       "0 leaves all of memory_bytes to the model; the reserve is less than memory_bytes",
+       {{0, ""}, {0, ""}}},
+      {"action_overhead",
+       &DeviceSpec::action_overhead,
+       0,
+       false,
+       0.1,
+       "seconds",
+       "a kernel launch takes microseconds; 0.1 s per action is slower than any framework",
+       {{1e-6, "microseconds"}, {1e-3, "milliseconds"}}},
+      {"max_efficiency",
+       &DeviceSpec::max_efficiency,
+       0,
+       true,
+       1,
+       "",
+       "a fraction of peak_flops: large GEMMs reach 0.6 to 0.9 of it, never more than all",
+       {{0.01, "a percentage"}, {0, ""}}},
+      {"half_flops",
+       &DeviceSpec::half_flops,
+       0,
+       false,
+       1e18,
+       "FLOPs",
+       "0 is no small-GEMM penalty; a GEMM of 1e18 FLOPs runs for minutes on any device",
+       {{0, ""}, {0, ""}}},
+  };
+  return list;
+}
+
+//! `v` as a message writes a figure: 6 significant digits, the exponent without "+" and
+//! leading zeros ("1e9", "2e-6", "989.4").
+inline std::string figure_text(double v) {
+  std::string t = format_general(v);
+  const auto e = t.find('e');
+  if (e == std::string::npos) return t;
+  std::string exponent = t.substr(e + 1);
+  const bool negative = exponent.front() == '-';
+  exponent.erase(0, exponent.find_first_not_of("+-0"));
+  return t.substr(0, e) + "e" + (negative ? "-" : "") + (exponent.empty() ? "0" : exponent);
+}
+
+//! What a figure of `r` must be: "a figure in FLOP/s from 1e9 to 1e17", "a fraction above 0
+//! and at most 1".
+inline std::string range_text(const DeviceRange& r) {
+  return std::string(*r.unit ? std::string("a figure in ") + r.unit : "a fraction") +
+         (r.open ? " above " : " from ") + figure_text(r.lo) + (r.open ? " and at most " : " to ") +
+         figure_text(r.hi);
+}
+
+//! What `value`, out of `r`, would be in r's unit if it was typed in one of r's unit slips
+//! that lands in range: "989.4 looks like TFLOP/s: in FLOP/s that is 9.894e14; "; else "".
+inline std::string slip_text(const DeviceRange& r, double value) {
+  std::string out;
+  for (const UnitSlip& s : r.slips) {
+    if (s.factor == 0 || !std::isfinite(value)) continue;
+    const double v = value * s.factor;
+    if (!(r.open ? v > r.lo : v >= r.lo) || v > r.hi || v == 0) continue;
+    out += (out.empty() ? figure_text(value) + " looks like " : std::string(", or ")) + s.unit +
+           ": " + (*r.unit ? std::string("in ") + r.unit : std::string("as a fraction")) +
+           " that is " + figure_text(v);
+  }
+  return out.empty() ? out : out + "; ";
+}
+
+//! Throws invalid_argument when a cluster of `gpus` GPUs (ClusterRequest::gpus) spread over
+//! more than one node of `G` does not fill whole nodes. A cluster is whole nodes (a launcher
+//! starts the same number of processes on each); a GPU count that leaves the last node
+//! partly used is most likely a mistyped count or node size, and planning it silently would
+//! plan a cluster that is not there.
+inline void check_whole_nodes(int gpus, int G) {
+  if (gpus <= G || gpus % G == 0) return;
+  throw invalid_argument(std::to_string(gpus) + " GPUs (" + field("ClusterRequest.gpus", gpus) +
+                             ") do not fill whole nodes of " + std::to_string(G) + " (" +
+                             field("DeviceSpec.ranks_per_node", G) + "): the last of " +
+                             std::to_string(gpus / G + 1) + " nodes would hold " +
+                             std::to_string(gpus % G) + " GPU" + (gpus % G == 1 ? "" : "s") +
+                             "; give a multiple of the node size (" + std::to_string(gpus / G * G) +
+                             " or " + std::to_string((gpus / G + 1) * G) +
+                             " GPUs), or a node size that divides the GPU count; a cluster is "
+                             "whole nodes.",
+                         "ClusterRequest.gpus", std::to_string(gpus));
+}
+
+}  // namespace detail
+
+inline void DeviceSpec::check() const {
+  auto bad = [this](const char* field, const std::string& value, const std::string& want) {
+    const std::string key = "DeviceSpec." + std::string(field);
+    throw invalid_argument(pipesched::field(key, value) +
+                               (name.empty() ? std::string() : " (device '" + name + "')") +
+                               " is out of range; " + want + ".",
+                           key, value);
+  };
+  for (const detail::DeviceRange& r : detail::device_ranges()) {
+    const double v = this->*r.member;
+    const bool above_lo = r.open ? v > r.lo : v >= r.lo;
+    if (std::isfinite(v) && above_lo && v <= r.hi) continue;
+    bad(r.field, detail::figure_text(v),
+        detail::slip_text(r, v) + "give " + detail::range_text(r) + " (" + r.reason + ")");
+  }
+  if (!(memory_reserve < memory_bytes))
+    bad("memory_reserve", detail::format_general(memory_reserve),
+        "use 0 or more bytes, less than memory_bytes (the capacity, " +
+            detail::figure_text(memory_bytes) + " bytes)");
+  if (ranks_per_node < 1 || ranks_per_node > max_ranks_per_node)
+    bad("ranks_per_node", std::to_string(ranks_per_node),
+        "a node holds from 1 to " + std::to_string(max_ranks_per_node) +
+            " ranks (GPUs; the largest NVLink domains hold 72 to 576)");
+  if (node_ports < 0 || node_ports > max_ranks_per_node)
+    bad("node_ports", std::to_string(node_ports),
+        "use 0 (one per rank) or a count of network ports from 1 to " +
+            std::to_string(max_ranks_per_node));
+}
 
 }  // namespace pipesched

@@ -30,8 +30,23 @@ struct ModelShape {
   //! still keeps a copy on the first and on the last stage; one stage keeps one.
   bool tied_embeddings = false;
 
-  //! The MLP inner width actually used (ffn_hidden, or 4 · hidden when it is 0).
-  int ffn() const noexcept { return ffn_hidden > 0 ? ffn_hidden : 4 * hidden; }
+  //! Largest layers, hidden, ffn_hidden, sequence, vocabulary and microbatch_size check()
+  //! accepts: far beyond any model trained (126 layers, width 25,600, MLP 73,728, a
+  //! vocabulary of 256,000), small enough that every size derived from them (an MLP of
+  //! 4 · hidden, a layer's weights, a microbatch's activation bytes, a step's FLOPs) is
+  //! exact in 64 bits or finite in a double, and that loops over layers or tokens end soon.
+  static constexpr int max_layers = 1 << 14;
+  static constexpr int max_hidden = 1 << 20;           //!< see max_layers
+  static constexpr int max_ffn_hidden = 1 << 22;       //!< see max_layers
+  static constexpr int max_sequence = 1 << 24;         //!< see max_layers
+  static constexpr int max_vocabulary = 1 << 24;       //!< see max_layers
+  static constexpr int max_microbatch_size = 1 << 16;  //!< see max_layers
+
+  //! The MLP inner width actually used (ffn_hidden, or 4 · hidden when it is 0), computed in
+  //! 64 bits (4 · hidden overflows an int from hidden = 536,870,912; check() bounds both).
+  long long ffn() const noexcept {
+    return ffn_hidden > 0 ? ffn_hidden : 4 * static_cast<long long>(hidden);
+  }
   //! Key/value heads actually used (kv_heads, or heads when it is 0).
   int key_value_heads() const noexcept { return kv_heads > 0 ? kv_heads : heads; }
   //! Output width of the fused QKV projection: h queries plus 2 · h · kv/a keys and values.
@@ -83,8 +98,17 @@ struct ModelShape {
       throw invalid_argument(pipesched::field(name, value) + " is out of range; " + want + ".",
                              name, std::to_string(value));
     };
-    if (layers < 1) bad("layers", layers, "a model needs at least 1 layer");
-    if (hidden < 1) bad("hidden", hidden, "the model width must be positive");
+    auto within = [&](const char* field, int value, int lo, int hi, const char* what,
+                      const char* largest) {
+      if (value < lo || value > hi)
+        bad(field, value,
+            std::string(what) + " is from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                " (" + largest + ")");
+    };
+    within("layers", layers, 1, max_layers, "a model's layer count",
+           "the deepest models trained have under 200 layers");
+    within("hidden", hidden, 1, max_hidden, "the model width",
+           "the widest models trained are under 32,768 wide");
     if (heads < 1) bad("heads", heads, "a model needs at least 1 attention head");
     if (hidden % heads != 0)
       bad("hidden", hidden,
@@ -92,11 +116,15 @@ struct ModelShape {
               " (hidden = heads × head size)");
     if (kv_heads < 0 || kv_heads > heads || (kv_heads > 0 && heads % kv_heads != 0))
       bad("kv_heads", kv_heads, "use 0 (= heads) or a divisor of heads = " + std::to_string(heads));
-    if (ffn_hidden < 0) bad("ffn_hidden", ffn_hidden, "use 0 (= 4 × hidden) or a positive width");
-    if (sequence < 1) bad("sequence", sequence, "a sequence needs at least 1 token");
-    if (vocabulary < 1) bad("vocabulary", vocabulary, "the vocabulary must be positive");
-    if (microbatch_size < 1)
-      bad("microbatch_size", microbatch_size, "a microbatch needs at least 1 sequence");
+    if (ffn_hidden < 0 || ffn_hidden > max_ffn_hidden)
+      bad("ffn_hidden", ffn_hidden,
+          "use 0 (= 4 × hidden) or a width from 1 to " + std::to_string(max_ffn_hidden));
+    within("sequence", sequence, 1, max_sequence, "a sequence's token count",
+           "the longest contexts trained are about a million tokens");
+    within("vocabulary", vocabulary, 1, max_vocabulary, "the vocabulary size",
+           "the largest vocabularies are about 256,000 tokens");
+    within("microbatch_size", microbatch_size, 1, max_microbatch_size,
+           "a microbatch's sequence count", "a microbatch holds at most a few hundred sequences");
     if (bytes_per_value != 1 && bytes_per_value != 2 && bytes_per_value != 4 &&
         bytes_per_value != 8)
       bad("bytes_per_value", bytes_per_value, "use 1, 2, 4 or 8 (2 for 16-bit training)");

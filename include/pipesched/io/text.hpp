@@ -256,6 +256,15 @@ class TextReader {
     at_least(*slices_, "slices", 1, "use 1 for whole sequences or more to cut them");
     if (!replicas_) replicas_ = Given{1, 0, 0};
     at_least(*replicas_, "replicas", 1, "use 1 for one pipeline, or 2 for two (Chimera)");
+    // Two at most: Chimera's two pipelines in opposite directions are the schedules of several
+    // replicas that pipesched builds and runs (PyTorch's runtime runs none); a larger count
+    // is a mistyped header, refused here rather than met later as a schedule missing most of
+    // its actions or as one too large to checkpoint.
+    if (replicas_->value > 2)
+      fail(replicas_->line, replicas_->column,
+           "replicas = " + std::to_string(replicas_->value) +
+               " is out of range; use 1 for one pipeline, or 2 for Chimera's two pipelines in "
+               "opposite directions (the only schedules of several model replicas)");
     const int ranks = ranks_->value, stages = stages_->value;
     if (replicas_->value > 1 && stages % (replicas_->value * ranks) != 0)
       fail(replicas_->line, replicas_->column,

@@ -72,7 +72,8 @@ inline double byte_unit(std::string_view unit) {
 //! Reads a memory budget: "2" or "0.5" (memory units), "24GB", "24 GB", "512MiB", "1.5GiB",
 //! "800MB", "4096B", "3TB" (bytes; decimal kB/MB/GB/TB and binary KiB/MiB/GiB/TiB, the unit
 //! in any case). Throws parse_error naming the text and showing the accepted forms when it
-//! is none of them, or when the amount is not positive and finite.
+//! is none of them (a comma-separated list, one amount per rank, included: one amount holds
+//! for every rank), or when the amount is not positive and finite.
 inline MemoryBudgetValue parse_memory_budget(std::string_view text) {
   auto fail = [&](const std::string& why, std::size_t at) -> MemoryBudgetValue {
     throw parse_error("memory budget '" + std::string(text) + "' " + why + "; " +
@@ -90,6 +91,21 @@ inline MemoryBudgetValue parse_memory_budget(std::string_view text) {
   while (space(i))
     ++i;
   if (i == n) return fail("is empty", i);
+  // One amount holds for every rank; a list ("2,2,2,2": one per rank) is not read. A single
+  // comma between digits may be a decimal comma ("1,5GB"), which the message names too.
+  if (const std::size_t comma = text.find(','); comma != std::string_view::npos) {
+    const bool decimal = text.find(',', comma + 1) == std::string_view::npos && comma > 0 &&
+                         digit(comma - 1) && digit(comma + 1);
+    std::string point(text.substr(i));
+    point[comma - i] = '.';
+    throw parse_error("memory budget '" + std::string(text) +
+                          "' is a list; a budget is one amount that holds for every rank, not "
+                          "one per rank (to hold each rank to the tightest, give the smallest)" +
+                          (decimal ? ", and a fraction is written with a point ('" + point + "')"
+                                   : std::string()) +
+                          "; " + detail::memory_budget_forms + ".",
+                      0, static_cast<int>(comma) + 1);
+  }
   // The number: digits, an optional fraction, an optional exponent. Written out rather than
   // left to strtod, which would also take "inf", "nan", hexadecimal and a leading sign.
   const std::size_t number_begin = i;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,42 @@
 namespace pipesched {
 
 namespace detail {
+
+//! Why the pipeline sizes and tensor degrees `request` lists leave no factorization of its
+//! GPUs on nodes of `G`: pp · dp · tp is the GPU count and tp divides the node, so a size
+//! that does not divide them is named with the divisors that would.
+inline Message unmet_degrees(const ClusterRequest& request, int G) {
+  const int N = request.gpus;
+  auto divisors = [](int n) {
+    std::string out;
+    for (int d = 1; d <= n; ++d)
+      if (n % d == 0) out += (out.empty() ? "" : ", ") + std::to_string(d);
+    return out;
+  };
+  auto listed = [](const std::vector<int>& v) {
+    std::string out;
+    for (int x : v)
+      out += (out.empty() ? "" : ",") + std::to_string(x);
+    return out;
+  };
+  Message why;
+  if (!request.pipeline.empty() && std::none_of(request.pipeline.begin(), request.pipeline.end(),
+                                                [&](int pp) { return N % pp == 0; }))
+    why += field("ClusterRequest.pipeline", listed(request.pipeline)) + " does not divide the " +
+           std::to_string(N) + " GPUs (pipeline x data x tensor degrees multiply to the GPU " +
+           "count; pipeline sizes that divide it: " + divisors(N) + ")";
+  else if (!request.tensor.empty() && std::none_of(request.tensor.begin(), request.tensor.end(),
+                                                   [&](int t) { return N % t == 0 && G % t == 0; }))
+    why += field("ClusterRequest.tensor", listed(request.tensor)) + " does not divide both the " +
+           std::to_string(N) + " GPUs and the " + std::to_string(G) +
+           " GPUs of a node (a tensor group stays inside one node; degrees that divide both: " +
+           divisors(std::gcd(N, G)) + ")";
+  else
+    why += field("ClusterRequest.pipeline") + " and " + field("ClusterRequest.tensor") +
+           " leave no pipeline size p and tensor degree t with p x t dividing the " +
+           std::to_string(N) + " GPUs and t dividing the node's " + std::to_string(G);
+  return why;
+}
 
 //! The scenarios of a cluster search: each factorization N = pp · d · t (t inside a node and
 //! dividing the model's heads, key/value heads and MLP width; d dividing the global batch;
@@ -98,8 +135,7 @@ inline std::vector<TuneScenario<TransformerCost>> cluster_scenarios(const Cluste
     throw invalid_problem("no way to run " + std::to_string(N) + " GPUs (" + std::to_string(G) +
                           " per node) as pipeline x data x tensor parallelism fits the request: " +
                           (notes.empty()
-                               ? "check " + field("ClusterRequest.pipeline") + " and " +
-                                     field("ClusterRequest.tensor")
+                               ? unmet_degrees(request, G)
                                : notes.front().configuration + ": " + notes.front().message) +
                           ".");
   return scenarios;
@@ -118,6 +154,7 @@ inline TuneResult tune_cluster(const ClusterRequest& request, const ModelShape& 
   model.check();
   if (request.gpus_per_node > 0) device.ranks_per_node = request.gpus_per_node;
   device.check();
+  detail::check_whole_nodes(request.gpus, device.ranks_per_node);
   std::vector<TuneNote> notes;
   const std::vector<detail::TuneScenario<TransformerCost>> scenarios =
       detail::cluster_scenarios(request, model, device, notes);

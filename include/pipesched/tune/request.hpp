@@ -174,6 +174,8 @@ struct TuneRequest {
 //! tensor parallelism (Megatron-LM's placement, tensor innermost), each with the layer
 //! splits, and inside each pipeline everything TuneRequest searches.
 struct ClusterRequest {
+  //! Most GPUs a cluster search takes (the command's --gpus and a cluster file's "gpus" too).
+  static constexpr int max_gpus = 1 << 16;
   int gpus = 1;           //!< GPUs in all, N
   int gpus_per_node = 0;  //!< GPUs of a node; 0 = the device's ranks_per_node
   int global_batch = 1;   //!< sequences per step over all data-parallel replicas
@@ -205,10 +207,14 @@ struct ClusterRequest {
           field("ClusterRequest." + name, value) + " is out of range; " + want + ".",
           "ClusterRequest." + name, value);
     };
-    if (gpus < 1) bad("gpus", std::to_string(gpus), "a cluster needs at least 1 GPU");
-    if (gpus_per_node < 0)
+    // Bounded so that the search's loops over pipeline sizes and node sizes end soon.
+    if (gpus < 1 || gpus > max_gpus)
+      bad("gpus", std::to_string(gpus),
+          "a cluster has from 1 to " + std::to_string(max_gpus) + " GPUs");
+    if (gpus_per_node < 0 || gpus_per_node > DeviceSpec::max_ranks_per_node)
       bad("gpus_per_node", std::to_string(gpus_per_node),
-          "use 0 (the device's) or a positive count");
+          "use 0 (the device's) or a count from 1 to " +
+              std::to_string(DeviceSpec::max_ranks_per_node));
     if (global_batch < 1)
       bad("global_batch", std::to_string(global_batch), "a step needs at least 1 sequence");
     for (int p : pipeline)

@@ -59,11 +59,15 @@ TEST(BadInput, CommunicationWithAStageThatDoesNotExist) {
   };
   for (const Case& c :
        {Case{"0F0,0SEND_F0,0B0\n",
-             "sends to stage 1, which does not exist: the "
-             "schedule has 1 stage (0..0)"},
-        Case{"0F0,0B0,0SEND_B0\n", "sends to stage -1, which does not exist"},
-        Case{"0RECV_F0,0F0,0B0\n", "receives from stage -1, which does not exist"},
-        Case{"0F0,0B0,0RECV_B0\n", "receives from stage 1, which does not exist"}}) {
+             "sends to the stage after stage 0, which does not exist: stage 0 is the last of "
+             "the schedule's 1 stage (0..0)"},
+        Case{"0F0,0B0,0SEND_B0\n",
+             "sends to the stage before stage 0, which does not exist: stage 0 is the first"},
+        Case{"0RECV_F0,0F0,0B0\n", "receives from the stage before stage 0, which does not exist"},
+        Case{"0F0,0B0,0RECV_B0\n", "receives from the stage after stage 0, which does not exist"},
+        // A WAIT_SEND names its send's unit; a gradient send of stage 0 has nowhere to go.
+        Case{"0F0,0B0,0WAIT_SEND_B0\n",
+             "waits for a send to the stage before stage 0, which does not exist"}}) {
     SCOPED_TRACE(c.csv);
     Schedule s = from_csv(c.csv);
     ValidationReport rep = check(s);
@@ -74,6 +78,31 @@ TEST(BadInput, CommunicationWithAStageThatDoesNotExist) {
     EXPECT_EQ(rep.summary().find("add "), std::string::npos) << rep.summary();
     EXPECT_THROW(validate(s), invalid_schedule);
   }
+}
+
+// No message names a stage by an index that does not exist (stage -1, stage S).
+TEST(BadInput, NoStageMinusOneInAnyMessage) {
+  for (const char* csv : {"0F0,0B0,0SEND_B0\n", "0F0,0B0,0WAIT_SEND_B0\n", "0RECV_F0,0F0,0B0\n",
+                          "0F0,0SEND_F0,0WAIT_SEND_F0,0B0\n"}) {
+    SCOPED_TRACE(csv);
+    const ValidationReport rep = check(from_csv(csv));
+    ASSERT_FALSE(rep.ok());
+    EXPECT_EQ(rep.summary().find("stage -1"), std::string::npos) << rep.summary();
+    EXPECT_EQ(rep.summary().find("stage 1,"), std::string::npos) << rep.summary();
+  }
+}
+
+// A recompute given twice is named as it was written: RL (a late recompute) twice is not
+// "0R0 appears 2 times", which names an action the schedule does not hold.
+TEST(BadInput, ARecomputeGivenTwiceIsNamedAsWritten) {
+  std::string text = check(from_csv("0F0,0RL0,0RL0,0B0\n")).summary();
+  EXPECT_NE(text.find("0RL0 (a late recompute) appears 2 times"), std::string::npos) << text;
+  EXPECT_EQ(text.find("0R0 "), std::string::npos) << text;
+  text = check(from_csv("0F0,0R0,0R0,0B0\n")).summary();
+  EXPECT_NE(text.find("0R0 appears 2 times"), std::string::npos) << text;
+  text = check(from_csv("0F0,0R0,0RL0,0B0\n")).summary();
+  EXPECT_NE(text.find("the recompute of 0F0 (1 0R0, 1 0RL0) appears 2 times"), std::string::npos)
+      << text;
 }
 
 // Tiny files whose indices name huge problems: the report is exact in its count and short in

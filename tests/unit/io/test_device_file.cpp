@@ -127,4 +127,56 @@ TEST(DeviceFile, MistakesAreOneSentenceWithLineAndColumn) {
       << e;
 }
 
+// Every figure has a physical range, refused with the field, the value, the unit and the
+// range; a figure that looks like a unit slip says what it would be in the field's unit.
+TEST(DeviceFile, FiguresOutsideTheirPhysicalRangeAreRefused) {
+  struct Case {
+    const char* field;
+    const char* value;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"peak_flops", "1e-300",
+       "field \"peak_flops\" is 1e-300; give a figure in FLOP/s from 1e9 "
+       "to 1e17 (1e9 is a single CPU core"},
+      {"peak_flops", "989.4",
+       "989.4 looks like TFLOP/s: in FLOP/s that is 9.894e14; give a "
+       "figure in FLOP/s from 1e9 to 1e17"},
+      {"peak_flops", "1e30", "field \"peak_flops\" is 1e30; give a figure in FLOP/s"},
+      {"memory_bandwidth", "3.35", "3.35 looks like TB/s: in B/s that is 3.35e12"},
+      {"memory_bytes", "80", "80 looks like GB: in bytes that is 8e10, or GiB"},
+      {"link_bandwidth", "450", "450 looks like GB/s: in B/s per direction that is 4.5e11"},
+      {"node_link_bandwidth", "400", "or Gb/s: in B/s per direction that is 5e10"},
+      {"link_latency", "5", "5 looks like microseconds: in seconds that is 5e-6"},
+      {"node_link_latency", "-1", "give a figure in seconds from 0 to 0.1"},
+      {"action_overhead", "20", "20 looks like microseconds"},
+      {"max_efficiency", "75", "75 looks like a percentage: as a fraction that is 0.75"},
+      {"max_efficiency", "0", "give a fraction above 0 and at most 1"},
+      {"half_flops", "1e300", "give a figure in FLOPs from 0 to 1e18"},
+      {"ranks_per_node", "2147483647", "a node holds from 1 to 1024 ranks"},
+      {"node_ports", "100000", "a count of network ports from 1 to 1024"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.field) + " " + c.value);
+    const std::string e =
+        refusal(std::string(R"({"base": "h100", ")") + c.field + "\": " + c.value + "}");
+    EXPECT_NE(e.find(c.says), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("field \"") + c.field + "\" is " + c.value), std::string::npos)
+        << e;
+  }
+  // The library refuses the same figures, whatever made the DeviceSpec.
+  ps::DeviceSpec d = ps::presets::find_device("h100");
+  d.peak_flops = 989.4;
+  try {
+    d.check();
+    ADD_FAILURE() << "989.4 FLOP/s passed";
+  } catch (const ps::invalid_argument& e) {
+    EXPECT_EQ(e.field(), "DeviceSpec.peak_flops");
+    EXPECT_NE(std::string(e.what()).find("looks like TFLOP/s"), std::string::npos) << e.what();
+  }
+  // Every preset is inside every range.
+  for (const ps::presets::DevicePreset& p : ps::presets::devices())
+    EXPECT_NO_THROW(p.device.check()) << p.name;
+}
+
 }  // namespace

@@ -127,6 +127,76 @@ TEST(ModelFile, MixtureOfExpertsIsRefusedWithTheReason) {
   EXPECT_NE(e.find("line 1, column 40: field \"num_experts\" is 60"), std::string::npos) << e;
 }
 
+// Experts nested in a sub-config (multimodal and wrapper configs nest their language model's
+// config) are found too: they passed as a dense model.
+TEST(ModelFile, ExpertsInANestedSubConfigAreRefused) {
+  for (const char* nest : {"text_config", "language_config", "llm_config", "language_model"}) {
+    SCOPED_TRACE(nest);
+    std::string text = hf_configs::llama3_8b;
+    text.insert(text.find("\"vocab_size\""), std::string("\"") + nest +
+                                                 "\": {\"hidden_size\": 4096, "
+                                                 "\"num_local_experts\": 16}, ");
+    const std::string e = refusal(text);
+    EXPECT_NE(e.find(std::string("field \"") + nest + ".num_local_experts\" is 16"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find(std::string("with experts in its nested \"") + nest + "\""), std::string::npos)
+        << e;
+    EXPECT_NE(e.find("no expert layers"), std::string::npos) << e;
+  }
+  // Deeper, and as a mixture-of-experts model_type of the nested config.
+  std::string text = hf_configs::llama3_8b;
+  text.insert(text.find("\"vocab_size\""),
+              "\"thinker_config\": {\"text_config\": {\"model_type\": \"qwen3_moe\"}}, ");
+  std::string e = refusal(text);
+  EXPECT_NE(e.find("field \"thinker_config.text_config.model_type\" is \"qwen3_moe\""),
+            std::string::npos)
+      << e;
+  // A nested object without experts (rope scaling, a dense text config) is no refusal.
+  text = hf_configs::llama3_8b;
+  text.insert(text.find("\"vocab_size\""),
+              "\"text_config\": {\"num_experts\": 0, \"moe_layers\": null}, ");
+  EXPECT_NO_THROW(ps::read_model(text, "config.json"));
+}
+
+// Dimensions are bounded so that everything derived from them is representable: a width of
+// 536,870,912 made 4 × hidden overflow an int (the MLP width came out negative).
+TEST(ModelFile, DimensionsBeyondAnyModelAreRefused) {
+  std::string e = refusal(R"({"layers": 2, "hidden": 536870912, "heads": 8, "sequence": 1024,
+                              "vocabulary": 50257})");
+  EXPECT_NE(e.find("field \"hidden\" is 536870912; the model width is from 1 to 1048576"),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"model_type": "llama", "num_hidden_layers": 100000, "hidden_size": 4096,
+                  "num_attention_heads": 32, "intermediate_size": 11008,
+                  "max_position_embeddings": 4096, "vocab_size": 32000})");
+  EXPECT_NE(e.find("field \"num_hidden_layers\" is 100000; a model's layer count is from 1 to "
+                   "16384"),
+            std::string::npos)
+      << e;
+  e = refusal(R"({"layers": 2, "hidden": 512, "heads": 8, "sequence": 1024,
+                  "vocabulary": 2000000000})");
+  EXPECT_NE(e.find("the vocabulary size is from 1 to 16777216"), std::string::npos) << e;
+  e = refusal(R"({"layers": 2, "hidden": 512, "heads": 8, "sequence": 1024, "vocabulary": 100,
+                  "ffn_hidden": 2000000000})");
+  EXPECT_NE(e.find("field \"ffn_hidden\" is 2000000000; use 0 (= 4 × hidden) or a width from 1 "
+                   "to 4194304"),
+            std::string::npos)
+      << e;
+  // The largest width accepted: its MLP width, 4 × hidden, is exact.
+  ps::ModelShape m;
+  m.layers = 1;
+  m.hidden = ps::ModelShape::max_hidden;
+  m.heads = 1;
+  m.sequence = 1;
+  m.vocabulary = 1;
+  EXPECT_NO_THROW(m.check());
+  EXPECT_EQ(m.ffn(), 4LL * ps::ModelShape::max_hidden);
+  m.hidden = 536870912;  // beyond the bound: still computed without overflow
+  EXPECT_EQ(m.ffn(), 2147483648LL);
+  EXPECT_THROW(m.check(), ps::invalid_argument);
+}
+
 TEST(ModelFile, UnknownFieldsAreNamedInOneNoteAndIrrelevantOnesAreNot) {
   std::string text = hf_configs::llama3_8b;
   text.insert(text.find("\"vocab_size\""), "\"frobnicate\": 3, \"n_embd\": 4096, ");

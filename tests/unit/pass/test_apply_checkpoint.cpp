@@ -78,7 +78,10 @@ TEST(ParseMemoryBudget, RefusesOtherTextNamingItAndTheAcceptedForms) {
            Case{"nan", "does not start with a number", 1},
            Case{"0x10", "unknown unit 'x10'", 2},
            Case{"2e", "unknown unit 'e'", 2},
-           Case{"1,5GB", "unknown unit ',5GB'", 2},
+           // A list (one budget per rank) is not taken; a decimal comma is named as one.
+           Case{"1,5GB", "is a list; a budget is one amount that holds for every rank", 2},
+           Case{"1,5GB", "a fraction is written with a point ('1.5GB')", 2},
+           Case{"2,2,2,2", "is a list; a budget is one amount that holds for every rank", 2},
        }) {
     SCOPED_TRACE(std::string("'") + c.text + "'");
     try {

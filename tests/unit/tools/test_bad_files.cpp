@@ -80,8 +80,8 @@ TEST(TimedBadFiles, FailFastInBoundedMemoryWithASentence) {
     const char* says;
   };
   const std::vector<Case> cases = {
-      {"send.csv", "0F0,0SEND_F0,0B0\n", "stage 1, which does not exist"},
-      {"send_b.csv", "0F0,0B0,0SEND_B0\n", "stage -1, which does not exist"},
+      {"send.csv", "0F0,0SEND_F0,0B0\n", "the stage after stage 0, which does not exist"},
+      {"send_b.csv", "0F0,0B0,0SEND_B0\n", "the stage before stage 0, which does not exist"},
       {"part.csv", "0F0,0I0,0W0:2147483647\n", "parts 0..2147483646 never run"},
       {"cube.csv", "300F300.300\n", "more"},
       {"mb.csv", "0F1048575,0B1048575\n", "… and 2,097,142 more"},

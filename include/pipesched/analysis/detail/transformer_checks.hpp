@@ -23,7 +23,7 @@ inline void check_tensor_degree(const ModelShape& model, const DeviceSpec& devic
   if (t == 1) return;
   // `what` names the divided figure; built only when it does not divide (every cost query
   // checks, and a Message allocates).
-  auto divides = [&](int value, auto what) {
+  auto divides = [&](long long value, auto what) {
     if (value % t != 0)
       throw invalid_argument(field("Parallelism.tensor", t) + " does not divide " + what() + " = " +
                                  std::to_string(value) +

@@ -23,6 +23,7 @@ inline std::string stage_count_text(int stages) {
 //! What one unit (stage, microbatch, slice) holds: counts per kind and its W parts.
 struct UnitSeen {
   int f = 0, b = 0, i = 0, r = 0;
+  int r_late = 0;            //!< of the r recomputes, the late ones (`RL`)
   std::vector<int> w_parts;  //!< the part index of every W of the unit, in list order
   friend bool operator==(const UnitSeen&, const UnitSeen&) = default;
 };
@@ -110,8 +111,16 @@ void unit_rules(const Schedule& s, UnitKey key, const UnitSeen& u, Emit&& emit) 
   }
   if (u.r > 1)
     emit("duplicate", [&] {
-      return unit(OpKind::R) + " appears " + std::to_string(u.r) +
-             " times; a checkpointed forward is recomputed at most once.";
+      // Named as written: RL (a late recompute) when every one is late.
+      Action late = Action::late_recompute(st, mb, sl);
+      const std::string what =
+          u.r_late == u.r ? to_string(late) + " (a late recompute)"
+          : u.r_late == 0 ? unit(OpKind::R)
+                          : "the recompute of " + unit(OpKind::F) + " (" +
+                                std::to_string(u.r - u.r_late) + " " + unit(OpKind::R) + ", " +
+                                std::to_string(u.r_late) + " " + to_string(late) + ")";
+      return what + " appears " + std::to_string(u.r) +
+             " times; a checkpointed forward is recomputed at most once (R or RL, not both).";
     });
 }
 
@@ -228,8 +237,15 @@ inline void check_comm_action(const Schedule& s, ValidationReport& rep, int r, i
   const long long peer = a.stage + ((fwd == send) ? 1LL : -1LL);
   if (peer < 0 || peer >= p.stages) {
     add_violation(rep, r, i, a, "index-range", [&] {
-      return to_string(a) + " at " + where(r, i) + (send ? " sends to" : " receives from") +
-             " stage " + std::to_string(peer) + ", which does not exist: the schedule has " +
+      // The stage past either end is named as such, never as stage -1 or stage S.
+      const std::string what = is_wait_send(a.kind) ? " waits for a send to"
+                               : send               ? " sends to"
+                                                    : " receives from";
+      const std::string last = std::to_string(p.stages - 1);
+      return to_string(a) + " at " + where(r, i) + what + " the stage " +
+             (peer < 0 ? "before stage 0" : "after stage " + last) +
+             ", which does not exist: stage " +
+             (peer < 0 ? "0 is the first" : last + " is the last") + " of the schedule's " +
              stage_count_text(p.stages) +
              "; forward data flows from stage s to s+1 and gradients from s to s-1.";
     });
@@ -270,6 +286,7 @@ inline void count_unit_action(UnitSeen& u, const Action& a) {
       break;
     case OpKind::R:
       ++u.r;
+      u.r_late += a.late;
       break;
     case OpKind::W:
       u.w_parts.push_back(a.part);

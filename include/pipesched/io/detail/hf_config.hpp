@@ -216,16 +216,49 @@ inline std::string unknown_note(const spec_json::Fields& in, const std::string& 
          "; if one changes the model's shape or cost, the plan leaves it out.";
 }
 
+//! The member of `object`, or of an object nested in it at most `depth` levels down, that
+//! makes the model a mixture of experts: an expert key (moe_key) or a "model_type" of one
+//! (moe_type). Multimodal and wrapper configs nest their language model's config under
+//! "text_config", "language_config", "language_model", "llm_config", "thinker_config" and
+//! the like, so every nested object is looked into. `path` gets the member's dotted key
+//! ("text_config.num_local_experts"); nullptr when there is none.
+inline const json::Value::Member* moe_member(const json::Value& object, std::string& path,
+                                             int depth = 4) {
+  for (const json::Value::Member& m : object.object())
+    if (moe_key(m) || (m.key == "model_type" && m.value.kind() == json::Kind::String &&
+                       moe_type(m.value.string()))) {
+      path = m.key;
+      return &m;
+    }
+  if (depth == 0) return nullptr;
+  for (const json::Value::Member& m : object.object())
+    if (m.value.kind() == json::Kind::Object)
+      if (const json::Value::Member* inner = moe_member(m.value, path, depth - 1)) {
+        path = m.key + "." + path;
+        return inner;
+      }
+  return nullptr;
+}
+
 inline ModelFile read(const json::Value& doc, const std::string& source,
                       const ModelReadOptions& options) {
   const spec_json::Fields in(doc, source);
   const std::string family = family_of(in);
-  for (const json::Value::Member& m : doc.object())
-    if (moe_key(m) || (m.key == "model_type" && moe_type(family)))
-      in.fail(m.value, "field \"" + m.key + "\" is " + spec_json::shown(m.value) +
-                           ": a mixture-of-experts model (model_type \"" + family +
-                           "\"); pipesched's cost model has no expert layers (routing, expert "
-                           "MLPs, their all-to-all), so it cannot plan this model");
+  std::string moe_path;
+  const json::Value::Member* moe = moe_member(doc, moe_path);
+  // A family known from "architectures" alone ("MixtralForCausalLM") is one too.
+  if (moe == nullptr && moe_type(family)) moe_path = "architectures";
+  if (!moe_path.empty()) {
+    const json::Value& at = moe ? moe->value : *in.find("architectures");
+    in.fail(at, "field \"" + moe_path + "\" is " + spec_json::shown(at) +
+                    ": a mixture-of-experts model (model_type \"" + family + "\"" +
+                    (moe_path.find('.') != std::string::npos
+                         ? ", with experts in its nested \"" +
+                               moe_path.substr(0, moe_path.find('.')) + "\""
+                         : std::string()) +
+                    "); pipesched's cost model has no expert layers (routing, expert MLPs, their "
+                    "all-to-all), so it cannot plan this model");
+  }
   const std::vector<HfField>& keys = hf_config_fields(family);
   if (keys.empty())
     in.fail(in.find("model_type") ? *in.find("model_type") : doc,

@@ -1,0 +1,83 @@
+// The cluster search's request in range: a GPU count and a node size that bound its loops, a
+// cluster of whole nodes, and pipeline sizes or tensor degrees that fit no factorization
+// named with the reason.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "pipesched/analysis/presets.hpp"
+#include "pipesched/tune/tune.hpp"
+
+namespace {
+
+namespace ps = pipesched;
+
+ps::ClusterRequest request(int gpus) {
+  ps::ClusterRequest c;
+  c.gpus = gpus;
+  c.global_batch = 16;
+  c.search.bases = {"1f1b"};
+  c.search.microbatch_sizes = {1};
+  c.search.checkpoints = {ps::CheckpointMode::None};
+  return c;
+}
+
+// The message of tune_cluster's refusal of `req`, or a failure when it searches.
+std::string refusal(const ps::ClusterRequest& req) {
+  ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
+  model.sequence = 512;
+  try {
+    (void)ps::tune_cluster(req, model, ps::presets::find_device("h100"));
+  } catch (const ps::invalid_problem& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "searched " << req.gpus << " GPUs";
+  return "";
+}
+
+TEST(ClusterBounds, CountsBeyondTheirRangeAreRefused) {
+  std::string e = refusal(request(1 << 20));
+  EXPECT_NE(e.find("ClusterRequest.gpus = 1048576 is out of range; a cluster has from 1 to 65536"),
+            std::string::npos)
+      << e;
+  ps::ClusterRequest req = request(8);
+  req.gpus_per_node = 1 << 30;
+  e = refusal(req);
+  EXPECT_NE(e.find("ClusterRequest.gpus_per_node = 1073741824 is out of range; use 0 (the "
+                   "device's) or a count from 1 to 1024"),
+            std::string::npos)
+      << e;
+}
+
+TEST(ClusterBounds, AClusterIsWholeNodes) {
+  ps::ClusterRequest req = request(16);
+  req.gpus_per_node = 3;
+  const std::string e = refusal(req);
+  EXPECT_NE(e.find("16 GPUs (ClusterRequest.gpus = 16) do not fill whole nodes of 3 "
+                   "(DeviceSpec.ranks_per_node = 3): the last of 6 nodes would hold 1 GPU"),
+            std::string::npos)
+      << e;
+  // Within one node, fewer GPUs than it holds are searched.
+  req = request(4);
+  ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
+  model.sequence = 512;
+  EXPECT_TRUE(ps::tune_cluster(req, model, ps::presets::find_device("h100")).best);
+}
+
+TEST(ClusterBounds, DegreesThatFitNoFactorizationSayWhy) {
+  ps::ClusterRequest req = request(8);
+  req.pipeline = {3, 5};
+  std::string e = refusal(req);
+  EXPECT_NE(e.find("ClusterRequest.pipeline = 3,5 does not divide the 8 GPUs"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("pipeline sizes that divide it: 1, 2, 4, 8"), std::string::npos) << e;
+  req = request(8);
+  req.tensor = {3};
+  e = refusal(req);
+  EXPECT_NE(e.find("ClusterRequest.tensor = 3 does not divide both the 8 GPUs and the 8 GPUs of "
+                   "a node"),
+            std::string::npos)
+      << e;
+}
+
+}  // namespace
