@@ -27,9 +27,10 @@ struct GradientReduction {
 struct ExecutorOptions {
   //! How long a receive waits before the step fails with the rank and action named. Must be
   //! at least 1 ms (0.001 s; less, negative and NaN are refused when the executor or pipeline
-  //! is built, with the value named); infinity, or
-  //! any duration too long for the steady clock (std::chrono::hours::max()), waits without a
-  //! deadline. Process pipelines bound their start-of-step and end-of-step agreement by it too.
+  //! is built, with the value named); infinity, or any duration too long for the steady clock
+  //! (std::chrono::hours::max()), waits without a deadline. Process pipelines bound their
+  //! start-of-step and end-of-step agreement by it too, and the roll call that names a silent
+  //! process.
   std::chrono::duration<double> receive_timeout{60.0};
   //! Called by each rank once per step (e.g. an optimizer step on that rank's stage models),
   //! in a pipeline only once every rank has finished its list: a step that fails anywhere
