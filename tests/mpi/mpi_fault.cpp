@@ -1,11 +1,16 @@
 // A training program that fails on purpose, for the fault tests of tests/mpi/run_fault.sh:
 // under `mpirun -np P mpi_fault MODE`, rank P/2 (its stage's third forward) throws (`throw`),
-// kills its own process (`kill`) or stops answering (`hang`). Every rank prints what it
-// saw: a thrown step ends every process with exit code 3 after a clean MPI_Finalize; a lost
-// peer ends the job through MPI_Abort.
+// kills its own process (`kill`) or stops answering (`hang`); or it stops itself with SIGSTOP
+// between steps 0 and 1 (`stop`); or its snapshot hook throws std::bad_alloc in step 1
+// (`snapshot`). Every rank prints what it saw: a thrown step ends every process with exit code
+// 3 after a clean MPI_Finalize; a lost peer ends the job through MPI_Abort (exit code 4). In
+// `snapshot` mode each process checks its own parameters: unchanged by the failed step, and
+// after the retried step changed and equal to a fault-free run's; it exits 0 when they are, 5
+// when not.
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -14,6 +19,7 @@
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/reference.hpp"
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
 
 namespace ps = pipesched;
@@ -21,7 +27,7 @@ namespace toy = pipesched::toy;
 
 namespace {
 
-enum class Mode { Throw, Kill, Hang };
+enum class Mode { Throw, Kill, Hang, Stop, Snapshot };
 
 struct Faulty : toy::GptStage<float> {
   using Base = toy::GptStage<float>;
@@ -40,6 +46,72 @@ struct Faulty : toy::GptStage<float> {
   }
 };
 
+std::vector<Faulty> make_stages(const toy::GptConfig& config, int p) {
+  std::vector<Faulty> stages;
+  for (int st = 0; st < p; ++st)
+    stages.emplace_back(config, st, p);
+  return stages;
+}
+
+// The parameters of the stages process `rank` holds.
+std::vector<float> mine(const ps::Schedule& s, const std::vector<Faulty>& stages, int rank) {
+  std::vector<float> flat;
+  for (int st : s.placement.stages_of(rank))
+    for (const auto& t : stages[static_cast<std::size_t>(st)].parameters())
+      flat.insert(flat.end(), t.data.begin(), t.data.end());
+  return flat;
+}
+
+constexpr int steps = 3;
+
+// `snapshot` mode: trains 2 steps with SGD, rank `bad`'s snapshot throwing in step 1, which is
+// then retried; returns what went wrong on this process (empty when nothing did). Few steps,
+// so that the job stays short on a loaded machine, where every message waits for a core.
+std::string snapshot_fault(const ps::Schedule& s, const toy::GptConfig& config,
+                           const ps::TrainingData<Faulty::tensor_type>& training,
+                           const ps::ExecutorOptions& base, int rank, int bad) {
+  std::vector<float> clean;
+  {
+    auto stages = make_stages(config, s.problem.stages);
+    ps::ExecutorOptions options = base;
+    toy::use_sgd(options, s.placement, stages, 0.05);
+    ps::MpiPipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options);
+    pipe.step(training);
+    pipe.step(training);
+    clean = mine(s, stages, rank);
+  }
+  auto stages = make_stages(config, s.problem.stages);
+  ps::ExecutorOptions options = base;
+  toy::use_sgd(options, s.placement, stages, 0.05);
+  bool armed = false;
+  options.snapshot = [&, keep = options.snapshot](int r) {
+    if (armed && r == bad) throw std::bad_alloc();
+    keep(r);
+  };
+  ps::MpiPipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options);
+  pipe.step(training);
+  const std::vector<float> before = mine(s, stages, rank);
+  armed = true;
+  std::string wrong;  // the first thing found wrong; every process runs every step regardless
+  try {
+    pipe.step(training);
+    return "the snapshot fault did not fail step 1";  // on every process alike
+  } catch (const ps::execution_error& e) {
+    std::printf("rank %d: step 1 failed on rank %d: %s\n", rank, e.rank(), e.what());
+    if (!e.rolled_back() || e.rank() != bad)
+      wrong =
+          "step 1's error does not name rank " + std::to_string(bad) + " and a rolled-back step";
+  }
+  armed = false;
+  if (wrong.empty() && mine(s, stages, rank) != before)
+    wrong = "the parameters after the failed step 1 differ from those before it";
+  pipe.step(training);  // step 1 again
+  if (wrong.empty() && mine(s, stages, rank) == before) wrong = "the retried step kept no update";
+  if (wrong.empty() && mine(s, stages, rank) != clean)
+    wrong = "the parameters after the retried step differ from a fault-free run's";
+  return wrong;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,27 +124,45 @@ int main(int argc, char** argv) {
     mode = Mode::Kill;
   } else if (mode_name == "hang") {
     mode = Mode::Hang;
+  } else if (mode_name == "stop") {
+    mode = Mode::Stop;
+  } else if (mode_name == "snapshot") {
+    mode = Mode::Snapshot;
   } else {
     if (session.rank() == 0)
-      std::fprintf(stderr, "usage: mpirun -np P mpi_fault throw|kill|hang [TOKEN]\n");
+      std::fprintf(stderr, "usage: mpirun -np P mpi_fault throw|kill|hang|stop|snapshot [TOKEN]\n");
     return 2;
   }
-  const int p = session.size();
-  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = p, .microbatches = 2 * p});
+  const int p = session.size(), bad = p / 2;
+  // The snapshot fault needs no microbatch past the warm-up: p of them keep its steps short.
+  const ps::Schedule s =
+      ps::schedule::one_f_one_b({.ranks = p, .microbatches = mode == Mode::Snapshot ? p : 2 * p});
   const toy::GptConfig config{.blocks = p};
-  std::vector<Faulty> stages;
-  for (int st = 0; st < p; ++st)
-    stages.emplace_back(config, st, p);
-  stages[p / 2].mode = mode;
-  stages[p / 2].armed = true;
+  // Long enough for a peer that is merely slow on a loaded machine (ctest -j beside other
+  // jobs); a silent process is named after about this long per wait that gives up.
   ps::ExecutorOptions options;
-  options.receive_timeout = std::chrono::seconds(3);
+  options.receive_timeout = std::chrono::seconds(5);
+  const auto data = toy::make_gpt_data<float>(config, s.problem.microbatches, 1);
+  const auto training = toy::training_data(data);
   try {
+    if (mode == Mode::Snapshot) {
+      const std::string wrong = snapshot_fault(s, config, training, options, session.rank(), bad);
+      if (!wrong.empty()) {
+        std::printf("rank %d: FAILED: %s\n", session.rank(), wrong.c_str());
+        return 5;
+      }
+      std::printf("rank %d: parameters kept through the failed step, updated by the retried one\n",
+                  session.rank());
+      return 0;
+    }
+    std::vector<Faulty> stages = make_stages(config, p);
+    stages[static_cast<std::size_t>(bad)].mode = mode;
+    stages[static_cast<std::size_t>(bad)].armed = mode != Mode::Stop;
     ps::MpiPipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options);
-    const auto data = toy::make_gpt_data<float>(config, s.problem.microbatches, 1);
-    const auto training = toy::training_data(data);
-    for (int step = 0; step < 3; ++step)
+    for (int step = 0; step < steps; ++step) {
+      if (mode == Mode::Stop && step == 1 && session.rank() == bad) std::raise(SIGSTOP);
       pipe.step(training);
+    }
     std::printf("rank %d: no fault happened\n", session.rank());
     return 0;
   } catch (const ps::peer_lost& e) {

@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../unit/exec/exec_support.hpp"
@@ -483,16 +484,44 @@ TEST(MpiErrors, ScheduleForAnotherRankCountIsRefusedOnEveryProcess) {
   expect_schedules_refused(generated("1f1b", world_rank() == 1 ? p + 1 : p, 2 * p), 1);
 }
 
-TEST(MpiErrors, NonPositiveTimeoutIsRefusedAtConstruction) {
+// A timeout of 0 or one too short for any receive (1e-300 s) is refused when the pipeline is
+// built, naming the field, the value and the accepted range, rather than failing every step.
+TEST(MpiErrors, NonPositiveOrTinyTimeoutIsRefusedAtConstruction) {
   const ps::Schedule s = generated("1f1b", world_size(), 2 * world_size());
   auto stages = make_stages<double>(config_for(s.problem.stages), s.problem.stages);
-  ps::ExecutorOptions options;
-  options.receive_timeout = std::chrono::seconds(0);
-  try {
-    ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
-    ADD_FAILURE() << "a receive_timeout of 0 s was accepted";
-  } catch (const ps::invalid_problem& e) {
-    EXPECT_NE(std::string(e.what()).find("receive_timeout is 0 s"), std::string::npos) << e.what();
+  for (const auto& [timeout, text] :
+       {std::pair{std::chrono::duration<double>(0), std::string("0")},
+        std::pair{std::chrono::duration<double>(1e-300), std::string("1e-300")}}) {
+    ps::ExecutorOptions options;
+    options.receive_timeout = timeout;
+    try {
+      ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+      ADD_FAILURE() << "a receive_timeout of " << text << " s was accepted";
+    } catch (const ps::invalid_problem& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("receive_timeout is " + text + " s; give a timeout of at least 0.001 s"),
+                std::string::npos)
+          << what;
+    }
+  }
+}
+
+// A poll interval outside 0 to 1 s is refused by the transport, naming the value and range.
+TEST(MpiErrors, PollIntervalOutsideItsRangeIsRefused) {
+  const ps::Schedule s = generated("1f1b", world_size(), 2 * world_size());
+  for (const std::chrono::microseconds interval :
+       {std::chrono::microseconds(-1), std::chrono::microseconds(std::chrono::minutes(1))}) {
+    try {
+      ps::MpiTransport<toy::GptStage<double>::tensor_type> t(s, MPI_COMM_WORLD,
+                                                             {.poll_interval = interval});
+      ADD_FAILURE() << "a poll_interval of " << interval.count() << " µs was accepted";
+    } catch (const ps::invalid_problem& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("poll_interval is " + std::to_string(interval.count()) +
+                          " µs; give 0 to 1000000 µs (1 s)"),
+                std::string::npos)
+          << what;
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <new>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -33,7 +34,9 @@ using CountingGpt = exec_test::Counting<toy::GptStage<double>>;
 
 // Random faults in any compute action of any stage, in any call that reaches a stage's
 // gradients (a data-parallel reduction packing or unpacking them, the optimizer), or in one
-// rank's optimizer (before or after it updated), each in one random step of a 3-step run of
+// rank's snapshot (std::bad_alloc: that rank's optimizer never runs, and it must not be rolled
+// back to an older snapshot) or optimizer (before or after it updated), each in one random
+// step of a 3-step run of
 // the job `grid` over MPI, on one replica: every process throws the same error saying the step
 // was rolled back, and after a retry of the failed step every step's loss and this process's
 // parameters equal the fault-free run's, bit for bit. The draws come from one seed, so every
@@ -99,7 +102,9 @@ void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGr
     const bool in_optimizer = kind == 0, in_gradients = kind == 1;
     const int bad_rank = static_cast<int>(rng() % static_cast<unsigned>(s.rank_count()));
     const int bad_replica = static_cast<int>(rng() % static_cast<unsigned>(grid.data));
-    const bool after_update = rng() % 2 == 0;
+    const unsigned phase = rng() % 3;  // 0: in the snapshot, 1: before, 2: after the update
+    // ZeRO's shard optimizer keeps its own state: no snapshot hook to break there.
+    const bool in_snapshot = phase == 0 && zero == 0, after_update = phase == 2;
     const int faulty_step = static_cast<int>(rng() % steps);
     const int stage = static_cast<int>(rng() % static_cast<unsigned>(n));
     const double where = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
@@ -114,9 +119,13 @@ void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGr
     if (zero == 0) {
       auto sgd = options.optimizer;
       options.optimizer = [&, sgd](int r) {
-        if (armed && r == bad_rank && !after_update) throw std::runtime_error("optimizer fault");
+        if (armed && r == bad_rank && phase == 1) throw std::runtime_error("optimizer fault");
         sgd(r);
         if (armed && r == bad_rank && after_update) throw std::runtime_error("optimizer fault");
+      };
+      options.snapshot = [&, keep = options.snapshot](int r) {
+        if (armed && r == bad_rank && in_snapshot) throw std::bad_alloc();
+        keep(r);
       };
     } else {
       const bool mine_fails = rank == bad_rank && groups.coordinates().data == bad_replica;
@@ -129,11 +138,12 @@ void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGr
       };
     }
     ps::MpiPipeline<CountingGpt> pipe(s, stages, groups, options, {}, faulty);
-    SCOPED_TRACE("trial " + std::to_string(t) + ": step " + std::to_string(faulty_step) +
-                 (in_optimizer ? ", rank " + std::to_string(bad_rank) + "'s optimizer"
-                               : std::string(in_gradients ? ", the gradients of" : ", a call of") +
-                                     " stage " + std::to_string(stage) + " on replica " +
-                                     std::to_string(bad_replica)));
+    SCOPED_TRACE(
+        "trial " + std::to_string(t) + ": step " + std::to_string(faulty_step) +
+        (in_optimizer
+             ? ", rank " + std::to_string(bad_rank) + (in_snapshot ? "'s snapshot" : "'s optimizer")
+             : std::string(in_gradients ? ", the gradients of" : ", a call of") + " stage " +
+                   std::to_string(stage) + " on replica " + std::to_string(bad_replica)));
     auto pick = [&](int count) { return 1 + std::min(count - 1, static_cast<int>(where * count)); };
     for (int k = 0; k < steps; ++k) {
       for (CountingGpt& st : stages)
@@ -146,10 +156,13 @@ void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGr
           target.reach_target = pick(reaches_per_step[static_cast<std::size_t>(stage)]);
         else if (here)
           target.target = pick(calls_per_step[static_cast<std::size_t>(stage)]);
+        const std::vector<double> before = mine(stages);
         try {
           pipe.step(training);
           ADD_FAILURE() << "the injected fault did not fail the step";
         } catch (const ps::execution_error& e) {
+          // This process's parameters are those it had before the step.
+          EXPECT_EQ(mine(stages), before);
           EXPECT_TRUE(e.rolled_back()) << e.what();
           EXPECT_NE(std::string(e.what()).find("the step was rolled back"), std::string::npos)
               << e.what();

@@ -120,6 +120,7 @@ class Executor {
   //! transport_aborted when another rank failed. The update is not applied here: a pipeline
   //! calls `apply_update` once every rank's list has run.
   RankRun step(const TrainingData<tensor_type>& data, const mark_type& start) {
+    optimizer_ran_ = false;
     attached(-1, Action{}, "before its list (zero_gradients)", [&] { units_.zero_gradients(); });
     units_.begin(data);
     posted_inputs_.clear();
@@ -165,24 +166,36 @@ class Executor {
 
   //! Applies this rank's update of the step that just ran (the snapshot hook, then the
   //! optimizer hook) and waits for the device; what they throw becomes an execution_error at
-  //! the position after the list.
+  //! the position after the list. A snapshot hook that throws stops it before the optimizer
+  //! hook, so the rank's parameters stay as they were (`optimizer_ran()` is then false).
   void apply_update() {
+    optimizer_ran_ = false;
     const int after = static_cast<int>(schedule_.ranks[rank_].size());
     attached(after, Action{}, "in its optimizer step", [&] {
       if (options_.snapshot) options_.snapshot(rank_);
+      optimizer_ran_ = true;  // from here on the parameters may change
       if (options_.optimizer) options_.optimizer(rank_);
       device_.synchronize();
     });
   }
 
-  //! Undoes `apply_update` (the rollback hook) and waits for the device; what it throws
-  //! becomes an execution_error at the position after the list.
+  //! True when the last `apply_update` got as far as calling the optimizer hook (which may
+  //! have stopped half-way), so that the rank's parameters may differ from the step's start;
+  //! false when its snapshot hook threw, and after `roll_back_update` put them back.
+  bool optimizer_ran() const noexcept { return optimizer_ran_; }
+
+  //! Undoes `apply_update` (the rollback hook) and waits for the device, on a rank whose
+  //! optimizer hook ran; does nothing on one whose did not (its snapshot threw first: its
+  //! parameters never changed, and the rollback hook would put back an older snapshot). What
+  //! it throws becomes an execution_error at the position after the list.
   void roll_back_update() {
+    if (!optimizer_ran_) return;
     const int after = static_cast<int>(schedule_.ranks[rank_].size());
     attached(after, Action{}, "rolling back its optimizer step", [&] {
       if (options_.rollback) options_.rollback(rank_);
       device_.synchronize();
     });
+    optimizer_ran_ = false;
   }
 
  private:
@@ -462,7 +475,8 @@ class Executor {
   Transport* transport_;
   Device device_;
   ExecutorOptions options_;
-  Units units_;  // the compute actions and what units hold between them
+  bool optimizer_ran_ = false;  // this step's optimizer hook was called (see optimizer_ran)
+  Units units_;                 // the compute actions and what units hold between them
   std::vector<std::optional<std::pair<mark_type, mark_type>>> marks_;  // per list position
   std::vector<std::size_t> memory_at_;  // the list position after which memory_[k] was taken
   std::vector<MessageKey> receives_;    // this rank's receives, in list order

@@ -26,9 +26,11 @@ struct GradientReduction {
 //! Knobs of the executor.
 struct ExecutorOptions {
   //! How long a receive waits before the step fails with the rank and action named. Must be
-  //! more than 0 (0, negative and NaN are refused when the executor is built); infinity, or
-  //! any duration too long for the steady clock (std::chrono::hours::max()), waits without a
-  //! deadline. Process pipelines bound their start-of-step and end-of-step agreement by it too.
+  //! at least 1 ms (0.001 s; less, negative and NaN are refused when the executor or pipeline
+  //! is built, with the value named); infinity, or any duration too long for the steady clock
+  //! (std::chrono::hours::max()), waits without a deadline. Process pipelines bound their
+  //! start-of-step and end-of-step agreement by it too, and the roll call that names a silent
+  //! process.
   std::chrono::duration<double> receive_timeout{60.0};
   //! Called by each rank once per step (e.g. an optimizer step on that rank's stage models),
   //! in a pipeline only once every rank has finished its list: a step that fails anywhere
@@ -37,13 +39,16 @@ struct ExecutorOptions {
   //! after the list, and every rank's update is then undone by `rollback`.
   std::function<void(int rank)> optimizer{};
   //! Called on rank `rank` right before its `optimizer` call: keeps what `rollback` needs to
-  //! put back (its parameters and optimizer state). Optional.
+  //! put back (its parameters and optimizer state). Optional. What it throws fails the step
+  //! like the optimizer's; that rank's optimizer and rollback are then not called (its
+  //! parameters never changed), the other ranks' updates are rolled back.
   std::function<void(int rank)> snapshot{};
   //! Undoes rank `rank`'s `optimizer` call of this step (the call may have stopped half-way):
   //! puts back what the rank had before it, as `snapshot` kept it. A pipeline calls it on
-  //! every rank whose optimizer ran, when the optimizer failed on any rank, so that the step
-  //! commits on every rank or on none (the error's `rolled_back()`). Without it, an optimizer
-  //! that throws leaves the other ranks' updates applied, and the error says so.
+  //! every rank whose optimizer ran (not on one whose snapshot threw), when the snapshot or
+  //! optimizer failed on any rank, so that the step commits on every rank or on none (the
+  //! error's `rolled_back()`). Without it, a failed update leaves the updates of the ranks
+  //! whose optimizer ran applied, and the error says so.
   //! `toy::use_sgd` sets all three hooks for the toy models.
   std::function<void(int rank)> rollback{};
   //! Data-parallel gradient reduction (empty: none; the schedule's REDUCE_GRAD and

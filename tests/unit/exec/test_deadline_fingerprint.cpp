@@ -60,7 +60,9 @@ TEST(ExecDeadline, NonPositiveAndNanEndAtOnce) {
 }
 
 TEST(ExecDeadline, CheckNamesTheValue) {
-  EXPECT_NO_THROW(ps::detail::check_receive_timeout("X", Seconds(1e-6)));
+  EXPECT_NO_THROW(ps::detail::check_receive_timeout("X", Seconds(1e-3)));
+  EXPECT_THROW(ps::detail::check_receive_timeout("X", Seconds(1e-6)), ps::invalid_problem);
+  EXPECT_THROW(ps::detail::check_receive_timeout("X", Seconds(1e-300)), ps::invalid_problem);
   EXPECT_NO_THROW(
       ps::detail::check_receive_timeout("X", Seconds(std::numeric_limits<double>::infinity())));
   try {

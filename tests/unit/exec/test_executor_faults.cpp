@@ -1,8 +1,9 @@
 // Receive timeouts and failures the executor must attach: a timeout too long for the clock
 // (hours::max(), infinity, 1e10 s) means no deadline and a healthy step runs; a timeout of 0,
-// a negative one or NaN is refused when the pipeline is built; a layer that throws something
-// not derived from std::exception, and an optimizer hook that throws, reach the caller as the
-// execution_error of their rank, with the position, and every rank stops.
+// a negative one, NaN or one under a millisecond is refused when the pipeline is built; a
+// layer that throws something not derived from std::exception, and an optimizer or snapshot
+// hook that throws, reach the caller as the execution_error of their rank, with the position,
+// and every rank stops; a step commits on every rank or on none.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <new>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -130,17 +132,30 @@ void expect_refused(Seconds timeout, const std::string& value) {
     const std::string what = e.what();
     EXPECT_NE(what.find("receive_timeout"), std::string::npos) << what;
     EXPECT_NE(what.find(value + " s"), std::string::npos) << what;
-    EXPECT_NE(what.find("more than 0"), std::string::npos) << what;
+    EXPECT_NE(what.find("at least 0.001 s (1 ms)"), std::string::npos) << what;
     EXPECT_NE(what.find("infinity"), std::string::npos) << what;
   }
 }
 
 TEST(ExecutorTimeout, ZeroNegativeAndNanAreRefusedAtConstruction) {
   expect_refused(Seconds(0), "0");
+  // Positive but too short for any receive: every step would fail.
+  expect_refused(Seconds(1e-300), "1e-300");
+  expect_refused(std::chrono::microseconds(999), "0.000999");
   expect_refused(Seconds(-1.5), "-1.5");
   expect_refused(std::chrono::milliseconds(-1), "-0.001");
   expect_refused(Seconds(std::numeric_limits<double>::quiet_NaN()), "nan");
   expect_refused(Seconds(-std::numeric_limits<double>::infinity()), "-inf");
+}
+
+// The shortest timeout accepted is 1 ms (the pipeline is only built, no step is run: a step
+// with a 1 ms receive timeout fails on a loaded machine).
+TEST(ExecutorTimeout, OneMillisecondIsAccepted) {
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 2, .microbatches = 2});
+  auto stages = faulty_stages(s.problem.stages);
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::milliseconds(1);
+  EXPECT_NO_THROW(ps::InprocPipeline<FaultyMlp> pipe(s, stages, options));
 }
 
 // Throws `fault` (by `throw_it`) in stage 2's third forward of 1F1B on 4 ranks; the step
@@ -268,9 +283,10 @@ ps::Schedule generated(const char* name, int ranks, int microbatches) {
 
 // Trains `steps` steps of `s` (SGD with its rollback, `fill` waits or not) with a fault
 // injected into one random step of each of `trials` runs — in any compute action of any
-// stage, or in one rank's optimizer before or after it updated — then retries that step. The
-// failed step must say it was rolled back, and every step's loss (the retried one's too) and
-// the final parameters must equal the fault-free run's, bit for bit.
+// stage, in one rank's snapshot (std::bad_alloc), or in one rank's optimizer before or after
+// it updated — then retries that step. The failed step must say it was rolled back and leave
+// every parameter as it was before the step, and every step's loss (the retried one's too)
+// and the final parameters must equal the fault-free run's, bit for bit.
 void expect_faults_roll_back(const ps::Schedule& s, bool fill, int trials, unsigned seed) {
   SCOPED_TRACE(s.name + (fill ? " with filled waits" : ""));
   constexpr int steps = 3;
@@ -294,22 +310,29 @@ void expect_faults_roll_back(const ps::Schedule& s, bool fill, int trials, unsig
     clean_params = toy::flat_parameters(stages);
   }
   std::mt19937 rng(seed);
-  int optimizer_faults = 0;
+  int optimizer_faults = 0, snapshot_faults = 0;
   for (int t = 0; t < trials; ++t) {
     auto stages = exec_test::make_stages<CountingMlp>(mlp_config, n);
     ps::ExecutorOptions options;
     options.fill_waits = fill;
     toy::use_sgd(options, s.placement, stages, exec_test::learning_rate);
-    // One trial in four breaks an optimizer: rank `bad_rank` throws before or after updating.
+    // One trial in four breaks an update: rank `bad_rank`'s snapshot throws (its optimizer
+    // never runs), or its optimizer throws before or after updating.
     const bool in_optimizer = rng() % 4 == 0;
     const int bad_rank = static_cast<int>(rng() % static_cast<unsigned>(s.rank_count()));
-    const bool after_update = rng() % 2 == 0;
+    const unsigned phase = rng() % 3;  // 0: in the snapshot, 1: before, 2: after the update
+    const bool in_snapshot = phase == 0, after_update = phase == 2;
     bool armed = false;
     auto sgd = options.optimizer;
     options.optimizer = [&, sgd](int rank) {
-      if (armed && rank == bad_rank && !after_update) throw std::runtime_error("optimizer fault");
+      if (armed && rank == bad_rank && phase == 1) throw std::runtime_error("optimizer fault");
       sgd(rank);
       if (armed && rank == bad_rank && after_update) throw std::runtime_error("optimizer fault");
+    };
+    auto keep = options.snapshot;
+    options.snapshot = [&, keep](int rank) {
+      if (armed && rank == bad_rank && in_snapshot) throw std::bad_alloc();
+      keep(rank);
     };
     ps::InprocPipeline<CountingMlp> pipe(s, stages, options);
     const int faulty_step = static_cast<int>(rng() % steps);
@@ -319,8 +342,10 @@ void expect_faults_roll_back(const ps::Schedule& s, bool fill, int trials, unsig
                 rng() % static_cast<unsigned>(calls_per_step[static_cast<std::size_t>(stage)]));
     SCOPED_TRACE("trial " + std::to_string(t) + ": step " + std::to_string(faulty_step) +
                  (in_optimizer
-                      ? ", rank " + std::to_string(bad_rank) + "'s optimizer" +
-                            (after_update ? " after its update" : "")
+                      ? ", rank " + std::to_string(bad_rank) +
+                            (in_snapshot    ? "'s snapshot"
+                             : after_update ? "'s optimizer after its update"
+                                            : "'s optimizer")
                       : ", stage " + std::to_string(stage) + "'s call " + std::to_string(call)));
     for (int k = 0; k < steps; ++k) {
       for (CountingMlp& st : stages)
@@ -328,14 +353,17 @@ void expect_faults_roll_back(const ps::Schedule& s, bool fill, int trials, unsig
       if (k == faulty_step) {
         if (in_optimizer) {
           armed = true;
-          ++optimizer_faults;
+          ++(in_snapshot ? snapshot_faults : optimizer_faults);
         } else {
           stages[static_cast<std::size_t>(stage)].target = call;
         }
+        const std::vector<double> before = toy::flat_parameters(stages);
         try {
           pipe.step(toy::training_data(data));
           ADD_FAILURE() << "the injected fault did not fail the step";
         } catch (const ps::execution_error& e) {
+          // Every rank's parameters are those it had before the step.
+          EXPECT_EQ(toy::flat_parameters(stages), before);
           EXPECT_TRUE(e.rolled_back()) << e.what();
           EXPECT_NE(std::string(e.what()).find("the step was rolled back"), std::string::npos)
               << e.what();
@@ -356,6 +384,7 @@ void expect_faults_roll_back(const ps::Schedule& s, bool fill, int trials, unsig
     EXPECT_EQ(toy::flat_parameters(stages), clean_params);
   }
   EXPECT_GT(optimizer_faults, 0);
+  EXPECT_GT(snapshot_faults, 0);
 }
 
 TEST(StepCommit, RandomFaultsRollBackOneFOneB) {
@@ -364,6 +393,114 @@ TEST(StepCommit, RandomFaultsRollBackOneFOneB) {
 
 TEST(StepCommit, RandomFaultsRollBackZeroBubbleWithFilledWaits) {
   expect_faults_roll_back(generated("zb-h1", 4, 8), true, 120, 2);
+}
+
+// The parameters of rank r's stage (1F1B: rank r holds stage r).
+std::vector<double> stage_parameters(const std::vector<toy::MlpStage<double>>& stages, int r) {
+  return toy::flat_parameters(
+      std::vector<toy::MlpStage<double>>{stages[static_cast<std::size_t>(r)]});
+}
+
+// A snapshot hook that throws (std::bad_alloc, in step 1 on rank 2 of 1F1B × 4) stops that
+// rank before its optimizer: its parameters never changed. Only the ranks whose optimizer ran
+// are rolled back (rank 2's rollback would put back step 0's snapshot and lose step 0's
+// update), so every rank keeps exactly what it had before the step. The retried step commits,
+// and the parameters then equal a fault-free run's.
+TEST(StepCommit, SnapshotFaultRollsBackOnlyTheRanksWhoseOptimizerRan) {
+  using Mlp = toy::MlpStage<double>;
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const auto data = toy::make_mlp_data<double>(mlp_config, s.problem.microbatches, 7);
+  auto clean = exec_test::make_stages<Mlp>(mlp_config, s.problem.stages);
+  {
+    ps::ExecutorOptions options;
+    toy::use_sgd(options, s.placement, clean, exec_test::learning_rate);
+    ps::InprocPipeline<Mlp> pipe(s, clean, options);
+    pipe.step(toy::training_data(data));
+    pipe.step(toy::training_data(data));
+  }
+  auto stages = exec_test::make_stages<Mlp>(mlp_config, s.problem.stages);
+  ps::ExecutorOptions options;
+  toy::use_sgd(options, s.placement, stages, exec_test::learning_rate);
+  bool armed = false;
+  std::vector<int> rollbacks(4, 0);  // each rank's thread counts its own
+  options.snapshot = [&, keep = options.snapshot](int rank) {
+    if (armed && rank == 2) throw std::bad_alloc();
+    keep(rank);
+  };
+  options.rollback = [&, undo = options.rollback](int rank) {
+    ++rollbacks[static_cast<std::size_t>(rank)];
+    undo(rank);
+  };
+  ps::InprocPipeline<Mlp> pipe(s, stages, options);
+  pipe.step(toy::training_data(data));  // step 0 commits
+  std::vector<std::vector<double>> before;
+  for (int r = 0; r < 4; ++r)
+    before.push_back(stage_parameters(stages, r));
+  armed = true;
+  try {
+    pipe.step(toy::training_data(data));
+    ADD_FAILURE() << "the snapshot fault did not fail the step";
+  } catch (const ps::execution_error& e) {
+    EXPECT_TRUE(e.rolled_back()) << e.what();
+    EXPECT_EQ(e.rank(), 2);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 2 failed in its optimizer step: std::bad_alloc"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("the step was rolled back"), std::string::npos) << what;
+  }
+  for (int r = 0; r < 4; ++r)
+    EXPECT_EQ(stage_parameters(stages, r), before[static_cast<std::size_t>(r)]) << "rank " << r;
+  EXPECT_EQ(rollbacks, (std::vector<int>{1, 1, 0, 1}));
+  armed = false;
+  pipe.step(toy::training_data(data));  // step 1 again: it commits
+  for (int r = 0; r < 4; ++r)
+    EXPECT_NE(stage_parameters(stages, r), before[static_cast<std::size_t>(r)]) << "rank " << r;
+  EXPECT_EQ(toy::flat_parameters(stages), toy::flat_parameters(clean));
+}
+
+// Without a rollback hook a snapshot that throws on rank 2 leaves the other ranks' updates
+// (and rank 2 without one), and the error says the step was not rolled back; when every
+// rank's snapshot throws, no parameter moved and the error says the step was rolled back.
+TEST(StepCommit, SnapshotFaultWithoutRollbackTellsWhatChanged) {
+  using Mlp = toy::MlpStage<double>;
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const auto data = toy::make_mlp_data<double>(mlp_config, s.problem.microbatches, 7);
+  auto stages = exec_test::make_stages<Mlp>(mlp_config, s.problem.stages);
+  ps::ExecutorOptions options;
+  toy::use_sgd(options, s.placement, stages, exec_test::learning_rate);
+  options.rollback = nullptr;
+  bool every_rank = false;
+  options.snapshot = [&](int rank) {
+    if (every_rank || rank == 2) throw std::bad_alloc();
+  };
+  ps::InprocPipeline<Mlp> pipe(s, stages, options);
+  std::vector<std::vector<double>> before;
+  for (int r = 0; r < 4; ++r)
+    before.push_back(stage_parameters(stages, r));
+  try {
+    pipe.step(toy::training_data(data));
+    ADD_FAILURE() << "the snapshot fault did not fail the step";
+  } catch (const ps::execution_error& e) {
+    EXPECT_FALSE(e.rolled_back()) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the step was NOT rolled back"), std::string::npos)
+        << e.what();
+  }
+  for (int r = 0; r < 4; ++r) {
+    const std::vector<double> now = stage_parameters(stages, r);
+    if (r == 2)
+      EXPECT_EQ(now, before[2]);
+    else
+      EXPECT_NE(now, before[static_cast<std::size_t>(r)]) << "rank " << r;
+  }
+  every_rank = true;
+  const std::vector<double> all = toy::flat_parameters(stages);
+  try {
+    pipe.step(toy::training_data(data));
+    ADD_FAILURE() << "the snapshot faults did not fail the step";
+  } catch (const ps::execution_error& e) {
+    EXPECT_TRUE(e.rolled_back()) << e.what();
+  }
+  EXPECT_EQ(toy::flat_parameters(stages), all);
 }
 
 // Without a rollback hook an optimizer that throws leaves the others' updates, and says so.

@@ -1,6 +1,7 @@
 // How a pipeline's step commits: every rank's list runs first; only when every rank finished
-// does any rank apply its update (the optimizer hook), and when an update fails anywhere the
-// updates are undone on every rank (the rollback hook). What the error then says.
+// does any rank apply its update (the snapshot hook, then the optimizer hook), and when an
+// update fails anywhere the updates are undone on every rank whose optimizer ran (the rollback
+// hook; a rank whose snapshot threw changed nothing). What the error then says.
 #pragma once
 
 #include <string>

@@ -1,7 +1,8 @@
 // Receive deadlines from timeouts, shared by every transport and by the process pipelines'
 // agreement: a timeout too long for the steady clock means "no deadline" (the clock's
 // largest time point) instead of overflowing into the past; and the check that refuses a
-// timeout that cannot mean anything (zero, negative, NaN) before a step starts.
+// timeout that cannot mean anything (zero, negative, NaN, under a millisecond) before a step
+// starts.
 #pragma once
 
 #include <chrono>
@@ -19,7 +20,7 @@ inline constexpr std::chrono::steady_clock::time_point no_deadline =
 //! The steady-clock time `timeout` after `now`, saturated: a timeout at or past what the clock
 //! can still count from `now` (hours::max(), infinity, about 9.2e9 s for a nanosecond clock)
 //! gives `no_deadline`. Zero, negative and NaN give `now` (the wait ends at once); the executor
-//! refuses them before a step (`check_receive_timeout`).
+//! refuses them, and timeouts under a millisecond, before a step (`check_receive_timeout`).
 inline std::chrono::steady_clock::time_point deadline_after(
     std::chrono::duration<double> timeout,
     std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
@@ -44,14 +45,19 @@ inline std::string seconds_text(double s) {
   return buf;
 }
 
-//! Throws invalid_problem, naming `who`, unless `timeout` is a positive number of seconds
-//! (infinity included: no deadline).
+//! The shortest receive timeout a pipeline accepts, in seconds: 1 ms. A shorter one cannot
+//! cover even a thread's wake-up or one poll of a transport, so every step would fail.
+inline constexpr double min_receive_timeout_s = 1e-3;
+
+//! Throws invalid_problem, naming `who`, the value and the accepted range, unless `timeout` is
+//! at least `min_receive_timeout_s` (infinity included: no deadline). Zero, negative, NaN and
+//! sub-millisecond timeouts (1e-300 s) are refused.
 inline void check_receive_timeout(const char* who, std::chrono::duration<double> timeout) {
-  if (timeout.count() > 0) return;  // false for NaN too
+  if (timeout.count() >= min_receive_timeout_s) return;  // false for NaN too
   throw invalid_problem(std::string(who) + ": receive_timeout is " + seconds_text(timeout.count()) +
-                        " s; give a timeout of more than 0 seconds (infinity, or any duration too "
-                        "long for the clock such as std::chrono::hours::max(), waits without a "
-                        "deadline).");
+                        " s; give a timeout of at least " + seconds_text(min_receive_timeout_s) +
+                        " s (1 ms), or infinity (or any duration too long for the clock such as "
+                        "std::chrono::hours::max()) to wait without a deadline.");
 }
 
 }  // namespace pipesched::detail

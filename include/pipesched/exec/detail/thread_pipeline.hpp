@@ -1,7 +1,8 @@
 // The step loop of a pipeline whose ranks are threads of this process (InprocPipeline,
 // CudaLocalPipeline): one Executor per rank over one shared transport, every rank's list run
 // on its own thread from a common start, the first failure stopping every rank; the updates
-// applied only once every list has run, and undone on every rank when one fails.
+// applied only once every list has run, and undone on every rank whose optimizer ran when one
+// fails.
 #pragma once
 
 #include <cstddef>
@@ -31,8 +32,9 @@ class ThreadPipeline {
   //! Runs one training step on every rank and returns what they measured. A failure on any
   //! rank stops every rank and is rethrown as the execution_error of the rank that failed
   //! first; no thread is left running. The step commits on every rank or on none: the
-  //! optimizer hooks run once every rank has finished its list, and when one throws, every
-  //! rank's update is undone by the rollback hook (the error's `rolled_back()`).
+  //! optimizer hooks run once every rank has finished its list, and when a snapshot or
+  //! optimizer hook throws, the rollback hook undoes the update of every rank whose optimizer
+  //! ran (the error's `rolled_back()`).
   StepResult step(const TrainingData<tensor_type>& data) {
     transport_.reset();
     const int n = static_cast<int>(executors_.size());
@@ -82,8 +84,9 @@ class ThreadPipeline {
   std::vector<Executor<Stage, Transport, Device>> executors_;
 
  private:
-  // Every rank applies its update, each on its own thread; when one fails, every rank's is
-  // undone.
+  // Every rank applies its update, each on its own thread; when one fails, the update of
+  // every rank whose optimizer ran is undone. A rank whose snapshot hook threw never changed
+  // its parameters, and is left alone: its rollback would restore an older snapshot.
   void commit() {
     if (!executors_.front().has_update()) return;
     const int n = static_cast<int>(executors_.size());
@@ -99,6 +102,10 @@ class ThreadPipeline {
     try {
       each([](auto& e) { e.apply_update(); });
     } catch (const execution_error& failed) {
+      bool changed = false;
+      for (const auto& e : executors_)
+        changed = changed || e.optimizer_ran();
+      if (!changed) throw update_failed(failed, true, "");  // no parameters moved anywhere
       if (!executors_.front().can_roll_back()) throw update_failed(failed, false, no_rollback_hook);
       try {
         each([](auto& e) { e.roll_back_update(); });

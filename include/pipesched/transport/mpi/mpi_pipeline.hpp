@@ -18,6 +18,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -93,8 +94,9 @@ class ProcessPipeline {
   //! Runs one training step: every process must call it. Returns every rank's measurements
   //! (times since a common start taken after a barrier) and the total loss, on every process.
   //! The step commits on every process or on none: the optimizer hooks run once every rank
-  //! has finished its list, and when one throws, every rank's update is undone by the
-  //! rollback hook (the error's `rolled_back()`, on every process).
+  //! has finished its list, and when a snapshot or optimizer hook throws, the rollback hook
+  //! undoes the update of every rank whose optimizer ran (the error's `rolled_back()`, on
+  //! every process).
   StepResult step(const TrainingData<tensor_type>& data) {
     if (broken_)
       throw peer_lost("rank " + std::to_string(rank()) +
@@ -232,12 +234,89 @@ class ProcessPipeline {
     return detail::deadline_after(timeout_);
   }
 
+  // A wait over the job ran out: every process that is still running gets here too (each
+  // step's agreements span the whole job), so a roll call among them names the processes
+  // that went silent, and the error says which.
   [[noreturn]] void lost(const std::string& what) {
     broken_ = true;
-    throw peer_lost("rank " + std::to_string(rank()) + ": " + what + "; no answer from every " +
-                    "process within " + seconds_text(timeout_.count()) +
-                    " s, so a process has died or hangs. End the job (MpiSession::abort).");
+    const std::vector<int> silent = roll_call();
+    const std::string limit = seconds_text(timeout_.count()) + " s";
+    if (silent.empty())
+      throw peer_lost("rank " + std::to_string(rank()) + ": " + what +
+                      "; no answer from every process within " + limit +
+                      ", so a process has died or hangs. End the job (MpiSession::abort).");
+    std::string names;
+    for (std::size_t i = 0; i < silent.size(); ++i)
+      names += (i == 0 ? "" : i + 1 == silent.size() ? " and " : ", ") + process_name(silent[i]);
+    throw peer_lost("rank " + std::to_string(rank()) + ": " + what + "; " + names +
+                    " went silent: no answer within " + limit +
+                    " (dead, hung or stopped). End the job (MpiSession::abort).");
   }
+
+  // Process `p` of the job as the errors name it: its pipeline rank when the job is one
+  // pipeline, else its place in the job's communicator.
+  std::string process_name(int p) const {
+    int size = 0;
+    MPI_Comm_size(job(), &size);
+    if (size == ranks()) return "rank " + std::to_string(p);
+    return "process " + std::to_string(p) + " of the job";
+  }
+
+  // Every process that gives up on a wait tells every other that it is still here, and
+  // listens for the same from each for up to the receive timeout (the others give up within
+  // about that time of one another). Returns the processes not heard from, in order; none
+  // without a deadline (a wait without one gives up only when told of a failure, and a roll
+  // call must not wait forever).
+  std::vector<int> roll_call() {
+    static constexpr int here = 1;  // outlives any send still in flight
+    const auto deadline = deadline_after(timeout_);
+    if (deadline == no_deadline) return {};
+    MPI_Comm comm = job();
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    const auto n = static_cast<std::size_t>(size);
+    std::vector<int> heard(n, 0);
+    std::vector<char> answered(n, 0);
+    std::vector<MPI_Request> answers(n, MPI_REQUEST_NULL);
+    answered[static_cast<std::size_t>(job_rank_)] = 1;
+    for (int p = 0; p < size; ++p) {
+      if (p == job_rank_) continue;
+      const auto i = static_cast<std::size_t>(p);
+      // MPI may refuse to talk to a process that is gone: that one stays silent.
+      if (MPI_Irecv(&heard[i], 1, MPI_INT, p, roll_call_tag, comm, &answers[i]) != MPI_SUCCESS)
+        answers[i] = MPI_REQUEST_NULL;
+      MPI_Request sent = MPI_REQUEST_NULL;
+      if (MPI_Isend(&here, 1, MPI_INT, p, roll_call_tag, comm, &sent) == MPI_SUCCESS &&
+          sent != MPI_REQUEST_NULL)
+        MPI_Request_free(&sent);
+    }
+    std::vector<int> silent;
+    for (;;) {
+      silent.clear();
+      for (int p = 0; p < size; ++p) {
+        const auto i = static_cast<std::size_t>(p);
+        if (answered[i]) continue;
+        int done = 0;
+        if (answers[i] != MPI_REQUEST_NULL &&
+            MPI_Test(&answers[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+          answered[i] = 1;
+        else
+          silent.push_back(p);
+      }
+      if (silent.empty() || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (int p : silent) {  // the answer that never came
+      MPI_Request& r = answers[static_cast<std::size_t>(p)];
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+    return silent;
+  }
+
+  // The tag of the roll call's messages over job() (the failure notices use tag 0).
+  static constexpr int roll_call_tag = 1;
 
   // The communicator of the whole job: the step's barrier, agreements and notices go over it.
   MPI_Comm job() const {
@@ -280,7 +359,8 @@ class ProcessPipeline {
   }
 
   // Every list ran: every process applies its update; when one fails anywhere, every
-  // process undoes its own, and all throw the failing rank's error.
+  // process whose optimizer ran undoes its own (one whose snapshot threw changed nothing, and
+  // its rollback would restore an older snapshot), and all throw the failing rank's error.
   void commit() {
     if (!executor_->has_update()) return;
     std::optional<FailureNotice> local;
@@ -294,14 +374,19 @@ class ProcessPipeline {
       if (reduction_) complete(*reduction_);
       return;
     }
-    std::string why = no_rollback_hook;
-    bool undone = executor_->can_roll_back();
-    if (undone) {
-      try {
-        executor_->roll_back_update();
-      } catch (const execution_error& e) {
+    std::string why;
+    bool undone = true;  // nothing to undo where the optimizer did not run
+    if (executor_->optimizer_ran()) {
+      if (!executor_->can_roll_back()) {
         undone = false;
-        why = e.what();
+        why = no_rollback_hook;
+      } else {
+        try {
+          executor_->roll_back_update();
+        } catch (const execution_error& e) {
+          undone = false;
+          why = e.what();
+        }
       }
     }
     // Every process learns whether every process undid its update, and the first that did not.

@@ -15,8 +15,10 @@
 
 namespace pipesched {
 
-//! A step could not be agreed on because a peer process stopped answering (it died or hangs):
-//! the job cannot continue or finalize cleanly; end it with `MpiSession::abort`.
+//! A step could not be agreed on because a peer process stopped answering (it died, hangs or
+//! was stopped): the message names the processes that went silent (those that did not answer
+//! the other processes' roll call within the receive timeout). The job cannot continue or
+//! finalize cleanly; end it with `MpiSession::abort`.
 class peer_lost : public error {
  public:
   using error::error;

@@ -42,7 +42,9 @@ namespace pipesched {
 
 //! Tuning knobs of MpiTransport.
 struct MpiTransportOptions {
-  //! Sleep between completion tests while a receive waits (the core is free meanwhile).
+  //! Sleep between completion tests while a receive waits (the core is free meanwhile): 0 to
+  //! 1 s (0 polls without sleeping; a longer sleep would overshoot every receive deadline by
+  //! as much). Others are refused when the transport is built.
   std::chrono::microseconds poll_interval{20};
 };
 
@@ -67,6 +69,12 @@ class MpiTransport : detail::mpi::RankGeometry {
   MpiTransport(const Schedule& schedule, MPI_Comm comm = MPI_COMM_WORLD,
                MpiTransportOptions options = {}, MPI_Comm job = MPI_COMM_NULL)
       : RankGeometry("MpiTransport", schedule), options_(options) {
+    if (options_.poll_interval < std::chrono::microseconds(0) ||
+        options_.poll_interval > std::chrono::seconds(1))
+      throw invalid_problem("MpiTransport: poll_interval is " +
+                            std::to_string(options_.poll_interval.count()) +
+                            " µs; give 0 to 1000000 µs (1 s) to sleep between the tests of a "
+                            "waiting receive (the default is 20 µs).");
     if (!detail::mpi::initialized())
       throw error(
           "MpiTransport: MPI is not initialized; create a pipesched::MpiSession (or call "
