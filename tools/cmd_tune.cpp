@@ -104,7 +104,7 @@ void check_writable(const std::string& path, const std::string& option) {
   bool created = fd >= 0;
   if (!created && errno == EEXIST) fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0)
-    throw usage_error("cannot write " + option + " '" + path + "': " + std::strerror(errno) +
+    throw usage_error("cannot write '" + path + "' for " + option + ": " + std::strerror(errno) +
                       "; give a file in a directory that exists and can be written (checked "
                       "before the search, so that its result is not lost)");
   ::close(fd);
