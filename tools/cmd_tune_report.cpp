@@ -349,8 +349,9 @@ void print_tune_text(const TuneResult& r, const TuneCommand& c) {
       std::to_string(r.candidates_refused) + " refused, " +
       std::to_string(r.candidates_over_budget) + " over budget, " +
       std::to_string(r.candidates_pruned) + " pruned)" +
-      (r.cut ? "; " + unbroken("cut by --time-limit") + " after " +
-                   std::to_string(r.candidates_tried) + " of " + std::to_string(r.candidates_total)
+      (r.cut ? "; " + unbroken(r.interrupted ? "cut short by a signal" : "cut by --time-limit") +
+                   " after " + std::to_string(r.candidates_tried) + " of " +
+                   std::to_string(r.candidates_total)
              : "");
   print_wrapped("", summary, 2, "", glue);
   for (const TuneNote& n : r.notes) {

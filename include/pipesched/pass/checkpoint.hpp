@@ -25,6 +25,7 @@
 #include "pipesched/core/memory_budget.hpp"
 #include "pipesched/core/modes.hpp"
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/core/stop_token.hpp"
 
 namespace pipesched {
 
@@ -42,12 +43,63 @@ struct UnitIndex {
   std::size_t operator()(const Action& a) const { return (*this)(a.stage, a.microbatch, a.slice); }
 };
 
+//! The units whose actions are in `list` (an Overlap's two), once each, in increasing index,
+//! into `out` (returned).
+inline std::vector<std::size_t>& units_of_list(const std::vector<Action>& list,
+                                               const UnitIndex& unit,
+                                               std::vector<std::size_t>& out) {
+  out.clear();
+  for (const Action& a : list) {
+    if (!is_compute(a.kind) && a.kind != OpKind::Overlap) continue;
+    out.push_back(unit(a));
+    if (a.kind == OpKind::Overlap) out.push_back(unit(a.b_stage, a.b_microbatch, a.b_slice));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 //! `s` without R actions.
 inline Schedule without_recompute(const Schedule& s) {
   Schedule out = s;
   for (auto& list : out.ranks)
     std::erase_if(list, [](const Action& a) { return a.kind == OpKind::R; });
   return out;
+}
+
+//! One rank's `list` with a recompute of every unit u with `checkpointed[u]` right before its
+//! backward (B, I or the backward half of an Overlap): RL when `timing` is Late, R when Early.
+//! With `from`, the position in `list` of each action of the result (-1 for a recompute).
+inline std::vector<Action> list_with_recompute(const std::vector<Action>& list,
+                                               const UnitIndex& unit,
+                                               const std::vector<char>& checkpointed,
+                                               RecomputeTiming timing = RecomputeTiming::Late,
+                                               std::vector<int>* from = nullptr) {
+  auto recompute = [&](int stage, int mb, int slice) {
+    Action r = Action::make(OpKind::R, stage, mb, slice);
+    r.late = timing == RecomputeTiming::Late;
+    return r;
+  };
+  std::vector<Action> next;
+  next.reserve(list.size() + list.size() / 2);
+  if (from) {
+    from->clear();
+    from->reserve(list.size() + list.size() / 2);
+  }
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
+    if (is_input_backward(a.kind) && checkpointed[unit(a)]) {
+      next.push_back(recompute(a.stage, a.microbatch, a.slice));
+      if (from) from->push_back(-1);
+    }
+    if (a.kind == OpKind::Overlap && checkpointed[unit(a.b_stage, a.b_microbatch, a.b_slice)]) {
+      next.push_back(recompute(a.b_stage, a.b_microbatch, a.b_slice));
+      if (from) from->push_back(-1);
+    }
+    next.push_back(a);
+    if (from) from->push_back(static_cast<int>(i));
+  }
+  return next;
 }
 
 //! Inserts a recompute of every unit u with `checkpointed[u]` right before its backward (B, I
@@ -57,35 +109,21 @@ inline Schedule insert_recompute_before_backward(const Schedule& s,
                                                  RecomputeTiming timing = RecomputeTiming::Late) {
   const UnitIndex unit(s.problem);
   Schedule out = s;
-  auto recompute = [&](int stage, int mb, int slice) {
-    Action r = Action::make(OpKind::R, stage, mb, slice);
-    r.late = timing == RecomputeTiming::Late;
-    return r;
-  };
-  for (auto& list : out.ranks) {
-    std::vector<Action> next;
-    next.reserve(list.size() + list.size() / 2);
-    for (const Action& a : list) {
-      if (is_input_backward(a.kind) && checkpointed[unit(a)])
-        next.push_back(recompute(a.stage, a.microbatch, a.slice));
-      if (a.kind == OpKind::Overlap && checkpointed[unit(a.b_stage, a.b_microbatch, a.b_slice)])
-        next.push_back(recompute(a.b_stage, a.b_microbatch, a.b_slice));
-      next.push_back(a);
-    }
-    list = std::move(next);
-  }
+  for (auto& list : out.ranks)
+    list = list_with_recompute(list, unit, checkpointed, timing);
   return out;
 }
 
-//! Memory held along one rank's list (running sum of the cost model's deltas), given
-//! which units are checkpointed; returns the peak and, through `where`, its first position.
+//! Memory held along one rank's `list` of a schedule of `problem` (running sum of the cost
+//! model's deltas), given which units are checkpointed; returns the peak and, through `where`,
+//! its first position.
 template <class Cost>
-double list_peak(const Schedule& s, int rank, const Cost& cost, const CostContext& ctx,
-                 const std::vector<char>& checkpointed, int* where = nullptr) {
-  const UnitIndex unit(s.problem);
+double list_peak(const std::vector<Action>& list, const Problem& problem, const Cost& cost,
+                 const CostContext& ctx, const std::vector<char>& checkpointed,
+                 int* where = nullptr) {
+  const UnitIndex unit(problem);
   double held = 0, peak = 0;
   int at = -1;
-  const auto& list = s.ranks[static_cast<std::size_t>(rank)];
   auto is_checkpointed = [&](const Action& x) { return checkpointed[unit(x)] != 0; };
   for (int i = 0; i < static_cast<int>(list.size()); ++i) {
     const MemoryEffect e =
@@ -99,6 +137,14 @@ double list_peak(const Schedule& s, int rank, const Cost& cost, const CostContex
   }
   if (where) *where = at;
   return peak;
+}
+
+//! The same along rank `rank`'s list of `s`.
+template <class Cost>
+double list_peak(const Schedule& s, int rank, const Cost& cost, const CostContext& ctx,
+                 const std::vector<char>& checkpointed, int* where = nullptr) {
+  return list_peak(s.ranks[static_cast<std::size_t>(rank)], s.problem, cost, ctx, checkpointed,
+                   where);
 }
 
 }  // namespace detail
@@ -139,20 +185,32 @@ inline Schedule checkpoint_full(const Schedule& s, RecomputeTiming timing = Reco
 //! checkpointing every unit does not fit. Returns the units chosen through `chosen`. The
 //! recompute is RL (Late, the default) or R (Early), as for checkpoint_full; the units chosen
 //! are the same either way (a recompute holds its bytes from its start to its backward's end).
+//! Each step walks one rank's list, so a rank of n actions needing k units checkpointed costs
+//! about k · n: `stop` is polled before every step, and once it says stop the pass throws
+//! work_stopped (nothing is returned).
 template <cost_model Cost>
 Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryBudget& budget,
                               std::vector<char>* chosen = nullptr,
-                              RecomputeTiming timing = RecomputeTiming::Late) {
+                              RecomputeTiming timing = RecomputeTiming::Late,
+                              const StopToken& stop = {}) {
+  constexpr const char* pass = "selective checkpointing";
+  stop.throw_if_stopped(pass);
   Schedule base = detail::without_recompute(s);
   const detail::UnitIndex unit(base.problem);
   std::vector<char> ckpt(unit.size(), 0);
   const CostContext ctx{base.problem, base.placement, 1};
+  std::vector<int> fwd_at(unit.size(), -1), bwd_at(unit.size(), -1), from;
   for (int r = 0; r < base.rank_count(); ++r) {
     const double limit = budget.of(r);
     if (!std::isfinite(limit)) continue;
     const auto& list = base.ranks[static_cast<std::size_t>(r)];
-    // Position of each unit's backward on this rank, to find the live units at a point.
-    std::vector<int> fwd_at(unit.size(), -1), bwd_at(unit.size(), -1);
+    // Position of each unit's forward and backward on this rank, to find the live units at a
+    // point, and the units met on it (in increasing index: ties go to the lowest).
+    std::vector<std::size_t> on_rank;
+    for (std::size_t u : detail::units_of_list(list, unit, on_rank)) {
+      fwd_at[u] = -1;
+      bwd_at[u] = -1;
+    }
     for (int i = 0; i < static_cast<int>(list.size()); ++i) {
       const Action& a = list[static_cast<std::size_t>(i)];
       if (a.kind == OpKind::F) fwd_at[unit(a)] = i;
@@ -163,26 +221,22 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
       }
     }
     for (;;) {
+      stop.throw_if_stopped(pass);
       int where = -1;
       // The list with R before each checkpointed backward, walked for its peak.
-      Schedule trial = base;
-      trial.ranks[static_cast<std::size_t>(r)] =
-          detail::insert_recompute_before_backward(base, ckpt).ranks[static_cast<std::size_t>(r)];
-      const double peak = detail::list_peak(trial, r, cost, ctx, ckpt, &where);
+      const std::vector<Action> trial =
+          detail::list_with_recompute(list, unit, ckpt, RecomputeTiming::Late, &from);
+      const double peak = detail::list_peak(trial, base.problem, cost, ctx, ckpt, &where);
       if (peak <= limit + 1e-9) break;
-      // Map the trial position back to the base list position of the same action.
-      const Action& at = trial.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(where)];
-      int base_pos = -1;
-      for (int i = 0; i < static_cast<int>(list.size()); ++i)
-        if (list[static_cast<std::size_t>(i)] == at) base_pos = i;
-      if (at.kind == OpKind::R) {
-        // The peak is a recompute materializing: the position of its backward.
-        base_pos = bwd_at[unit(at)];
-      }
+      // The base list position of the action at the peak; for a recompute materializing,
+      // the position of its backward.
+      const Action& at = trial[static_cast<std::size_t>(where)];
+      const int base_pos =
+          at.kind == OpKind::R ? bwd_at[unit(at)] : from[static_cast<std::size_t>(where)];
       // Live units at that point: forward at or before it, backward after it (a unit whose
       // R is the peak counts too: checkpointing another live unit lowers the peak).
       int best = -1, best_bwd = -1;
-      for (std::size_t u = 0; u < unit.size(); ++u) {
+      for (std::size_t u : on_rank) {
         if (ckpt[u] || fwd_at[u] < 0 || fwd_at[u] > base_pos || bwd_at[u] < base_pos) continue;
         if (bwd_at[u] == base_pos && at.kind != OpKind::R) continue;
         if (bwd_at[u] > best_bwd) {
@@ -192,8 +246,8 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
       }
       if (best < 0) {
         std::vector<char> all(unit.size(), 1);
-        Schedule full = detail::insert_recompute_before_backward(base, all);
-        const double least = detail::list_peak(full, r, cost, ctx, all);
+        const std::vector<Action> full = detail::list_with_recompute(list, unit, all);
+        const double least = detail::list_peak(full, base.problem, cost, ctx, all);
         const MemoryUnit mu = memory_unit_of(cost);
         throw budget_error("memory budget " + memory_amount(limit, mu, false) +
                                " is too small for rank " + std::to_string(r) + " of '" +

@@ -24,6 +24,7 @@
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/core/stop_token.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/detail/filler.hpp"
 
@@ -44,10 +45,11 @@ namespace detail {
 enum class PickRule { LatestBackward, EarliestBackward };
 
 //! Selective checkpointing with a choice rule; R right before each backward. Returns false
-//! when some rank cannot fit its budget even with everything checkpointed.
+//! when some rank cannot fit its budget even with everything checkpointed; throws
+//! work_stopped once `stop` says stop (polled before each unit chosen).
 template <class Cost>
 bool select_checkpoints(const Schedule& base, const Cost& cost, const MemoryBudget& budget,
-                        PickRule rule, std::vector<char>& ckpt) {
+                        PickRule rule, std::vector<char>& ckpt, const StopToken& stop = {}) {
   const UnitIndex unit(base.problem);
   ckpt.assign(unit.size(), 0);
   const CostContext ctx{base.problem, base.placement, 1};
@@ -64,6 +66,7 @@ bool select_checkpoints(const Schedule& base, const Cost& cost, const MemoryBudg
     }
     auto is_ckpt = [&](const Action& x) { return ckpt[unit(x)] != 0; };
     for (;;) {
+      stop.throw_if_stopped("Mario checkpointing");
       // Walk the list with R right before each checkpointed backward.
       double held = 0;
       int over_at = -1;
@@ -192,16 +195,21 @@ inline std::vector<std::vector<double>> main_starts(const Schedule& s,
 //! without recomputes) under `cost` and a per-rank memory `budget` in the cost model's memory
 //! unit. Returns the fastest schedule found whose every rank's simulated peak fits its budget.
 //! Throws invalid_problem when no configuration fits (the message gives the least budget that
-//! full checkpointing needs).
+//! full checkpointing needs). The search simulates many candidates of `base`: `stop` is polled
+//! between them and inside each choice of units, and once it says stop the pass throws
+//! work_stopped (the best found so far is not returned: it is not the pass's answer).
 template <cost_model Cost>
 Schedule checkpoint_mario(const Schedule& base_in, const Cost& cost, const MemoryBudget& budget,
-                          const MarioOptions& options = {}) {
+                          const MarioOptions& options = {}, const StopToken& stop = {}) {
+  constexpr const char* pass = "Mario checkpointing";
+  stop.throw_if_stopped(pass);
   if (base_in.has_comm())
     throw invalid_problem("Mario: schedule '" + base_in.name +
                           "' already has sends and receives; give the compute-only schedule "
                           "(lowering comes after checkpointing).");
   const Schedule base = detail::without_recompute(base_in);
   const SimulationResult base_sim = simulate(base, cost);
+  stop.throw_if_stopped(pass);
   if (base_sim.deadlock)
     throw invalid_schedule("Mario: the base schedule '" + base.name + "' deadlocks:\n" +
                            base_sim.deadlock_report);
@@ -237,12 +245,14 @@ Schedule checkpoint_mario(const Schedule& base_in, const Cost& cost, const Memor
     std::vector<int> extra(cap.size());
     for (std::size_t r = 0; r < cap.size(); ++r)
       extra[r] = std::min(e, cap[r]);
+    stop.throw_if_stopped(pass);
     const Schedule pre = e == 0 ? base : detail::prepose_forwards(base, extra);
     if (e > 0 && !check(pre).ok()) continue;  // this much preposing deadlocks
     for (detail::PickRule rule : rules) {
       std::vector<char> ckpt;
-      if (!detail::select_checkpoints(pre, cost, budget, rule, ckpt)) continue;
+      if (!detail::select_checkpoints(pre, cost, budget, rule, ckpt, stop)) continue;
       Schedule cand = detail::insert_recompute_before_backward(pre, ckpt);
+      stop.throw_if_stopped(pass);
       SimulationResult sim = simulate(cand, cost);
       if (sim.deadlock || !fits(sim)) continue;
       auto consider = [&](Schedule& s, const SimulationResult& r) {
@@ -257,9 +267,11 @@ Schedule checkpoint_mario(const Schedule& base_in, const Cost& cost, const Memor
       for (double min_fit : {1.0, 0.5, 0.0}) {
         Schedule cur = cand;
         SimulationResult cur_sim = sim;
-        for (int pass = 0; pass < std::max(1, options.passes); ++pass) {
+        for (int round = 0; round < std::max(1, options.passes); ++round) {
+          stop.throw_if_stopped(pass);
           Schedule h = detail::hoist_recompute(cur, cost, budget, detail::main_starts(cur, cur_sim),
                                                min_fit);
+          stop.throw_if_stopped(pass);
           SimulationResult hs = simulate(h, cost);
           if (hs.deadlock || !fits(hs)) break;
           consider(h, hs);
@@ -271,6 +283,7 @@ Schedule checkpoint_mario(const Schedule& base_in, const Cost& cost, const Memor
     }
   }
   if (!any) {
+    stop.throw_if_stopped(pass);
     // Report the least budget that full checkpointing needs on the tightest rank.
     const SimulationResult full = simulate(checkpoint_full(base), cost);
     const MemoryUnit mu = memory_unit_of(cost);

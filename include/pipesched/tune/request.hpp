@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <optional>
@@ -78,8 +79,14 @@ struct TuneRequest {
   //! Threads searching at once; 0 = one per core (std::thread::hardware_concurrency).
   int threads = 0;
   //! Wall-clock seconds after which the search stops and returns the best plans found so far
-  //! (TuneResult::cut); 0 = no limit.
+  //! (TuneResult::cut); 0 = no limit. The deadline reaches inside each candidate (the
+  //! selective and Mario passes poll it), so the search ends soon after it whatever one
+  //! candidate costs; a candidate cut short is dropped, never reported.
   double time_limit = 0;
+  //! A flag that, once true, stops the search as the time limit does (TuneResult::cut and
+  //! TuneResult::interrupted); null = none. Set it from another thread or a signal handler
+  //! (std::atomic<bool> is lock-free); it must outlive the search.
+  const std::atomic<bool>* stop_flag = nullptr;
   //! Evaluated candidates TuneResult::evaluated keeps, the first in grid order (the Pareto
   //! frontier of those that fit is kept whatever the limit); 0 keeps only the frontier.
   int evaluated_limit = 20000;

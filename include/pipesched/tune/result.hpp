@@ -194,9 +194,12 @@ struct TuneResult {
   int candidates_over_budget = 0;  //!< of those, over the budget on some rank
   int candidates_pruned = 0;       //!< of those, skipped: they could not beat a plan found
   int candidates_total = 0;        //!< candidates in the search (tried < total when cut)
-  bool cut = false;                //!< TuneRequest::time_limit stopped the search
-  int threads = 1;                 //!< threads that searched
-  double seconds = 0;              //!< wall-clock time of the search
+  //! TuneRequest::time_limit or TuneRequest::stop_flag stopped the search: the plans are
+  //! complete, but candidates were left unsearched.
+  bool cut = false;
+  bool interrupted = false;  //!< of those, TuneRequest::stop_flag stopped it
+  int threads = 1;           //!< threads that searched
+  double seconds = 0;        //!< wall-clock time of the search
   //! Why configurations were refused, one note per distinct reason, in the order first met.
   std::vector<TuneNote> notes;
   //! The candidates evaluated (built and simulated; pruned ones are not), over the budget

@@ -20,6 +20,7 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/memory_budget.hpp"
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/core/stop_token.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
@@ -39,13 +40,25 @@ namespace pipesched::detail {
 //! Evaluates configurations of `grid`; phase_one and phase_two may run on several threads at
 //! once, each configuration's phase one on one thread (it writes what it learns into the
 //! configuration, which phase two reads after every phase-one call has returned).
+//!
+//! Stopping: each call polls `stop` between its simulations and hands it to the selective and
+//! Mario passes, which poll it inside. A candidate stop cuts short is neither settled nor
+//! kept (the search is over: the caller's stop test says so before the next call), so every
+//! plan on the board is complete.
 template <class Cost>
 class Evaluator {
  public:
+  //! An evaluator of `grid`'s configurations of `request` over `scenarios`, settling on
+  //! `board`, stopping where `stop` says.
   Evaluator(const TuneRequest& request, const SearchSpace& space,
             const std::vector<TuneScenario<Cost>>& scenarios, TuneGrid<Cost>& grid,
-            Scoreboard& board)
-      : request_(request), space_(space), scenarios_(scenarios), grid_(grid), board_(board) {
+            Scoreboard& board, StopToken stop = {})
+      : request_(request),
+        space_(space),
+        scenarios_(scenarios),
+        grid_(grid),
+        board_(board),
+        stop_(stop) {
     for (const GeneratorInfo& g : generators())
       if (g.mario) mario_orders_ += (mario_orders_.empty() ? "" : ", ") + std::string(g.name);
   }
@@ -71,6 +84,7 @@ class Evaluator {
     std::optional<Built> b;
     SimulationResult sim;
     if (!build_base(index, b, sim)) return;
+    if (stop_.stop_requested()) return;  // the search is over: leave the rest unsettled
     cfg.base_fits = fits_budget(peaks_of(sim), b->budget);
     cfg.lower_bound = std::max(cfg.work_bound, makespan_lower_bound(b->base, b->cost, sim));
     if (space_.want_none) {
@@ -79,7 +93,7 @@ class Evaluator {
       else
         board_.over_budget(point(cfg, index, CheckpointMode::None, *b, b->base, sim));
     }
-    settle_full(index, *b);
+    if (!settle_full(index, *b)) return;
     settle_on_fitting_base(index, *b, sim);
   }
 
@@ -96,8 +110,9 @@ class Evaluator {
       const Built b = build(cfg);
       const Schedule s =
           is_selective(mode)
-              ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode))
-              : checkpoint_mario(b.base, b.cost, b.budget, request_.mario);
+              ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode), stop_)
+              : checkpoint_mario(b.base, b.cost, b.budget, request_.mario, stop_);
+      if (stop_.stop_requested()) return;  // cut before its simulation: dropped
       const SimulationResult sim = simulate(s, b.cost);
       if (sim.deadlock) {
         board_.settle(1, Settled::OverBudget);
@@ -108,6 +123,8 @@ class Evaluator {
         return;
       }
       board_.keep(make_plan(cfg, index, mode, b, s, sim), cfg.generator);
+    } catch (const work_stopped&) {
+      // Cut short by the deadline or the caller's flag: dropped, never reported.
     } catch (const invalid_problem&) {
       // The pass found nothing within the budget.
       board_.settle(1, Settled::OverBudget);
@@ -135,6 +152,7 @@ class Evaluator {
     try {
       const Built b = build(cfg);
       const Schedule s = policy.apply(b.base, CostRef(b.cost), b.budget);
+      if (stop_.stop_requested()) return;  // cut before its simulation: dropped
       const SimulationResult sim = simulate(s, b.cost);
       if (sim.deadlock) {
         board_.settle(1, Settled::OverBudget);
@@ -149,6 +167,8 @@ class Evaluator {
       TunePlan p = make_plan(cfg, index, CheckpointMode::None, b, s, sim);
       p.checkpoint_policy = std::string(policy.name);
       board_.keep(std::move(p), cfg.generator);
+    } catch (const work_stopped&) {
+      // A policy that polls a token of its own and was stopped: dropped.
     } catch (const invalid_problem&) {
       board_.settle(1, Settled::OverBudget);  // the policy found nothing within the budget
     } catch (const invalid_schedule& e) {
@@ -254,11 +274,13 @@ class Evaluator {
   //! Full checkpointing (late and early) of a built base: settles those candidates and learns
   //! whether it fits. It holds the least any checkpointing of this order can: where it does
   //! not fit, neither does selective nor Mario, so it is simulated whenever the base is over.
-  void settle_full(std::size_t index, const Built& b) {
+  //! False, with what is left unsettled, where the search was stopped before a simulation.
+  bool settle_full(std::size_t index, const Built& b) {
     TuneConfig<Cost>& cfg = grid_.configs[index];
     const bool need_full = space_.want_full || space_.fallback_full || !cfg.base_fits;
     if (need_full) {
       const Schedule full = checkpoint_full(b.base);
+      if (stop_.stop_requested()) return false;
       const SimulationResult full_sim = simulate(full, b.cost);
       cfg.full_fits = !full_sim.deadlock && fits_budget(peaks_of(full_sim), b.budget);
       if (space_.want_full || space_.fallback_full) {
@@ -275,6 +297,7 @@ class Evaluator {
     if (space_.want_full_early) {
       if (cfg.full_fits) {
         const Schedule early = checkpoint_full(b.base, RecomputeTiming::Early);
+        if (stop_.stop_requested()) return false;
         board_.keep(
             make_plan(cfg, index, CheckpointMode::FullEarly, b, early, simulate(early, b.cost)),
             cfg.generator);
@@ -282,6 +305,7 @@ class Evaluator {
         board_.settle(1, Settled::OverBudget);
       }
     }
+    return true;
   }
 
   //! Selective and Mario where phase one settles them: where the base fits, both passes would
@@ -386,6 +410,7 @@ class Evaluator {
   const std::vector<TuneScenario<Cost>>& scenarios_;
   TuneGrid<Cost>& grid_;
   Scoreboard& board_;
+  StopToken stop_;            // the deadline and the caller's flag
   std::string mario_orders_;  // the generators Mario runs on, for the note
 };
 

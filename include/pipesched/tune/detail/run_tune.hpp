@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pipesched/core/detail/parallel_for.hpp"
+#include "pipesched/core/stop_token.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/tune/detail/bounds.hpp"
 #include "pipesched/tune/detail/evaluate.hpp"
@@ -48,16 +49,20 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
       started + std::chrono::duration_cast<Clock::duration>(
                     std::chrono::duration<double>(limited ? request.time_limit : 0.0));
   const int threads = thread_count(request.threads);
+  // The deadline and the caller's flag, polled between candidates (stop) and inside them
+  // (the evaluator hands the token to the selective and Mario passes).
+  const StopToken token =
+      limited ? StopToken(deadline, request.stop_flag) : StopToken(request.stop_flag);
 
   const SearchSpace space = SearchSpace::of(request);
   TuneGrid<Cost> grid = enumerate(request, space, scenarios);
   Scoreboard board(space, threads, static_cast<int>(grid.configs.size()) * space.modes, progress,
                    request.evaluated_limit);
-  Evaluator<Cost> evaluator(request, space, scenarios, grid, board);
+  Evaluator<Cost> evaluator(request, space, scenarios, grid, board, token);
 
   std::atomic<bool> cut{false};
   auto stop = [&] {
-    if (limited && Clock::now() >= deadline) cut = true;
+    if (token.stop_requested()) cut = true;
     return cut.load();
   };
   // Slice lengths once per (cost model, slices, ranks); work bounds (cheap, no schedule);
@@ -89,7 +94,10 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
       own.size(), threads,
       [&](std::size_t n) { evaluator.phase_policy(own[n].first, own[n].second); }, stop);
 
-  return board.finish(cut.load(), std::chrono::duration<double>(Clock::now() - started).count());
+  TuneResult r =
+      board.finish(cut.load(), std::chrono::duration<double>(Clock::now() - started).count());
+  r.interrupted = r.cut && request.stop_flag && request.stop_flag->load();
+  return r;
 }
 
 }  // namespace pipesched::detail
