@@ -357,21 +357,24 @@ inline std::string render_html_report(const TuneResult& r, const HtmlReportOptio
     frontier += p.frontier;
     over += !p.fits;
   }
-  h += "<p class=\"search\">" +
-       html_escape(std::to_string(r.candidates_tried) + " candidates settled (" +
-                   std::to_string(r.evaluated_count) + " evaluated, " +
-                   std::to_string(r.candidates_pruned) + " pruned, " +
-                   std::to_string(r.candidates_refused) + " refused) in " +
-                   format_time(r.seconds, "seconds", 3) + (r.cut ? ", cut by the time limit" : "") +
-                   "; the plot shows " + std::to_string(r.evaluated.size()) +
-                   (static_cast<int>(r.evaluated.size()) < r.evaluated_count
-                        ? " of them (the first in the search's order, and the whole frontier)"
-                        : "") +
-                   ", " + std::to_string(frontier) + " on the Pareto frontier, " +
-                   std::to_string(over) + " over the budget.") +
-       "</p>\n<p class=\"note\">Pruned candidates are not evaluated: the search skips what "
-       "cannot beat its pair's fastest plan, so slower plans that need less memory may be "
-       "missing from the frontier.</p>\n";
+  h +=
+      "<p class=\"search\">" +
+      html_escape(
+          std::to_string(r.candidates_tried) + " candidates settled (" +
+          std::to_string(r.evaluated_count) + " evaluated, " + std::to_string(r.candidates_pruned) +
+          " pruned, " + std::to_string(r.candidates_refused) + " refused) in " +
+          format_time(r.seconds, "seconds", 3) +
+          (r.cut ? (r.interrupted ? ", cut short by a stop request" : ", cut by the time limit")
+                 : "") +
+          "; the plot shows " + std::to_string(r.evaluated.size()) +
+          (static_cast<int>(r.evaluated.size()) < r.evaluated_count
+               ? " of them (the first in the search's order, and the whole frontier)"
+               : "") +
+          ", " + std::to_string(frontier) + " on the Pareto frontier, " + std::to_string(over) +
+          " over the budget.") +
+      "</p>\n<p class=\"note\">Pruned candidates are not evaluated: the search skips what "
+      "cannot beat its pair's fastest plan, so slower plans that need less memory may be "
+      "missing from the frontier.</p>\n";
   h += "<div id=\"script-status\" data-done=\"no\" hidden></div>\n<div "
        "id=\"script-errors\"></div>\n";
   h += report_legend(std::isfinite(opt.memory_limit));

@@ -13,8 +13,8 @@
 #pragma once
 
 #include <algorithm>
-#include <concepts>
 #include <cmath>
+#include <concepts>
 #include <limits>
 #include <string>
 #include <vector>
@@ -155,9 +155,8 @@ double list_peak(const Schedule& s, int rank, const Cost& cost, const CostContex
 //! its way). Any recompute already in `s` is replaced. The building block of a checkpoint
 //! policy of one's own (policy/checkpoint.hpp): it chooses the units, this places them.
 template <class Choose>
-requires std::predicate<const Choose&, int, int, int>
-Schedule with_recomputes(const Schedule& s, const Choose& recompute,
-                         RecomputeTiming timing = RecomputeTiming::Late) {
+requires std::predicate<const Choose&, int, int, int> Schedule with_recomputes(
+    const Schedule& s, const Choose& recompute, RecomputeTiming timing = RecomputeTiming::Late) {
   Schedule base = detail::without_recompute(s);
   const detail::UnitIndex unit(base.problem);
   std::vector<char> chosen(unit.size(), 0);
@@ -250,8 +249,8 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
         const double least = detail::list_peak(full, base.problem, cost, ctx, all);
         const MemoryUnit mu = memory_unit_of(cost);
         throw budget_error("memory budget " + memory_amount(limit, mu, false) +
-                               " is too small for rank " + std::to_string(r) + " of '" +
-                               base.name + "': even with every unit checkpointed it holds " +
+                               " is too small for rank " + std::to_string(r) + " of '" + base.name +
+                               "': even with every unit checkpointed it holds " +
                                memory_amount(least, mu) + "; give a budget of at least " +
                                memory_amount(least, mu) + ", or more ranks or microbatches.",
                            r, least, limit, mu);

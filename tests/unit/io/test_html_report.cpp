@@ -143,6 +143,17 @@ TEST(HtmlReport, TimesBelowASecondKeepTheirDigits) {
   EXPECT_EQ(h.find("0.001 s"), std::string::npos);
 }
 
+TEST(HtmlReport, SaysWhatCutTheSearch) {
+  ps::TuneResult r = result();
+  r.cut = true;
+  EXPECT_NE(ps::render_html_report(r, options()).find(", cut by the time limit;"),
+            std::string::npos);
+  r.interrupted = true;  // a stop request (a signal in the command), not the limit
+  const std::string h = ps::render_html_report(r, options());
+  EXPECT_NE(h.find(", cut short by a stop request;"), std::string::npos);
+  EXPECT_EQ(h.find("time limit"), std::string::npos);
+}
+
 TEST(HtmlReport, NoDebugLineShowsOnThePage) {
   const std::string h = ps::render_html_report(result(), options());
   // The script's marker for tests stays, hidden and empty; no "script ran" text anywhere.
