@@ -31,7 +31,7 @@ Every pipesched command and every PyTorch run gets --timeout seconds (default 30
 takes longer is killed and counts as a failure, as does any file PyTorch refuses. Exits 1 when
 any check fails and prints one line per check. --dump-references writes the stored dumps of
 part 0 again (PyTorch needed). --budget-figures FILE BINARY writes
-tests/data/pytorch215/send_budget_makespans.csv again: for every case of BUDGET_ORDERS x
+tests/data/send_budget/pytorch215_makespans.csv again: for every case of BUDGET_ORDERS x
 BUDGET_GRID x BUDGETS, the makespan under simulate's unit costs of pipesched's compute-only
 schedule and of PyTorch's own lowering of it under max_outstanding_sends (PyTorch needed).
 """

@@ -126,12 +126,25 @@ std::vector<std::string> split_list(const std::string& option, const std::string
     const std::size_t comma = std::min(text.find(',', begin), text.size());
     const std::string item = text.substr(begin, comma - begin);
     const std::string position = "item " + std::to_string(out.size() + 1) + " of '" + text + "'";
-    if (item.empty())
-      throw usage_error(option + " " + text + ": " + position +
-                        " is empty; give the items separated by single commas, e.g. 1,2,4");
-    if (item.find_first_of(" \t\n\r\f\v") != std::string::npos)
+    if (item.empty()) {
+      // Suggest the list as given with the empty items left out.
+      std::string kept;
+      std::size_t from = 0;
+      while (from <= text.size()) {
+        const std::size_t to = std::min(text.find(',', from), text.size());
+        if (to > from) kept += (kept.empty() ? "" : ",") + text.substr(from, to - from);
+        from = to + 1;
+      }
+      throw usage_error(option + " " + text + ": " + position + " is empty; " +
+                        (kept.empty() ? "give at least one item, separated by single commas"
+                                      : "give the items separated by single commas: " + kept));
+    }
+    if (item.find_first_of(" \t\n\r\f\v") != std::string::npos) {
+      std::string kept = text;
+      std::erase_if(kept, [](char ch) { return std::isspace(static_cast<unsigned char>(ch)); });
       throw usage_error(option + ": " + position + ", '" + item +
-                        "', holds a blank; give the list without blanks, e.g. 1,2,4");
+                        "', holds a blank; give the list without blanks: " + kept);
+    }
     out.push_back(item);
     if (comma == text.size()) return out;
     begin = comma + 1;

@@ -195,7 +195,9 @@ TEST(RenderTextGrid, TimesAndMemoryInTheCostModelsUnits) {
   opt.memory_unit = "bytes";
   const std::string grid = render_text_grid(big, sim, opt);
   lines = lines_of(grid);
-  EXPECT_EQ(lines[0].rfind("1f1b: makespan " + detail::format_number(sim.makespan) + " s, ", 0), 0u)
+  EXPECT_EQ(
+      lines[0].rfind("1f1b: makespan " + detail::format_time(sim.makespan, "seconds") + ", ", 0),
+      0u)
       << lines[0];
   EXPECT_NE(lines[0].find("peak memory " + detail::format_memory(sim.peak_memory_max, "bytes")),
             std::string::npos)

@@ -181,7 +181,7 @@ TEST(SendBudget, BadBudgetsAndDeadlocksAreRefused) {
 
 namespace {
 
-// One row of tests/data/pytorch215/send_budget_makespans.csv (see the README there).
+// One row of tests/data/send_budget/pytorch215_makespans.csv (see tests/data/send_budget/README.md).
 struct BudgetFigure {
   std::string schedule;
   int chunks = 0, ranks = 0, microbatches = 0, budget = 0;
@@ -190,7 +190,7 @@ struct BudgetFigure {
 
 std::vector<BudgetFigure> budget_figures() {
   const std::string path =
-      std::string(PIPESCHED_TEST_DATA_DIR) + "/pytorch215/send_budget_makespans.csv";
+      std::string(PIPESCHED_TEST_DATA_DIR) + "/send_budget/pytorch215_makespans.csv";
   std::ifstream in(path);
   EXPECT_TRUE(in) << "cannot read " << path;
   std::vector<BudgetFigure> out;

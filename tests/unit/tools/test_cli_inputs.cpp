@@ -100,7 +100,10 @@ TEST(CliInputs, ListsWithEmptyItemsOrBlanksAreRefused) {
       << r.err;
   r = run(base + "--bases 1f1b,,zb-h1");
   EXPECT_EQ(r.code, 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("item 2 of '1f1b,,zb-h1' is empty"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("item 2 of '1f1b,,zb-h1' is empty; give the items separated by single "
+                       "commas: 1f1b,zb-h1"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(CliInputs, WholeNumbersAreDigitsWithoutASignOrBlanks) {
