@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "../sanitizer_slowdown.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/core/stop_token.hpp"
 #include "pipesched/pass/checkpoint.hpp"
@@ -19,13 +20,6 @@ namespace ps = pipesched;
 namespace {
 
 const ps::UniformCost cost{.f = 1, .b = 2, .w = 1, .r = 1, .boundary = 0.05};
-
-// Sanitizer builds run several times slower; time bounds scale with them.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr double slowdown = 10;
-#else
-constexpr double slowdown = 1;
-#endif
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -87,7 +81,7 @@ TEST(TimedCheckpointStop, APastDeadlineReturnsPromptlyFromALongPass) {
                ps::work_stopped);
   EXPECT_THROW(ps::checkpoint_mario(base, cost, budget, {}, ps::StopToken::after(0)),
                ps::work_stopped);
-  EXPECT_LT(seconds_since(t0), 0.5 * slowdown);
+  EXPECT_LT(seconds_since(t0), 0.5 * sanitizer_slowdown);
 }
 
 TEST(TimedCheckpointStop, ADeadlineInTheMiddleStopsEachPassWithinAFractionOfASecond) {
@@ -104,7 +98,7 @@ TEST(TimedCheckpointStop, ADeadlineInTheMiddleStopsEachPassWithinAFractionOfASec
           ps::work_stopped);
     else
       EXPECT_THROW(ps::checkpoint_mario(base, cost, budget, {}, token), ps::work_stopped);
-    EXPECT_LT(seconds_since(t0), 0.3 + 1.2 * slowdown);
+    EXPECT_LT(seconds_since(t0), 0.3 + 1.2 * sanitizer_slowdown);
   }
   // A flag set from another thread stops it the same way.
   std::atomic<bool> flag{false};
@@ -117,5 +111,5 @@ TEST(TimedCheckpointStop, ADeadlineInTheMiddleStopsEachPassWithinAFractionOfASec
                                         ps::StopToken(&flag)),
                ps::work_stopped);
   setter.join();
-  EXPECT_LT(seconds_since(t0), 0.3 + 1.2 * slowdown);
+  EXPECT_LT(seconds_since(t0), 0.3 + 1.2 * sanitizer_slowdown);
 }

@@ -181,7 +181,8 @@ TEST(SendBudget, BadBudgetsAndDeadlocksAreRefused) {
 
 namespace {
 
-// One row of tests/data/send_budget/pytorch215_makespans.csv (see tests/data/send_budget/README.md).
+// One row of tests/data/send_budget/pytorch215_makespans.csv (see
+// tests/data/send_budget/README.md).
 struct BudgetFigure {
   std::string schedule;
   int chunks = 0, ranks = 0, microbatches = 0, budget = 0;

@@ -44,6 +44,13 @@ inline std::filesystem::path scratch() {
   return dir;
 }
 
+// Writes `text` to the file `name` in the scratch folder; returns its path.
+inline std::string write(const std::string& name, const std::string& text) {
+  const auto path = scratch() / name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path.string();
+}
+
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;

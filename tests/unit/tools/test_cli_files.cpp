@@ -14,12 +14,6 @@ namespace {
 
 using namespace cli_test;
 
-std::string write(const std::string& name, const std::string& text) {
-  const auto path = scratch() / name;
-  std::ofstream(path, std::ios::binary) << text;
-  return path.string();
-}
-
 // The flat object of `array_key` whose "name" is `name` in `list --json`'s output, as text.
 std::string list_entry(const std::string& json, const std::string& array_key,
                        const std::string& name) {

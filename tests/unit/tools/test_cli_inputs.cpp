@@ -12,12 +12,6 @@ namespace {
 
 using namespace cli_test;
 
-std::string write(const std::string& name, const std::string& text) {
-  const auto path = scratch() / name;
-  std::ofstream(path, std::ios::binary) << text;
-  return path.string();
-}
-
 // No figure of a result is printed as inf or nan.
 void expect_no_inf_nan(const CliRun& r) {
   for (const char* bad : {"inf ", "inf,", "nan", "-nan", "inf%"}) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../sanitizer_slowdown.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
@@ -20,14 +21,6 @@
 
 namespace ps = pipesched;
 
-namespace {
-// Sanitizer builds run the search several times slower; time bounds scale with them.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr double sanitizer_slowdown = 10;
-#else
-constexpr double sanitizer_slowdown = 1;
-#endif
-}  // namespace
 using ps::CheckpointMode;
 
 namespace {

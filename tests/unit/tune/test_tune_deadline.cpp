@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "../sanitizer_slowdown.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/tune/tune.hpp"
@@ -16,13 +17,6 @@ namespace ps = pipesched;
 using ps::CheckpointMode;
 
 namespace {
-
-// Sanitizer builds run several times slower; time bounds scale with them.
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr double slowdown = 10;
-#else
-constexpr double slowdown = 1;
-#endif
 
 const ps::UniformCost cost{.f = 1, .b = 2, .w = 1, .r = 1, .boundary = 0.05};
 
@@ -90,7 +84,7 @@ TEST(TimedTuneDeadline, TheLimitHoldsWhenOneCandidateOutlastsItAndCutCandidatesA
   const auto t0 = std::chrono::steady_clock::now();
   const ps::TuneResult res = ps::tune(r, cost);
   const double wall = seconds_since(t0);
-  EXPECT_LT(wall, r.time_limit + 2 * slowdown);
+  EXPECT_LT(wall, r.time_limit + 2 * sanitizer_slowdown);
   EXPECT_LE(res.seconds, wall);
   EXPECT_TRUE(res.cut);
   EXPECT_FALSE(res.interrupted);
@@ -121,7 +115,7 @@ TEST(TimedTuneDeadline, AFlagSetDuringALongCandidateEndsTheSearchPromptly) {
   });
   const ps::TuneResult res = ps::tune(r, cost);
   setter.join();
-  EXPECT_LT(seconds_since(t0), 2 + 2 * slowdown);
+  EXPECT_LT(seconds_since(t0), 2 + 2 * sanitizer_slowdown);
   EXPECT_TRUE(res.cut);
   EXPECT_TRUE(res.interrupted);
   ASSERT_TRUE(res.best);
