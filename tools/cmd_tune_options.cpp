@@ -374,7 +374,7 @@ std::vector<OptionSpec> tune_option_specs() {
       {"--json", false, "print one JSON object (schema: docs/cli.md)"},
       {"--report", true,
        "also write an HTML page: every plan evaluated, step time against memory, the frontier, "
-       "the best plans' timelines",
+       "a table of the best plans, their timelines (the path is checked before the search)",
        "FILE.html"},
       {"--progress", false,
        "show progress and the time left on standard error (default: when it is a terminal)"},
