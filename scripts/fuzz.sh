@@ -10,6 +10,9 @@
 #                                            action, json, model, device, checkpoint (default:
 #                                            all seven)
 #
+# The targets run side by side, as many at once as there are cores (PIPESCHED_FUZZ_JOBS sets
+# another number), each for SECONDS; their summaries print in the order the targets were named.
+#
 # Installs clang and libFuzzer's runtime when run as root and they are missing. Builds into
 # build/fuzz (the `fuzz` preset). The working corpus of each target grows in
 # build/fuzz/corpus/TARGET; the seeds (tests/fuzz/seeds, tests/fuzz/regressions,
@@ -63,11 +66,17 @@ cmake --build --preset fuzz
 
 build=build/fuzz
 mkdir -p "$build/artifacts"
-status=0
-for t in "${targets[@]}"; do
-  corpus="$build/corpus/$t"
+jobs="${PIPESCHED_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}"
+[[ "$jobs" =~ ^[0-9]+$ && "$jobs" -gt 0 ]] || {
+  echo "scripts/fuzz.sh: PIPESCHED_FUZZ_JOBS must be a positive whole number, not '$jobs'" >&2
+  exit 2
+}
+
+# Runs target $1 for $seconds; its exit status says whether it found a problem.
+fuzz_one() {
+  local t="$1" corpus="$build/corpus/$1"
   mkdir -p "$corpus"
-  seeds=(tests/fuzz/seeds/"$t")
+  local seeds=(tests/fuzz/seeds/"$t")
   [ -d tests/fuzz/regressions/"$t" ] && seeds+=(tests/fuzz/regressions/"$t")
   if [ "$t" = csv ] || [ "$t" = text ]; then
     seeds+=(tests/data/pytorch)
@@ -76,9 +85,26 @@ for t in "${targets[@]}"; do
     done
   fi
   echo "pipesched fuzz: $t for ${seconds} s (corpus $corpus, seeds ${seeds[*]})"
-  if ! "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -malloc_limit_mb=256 \
-      -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
-      -artifact_prefix="$build/artifacts/$t-" "$corpus" "${seeds[@]}" 2>"$build/fuzz_$t.log"; then
+  "$build/tests/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -malloc_limit_mb=256 \
+    -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 \
+    -artifact_prefix="$build/artifacts/$t-" "$corpus" "${seeds[@]}" 2>"$build/fuzz_$t.log"
+}
+
+# At most $jobs targets at once; each one's exit status is kept by name.
+declare -A pid_of
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  pid_of[$t]=$!
+  running=$((running + 1))
+done
+status=0
+for t in "${targets[@]}"; do
+  if ! wait "${pid_of[$t]}"; then
     status=1
     echo "pipesched fuzz: $t FOUND A PROBLEM; the last lines of $build/fuzz_$t.log:" >&2
     tail -n 40 "$build/fuzz_$t.log" >&2
