@@ -26,7 +26,7 @@
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/pass/reduce_gradients.hpp"
-#include "pipesched/transport/mpi/mpi_pipeline.hpp"
+#include "pipesched/transport/detail/process_pipeline.hpp"
 #include "pipesched/transport/mpi/mpi_session.hpp"
 #include "pipesched/transport/nccl/nccl_gradient_reducer.cuh"
 #include "pipesched/transport/nccl/nccl_groups.cuh"
@@ -45,10 +45,10 @@ namespace pipesched {
 //! the receive timeout — then end the job with `MpiSession::abort`.
 template <class Stage>
 class NcclPipeline
-    : public detail::mpi::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>,
-                                          CudaDevice> {
+    : public detail::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>,
+                                     CudaDevice> {
   using Base =
-      detail::mpi::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>, CudaDevice>;
+      detail::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>, CudaDevice>;
 
  public:
   //! A pipeline running this process's rank of `schedule` over `comm` on `device`: `stages`
@@ -106,11 +106,11 @@ class NcclPipeline
           "host.");
     if (groups.grid().data > 1) {
       if constexpr (device_reducible_stage<Stage>) {
-        using Link = detail::mpi::ReducerLink<Reduction, NcclGradientReducer<Stage>>;
+        using Link = detail::ReducerLink<Reduction, NcclGradientReducer<Stage>>;
         auto link = std::make_unique<Link>(
             groups.data(), groups.mpi().data(), groups.device(), stages,
-            detail::mpi::replica_list("NcclPipeline", schedule, options, groups.grid(),
-                                      groups.coordinates().pipeline),
+            detail::replica_list("NcclPipeline", schedule, options, groups.grid(),
+                                 groups.coordinates().pipeline),
             std::function<void()>(), options.receive_timeout, reducer_options);
         link->connect(options);
         out.reduction = std::move(link);
