@@ -32,6 +32,7 @@
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/pass/reduce_gradients.hpp"
+#include "pipesched/transport/detail/poll.hpp"
 #include "pipesched/transport/detail/process_transport.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 #include "pipesched/transport/mpi/mpi_session.hpp"
@@ -232,6 +233,18 @@ class ProcessPipeline {
     return detail::deadline_after(timeout_);
   }
 
+ protected:
+  //! Whether `mine` holds on any process of the job (a maximum over it, every process taking
+  //! part), within the receive timeout; a process that does not answer in time ends the
+  //! pipeline as `lost` does, `what` naming what was agreed on.
+  bool any_process(bool mine, const std::string& what) {
+    int in = mine ? 1 : 0, any = 0;
+    MPI_Request request = MPI_REQUEST_NULL;
+    mpi::check(MPI_Iallreduce(&in, &any, 1, MPI_INT, MPI_MAX, job(), &request), "MPI_Iallreduce");
+    if (!transport_.wait(request, deadline())) lost(what);
+    return any != 0;
+  }
+
   // A wait over the job ran out: every process that is still running gets here too (each
   // step's agreements span the whole job), so a roll call among them names the processes
   // that went silent, and the error says which.
@@ -260,6 +273,7 @@ class ProcessPipeline {
     return "process " + std::to_string(p) + " of the job";
   }
 
+ private:
   // Every process that gives up on a wait tells every other that it is still here, and
   // listens for the same from each for up to the receive timeout (the others give up within
   // about that time of one another). Returns the processes not heard from, in order; none
@@ -289,7 +303,7 @@ class ProcessPipeline {
         MPI_Request_free(&sent);
     }
     std::vector<int> silent;
-    for (;;) {
+    poll_until({"the roll call", deadline, poll_interval::roll_call}, [&] {
       silent.clear();
       for (int p = 0; p < size; ++p) {
         const auto i = static_cast<std::size_t>(p);
@@ -301,9 +315,8 @@ class ProcessPipeline {
         else
           silent.push_back(p);
       }
-      if (silent.empty() || std::chrono::steady_clock::now() >= deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+      return silent.empty();
+    });
     for (int p : silent) {  // the answer that never came
       MPI_Request& r = answers[static_cast<std::size_t>(p)];
       if (r == MPI_REQUEST_NULL) continue;

@@ -35,6 +35,7 @@
 #include "pipesched/exec/errors.hpp"
 #include "pipesched/exec/shard_optimizer.hpp"
 #include "pipesched/exec/wire.hpp"
+#include "pipesched/transport/detail/poll.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 
 namespace pipesched {
@@ -229,26 +230,17 @@ class MpiGradientReducer {
       throw error("MpiGradientReducer: WAIT_REDUCE_GRAD of stage " + std::to_string(stage) +
                   " with no reduction of it started; put " + std::to_string(stage) +
                   "REDUCE_GRAD before it.");
-    const auto deadline = detail::deadline_after(timeout_);
     set_waiting(true);
     struct Resume {
       MpiGradientReducer* self;
       ~Resume() { self->set_waiting(false); }
     } resume{this};  // also when the wait throws
-    for (;;) {
-      int done = 0;
-      detail::mpi::check(MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(),
-                                     &done, MPI_STATUSES_IGNORE),
-                         "MPI_Testall");
-      if (done) break;
-      if (poll_) poll_();
-      if (std::chrono::steady_clock::now() >= deadline)
-        throw receive_timeout("the data-parallel reduction of stage " + std::to_string(stage) +
-                              "'s gradients did not complete within " +
-                              detail::seconds_text(timeout_.count()) +
-                              " s; does every replica run the same schedule?");
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    const std::string what =
+        "the data-parallel reduction of stage " + std::to_string(stage) + "'s gradients";
+    detail::poll_or_throw<receive_timeout>(
+        {what, detail::deadline_after(timeout_)}, timeout_, same_schedule,
+        [&] { return detail::mpi::test_all(it->requests.data(), it->requests.size()); },
+        [&] { run_poll(); });
     unpack(*it);
     pending_.erase(it);
     set_in_flight(static_cast<int>(pending_.size()));
@@ -298,7 +290,8 @@ class MpiGradientReducer {
   //! REDUCE_GRAD order; waited for with `poll`). Throws receive_timeout after the timeout.
   void gather_weights() {
     require_zero("gather_weights");
-    const auto deadline = detail::deadline_after(timeout_);
+    const detail::Wait wait{"the all-gather of the updated weights",
+                            detail::deadline_after(timeout_)};
     std::vector<MPI_Request> requests;
     requests.reserve(updated_.size() * 2);
     for (auto& [stage, buckets] : updated_)
@@ -309,14 +302,10 @@ class MpiGradientReducer {
                                           &requests.back()),
                            "MPI_Iallgather");
       }
-    while (!wait_all(requests, std::min(deadline, std::chrono::steady_clock::now() +
-                                                      std::chrono::milliseconds(1)))) {
-      if (poll_) poll_();
-      if (std::chrono::steady_clock::now() >= deadline)
-        throw receive_timeout("the all-gather of the updated weights did not complete within " +
-                              detail::seconds_text(timeout_.count()) +
-                              " s; does every replica run the same schedule?");
-    }
+    detail::poll_or_throw<receive_timeout>(
+        wait, timeout_, same_schedule,
+        [&] { return detail::mpi::test_all(requests.data(), requests.size()); },
+        [&] { run_poll(); });
     for (auto& [stage, buckets] : updated_)
       walk(stage, parameters_of, [&](std::span<value> v, std::size_t b, std::size_t at) {
         std::copy_n(buckets[b].begin() + static_cast<std::ptrdiff_t>(at), v.size(), v.begin());
@@ -379,7 +368,7 @@ class MpiGradientReducer {
       lock.unlock();
       int flag = 0;
       MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, progress_comm_, &flag, MPI_STATUS_IGNORE);
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      std::this_thread::sleep_for(detail::poll_interval::progress);
       lock.lock();
     }
   }
@@ -553,17 +542,17 @@ class MpiGradientReducer {
 
   bool wait_all(std::vector<MPI_Request>& requests,
                 std::chrono::steady_clock::time_point deadline) {
-    for (;;) {
-      int done = 0;
-      if (requests.empty()) return true;
-      detail::mpi::check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
-                                     MPI_STATUSES_IGNORE),
-                         "MPI_Testall");
-      if (done) return true;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    return detail::poll_until({"the reductions after a failed step", deadline}, [&] {
+      return detail::mpi::test_all(requests.data(), requests.size());
+    });
   }
+
+  void run_poll() {
+    if (poll_) poll_();
+  }
+
+  // The advice after a reduction that ran out.
+  static constexpr const char* same_schedule = "does every replica run the same schedule?";
 
   std::span<Stage> stages_;
   std::function<void()> poll_;

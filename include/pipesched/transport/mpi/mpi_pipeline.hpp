@@ -117,10 +117,11 @@ class MpiPipeline
       wrong = "the grid has tp = " + std::to_string(want.size) +
               " but the stage model takes no tensor group (see tensor_parallel_stage)";
     }
-    int bad = wrong.empty() ? 0 : 1, any = 0;
-    detail::mpi::check(MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, groups.job()),
-                       "MPI_Allreduce");
-    if (any)
+    // Agreed over the job within the receive timeout: a process that never gets here ends
+    // the job (peer_lost naming it) rather than leaving the others waiting.
+    if (this->any_process(!wrong.empty(),
+                          "not every process of the job reached the check of the stage "
+                          "models against the tensor group"))
       throw invalid_problem("MpiPipeline: " +
                             (wrong.empty() ? std::string("another process's stages do not fit "
                                                          "its place in the tensor group")

@@ -196,20 +196,22 @@ class NcclGradientReducer {
       throw error("NcclGradientReducer: WAIT_REDUCE_GRAD of stage " + std::to_string(stage) +
                   " with no reduction of it started; put " + std::to_string(stage) +
                   "REDUCE_GRAD before it.");
-    const auto deadline = detail::deadline_after(timeout_);
-    for (;;) {
-      const cudaError_t e = cudaEventQuery(it->done.event->get());
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
-      if (poll_) poll_();
-      if (std::chrono::steady_clock::now() >= deadline) {
-        broken_ = true;
-        throw receive_timeout("the data-parallel reduction of stage " + std::to_string(stage) +
-                              "'s gradients (NCCL) did not complete within " +
-                              detail::seconds_text(timeout_.count()) +
-                              " s; does every replica run the same schedule?");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    const std::string what =
+        "the data-parallel reduction of stage " + std::to_string(stage) + "'s gradients (NCCL)";
+    const detail::Wait wait{what, detail::deadline_after(timeout_)};
+    const bool done = detail::poll_until(
+        wait,
+        [&] {
+          const cudaError_t e = cudaEventQuery(it->done.event->get());
+          if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
+          return e == cudaSuccess;
+        },
+        [&] {
+          if (poll_) poll_();
+        });
+    if (!done) {
+      broken_ = true;
+      throw receive_timeout(detail::expired_text(wait, timeout_, same_schedule));
     }
     CudaDevice::wait(device_.compute(), it->done);
     pending_.erase(it);
@@ -226,12 +228,9 @@ class NcclGradientReducer {
     MPI_Request request = MPI_REQUEST_NULL;
     detail::mpi::check(MPI_Iallreduce(&mine, &most, 1, MPI_LONG_LONG, MPI_MAX, control_, &request),
                        "MPI_Iallreduce");
-    for (int done = 0;;) {
-      detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) break;
-      if (std::chrono::steady_clock::now() >= deadline) return broken();
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    if (!detail::poll_until({"the count of all-reduces started", deadline},
+                            [&] { return detail::mpi::test(request); }))
+      return broken();
     std::vector<DeviceTensor<value>> scratch;
     long long index = 0;
     for (int stage : sequence_)
@@ -245,12 +244,13 @@ class NcclGradientReducer {
         }
         ++index;
       }
-    for (;;) {
+    bool failed = false;
+    const bool idle = detail::poll_until({"the all-reduces after a failed step", deadline}, [&] {
       const cudaError_t e = cudaStreamQuery(*stream_);
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady || std::chrono::steady_clock::now() >= deadline) return broken();
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+      failed = e != cudaSuccess && e != cudaErrorNotReady;
+      return e != cudaErrorNotReady;
+    });
+    if (!idle || failed) return broken();
     begin_step();
     return true;
   }
@@ -267,6 +267,9 @@ class NcclGradientReducer {
     broken_ = true;
     return false;
   }
+
+  // The advice after a reduction that ran out.
+  static constexpr const char* same_schedule = "does every replica run the same schedule?";
 
   static constexpr ncclDataType_t datatype() {
     return std::is_same_v<value, double> ? ncclFloat64 : ncclFloat32;

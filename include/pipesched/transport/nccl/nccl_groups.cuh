@@ -132,17 +132,7 @@ class NcclGroups {
   // does not take part in time).
   bool every_process(bool mine, std::chrono::steady_clock::time_point deadline) noexcept {
     if (!detail::mpi::initialized() || mpi_.job() == MPI_COMM_NULL) return false;
-    int in = mine ? 1 : 0, all = 0;
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Iallreduce(&in, &all, 1, MPI_INT, MPI_MIN, mpi_.job(), &request) != MPI_SUCCESS)
-      return false;
-    for (;;) {
-      int done = 0;
-      if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-      if (done) return all == 1;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    return detail::mpi::every_process(mine, mpi_.job(), deadline, detail::poll_interval::teardown);
   }
 
   MpiGroups mpi_;
