@@ -74,6 +74,54 @@ inline RankRun read_run(const double*& p) {
   return run;
 }
 
+// A data-parallel reducer R (MpiGradientReducer, NcclGradientReducer) as a process pipeline's
+// Reduction (the pipeline's nested interface): its waits run the pipeline's progress, which
+// `attach` gives, and with ZeRO its all-gather completes a committed update.
+template <class Reduction, class R>
+struct ReducerLink final : Reduction {
+  template <class... Args>
+  explicit ReducerLink(Args&&... args) : reducer(std::forward<Args>(args)...) {
+    reducer.set_poll([this] {
+      if (poll) poll();
+    });
+  }
+  void attach(std::function<void()> p) override { poll = std::move(p); }
+  void begin_step() override { reducer.begin_step(); }
+  bool drain(std::chrono::duration<double> timeout) override { return reducer.drain(timeout); }
+  void complete_update() override {
+    if constexpr (requires { reducer.gather_weights(); })
+      if (reducer.zero() >= 1) reducer.gather_weights();
+  }
+  // Makes `options`' REDUCE_GRAD and WAIT_REDUCE_GRAD start and wait for this reducer.
+  void connect(ExecutorOptions& options) {
+    options.reduce_gradients.start = [this](int stage) { reducer.start(stage); };
+    options.reduce_gradients.wait = [this](int stage) { reducer.wait(stage); };
+  }
+  std::function<void()> poll;
+  R reducer;
+};
+
+// The list pipeline rank `rank` of a job with replicas runs: `schedule` lowered, with each
+// stage's reduction placed (add_gradient_reduction). Refuses options that reduce gradients
+// already and a grid whose pipeline is shorter than the schedule (`who` names the pipeline).
+inline std::vector<Action> replica_list(const char* who, const Schedule& schedule,
+                                        const ExecutorOptions& options, const ProcessGrid& grid,
+                                        int rank) {
+  if (options.reduce_gradients)
+    throw invalid_problem(std::string(who) +
+                          ": the options already reduce gradients, and a job with " +
+                          std::to_string(grid.data) +
+                          " replicas reduces them over its data-parallel group; leave "
+                          "ExecutorOptions::reduce_gradients empty.");
+  const Schedule executed = add_gradient_reduction(lower_communication(schedule));
+  if (rank >= executed.rank_count())
+    throw invalid_problem(std::string(who) + ": the schedule has " +
+                          std::to_string(executed.rank_count()) + " ranks but the grid has " +
+                          grid.describe() +
+                          "; give the grid the schedule's rank count as its pipeline.");
+  return executed.ranks[static_cast<std::size_t>(rank)];
+}
+
 // A pipeline whose ranks are processes: this process runs its rank's Executor over `Transport`
 // (MpiTransport, or NcclTransport for GPUs) on `Device`; every step starts after a barrier, ends
 // with an agreement on whether (and which) a rank failed, and gathers every rank's figures on
@@ -178,6 +226,44 @@ class ProcessPipeline {
   void set_tensor_group(std::unique_ptr<Reduction> group) {
     tensor_ = std::move(group);
     if (tensor_) tensor_->attach(progress("a tensor-parallel all-reduce"));
+  }
+
+  //! What a pipeline of a job is built with: its executor options and, with replicas, the
+  //! data-parallel reduction whose REDUCE_GRAD and WAIT_REDUCE_GRAD those options call.
+  struct Prepared {
+    ExecutorOptions options;
+    std::unique_ptr<Reduction> reduction;
+  };
+
+  //! The wiring of a job with replicas, the same for every process pipeline: this rank's list
+  //! with each stage's reduction placed (`replica_list`, refusing options that reduce
+  //! gradients already and a grid shorter than the schedule; `who` names the pipeline), a
+  //! `Reducer` made of `reducer_args...`, that list, the poll the pipeline attaches later,
+  //! the receive timeout and `reducer_options`, connected to the options' REDUCE_GRAD and
+  //! WAIT_REDUCE_GRAD; `finish(options, reducer)` then adds what the reducer needs besides.
+  template <class Reducer, class ReducerOptions, class Finish, class... ReducerArgs>
+  static Prepared replicate(const char* who, const Schedule& schedule, const ProcessGrid& grid,
+                            int pipeline_rank, ExecutorOptions options,
+                            const ReducerOptions& reducer_options, Finish&& finish,
+                            ReducerArgs&&... reducer_args) {
+    using Link = ReducerLink<Reduction, Reducer>;
+    auto link =
+        std::make_unique<Link>(std::forward<ReducerArgs>(reducer_args)...,
+                               replica_list(who, schedule, options, grid, pipeline_rank),
+                               std::function<void()>(), options.receive_timeout, reducer_options);
+    link->connect(options);
+    finish(options, link->reducer);
+    return Prepared{std::move(options), std::move(link)};
+  }
+
+  //! The error for a job with replicas whose stage model the pipeline's reducer cannot reach:
+  //! `lacks` says what the stage model lacks (and which concept says so).
+  static invalid_problem not_reducible(const char* who, const ProcessGrid& grid,
+                                       const std::string& lacks) {
+    return invalid_problem(std::string(who) + ": a job with " + std::to_string(grid.data) +
+                           " replicas reduces each stage's gradients over its data-parallel "
+                           "group, but the stage model has no " +
+                           lacks + ".");
   }
 
   //! How long a wait lasts before the step fails (ExecutorOptions::receive_timeout).
@@ -459,54 +545,6 @@ class ProcessPipeline {
   int job_rank_ = 0;     // this process in job()
   bool broken_ = false;
 };
-
-// A data-parallel reducer R (MpiGradientReducer, NcclGradientReducer) as a process pipeline's
-// Reduction (the pipeline's nested interface): its waits run the pipeline's progress, which
-// `attach` gives, and with ZeRO its all-gather completes a committed update.
-template <class Reduction, class R>
-struct ReducerLink final : Reduction {
-  template <class... Args>
-  explicit ReducerLink(Args&&... args) : reducer(std::forward<Args>(args)...) {
-    reducer.set_poll([this] {
-      if (poll) poll();
-    });
-  }
-  void attach(std::function<void()> p) override { poll = std::move(p); }
-  void begin_step() override { reducer.begin_step(); }
-  bool drain(std::chrono::duration<double> timeout) override { return reducer.drain(timeout); }
-  void complete_update() override {
-    if constexpr (requires { reducer.gather_weights(); })
-      if (reducer.zero() >= 1) reducer.gather_weights();
-  }
-  // Makes `options`' REDUCE_GRAD and WAIT_REDUCE_GRAD start and wait for this reducer.
-  void connect(ExecutorOptions& options) {
-    options.reduce_gradients.start = [this](int stage) { reducer.start(stage); };
-    options.reduce_gradients.wait = [this](int stage) { reducer.wait(stage); };
-  }
-  std::function<void()> poll;
-  R reducer;
-};
-
-// The list pipeline rank `rank` of a job with replicas runs: `schedule` lowered, with each
-// stage's reduction placed (add_gradient_reduction). Refuses options that reduce gradients
-// already and a grid whose pipeline is shorter than the schedule (`who` names the pipeline).
-inline std::vector<Action> replica_list(const char* who, const Schedule& schedule,
-                                        const ExecutorOptions& options, const ProcessGrid& grid,
-                                        int rank) {
-  if (options.reduce_gradients)
-    throw invalid_problem(std::string(who) +
-                          ": the options already reduce gradients, and a job with " +
-                          std::to_string(grid.data) +
-                          " replicas reduces them over its data-parallel group; leave "
-                          "ExecutorOptions::reduce_gradients empty.");
-  const Schedule executed = add_gradient_reduction(lower_communication(schedule));
-  if (rank >= executed.rank_count())
-    throw invalid_problem(std::string(who) + ": the schedule has " +
-                          std::to_string(executed.rank_count()) + " ranks but the grid has " +
-                          grid.describe() +
-                          "; give the grid the schedule's rank count as its pipeline.");
-  return executed.ranks[static_cast<std::size_t>(rank)];
-}
 
 }  // namespace detail
 

@@ -68,11 +68,7 @@ class MpiPipeline
                     transport_options) {}
 
  private:
-  using Reduction = typename Base::Reduction;
-  struct Prepared {
-    ExecutorOptions options;
-    std::unique_ptr<Reduction> reduction;
-  };
+  using Prepared = typename Base::Prepared;
 
   MpiPipeline(const Schedule& schedule, std::span<Stage> stages, const MpiGroups& groups,
               Prepared prepared, MpiTransportOptions transport_options)
@@ -169,29 +165,22 @@ class MpiPipeline
   static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
                                 const MpiGroups& groups, ExecutorOptions options,
                                 const MpiReducerOptions& reducer_options) {
-    Prepared out;
     reducer_options.validate();
-    if (groups.grid().data > 1 || reducer_options.zero >= 1) {
-      if constexpr (reducible_stage<Stage>) {
-        using Link = detail::ReducerLink<Reduction, MpiGradientReducer<Stage>>;
-        auto link = std::make_unique<Link>(
-            groups.data(), stages,
-            detail::replica_list("MpiPipeline", schedule, options, groups.grid(),
-                                 groups.coordinates().pipeline),
-            std::function<void()>(), options.receive_timeout, reducer_options);
-        link->connect(options);
-        if (reducer_options.zero >= 1) shard_optimizer(options, link->reducer);
-        out.reduction = std::move(link);
-      } else {
-        throw invalid_problem(
-            "MpiPipeline: a job with " + std::to_string(groups.grid().data) +
-            " replicas reduces each stage's gradients over its data-parallel group, but the "
-            "stage model has no gradients() whose tensors have a wire<> form (see "
-            "reducible_stage).");
-      }
+    if (groups.grid().data <= 1 && reducer_options.zero < 1)
+      return Prepared{std::move(options), nullptr};
+    if constexpr (reducible_stage<Stage>) {
+      return Base::template replicate<MpiGradientReducer<Stage>>(
+          "MpiPipeline", schedule, groups.grid(), groups.coordinates().pipeline, std::move(options),
+          reducer_options,
+          [&](ExecutorOptions& o, auto& reducer) {
+            if (reducer_options.zero >= 1) shard_optimizer(o, reducer);
+          },
+          groups.data(), stages);
+    } else {
+      throw Base::not_reducible("MpiPipeline", groups.grid(),
+                                "gradients() whose tensors have a wire<> form (see "
+                                "reducible_stage)");
     }
-    out.options = std::move(options);
-    return out;
   }
 };
 

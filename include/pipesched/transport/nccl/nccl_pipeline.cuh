@@ -79,11 +79,7 @@ class NcclPipeline
   CudaDevice& device() noexcept { return this->transport().device(); }
 
  private:
-  using Reduction = typename Base::Reduction;
-  struct Prepared {
-    ExecutorOptions options;
-    std::unique_ptr<Reduction> reduction;
-  };
+  using Prepared = typename Base::Prepared;
 
   NcclPipeline(const Schedule& schedule, std::span<Stage> stages, const NcclGroups& groups,
                Prepared prepared, NcclTransportOptions transport_options)
@@ -96,7 +92,6 @@ class NcclPipeline
   static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
                                 const NcclGroups& groups, ExecutorOptions options,
                                 const NcclReducerOptions& reducer_options) {
-    Prepared out;
     reducer_options.validate();
     if (groups.grid().tensor > 1)
       throw invalid_problem(
@@ -104,26 +99,17 @@ class NcclPipeline
           ", but tensor groups are given to stage models over MPI only (MpiPipeline, "
           "tensor_parallel_stage); on GPUs use tp = 1, or run the tensor-parallel plan on the "
           "host.");
-    if (groups.grid().data > 1) {
-      if constexpr (device_reducible_stage<Stage>) {
-        using Link = detail::ReducerLink<Reduction, NcclGradientReducer<Stage>>;
-        auto link = std::make_unique<Link>(
-            groups.data(), groups.mpi().data(), groups.device(), stages,
-            detail::replica_list("NcclPipeline", schedule, options, groups.grid(),
-                                 groups.coordinates().pipeline),
-            std::function<void()>(), options.receive_timeout, reducer_options);
-        link->connect(options);
-        out.reduction = std::move(link);
-      } else {
-        throw invalid_problem(
-            "NcclPipeline: a job with " + std::to_string(groups.grid().data) +
-            " replicas reduces each stage's gradients over its data-parallel group, but the "
-            "stage model has no device_gradients() of float or double device memory (see "
-            "device_reducible_stage).");
-      }
+    if (groups.grid().data <= 1) return Prepared{std::move(options), nullptr};
+    if constexpr (device_reducible_stage<Stage>) {
+      return Base::template replicate<NcclGradientReducer<Stage>>(
+          "NcclPipeline", schedule, groups.grid(), groups.coordinates().pipeline,
+          std::move(options), reducer_options, [](ExecutorOptions&, auto&) {}, groups.data(),
+          groups.mpi().data(), groups.device(), stages);
+    } else {
+      throw Base::not_reducible("NcclPipeline", groups.grid(),
+                                "device_gradients() of float or double device memory (see "
+                                "device_reducible_stage)");
     }
-    out.options = std::move(options);
-    return out;
   }
 };
 
