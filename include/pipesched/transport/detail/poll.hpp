@@ -29,6 +29,10 @@ inline constexpr std::chrono::microseconds teardown{50};
 inline constexpr std::chrono::microseconds roll_call{1000};
 }  // namespace poll_interval
 
+//! How long a start-up agreement waits for every process unless told otherwise, in seconds
+//! (MpiTransportOptions::startup_timeout's default; NcclGroups' agreement on the GPUs).
+inline constexpr double default_startup_timeout_s = 60.0;
+
 //! A bounded wait: what it waits for (a noun phrase, for the error when the deadline passes:
 //! "the data-parallel reduction of stage 2's gradients"), until when (`no_deadline`: until
 //! done), and how long it sleeps between tests (0: it tests again at once).

@@ -51,7 +51,7 @@ struct MpiTransportOptions {
   //! fingerprint when its transport is built) waits for every process of the job: at least
   //! 1 ms, or infinity to wait without a deadline. A process that has not joined by then
   //! (dead, hung, or never reaching its transport) makes the others throw peer_lost.
-  std::chrono::duration<double> startup_timeout{60.0};
+  std::chrono::duration<double> startup_timeout{detail::default_startup_timeout_s};
 };
 
 //! Ranks as MPI processes: the process of rank r of `comm` runs pipeline rank r. Satisfies

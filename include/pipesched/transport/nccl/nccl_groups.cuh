@@ -99,7 +99,10 @@ class NcclGroups {
  private:
   template <class MakeDevice>
   NcclGroups(const ProcessGrid& grid, MakeDevice&& make, MPI_Comm world, int)
-      : mpi_(grid, world), device_(detail::nccl::agreed_device(make, mpi_.job())) {
+      : mpi_(grid, world),
+        device_(detail::nccl::agreed_device(
+            make, mpi_.job(), detail::poll_interval::collective,
+            std::chrono::duration<double>(detail::default_startup_timeout_s))) {
     device_.activate();
     const ProcessGrid& g = mpi_.grid();
     const int size = g.size(), rank = mpi_.process();

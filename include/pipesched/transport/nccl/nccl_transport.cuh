@@ -59,7 +59,7 @@ struct NcclTransportOptions {
   std::chrono::microseconds poll_interval{20};
   //! How long the start-up agreements (on the schedule, and on every process having its GPU)
   //! wait for every process (MpiTransportOptions::startup_timeout).
-  std::chrono::duration<double> startup_timeout{60.0};
+  std::chrono::duration<double> startup_timeout{detail::default_startup_timeout_s};
 };
 
 //! Ranks as GPUs, one per MPI process: the process of rank r of `comm` runs pipeline rank r on
