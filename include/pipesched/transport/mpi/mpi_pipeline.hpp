@@ -2,25 +2,10 @@
 // over the MPI transport. Every process calls `step` with the same schedule and data; every
 // process gets every rank's measurements back, and every process throws the same error
 // (naming the failing rank and action) when a rank fails.
+// The step loop, its agreements and the replicas' wiring are detail::ProcessPipeline's.
 #pragma once
 
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1  // the C API is all pipesched uses
-#endif
-#include <mpi.h>
-
-#include <chrono>
-#include <cstddef>
-#include <functional>
-#include <memory>
-#include <span>
-#include <string>
-#include <utility>
-#include <vector>
-
 #include "pipesched/device/host/host_device.hpp"
-#include "pipesched/exec/errors.hpp"
-#include "pipesched/exec/executor.hpp"
 #include "pipesched/transport/detail/process_pipeline.hpp"
 #include "pipesched/transport/mpi/mpi_gradient_reducer.hpp"
 #include "pipesched/transport/mpi/mpi_groups.hpp"

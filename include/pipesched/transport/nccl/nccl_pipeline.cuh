@@ -3,31 +3,11 @@
 // schedule and data; every process gets every rank's measurements back, and every process
 // throws the same error (naming the failing rank and action) when a rank fails — the MPI
 // pipeline's agreement, with payloads on NCCL.
+// The step loop, its agreements and the replicas' wiring are detail::ProcessPipeline's.
 #pragma once
 
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1  // the C API is all pipesched uses
-#endif
-#include <mpi.h>
-
-#include <algorithm>
-#include <chrono>
-#include <climits>
-#include <cstddef>
-#include <functional>
-#include <memory>
-#include <optional>
-#include <span>
-#include <string>
-#include <utility>
-#include <vector>
-
 #include "pipesched/device/cuda/cuda_device.cuh"
-#include "pipesched/exec/executor.hpp"
-#include "pipesched/exec/step_result.hpp"
-#include "pipesched/pass/reduce_gradients.hpp"
 #include "pipesched/transport/detail/process_pipeline.hpp"
-#include "pipesched/transport/mpi/mpi_session.hpp"
 #include "pipesched/transport/nccl/nccl_gradient_reducer.cuh"
 #include "pipesched/transport/nccl/nccl_groups.cuh"
 #include "pipesched/transport/nccl/nccl_transport.cuh"
