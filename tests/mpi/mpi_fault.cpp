@@ -2,7 +2,9 @@
 // under `mpirun -np P mpi_fault MODE`, rank P/2 (its stage's third forward) throws (`throw`),
 // kills its own process (`kill`) or stops answering (`hang`); or it stops itself with SIGSTOP
 // between steps 0 and 1 (`stop`); or its snapshot hook throws std::bad_alloc in step 1
-// (`snapshot`). Every rank prints what it saw: a thrown step ends every process with exit code
+// (`snapshot`); or it never builds its pipeline, so it never joins the start-up agreement on
+// the schedule (`absent`: the others' 5 s startup_timeout names that agreement). Every rank
+// prints what it saw: a thrown step ends every process with exit code
 // 3 after a clean MPI_Finalize; a lost peer ends the job through MPI_Abort (exit code 4). In
 // `snapshot` mode each process checks its own parameters: unchanged by the failed step, and
 // after the retried step changed and equal to a fault-free run's; it exits 0 when they are, 5
@@ -27,7 +29,7 @@ namespace toy = pipesched::toy;
 
 namespace {
 
-enum class Mode { Throw, Kill, Hang, Stop, Snapshot };
+enum class Mode { Throw, Kill, Hang, Stop, Snapshot, Absent };
 
 struct Faulty : toy::GptStage<float> {
   using Base = toy::GptStage<float>;
@@ -128,9 +130,11 @@ int main(int argc, char** argv) {
     mode = Mode::Stop;
   } else if (mode_name == "snapshot") {
     mode = Mode::Snapshot;
+  } else if (mode_name == "absent") {
+    mode = Mode::Absent;
   } else {
     if (session.rank() == 0)
-      std::fprintf(stderr, "usage: mpirun -np P mpi_fault throw|kill|hang|stop|snapshot [TOKEN]\n");
+      std::fprintf(stderr, "usage: mpirun -np P mpi_fault throw|kill|hang|stop|snapshot|absent [TOKEN]\n");
     return 2;
   }
   const int p = session.size(), bad = p / 2;
@@ -157,8 +161,13 @@ int main(int argc, char** argv) {
     }
     std::vector<Faulty> stages = make_stages(config, p);
     stages[static_cast<std::size_t>(bad)].mode = mode;
-    stages[static_cast<std::size_t>(bad)].armed = mode != Mode::Stop;
-    ps::MpiPipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options);
+    stages[static_cast<std::size_t>(bad)].armed = mode != Mode::Stop && mode != Mode::Absent;
+    if (mode == Mode::Absent && session.rank() == bad)
+      std::this_thread::sleep_for(std::chrono::minutes(10));  // MPI_Abort ends it
+    // The start-up agreement waits as long as a receive would.
+    ps::MpiTransportOptions transport;
+    transport.startup_timeout = options.receive_timeout;
+    ps::MpiPipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options, transport);
     for (int step = 0; step < steps; ++step) {
       if (mode == Mode::Stop && step == 1 && session.rank() == bad) std::raise(SIGSTOP);
       pipe.step(training);

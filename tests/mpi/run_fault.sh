@@ -51,6 +51,14 @@ case $mode in
       fail "a rank named another process than rank $bad as silent"
     fi
     ;;
+  absent)
+    # A rank that never builds its pipeline: the others give up on the start-up agreement
+    # after its 5 s startup_timeout, naming that wait (the first to end the job may stop the
+    # others before they print, so one line is enough), well within the limit.
+    grep -Eq "^MpiTransport: not every process of the job joined the start-up agreement on the schedule within 5 s" "$out" ||
+      fail "no rank named the start-up agreement it gave up on"
+    [ "$(echo "$elapsed < 30" | bc)" -eq 1 ] || fail "the job took $elapsed s, over 30 s for a 5 s startup_timeout"
+    ;;
   snapshot)
     # Every rank hears of rank $bad's snapshot fault and finds its own parameters right.
     for r in $(seq 0 $((np - 1))); do

@@ -45,6 +45,7 @@ namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
 static_assert(ps::transport<ps::MpiTransport<toy::Tensor<float>>, toy::Tensor<float>>);
+static_assert(ps::process_transport<ps::MpiTransport<toy::Tensor<float>>, MPI_Request>);
 static_assert(ps::wire_tensor<toy::Tensor<double>>);
 
 namespace {
@@ -523,6 +524,46 @@ TEST(MpiErrors, PollIntervalOutsideItsRangeIsRefused) {
           << what;
     }
   }
+}
+
+// A start-up timeout under 1 ms (zero, NaN) is refused before the agreement it bounds, on
+// every process alike, naming the value and the range.
+TEST(MpiErrors, StartupTimeoutUnderAMillisecondIsRefused) {
+  const ps::Schedule s = generated("1f1b", world_size(), 2 * world_size());
+  for (const double seconds : {0.0, 1e-4, std::numeric_limits<double>::quiet_NaN()}) {
+    try {
+      ps::MpiTransport<toy::Tensor<float>> t(
+          s, MPI_COMM_WORLD, {.startup_timeout = std::chrono::duration<double>(seconds)});
+      ADD_FAILURE() << "a startup_timeout of " << seconds << " s was accepted";
+    } catch (const ps::invalid_problem& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("MpiTransport: startup_timeout is " + ps::detail::seconds_text(seconds) +
+                          " s; give at least 0.001 s (1 ms)"),
+                std::string::npos)
+          << what;
+    }
+  }
+}
+
+// The reducers' one bucket rule: tensors fill a bucket until the next would take it past the
+// cap; a tensor larger than the cap gets a bucket of its own, and the next starts another.
+TEST(MpiReducer, BucketRuleOfBothReducers) {
+  ps::detail::Buckets buckets(4 * sizeof(double), sizeof(double));  // 4 values a bucket
+  const auto first = buckets.add(3), second = buckets.add(1), large = buckets.add(6),
+             last = buckets.add(2);
+  EXPECT_EQ(first.bucket, 0u);
+  EXPECT_EQ(second.bucket, 0u);
+  EXPECT_EQ(second.offset, 3u);
+  EXPECT_EQ(large.bucket, 1u);
+  EXPECT_EQ(large.offset, 0u);
+  EXPECT_EQ(last.bucket, 2u);
+  EXPECT_EQ(last.offset, 0u);
+  EXPECT_EQ(buckets.sizes(), (std::vector<std::size_t>{4, 6, 2}));
+  // A cap under one value still holds one value a bucket.
+  ps::detail::Buckets tiny(1, sizeof(double));
+  tiny.add(1);
+  tiny.add(1);
+  EXPECT_EQ(tiny.sizes(), (std::vector<std::size_t>{1, 1}));
 }
 
 TEST(MpiErrors, WrongProcessCountIsNamed) {

@@ -5,37 +5,19 @@
 // reduce-scattered instead (MPI_Ireduce_scatter_block): a replica receives the mean of its own
 // shard only, steps that shard with its own optimizer state (`step_shards`) and, once the
 // whole job agreed to commit, the replicas all-gather the updated weights (`gather_weights`).
-// After a failed step `drain` completes every reduction some replica started, so the
-// data-parallel communicator is clean.
+// The buckets, the reductions' order and the clean-up after a failed step are the NCCL
+// reducer's too (detail::ReductionPlan).
 #pragma once
 
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1  // the C API is all pipesched uses
-#endif
-#include <mpi.h>
-
-#include <algorithm>
-#include <chrono>
 #include <condition_variable>
-#include <cstddef>
-#include <functional>
+#include <list>
 #include <map>
 #include <mutex>
-#include <ranges>
-#include <span>
-#include <string>
 #include <thread>
-#include <type_traits>
-#include <utility>
-#include <vector>
 
-#include "pipesched/core/error.hpp"
-#include "pipesched/core/schedule.hpp"
-#include "pipesched/exec/detail/deadline.hpp"
-#include "pipesched/exec/errors.hpp"
 #include "pipesched/exec/shard_optimizer.hpp"
 #include "pipesched/exec/wire.hpp"
-#include "pipesched/transport/mpi/detail/mpi_support.hpp"
+#include "pipesched/transport/detail/reduction_plan.hpp"
 
 namespace pipesched {
 
@@ -94,11 +76,7 @@ struct MpiReducerOptions {
   //! Throws invalid_argument for options a reducer cannot run.
   void validate() const {
     const MpiReducerOptions& o = *this;
-    if (o.bucket_bytes == 0)
-      throw invalid_argument(
-          "MpiReducerOptions.bucket_bytes = 0 is out of range; give 1 byte "
-          "or more (25 MiB is PyTorch DDP's default).",
-          "MpiReducerOptions.bucket_bytes", "0");
+    detail::check_bucket_bytes("MpiReducerOptions", o.bucket_bytes);
     if (o.zero < 0 || o.zero > 2)
       throw invalid_argument("MpiReducerOptions.zero = " + std::to_string(o.zero) +
                                  " is not a ZeRO stage pipesched runs; give 0 (all-reduce), 1 "
@@ -138,7 +116,11 @@ class MpiGradientReducer {
   MpiGradientReducer(MPI_Comm data, std::span<Stage> stages, const std::vector<Action>& order,
                      std::function<void()> poll, std::chrono::duration<double> timeout,
                      MpiReducerOptions options = {})
-      : stages_(stages), poll_(std::move(poll)), timeout_(timeout), options_(options) {
+      : stages_(stages),
+        poll_(std::move(poll)),
+        timeout_(timeout),
+        options_(options),
+        plan_(order, data) {
     // Checked first: nothing to free, no thread to stop when they throw.
     options_.validate();
     if (options_.zero >= 1 && !shardable)
@@ -148,12 +130,8 @@ class MpiGradientReducer {
           "parameters() of the same tensors as its gradients() (see shardable_stage).");
     detail::mpi::check(MPI_Comm_dup(data, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
-    detail::mpi::check(MPI_Comm_dup(data, &control_), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_size(comm_, &replicas_);
     MPI_Comm_rank(comm_, &replica_);
-    for (const Action& a : order)
-      if (a.kind == OpKind::ReduceGrad) sequence_.push_back(a.stage);
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     if (options_.progress_thread && level == MPI_THREAD_MULTIPLE) {
@@ -182,7 +160,6 @@ class MpiGradientReducer {
     if (!detail::mpi::initialized()) return;
     if (progress_comm_ != MPI_COMM_NULL) MPI_Comm_free(&progress_comm_);
     if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-    if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
   }
 
   //! Sets what runs between completion tests of a wait.
@@ -197,7 +174,7 @@ class MpiGradientReducer {
 
   //! Per-step bookkeeping: called when a step starts.
   void begin_step() {
-    started_ = 0;
+    plan_.begin_step();
     set_in_flight(0);
     pending_.clear();
     reduced_.clear();
@@ -214,7 +191,7 @@ class MpiGradientReducer {
     p.requests.assign(p.buckets.size(), MPI_REQUEST_NULL);
     for (std::size_t b = 0; b < p.buckets.size(); ++b) {
       begin_reduction(p.buckets[b], p.shards[b], p.requests[b]);
-      ++started_;
+      plan_.count_start();
     }
     pending_.push_back(std::move(p));
     set_in_flight(static_cast<int>(pending_.size()));
@@ -225,30 +202,18 @@ class MpiGradientReducer {
   void wait(int stage) {
     auto it = std::find_if(pending_.begin(), pending_.end(),
                            [&](const Pending& p) { return p.stage == stage; });
-    if (it == pending_.end())
-      throw error("MpiGradientReducer: WAIT_REDUCE_GRAD of stage " + std::to_string(stage) +
-                  " with no reduction of it started; put " + std::to_string(stage) +
-                  "REDUCE_GRAD before it.");
-    const auto deadline = detail::deadline_after(timeout_);
+    if (it == pending_.end()) throw detail::ReductionPlan::not_started("MpiGradientReducer", stage);
     set_waiting(true);
     struct Resume {
       MpiGradientReducer* self;
       ~Resume() { self->set_waiting(false); }
     } resume{this};  // also when the wait throws
-    for (;;) {
-      int done = 0;
-      detail::mpi::check(MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(),
-                                     &done, MPI_STATUSES_IGNORE),
-                         "MPI_Testall");
-      if (done) break;
-      if (poll_) poll_();
-      if (std::chrono::steady_clock::now() >= deadline)
-        throw receive_timeout("the data-parallel reduction of stage " + std::to_string(stage) +
-                              "'s gradients did not complete within " +
-                              detail::seconds_text(timeout_.count()) +
-                              " s; does every replica run the same schedule?");
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    const std::string what =
+        "the data-parallel reduction of stage " + std::to_string(stage) + "'s gradients";
+    detail::poll_or_throw<receive_timeout>(
+        {what, detail::deadline_after(timeout_)}, timeout_, detail::same_schedule_hint,
+        [&] { return detail::mpi::test_all(it->requests.data(), it->requests.size()); },
+        [&] { run_poll(); });
     unpack(*it);
     pending_.erase(it);
     set_in_flight(static_cast<int>(pending_.size()));
@@ -262,7 +227,7 @@ class MpiGradientReducer {
     require_zero("step_shards");
     saved_ = states_;
     updated_.clear();
-    for (int stage : sequence_) {
+    for (int stage : plan_.sequence()) {
       auto r = reduced_.find(stage);
       if (r == reduced_.end())
         throw error("MpiGradientReducer: stage " + std::to_string(stage) +
@@ -298,7 +263,8 @@ class MpiGradientReducer {
   //! REDUCE_GRAD order; waited for with `poll`). Throws receive_timeout after the timeout.
   void gather_weights() {
     require_zero("gather_weights");
-    const auto deadline = detail::deadline_after(timeout_);
+    const detail::Wait wait{"the all-gather of the updated weights",
+                            detail::deadline_after(timeout_)};
     std::vector<MPI_Request> requests;
     requests.reserve(updated_.size() * 2);
     for (auto& [stage, buckets] : updated_)
@@ -309,14 +275,10 @@ class MpiGradientReducer {
                                           &requests.back()),
                            "MPI_Iallgather");
       }
-    while (!wait_all(requests, std::min(deadline, std::chrono::steady_clock::now() +
-                                                      std::chrono::milliseconds(1)))) {
-      if (poll_) poll_();
-      if (std::chrono::steady_clock::now() >= deadline)
-        throw receive_timeout("the all-gather of the updated weights did not complete within " +
-                              detail::seconds_text(timeout_.count()) +
-                              " s; does every replica run the same schedule?");
-    }
+    detail::poll_or_throw<receive_timeout>(
+        wait, timeout_, detail::same_schedule_hint,
+        [&] { return detail::mpi::test_all(requests.data(), requests.size()); },
+        [&] { run_poll(); });
     for (auto& [stage, buckets] : updated_)
       walk(stage, parameters_of, [&](std::span<value> v, std::size_t b, std::size_t at) {
         std::copy_n(buckets[b].begin() + static_cast<std::ptrdiff_t>(at), v.size(), v.begin());
@@ -331,34 +293,22 @@ class MpiGradientReducer {
   //! (collective over the data-parallel group; false when it could not within `timeout`).
   bool drain(std::chrono::duration<double> timeout) {
     const auto deadline = detail::deadline_after(timeout);
-    // The count goes over a communicator of its own: a collective on comm_ would match an
-    // all-reduce another replica started and this one did not.
-    long long mine = started_, most = 0;
-    std::vector<MPI_Request> count{MPI_REQUEST_NULL};
-    detail::mpi::check(
-        MPI_Iallreduce(&mine, &most, 1, MPI_LONG_LONG, MPI_MAX, control_, &count.front()),
-        "MPI_Iallreduce");
-    if (!wait_all(count, deadline)) return false;
-    // The step's buckets in order: the stages in REDUCE_GRAD order, each stage's buckets; the
-    // ones this replica did not start, started now on scratch buffers.
-    std::vector<std::vector<value>> scratch, scratch_shards;
+    const std::optional<long long> most = plan_.most_started(deadline);
+    if (!most) return false;
     std::vector<MPI_Request> all;
     for (Pending& p : pending_)
       all.insert(all.end(), p.requests.begin(), p.requests.end());
-    // (The scratch vectors' buffers stay put while later ones are added: each is sized once.)
-    scratch.reserve(static_cast<std::size_t>(std::max(0LL, most - started_)));
-    scratch_shards.reserve(scratch.capacity());
-    long long index = 0;
-    for (int stage : sequence_)
-      for (std::size_t n : bucket_sizes(stage)) {
-        if (index >= started_ && index < most) {
+    // The ones this replica did not start, started now on scratch buffers (in lists: each
+    // stays put while later ones are added).
+    std::list<std::vector<value>> scratch, scratch_shards;
+    plan_.for_each_missing(
+        *most, [&](int stage) { return bucket_sizes(stage); },
+        [&](std::size_t n) {
           scratch.emplace_back(padded(n), value(0));
           scratch_shards.emplace_back();
           all.push_back(MPI_REQUEST_NULL);
           begin_reduction(scratch.back(), scratch_shards.back(), all.back());
-        }
-        ++index;
-      }
+        });
     const bool clean = wait_all(all, deadline);
     begin_step();
     return clean;
@@ -379,7 +329,7 @@ class MpiGradientReducer {
       lock.unlock();
       int flag = 0;
       MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, progress_comm_, &flag, MPI_STATUS_IGNORE);
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      std::this_thread::sleep_for(detail::poll_interval::progress);
       lock.lock();
     }
   }
@@ -476,20 +426,14 @@ class MpiGradientReducer {
   // buckets' element counts.
   template <class Range, class Each>
   std::vector<std::size_t> walk(int stage, Range&& range, Each&& each) {
-    std::vector<std::size_t> sizes;
-    const std::size_t cap = std::max<std::size_t>(1, options_.bucket_bytes / sizeof(value));
-    std::size_t open = 0;
+    detail::Buckets buckets(options_.bucket_bytes, sizeof(value));
     for (auto&& t : range(stage_at(stage))) {
       const std::span<value> v = values(t);
-      if (open > 0 && open + v.size() > cap) {
-        sizes.push_back(open);
-        open = 0;
-      }
-      each(v, sizes.size(), open);
-      open += v.size();
+      if (v.empty()) continue;
+      const detail::Buckets::Place at = buckets.add(v.size());
+      each(v, at.bucket, at.offset);
     }
-    if (open > 0) sizes.push_back(open);
-    return sizes;
+    return buckets.sizes();
   }
 
   std::vector<std::size_t> bucket_sizes(int stage) {
@@ -546,35 +490,29 @@ class MpiGradientReducer {
 
   Stage& stage_at(int stage) {
     if (stage < 0 || static_cast<std::size_t>(stage) >= stages_.size())
-      throw error("MpiGradientReducer: stage " + std::to_string(stage) + " is not one of the " +
-                  std::to_string(stages_.size()) + " stage models given.");
+      throw detail::ReductionPlan::no_such_stage("MpiGradientReducer", stage, stages_.size());
     return stages_[static_cast<std::size_t>(stage)];
   }
 
   bool wait_all(std::vector<MPI_Request>& requests,
                 std::chrono::steady_clock::time_point deadline) {
-    for (;;) {
-      int done = 0;
-      if (requests.empty()) return true;
-      detail::mpi::check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
-                                     MPI_STATUSES_IGNORE),
-                         "MPI_Testall");
-      if (done) return true;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    return detail::poll_until({"the reductions after a failed step", deadline}, [&] {
+      return detail::mpi::test_all(requests.data(), requests.size());
+    });
+  }
+
+  void run_poll() {
+    if (poll_) poll_();
   }
 
   std::span<Stage> stages_;
   std::function<void()> poll_;
   std::chrono::duration<double> timeout_;
   MpiReducerOptions options_;
-  MPI_Comm comm_ = MPI_COMM_NULL;     // the all-reduces of gradients
-  MPI_Comm control_ = MPI_COMM_NULL;  // the count agreement of `drain`
+  detail::ReductionPlan plan_;     // the stages' order, the count started, drain's agreement
+  MPI_Comm comm_ = MPI_COMM_NULL;  // the all-reduces of gradients
   int replicas_ = 1;
   int replica_ = 0;
-  std::vector<int> sequence_;  // the stages in the order this rank starts their reductions
-  long long started_ = 0;      // all-reduces started this step
   std::vector<Pending> pending_;
   // ZeRO: this step's reduced shards, per stage; each stage's shard optimizer state (per
   // bucket) and its copy from before this step's update; the updated weights to all-gather.

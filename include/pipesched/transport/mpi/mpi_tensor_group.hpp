@@ -125,19 +125,15 @@ class MpiTensorGroup final : public TensorGroup {
     p.buffer.resize(values.size_bytes());
     std::memcpy(p.buffer.data(), values.data(), values.size_bytes());
     begin(p, static_cast<long long>(values.size()), type);
-    const auto deadline = detail::deadline_after(timeout_);
-    for (;;) {
-      int done = 0;
-      detail::mpi::check(MPI_Test(&p.request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) break;
-      if (poll_) poll_();
-      if (std::chrono::steady_clock::now() >= deadline)
-        throw receive_timeout("a tensor-parallel all-reduce of " + std::to_string(values.size()) +
-                              " values did not complete within " +
-                              detail::seconds_text(timeout_.count()) +
-                              " s; does every member of the tensor group run the same schedule?");
-      std::this_thread::sleep_for(std::chrono::microseconds(5));
-    }
+    const std::string what =
+        "a tensor-parallel all-reduce of " + std::to_string(values.size()) + " values";
+    detail::poll_or_throw<receive_timeout>(
+        {what, detail::deadline_after(timeout_), detail::poll_interval::tensor}, timeout_,
+        "does every member of the tensor group run the same schedule?",
+        [&] { return detail::mpi::test(p.request); },
+        [&] {
+          if (poll_) poll_();
+        });
     std::memcpy(values.data(), p.buffer.data(), values.size_bytes());
     pending_.pop_back();
   }
@@ -158,14 +154,9 @@ class MpiTensorGroup final : public TensorGroup {
 
   static bool wait_until(MPI_Request* requests, int n,
                          std::chrono::steady_clock::time_point deadline) {
-    for (;;) {
-      if (n == 0) return true;
-      int done = 0;
-      detail::mpi::check(MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
-      if (done) return true;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    return detail::poll_until(
+        {"the tensor group's all-reduces after a failed step", deadline},
+        [&] { return detail::mpi::test_all(requests, static_cast<std::size_t>(n)); });
   }
 
   std::function<void()> poll_;

@@ -34,6 +34,7 @@
 #include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
 #include "pipesched/exec/wire.hpp"
+#include "pipesched/transport/detail/poll.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 #include "pipesched/transport/mpi/detail/rank_geometry.hpp"
 #include "pipesched/transport/mpi/mpi_errors.hpp"
@@ -46,6 +47,11 @@ struct MpiTransportOptions {
   //! 1 s (0 polls without sleeping; a longer sleep would overshoot every receive deadline by
   //! as much). Others are refused when the transport is built.
   std::chrono::microseconds poll_interval{20};
+  //! How long the start-up agreement on the schedule (every process compares its schedule's
+  //! fingerprint when its transport is built) waits for every process of the job: at least
+  //! 1 ms, or infinity to wait without a deadline. A process that has not joined by then
+  //! (dead, hung, or never reaching its transport) makes the others throw peer_lost.
+  std::chrono::duration<double> startup_timeout{detail::default_startup_timeout_s};
 };
 
 //! Ranks as MPI processes: the process of rank r of `comm` runs pipeline rank r. Satisfies
@@ -75,12 +81,18 @@ class MpiTransport : detail::mpi::RankGeometry {
                             std::to_string(options_.poll_interval.count()) +
                             " µs; give 0 to 1000000 µs (1 s) to sleep between the tests of a "
                             "waiting receive (the default is 20 µs).");
+    if (!(options_.startup_timeout.count() >= detail::min_receive_timeout_s))
+      throw invalid_problem("MpiTransport: startup_timeout is " +
+                            detail::seconds_text(options_.startup_timeout.count()) +
+                            " s; give at least 0.001 s (1 ms), or infinity to wait for every "
+                            "process without a deadline (the default is 60 s).");
     if (!detail::mpi::initialized())
       throw error(
           "MpiTransport: MPI is not initialized; create a pipesched::MpiSession (or call "
           "MPI_Init_thread) before the transport.");
     if (job == MPI_COMM_NULL) job = comm;
-    detail::mpi::agree_on_schedule("MpiTransport", schedule, job, options_.poll_interval);
+    detail::mpi::agree_on_schedule("MpiTransport", schedule, job, options_.poll_interval,
+                                   options_.startup_timeout);
     int size = 0;
     detail::mpi::check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
     if (size != schedule.rank_count())
@@ -128,11 +140,7 @@ class MpiTransport : detail::mpi::RankGeometry {
     try {
       cancel_receives();
       if (notice_request_ != MPI_REQUEST_NULL) cancel(notice_request_);
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-      while (!outgoing_.empty() && std::chrono::steady_clock::now() < deadline) {
-        test_sends();
-        if (!outgoing_.empty()) std::this_thread::sleep_for(options_.poll_interval);
-      }
+      settle_sends(std::chrono::steady_clock::now() + std::chrono::seconds(2));
     } catch (...) {
     }
     MPI_Comm_free(&comm_);
@@ -208,20 +216,20 @@ class MpiTransport : detail::mpi::RankGeometry {
   Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
     check_self(rank, "receive on");
     Incoming& in = entry(key);
-    const auto deadline = detail::deadline_after(timeout);
-    for (;;) {
-      progress();
-      if (in.state == Incoming::Arrived) return take(key);
-      if (failure_) throw transport_aborted(aborted_message(key));
-      if (std::chrono::steady_clock::now() >= deadline)
-        throw receive_timeout("rank " + std::to_string(rank_) + " waited " +
-                              detail::mpi::seconds_text(timeout.count()) + " s for the " +
-                              detail::describe_key(key) + " from rank " +
-                              std::to_string(in.source) +
-                              " and none came; is that process "
-                              "alive and running the same schedule?");
-      std::this_thread::sleep_for(options_.poll_interval);
-    }
+    const std::string what = "the " + detail::describe_key(key);
+    const detail::Wait wait{what, detail::deadline_after(timeout), options_.poll_interval};
+    if (!detail::poll_until(wait, [&] {
+          progress();
+          if (in.state == Incoming::Arrived) return true;
+          if (failure_) throw transport_aborted(aborted_message(key));
+          return false;
+        }))
+      throw receive_timeout("rank " + std::to_string(rank_) + " waited " +
+                            detail::mpi::seconds_text(timeout.count()) + " s for " + what +
+                            " from rank " + std::to_string(in.source) +
+                            " and none came; is that process "
+                            "alive and running the same schedule?");
+    return take(key);
   }
 
   //! The message `key` if it has arrived; never waits.
@@ -286,36 +294,32 @@ class MpiTransport : detail::mpi::RankGeometry {
     std::vector<std::byte> sink;
     for (int src = 0; src < ranks_; ++src) {
       auto& got = received_[static_cast<std::size_t>(src)];
-      while (got < to_me[static_cast<std::size_t>(src)]) {
-        int flag = 0;
-        MPI_Message msg;
-        MPI_Status st;
-        detail::mpi::check(MPI_Improbe(src, MPI_ANY_TAG, comm_, &flag, &msg, &st), "MPI_Improbe");
-        if (!flag) {
-          test_sends();
-          if (std::chrono::steady_clock::now() >= deadline) return false;
-          std::this_thread::sleep_for(options_.poll_interval);
-          continue;
+      const auto all_in = [&] {
+        for (;;) {
+          if (got >= to_me[static_cast<std::size_t>(src)]) return true;
+          int flag = 0;
+          MPI_Message msg;
+          MPI_Status st;
+          detail::mpi::check(MPI_Improbe(src, MPI_ANY_TAG, comm_, &flag, &msg, &st), "MPI_Improbe");
+          if (!flag) return false;
+          if (st.MPI_TAG == notice_tag) {  // a notice is not counted; drop it
+            detail::mpi::NoticeWire w;
+            MPI_Mrecv(&w, sizeof w, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+            continue;
+          }
+          int count = 0;
+          MPI_Get_count(&st, MPI_BYTE, &count);
+          sink.resize(static_cast<std::size_t>(std::max(count, 1)));
+          detail::mpi::check(MPI_Mrecv(sink.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE),
+                             "MPI_Mrecv");
+          ++got;
         }
-        if (st.MPI_TAG == notice_tag) {  // a notice is not counted; drop it
-          detail::mpi::NoticeWire w;
-          MPI_Mrecv(&w, sizeof w, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-          continue;
-        }
-        int count = 0;
-        MPI_Get_count(&st, MPI_BYTE, &count);
-        sink.resize(static_cast<std::size_t>(std::max(count, 1)));
-        detail::mpi::check(MPI_Mrecv(sink.data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE),
-                           "MPI_Mrecv");
-        ++got;
-      }
+      };
+      const detail::Wait wait{"the messages in flight after a failed step", deadline,
+                              options_.poll_interval};
+      if (!detail::poll_until(wait, all_in, [&] { test_sends(); })) return false;
     }
-    while (!outgoing_.empty()) {
-      test_sends();
-      if (outgoing_.empty()) break;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(options_.poll_interval);
-    }
+    if (!settle_sends(deadline)) return false;
     incoming_.clear();
     failure_.reset();
     notified_ = false;
@@ -325,14 +329,9 @@ class MpiTransport : detail::mpi::RankGeometry {
   //! Waits for `request` while running progress, up to `deadline`; false when it did not
   //! complete in time.
   bool wait(MPI_Request& request, std::chrono::steady_clock::time_point deadline) {
-    for (;;) {
-      int done = 0;
-      detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) return true;
-      progress();
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(options_.poll_interval);
-    }
+    const detail::Wait wait{"a collective of the pipeline", deadline, options_.poll_interval};
+    return detail::poll_until(
+        wait, [&] { return detail::mpi::test(request); }, [&] { progress(); });
   }
 
   //! Per-step bookkeeping: called by MpiPipeline when a step starts.
@@ -431,6 +430,15 @@ class MpiTransport : detail::mpi::RankGeometry {
       int done = 0;
       MPI_Testall(2, out->requests.data(), &done, MPI_STATUSES_IGNORE);
       return done != 0;
+    });
+  }
+
+  // Completes the sends still in flight, up to `deadline`; false when some are left then.
+  bool settle_sends(std::chrono::steady_clock::time_point deadline) {
+    const detail::Wait wait{"the sends in flight", deadline, options_.poll_interval};
+    return detail::poll_until(wait, [&] {
+      test_sends();
+      return outgoing_.empty();
     });
   }
 

@@ -6,37 +6,16 @@
 // reduction (polling, so the pipeline's messages and failure notices keep moving) and the
 // compute stream is ordered after it, so the optimizer sees the mean. After a failed step
 // `drain` runs on every replica the all-reduces another replica started and it did not, so the
-// data-parallel communicator is clean for the next step.
+// data-parallel communicator is clean for the next step (detail::ReductionPlan, shared with
+// the MPI reducer, as are the buckets and the reductions' order).
 #pragma once
 
 #include <nccl.h>
 
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1  // the C API is all pipesched uses
-#endif
-#include <mpi.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstddef>
-#include <functional>
-#include <optional>
-#include <ranges>
-#include <span>
-#include <string>
-#include <thread>
-#include <type_traits>
-#include <utility>
-#include <vector>
-
-#include "pipesched/core/error.hpp"
-#include "pipesched/core/schedule.hpp"
 #include "pipesched/device/cuda/check.cuh"
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/device/cuda/device_tensor.cuh"
-#include "pipesched/exec/detail/deadline.hpp"
-#include "pipesched/exec/errors.hpp"
-#include "pipesched/transport/mpi/detail/mpi_support.hpp"
+#include "pipesched/transport/detail/reduction_plan.hpp"
 #include "pipesched/transport/nccl/detail/link.cuh"
 #include "pipesched/transport/nccl/nccl_check.cuh"
 
@@ -65,11 +44,7 @@ struct NcclReducerOptions {
 
   //! Throws invalid_argument for options the reducer cannot run.
   void validate() const {
-    if (bucket_bytes == 0)
-      throw invalid_argument(
-          "NcclReducerOptions.bucket_bytes = 0 is out of range; give 1 byte or more (25 MiB "
-          "is PyTorch DDP's default).",
-          "NcclReducerOptions.bucket_bytes", "0");
+    detail::check_bucket_bytes("NcclReducerOptions", bucket_bytes);
     if (zero != 0)
       throw invalid_argument("NcclReducerOptions.zero = " + std::to_string(zero) +
                                  ": ZeRO runs over MPI only, not on NCCL; give 0 (all-reduce of "
@@ -106,7 +81,8 @@ class NcclGradientReducer {
         device_(std::move(device)),
         poll_(std::move(poll)),
         timeout_(timeout),
-        options_(options) {
+        options_(options),
+        plan_(order, control) {
     options_.validate();
     device_.activate();
     stream_.emplace();
@@ -115,10 +91,6 @@ class NcclGradientReducer {
     PIPESCHED_NCCL_CHECK(ncclCommSplit(data, 0, rank, comm_.out(), nullptr));
     PIPESCHED_NCCL_CHECK(ncclCommCount(comm_.get(), &replicas_));
     replica_ = rank;
-    detail::mpi::check(MPI_Comm_dup(control, &control_), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
-    for (const Action& a : order)
-      if (a.kind == OpKind::ReduceGrad) sequence_.push_back(a.stage);
   }
 
   NcclGradientReducer(const NcclGradientReducer&) = delete;
@@ -139,7 +111,6 @@ class NcclGradientReducer {
         comm_.abort();
     } catch (...) {
     }
-    if (control_ != MPI_COMM_NULL && detail::mpi::initialized()) MPI_Comm_free(&control_);
   }
 
   //! Sets what runs between completion tests of a wait.
@@ -153,7 +124,7 @@ class NcclGradientReducer {
 
   //! Per-step bookkeeping: called when a step starts.
   void begin_step() {
-    started_ = 0;
+    plan_.begin_step();
     pending_.clear();
   }
 
@@ -168,9 +139,7 @@ class NcclGradientReducer {
     p.stage = stage;
     std::vector<std::vector<std::span<value>>> buckets = bucket(stage);
     for (std::vector<std::span<value>>& b : buckets) {
-      std::size_t n = 0;
-      for (std::span<value> g : b)
-        n += g.size();
+      const std::size_t n = values_in(b);
       if (b.size() == 1) {  // one tensor: reduced in place
         all_reduce(b.front().data(), n);
       } else {
@@ -180,7 +149,7 @@ class NcclGradientReducer {
         all_reduce(buffer, n);
         copy(b, buffer, false);
       }
-      ++started_;
+      plan_.count_start();
     }
     p.done = device_.mark_on(s);
     pending_.push_back(std::move(p));
@@ -193,23 +162,23 @@ class NcclGradientReducer {
     auto it = std::find_if(pending_.begin(), pending_.end(),
                            [&](const Pending& p) { return p.stage == stage; });
     if (it == pending_.end())
-      throw error("NcclGradientReducer: WAIT_REDUCE_GRAD of stage " + std::to_string(stage) +
-                  " with no reduction of it started; put " + std::to_string(stage) +
-                  "REDUCE_GRAD before it.");
-    const auto deadline = detail::deadline_after(timeout_);
-    for (;;) {
-      const cudaError_t e = cudaEventQuery(it->done.event->get());
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
-      if (poll_) poll_();
-      if (std::chrono::steady_clock::now() >= deadline) {
-        broken_ = true;
-        throw receive_timeout("the data-parallel reduction of stage " + std::to_string(stage) +
-                              "'s gradients (NCCL) did not complete within " +
-                              detail::seconds_text(timeout_.count()) +
-                              " s; does every replica run the same schedule?");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      throw detail::ReductionPlan::not_started("NcclGradientReducer", stage);
+    const std::string what =
+        "the data-parallel reduction of stage " + std::to_string(stage) + "'s gradients (NCCL)";
+    const detail::Wait wait{what, detail::deadline_after(timeout_)};
+    const bool done = detail::poll_until(
+        wait,
+        [&] {
+          const cudaError_t e = cudaEventQuery(it->done.event->get());
+          if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
+          return e == cudaSuccess;
+        },
+        [&] {
+          if (poll_) poll_();
+        });
+    if (!done) {
+      broken_ = true;
+      throw receive_timeout(detail::expired_text(wait, timeout_, detail::same_schedule_hint));
     }
     CudaDevice::wait(device_.compute(), it->done);
     pending_.erase(it);
@@ -222,35 +191,28 @@ class NcclGradientReducer {
   bool drain(std::chrono::duration<double> timeout) {
     const auto deadline = detail::deadline_after(timeout);
     device_.activate();
-    long long mine = started_, most = 0;
-    MPI_Request request = MPI_REQUEST_NULL;
-    detail::mpi::check(MPI_Iallreduce(&mine, &most, 1, MPI_LONG_LONG, MPI_MAX, control_, &request),
-                       "MPI_Iallreduce");
-    for (int done = 0;;) {
-      detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) break;
-      if (std::chrono::steady_clock::now() >= deadline) return broken();
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+    const std::optional<long long> most = plan_.most_started(deadline);
+    if (!most) return broken();
     std::vector<DeviceTensor<value>> scratch;
-    long long index = 0;
-    for (int stage : sequence_)
-      for (const std::vector<std::span<value>>& b : bucket(stage)) {
-        if (index >= started_ && index < most) {
-          std::size_t n = 0;
-          for (std::span<value> g : b)
-            n += g.size();
+    plan_.for_each_missing(
+        *most,
+        [&](int stage) {
+          std::vector<std::size_t> sizes;
+          for (const std::vector<std::span<value>>& b : bucket(stage))
+            sizes.push_back(values_in(b));
+          return sizes;
+        },
+        [&](std::size_t n) {
           scratch.push_back(DeviceTensor<value>::zeros({static_cast<int>(n)}, *stream_));
           all_reduce(scratch.back().data(), n);
-        }
-        ++index;
-      }
-    for (;;) {
+        });
+    bool failed = false;
+    const bool idle = detail::poll_until({"the all-reduces after a failed step", deadline}, [&] {
       const cudaError_t e = cudaStreamQuery(*stream_);
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady || std::chrono::steady_clock::now() >= deadline) return broken();
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
+      failed = e != cudaSuccess && e != cudaErrorNotReady;
+      return e != cudaErrorNotReady;
+    });
+    if (!idle || failed) return broken();
     begin_step();
     return true;
   }
@@ -293,22 +255,24 @@ class NcclGradientReducer {
   // past bucket_bytes; empty tensors are left out.
   std::vector<std::vector<std::span<value>>> bucket(int stage) {
     if (stage < 0 || static_cast<std::size_t>(stage) >= stages_.size())
-      throw error("NcclGradientReducer: stage " + std::to_string(stage) + " is not one of the " +
-                  std::to_string(stages_.size()) + " stage models given.");
+      throw detail::ReductionPlan::no_such_stage("NcclGradientReducer", stage, stages_.size());
     std::vector<std::vector<std::span<value>>> out;
-    const std::size_t cap = std::max<std::size_t>(1, options_.bucket_bytes / sizeof(value));
-    std::size_t open = 0;
+    detail::Buckets buckets(options_.bucket_bytes, sizeof(value));
     for (auto g : stages_[static_cast<std::size_t>(stage)].device_gradients()) {
       const std::span<value> v(g.data(), g.size());
       if (v.empty()) continue;
-      if (out.empty() || (open > 0 && open + v.size() > cap)) {
-        out.emplace_back();
-        open = 0;
-      }
+      if (buckets.add(v.size()).bucket == out.size()) out.emplace_back();
       out.back().push_back(v);
-      open += v.size();
     }
     return out;
+  }
+
+  // The values in bucket `b`.
+  static std::size_t values_in(const std::vector<std::span<value>>& b) {
+    std::size_t n = 0;
+    for (std::span<value> g : b)
+      n += g.size();
+    return n;
   }
 
   std::span<Stage> stages_;
@@ -317,13 +281,11 @@ class NcclGradientReducer {
   std::chrono::duration<double> timeout_;
   NcclReducerOptions options_;
   std::optional<CudaStream> stream_;  // the all-reduces' (made on the device, after activate)
+  detail::ReductionPlan plan_;        // the stages' order, the count started, drain's agreement
   detail::nccl::Link comm_;           // split from the data-parallel communicator
-  MPI_Comm control_ = MPI_COMM_NULL;  // drain's count agreement
   int replicas_ = 1;
   int replica_ = 0;
-  std::vector<int> sequence_;  // the stages in the order this rank starts their reductions
-  long long started_ = 0;      // all-reduces started this step
-  bool broken_ = false;        // a wait or a drain ran out of time: a replica may be gone
+  bool broken_ = false;  // a wait or a drain ran out of time: a replica may be gone
   std::vector<Pending> pending_;
 };
 

@@ -99,7 +99,10 @@ class NcclGroups {
  private:
   template <class MakeDevice>
   NcclGroups(const ProcessGrid& grid, MakeDevice&& make, MPI_Comm world, int)
-      : mpi_(grid, world), device_(detail::nccl::agreed_device(make, mpi_.job())) {
+      : mpi_(grid, world),
+        device_(detail::nccl::agreed_device(
+            make, mpi_.job(), detail::poll_interval::collective,
+            std::chrono::duration<double>(detail::default_startup_timeout_s))) {
     device_.activate();
     const ProcessGrid& g = mpi_.grid();
     const int size = g.size(), rank = mpi_.process();
@@ -132,17 +135,7 @@ class NcclGroups {
   // does not take part in time).
   bool every_process(bool mine, std::chrono::steady_clock::time_point deadline) noexcept {
     if (!detail::mpi::initialized() || mpi_.job() == MPI_COMM_NULL) return false;
-    int in = mine ? 1 : 0, all = 0;
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Iallreduce(&in, &all, 1, MPI_INT, MPI_MIN, mpi_.job(), &request) != MPI_SUCCESS)
-      return false;
-    for (;;) {
-      int done = 0;
-      if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-      if (done) return all == 1;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    return detail::mpi::every_process(mine, mpi_.job(), deadline, detail::poll_interval::teardown);
   }
 
   MpiGroups mpi_;

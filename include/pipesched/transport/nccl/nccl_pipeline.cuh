@@ -3,31 +3,11 @@
 // schedule and data; every process gets every rank's measurements back, and every process
 // throws the same error (naming the failing rank and action) when a rank fails — the MPI
 // pipeline's agreement, with payloads on NCCL.
+// The step loop, its agreements and the replicas' wiring are detail::ProcessPipeline's.
 #pragma once
 
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1  // the C API is all pipesched uses
-#endif
-#include <mpi.h>
-
-#include <algorithm>
-#include <chrono>
-#include <climits>
-#include <cstddef>
-#include <functional>
-#include <memory>
-#include <optional>
-#include <span>
-#include <string>
-#include <utility>
-#include <vector>
-
 #include "pipesched/device/cuda/cuda_device.cuh"
-#include "pipesched/exec/executor.hpp"
-#include "pipesched/exec/step_result.hpp"
-#include "pipesched/pass/reduce_gradients.hpp"
-#include "pipesched/transport/mpi/mpi_pipeline.hpp"
-#include "pipesched/transport/mpi/mpi_session.hpp"
+#include "pipesched/transport/detail/process_pipeline.hpp"
 #include "pipesched/transport/nccl/nccl_gradient_reducer.cuh"
 #include "pipesched/transport/nccl/nccl_groups.cuh"
 #include "pipesched/transport/nccl/nccl_transport.cuh"
@@ -45,10 +25,10 @@ namespace pipesched {
 //! the receive timeout — then end the job with `MpiSession::abort`.
 template <class Stage>
 class NcclPipeline
-    : public detail::mpi::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>,
-                                          CudaDevice> {
+    : public detail::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>,
+                                     CudaDevice> {
   using Base =
-      detail::mpi::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>, CudaDevice>;
+      detail::ProcessPipeline<Stage, NcclTransport<typename Stage::tensor_type>, CudaDevice>;
 
  public:
   //! A pipeline running this process's rank of `schedule` over `comm` on `device`: `stages`
@@ -79,11 +59,7 @@ class NcclPipeline
   CudaDevice& device() noexcept { return this->transport().device(); }
 
  private:
-  using Reduction = typename Base::Reduction;
-  struct Prepared {
-    ExecutorOptions options;
-    std::unique_ptr<Reduction> reduction;
-  };
+  using Prepared = typename Base::Prepared;
 
   NcclPipeline(const Schedule& schedule, std::span<Stage> stages, const NcclGroups& groups,
                Prepared prepared, NcclTransportOptions transport_options)
@@ -96,7 +72,6 @@ class NcclPipeline
   static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
                                 const NcclGroups& groups, ExecutorOptions options,
                                 const NcclReducerOptions& reducer_options) {
-    Prepared out;
     reducer_options.validate();
     if (groups.grid().tensor > 1)
       throw invalid_problem(
@@ -104,26 +79,17 @@ class NcclPipeline
           ", but tensor groups are given to stage models over MPI only (MpiPipeline, "
           "tensor_parallel_stage); on GPUs use tp = 1, or run the tensor-parallel plan on the "
           "host.");
-    if (groups.grid().data > 1) {
-      if constexpr (device_reducible_stage<Stage>) {
-        using Link = detail::mpi::ReducerLink<Reduction, NcclGradientReducer<Stage>>;
-        auto link = std::make_unique<Link>(
-            groups.data(), groups.mpi().data(), groups.device(), stages,
-            detail::mpi::replica_list("NcclPipeline", schedule, options, groups.grid(),
-                                      groups.coordinates().pipeline),
-            std::function<void()>(), options.receive_timeout, reducer_options);
-        link->connect(options);
-        out.reduction = std::move(link);
-      } else {
-        throw invalid_problem(
-            "NcclPipeline: a job with " + std::to_string(groups.grid().data) +
-            " replicas reduces each stage's gradients over its data-parallel group, but the "
-            "stage model has no device_gradients() of float or double device memory (see "
-            "device_reducible_stage).");
-      }
+    if (groups.grid().data <= 1) return Prepared{std::move(options), nullptr};
+    if constexpr (device_reducible_stage<Stage>) {
+      return Base::template replicate<NcclGradientReducer<Stage>>(
+          "NcclPipeline", schedule, groups.grid(), groups.coordinates().pipeline,
+          std::move(options), reducer_options, [](ExecutorOptions&, auto&) {}, groups.data(),
+          groups.mpi().data(), groups.device(), stages);
+    } else {
+      throw Base::not_reducible("NcclPipeline", groups.grid(),
+                                "device_gradients() of float or double device memory (see "
+                                "device_reducible_stage)");
     }
-    out.options = std::move(options);
-    return out;
   }
 };
 

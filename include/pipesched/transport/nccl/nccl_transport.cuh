@@ -57,6 +57,9 @@ namespace pipesched {
 struct NcclTransportOptions {
   //! Sleep between completion tests while a receive waits (the core is free meanwhile).
   std::chrono::microseconds poll_interval{20};
+  //! How long the start-up agreements (on the schedule, and on every process having its GPU)
+  //! wait for every process (MpiTransportOptions::startup_timeout).
+  std::chrono::duration<double> startup_timeout{detail::default_startup_timeout_s};
 };
 
 //! Ranks as GPUs, one per MPI process: the process of rank r of `comm` runs pipeline rank r on
@@ -116,11 +119,11 @@ class NcclTransport : detail::mpi::RankGeometry {
         MPI_Cancel(&in.request);
         MPI_Wait(&in.request, MPI_STATUS_IGNORE);
       }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (!outgoing_.empty() && std::chrono::steady_clock::now() < deadline) {
-      test_sends();
-      if (!outgoing_.empty()) std::this_thread::sleep_for(options_.poll_interval);
-    }
+    poll_until("the tickets in flight", std::chrono::steady_clock::now() + std::chrono::seconds(2),
+               [&] {
+                 test_sends();
+                 return outgoing_.empty();
+               });
     if (header_comm_ != MPI_COMM_NULL) MPI_Comm_free(&header_comm_);
   }
 
@@ -190,20 +193,20 @@ class NcclTransport : detail::mpi::RankGeometry {
   Tensor receive(int rank, const MessageKey& key, std::chrono::duration<double> timeout) {
     check_self(rank, "receive on");
     check_key(key);
-    const auto deadline = detail::deadline_after(timeout);
-    for (;;) {
-      progress();
-      if (std::optional<Tensor> x = take(key)) return std::move(*x);
-      if (failure()) throw transport_aborted(aborted_message(key));
-      if (std::chrono::steady_clock::now() >= deadline)
-        throw receive_timeout("rank " + std::to_string(rank_) + " waited " +
-                              detail::mpi::seconds_text(timeout.count()) + " s for the " +
-                              detail::describe_key(key) + " from rank " +
-                              std::to_string(source_of(key)) +
-                              " and none came; is that process alive and running the same "
-                              "schedule?");
-      std::this_thread::sleep_for(options_.poll_interval);
-    }
+    std::optional<Tensor> x;
+    const std::string what = "the " + detail::describe_key(key);
+    if (!poll_until(what, detail::deadline_after(timeout), [&] {
+          progress();
+          if ((x = take(key))) return true;
+          if (failure()) throw transport_aborted(aborted_message(key));
+          return false;
+        }))
+      throw receive_timeout("rank " + std::to_string(rank_) + " waited " +
+                            detail::mpi::seconds_text(timeout.count()) + " s for " + what +
+                            " from rank " + std::to_string(source_of(key)) +
+                            " and none came; is that process alive and running the same "
+                            "schedule?");
+    return std::move(*x);
   }
 
   //! The message `key` if its ticket has arrived (its payload may still be on its way: the
@@ -236,17 +239,10 @@ class NcclTransport : detail::mpi::RankGeometry {
   //! Waits for `request` while running progress, up to `deadline`; false when it did not
   //! complete in time.
   bool wait(MPI_Request& request, std::chrono::steady_clock::time_point deadline) {
-    for (;;) {
-      int done = 0;
-      detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-      if (done) return true;
-      progress();
-      if (std::chrono::steady_clock::now() >= deadline) {
-        stalled_ = true;
-        return false;
-      }
-      std::this_thread::sleep_for(options_.poll_interval);
-    }
+    const detail::Wait wait{"a collective of the pipeline", deadline, options_.poll_interval};
+    return detail::poll_until(
+               wait, [&] { return detail::mpi::test(request); }, [&] { progress(); }) ||
+           stall();
   }
 
   //! After a failed step in which every process is still alive and has called this: posts the
@@ -266,15 +262,14 @@ class NcclTransport : detail::mpi::RankGeometry {
                                      header_comm_, &request),
                        "MPI_Ialltoall");
     if (!wait(request, deadline)) return false;  // wait() marks the stall
-    for (;;) {
+    const bool all_in = poll_until("the tickets in flight after a failed step", deadline, [&] {
       progress();
       bool all = true;
       for (const auto& [peer, in] : from_)
         all = all && static_cast<long long>(in.count) >= to_me[static_cast<std::size_t>(peer)];
-      if (all) break;
-      if (std::chrono::steady_clock::now() >= deadline) return stall();
-      std::this_thread::sleep_for(options_.poll_interval);
-    }
+      return all;
+    });
+    if (!all_in) return stall();
     if (!settle(deadline)) return stall();
     ready_.clear();
     local_.clear();
@@ -332,8 +327,10 @@ class NcclTransport : detail::mpi::RankGeometry {
                 NcclTransportOptions options, MPI_Comm job, int)
       : RankGeometry("NcclTransport", schedule),
         options_(options),
-        control_(schedule, comm, MpiTransportOptions{options.poll_interval}, job),
-        device_(detail::nccl::agreed_device(make_device, control_.communicator())) {
+        control_(schedule, comm,
+                 MpiTransportOptions{options.poll_interval, options.startup_timeout}, job),
+        device_(detail::nccl::agreed_device(make_device, control_.communicator(),
+                                            options.poll_interval, options.startup_timeout)) {
     rank_ = control_.rank();
     ranks_ = control_.ranks();
     device_.activate();
@@ -366,17 +363,15 @@ class NcclTransport : detail::mpi::RankGeometry {
   // `deadline` (false when some process does not take part in time).
   bool every_process(bool mine, std::chrono::steady_clock::time_point deadline) noexcept {
     if (ranks_ < 2 || header_comm_ == MPI_COMM_NULL || !detail::mpi::initialized()) return mine;
-    int in = mine ? 1 : 0, all = 0;
-    MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Iallreduce(&in, &all, 1, MPI_INT, MPI_MIN, header_comm_, &request) != MPI_SUCCESS)
-      return false;
-    for (;;) {
-      int done = 0;
-      if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-      if (done) return all == 1;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(options_.poll_interval);
-    }
+    return detail::mpi::every_process(mine, header_comm_, deadline, options_.poll_interval);
+  }
+
+  // A wait of the transport's own (its messages' interval): `done` until true, up to
+  // `deadline`; false when it ran out.
+  template <class Done>
+  bool poll_until(std::string_view what, std::chrono::steady_clock::time_point deadline,
+                  Done&& done) {
+    return detail::poll_until({what, deadline, options_.poll_interval}, done);
   }
 
   // This rank's links in the order every rank joined them (pipeline_links' order).
@@ -529,20 +524,14 @@ class NcclTransport : detail::mpi::RankGeometry {
       streams.push_back(device_.send_stream(peer));
     for (const auto& [peer, link] : from_)
       streams.push_back(device_.recv_stream(peer));
-    for (;;) {
-      bool idle = true;
+    return poll_until("the GPU's work of the step", deadline, [&] {
       for (cudaStream_t s : streams) {
         const cudaError_t e = cudaStreamQuery(s);
-        if (e == cudaErrorNotReady) {
-          idle = false;
-          break;
-        }
+        if (e == cudaErrorNotReady) return false;
         PIPESCHED_CUDA_CHECK(e);
       }
-      if (idle) return true;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(options_.poll_interval);
-    }
+      return true;
+    });
   }
 
   error twice(const MessageKey& key, const char* what) const {

@@ -27,7 +27,9 @@
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/fingerprint.hpp"
+#include "pipesched/transport/detail/poll.hpp"
 #include "pipesched/transport/mpi/mpi_errors.hpp"
+#include "pipesched/transport/mpi/mpi_session.hpp"
 
 namespace pipesched::detail::mpi {
 
@@ -45,6 +47,42 @@ inline void check(int code, const char* call) {
 
 using pipesched::detail::seconds_text;
 
+//! Whether `request` has completed (MPI_Test; throws mpi_error when the call fails).
+inline bool test(MPI_Request& request) {
+  int done = 0;
+  check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  return done != 0;
+}
+
+//! Whether all `n` requests from `requests` have completed (MPI_Testall; none: true).
+inline bool test_all(MPI_Request* requests, std::size_t n) {
+  if (n == 0) return true;
+  int done = 0;
+  check(MPI_Testall(static_cast<int>(n), requests, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+  return done != 0;
+}
+
+//! Whether `request` has completed, without throwing: a failed MPI_Test counts as done, for
+//! the waits of a destructor or an agreement that must end (`failed` says it failed).
+inline bool test_quietly(MPI_Request& request, bool& failed) noexcept {
+  int done = 0;
+  if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) failed = true;
+  return failed || done != 0;
+}
+
+//! Whether `mine` holds on every process of `comm`, agreed by a non-blocking all-reduce that
+//! must complete by `deadline` (false when a process does not take part in time or MPI
+//! fails); never throws, for the end of a job.
+inline bool every_process(bool mine, MPI_Comm comm, std::chrono::steady_clock::time_point deadline,
+                          std::chrono::microseconds interval) noexcept {
+  int in = mine ? 1 : 0, all = 0;
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Iallreduce(&in, &all, 1, MPI_INT, MPI_MIN, comm, &request) != MPI_SUCCESS) return false;
+  bool failed = false;
+  const Wait wait{"the agreement on how to end the job", deadline, interval};
+  return poll_until(wait, [&] { return test_quietly(request, failed); }) && !failed && all == 1;
+}
+
 inline std::string hex_text(std::uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -59,9 +97,12 @@ inline constexpr std::uint64_t no_fingerprint = 0;
 // same schedule_mismatch when one differs from rank 0's. Runs before anything that could
 // refuse on some processes only (a schedule for another rank count, say), which would leave
 // the others waiting in a collective call for processes that already gave up. A process whose
-// own schedule cannot even be lowered still joins the gather, then throws its own error.
+// own schedule cannot even be lowered still joins the gather, then throws its own error. A
+// process that does not join within `timeout` (dead, hung, or never reaching its transport)
+// makes the others throw peer_lost naming the agreement.
 inline void agree_on_schedule(const char* who, const Schedule& schedule, MPI_Comm comm,
-                              std::chrono::microseconds poll_interval) {
+                              std::chrono::microseconds poll_interval,
+                              std::chrono::duration<double> timeout) {
   int size = 0;
   check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
   std::uint64_t mine = no_fingerprint;
@@ -77,12 +118,13 @@ inline void agree_on_schedule(const char* who, const Schedule& schedule, MPI_Com
         "MPI_Iallgather");
   // Every process builds its transport at start-up, like MPI_Comm_dup after this; polling
   // leaves the core to processes that are still getting there.
-  for (;;) {
-    int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
-    if (done) break;
-    std::this_thread::sleep_for(poll_interval);
-  }
+  const Wait wait{"the start-up agreement on the schedule", deadline_after(timeout), poll_interval};
+  if (!poll_until(wait, [&] { return test(request); }))
+    throw peer_lost(std::string(who) + ": not every process of the job joined " +
+                    std::string(wait.what) + " within " + seconds_text(timeout.count()) +
+                    " s (each compares its schedule's fingerprint when its transport is built), "
+                    "so a process has died, hangs or never reached its transport. End the job "
+                    "(MpiSession::abort).");
   if (own_failure) std::rethrow_exception(own_failure);
   for (int r = 1; r < size; ++r)
     if (all[static_cast<std::size_t>(r)] != all[0])

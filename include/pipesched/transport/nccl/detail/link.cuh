@@ -18,6 +18,7 @@
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/wire.hpp"
+#include "pipesched/transport/detail/poll.hpp"
 
 namespace pipesched {
 
@@ -70,13 +71,19 @@ class Link {
     if (!comm_) return true;
     const ncclResult_t started = ncclCommFinalize(comm_);
     if (started != ncclSuccess && started != ncclInProgress) return false;
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return false;
-      if (state == ncclSuccess) return true;
-      if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    bool failed = false;
+    const bool quiet = poll_until(
+        {"the finalize of an NCCL communicator", deadline, poll_interval::teardown}, [&] {
+          ncclResult_t state = ncclSuccess;
+          if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess)
+            failed = true;
+          else if (state != ncclInProgress)
+            failed = state != ncclSuccess;
+          else
+            return false;
+          return true;
+        });
+    return quiet && !failed;
   }
   //! Frees the communicator; call after `finalize` succeeded on it.
   void destroy() noexcept {

@@ -4,9 +4,11 @@
 
 #include <nccl.h>
 
+#include <chrono>
 #include <cstddef>
 #include <exception>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,9 +22,11 @@
 namespace pipesched::detail::nccl {
 
 // The device `make` returns, once every process has made its own: a process whose GPU
-// cannot be used makes every process throw here, rather than leave them waiting for it.
+// cannot be used makes every process throw here, rather than leave them waiting for it; a
+// process that does not take part within `timeout` makes the others throw peer_lost.
 template <class MakeDevice>
-CudaDevice agreed_device(MakeDevice& make, MPI_Comm comm) {
+CudaDevice agreed_device(MakeDevice& make, MPI_Comm comm, std::chrono::microseconds interval,
+                         std::chrono::duration<double> timeout) {
   std::optional<CudaDevice> device;
   std::exception_ptr failure;
   try {
@@ -31,7 +35,15 @@ CudaDevice agreed_device(MakeDevice& make, MPI_Comm comm) {
     failure = std::current_exception();
   }
   int ok = device.has_value() ? 1 : 0, all = 0;
-  mpi::check(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi::check(MPI_Iallreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm, &request), "MPI_Iallreduce");
+  const Wait wait{"the start-up agreement on every process's GPU", deadline_after(timeout),
+                  interval};
+  if (!poll_until(wait, [&] { return mpi::test(request); }))
+    throw peer_lost("NcclTransport: not every process of the job joined " + std::string(wait.what) +
+                    " within " + seconds_text(timeout.count()) +
+                    " s, so a process has died, hangs or is still setting up its GPU. End the "
+                    "job (MpiSession::abort).");
   if (failure) std::rethrow_exception(failure);
   if (!all)
     throw cuda_error(
