@@ -22,12 +22,20 @@
 #include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
+#include "pipesched/core/format.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/policy/checkpoint_registry.hpp"
-#include "pipesched/schedule/detail/generator_support.hpp"
 
 namespace pipesched::cli {
+
+//! `s` with its ASCII capitals in lower case (option values are read in any case).
+inline std::string lower_ascii(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
 
 inline constexpr int exit_ok = 0;
 inline constexpr int exit_invalid = 1;
@@ -184,7 +192,7 @@ bool is_transformer(const AnyCost& c);
 
 //! The units of a cost model's figures, as the JSON output names them: time "units" or
 //! "seconds", memory "microbatches" or "bytes". The text output and the pictures write
-//! figures with io/detail/render_common.hpp's format_time and format_memory in these.
+//! figures with core/format.hpp's format_time and format_memory in these.
 struct Units {
   std::string time;
   std::string memory;
@@ -252,8 +260,6 @@ Schedule read_schedule(const std::string& path);
 void require_valid(const Schedule& s);
 //! `content` to `path`, or to standard output for "" and "-".
 void write_output(const std::string& path, const std::string& content);
-//! R actions in `s`.
-int recompute_count(const Schedule& s);
 
 //! The schedule as PyTorch's CSV (`csv`) or as pipesched's text form.
 std::string schedule_as_text(const Schedule& s, bool csv);

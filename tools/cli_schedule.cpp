@@ -21,6 +21,7 @@
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/policy/assemble.hpp"
 #include "pipesched/policy/order.hpp"
 #include "pipesched/policy/registry.hpp"
 
@@ -34,9 +35,13 @@ const std::vector<OptionSpec> schedule_options = {
     {"--ranks", true, "pipeline ranks P", "P"},
     {"--microbatches", true, "microbatches per step M", "M"},
     {"--chunks", true,
-     "stages per rank V (interleaved-1f1b, looped-bfs, interleaved-zb, slice-pipe; default 2)",
+     "stages per rank V (" +
+         builtin_names([](const GeneratorInfo& g) { return g.chunks_vary; }, ", ") + "; default 2)",
      "V"},
-    {"--slices", true, "slices per microbatch K (gpipe, seq-1f1b, slice-pipe; default 1)", "K"},
+    {"--slices", true,
+     "slices per microbatch K (" +
+         builtin_names([](const GeneratorInfo& g) { return g.slices; }, ", ") + "; default 1)",
+     "K"},
     {"--warmup", true,
      "rank 0's warm-up: forwards before its steady forward-backward pairs (slice-pipe; default: "
      "the schedule's; fewer hold less memory and cost step time gradually)",
@@ -87,7 +92,7 @@ WGradChoice parse_wgrad_choice(const GeneratorInfo& g, const Args& a) {
       throw usage_error(
           "--wgrad-parts sets the parts of each weight gradient under --wgrad fine; give "
           "--wgrad fine too, or leave --wgrad-parts out");
-    w.parts = detail::lower_ascii(a.get("--wgrad-parts")) == "gemm"
+    w.parts = lower_ascii(a.get("--wgrad-parts")) == "gemm"
                   ? 0
                   : parse_int("--wgrad-parts", a.get("--wgrad-parts"), 1, 1024);
   }
@@ -279,14 +284,6 @@ std::vector<GeneratorFacts> generator_facts() {
   return out;
 }
 
-int recompute_count(const Schedule& s) {
-  int n = 0;
-  for (const auto& list : s.ranks)
-    for (const Action& x : list)
-      n += x.kind == OpKind::R;
-  return n;
-}
-
 SimulationResult simulate_schedule(const Schedule& s, const AnyCost& cost) {
   Step step("simulating schedule '" + s.name + "' (" + grouped(s.action_count()) + " actions)");
   SimulationResult r;
@@ -300,8 +297,8 @@ SimulationResult simulate_schedule(const Schedule& s, const AnyCost& cost) {
   if (!std::isfinite(r.makespan) || !std::isfinite(r.bubble_ratio) ||
       !std::isfinite(r.peak_memory_max))
     throw usage_error("the simulated step is not a finite figure (makespan " +
-                      detail::format_general(r.makespan) + ", peak memory " +
-                      detail::format_general(r.peak_memory_max) +
+                      format_general(r.makespan) + ", peak memory " +
+                      format_general(r.peak_memory_max) +
                       "): the cost model's times or sizes overflow; check the --cost, --model "
                       "and --device figures against their ranges (docs/cli.md)");
   return r;
@@ -352,7 +349,7 @@ SlicingChoice apply_slicing_options(AnyCost& cost, const Args& a, const Schedule
 
 MemoryBudget parse_budget_option(const std::string& text, const AnyCost& cost, const Schedule& s) {
   const bool tc = is_transformer(cost);
-  if (detail::lower_ascii(text) == "device") {
+  if (lower_ascii(text) == "device") {
     if (!tc)
       throw usage_error(
           "--memory-budget device is the device's memory less weights, gradients and "
@@ -420,78 +417,58 @@ const CheckpointInfo& checked_checkpoint(const Args& a) {
 }
 
 //! `s` fitted, with its weight gradients placed, and checkpointed, as --memory-budget,
-//! --fit / --no-fit, --wgrad fine and --checkpoint ask, under `cost` — the order in which
-//! pipesched tune builds a plan, so that a plan's `simulate` command gives its step time:
-//!  1. a generated order with a memory knob (GeneratorInfo::generate_within: Zero Bubble's
-//!     capped weight-gradient deferral, slice-pipe's warm-up unless --warmup sets it) fits
-//!     itself to a budget first — without checkpointing always (unless --no-fit), with
-//!     checkpointing when --fit asks, or when its own schedule cannot meet the budget;
-//!  2. --wgrad fine places the weight-gradient parts under the budget (when the schedule is
-//!     over it whatever they do, for speed alone: checkpointing brings the memory down);
-//!  3. --checkpoint recomputes what the budget needs.
-//! A budget the schedule cannot meet is bad usage (exit 2) with the library's message.
-Schedule apply_budget_options(Schedule s, const Args& a, const AnyCost& cost,
-                              CheckpointChoice& choice, const WGradChoice& wgrad, bool generated) {
+//! --fit / --no-fit, --wgrad fine and --checkpoint ask, under `cost`: a generated schedule is
+//! built again by assemble_plan (policy/assemble.hpp), as plan<> and pipesched tune build
+//! theirs, so that a plan's `simulate` command gives its step time; a schedule FILE is only
+//! checkpointed. --fit asks for FitOrder::Fitted, --no-fit for Own, neither for Auto; --warmup
+//! sets the order's warm-up, which is then never fitted; --wgrad-parts gemm leaves `cost` with
+//! its weight gradients split per GEMM. A budget the schedule cannot meet is bad usage (exit 2)
+//! with the library's message.
+Schedule apply_budget_options(Schedule s, const Args& a, AnyCost& cost, CheckpointChoice& choice,
+                              const WGradChoice& wgrad, bool generated) {
   if (a.has("--fit") && a.has("--no-fit")) throw usage_error("give --fit or --no-fit, not both");
   if (a.has("--memory-budget")) {
     choice.budget = parse_budget_option(a.get("--memory-budget"), cost, s);
     choice.budgeted = true;
   }
-  const GeneratorInfo* g = nullptr;
-  if (generated && choice.budget.limited() && !a.has("--warmup") && !a.has("--no-fit")) {
-    g = &find_generator(a.get("--schedule"));
-    if (!g->generate_within) g = nullptr;
-  }
-  if (a.has("--fit") && !g)
+  const GeneratorInfo* g = generated ? &find_generator(a.get("--schedule")) : nullptr;
+  const bool knob = g && g->generate_within && choice.budget.limited() && !a.has("--warmup");
+  if (a.has("--fit") && !knob)
     throw usage_error(
         "--fit fits a schedule's own memory knob to --memory-budget: give a budget and a "
         "schedule with one (" +
         memory_knob_orders() + ", slice-pipe without --warmup)");
-  if (!choice.policy->recomputes && !choice.budgeted && !wgrad.fine) return s;
-  auto fitted = [&](const Schedule& own) {
-    Step step("fitting schedule '" + std::string(g->name) + "' to the memory budget");
-    return std::visit(
+  const bool cost_aware = g && g->generate_with_cost && a.has("--warmup") == false;
+  if (!choice.policy->recomputes && !choice.budgeted && !wgrad.fine && !cost_aware) return s;
+  try {
+    if (!g) {
+      Step step("checkpointing (--checkpoint " + std::string(choice.policy->name) + ")");
+      return std::visit(
+          [&](const auto& c) { return choice.policy->apply(s, CostRef(c), choice.budget); }, cost);
+    }
+    PlanRecipe recipe{.wgrad = wgrad.mode,
+                      .fine_wgrad = wgrad.fine,
+                      .wgrad_parts = wgrad.parts,
+                      .fit = a.has("--fit")      ? FitOrder::Fitted
+                             : a.has("--no-fit") ? FitOrder::Own
+                                                 : FitOrder::Auto};
+    if (a.has("--warmup")) recipe.warmup = parse_int("--warmup", a.get("--warmup"), 1, 1 << 24);
+    Step step("building the plan (" + std::string(g->name) +
+              (knob ? ", fitted to the budget where that helps" : "") +
+              (wgrad.fine ? ", weight-gradient parts placed" : "") + ", --checkpoint " +
+              std::string(choice.policy->name) + ")");
+    // The schedule generated already is the order's own where no cost reaches the generator.
+    const Schedule* own = cost_aware ? nullptr : &s;
+    AnyCost planned = cost;
+    Schedule out = std::visit(
         [&](const auto& c) {
-          return g->generate_within(own.problem, wgrad.mode, c, choice.budget);
+          auto plan = assemble_plan(*g, s.problem, c, choice.budget, recipe, *choice.policy, own);
+          planned = std::move(plan.cost);
+          return std::move(plan.schedule);
         },
         cost);
-  };
-  auto placed = [&](Schedule base) {
-    if (!wgrad.fine) return base;
-    Step step("placing weight-gradient parts");
-    try {
-      return std::visit(
-          [&](const auto& c) {
-            try {
-              return fill_weight_gradients(base, c, choice.budget, wgrad.parts);
-            } catch (const invalid_problem&) {
-              if (!choice.budget.limited()) throw;
-              return fill_weight_gradients(base, c, MemoryBudget{}, wgrad.parts);
-            }
-          },
-          cost);
-    } catch (const invalid_problem& e) {
-      throw usage_error("--wgrad fine: " + e.message());
-    }
-  };
-  auto checkpointed = [&](const Schedule& base) {
-    Step step("checkpointing (--checkpoint " + std::string(choice.policy->name) + ")");
-    return std::visit(
-        [&](const auto& c) { return choice.policy->apply(base, CostRef(c), choice.budget); }, cost);
-  };
-  const bool fit_first = g && (!choice.policy->recomputes || a.has("--fit"));
-  try {
-    if (fit_first) return checkpointed(placed(fitted(s)));
-    try {
-      return checkpointed(placed(s));
-    } catch (const invalid_problem&) {
-      if (!g) throw;
-      try {
-        return checkpointed(placed(fitted(s)));
-      } catch (const invalid_problem&) {
-      }
-      throw;  // the order's own schedule's reason
-    }
+    cost = std::move(planned);
+    return out;
   } catch (const invalid_problem& e) {
     throw usage_error(e.message());
   }
@@ -552,15 +529,6 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
     out.schedule = generated_schedule(
         a, *out.checkpoint.policy, options.lower_comm, out.wgrad,
         is_transformer(out.cost) ? std::get<TransformerCost>(out.cost).model.layers : 0);
-    // --wgrad-parts gemm: as many parts as the stage with the most weight GEMMs has, each
-    // W's parts its GEMMs (WGradSplit::PerGemm), as pipesched tune cuts them.
-    if (out.wgrad.fine && out.wgrad.parts == 0) {
-      auto& tc = std::get<TransformerCost>(out.cost);
-      tc.wgrad_split = WGradSplit::PerGemm;
-      const CostContext ctx{out.schedule.problem, out.schedule.placement, 1};
-      for (int st = 0; st < out.schedule.problem.stages; ++st)
-        out.wgrad.parts = std::max(out.wgrad.parts, tc.weight_gemms(ctx, st));
-    }
   }
   out.slicing = apply_slicing_options(out.cost, a, out.schedule);
   out.schedule = apply_budget_options(std::move(out.schedule), a, out.cost, out.checkpoint,

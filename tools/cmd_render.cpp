@@ -64,7 +64,7 @@ int cmd_render(const std::vector<std::string>& argv) {
     o.memory_unit = u.memory;
     // The trace counts whole nanoseconds in a double, exact up to 2^53.
     if (r.makespan * o.time_scale * 1000.0 > 9007199254740992.0)
-      throw usage_error("--trace: the step takes " + detail::format_time(r.makespan, u.time) +
+      throw usage_error("--trace: the step takes " + format_time(r.makespan, u.time) +
                         ", longer than a Chrome trace can hold at " +
                         (tc ? "its microseconds" : "one unit = 1 ms") +
                         " (2^53 ns, about 104 days); use smaller --cost times");

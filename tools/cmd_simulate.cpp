@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "pipesched/io/detail/render_common.hpp"
+#include "pipesched/core/format.hpp"
 #include "pipesched/io/json.hpp"
 
 namespace pipesched::cli {
@@ -41,7 +41,7 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
   for (int i = 0; i < s.rank_count(); ++i)
     least_budget = std::min(least_budget, p.checkpoint.budget.of(i));
   w.field("memory_budget", least_budget)
-      .field("recomputes", recompute_count(s))
+      .field("recomputes", static_cast<int>(s.count(OpKind::R)))
       .field("time_unit", units.time)
       .field("memory_unit", units.memory)
       .field("deadlock", r.deadlock)
@@ -81,8 +81,8 @@ void print_table(const Prepared& p, const SimulationResult& r) {
   const Schedule& s = p.schedule;
   const Units u = units_of(p.cost);
   const bool tc = is_transformer(p.cost);
-  auto time = [&](double v) { return detail::format_time(v, u.time, digits); };
-  auto memory = [&](double v) { return detail::format_memory(v, u.memory, digits); };
+  auto time = [&](double v) { return format_time(v, u.time, digits); };
+  auto memory = [&](double v) { return format_memory(v, u.memory, digits); };
   std::printf("%s: %d ranks, %d stages (%s), %d microbatches, %zu actions\n", s.name.c_str(),
               s.problem.ranks, s.problem.stages, s.placement.describe().c_str(),
               s.problem.microbatches, s.action_count());
@@ -106,7 +106,7 @@ void print_table(const Prepared& p, const SimulationResult& r) {
     else if (choice.budgeted)
       budget = "memory budget per rank as listed";
     std::printf("checkpoint %s, %s, %d recomputes\n", std::string(choice.policy->name).c_str(),
-                budget.c_str(), recompute_count(s));
+                budget.c_str(), static_cast<int>(s.count(OpKind::R)));
   }
   const bool per_rank_budget = !choice.budget.per_rank.empty();
   std::printf("%6s %16s %16s %18s", "rank", "busy", "idle", "peak memory");

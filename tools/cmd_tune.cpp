@@ -26,7 +26,7 @@
 
 #include "cli.hpp"
 #include "cmd_tune.hpp"
-#include "pipesched/io/detail/render_common.hpp"
+#include "pipesched/core/format.hpp"
 #include "pipesched/tune/tune.hpp"
 
 namespace pipesched::cli {
@@ -117,7 +117,7 @@ std::string time_left(double seconds) {
   if (seconds < 120) return "about " + std::to_string(static_cast<int>(seconds + 0.5)) + " s left";
   if (seconds < 7200)
     return "about " + std::to_string(static_cast<int>(seconds / 60 + 0.5)) + " min left";
-  return "about " + detail::format_number(seconds / 3600, 2) + " h left";
+  return "about " + format_number(seconds / 3600, 2) + " h left";
 }
 
 //! The progress line of a search on standard error: rewritten in place with "\r", padded over
@@ -164,7 +164,7 @@ class ProgressLine {
     if (best &&
         (best_.empty() || best->makespan != best_makespan_ || best->order != best_order_ ||
          best->recomputes != best_recomputes_ || checkpoint_name(*best) != best_checkpoint_)) {
-      best_ = describe(*best) + ", step " + detail::format_time(best->makespan, time_unit_);
+      best_ = describe(*best) + ", step " + format_time(best->makespan, time_unit_);
       best_makespan_ = best->makespan;
       best_order_ = best->order;
       best_recomputes_ = best->recomputes;
@@ -184,7 +184,7 @@ class ProgressLine {
     total_ = r.candidates_total;
     // The best as returned: full checkpointing as the fallback only joins it at the end.
     if (r.best)
-      best_ = describe(*r.best) + ", step " + detail::format_time(r.best->makespan, time_unit_);
+      best_ = describe(*r.best) + ", step " + format_time(r.best->makespan, time_unit_);
     cut_ = r.interrupted ? interrupt_name() : "--time-limit";
     draw(Clock::now());
   }
@@ -210,11 +210,11 @@ class ProgressLine {
     std::string text =
         "tune: " + std::to_string(done) + "/" + std::to_string(total) + " candidates";
     if (!cut_.empty())
-      text += " in " + detail::format_number(elapsed, 3) + " s, cut by " + cut_;
+      text += " in " + format_number(elapsed, 3) + " s, cut by " + cut_;
     else if (done < total)
       text += ", " + estimate(now, done, total, elapsed);
     else
-      text += " in " + detail::format_number(elapsed, 3) + " s";
+      text += " in " + format_number(elapsed, 3) + " s";
     if (!best_.empty())
       text += (done < total && cut_.empty() ? ", best so far: " : ", best: ") + best_;
     if (text.size() > width_) text.resize(width_);

@@ -9,7 +9,7 @@
 
 #include "cli.hpp"
 #include "cmd_tune.hpp"
-#include "pipesched/io/detail/render_common.hpp"
+#include "pipesched/core/format.hpp"
 #include "pipesched/io/html_report.hpp"
 #include "pipesched/io/svg.hpp"
 
@@ -54,12 +54,12 @@ ReportTimeline timeline_of(const std::string& heading, const TunePlan& p, const 
   const Prepared prepared = prepare(parse_args("simulate", argv, specs, 1));
   const Schedule& s = prepared.schedule;
   const Units& u = c.units;
-  t.figures = {"step " + detail::format_time(p.makespan, u.time),
-               "bubble " + detail::format_percent(p.bubble_ratio),
+  t.figures = {"step " + format_time(p.makespan, u.time),
+               "bubble " + format_percent(p.bubble_ratio),
                (c.transformer ? "largest GPU's memory " : "peak memory ") +
-                   detail::format_memory(p.peak_memory, u.memory),
+                   format_memory(p.peak_memory, u.memory),
                std::to_string(p.recomputes) + " recomputes"};
-  if (c.transformer) t.figures.push_back("MFU " + detail::format_percent(p.mfu));
+  if (c.transformer) t.figures.push_back("MFU " + format_percent(p.mfu));
   if (static_cast<double>(s.action_count()) > max_drawn_actions) {
     t.figures.push_back("timeline not drawn: " + grouped(s.action_count()) +
                         " actions, more than the " + grouped(max_drawn_actions) + " drawn");

@@ -11,7 +11,6 @@
 
 #include "cli.hpp"
 #include "cmd_tune.hpp"
-#include "pipesched/core/detail/parallel_for.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/request.hpp"
@@ -137,7 +136,7 @@ void parse_search_options(const Args& a, TuneRequest& req) {
     throw usage_error("--wgrad-parts needs --fine-wgrad");
   req.fine_wgrad = a.has("--fine-wgrad");
   if (a.has("--wgrad-parts"))
-    req.wgrad_parts = detail::lower_ascii(a.get("--wgrad-parts")) == "gemm"
+    req.wgrad_parts = lower_ascii(a.get("--wgrad-parts")) == "gemm"
                           ? 0
                           : parse_int("--wgrad-parts", a.get("--wgrad-parts"), 1, 1024);
   if (a.has("--threads")) req.threads = parse_int("--threads", a.get("--threads"), 1, 1024);
@@ -217,7 +216,7 @@ std::string parse_budget(const Args& a, TuneCommand& c) {
   std::string budget_text;
   if (a.has("--memory-budget")) {
     const std::string text = a.get("--memory-budget");
-    if (detail::lower_ascii(text) != "device") {
+    if (lower_ascii(text) != "device") {
       if (cluster)
         throw usage_error("--memory-budget " + text +
                           ": with --gpus every GPU is held to its device memory (less its "
@@ -254,7 +253,7 @@ std::vector<std::pair<int, int>> searched_pipelines(TuneCommand& c) {
       creq.search = req;
       creq.check();
       const int per_node = std::get<TransformerCost>(c.cost).device.ranks_per_node;
-      detail::check_whole_nodes(creq.gpus, per_node);
+      check_whole_nodes(creq.gpus, per_node);
       // Each pipeline size with the most sequences one of its pipelines can run: the
       // fewest data-parallel replicas, i.e. the largest tensor degree the node allows.
       const int G = per_node;
@@ -307,8 +306,7 @@ void require_finite(const TuneResult& r) {
         std::isfinite(p->peak_memory) && std::isfinite(p->mfu))
       return;
     throw usage_error("a plan's simulated step is not a finite figure (step time " +
-                      detail::format_general(p->makespan) + ", MFU " +
-                      detail::format_general(p->mfu) +
+                      format_general(p->makespan) + ", MFU " + format_general(p->mfu) +
                       "): the cost model's times or sizes overflow; check the --cost, --model "
                       "and --device figures against their ranges (docs/cli.md)");
   };
@@ -340,8 +338,10 @@ std::vector<OptionSpec> tune_option_specs() {
        "X"},
       {"--bases", true, "base schedules (default 1f1b,interleaved-1f1b,zb-h1)", "LIST"},
       {"--chunks", true,
-       "chunks per rank tried for interleaved-1f1b (default 2, 4 and, with --model, every count "
-       "that cuts the model into equal stages: 2,3,4,6 for 24 layers over 4 ranks)",
+       "chunks per rank tried for the orders that take a chunk count (" +
+           builtin_names([](const GeneratorInfo& g) { return g.chunks_vary; }, ", ") +
+           "; default 2, 4 and, with --model, every count that cuts the model into equal "
+           "stages: 2,3,4,6 for 24 layers over 4 ranks)",
        "LIST"},
       {"--microbatch-sizes", true,
        "sequences per microbatch tried, with --model (default 1,2,4,8); UniformCost's figures "
@@ -351,7 +351,9 @@ std::vector<OptionSpec> tune_option_specs() {
        "modes searched (default none,selective,mario; full is the fallback; also full-early, "
        "selective-early)",
        "LIST"},
-      {"--slices", true, "slices per microbatch tried for gpipe, seq-1f1b, slice-pipe (default 1)",
+      {"--slices", true,
+       "slices per microbatch tried for " +
+           builtin_names([](const GeneratorInfo& g) { return g.slices; }, ", ") + " (default 1)",
        "LIST"},
       {"--slicing", true, "how --model cuts slices: uniform (default), balanced or terapipe",
        "MODE"},
@@ -444,7 +446,7 @@ TuneCommand read_tune_command(const std::vector<std::string>& argv,
   c.units = units_of(c.cost);
   parse_model_options(a, c);
   const std::string budget_text = parse_budget(a, c);
-  const int threads = detail::thread_count(c.req.threads);
+  const int threads = c.req.thread_count();
   const std::vector<std::pair<int, int>> pipelines = searched_pipelines(c);
   check_grid(c.req, pipelines, threads,
              c.transformer ? std::get<TransformerCost>(c.cost).model.layers : 0);

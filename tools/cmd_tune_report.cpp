@@ -10,7 +10,7 @@
 
 #include "cli.hpp"
 #include "cmd_tune.hpp"
-#include "pipesched/io/detail/render_common.hpp"
+#include "pipesched/core/format.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/policy/registry.hpp"
@@ -223,13 +223,13 @@ std::string padded(std::string text, std::size_t width) {
 
 //! A plan's step time in the cost model's unit.
 std::string step_text(const TunePlan& p, const Units& units) {
-  return detail::format_time(p.makespan, units.time, 6);
+  return format_time(p.makespan, units.time, 6);
 }
 
 //! How much faster the best plan is, where it is: "  (best is 1.2x faster)".
 std::string behind_best(const TunePlan& p, const TuneResult& r) {
   if (!r.best || p.makespan <= r.best->makespan * (1 + 1e-12)) return "";
-  return " (best is " + detail::format_number(p.makespan / r.best->makespan, 4) + "x faster)";
+  return " (best is " + format_number(p.makespan / r.best->makespan, 4) + "x faster)";
 }
 
 //! The column where the best rows' plans start.
@@ -320,7 +320,7 @@ void print_tune_text(const TuneResult& r, const TuneCommand& c) {
                         fixed(100 * r.best->mfu_usual, 1) +
                         "% counting it in full, as PaLM and Megatron-LM do), largest GPU's "
                         "memory " +
-                        detail::format_memory(r.best->peak_memory, units.memory, 4),
+                        format_memory(r.best->peak_memory, units.memory, 4),
                     label_width + 1);
     print_wrapped(margin, glued_options(plan_command(*r.best, ctx), glue), label_width + 3, " \\",
                   glue);

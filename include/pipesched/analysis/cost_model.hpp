@@ -41,6 +41,14 @@ concept cost_model = requires(const C& c, const CostContext& ctx, const Action& 
   { c.transfer_time(ctx, a) } -> std::convertible_to<double>;
 };
 
+//! How a weight gradient W cut into parts (CostContext::wgrad_parts) shares its work.
+enum class WGradSplit {
+  Even,     //!< each part an even share of the unit's W (time and memory)
+  PerGemm,  //!< parts are runs of the stage's weight GEMMs in backward order (the LM head,
+            //!< then each layer from the last: MLP out, MLP in, projection, QKV), GEMM g of
+            //!< G in part ⌊g·parts/G⌋; with parts = G one GEMM each, as MEPipe cuts W
+};
+
 //! A cost model that charges each rank some time after its last action (`step_tail(ctx,
 //! rank)`: TransformerCost's gradient all-reduce over data-parallel replicas and optimizer
 //! step). Optional; the simulator adds it to the rank's end.

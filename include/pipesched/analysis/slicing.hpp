@@ -2,7 +2,8 @@
 // every slice the same number of tokens; under causal attention a later slice attends to a
 // longer prefix and costs more, so Balanced cuts give every slice the same forward time and
 // TeraPipe cuts minimise TeraPipe's pipeline latency (Li et al. 2021, "TeraPipe: Token-Level
-// Pipeline Parallelism for Training Large-Scale Language Models"), both under TransformerCost.
+// Pipeline Parallelism for Training Large-Scale Language Models"), both under a cost model whose
+// slices may differ in length (sliceable_cost, as TransformerCost).
 #pragma once
 
 #include <algorithm>
@@ -12,8 +13,9 @@
 #include <string_view>
 #include <vector>
 
+#include "pipesched/analysis/cost_capabilities.hpp"
 #include "pipesched/analysis/cost_model.hpp"
-#include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/analysis/model_shape.hpp"
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/placement.hpp"
@@ -24,7 +26,7 @@ namespace pipesched {
 //! How a sequence is cut into slices.
 enum class SlicingMode {
   Uniform,   //!< the same number of tokens per slice, the last taking the remainder
-  Balanced,  //!< the same forward time per slice under a TransformerCost
+  Balanced,  //!< the same forward time per slice (a sliceable_cost)
   TeraPipe,  //!< the cut that minimises TeraPipe's latency Σ t_k + (p − 1)·max t_k
 };
 
@@ -78,32 +80,32 @@ inline void check_slice_count(int sequence, int slices, const char* who) {
                           std::to_string(sequence) + " slices.");
 }
 
-//! Times of one slice of a TransformerCost, given by its span rather than its index: the
+//! Times of one slice of a sliceable cost model, given by its span rather than its index: the
 //! slice is placed among at most three (before it, it, after it) so that the cost model's
 //! own formulas apply unchanged. Reuses one cost object, so timing a span allocates nothing.
+template <sliceable_cost C>
 class SpanTimer {
  public:
   //! Times through `stages` even stages of `base`'s model (one per rank, linear placement).
-  //! `base`'s own layer split (Parallelism::layers and split, which count the stages of the
-  //! schedule it prices) is replaced by the even one: the lengths depend on the model and the
-  //! rank count only, so any schedule of those ranks, whatever its stages, reproduces them.
-  SpanTimer(const TransformerCost& base, int stages)
-      : cost_(base),
+  //! A layered cost model's own layer split (which counts the stages of the schedule it
+  //! prices) is replaced by the even one (evenly_layered): the lengths depend on the model and
+  //! the rank count only, so any schedule of those ranks, whatever its stages, reproduces them.
+  SpanTimer(const C& base, int stages)
+      : cost_(evenly(base)),
         problem_{.ranks = stages, .stages = stages, .microbatches = 1, .slices = 1},
         placement_(Placement::linear(stages)) {
     cost_.slice_lengths.clear();
     cost_.slice_lengths.reserve(3);
-    cost_.parallel.layers.clear();
-    cost_.parallel.split = LayerSplit::Even;
     // Surfaces a bad model, device or stage count once, with the cost model's message.
-    cost_.check(CostContext{problem_, placement_, 1});
+    if constexpr (requires(const C& c, const CostContext& ctx) { c.check(ctx); })
+      cost_.check(CostContext{problem_, placement_, 1});
   }
 
   int stages() const noexcept { return problem_.stages; }
 
   //! Seconds `kind` of tokens [span.offset, span.offset + span.length) takes on `stage`.
   double operator()(SliceSpan span, int stage, OpKind kind) {
-    const int seq = cost_.model.sequence;
+    const int seq = cost_.sequence_tokens();
     auto& lengths = cost_.slice_lengths;
     lengths.clear();
     int index = 0;
@@ -119,7 +121,14 @@ class SpanTimer {
   }
 
  private:
-  TransformerCost cost_;
+  static C evenly(const C& base) {
+    if constexpr (layered_cost<C>)
+      return base.evenly_layered();
+    else
+      return base;
+  }
+
+  C cost_;
   Problem problem_;
   Placement placement_;
 };
@@ -146,7 +155,8 @@ inline void check_lengths(const std::vector<int>& lengths, int sequence, const c
 //! The TeraPipe time of a span: forward plus backward on the busier of the first stage (the
 //! most layers when they do not divide evenly) and the last (which adds the LM head); the
 //! stages between are never slower than the first.
-inline double terapipe_span_time(SpanTimer& time, SliceSpan span) {
+template <class Timer>
+double terapipe_span_time(Timer& time, SliceSpan span) {
   auto fb = [&](int stage) { return time(span, stage, OpKind::F) + time(span, stage, OpKind::B); };
   const int last = time.stages() - 1;
   return last == 0 ? fb(0) : std::max(fb(0), fb(last));
@@ -168,28 +178,30 @@ inline std::vector<int> uniform_slices(int sequence, int slices) {
 //! Seconds the forward of tokens [span.offset, span.offset + span.length) takes through the
 //! whole model of `cost` (every layer and the LM head, as one stage): the time Balanced
 //! slicing equalises. Throws invalid_problem for a span outside the sequence.
-inline double slice_forward_time(const TransformerCost& cost, SliceSpan span) {
-  if (span.offset < 0 || span.length < 1 || span.offset + span.length > cost.model.sequence)
+template <sliceable_cost C>
+double slice_forward_time(const C& cost, SliceSpan span) {
+  if (span.offset < 0 || span.length < 1 || span.offset + span.length > cost.sequence_tokens())
     throw invalid_problem("slice_forward_time: tokens [" + std::to_string(span.offset) + ", " +
                           std::to_string(span.offset + span.length) +
                           ") are not a slice of a sequence of " +
-                          std::to_string(cost.model.sequence) +
+                          std::to_string(cost.sequence_tokens()) +
                           " tokens; give an offset >= 0 and a length >= 1 within it.");
   detail::SpanTimer time(cost, 1);
   return time(span, 0, OpKind::F);
 }
 
-//! K slice lengths, summing to `base.model.sequence`, each >= 1, whose forwards take the same
+//! K slice lengths, summing to `base.sequence_tokens()`, each >= 1, whose forwards take the same
 //! time through the whole model (slice_forward_time) to within the cost of one token: the
 //! first K − 1 slices are cut as long as a target time allows, the last takes the rest, and
 //! the target is the least one at which the rest fits (bisection). A later slice attends to
 //! a longer prefix, so the lengths never increase. `base.slice_lengths` and its layer split
 //! (Parallelism::layers, split) are ignored. Throws
 //! invalid_problem for a bad model or device, K < 1 or K > sequence.
-inline std::vector<int> balanced_slices(const TransformerCost& base, int slices) {
+template <sliceable_cost C>
+std::vector<int> balanced_slices(const C& base, int slices) {
   constexpr const char* who = "balanced_slices";
-  detail::check_slice_count(base.model.sequence, slices, who);
-  const int seq = base.model.sequence;
+  detail::check_slice_count(base.sequence_tokens(), slices, who);
+  const int seq = base.sequence_tokens();
   detail::SpanTimer time(base, 1);
   auto forward = [&](int offset, int length) {
     return time(SliceSpan{offset, length}, 0, OpKind::F);
@@ -231,9 +243,9 @@ inline std::vector<int> balanced_slices(const TransformerCost& base, int slices)
 //! stage when `base`'s model is split evenly over `ranks` stages (one per rank). Throws
 //! invalid_problem for lengths that do not cut the sequence or a model with fewer layers
 //! than ranks.
-inline double terapipe_objective(const TransformerCost& base, const std::vector<int>& lengths,
-                                 int ranks) {
-  detail::check_lengths(lengths, base.model.sequence, "terapipe_objective");
+template <sliceable_cost C>
+double terapipe_objective(const C& base, const std::vector<int>& lengths, int ranks) {
+  detail::check_lengths(lengths, base.sequence_tokens(), "terapipe_objective");
   if (ranks < 1)
     throw invalid_problem("terapipe_objective: ranks = " + std::to_string(ranks) +
                           " is out of range; a pipeline needs at least 1 rank.");
@@ -263,8 +275,8 @@ namespace detail {
 //! boundary positions. For each candidate longest-slice time τ, from the least any cut
 //! achieves upwards, a DP finds the least Σ t_k with every t_k <= τ; the search stops once
 //! (ranks − 1)·τ alone rules out beating the best cut found.
-inline std::vector<int> terapipe_cut(SpanTimer& time, const std::vector<int>& grid, int slices,
-                                     int ranks) {
+template <class Timer>
+std::vector<int> terapipe_cut(Timer& time, const std::vector<int>& grid, int slices, int ranks) {
   const int n = static_cast<int>(grid.size()) - 1;  // segments
   const auto width = static_cast<std::size_t>(n + 1);
   // t(i, j): the time of a slice from grid[i] to grid[j] (i < j).
@@ -359,9 +371,10 @@ inline std::vector<int> terapipe_cut(SpanTimer& time, const std::vector<int>& gr
 //! split evenly whatever `base`'s layer split (Parallelism::layers, split). Throws
 //! invalid_problem for a bad model or device, K < 1, K > sequence, K > terapipe_max_slices, or
 //! more ranks than layers.
-inline std::vector<int> terapipe_slices(const TransformerCost& base, int slices, int ranks) {
+template <sliceable_cost C>
+std::vector<int> terapipe_slices(const C& base, int slices, int ranks) {
   constexpr const char* who = "terapipe_slices";
-  detail::check_slice_count(base.model.sequence, slices, who);
+  detail::check_slice_count(base.sequence_tokens(), slices, who);
   if (ranks < 1)
     throw invalid_problem(detail::who_prefix(who) + "ranks = " + std::to_string(ranks) +
                           " is out of range; a pipeline needs at least 1 rank.");
@@ -370,7 +383,7 @@ inline std::vector<int> terapipe_slices(const TransformerCost& base, int slices,
                           " is more than the " + std::to_string(terapipe_max_slices) +
                           " this search cuts; use at most " + std::to_string(terapipe_max_slices) +
                           " slices, or balanced_slices for more.");
-  const int seq = base.model.sequence;
+  const int seq = base.sequence_tokens();
   if (slices == 1) return {seq};
   detail::SpanTimer time(base, ranks);
 
@@ -410,8 +423,8 @@ inline std::vector<int> terapipe_slices(const TransformerCost& base, int slices,
 
 //! The slice lengths of `mode`: uniform_slices, balanced_slices or terapipe_slices (with
 //! `ranks` pipeline stages; ignored by the others).
-inline std::vector<int> slice_lengths(const TransformerCost& base, SlicingMode mode, int slices,
-                                      int ranks = 1) {
+template <sliceable_cost C>
+std::vector<int> slice_lengths(const C& base, SlicingMode mode, int slices, int ranks = 1) {
   switch (mode) {
     case SlicingMode::Balanced:
       return balanced_slices(base, slices);
@@ -420,13 +433,13 @@ inline std::vector<int> slice_lengths(const TransformerCost& base, SlicingMode m
     case SlicingMode::Uniform:
       break;
   }
-  return uniform_slices(base.model.sequence, slices);
+  return uniform_slices(base.sequence_tokens(), slices);
 }
 
 //! `base` with its slice_lengths set by `mode` for `slices` slices (and `ranks` stages for
 //! TeraPipe): the cost to simulate a slice-level schedule with.
-inline TransformerCost with_slicing(TransformerCost base, SlicingMode mode, int slices,
-                                    int ranks = 1) {
+template <sliceable_cost C>
+C with_slicing(C base, SlicingMode mode, int slices, int ranks = 1) {
   base.slice_lengths = slice_lengths(base, mode, slices, ranks);
   return base;
 }

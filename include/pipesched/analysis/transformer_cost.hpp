@@ -27,16 +27,9 @@
 #include "pipesched/analysis/parallelism.hpp"
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/memory_budget.hpp"
 
 namespace pipesched {
-
-//! How a weight gradient W cut into parts (CostContext::wgrad_parts) shares its work.
-enum class WGradSplit {
-  Even,     //!< each part an even share of the unit's W (time and memory)
-  PerGemm,  //!< parts are runs of the stage's weight GEMMs in backward order (the LM head,
-            //!< then each layer from the last: MLP out, MLP in, projection, QKV), GEMM g of
-            //!< G in part ⌊g·parts/G⌋; with parts = G one GEMM each, as MEPipe cuts W
-};
 
 //! Cost model of a transformer on a device; satisfies `cost_model`.
 //!
@@ -164,6 +157,65 @@ struct TransformerCost {
   Parallelism parallel{};
   //! How the parts of a W share its work (default: evenly).
   WGradSplit wgrad_split = WGradSplit::Even;
+
+  // ---- The capabilities the planner asks for (analysis/cost_capabilities.hpp) ----
+
+  //! Layers of the whole model (layered_cost).
+  int layer_count() const noexcept { return model.layers; }
+  //! This cost model with its layers split evenly over any stages (layered_cost): the
+  //! per-stage list (Parallelism::layers) and the balanced split dropped.
+  TransformerCost evenly_layered() const {
+    TransformerCost even = *this;
+    even.parallel.layers.clear();
+    even.parallel.split = LayerSplit::Even;
+    return even;
+  }
+  //! Tokens of one sequence (sliceable_cost).
+  int sequence_tokens() const noexcept { return model.sequence; }
+  //! The device's peak FLOP/s (flop_counting_cost).
+  double peak_flops() const noexcept { return device.peak_flops; }
+  //! Every FLOP a training step spends on one sequence (flop_counting_cost).
+  double training_flops_per_sequence() const noexcept {
+    return model.training_flops_per_sequence();
+  }
+  //! 6 x parameters x tokens of one sequence (flop_counting_cost).
+  double usual_training_flops_per_sequence() const noexcept {
+    return model.usual_training_flops_per_sequence();
+  }
+  //! Tensor, data and ZeRO parallelism and the layer split (parallel_cost).
+  const Parallelism& parallelism() const noexcept { return parallel; }
+
+  //! Each rank's room for activations (device_memory_cost): its device's usable memory
+  //! (memory_bytes less memory_reserve, DeviceSpec::usable_memory) minus what the rank holds
+  //! whatever the schedule (weights, gradients and optimizer state of its stages,
+  //! static_bytes), as MemoryBudget::per_rank. Throws budget_error naming the rank when that
+  //! alone fills the device.
+  MemoryBudget memory_budget(const Problem& problem, const Placement& placement) const {
+    const CostContext ctx{problem, placement, 1};
+    check(ctx);
+    MemoryBudget budget;
+    budget.per_rank.resize(static_cast<std::size_t>(problem.ranks));
+    for (int r = 0; r < problem.ranks; ++r) {
+      const double fixed = static_bytes(ctx, r);
+      const double usable = device.usable_memory();
+      const double left = usable - fixed;
+      if (!(left > 0)) {
+        throw budget_error(
+            "rank " + std::to_string(r) + "'s weights, gradients and optimizer state" +
+                (parallel.whole_step ? std::string(" (and workspace)") : std::string()) + " take " +
+                memory_amount(fixed, MemoryUnit::Bytes) + ", at least the " +
+                memory_amount(usable, MemoryUnit::Bytes, false) + " usable of device '" +
+                device.name + "' (" + memory_amount(device.memory_bytes, MemoryUnit::Bytes, false) +
+                " less " + memory_amount(device.memory_reserve, MemoryUnit::Bytes, false) +
+                " reserved), leaving nothing for activations; use more ranks (fewer layers per "
+                "rank), "
+                "tensor parallelism or ZeRO sharding, or a device with more memory.",
+            r, fixed, usable, MemoryUnit::Bytes);
+      }
+      budget.per_rank[static_cast<std::size_t>(r)] = left;
+    }
+    return budget;
+  }
 
   //! Weight GEMMs of `stage`: four per layer (QKV, projection, MLP in, MLP out; a gated
   //! MLP's gate and up projections count as one, they share their input), plus the LM head

@@ -1,5 +1,7 @@
-// How numbers and memory amounts are written: locale-independent figures for tables and
-// messages, and memory amounts as messages (the library's and the command's) give them.
+// How numbers, times and memory amounts are written, locale-independent: figures for tables and
+// reports (format_number, format_time, format_memory, format_percent: "447 ms", "1.5 GiB"), the
+// numbers of messages (format_general, as %g), and memory amounts as messages give them
+// (format_amount: "24GB", echoed as --memory-budget takes them).
 #pragma once
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 namespace pipesched {
@@ -36,6 +39,8 @@ inline std::string fixed_number(double v, int decimals) {
   return out;
 }
 
+}  // namespace detail
+
 //! A figure for people to read: about `digits` significant digits (at most `digits` − 1
 //! decimals), no exponent from 10^-3 up to 10^9.
 inline std::string format_number(double v, int digits = 4) {
@@ -52,7 +57,7 @@ inline std::string format_number(double v, int digits = 4) {
   for (double x = a; x >= 10.0; x /= 10.0)
     ++whole;
   const int decimals = a >= 1 ? std::max(digits - whole, 0) : digits - 1;
-  return fixed_number(v, decimals);
+  return detail::fixed_number(v, decimals);
 }
 
 //! `v` as printf's %.6g writes it (`digits` significant digits, an exponent when shorter),
@@ -64,7 +69,81 @@ inline std::string format_general(double v, int digits = 6) {
   return ec == std::errc() ? std::string(buf, end) : std::string("?");
 }
 
+namespace detail {
+
+//! `number` (the figure `v` written out) followed by `unit`, singular for exactly 1 ("1 unit",
+//! "1 microbatch", "2 units"); a bare number for an empty unit.
+inline std::string with_unit(std::string number, double v, const std::string& unit) {
+  if (unit.empty()) return number;
+  if (v != 1 || unit.size() < 2 || unit.back() != 's') return number + " " + unit;
+  // English plurals in -es after a sibilant ("microbatches", "boxes"); the rest in -s.
+  auto ends = [&](std::string_view tail) {
+    return unit.size() > tail.size() &&
+           unit.compare(unit.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  const bool es = ends("ches") || ends("shes") || ends("sses") || ends("xes") || ends("zes");
+  return number + " " + unit.substr(0, unit.size() - (es ? 2 : 1));
+}
+
+// The public figures by the names the library used inside.
+using pipesched::format_general;
+using pipesched::format_number;
+
 }  // namespace detail
+
+//! `ratio` (0.2) as a percentage with one decimal ("20.0%").
+inline std::string format_percent(double ratio) {
+  std::string s = detail::fixed_number(ratio * 100.0, 1);
+  if (s.find('.') == std::string::npos) s += ".0";
+  return s + "%";
+}
+
+//! A memory figure in a cost model's unit: with unit "bytes" the value is a byte count
+//! written with a binary prefix ("1.5 GiB"); any other unit is written after the number
+//! ("2.5 microbatches", singular for 1), an empty one not at all. `digits` as for
+//! format_number.
+inline std::string format_memory(double v, const std::string& unit, int digits = 4) {
+  if (unit != "bytes") return detail::with_unit(format_number(v, digits), v, unit);
+  static constexpr const char* prefixes[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double x = v;
+  int k = 0;
+  while (std::fabs(x) >= 1024.0 && k < 6) {
+    x /= 1024.0;
+    ++k;
+  }
+  return format_number(x, digits) + " " + prefixes[k];
+}
+
+//! A time figure in a cost model's unit: with unit "seconds" (or "s") the value is written in
+//! seconds from 1 s up ("1.5 s"), in milliseconds or microseconds between 1 µs and 1 s
+//! ("447 ms", "1.205 ms", "250 µs": `digits` significant digits, the prefix chosen
+//! after rounding, so 0.99999 s is "1 s"), below 1 µs in seconds again ("5e-07 s"); any
+//! other unit is written after the number ("44 units", singular for 1), an empty one not at
+//! all (a bare number). `digits` as for format_number.
+inline std::string format_time(double v, const std::string& unit, int digits = 4) {
+  if (unit != "seconds" && unit != "s") return detail::with_unit(format_number(v, digits), v, unit);
+  // `v` / `scale` rounded to `digits` as written, and whether it rounds to 1000 or more (then
+  // the next larger prefix says it: "1 s", not "1000 ms").
+  auto in = [&](double scale, std::string& number) {
+    number = format_number(v / scale, digits);
+    double rounded = 0;
+    const bool minus = !number.empty() && number[0] == '-';
+    std::from_chars(number.data() + minus, number.data() + number.size(), rounded);
+    return rounded;
+  };
+  const double a = std::fabs(v);
+  std::string number;
+  if (std::isfinite(a) && a < 1 && a > 0) {
+    if (a >= 1e-3 * (1 - 1e-12) && in(1e-3, number) < 1000) return number + " ms";
+    if (a >= 1e-3 * (1 - 1e-12)) return format_number(v, digits) + " s";
+    if (in(1e-6, number) >= 1000) {
+      in(1e-3, number);
+      return number + " ms";
+    }
+    if (in(1e-6, number) >= 1) return number + " \xC2\xB5s";
+  }
+  return format_number(v, digits) + " s";
+}
 
 namespace detail {
 

@@ -36,6 +36,15 @@ struct Schedule {
     return n;
   }
 
+  //! Actions of `kind` over every rank (count(OpKind::R): the recomputes).
+  std::size_t count(OpKind kind) const noexcept {
+    std::size_t n = 0;
+    for (const auto& list : ranks)
+      for (const Action& a : list)
+        n += a.kind == kind;
+    return n;
+  }
+
   //! True when some rank's list holds SendF/RecvF/SendB/RecvB.
   bool has_comm() const noexcept {
     for (const auto& list : ranks)

@@ -17,7 +17,7 @@ namespace pipesched {
 class execution_error : public error {
  public:
   //! An exception whose message is `what`, about `action` at `position` of `rank`'s list.
-  execution_error(const std::string& what, int rank, int position, Action action,
+  execution_error(const Message& what, int rank, int position, Action action,
                   bool rolled_back = false)
       : error(what), rank_(rank), position_(position), action_(action), rolled_back_(rolled_back) {}
   //! The rank on which the action failed.
@@ -30,6 +30,9 @@ class execution_error : public error {
   //! True when the step this error ended left every rank's parameters and optimizer state as
   //! they were before it (a pipeline's steps commit on every rank or on none).
   bool rolled_back() const noexcept { return rolled_back_; }
+  void throw_after(const Message& prefix) const override {
+    throw execution_error(prefix + message(), rank_, position_, action_, rolled_back_);
+  }
 
  private:
   int rank_;
@@ -42,12 +45,18 @@ class execution_error : public error {
 class receive_timeout : public error {
  public:
   using error::error;
+  void throw_after(const Message& prefix) const override {
+    throw receive_timeout(prefix + message());
+  }
 };
 
 //! A receive was woken because another rank failed and the step is being stopped.
 class transport_aborted : public error {
  public:
   using error::error;
+  void throw_after(const Message& prefix) const override {
+    throw transport_aborted(prefix + message());
+  }
 };
 
 namespace detail {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/format.hpp"
 
 namespace pipesched {
 
@@ -33,11 +34,14 @@ struct ShardOptimizer {
 //! SGD on a shard: with `momentum` 0, w ← w − lr·g (no state); else PyTorch's heavy-ball form
 //! v ← momentum·v + g, w ← w − lr·v (one state value per weight, the velocity v).
 inline ShardOptimizer sgd_shards(double learning_rate, double momentum = 0) {
-  if (!std::isfinite(learning_rate) || !std::isfinite(momentum) || momentum < 0)
-    throw invalid_argument("sgd_shards: learning rate " + std::to_string(learning_rate) +
-                               " and momentum " + std::to_string(momentum) +
-                               " must be finite, the momentum 0 or more.",
-                           "momentum", std::to_string(momentum));
+  if (!std::isfinite(learning_rate))
+    throw invalid_argument("sgd_shards: " + field("learning_rate", learning_rate) +
+                               " is not a number; give a finite learning rate.",
+                           "learning_rate", detail::format_general(learning_rate));
+  if (!std::isfinite(momentum) || momentum < 0)
+    throw invalid_argument("sgd_shards: " + field("momentum", momentum) +
+                               " is out of range; give a finite momentum of 0 or more.",
+                           "momentum", detail::format_general(momentum));
   ShardOptimizer o;
   o.state_per_value = momentum == 0 ? 0 : 1;
   o.step = [learning_rate, momentum](std::span<double> w, std::span<const double> g,

@@ -183,31 +183,7 @@ inline CheckpointMode parse_checkpoint_mode(std::string_view text) {
 //! the rank when that alone fills the device.
 inline MemoryBudget device_memory_budget(const TransformerCost& cost, const Problem& problem,
                                          const Placement& placement) {
-  const CostContext ctx{problem, placement, 1};
-  cost.check(ctx);
-  MemoryBudget budget;
-  budget.per_rank.resize(static_cast<std::size_t>(problem.ranks));
-  for (int r = 0; r < problem.ranks; ++r) {
-    const double fixed = cost.static_bytes(ctx, r);
-    const double usable = cost.device.usable_memory();
-    const double left = usable - fixed;
-    if (!(left > 0)) {
-      throw budget_error(
-          "rank " + std::to_string(r) + "'s weights, gradients and optimizer state" +
-              (cost.parallel.whole_step ? std::string(" (and workspace)") : std::string()) +
-              " take " + memory_amount(fixed, MemoryUnit::Bytes) + ", at least the " +
-              memory_amount(usable, MemoryUnit::Bytes, false) + " usable of device '" +
-              cost.device.name + "' (" +
-              memory_amount(cost.device.memory_bytes, MemoryUnit::Bytes, false) + " less " +
-              memory_amount(cost.device.memory_reserve, MemoryUnit::Bytes, false) +
-              " reserved), leaving nothing for activations; use more ranks (fewer layers per "
-              "rank), "
-              "tensor parallelism or ZeRO sharding, or a device with more memory.",
-          r, fixed, usable, MemoryUnit::Bytes);
-    }
-    budget.per_rank[static_cast<std::size_t>(r)] = left;
-  }
-  return budget;
+  return cost.memory_budget(problem, placement);
 }
 
 namespace detail {

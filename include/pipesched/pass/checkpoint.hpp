@@ -59,6 +59,45 @@ inline std::vector<std::size_t>& units_of_list(const std::vector<Action>& list,
   return out;
 }
 
+//! Which live unit a selection step checkpoints first: the one whose backward comes last
+//! (it would stay resident longest: conventional selective checkpointing) or first.
+enum class PickRule { LatestBackward, EarliestBackward };
+
+//! Records in `fwd_at` and `bwd_at` the position in `list` of each unit's forward and input
+//! backward (an Overlap is both: its forward's unit and its backward's).
+inline void unit_positions(const std::vector<Action>& list, const UnitIndex& unit,
+                           std::vector<int>& fwd_at, std::vector<int>& bwd_at) {
+  for (int i = 0; i < static_cast<int>(list.size()); ++i) {
+    const Action& a = list[static_cast<std::size_t>(i)];
+    if (a.kind == OpKind::F || a.kind == OpKind::Overlap) fwd_at[unit(a)] = i;
+    if (is_input_backward(a.kind)) bwd_at[unit(a)] = i;
+    if (a.kind == OpKind::Overlap) bwd_at[unit(a.b_stage, a.b_microbatch, a.b_slice)] = i;
+  }
+}
+
+//! The selection step both selective checkpointing and Mario take: among `candidates` (unit
+//! indices, in increasing order: ties go to the lowest), the unit not yet checkpointed that is
+//! live at base position `at` (its forward at or before it, its backward after it, or at it
+//! when the action there is that unit's recompute) whose backward comes last or first as
+//! `rule` says; -1 when none is.
+template <class Units>
+int pick_live_unit(const Units& candidates, const std::vector<char>& ckpt,
+                   const std::vector<int>& fwd_at, const std::vector<int>& bwd_at, int at,
+                   bool at_is_recompute, PickRule rule) {
+  int best = -1, best_bwd = rule == PickRule::LatestBackward ? -1 : (1 << 30);
+  for (std::size_t u : candidates) {
+    if (ckpt[u] || fwd_at[u] < 0 || fwd_at[u] > at) continue;
+    if (bwd_at[u] < at || (bwd_at[u] == at && !at_is_recompute)) continue;
+    const bool better =
+        rule == PickRule::LatestBackward ? bwd_at[u] > best_bwd : bwd_at[u] < best_bwd;
+    if (better) {
+      best_bwd = bwd_at[u];
+      best = static_cast<int>(u);
+    }
+  }
+  return best;
+}
+
 //! `s` without R actions.
 inline Schedule without_recompute(const Schedule& s) {
   Schedule out = s;
@@ -210,15 +249,7 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
       fwd_at[u] = -1;
       bwd_at[u] = -1;
     }
-    for (int i = 0; i < static_cast<int>(list.size()); ++i) {
-      const Action& a = list[static_cast<std::size_t>(i)];
-      if (a.kind == OpKind::F) fwd_at[unit(a)] = i;
-      if (is_input_backward(a.kind)) bwd_at[unit(a)] = i;
-      if (a.kind == OpKind::Overlap) {
-        fwd_at[unit(a)] = i;
-        bwd_at[unit(a.b_stage, a.b_microbatch, a.b_slice)] = i;
-      }
-    }
+    detail::unit_positions(list, unit, fwd_at, bwd_at);
     for (;;) {
       stop.throw_if_stopped(pass);
       int where = -1;
@@ -234,15 +265,9 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
           at.kind == OpKind::R ? bwd_at[unit(at)] : from[static_cast<std::size_t>(where)];
       // Live units at that point: forward at or before it, backward after it (a unit whose
       // R is the peak counts too: checkpointing another live unit lowers the peak).
-      int best = -1, best_bwd = -1;
-      for (std::size_t u : on_rank) {
-        if (ckpt[u] || fwd_at[u] < 0 || fwd_at[u] > base_pos || bwd_at[u] < base_pos) continue;
-        if (bwd_at[u] == base_pos && at.kind != OpKind::R) continue;
-        if (bwd_at[u] > best_bwd) {
-          best_bwd = bwd_at[u];
-          best = static_cast<int>(u);
-        }
-      }
+      const int best =
+          detail::pick_live_unit(on_rank, ckpt, fwd_at, bwd_at, base_pos, at.kind == OpKind::R,
+                                 detail::PickRule::LatestBackward);
       if (best < 0) {
         std::vector<char> all(unit.size(), 1);
         const std::vector<Action> full = detail::list_with_recompute(list, unit, all);

@@ -41,9 +41,6 @@ struct MarioOptions {
 
 namespace detail {
 
-// Which live unit a selection step checkpoints first.
-enum class PickRule { LatestBackward, EarliestBackward };
-
 //! Selective checkpointing with a choice rule; R right before each backward. Returns false
 //! when some rank cannot fit its budget even with everything checkpointed; throws
 //! work_stopped once `stop` says stop (polled before each unit chosen).
@@ -58,12 +55,9 @@ bool select_checkpoints(const Schedule& base, const Cost& cost, const MemoryBudg
     if (!std::isfinite(limit)) continue;
     const auto& list = base.ranks[static_cast<std::size_t>(r)];
     std::vector<int> fwd_at(unit.size(), -1), bwd_at(unit.size(), -1);
-    for (int i = 0; i < static_cast<int>(list.size()); ++i) {
-      const Action& a = list[static_cast<std::size_t>(i)];
-      if (a.kind == OpKind::F || a.kind == OpKind::Overlap) fwd_at[unit(a)] = i;
-      if (is_input_backward(a.kind)) bwd_at[unit(a)] = i;
-      if (a.kind == OpKind::Overlap) bwd_at[unit(a.b_stage, a.b_microbatch, a.b_slice)] = i;
-    }
+    unit_positions(list, unit, fwd_at, bwd_at);
+    std::vector<std::size_t> on_rank;
+    units_of_list(list, unit, on_rank);
     auto is_ckpt = [&](const Action& x) { return ckpt[unit(x)] != 0; };
     for (;;) {
       stop.throw_if_stopped("Mario checkpointing");
@@ -94,17 +88,7 @@ bool select_checkpoints(const Schedule& base, const Cost& cost, const MemoryBudg
         }
       }
       if (over_at < 0) break;
-      int best = -1, best_bwd = rule == PickRule::LatestBackward ? -1 : (1 << 30);
-      for (std::size_t u = 0; u < unit.size(); ++u) {
-        if (ckpt[u] || fwd_at[u] < 0 || fwd_at[u] > over_at) continue;
-        if (bwd_at[u] < over_at || (bwd_at[u] == over_at && !over_is_r)) continue;
-        const bool better =
-            rule == PickRule::LatestBackward ? bwd_at[u] > best_bwd : bwd_at[u] < best_bwd;
-        if (better) {
-          best_bwd = bwd_at[u];
-          best = static_cast<int>(u);
-        }
-      }
+      const int best = pick_live_unit(on_rank, ckpt, fwd_at, bwd_at, over_at, over_is_r, rule);
       if (best < 0) return false;
       ckpt[static_cast<std::size_t>(best)] = 1;
     }

@@ -10,14 +10,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "pipesched/analysis/cost_capabilities.hpp"
 #include "pipesched/analysis/slicing.hpp"
-#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/problem.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
-#include "pipesched/pass/fill_weight_gradients.hpp"
+#include "pipesched/policy/assemble.hpp"
 #include "pipesched/policy/checkpoint.hpp"
 #include "pipesched/policy/family.hpp"
 #include "pipesched/policy/generate.hpp"
@@ -52,24 +52,6 @@ struct FirstKnob<Is, Default, First, Rest...> {
 //! How many of `Knobs` satisfy `Is`.
 template <template <class> class Is, class... Knobs>
 inline constexpr int knob_count_v = (0 + ... + (Is<Knobs>::value ? 1 : 0));
-
-//! A per-rank budget of `n` microbatches' activations of `s` under `cost` (what the forwards of
-//! one microbatch take on every stage of the rank), each within `given`.
-template <class Cost>
-MemoryBudget held_microbatches_budget(const Schedule& s, const Cost& cost, int n,
-                                      const MemoryBudget& given) {
-  const CostContext ctx{s.problem, s.placement, 1};
-  std::vector<double> one(static_cast<std::size_t>(s.rank_count()), 0.0);
-  for (int stage = 0; stage < s.problem.stages; ++stage)
-    for (int k = 0; k < s.problem.slices; ++k)
-      one[static_cast<std::size_t>(s.placement.rank_of(stage))] +=
-          cost.memory_delta(ctx, Action::make(OpKind::F, stage, 0, k), false);
-  MemoryBudget out;
-  out.per_rank.resize(one.size());
-  for (std::size_t r = 0; r < one.size(); ++r)
-    out.per_rank[r] = std::min(given.of(static_cast<int>(r)), n * one[r]);
-  return out;
-}
 
 //! The knobs of a plan sorted into families, with defaults for the missing ones. The
 //! placement and weight-gradient defaults depend on the order, so the order comes first.
@@ -120,9 +102,9 @@ struct PlanKnobs {
 //!
 //! Slicing: the schedule runs slicing::slices slices per microbatch. Where the cuts fall
 //! matters to a cost model that counts tokens: sliced_cost(cost) is `cost` with the policy's
-//! slice lengths (a TransformerCost gets uniform or balanced lengths; other cost models split
-//! a microbatch evenly and come back unchanged). generate(problem, cost, budget) plans with
-//! that cost; simulate the schedule with it too:
+//! slice lengths (a sliceable_cost such as TransformerCost gets uniform or balanced lengths;
+//! other cost models split a microbatch evenly and come back unchanged). generate(problem, cost,
+//! budget) plans with that cost; simulate the schedule with it too:
 //!
 //!     using P = plan<order::SlicePipe, slicing::Balanced<4>>;
 //!     const TransformerCost cost = P::sliced_cost(base);   // base: model and device
@@ -202,10 +184,12 @@ struct plan {
            std::string(slicing::name) + slices + ", wgrad " + std::string(wgrad::name) + parts;
   }
 
-  //! The slice lengths the plan gives a TransformerCost: slice_lengths(cost, slicing::mode,
+  //! The slice lengths the plan gives a cost model whose slices may differ in length
+  //! (sliceable_cost, as TransformerCost): slice_lengths(cost, slicing::mode,
   //! slicing::slices), e.g. balanced_slices(cost, K) for slicing::Balanced<K>. Throws
   //! invalid_problem naming the plan when the model's sequence has fewer tokens than slices.
-  static std::vector<int> slice_lengths(const TransformerCost& cost) {
+  template <sliceable_cost Cost>
+  static std::vector<int> slice_lengths(const Cost& cost) {
     try {
       return pipesched::slice_lengths(cost, slicing::mode, slicing::slices);
     } catch (const invalid_problem& e) {
@@ -213,13 +197,13 @@ struct plan {
     }
   }
 
-  //! `cost` as the plan's slicing cuts the sequence: a TransformerCost (or a type derived
-  //! from it) with slice_lengths set to slice_lengths(cost), replacing any it had; any other
-  //! cost model unchanged (it splits a microbatch evenly over its slices). Simulate the
+  //! `cost` as the plan's slicing cuts the sequence: a sliceable cost model (as
+  //! TransformerCost) with slice_lengths set to slice_lengths(cost), replacing any it had; any
+  //! other cost model unchanged (it splits a microbatch evenly over its slices). Simulate the
   //! plan's schedules with this cost.
   template <cost_model Cost>
   static Cost sliced_cost(const Cost& cost) {
-    if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+    if constexpr (sliceable_cost<Cost>) {
       Cost sliced = cost;
       sliced.slice_lengths = slice_lengths(cost);
       return sliced;
@@ -255,7 +239,7 @@ struct plan {
     if constexpr (checkpoint::held_microbatches > 0) {
       return generate(p, UniformCost{}, MemoryBudget{});
     } else {
-      const Schedule s = generate_compute<std::nullptr_t>(p, nullptr, nullptr);
+      const Schedule s = generate_compute(p);
       try {
         return checkpoint::apply(s, UniformCost{}, MemoryBudget{});
       } catch (const invalid_problem& e) {
@@ -264,19 +248,22 @@ struct plan {
     }
   }
 
-  //! The schedule for `p` checkpointed by the plan's policy under sliced_cost(cost) and a
-  //! per-rank memory `budget` in the cost model's memory unit (apply_checkpoint): None and
-  //! Full throw invalid_problem when a rank's peak exceeds a limited budget; Selective and
-  //! Mario recompute what the budget requires and throw when even recomputing everything
-  //! does not fit. Problems that do not fit the plan are refused as by generate(p).
-  //! checkpoint::SelectiveWithin<N> plans within the tighter of `budget` and N microbatches'
-  //! activations per rank. wgrad::Fine<Parts> then cuts every weight gradient into Parts W
-  //! actions placed in the waits `cost` predicts, within `budget` (fill_weight_gradients).
-  //! An order with a cost-aware generator (`generate(Problem, WGradMode, const Cost&)`) is
-  //! given sliced_cost(cost); with checkpoint::None, one with a memory-bounded generator (the
-  //! Zero Bubble orders, slice-pipe) is given the budget too and fits its order to it (with a
-  //! checkpointing policy, the order's own schedule is checkpointed: fitting first could trade
-  //! more step time than the recomputes it saves — tune() searches both).
+  //! The schedule for `p` under sliced_cost(cost) and a per-rank memory `budget` in the cost
+  //! model's memory unit, built by assemble_plan in its fixed order of steps:
+  //!  1. the order's schedule, planned under the cost when the order has a cost-aware generator
+  //!     (`generate(Problem, WGradMode, const Cost&)`); an order with a memory-bounded one (the
+  //!     Zero Bubble orders, slice-pipe) is fitted to a limited budget first when the
+  //!     checkpoint policy recomputes nothing, and otherwise only where its own schedule cannot
+  //!     meet the budget checkpointed (FitOrder::Auto);
+  //!  2. wgrad::Fine<Parts> cuts every weight gradient into Parts W actions placed in the waits
+  //!     `cost` predicts, within `budget` (fill_weight_gradients; for speed alone where no
+  //!     placement fits it, the checkpointing then bringing the memory down);
+  //!  3. the checkpoint policy: None and Full throw invalid_problem when a rank's peak exceeds a
+  //!     limited budget; Selective and Mario recompute what the budget requires and throw when
+  //!     even recomputing everything does not fit; checkpoint::SelectiveWithin<N> plans within
+  //!     the tighter of `budget` and N microbatches' activations per rank.
+  //! Problems that do not fit the plan are refused as by generate(p). The tuner and the
+  //! `pipesched` command build the same schedule for the same knobs.
   template <cost_model Cost>
   static Schedule generate(Problem p, const Cost& cost, const MemoryBudget& budget) {
     static_assert(applicable_checkpoint<checkpoint, Cost>,
@@ -284,28 +271,39 @@ struct plan {
                   "Schedule apply(const Schedule&, const Cost&, const MemoryBudget&)` (derive it "
                   "from checkpoint::Custom and give it one)");
     const Cost sliced = sliced_cost(cost);
-    // Without checkpointing, an order with a memory knob fits itself to the budget (else the
-    // budget is only checked); with checkpointing, the order's own schedule is checkpointed.
-    constexpr bool fit_order = !checkpoint::recomputes && checkpoint::held_microbatches == 0;
-    Schedule s = generate_compute(p, &sliced, fit_order ? &budget : nullptr);
+    p = resolved(p);
+    // The order's generators under the plan's own cost type (a program's order may take its
+    // own cost model rather than any): the own schedule is built here, a fitted one through
+    // the memory-bounded generator with `sliced` itself.
+    GeneratorInfo info = generator_info<order>();
+    if constexpr (pipesched::detail::budget_generating_order<order, Cost>)
+      info.generate_within = [&sliced](Problem q, WGradMode w, CostRef, const MemoryBudget& b) {
+        return order::generate(q, w, sliced, b);
+      };
+    const PlanRecipe recipe{.wgrad = pipesched::detail::wgrad_mode_v<wgrad>,
+                            .fine_wgrad = wgrad::fills,
+                            .wgrad_parts = wgrad::parts,
+                            .fit = FitOrder::Auto,
+                            .held_microbatches = checkpoint::held_microbatches};
     try {
-      MemoryBudget b = budget;
-      if constexpr (checkpoint::held_microbatches > 0)
-        b = detail::held_microbatches_budget(s, sliced, checkpoint::held_microbatches, budget);
-      s = checkpoint::apply(s, sliced, b);
-      if constexpr (wgrad::fills) s = fill_weight_gradients(s, sliced, b, wgrad::parts);
-      return s;
+      const Schedule own =
+          checked_placement(detail::generate_order<order>(p, recipe.wgrad, sliced));
+      AssembledPlan<Cost> a = assemble_plan(
+          info, p, sliced, budget, recipe, checkpoint::recomputes,
+          [](const Schedule& s, const Cost& c, const MemoryBudget& b) {
+            return checkpoint::apply(s, c, b);
+          },
+          &own);
+      return checked_placement(std::move(a.schedule));
     } catch (const invalid_problem& e) {
       e.rethrow_after("plan<" + describe() + ">: ");
     }
   }
 
  private:
-  // The order's compute-only schedule for `p`, before any checkpointing; `cost` (null for
-  // none) goes to an order with a cost-aware generator, and `budget` with it to an order with
-  // a memory-bounded one.
-  template <class Cost>
-  static Schedule generate_compute(Problem p, const Cost* cost, const MemoryBudget* budget) {
+  // `p` with its stages and slices resolved as the plan's placement and slicing give them;
+  // throws invalid_problem naming the plan and the field where `p` does not fit the plan.
+  static Problem resolved(Problem p) {
     const std::string who = "plan<" + describe() + ">";
     try {
       p.check();
@@ -334,20 +332,24 @@ struct plan {
           " slice(s) per microbatch; use slices = " + std::to_string(slicing::slices) +
           (slicing::slices > 1 ? ", or leave it at 1 and the plan sets it." : "."));
     p.slices = slicing::slices;
+    return p;
+  }
 
-    Schedule s;
-    if constexpr (std::is_null_pointer_v<Cost>)
-      s = detail::generate_order<order>(p, detail::wgrad_mode_v<wgrad>);
-    else if (budget)
-      s = detail::generate_order<order>(p, detail::wgrad_mode_v<wgrad>, *cost, *budget);
-    else
-      s = detail::generate_order<order>(p, detail::wgrad_mode_v<wgrad>, *cost);
-    // The plan promises its placement; a generator that built another map would make
-    // every later pass, simulation and execution silently wrong.
-    if (!(s.placement == placement::build(p.ranks)))
-      throw invalid_schedule(who + ": generator returned placement " + s.placement.describe() +
-                             " instead of " + placement::build(p.ranks).describe() + ".");
+  // `s` as the order's generator built it, refused where its placement is not the plan's: a
+  // generator that built another map would make every later pass, simulation and execution
+  // silently wrong.
+  static Schedule checked_placement(Schedule s) {
+    if (!(s.placement == placement::build(s.problem.ranks)))
+      throw invalid_schedule("plan<" + describe() + ">: generator returned placement " +
+                             s.placement.describe() + " instead of " +
+                             placement::build(s.problem.ranks).describe() + ".");
     return s;
+  }
+
+  // The order's compute-only schedule for `p`, before any checkpointing.
+  static Schedule generate_compute(Problem p) {
+    p = resolved(p);
+    return checked_placement(detail::generate_order<order>(p, detail::wgrad_mode_v<wgrad>));
   }
 };
 

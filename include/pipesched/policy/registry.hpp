@@ -41,6 +41,10 @@ struct GeneratorInfo {
   //! memory-bounded generator: Zero Bubble's capped weight-gradient deferral, slice-pipe's
   //! warm-up); empty for orders without one, which are fitted by checkpointing alone.
   std::function<Schedule(Problem, WGradMode, CostRef, const MemoryBudget&)> generate_within = {};
+  //! Generates planned under the cost model it will be simulated with (the order's cost-aware
+  //! generator: V-Half's and V-Min's memory targets, Chimera's); empty for orders whose
+  //! schedule does not depend on the cost.
+  std::function<Schedule(Problem, WGradMode, CostRef)> generate_with_cost = {};
 };
 
 namespace detail {
@@ -75,6 +79,10 @@ GeneratorInfo generator_info() {
   if constexpr (detail::budget_generating_order<Order, CostRef>)
     g.generate_within = [](Problem p, WGradMode w, CostRef c, const MemoryBudget& b) {
       return Order::generate(p, w, c, b);
+    };
+  if constexpr (detail::cost_generating_order<Order, CostRef>)
+    g.generate_with_cost = [](Problem p, WGradMode w, CostRef c) {
+      return Order::generate(p, w, c);
     };
   if constexpr (detail::warmup_generating_order<Order>)
     g.generate_with_warmup = [](Problem p, WGradMode w, int n) {

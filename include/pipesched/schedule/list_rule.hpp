@@ -136,10 +136,13 @@ struct RankStall {
 class schedule_stalled : public invalid_problem {
  public:
   //! An exception whose message is `what`, with each stalled rank's state.
-  schedule_stalled(const std::string& what, std::vector<RankStall> stalls)
+  schedule_stalled(const Message& what, std::vector<RankStall> stalls)
       : invalid_problem(what), stalls_(std::move(stalls)) {}
   //! Each rank that had ready actions, and what it refused.
   const std::vector<RankStall>& stalls() const noexcept { return stalls_; }
+  void throw_after(const Message& prefix) const override {
+    throw schedule_stalled(prefix + message(), stalls_);
+  }
 
  private:
   std::vector<RankStall> stalls_;

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/analysis/cost_capabilities.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/tune/detail/run_tune.hpp"
@@ -17,6 +18,51 @@
 #include "pipesched/tune/result.hpp"
 
 namespace pipesched {
+
+//! What the cluster search asks of the model it plans:
+//! - `f(microbatch_size, parallelism)`: the cost model of microbatches of that many sequences
+//!   on a pipeline whose ranks are `parallelism`'s data- and tensor-parallel groups (a
+//!   parallel_cost, so that its step includes the data-parallel reduction; it may throw
+//!   invalid_problem for a size or parallelism it cannot model, which the search then skips);
+//! - `f.layer_count()`: the model's layers (a pipeline has at most as many ranks);
+//! - `f.tensor_fits(t)`: whether the model splits over `t` tensor-parallel GPUs (its heads,
+//!   key/value heads and MLP width divide);
+//! - `f.gpus_per_node()`: the GPUs of one node (a tensor group stays inside one).
+//! TransformerClusterFactory is one; a program's own cost model of its layers and links takes
+//! part in the cluster search through a factory of its own.
+template <class F>
+concept cluster_cost_factory = requires(const F& f, int b, const Parallelism& par, int t) {
+  { f(b, par) } -> parallel_cost;
+  { f.layer_count() } -> std::convertible_to<int>;
+  { f.tensor_fits(t) } -> std::convertible_to<bool>;
+  { f.gpus_per_node() } -> std::convertible_to<int>;
+};
+
+//! TransformerCost as a cluster cost factory: `model` (its microbatch size replaced) on
+//! `device` (its ranks_per_node the node size) under each parallelism.
+struct TransformerClusterFactory {
+  ModelShape model;   //!< the model
+  DeviceSpec device;  //!< every GPU of the cluster
+
+  //! The cost model of microbatches of `microbatch_size` sequences under `parallelism`.
+  TransformerCost operator()(int microbatch_size, const Parallelism& parallelism) const {
+    TransformerCost c{model, device, {}, parallelism};
+    c.model.microbatch_size = microbatch_size;
+    c.check();
+    return c;
+  }
+  //! The model's layers.
+  int layer_count() const noexcept { return model.layers; }
+  //! Whether the heads, key/value heads and MLP width divide by `t`.
+  bool tensor_fits(int t) const noexcept {
+    return t >= 1 && model.heads % t == 0 && model.key_value_heads() % t == 0 &&
+           model.ffn() % t == 0;
+  }
+  //! GPUs of a node (DeviceSpec::ranks_per_node).
+  int gpus_per_node() const noexcept { return device.ranks_per_node; }
+};
+
+static_assert(cluster_cost_factory<TransformerClusterFactory>);
 
 namespace detail {
 
@@ -60,11 +106,13 @@ inline Message unmet_degrees(const ClusterRequest& request, int G) {
 //! dividing the model's heads, key/value heads and MLP width; d dividing the global batch;
 //! pp at most the layers) and layer split, tensor degrees outermost. What is left out and why
 //! goes into `notes`, one per reason. Throws invalid_problem when nothing is left.
-inline std::vector<TuneScenario<TransformerCost>> cluster_scenarios(const ClusterRequest& request,
-                                                                    const ModelShape& model,
-                                                                    const DeviceSpec& device,
-                                                                    std::vector<TuneNote>& notes) {
-  const int N = request.gpus, G = device.ranks_per_node;
+template <cluster_cost_factory Factory, class Cost = decltype(std::declval<const Factory&>()(
+                                            1, std::declval<const Parallelism&>()))>
+std::vector<TuneScenario<Cost>> cluster_scenarios(const ClusterRequest& request,
+                                                  const Factory& factory, int G,
+                                                  std::vector<TuneNote>& notes) {
+  const int N = request.gpus;
+  const int layers = factory.layer_count();
   auto note = [&](const std::string& configuration, const Message& reason) {
     const std::string text = reason.text();
     auto same = std::find_if(notes.begin(), notes.end(),
@@ -77,10 +125,10 @@ inline std::vector<TuneScenario<TransformerCost>> cluster_scenarios(const Cluste
   auto wanted = [](const std::vector<int>& list, int v) {
     return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
   };
-  std::vector<TuneScenario<TransformerCost>> scenarios;
+  std::vector<TuneScenario<Cost>> scenarios;
   for (int t = 1; t <= std::min(N, G); ++t) {
     if (N % t != 0 || G % t != 0 || !wanted(request.tensor, t)) continue;
-    if (model.heads % t != 0 || model.key_value_heads() % t != 0 || model.ffn() % t != 0) {
+    if (!factory.tensor_fits(t)) {
       if (!request.tensor.empty())
         note("tensor " + std::to_string(t),
              "tensor parallelism of " + std::to_string(t) +
@@ -98,10 +146,10 @@ inline std::vector<TuneScenario<TransformerCost>> cluster_scenarios(const Cluste
                         " data-parallel replicas");
         continue;
       }
-      if (pp > model.layers) {
+      if (pp > layers) {
         note(label, "a pipeline of " + std::to_string(pp) +
                         " ranks needs at least as many layers (the model has " +
-                        std::to_string(model.layers) + ")");
+                        std::to_string(layers) + ")");
         continue;
       }
       for (LayerSplit split : request.splits) {
@@ -113,7 +161,7 @@ inline std::vector<TuneScenario<TransformerCost>> cluster_scenarios(const Cluste
         par.zero = d > 1 ? request.zero : 0;
         par.split = split;
         par.whole_step = request.whole_step;
-        TuneScenario<TransformerCost> sc;
+        TuneScenario<Cost> sc;
         sc.ranks = pp;
         sc.global_batch = request.global_batch / d;
         sc.data = d;
@@ -121,12 +169,7 @@ inline std::vector<TuneScenario<TransformerCost>> cluster_scenarios(const Cluste
         sc.zero = par.zero;
         sc.sequence_parallel = par.sequence_parallel;
         sc.cluster = true;
-        sc.make_cost = [model, device, par](int b) {
-          TransformerCost c{model, device, {}, par};
-          c.model.microbatch_size = b;
-          c.check();
-          return c;
-        };
+        sc.make_cost = [factory, par](int b) { return factory(b, par); };
         scenarios.push_back(std::move(sc));
       }
     }
@@ -143,26 +186,45 @@ inline std::vector<TuneScenario<TransformerCost>> cluster_scenarios(const Cluste
 
 }  // namespace detail
 
-//! Searches `request` for `model` on GPUs of `device`: each factorization N = pp · d · t
-//! (t inside a node; d dividing the global batch) and layer split is a pipeline of pp ranks
-//! with the global batch / d sequences, searched as `tune` searches a fixed pipeline, all of
-//! them in one parallel search with one set of baselines. Plans carry their degrees, step
-//! time with the gradient all-reduce and optimizer step, largest GPU's memory and MFU.
+//! Searches `request` for the model `factory` prices (cluster_cost_factory): each
+//! factorization N = pp · d · t (t inside a node and fitting the model; d dividing the global
+//! batch; pp at most the layers) and layer split is a pipeline of pp ranks with the global
+//! batch / d sequences, searched as `tune` searches a fixed pipeline, all of them in one
+//! parallel search with one set of baselines. The node size is request.gpus_per_node, or the
+//! factory's when that is 0. Plans carry their degrees and step time with the data-parallel
+//! reduction, and the figures the cost model's capabilities give (largest GPU's memory, layers
+//! per stage, MFU).
+template <cluster_cost_factory Factory>
+TuneResult tune_cluster(const ClusterRequest& request, const Factory& factory,
+                        const ProgressFn& progress = {}) {
+  using Cost = decltype(factory(1, std::declval<const Parallelism&>()));
+  request.check();
+  const int G = request.gpus_per_node > 0 ? request.gpus_per_node : factory.gpus_per_node();
+  if (G < 1)
+    throw invalid_problem("tune_cluster: the cost factory gives " + std::to_string(G) +
+                          " GPUs per node; a node has at least one (set "
+                          "ClusterRequest.gpus_per_node).");
+  detail::check_whole_nodes(request.gpus, G);
+  std::vector<TuneNote> notes;
+  const std::vector<detail::TuneScenario<Cost>> scenarios =
+      detail::cluster_scenarios(request, factory, G, notes);
+  TuneRequest search = request.search;
+  search.global_batch = request.global_batch;
+  TuneResult r = detail::run_tune<Cost>(search, scenarios, progress);
+  r.notes.insert(r.notes.begin(), notes.begin(), notes.end());
+  return r;
+}
+
+//! Searches `request` for `model` on GPUs of `device` (tune_cluster over a
+//! TransformerClusterFactory): plans carry their degrees, step time with the gradient
+//! all-reduce and optimizer step, largest GPU's memory and MFU.
 inline TuneResult tune_cluster(const ClusterRequest& request, const ModelShape& model,
                                DeviceSpec device, const ProgressFn& progress = {}) {
   request.check();
   model.check();
   if (request.gpus_per_node > 0) device.ranks_per_node = request.gpus_per_node;
   device.check();
-  detail::check_whole_nodes(request.gpus, device.ranks_per_node);
-  std::vector<TuneNote> notes;
-  const std::vector<detail::TuneScenario<TransformerCost>> scenarios =
-      detail::cluster_scenarios(request, model, device, notes);
-  TuneRequest search = request.search;
-  search.global_batch = request.global_batch;
-  TuneResult r = detail::run_tune<TransformerCost>(search, scenarios, progress);
-  r.notes.insert(r.notes.begin(), notes.begin(), notes.end());
-  return r;
+  return tune_cluster(request, TransformerClusterFactory{model, device}, progress);
 }
 
 }  // namespace pipesched

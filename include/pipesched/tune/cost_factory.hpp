@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "pipesched/analysis/cost_capabilities.hpp"
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
@@ -64,14 +65,15 @@ static_assert(cost_factory<UniformCostFactory>);
 static_assert(cost_factory<TransformerCostFactory>);
 
 //! The per-rank memory budget `cost` implies for a schedule of `problem` on `placement` when
-//! the caller gives none: for TransformerCost each rank's device memory minus what its stages'
-//! weights, gradients and optimizer state take (device_memory_budget; throws invalid_problem
-//! when that alone fills a device); for other cost models no limit.
+//! the caller gives none: for a cost model of a device's memory (device_memory_cost, as
+//! TransformerCost) its memory_budget, each rank's device memory minus what its stages'
+//! weights, gradients and optimizer state take (throws invalid_problem when that alone fills a
+//! device); for other cost models no limit.
 template <cost_model Cost>
 MemoryBudget default_memory_budget(const Cost& cost, const Problem& problem,
                                    const Placement& placement) {
-  if constexpr (std::is_same_v<std::remove_cvref_t<Cost>, TransformerCost>) {
-    return device_memory_budget(cost, problem, placement);
+  if constexpr (device_memory_cost<Cost>) {
+    return cost.memory_budget(problem, placement);
   } else {
     (void)cost;
     (void)problem;

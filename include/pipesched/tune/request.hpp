@@ -13,6 +13,7 @@
 
 #include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/core/detail/parallel_for.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/memory_budget.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
@@ -78,6 +79,8 @@ struct TuneRequest {
   int wgrad_parts = 4;  //!< parts of each weight gradient with fine_wgrad (0: one per GEMM)
   //! Threads searching at once; 0 = one per core (std::thread::hardware_concurrency).
   int threads = 0;
+  //! The threads the search runs on: `threads`, or one per core (at least 1) for 0.
+  int thread_count() const { return detail::thread_count(threads); }
   //! Wall-clock seconds after which the search stops and returns the best plans found so far
   //! (TuneResult::cut); 0 = no limit. The deadline reaches inside each candidate (the
   //! selective and Mario passes poll it), so the search ends soon after it whatever one

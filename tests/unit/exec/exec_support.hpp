@@ -84,12 +84,7 @@ inline bool accumulates_in_order(const pipesched::Schedule& s) {
 }
 
 inline int count_recomputes(const pipesched::Schedule& s) {
-  int n = 0;
-  for (const auto& list : s.ranks)
-    n += static_cast<int>(std::count_if(list.begin(), list.end(), [](const pipesched::Action& a) {
-      return a.kind == pipesched::OpKind::R;
-    }));
-  return n;
+  return static_cast<int>(s.count(pipesched::OpKind::R));
 }
 
 // A stage model (`Base`) that throws at its `target`-th compute call (forward, backward_input,

@@ -15,6 +15,7 @@ namespace pipesched {
 class cuda_error : public error {
  public:
   using error::error;
+  void throw_after(const Message& prefix) const override { throw cuda_error(prefix + message()); }
 };
 
 namespace detail::gpu {

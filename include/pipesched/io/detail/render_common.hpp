@@ -1,7 +1,7 @@
 // What the schedule pictures (SVG timeline, Chrome trace, text grid) and the command's reports
-// share: the check that a simulation result belongs to the schedule being drawn,
-// locale-independent number formatting, time, memory and percentage figures in a cost model's
-// units, and (from io/json.hpp) UTF-8 clean-up for user text.
+// share: the check that a simulation result belongs to the schedule being drawn, the letters
+// and labels of actions, and (from io/json.hpp) UTF-8 clean-up for user text. Time, memory and
+// percentage figures are core/format.hpp's.
 #pragma once
 
 #include <algorithm>
@@ -63,73 +63,10 @@ inline void check_simulation(const Schedule& s, const SimulationResult& sim, con
   }
 }
 
-//! `ratio` (0.2) as a percentage with one decimal ("20.0%").
-inline std::string format_percent(double ratio) {
-  std::string s = fixed_number(ratio * 100.0, 1);
-  if (s.find('.') == std::string::npos) s += ".0";
-  return s + "%";
-}
-
-//! `number` (the figure `v` written out) followed by `unit`, singular for exactly 1 ("1 unit",
-//! "1 microbatch", "2 units"); a bare number for an empty unit.
-inline std::string with_unit(std::string number, double v, const std::string& unit) {
-  if (unit.empty()) return number;
-  if (v != 1 || unit.size() < 2 || unit.back() != 's') return number + " " + unit;
-  // English plurals in -es after a sibilant ("microbatches", "boxes"); the rest in -s.
-  auto ends = [&](std::string_view tail) {
-    return unit.size() > tail.size() &&
-           unit.compare(unit.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  const bool es = ends("ches") || ends("shes") || ends("sses") || ends("xes") || ends("zes");
-  return number + " " + unit.substr(0, unit.size() - (es ? 2 : 1));
-}
-
-//! A memory figure in a cost model's unit: with unit "bytes" the value is a byte count
-//! written with a binary prefix ("1.5 GiB"); any other unit is written after the number
-//! ("2.5 microbatches", singular for 1), an empty one not at all. `digits` as for
-//! format_number.
-inline std::string format_memory(double v, const std::string& unit, int digits = 4) {
-  if (unit != "bytes") return with_unit(format_number(v, digits), v, unit);
-  static constexpr const char* prefixes[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double x = v;
-  int k = 0;
-  while (std::fabs(x) >= 1024.0 && k < 6) {
-    x /= 1024.0;
-    ++k;
-  }
-  return format_number(x, digits) + " " + prefixes[k];
-}
-
-//! A time figure in a cost model's unit: with unit "seconds" (or "s") the value is written in
-//! seconds from 1 s up ("1.5 s"), in milliseconds or microseconds between 1 µs and 1 s
-//! ("447 ms", "1.205 ms", "250 µs": `digits` significant digits, the prefix chosen
-//! after rounding, so 0.99999 s is "1 s"), below 1 µs in seconds again ("5e-07 s"); any
-//! other unit is written after the number ("44 units", singular for 1), an empty one not at
-//! all (a bare number). `digits` as for format_number.
-inline std::string format_time(double v, const std::string& unit, int digits = 4) {
-  if (unit != "seconds" && unit != "s") return with_unit(format_number(v, digits), v, unit);
-  // `v` / `scale` rounded to `digits` as written, and whether it rounds to 1000 or more (then
-  // the next larger prefix says it: "1 s", not "1000 ms").
-  auto in = [&](double scale, std::string& number) {
-    number = format_number(v / scale, digits);
-    double rounded = 0;
-    const bool minus = !number.empty() && number[0] == '-';
-    std::from_chars(number.data() + minus, number.data() + number.size(), rounded);
-    return rounded;
-  };
-  const double a = std::fabs(v);
-  std::string number;
-  if (std::isfinite(a) && a < 1 && a > 0) {
-    if (a >= 1e-3 * (1 - 1e-12) && in(1e-3, number) < 1000) return number + " ms";
-    if (a >= 1e-3 * (1 - 1e-12)) return format_number(v, digits) + " s";
-    if (in(1e-6, number) >= 1000) {
-      in(1e-3, number);
-      return number + " ms";
-    }
-    if (in(1e-6, number) >= 1) return number + " \xC2\xB5s";
-  }
-  return format_number(v, digits) + " s";
-}
+// The figures of tables and reports (core/format.hpp), by their old names.
+using pipesched::format_memory;
+using pipesched::format_percent;
+using pipesched::format_time;
 
 //! The one-letter name of a kind in the text grid and the SVG legend: F, B, I, W, R, O for
 //! Overlap, '>' for a send or its wait, '<' for a receive, '*' for an action on a whole stage

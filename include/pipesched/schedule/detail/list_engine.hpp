@@ -19,6 +19,7 @@
 
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/format.hpp"
 #include "pipesched/core/rules.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/schedule/list_rule.hpp"
@@ -134,14 +135,6 @@ struct KeyOf<Rule, true> {
     }
   };
 };
-
-inline std::string seconds_text(double t) {
-  std::string s = std::to_string(t);
-  while (s.size() > 1 && s.back() == '0')
-    s.pop_back();
-  if (!s.empty() && s.back() == '.') s.pop_back();
-  return s;
-}
 
 }  // namespace detail::list
 
@@ -527,12 +520,12 @@ class Engine {
       if (refused.size() > 8) names += " and " + std::to_string(refused.size() - 8) + " more";
       detail += "\n  rank " + std::to_string(r) + " (" + std::to_string(rs.forwards) +
                 " forwards, " + std::to_string(rs.backwards) + " backwards, " +
-                std::to_string(rs.in_flight()) + " in flight, memory " + seconds_text(rs.memory) +
+                std::to_string(rs.in_flight()) + " in flight, memory " + pipesched::detail::format_general(rs.memory) +
                 ") refused " + names;
       stalls.push_back(std::move(st));
     }
     throw schedule_stalled(lp_.name + ": the rule refuses every ready action at time " +
-                               seconds_text(now_) + " with nothing running and " +
+                               pipesched::detail::format_general(now_) + " with nothing running and " +
                                std::to_string(left_) +
                                " actions left, so no rank can go on:" + detail +
                                "\nAdmit at least one of them (a limit that holds back "

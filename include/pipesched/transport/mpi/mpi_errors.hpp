@@ -13,6 +13,7 @@ namespace pipesched {
 class mpi_error : public error {
  public:
   using error::error;
+  void throw_after(const Message& prefix) const override { throw mpi_error(prefix + message()); }
 };
 
 //! The processes of one pipeline were started with different schedules: `first_rank()` (0)
@@ -22,8 +23,11 @@ class mpi_error : public error {
 class schedule_mismatch : public invalid_problem {
  public:
   //! An exception whose message is `what`, about ranks `first` and `second`.
-  schedule_mismatch(const std::string& what, int first, int second)
+  schedule_mismatch(const Message& what, int first, int second)
       : invalid_problem(what), first_(first), second_(second) {}
+  void throw_after(const Message& prefix) const override {
+    throw schedule_mismatch(prefix + message(), first_, second_);
+  }
   //! The rank whose schedule the others are compared with (0).
   int first_rank() const noexcept { return first_; }
   //! The lowest rank whose schedule differs from first_rank()'s.

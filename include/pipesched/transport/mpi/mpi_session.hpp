@@ -22,6 +22,7 @@ namespace pipesched {
 class peer_lost : public error {
  public:
   using error::error;
+  void throw_after(const Message& prefix) const override { throw peer_lost(prefix + message()); }
 };
 
 //! Initializes MPI unless the program already did, and finalizes it on destruction if it

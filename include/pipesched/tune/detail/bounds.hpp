@@ -12,9 +12,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "pipesched/analysis/cost_capabilities.hpp"
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/simulate.hpp"
-#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/core/action.hpp"
 #include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
@@ -67,8 +67,9 @@ double makespan_lower_bound(const Schedule& s, const Cost& cost, const Simulatio
 //! layers, so any split adds up to the same). Cheap: it needs no schedule.
 template <class Cost>
 double average_work_bound(const Cost& cost, int ranks, int microbatches, int slices) {
+  // One stage holds every layer: a per-stage layer list would not fit it.
   Cost one = cost;
-  if constexpr (std::is_base_of_v<TransformerCost, Cost>) one.parallel.layers.clear();
+  if constexpr (layered_cost<Cost>) one = cost.evenly_layered();
   const Problem p{.ranks = 1, .stages = 1, .microbatches = 1, .slices = slices};
   const Placement placement = Placement::linear(1);
   const CostContext ctx{p, placement, 1};

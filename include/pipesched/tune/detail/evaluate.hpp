@@ -14,17 +14,17 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/analysis/cost_capabilities.hpp"
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/simulate.hpp"
-#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/memory_budget.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/core/stop_token.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
-#include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/policy/assemble.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/cost_factory.hpp"
 #include "pipesched/tune/detail/bounds.hpp"
@@ -106,31 +106,11 @@ class Evaluator {
       board_.settle(1, Settled::Pruned);
       return;
     }
-    try {
-      const Built b = build(cfg);
-      const Schedule s =
-          is_selective(mode)
-              ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode), stop_)
-              : checkpoint_mario(b.base, b.cost, b.budget, request_.mario, stop_);
-      if (stop_.stop_requested()) return;  // cut before its simulation: dropped
-      const SimulationResult sim = simulate(s, b.cost);
-      if (sim.deadlock) {
-        board_.settle(1, Settled::OverBudget);
-        return;
-      }
-      if (!fits_budget(peaks_of(sim), b.budget)) {
-        board_.over_budget(point(cfg, index, mode, b, s, sim));
-        return;
-      }
-      board_.keep(make_plan(cfg, index, mode, b, s, sim), cfg.generator);
-    } catch (const work_stopped&) {
-      // Cut short by the deadline or the caller's flag: dropped, never reported.
-    } catch (const invalid_problem&) {
-      // The pass found nothing within the budget.
-      board_.settle(1, Settled::OverBudget);
-    } catch (const invalid_schedule& e) {
-      board_.refuse(index, cfg.label() + ", " + to_string(mode), e.message(), 1);
-    }
+    settle_checkpointed(index, mode, {}, [&](const Built& b) {
+      return is_selective(mode)
+                 ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode), stop_)
+                 : checkpoint_mario(b.base, b.cost, b.budget, request_.mario, stop_);
+    });
   }
 
   //! The program's own policy `j` on the configuration at grid position `index` (one that
@@ -149,31 +129,9 @@ class Evaluator {
                     1);
       return;
     }
-    try {
-      const Built b = build(cfg);
-      const Schedule s = policy.apply(b.base, CostRef(b.cost), b.budget);
-      if (stop_.stop_requested()) return;  // cut before its simulation: dropped
-      const SimulationResult sim = simulate(s, b.cost);
-      if (sim.deadlock) {
-        board_.settle(1, Settled::OverBudget);
-        return;
-      }
-      if (!fits_budget(peaks_of(sim), b.budget)) {
-        TunePoint over = point(cfg, index, CheckpointMode::None, b, s, sim);
-        over.checkpoint = std::string(policy.name);
-        board_.over_budget(std::move(over));
-        return;
-      }
-      TunePlan p = make_plan(cfg, index, CheckpointMode::None, b, s, sim);
-      p.checkpoint_policy = std::string(policy.name);
-      board_.keep(std::move(p), cfg.generator);
-    } catch (const work_stopped&) {
-      // A policy that polls a token of its own and was stopped: dropped.
-    } catch (const invalid_problem&) {
-      board_.settle(1, Settled::OverBudget);  // the policy found nothing within the budget
-    } catch (const invalid_schedule& e) {
-      board_.refuse(index, cfg.label() + ", " + std::string(policy.name), e.message(), 1);
-    }
+    settle_checkpointed(index, CheckpointMode::None, std::string(policy.name), [&](const Built& b) {
+      return policy.apply(b.base, CostRef(b.cost), b.budget);
+    });
   }
 
  private:
@@ -185,67 +143,86 @@ class Evaluator {
     Schedule base;
   };
 
-  //! Builds the base of `cfg`; throws invalid_problem / invalid_schedule when refused and
-  //! same_as_own for a fitted configuration without a budget. Built again where phase two
-  //! needs it: keeping every configuration's schedule would hold the whole grid in memory.
+  //! One checkpointed candidate of the configuration at `index`: its base built again,
+  //! checkpointed by `apply(built)` (a built-in `mode`, or the program's policy `policy` with
+  //! mode None), simulated and settled: kept, over the budget, or refused. A candidate the
+  //! stop token cuts is dropped, never reported; a pass that finds nothing within the budget
+  //! settles it as over.
+  template <class Apply>
+  void settle_checkpointed(std::size_t index, CheckpointMode mode, const std::string& policy,
+                           Apply&& apply) {
+    const TuneConfig<Cost>& cfg = grid_.configs[index];
+    try {
+      const Built b = build(cfg);
+      const Schedule s = apply(b);
+      if (stop_.stop_requested()) return;  // cut before its simulation: dropped
+      const SimulationResult sim = simulate(s, b.cost);
+      if (sim.deadlock) {
+        board_.settle(1, Settled::OverBudget);
+        return;
+      }
+      if (!fits_budget(peaks_of(sim), b.budget)) {
+        TunePoint over = point(cfg, index, mode, b, s, sim);
+        if (!policy.empty()) over.checkpoint = policy;
+        board_.over_budget(std::move(over));
+        return;
+      }
+      TunePlan p = make_plan(cfg, index, mode, b, s, sim);
+      p.checkpoint_policy = policy;
+      board_.keep(std::move(p), cfg.generator);
+    } catch (const work_stopped&) {
+      // Cut short by the deadline or the caller's flag (or a policy's own token): dropped.
+    } catch (const invalid_problem&) {
+      board_.settle(1, Settled::OverBudget);  // the pass found nothing within the budget
+    } catch (const invalid_schedule& e) {
+      board_.refuse(index,
+                    cfg.label() + ", " + (policy.empty() ? std::string(to_string(mode)) : policy),
+                    e.message(), 1);
+    }
+  }
+
+  //! Builds the base of `cfg` (steps 1 and 2 of assemble_plan: generated, fitted where `cfg`
+  //! is a fitted configuration, its W parts placed where it is a fine one); throws
+  //! invalid_problem / invalid_schedule when refused and same_as_own for a fitted
+  //! configuration without a budget. Built again where phase two needs it: keeping every
+  //! configuration's schedule would hold the whole grid in memory.
   Built build(const TuneConfig<Cost>& cfg) const {
-    Cost cost = grid_.cost_of(cfg, request_.slicing);
+    const Cost cost = grid_.cost_of(cfg, request_.slicing);
     const Problem problem{.ranks = cfg.ranks,
                           .stages = cfg.ranks * cfg.chunks,
                           .microbatches = cfg.microbatches,
                           .slices = cfg.slices};
-    const WGradMode wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad;
+    const PlanRecipe recipe{.wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad,
+                            .fine_wgrad = cfg.fine,
+                            .wgrad_parts = request_.wgrad_parts,
+                            .fit = cfg.fitted ? FitOrder::Fitted : FitOrder::Own};
     // A model too shallow for the stages is refused before the schedule is built (it could
     // be far larger than any the model can run): every rank holds a stage of at least one
     // layer, and a looped order ranks x chunks of them.
-    if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+    if constexpr (layered_cost<Cost>) {
       const int stages = cfg.generator->chunks_vary ? cfg.ranks * cfg.chunks : cfg.ranks;
-      if (stages > cost.model.layers) {
+      if (stages > cost.layer_count()) {
         const Problem shape{.ranks = stages, .stages = stages, .microbatches = 1};
         const Placement none;
-        cost.check(CostContext{shape, none, 1});  // throws the model's own message
+        if constexpr (requires { cost.check(CostContext{shape, none, 1}); })
+          cost.check(CostContext{shape, none, 1});  // throws the model's own message
+        throw invalid_problem("the model's " + std::to_string(cost.layer_count()) +
+                              " layers cannot be split over " + std::to_string(stages) +
+                              " stages; every stage needs at least one layer.");
       }
     }
-    Schedule base = cfg.generator->generate(problem, wgrad);
+    const Schedule own = generate_own(*cfg.generator, problem, recipe, cost);
     const TuneScenario<Cost>& sc = scenarios_[cfg.scenario];
-    MemoryBudget budget =
-        sc.budget ? *sc.budget : default_memory_budget(cost, base.problem, base.placement);
+    const MemoryBudget budget =
+        sc.budget ? *sc.budget : default_memory_budget(cost, own.problem, own.placement);
     // An order with a memory knob (Zero Bubble's capped W deferral, slice-pipe's warm-up)
     // is searched twice: as it is, and fitted to the budget before checkpointing (what it
     // cannot fit, checkpointing brings down below). Neither dominates: a fitted base may
     // need no recompute, the order's own may leave Mario more bubble to hide recomputes in.
-    if (cfg.fitted) {
-      if (!budget.limited()) throw same_as_own{};
-      base = cfg.generator->generate_within(problem, wgrad, cost, budget);
-    }
-    if (cfg.fine) base = place_weight_gradients(std::move(base), cost, budget);
-    return Built{std::move(cost), std::move(budget), std::move(base)};
-  }
-
-  //! MEPipe's fine W: each weight gradient cut into TuneRequest::wgrad_parts parts placed in
-  //! waits (0: one per weight GEMM of the stage with the most, which sets `cost`'s split).
-  Schedule place_weight_gradients(Schedule base, Cost& cost, const MemoryBudget& budget) const {
-    int parts = request_.wgrad_parts;
-    if (parts == 0) {  // one part per weight GEMM of the stage with the most
-      if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
-        cost.wgrad_split = WGradSplit::PerGemm;
-        const CostContext ctx{base.problem, base.placement, 1};
-        for (int st = 0; st < base.problem.stages; ++st)
-          parts = std::max(parts, cost.weight_gemms(ctx, st));
-      } else {
-        throw invalid_problem(
-            field("TuneRequest.wgrad_parts", 0) +
-            " cuts each W per weight GEMM, which only TransformerCost knows; give a number of "
-            "parts");
-      }
-    }
-    try {
-      return fill_weight_gradients(base, cost, budget, parts);
-    } catch (const invalid_problem&) {
-      // The base is over the budget whatever the W placement: place W's for speed and
-      // let checkpointing bring the memory down.
-      return fill_weight_gradients(base, cost, MemoryBudget{}, parts);
-    }
+    if (cfg.fitted && !budget.limited()) throw same_as_own{};
+    AssembledPlan<Cost> a =
+        assemble_base(*cfg.generator, problem, cost, budget, recipe, cfg.fitted, &own);
+    return Built{std::move(a.cost), std::move(a.budget), std::move(a.schedule)};
   }
 
   //! Builds and simulates the base of the configuration at `index` into `b` and `sim`; false,
@@ -277,7 +254,8 @@ class Evaluator {
   //! False, with what is left unsettled, where the search was stopped before a simulation.
   bool settle_full(std::size_t index, const Built& b) {
     TuneConfig<Cost>& cfg = grid_.configs[index];
-    const bool need_full = space_.want_full || space_.fallback_full || !cfg.base_fits;
+    const bool need_full =
+        space_.want_full || space_.want_full_early || space_.fallback_full || !cfg.base_fits;
     if (need_full) {
       const Schedule full = checkpoint_full(b.base);
       if (stop_.stop_requested()) return false;
@@ -373,7 +351,7 @@ class Evaluator {
     p.peak_per_rank = peaks_of(sim);
     for (int r = 0; r < cfg.ranks; ++r)
       p.budget_per_rank.push_back(b.budget.of(r));
-    p.recomputes = count_recomputes(s);
+    p.recomputes = static_cast<int>(s.count(OpKind::R));
     p.slices = cfg.slices;
     p.fine_wgrad = cfg.fine;
     p.fitted = cfg.fitted;
@@ -382,27 +360,37 @@ class Evaluator {
     p.order = index;
     for (double peak : p.peak_per_rank)
       p.peak_memory = std::max(p.peak_memory, peak);
-    if constexpr (std::is_base_of_v<TransformerCost, Cost>) add_model_figures(p, cfg, b, s, sim);
+    add_model_figures(p, cfg, b, s, sim);
     return p;
   }
 
-  //! TransformerCost's figures of plan `p`: the largest GPU's memory (static bytes included),
-  //! the layers of each stage and the MFU.
+  //! The figures of plan `p` its cost model's capabilities give: the largest GPU's memory with
+  //! its static bytes (device_memory_cost), the layers of each stage of one replica
+  //! (layered_cost) and the MFU (flop_counting_cost).
   void add_model_figures(TunePlan& p, const TuneConfig<Cost>& cfg, const Built& b,
                          const Schedule& s, const SimulationResult& sim) const {
     const CostContext ctx{s.problem, s.placement, 1};
-    p.peak_memory = 0;
-    for (int r = 0; r < cfg.ranks; ++r)
-      p.peak_memory = std::max(p.peak_memory, b.cost.static_bytes(ctx, r) +
-                                                  p.peak_per_rank[static_cast<std::size_t>(r)]);
-    const int S = TransformerCost::model_stage_count(ctx);
-    for (int st = 0; st < S; ++st)
-      p.layers_per_stage.push_back(b.cost.layers_of(ctx, st));
-    if (sim.makespan > 0) {
-      const double peak = p.gpus * b.cost.device.peak_flops * sim.makespan;
-      p.mfu = p.global_batch * b.cost.model.training_flops_per_sequence() / peak;
-      p.mfu_usual = p.global_batch * b.cost.model.usual_training_flops_per_sequence() / peak;
+    if constexpr (device_memory_cost<Cost>) {
+      p.peak_memory = 0;
+      for (int r = 0; r < cfg.ranks; ++r)
+        p.peak_memory = std::max(p.peak_memory, b.cost.static_bytes(ctx, r) +
+                                                    p.peak_per_rank[static_cast<std::size_t>(r)]);
     }
+    if constexpr (layered_cost<Cost>) {
+      for (int st = 0; st < s.problem.replica_stages(); ++st)
+        p.layers_per_stage.push_back(b.cost.layers_of(ctx, st));
+    }
+    if constexpr (flop_counting_cost<Cost>) {
+      if (sim.makespan > 0) {
+        const double peak = p.gpus * b.cost.peak_flops() * sim.makespan;
+        p.mfu = p.global_batch * b.cost.training_flops_per_sequence() / peak;
+        p.mfu_usual = p.global_batch * b.cost.usual_training_flops_per_sequence() / peak;
+      }
+    }
+    (void)cfg;
+    (void)b;
+    (void)sim;
+    (void)ctx;
   }
 
   const TuneRequest& request_;

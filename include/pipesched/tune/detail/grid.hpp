@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/analysis/cost_capabilities.hpp"
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/slicing.hpp"
-#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/core/detail/parallel_for.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/placement.hpp"
@@ -30,15 +30,16 @@ namespace pipesched::detail {
 
 //! True when `cost` splits its layers by LayerSplit::Balanced and that gives the same layers
 //! per stage as LayerSplit::Even, for `stages` stages and for half as many (two replicas):
-//! the cluster search, which runs both splits, then skips the balanced duplicate.
+//! the cluster search, which runs both splits, then skips the balanced duplicate. Always
+//! false for a cost model that is not both layered_cost and parallel_cost.
 template <class Cost>
 bool same_layers_as_even(const Cost& cost, int stages) {
-  if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
-    if (cost.parallel.split != LayerSplit::Balanced || !cost.parallel.layers.empty()) return false;
-    TransformerCost even = cost;
-    even.parallel.split = LayerSplit::Even;
+  if constexpr (layered_cost<Cost> && parallel_cost<Cost>) {
+    const Parallelism& par = cost.parallelism();
+    if (par.split != LayerSplit::Balanced || !par.layers.empty()) return false;
+    const Cost even = cost.evenly_layered();
     for (int S : {stages, stages / 2}) {
-      if (S < 1 || S > cost.model.layers) continue;
+      if (S < 1 || S > cost.layer_count()) continue;
       const Problem p{.ranks = S, .stages = S};
       const Placement placement = Placement::linear(S);
       const CostContext ctx{p, placement, 1};
@@ -106,11 +107,11 @@ struct TuneGrid {
   Cost cost_of(const TuneConfig<Cost>& cfg, SlicingMode slicing) const {
     if (!costs[cfg.cost]) throw invalid_problem(cost_refusal[cfg.cost]);
     Cost cost = *costs[cfg.cost];
-    if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+    if constexpr (sliceable_cost<Cost>) {
       if (cfg.slices > 1) {
         const auto at = cuts.find({cfg.cost, cfg.slices, cfg.ranks});
         if (at == cuts.end()) {
-          static_cast<TransformerCost&>(cost) = with_slicing(cost, slicing, cfg.slices, cfg.ranks);
+          cost = with_slicing(std::move(cost), slicing, cfg.slices, cfg.ranks);
         } else {
           if (at->second.first.empty()) throw invalid_problem(at->second.second);
           cost.slice_lengths = at->second.first;
@@ -128,7 +129,7 @@ struct TuneGrid {
 //! so (cost_of then cuts what is left itself).
 template <class Cost, class Stop, class Tick>
 void cut_slices(TuneGrid<Cost>& grid, SlicingMode slicing, int threads, Stop&& stop, Tick&& tick) {
-  if constexpr (std::is_base_of_v<TransformerCost, Cost>) {
+  if constexpr (sliceable_cost<Cost>) {
     std::vector<std::tuple<std::size_t, int, int>> keys;
     for (const auto& cfg : grid.configs) {
       if (cfg.slices < 2 || !grid.costs[cfg.cost]) continue;
@@ -227,9 +228,9 @@ TuneGrid<Cost> enumerate(const TuneRequest& request, const SearchSpace& space,
       // The request's chunk counts, then (every_equal_chunks) those cutting the model into
       // equal stages over this scenario's ranks.
       std::vector<int> chunk_counts, extra;
-      if constexpr (std::is_base_of_v<TransformerCost, Cost>)
+      if constexpr (layered_cost<Cost>)
         if (request.every_equal_chunks && grid.costs.back())
-          extra = equal_split_chunks(grid.costs.back()->model.layers, sc.ranks);
+          extra = equal_split_chunks(grid.costs.back()->layer_count(), sc.ranks);
       for (const std::vector<int>* list :
            {&request.chunks, static_cast<const std::vector<int>*>(&extra)})
         for (int c : *list)

@@ -32,14 +32,6 @@ inline std::vector<double> peaks_of(const SimulationResult& sim) {
   return peaks;
 }
 
-inline int count_recomputes(const Schedule& s) {
-  int n = 0;
-  for (const auto& list : s.ranks)
-    for (const Action& a : list)
-      n += a.kind == OpKind::R;
-  return n;
-}
-
 //! True when `a` is the better plan: shorter step, then fewer recomputes, then the simpler
 //! mode (None, Full, Selective, Mario in enum order), then the earlier configuration.
 inline bool better_plan(const TunePlan& a, const TunePlan& b) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/analysis/cost_capabilities.hpp"
 #include "pipesched/core/detail/parallel_for.hpp"
 #include "pipesched/core/stop_token.hpp"
 #include "pipesched/pass/checkpoint.hpp"
@@ -37,11 +38,41 @@ inline std::vector<std::pair<std::size_t, CheckpointMode>> recompute_tasks(
   return tasks;
 }
 
+//! Refuses a request that asks `Cost` for a capability it lacks (analysis/cost_capabilities.hpp),
+//! naming the capability: slicing other than uniform needs a sliceable_cost, fine W per weight
+//! GEMM a per_gemm_wgrad_cost.
+template <class Cost>
+void check_capabilities(const TuneRequest& request) {
+  bool sliced = false;
+  for (int k : request.slices)
+    sliced = sliced || k > 1;
+  if constexpr (!sliceable_cost<Cost>) {
+    if (sliced && request.slicing != SlicingMode::Uniform)
+      throw invalid_problem(
+          field("TuneRequest.slicing") + " = " + to_string(request.slicing) +
+          " chooses slice lengths by timing spans of the sequence, and this cost model cannot "
+          "price slices of other lengths (it is no sliceable_cost: sequence_tokens and "
+          "slice_lengths); use SlicingMode::Uniform, or a cost model with that capability such "
+          "as TransformerCost.");
+  }
+  if constexpr (!per_gemm_wgrad_cost<Cost>) {
+    if (request.fine_wgrad && request.wgrad_parts == 0)
+      throw invalid_problem(
+          field("TuneRequest.wgrad_parts", 0) +
+          " cuts each weight gradient per weight GEMM, and this cost model does not count "
+          "weight GEMMs (it is no per_gemm_wgrad_cost: weight_gemms and wgrad_split); give a "
+          "number of parts.");
+  }
+  (void)request;
+  (void)sliced;
+}
+
 //! The configurations of `request` over each scenario, phase one (base, none, full) and then
 //! selective and Mario, in parallel.
 template <class Cost>
 TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<Cost>>& scenarios,
                     const ProgressFn& progress) {
+  check_capabilities<Cost>(request);
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   const bool limited = request.time_limit > 0;
