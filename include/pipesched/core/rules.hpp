@@ -12,11 +12,22 @@
 //   W(s,m,k)    after I(s,m,k)                     (every part of it)
 //   R(s,m,k)    after F(s,m,k); a late one (RL) also after B/I(s+1,m,k) and B/I(s,m,k+1),
 //               the inputs of its backward
+//
+// The rules that cross stages are also the messages between stages (for_each_message): F(s)
+// sends its output to s+1, B or I(s) its input gradient to s-1, and every consumer of a rule on
+// another stage receives it, a late recompute included (RL(s) needs the gradient of s+1 before
+// its backward does, so where it runs first it is the gradient's first consumer). Lowering to
+// sends and receives, its send budget, the validator's graph of a schedule with communication
+// and the executor all read the messages from here.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <optional>
 
 #include "pipesched/core/action.hpp"
+#include "pipesched/core/placement.hpp"
 #include "pipesched/core/problem.hpp"
 
 namespace pipesched {
@@ -136,6 +147,169 @@ void for_each_dependent(const Problem& p, const Action& a, F&& f) {
     if (stage < 0 || stage >= p.stages || slice < 0 || slice >= p.slices) continue;
     if (!detail::rule_applies(p, rule, stage, slice)) continue;
     f(Dependency{rule.consumer, stage, a.microbatch, slice, rule.stage_step != 0});
+  }
+}
+
+//! Calls `f(half)` for each half of an Overlap (the forward half, then the backward half), or
+//! `f(a)` once for any other action.
+template <class F>
+constexpr void for_each_half(const Action& a, F&& f) {
+  if (a.kind == OpKind::Overlap) {
+    f(a.forward_half());
+    f(a.backward_half());
+  } else {
+    f(a);
+  }
+}
+
+//! One message between neighbouring stages of a replica: what the producer of a unit (stage
+//! `from`, microbatch, slice) hands to its consumers on stage `to`. A rule of
+//! dependency_rules that crosses stages is one.
+struct StageMessage {
+  //! True for a forward's output (an activation, to the next stage), false for the input
+  //! gradient of a B or I (to the previous stage).
+  bool forward;
+  int from;  //!< the producing stage
+  int to;    //!< the consuming stage
+  //! @{
+  //! The unit the message carries (the producer's and the consumer's alike).
+  int microbatch, slice;
+  //! @}
+
+  //! The action that sends it: SendF / SendB on `from`.
+  constexpr Action send() const noexcept {
+    return Action::make(forward ? OpKind::SendF : OpKind::SendB, from, microbatch, slice);
+  }
+  //! The action that receives it: RecvF / RecvB on `to`.
+  constexpr Action receive() const noexcept {
+    return Action::make(forward ? OpKind::RecvF : OpKind::RecvB, to, microbatch, slice);
+  }
+  //! The action that completes its send: WaitSendF / WaitSendB on `from`.
+  constexpr Action wait_send() const noexcept {
+    return Action::make(forward ? OpKind::WaitSendF : OpKind::WaitSendB, from, microbatch, slice);
+  }
+
+  //! Messages are equal when they move the same data between the same stages.
+  friend constexpr bool operator==(const StageMessage&, const StageMessage&) = default;
+};
+
+namespace detail {
+
+// The stage a message of the given direction goes to, relative to the one it comes from: the
+// opposite of the stage step of the rules whose producer makes it.
+constexpr int message_step(bool forward) {
+  for (const DependencyRule& rule : dependency_rules)
+    if (rule.stage_step != 0 && rule.producer == (forward ? Role::Forward : Role::Backward))
+      return -rule.stage_step;
+  return 0;
+}
+
+// Whether dependency_rules[i] names a message an earlier rule already named: the same producer
+// and stage step, another consumer (RL beside B/I for the gradient).
+constexpr bool repeats_message(std::size_t i) {
+  for (std::size_t j = 0; j < i; ++j)
+    if (dependency_rules[j].producer == dependency_rules[i].producer &&
+        dependency_rules[j].stage_step == dependency_rules[i].stage_step)
+      return true;
+  return false;
+}
+
+constexpr bool messages_carry_one_unit() {
+  for (const DependencyRule& rule : dependency_rules)
+    if (rule.stage_step != 0 && (rule.slice_step != 0 || (rule.producer != Role::Forward &&
+                                                          rule.producer != Role::Backward)))
+      return false;
+  return true;
+}
+
+static_assert(messages_carry_one_unit(),
+              "a rule across stages is a message of a forward's output or an input gradient of the "
+              "same unit");
+static_assert(message_step(true) != 0 && message_step(false) != 0,
+              "the rules name both messages: a forward's output and an input gradient");
+
+}  // namespace detail
+
+//! Which messages of a compute action for_each_message visits.
+enum class MessageEnd : std::uint8_t {
+  Sends,     //!< those it produces: F its output, B or I its input gradient
+  Receives,  //!< those it needs: F the previous stage's output; B, I and RL the gradient
+};
+
+//! Calls `f(const StageMessage&)` for each message compute action `a` sends (`end` Sends) or
+//! receives (`end` Receives), both halves of an Overlap, the forward half first, and nothing for
+//! other actions: the rules of dependency_rules that cross stages, inside the action's replica,
+//! whatever the ranks. F(s) sends its output to s+1 and receives that of s−1; B or I(s) sends
+//! its input gradient to s−1 and receives that of s+1; a late recompute RL(s) receives the
+//! gradient of s+1 too (where it runs before its backward, it is the gradient's first consumer);
+//! W and an early R neither send nor receive.
+template <class F>
+void for_each_message(const Problem& p, const Action& a, MessageEnd end, F&& f) {
+  auto inside = [&](int stage) { return stage >= 0 && stage < p.stages; };
+  for_each_half(a, [&](const Action& c) {
+    Role role{};
+    if (!role_of(c, role) || !inside(c.stage)) return;
+    for (std::size_t i = 0; i < std::size(dependency_rules); ++i) {
+      const DependencyRule& rule = dependency_rules[i];
+      if (rule.stage_step == 0) continue;
+      const bool forward = rule.producer == Role::Forward;
+      if (end == MessageEnd::Receives) {
+        // `c` is the rule's consumer: the message comes from the producer's stage.
+        const int from = c.stage + rule.stage_step;
+        if (rule.consumer != role || !inside(from) ||
+            !detail::rule_applies(p, rule, c.stage, c.slice))
+          continue;
+        f(StageMessage{forward, from, c.stage, c.microbatch, c.slice});
+      } else {
+        // `c` is the rule's producer: one message, however many consumers wait for it.
+        const int to = c.stage - rule.stage_step;
+        if (!detail::produces(rule.producer, role) || detail::repeats_message(i) || !inside(to) ||
+            !detail::rule_applies(p, rule, to, c.slice))
+          continue;
+        f(StageMessage{forward, c.stage, to, c.microbatch, c.slice});
+      }
+    }
+  });
+}
+
+//! The same for the messages between ranks under placement `pl`, the ones a schedule lowered
+//! to communication sends and receives explicitly (see pass/lower_communication.hpp); a
+//! message between stages of one rank stays in that rank's memory.
+template <class F>
+void for_each_message(const Problem& p, const Placement& pl, const Action& a, MessageEnd end,
+                      F&& f) {
+  for_each_message(p, a, end, [&](const StageMessage& msg) {
+    if (pl.rank_of(msg.from) != pl.rank_of(msg.to)) f(msg);
+  });
+}
+
+//! The message a dependency `d` of `consumer` across stages (d.crosses_stage) stands for: the
+//! output or input gradient of the unit waited for, sent to the consumer's stage.
+constexpr StageMessage message_of(const Dependency& d, const Action& consumer) noexcept {
+  return StageMessage{d.role == Role::Forward, d.stage, consumer.stage, d.microbatch, d.slice};
+}
+
+//! The message communication action `a` moves: a SendF / SendB or its WaitSendF / WaitSendB
+//! names the sending stage, a RecvF / RecvB the receiving one. Nothing for other actions. The
+//! stages are not checked against a problem.
+constexpr std::optional<StageMessage> message_of(const Action& a) noexcept {
+  switch (a.kind) {
+    case OpKind::SendF:
+    case OpKind::SendB:
+    case OpKind::WaitSendF:
+    case OpKind::WaitSendB: {
+      const bool forward = a.kind == OpKind::SendF || a.kind == OpKind::WaitSendF;
+      return StageMessage{forward, a.stage, a.stage + detail::message_step(forward), a.microbatch,
+                          a.slice};
+    }
+    case OpKind::RecvF:
+    case OpKind::RecvB: {
+      const bool forward = a.kind == OpKind::RecvF;
+      return StageMessage{forward, a.stage - detail::message_step(forward), a.stage, a.microbatch,
+                          a.slice};
+    }
+    default:
+      return std::nullopt;
   }
 }
 

@@ -21,6 +21,7 @@
 
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
+#include "pipesched/core/rules.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/device/host/host_device.hpp"
 #include "pipesched/exec/concepts.hpp"
@@ -385,17 +386,14 @@ class Executor {
         units_.run(a);
         return;
       case OpKind::SendF:
+      case OpKind::SendB: {
+        const StageMessage msg = *message_of(a);
+        const Direction d = direction_of(msg);
         transport_->send(
-            rank_, rank_of(a.stage + 1), {a.stage + 1, a.microbatch, a.slice, Direction::Forward},
-            units_.take_output(
-                detail::pack_key({a.stage, a.microbatch, a.slice, Direction::Forward}), a));
+            rank_, rank_of(msg.to), {msg.to, msg.microbatch, msg.slice, d},
+            units_.take_output(detail::pack_key({msg.from, msg.microbatch, msg.slice, d}), a));
         return;
-      case OpKind::SendB:
-        transport_->send(
-            rank_, rank_of(a.stage - 1), {a.stage - 1, a.microbatch, a.slice, Direction::Backward},
-            units_.take_output(
-                detail::pack_key({a.stage, a.microbatch, a.slice, Direction::Backward}), a));
-        return;
+      }
       case OpKind::RecvF:
         post(a, Direction::Forward, units_.inputs, posted_inputs_);
         return;
@@ -457,17 +455,19 @@ class Executor {
       });
       marks_[at].emplace(m0, device_.mark());
     };
-    auto one = [&](const Action& c) {
-      if (c.kind == OpKind::F) wait(c, Direction::Forward, units_.inputs, posted_inputs_);
-      if (is_input_backward(c.kind) || (c.kind == OpKind::R && c.late))
+    // The messages `a` receives (core/rules.hpp): a late recompute's gradient too.
+    for_each_message(schedule_.problem, a, MessageEnd::Receives, [&](const StageMessage& msg) {
+      const Action c = msg.receive();
+      if (msg.forward)
+        wait(c, Direction::Forward, units_.inputs, posted_inputs_);
+      else
         wait(c, Direction::Backward, units_.grads, posted_grads_);
-    };
-    if (a.kind == OpKind::Overlap) {
-      one(a.forward_half());
-      one(a.backward_half());
-    } else if (is_compute(a.kind)) {
-      one(a);
-    }
+    });
+  }
+
+  // The direction a message travels in on the transport.
+  static Direction direction_of(const StageMessage& msg) {
+    return msg.forward ? Direction::Forward : Direction::Backward;
   }
 
   Schedule schedule_;

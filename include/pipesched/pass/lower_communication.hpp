@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/rules.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/detail/send_budget.hpp"
 
@@ -37,13 +38,6 @@ struct LowerOptions {
   int max_outstanding_sends = 0;
 };
 
-namespace detail {
-
-//! A message of a lowered schedule: forward or not, producing stage, microbatch and slice.
-using MessageId = std::tuple<bool, int, int, int>;
-
-}  // namespace detail
-
 //! Returns `s` with sends and receives for every cross-rank dependency, each channel's
 //! receives in the order of its sends, and (with `options.wait_sends`) a wait for every
 //! send, at most `options.max_outstanding_sends` of them open per rank when that is set. A
@@ -63,42 +57,16 @@ inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}
             " limits sends without their wait, so it needs wait_sends = true",
         "LowerOptions.max_outstanding_sends", std::to_string(options.max_outstanding_sends));
   if (s.has_comm()) return s;
+  if (options.max_outstanding_sends > 0)
+    return detail::lower_with_send_budget(s, options.max_outstanding_sends);
   Schedule out = s;
   const Placement& pl = s.placement;
-  const int S = s.problem.stages;
-  const int n = s.rank_count();
   const Problem& problem = s.problem;
-  auto cross = [&](int from, int to) {  // neighbours of one replica on different ranks
-    return from >= 0 && to >= 0 && from < S && to < S && pl.rank_of(from) != pl.rank_of(to) &&
-           problem.replica_of_stage(from) == problem.replica_of_stage(to);
-  };
-  // The messages a compute action sends: (forward?, producing stage, receiving stage).
-  struct Out {
-    bool forward;
-    int from, to;
-  };
-  auto sent_by = [&](const Action& c, auto&& emit) {
-    if (c.kind == OpKind::F && cross(c.stage, c.stage + 1)) emit(Out{true, c.stage, c.stage + 1});
-    if (is_input_backward(c.kind) && cross(c.stage, c.stage - 1))
-      emit(Out{false, c.stage, c.stage - 1});
-  };
-  auto each_half = [](const Action& a, auto&& f) {
-    if (a.kind == OpKind::Overlap) {
-      f(a.forward_half());
-      f(a.backward_half());
-    } else {
-      f(a);
-    }
-  };
-
-  // Each channel's messages in send order, and each message's place in its channel.
-  struct Msg {
-    bool forward;
-    int to_stage, microbatch, slice;
-  };
-  if (options.max_outstanding_sends > 0)
-    return detail::lower_with_send_budget(s, options.max_outstanding_sends, cross);
-  std::vector<std::unordered_map<int, std::vector<Msg>>> channel(static_cast<std::size_t>(n));
+  const int n = s.rank_count();
+  // Each channel's messages in send order, and each message's place in its channel. The
+  // messages between ranks are for_each_message's (core/rules.hpp).
+  std::vector<std::unordered_map<int, std::vector<StageMessage>>> channel(
+      static_cast<std::size_t>(n));
   struct Place {
     int from, to;       // sending and receiving rank
     std::size_t index;  // in the channel from -> to
@@ -106,13 +74,11 @@ inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}
   std::map<detail::MessageId, Place> place;
   for (int r = 0; r < n; ++r)
     for (const Action& a : s.ranks[r])
-      each_half(a, [&](const Action& c) {
-        sent_by(c, [&](const Out& o) {
-          const int to = pl.rank_of(o.to);
-          auto& ch = channel[static_cast<std::size_t>(r)][to];
-          place[detail::MessageId(o.forward, o.from, c.microbatch, c.slice)] = {r, to, ch.size()};
-          ch.push_back({o.forward, o.to, c.microbatch, c.slice});
-        });
+      for_each_message(problem, pl, a, MessageEnd::Sends, [&](const StageMessage& msg) {
+        const int to = pl.rank_of(msg.to);
+        auto& ch = channel[static_cast<std::size_t>(r)][to];
+        place[detail::message_id(msg)] = {r, to, ch.size()};
+        ch.push_back(msg);
       });
 
   for (int r = 0; r < n; ++r) {
@@ -122,10 +88,10 @@ inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}
     std::unordered_map<int, std::size_t> posted;     // sender rank -> receives posted so far
     std::vector<Action> gradient_waits;              // WaitSendB, in send order, for the end
     std::map<detail::MessageId, char> forward_sent;  // SendF not yet waited for
-    // Receives for the message (forward?, producer, m, k): its channel's unposted messages up
-    // to and including it, in send order.
-    auto receive = [&](bool forward, int producer, const Action& c) {
-      auto it = place.find(detail::MessageId(forward, producer, c.microbatch, c.slice));
+    // Receives for message `msg`: its channel's unposted messages up to and including it, in
+    // send order. A later consumer of a message already received (B after RL) posts nothing.
+    auto receive = [&](const StageMessage& msg) {
+      auto it = place.find(detail::message_id(msg));
       if (it == place.end()) return;  // a schedule that never produces it: validation says so
       // A consumer on another rank than its stage's (a schedule validation refuses) has no
       // channel here; it gets no receive.
@@ -133,41 +99,28 @@ inline Schedule lower_communication(const Schedule& s, LowerOptions options = {}
       if (at.to != r) return;
       const auto& ch = channel[static_cast<std::size_t>(at.from)].at(r);
       std::size_t& next = posted[at.from];
-      for (; next <= at.index; ++next) {
-        const Msg& m = ch[next];
-        list.push_back(Action::make(m.forward ? OpKind::RecvF : OpKind::RecvB, m.to_stage,
-                                    m.microbatch, m.slice));
-      }
+      for (; next <= at.index; ++next)
+        list.push_back(ch[next].receive());
     };
     for (const Action& a : s.ranks[r]) {
-      each_half(a, [&](const Action& c) {
-        if (c.kind == OpKind::F && cross(c.stage - 1, c.stage)) receive(true, c.stage - 1, c);
-        // A late recompute (RL) is the gradient's first consumer when it comes before B.
-        if ((is_input_backward(c.kind) || (c.kind == OpKind::R && c.late)) &&
-            cross(c.stage + 1, c.stage))
-          receive(false, c.stage + 1, c);
-      });
+      for_each_message(problem, pl, a, MessageEnd::Receives, receive);
       list.push_back(a);
       // A forward output's buffer is needed until the backward of its unit anyway.
       if (options.wait_sends)
-        each_half(a, [&](const Action& c) {
+        for_each_half(a, [&](const Action& c) {
           if (!is_input_backward(c.kind)) return;
           auto it = forward_sent.find(detail::MessageId(true, c.stage, c.microbatch, c.slice));
           if (it == forward_sent.end()) return;
           forward_sent.erase(it);
           list.push_back(Action::make(OpKind::WaitSendF, c.stage, c.microbatch, c.slice));
         });
-      each_half(a, [&](const Action& c) {
-        sent_by(c, [&](const Out& o) {
-          list.push_back(Action::make(o.forward ? OpKind::SendF : OpKind::SendB, c.stage,
-                                      c.microbatch, c.slice));
-          if (!options.wait_sends) return;
-          if (o.forward)
-            forward_sent[detail::MessageId(true, c.stage, c.microbatch, c.slice)] = 1;
-          else
-            gradient_waits.push_back(
-                Action::make(OpKind::WaitSendB, c.stage, c.microbatch, c.slice));
-        });
+      for_each_message(problem, pl, a, MessageEnd::Sends, [&](const StageMessage& msg) {
+        list.push_back(msg.send());
+        if (!options.wait_sends) return;
+        if (msg.forward)
+          forward_sent[detail::message_id(msg)] = 1;
+        else
+          gradient_waits.push_back(msg.wait_send());
       });
     }
     if (options.wait_sends) {

@@ -3,14 +3,18 @@
 // problems (ranks, chunks, microbatches, slices, replicas, fused or split backward), costs and
 // orders (a random key per action), the engine plans a schedule; the simulator's times and
 // peaks must be the engine's, the graph's edges the rules', and the passes' memory walks the
-// simulator's peaks.
+// simulator's peaks. Lowered to sends and receives (the messages of for_each_message), with and
+// without a send budget and with late recomputes, every schedule must validate, and every
+// fourth, run on threads with toy GPT stages, must train as the sequential model does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -22,7 +26,12 @@
 #include "pipesched/core/rules.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
+#include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/schedule/list_schedule.hpp"
+#include "pipesched/toy/data.hpp"
+#include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/reference.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
 namespace ps = pipesched;
 
@@ -81,6 +90,37 @@ Case random_case(std::mt19937_64& rng) {
   c.cost.w_memory = pick(0, 1) ? 0.0 : 0.25;
   c.seed = rng();
   return c;
+}
+
+// A small GPT: a block per stage of the largest random problem (12), sequences that 1 to 3
+// slices cut.
+const ps::toy::GptConfig toy_gpt{
+    .hidden = 4, .ffn = 8, .sequence = 6, .blocks = 12, .microbatch_size = 1};
+
+// Runs one step of `s` (lowered: it runs as written) on threads, with toy GPT stages (each
+// replica a copy of the model, its stage q·S/R + j the model's stage j), and expects the loss
+// and, after the replicas' gradients are summed, every replica's gradients to be those of
+// sequential training of the whole model.
+void expect_trains_as_sequential(const ps::Schedule& s) {
+  namespace toy = ps::toy;
+  const ps::Problem& p = s.problem;
+  const int model_stages = p.replica_stages();
+  const auto data = toy::make_gpt_data<double>(toy_gpt, p.microbatches, 5);
+  std::vector<toy::GptStage<double>> whole;
+  whole.emplace_back(toy_gpt, 0, 1);
+  const double ref_loss = toy::sequential_step(whole, data);
+  const auto ref_grads = toy::flat_gradients(whole);
+  std::vector<toy::GptStage<double>> piped;
+  for (int st = 0; st < p.stages; ++st)
+    piped.emplace_back(toy_gpt, st % model_stages, model_stages);
+  ps::InprocPipeline<toy::GptStage<double>> pipe(s, piped);
+  const ps::StepResult r = pipe.step(toy::training_data(data, p.slices));
+  EXPECT_NEAR(r.loss, ref_loss, 1e-12 * std::abs(ref_loss));
+  toy::sum_replica_gradients(piped, p.replicas);
+  for (int q = 0; q < p.replicas; ++q)
+    EXPECT_LE(toy::max_relative_error(toy::flat_replica_gradients(piped, p.replicas, q), ref_grads),
+              1e-12)
+        << "replica " << q;
 }
 
 // Every action's dependencies, as the rules give them, read back from the dependents of the
@@ -169,11 +209,35 @@ TEST(Rules, EngineSimulatorGraphAndPassesAgree) {
       EXPECT_EQ(std::set<int>(deps.begin(), deps.end()), want) << ps::to_string(a);
     }
 
+    // Lowered to sends and receives, with waits or without, under a budget of one outstanding
+    // send or of none, the schedule validates, and its dry run does not deadlock.
+    auto expect_lowers = [&](const ps::Schedule& compute, const std::string& what) {
+      for (ps::LowerOptions o : {ps::LowerOptions{}, ps::LowerOptions{.wait_sends = false},
+                                 ps::LowerOptions{.max_outstanding_sends = 1}}) {
+        SCOPED_TRACE(what + ", wait_sends " + std::to_string(o.wait_sends) +
+                     ", max_outstanding_sends " + std::to_string(o.max_outstanding_sends));
+        const ps::Schedule lowered = ps::lower_communication(compute, o);
+        ASSERT_EQ(lowered.has_comm(), s.rank_count() > 1);
+        const ps::ValidationReport rep = ps::check(lowered);
+        ASSERT_TRUE(rep.ok()) << rep.summary();
+        ASSERT_FALSE(ps::simulate(lowered, c.cost).deadlock);
+      }
+    };
+    expect_lowers(s, "lowered");
+
     // Checkpointed, the passes' memory walk and the simulator agree rank by rank: full (late and
     // early recomputes) and selective under a budget between the two extremes.
     for (auto timing : {ps::RecomputeTiming::Late, ps::RecomputeTiming::Early}) {
       const ps::Schedule full = ps::checkpoint_full(s, timing);
       ASSERT_TRUE(ps::check(full).ok()) << ps::check(full).summary();
+      // A late recompute receives the gradient before its backward: lowered, it still validates.
+      expect_lowers(full, "checkpointed");
+      // Run on threads, the lowered schedule (recomputes, late ones receiving the gradient,
+      // included) trains as the sequential model does.
+      if (trial % 4 == 0) {
+        SCOPED_TRACE("run on threads");
+        expect_trains_as_sequential(ps::lower_communication(full));
+      }
       const ps::SimulationResult fs = ps::simulate(full, c.cost);
       ASSERT_FALSE(fs.deadlock);
       const std::vector<double> peaks = ps::detail::rank_peaks(full, c.cost);

@@ -2,10 +2,11 @@
 // deadlock detection) and simulation (timing, memory) share.
 //
 // Every non-idle action gets a flat index. A compute action's dependencies are the rules of
-// core/rules.hpp (the one place they are written). In a compute-only schedule a dependency on another rank is a direct edge (the data is
-// sent when produced and waited for when needed: exactly the dry run of the schedule
-// lowered to sends and receives, with buffered sends). In a schedule with communication
-// actions a cross-rank dependency must go through a receive earlier in the consumer's
+// core/rules.hpp (the one place they are written), and so are the messages between stages
+// (for_each_message, message_of). In a compute-only schedule a dependency on another rank is a
+// direct edge (the data is sent when produced and waited for when needed: exactly the dry run of
+// the schedule lowered to sends and receives, with buffered sends). In a schedule with
+// communication actions a cross-rank dependency must go through a receive earlier in the consumer's
 // list. A receive is *posted* where it stands (PyTorch's irecv, pipesched's MPI transport):
 // it waits for nothing, and the consumer waits for the data, so the consumer depends on its
 // receive (same rank, earlier) and on the matching send, and the send on its producer.
@@ -17,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -188,10 +190,10 @@ class DependencyGraph {
   }
 
   // A dependency of `id` on the producer `dep` (flat index or none). Same rank: the
-  // producer must be earlier in the list. Other rank: direct edge, or through a receive.
-  void need(int id, int dep, const Action& consumer, const Action& wanted, bool explicit_comm,
-            OpKind recv_kind, const UnitTable<int>& recv_table, int rs, int rm, int rk,
-            std::vector<int>& out) {
+  // producer must be earlier in the list. Other rank: direct edge, or (`through`, in a schedule
+  // with communication) through the receive of that message on this rank.
+  void need(int id, int dep, const Action& consumer, const Action& wanted,
+            const std::optional<StageMessage>& through, std::vector<int>& out) {
     if (dep == none || dep == id) return;  // missing producers are reported by the validator
     const ActionRef& me = refs_[id];
     const ActionRef& them = refs_[dep];
@@ -206,13 +208,14 @@ class DependencyGraph {
         out.push_back(dep);
       return;
     }
-    if (!explicit_comm) {
+    if (!through) {
       out.push_back(dep);
       return;
     }
-    int recv = lookup(recv_table, rs, rm, rk);
+    const StageMessage& msg = *through;
+    int recv = lookup(receive_table(msg), msg.to, msg.microbatch, msg.slice);
     if (recv == none || refs_[recv].rank != me.rank || refs_[recv].position > me.position) {
-      Action r = Action::make(recv_kind, rs, rm, rk);
+      const Action r = msg.receive();
       add_issue({me, "missing-receive",
                  to_string(consumer) + " at rank " + std::to_string(me.rank) + " position " +
                      std::to_string(me.position) + " needs " + to_string(wanted) + " from rank " +
@@ -224,9 +227,16 @@ class DependencyGraph {
     }
     out.push_back(recv);
     // The data itself: the send the receive matches (a missing one is reported at the receive).
-    const bool fwd = recv_kind == OpKind::RecvF;
-    const int send = lookup(fwd ? send_f_ : send_b_, fwd ? rs - 1 : rs + 1, rm, rk);
+    const int send = lookup(send_table(msg), msg.from, msg.microbatch, msg.slice);
     if (send != none) out.push_back(send);
+  }
+
+  // The sends and the receives of messages like `msg` (forward outputs or input gradients).
+  const UnitTable<int>& send_table(const StageMessage& msg) const {
+    return msg.forward ? send_f_ : send_b_;
+  }
+  const UnitTable<int>& receive_table(const StageMessage& msg) const {
+    return msg.forward ? recv_f_ : recv_b_;
   }
 
   void add_issue(GraphIssue issue) {
@@ -267,9 +277,10 @@ class DependencyGraph {
                            : d.role == Role::Recompute ? OpKind::R
                            : a.kind == OpKind::W       ? OpKind::I
                                                        : OpKind::B;
+      std::optional<StageMessage> through;  // the message a receive on this rank must bring
+      if (explicit_comm && d.crosses_stage) through = message_of(d, a);
       need(id, lookup(table, d.stage, d.microbatch, d.slice), a,
-           Action::make(named, d.stage, d.microbatch, d.slice), explicit_comm && d.crosses_stage,
-           backward ? OpKind::RecvB : OpKind::RecvF, backward ? recv_b_ : recv_f_, s, m, k, out);
+           Action::make(named, d.stage, d.microbatch, d.slice), through, out);
     });
   }
 
@@ -280,20 +291,17 @@ class DependencyGraph {
     const ActionRef& me = refs_[id];
     switch (a.kind) {
       case OpKind::SendF:
-        need(id, lookup(f_, s, m, k), a, Action::make(OpKind::F, s, m, k), false, OpKind::RecvF,
-             recv_f_, s, m, k, out);
+        need(id, lookup(f_, s, m, k), a, Action::make(OpKind::F, s, m, k), std::nullopt, out);
         break;
       case OpKind::SendB:
-        need(id, lookup(bi_, s, m, k), a, Action::make(OpKind::B, s, m, k), false, OpKind::RecvB,
-             recv_b_, s, m, k, out);
+        need(id, lookup(bi_, s, m, k), a, Action::make(OpKind::B, s, m, k), std::nullopt, out);
         break;
       case OpKind::RecvF:
       case OpKind::RecvB: {
-        const bool fwd = a.kind == OpKind::RecvF;
-        const int from = fwd ? s - 1 : s + 1;
-        int send = lookup(fwd ? send_f_ : send_b_, from, m, k);
+        const StageMessage msg = *message_of(a);
+        int send = lookup(send_table(msg), msg.from, m, k);
         if (send == none) {
-          Action want = Action::make(fwd ? OpKind::SendF : OpKind::SendB, from, m, k);
+          const Action want = msg.send();
           add_issue({me, "unmatched-comm",
                      to_string(a) + " at rank " + std::to_string(me.rank) + " position " +
                          std::to_string(me.position) + " has no matching " + to_string(want) +
@@ -306,9 +314,9 @@ class DependencyGraph {
       }
       case OpKind::WaitSendF:
       case OpKind::WaitSendB: {
-        const bool fwd = a.kind == OpKind::WaitSendF;
-        const Action send_action = Action::make(send_of_wait(a.kind), s, m, k);
-        const int send = lookup(fwd ? send_f_ : send_b_, s, m, k);
+        const StageMessage msg = *message_of(a);
+        const Action send_action = msg.send();
+        const int send = lookup(send_table(msg), msg.from, m, k);
         if (send == none) {
           add_issue({me, "unmatched-comm",
                      to_string(a) + " at rank " + std::to_string(me.rank) + " position " +
@@ -329,8 +337,7 @@ class DependencyGraph {
           return;
         }
         out.push_back(send);
-        const int to = fwd ? s + 1 : s - 1;
-        if (const int recv = lookup(fwd ? recv_f_ : recv_b_, to, m, k); recv != none)
+        if (const int recv = lookup(receive_table(msg), msg.to, m, k); recv != none)
           out.push_back(recv);  // an unreceived send is the validator's to report
         break;
       }

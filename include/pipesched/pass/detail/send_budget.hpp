@@ -31,9 +31,18 @@
 #include <vector>
 
 #include "pipesched/core/error.hpp"
+#include "pipesched/core/rules.hpp"
 #include "pipesched/core/schedule.hpp"
 
 namespace pipesched::detail {
+
+//! A message of a lowered schedule: forward or not, producing stage, microbatch and slice.
+using MessageId = std::tuple<bool, int, int, int>;
+
+//! The MessageId of `msg`.
+inline MessageId message_id(const StageMessage& msg) {
+  return {msg.forward, msg.from, msg.microbatch, msg.slice};
+}
 
 //! The estimated duration of compute action `a` in the send-budget lowering: the ratios of
 //! UniformCost's defaults (F 1, B 2, I 1, W 1, R 1, an overlap its two halves), 0 for the rest.
@@ -53,25 +62,16 @@ inline double send_budget_estimate(const Action& a) {
   }
 }
 
-//! The send-budget lowering of a compute-only `s` (see the file comment). `cross(from, to)`
-//! says whether stage `from` sends to stage `to` across ranks. Throws invalid_schedule when
-//! some rank waits for a message no rank can send (a compute-only schedule that deadlocks).
-template <class Cross>
-Schedule lower_with_send_budget(const Schedule& s, int budget, Cross&& cross) {
-  using Key = std::tuple<bool, int, int, int>;  // forward?, producing stage, microbatch, slice
+//! The send-budget lowering of a compute-only `s` (see the file comment): its messages between
+//! ranks are for_each_message's (core/rules.hpp). Throws invalid_schedule when some rank waits
+//! for a message no rank can send (a compute-only schedule that deadlocks).
+inline Schedule lower_with_send_budget(const Schedule& s, int budget) {
+  using Key = MessageId;
   const int n = s.rank_count();
   const Placement& pl = s.placement;
   Schedule out = s;
   for (auto& list : out.ranks)
     list.clear();
-  auto each_half = [](const Action& a, auto&& f) {
-    if (a.kind == OpKind::Overlap) {
-      f(a.forward_half());
-      f(a.backward_half());
-    } else {
-      f(a);
-    }
-  };
   auto wait_of = [](const Key& k) {
     return Action::make(std::get<0>(k) ? OpKind::WaitSendF : OpKind::WaitSendB, std::get<1>(k),
                         std::get<2>(k), std::get<3>(k));
@@ -81,22 +81,12 @@ Schedule lower_with_send_budget(const Schedule& s, int budget, Cross&& cross) {
   std::vector<double> free_at(static_cast<std::size_t>(n), 0.0);
   std::vector<std::size_t> pos(static_cast<std::size_t>(n), 0);
   std::vector<std::deque<Key>> pending(static_cast<std::size_t>(n));  // sends without a wait
-  // The messages compute action `c` consumes from other ranks.
-  auto consumed = [&](const Action& c, auto&& f) {
-    if (c.kind == OpKind::F && cross(c.stage - 1, c.stage))
-      f(Key{true, c.stage - 1, c.microbatch, c.slice});
-    if ((is_input_backward(c.kind) || (c.kind == OpKind::R && c.late)) &&
-        cross(c.stage + 1, c.stage))
-      f(Key{false, c.stage + 1, c.microbatch, c.slice});
-  };
   // When rank r's action `a` could start, or -1 when a message it consumes is not sent yet.
   auto start_of = [&](int r, const Action& a) {
     double t = free_at[static_cast<std::size_t>(r)];
-    each_half(a, [&](const Action& c) {
-      consumed(c, [&](const Key& k) {
-        auto it = sent_at.find(k);
-        t = (it == sent_at.end() || t < 0) ? -1.0 : std::max(t, it->second);
-      });
+    for_each_message(s.problem, pl, a, MessageEnd::Receives, [&](const StageMessage& msg) {
+      auto it = sent_at.find(message_id(msg));
+      t = (it == sent_at.end() || t < 0) ? -1.0 : std::max(t, it->second);
     });
     return t;
   };
@@ -104,39 +94,33 @@ Schedule lower_with_send_budget(const Schedule& s, int budget, Cross&& cross) {
     auto& list = out.ranks[static_cast<std::size_t>(r)];
     auto& mine = pending[static_cast<std::size_t>(r)];
     list.push_back(a);
-    each_half(a, [&](const Action& c) { t += send_budget_estimate(c); });
+    for_each_half(a, [&](const Action& c) { t += send_budget_estimate(c); });
     auto wait = [&](std::deque<Key>::iterator it) {
       list.push_back(wait_of(*it));
       t = std::max(t, posted_at[*it]);
       mine.erase(it);
     };
     // A forward output's wait goes after the backward of its unit, as without a budget.
-    each_half(a, [&](const Action& c) {
+    for_each_half(a, [&](const Action& c) {
       if (!is_input_backward(c.kind)) return;
       auto it = std::find(mine.begin(), mine.end(), Key{true, c.stage, c.microbatch, c.slice});
       if (it != mine.end()) wait(it);
     });
-    each_half(a, [&](const Action& c) {
-      auto send = [&](bool forward, int to_stage) {
-        while (static_cast<int>(mine.size()) >= budget) {
-          // The open send whose receive is posted first ends its wait first.
-          auto first = mine.begin();
-          for (auto it = mine.begin(); it != mine.end(); ++it)
-            if (posted_at[*it] < posted_at[*first]) first = it;
-          wait(first);
-        }
-        list.push_back(
-            Action::make(forward ? OpKind::SendF : OpKind::SendB, c.stage, c.microbatch, c.slice));
-        const Key k{forward, c.stage, c.microbatch, c.slice};
-        const int to = pl.rank_of(to_stage);
-        mine.push_back(k);
-        sent_at[k] = t;
-        posted_at[k] = free_at[static_cast<std::size_t>(to)];
-        out.ranks[static_cast<std::size_t>(to)].push_back(
-            Action::make(forward ? OpKind::RecvF : OpKind::RecvB, to_stage, c.microbatch, c.slice));
-      };
-      if (c.kind == OpKind::F && cross(c.stage, c.stage + 1)) send(true, c.stage + 1);
-      if (is_input_backward(c.kind) && cross(c.stage, c.stage - 1)) send(false, c.stage - 1);
+    for_each_message(s.problem, pl, a, MessageEnd::Sends, [&](const StageMessage& msg) {
+      while (static_cast<int>(mine.size()) >= budget) {
+        // The open send whose receive is posted first ends its wait first.
+        auto first = mine.begin();
+        for (auto it = mine.begin(); it != mine.end(); ++it)
+          if (posted_at[*it] < posted_at[*first]) first = it;
+        wait(first);
+      }
+      list.push_back(msg.send());
+      const Key k = message_id(msg);
+      const int to = pl.rank_of(msg.to);
+      mine.push_back(k);
+      sent_at[k] = t;
+      posted_at[k] = free_at[static_cast<std::size_t>(to)];
+      out.ranks[static_cast<std::size_t>(to)].push_back(msg.receive());
     });
     free_at[static_cast<std::size_t>(r)] = t;
   };
