@@ -89,9 +89,9 @@ concept slice_calls = requires(S& s, const S& cs, const typename S::tensor_type&
 }  // namespace detail
 
 //! A stage model: what one pipeline stage computes — the layers of the stage behind the
-//! same four calls as a layer (a `LayerStack` of layers is one). The executor holds one per
-//! stage of its rank and never looks inside. `zero_gradients()` clears the accumulated
-//! weight gradients before a step.
+//! same four calls as a layer (toy::MlpStage and toy::GptStage are two). The executor holds
+//! one per stage of its rank and never looks inside. `zero_gradients()` clears the
+//! accumulated weight gradients before a step.
 //!
 //! A **slice-aware** stage model (causal attention over sequence slices) also names a
 //! `context_type`: what one microbatch's slices share on this stage (the keys/values of the

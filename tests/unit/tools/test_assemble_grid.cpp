@@ -197,7 +197,9 @@ void transformer_point(bool fine, std::optional<double> budget_gb) {
   using P = ps::plan<Order, Checkpoint, WGrad>;
   const ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
   const ps::DeviceSpec device = ps::presets::find_device("h100");
-  ps::TransformerCost cost{.model = model, .device = device};
+  ps::TransformerCost cost;
+  cost.model = model;
+  cost.device = device;
   cost.model.microbatch_size = 1;
   const Point pt{std::string(Order::name), fine, Checkpoint::mode,
                  budget_gb ? std::optional<double>(*budget_gb * 1e9) : std::nullopt};
