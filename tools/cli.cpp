@@ -103,8 +103,8 @@ int parse_int(const std::string& option, const std::string& text, int lo, int hi
 }
 
 double parse_number(const std::string& what, const std::string& text, double lo, double hi) {
-  const std::string range = "from " + pipesched::format_general(lo) + " to " +
-                            pipesched::format_general(hi);
+  const std::string range =
+      "from " + pipesched::format_general(lo) + " to " + pipesched::format_general(hi);
   // Decimal notation only: strtod alone would also take "inf", "nan" and hexadecimal.
   const bool decimal =
       !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;

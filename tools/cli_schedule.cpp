@@ -438,7 +438,7 @@ Schedule apply_budget_options(Schedule s, const Args& a, AnyCost& cost, Checkpoi
         "--fit fits a schedule's own memory knob to --memory-budget: give a budget and a "
         "schedule with one (" +
         memory_knob_orders() + ", slice-pipe without --warmup)");
-  const bool cost_aware = g && g->generate_with_cost && a.has("--warmup") == false;
+  const bool cost_aware = g && g->generate_with_cost && !a.has("--warmup");
   if (!choice.policy->recomputes && !choice.budgeted && !wgrad.fine && !cost_aware) return s;
   try {
     if (!g) {

@@ -183,8 +183,7 @@ class ProgressLine {
     done_ = r.candidates_tried;
     total_ = r.candidates_total;
     // The best as returned: full checkpointing as the fallback only joins it at the end.
-    if (r.best)
-      best_ = describe(*r.best) + ", step " + format_time(r.best->makespan, time_unit_);
+    if (r.best) best_ = describe(*r.best) + ", step " + format_time(r.best->makespan, time_unit_);
     cut_ = r.interrupted ? interrupt_name() : "--time-limit";
     draw(Clock::now());
   }

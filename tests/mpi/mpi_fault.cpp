@@ -134,7 +134,8 @@ int main(int argc, char** argv) {
     mode = Mode::Absent;
   } else {
     if (session.rank() == 0)
-      std::fprintf(stderr, "usage: mpirun -np P mpi_fault throw|kill|hang|stop|snapshot|absent [TOKEN]\n");
+      std::fprintf(stderr,
+                   "usage: mpirun -np P mpi_fault throw|kill|hang|stop|snapshot|absent [TOKEN]\n");
     return 2;
   }
   const int p = session.size(), bad = p / 2;

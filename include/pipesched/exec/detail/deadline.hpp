@@ -40,7 +40,9 @@ inline std::chrono::steady_clock::time_point deadline_after(
 }
 
 //! Seconds as the messages print them: "0.3", "60", "inf", "nan".
-inline std::string seconds_text(double s) { return format_general(s); }
+inline std::string seconds_text(double s) {
+  return format_general(s);
+}
 
 //! The shortest receive timeout a pipeline accepts, in seconds: 1 ms. A shorter one cannot
 //! cover even a thread's wake-up or one poll of a transport, so every step would fail.

@@ -520,13 +520,13 @@ class Engine {
       if (refused.size() > 8) names += " and " + std::to_string(refused.size() - 8) + " more";
       detail += "\n  rank " + std::to_string(r) + " (" + std::to_string(rs.forwards) +
                 " forwards, " + std::to_string(rs.backwards) + " backwards, " +
-                std::to_string(rs.in_flight()) + " in flight, memory " + pipesched::detail::format_general(rs.memory) +
-                ") refused " + names;
+                std::to_string(rs.in_flight()) + " in flight, memory " +
+                pipesched::detail::format_general(rs.memory) + ") refused " + names;
       stalls.push_back(std::move(st));
     }
     throw schedule_stalled(lp_.name + ": the rule refuses every ready action at time " +
-                               pipesched::detail::format_general(now_) + " with nothing running and " +
-                               std::to_string(left_) +
+                               pipesched::detail::format_general(now_) +
+                               " with nothing running and " + std::to_string(left_) +
                                " actions left, so no rank can go on:" + detail +
                                "\nAdmit at least one of them (a limit that holds back "
                                "forwards must let the backwards they feed run first).",
