@@ -29,8 +29,8 @@
 
 #include "cost_terms.hpp"
 #include "pipesched/analysis/presets.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/tune/tune.hpp"
-#include "plan_cost.hpp"
 
 namespace ps = pipesched;
 using ps::CheckpointMode;
@@ -56,9 +56,7 @@ struct FreeRecompute {
 
 // The plan's configuration searched alone with `modes` (and `budget`, unlimited when given
 // empty): its best plan.
-std::optional<ps::TunePlan> at_config(const ps::TunePlan& p, const ps::ModelShape& model,
-                                      const ps::DeviceSpec& device,
-                                      std::vector<CheckpointMode> modes,
+std::optional<ps::TunePlan> at_config(const ps::TunePlan& p, std::vector<CheckpointMode> modes,
                                       std::optional<ps::MemoryBudget> budget = std::nullopt) {
   ps::TuneRequest req;
   req.ranks = p.schedule.problem.ranks;
@@ -70,7 +68,7 @@ std::optional<ps::TunePlan> at_config(const ps::TunePlan& p, const ps::ModelShap
   req.full_fallback = false;
   req.budget = budget;
   req.threads = 1;
-  const ps::TransformerCost c = ps::bench::plan_cost(p, model, device);
+  const ps::TransformerCost c = ps::cost_of<ps::TransformerCost>(p);
   const ps::TuneResult r = ps::tune(req, ps::TransformerCostFactory{c.model, c.device, c.parallel});
   return r.best;
 }
@@ -173,7 +171,6 @@ int main(int argc, char** argv) {
           const ps::TuneResult r = ps::tune_cluster(req, model, device);
           total_seconds += r.seconds;
           slowest = std::max(slowest, r.seconds);
-          ps::DeviceSpec placed = device;
           for (const char* scheme : schemes) {
             auto plan = [&](CheckpointMode m) -> std::optional<ps::TunePlan> {
               const ps::TuneBaseline* b = r.baseline(scheme, m);
@@ -187,7 +184,7 @@ int main(int argc, char** argv) {
             if (mario && conv) {
               const double ra = conv->makespan / mario->makespan;
               const ps::SimulationResult free = ps::simulate(
-                  conv->schedule, FreeRecompute{ps::bench::plan_cost(*conv, model, placed)});
+                  conv->schedule, FreeRecompute{ps::cost_of<ps::TransformerCost>(*conv)});
               const double ceiling = conv->makespan / free.makespan;
               a = ratio(ra) + " (" + ratio(ceiling) + ")";
               a_all.add(ra);
@@ -200,7 +197,7 @@ int main(int argc, char** argv) {
                 b_all.add(rb);
                 ab_all.add(ra * rb);
                 if (mario->recomputes > 0) b_bind.add(rb);
-                if (const auto f = at_config(*none, model, placed, {CheckpointMode::Full}); f) {
+                if (const auto f = at_config(*none, {CheckpointMode::Full}); f) {
                   fixed = ratio(f->makespan / mario->makespan);
                   fixed_all.add(f->makespan / mario->makespan);
                 }
@@ -208,12 +205,12 @@ int main(int argc, char** argv) {
             }
             if (mario && mario->recomputes > 0) {
               const auto base =
-                  at_config(*mario, model, placed, {CheckpointMode::None}, ps::MemoryBudget{});
-              const auto selective = at_config(*mario, model, placed, {CheckpointMode::Selective});
+                  at_config(*mario, {CheckpointMode::None}, ps::MemoryBudget{});
+              const auto selective = at_config(*mario, {CheckpointMode::Selective});
               if (base) {
                 double bound = 0;
                 if (selective) {
-                  const ps::TransformerCost c = ps::bench::plan_cost(*mario, model, placed);
+                  const ps::TransformerCost c = ps::cost_of<ps::TransformerCost>(*mario);
                   const ps::SimulationResult base_sim = ps::simulate(base->schedule, c);
                   const ps::Schedule& s = selective->schedule;
                   const ps::CostContext ctx{s.problem, s.placement, 1};

@@ -26,8 +26,8 @@
 
 #include "cost_terms.hpp"
 #include "pipesched/analysis/presets.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/tune/tune.hpp"
-#include "plan_cost.hpp"
 
 namespace ps = pipesched;
 using ps::CheckpointMode;
@@ -200,8 +200,7 @@ int main(int argc, char** argv) {
                     ps::TransformerCost{model, device, {}}.head_layers());
       critical.push_back(
           model_name + std::string(head) + ": " +
-          critical_rank(*mepipe, ps::bench::plan_cost(*mepipe, model, device, req.whole_step,
-                                                      req.search.slicing)));
+          critical_rank(*mepipe, ps::cost_of<ps::TransformerCost>(*mepipe)));
     }
     std::printf("%s%s\n", row.c_str(), tail);
     std::fflush(stdout);

@@ -414,11 +414,11 @@ constexpr int toy_stages = 4096;
 std::optional<ps::MpiPlanRun> place(const std::string& path, int rank) {
   if (path.empty()) return std::nullopt;
   try {
-    std::optional<ps::MpiPlanRun> run(std::in_place, ps::read_run_plan_file(path), path);
-    const ps::RunPlan& plan = run->plan();
+    std::optional<ps::MpiPlanRun> run(std::in_place, ps::read_plan_file(path), path);
+    const ps::TunePlan& plan = run->plan();
     if (run->global_batch() > toy_sequences)
       throw ps::error(path + " trains " + std::to_string(run->global_batch()) +
-                      " sequences per step (dp " + std::to_string(plan.grid.data) + " × " +
+                      " sequences per step (dp " + std::to_string(plan.data) + " × " +
                       std::to_string(plan.microbatches) + " microbatches × microbatch_size " +
                       std::to_string(plan.microbatch_size) + "); the toy GPT trains 1 to " +
                       std::to_string(toy_sequences) +
@@ -437,11 +437,11 @@ std::optional<ps::MpiPlanRun> place(const std::string& path, int rank) {
 // Trains the toy GPT through the plan's schedule on its grid: the plan's microbatches of its
 // microbatch size per replica, SGD (on each replica's shard with ZeRO 1 or 2).
 int run_plan(const ps::MpiPlanRun& run, Options o) {
-  const ps::RunPlan& plan = run.plan();
+  const ps::TunePlan& plan = run.plan();
   const ps::Schedule& s = run.schedule();
   const toy::GptConfig config{.vocabulary = 32,
                               .hidden = 16,
-                              .heads = std::max(2, plan.grid.tensor),
+                              .heads = std::max(2, plan.tensor),
                               .ffn = 32,
                               .sequence = 16,
                               .blocks = s.problem.replica_stages(),
@@ -453,7 +453,10 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
     layers += l;
   say("plan: %s (checkpoint %s) on pp %d x dp %d x tp %d processes, ZeRO-%d; %d microbatches "
       "of %d sequences x %d slices per replica, global batch %lld sequences\n",
-      s.name.c_str(), plan.checkpoint.c_str(), plan.grid.pipeline, plan.grid.data, plan.grid.tensor,
+      s.name.c_str(),
+      plan.checkpoint_policy.empty() ? ps::to_string(plan.checkpoint)
+                                     : plan.checkpoint_policy.c_str(),
+      plan.grid().pipeline, plan.data, plan.tensor,
       plan.zero, plan.microbatches, plan.microbatch_size, s.problem.slices, run.global_batch());
   say("toy GPT with %d blocks, one per stage (%s)\n", config.blocks,
       layers > 0 ? ("the plan's model has " + std::to_string(layers) + " layers").c_str()
@@ -462,10 +465,10 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
     say("%d replicas of the model in each pipeline (Chimera): each block's copies add up their "
         "SGD steps after each step\n",
         s.problem.replicas);
-  if (plan.grid.tensor > 1)
+  if (plan.tensor > 1)
     say("each block split over %d tensor ranks: %d of %d heads and %d of %d MLP units each\n",
-        plan.grid.tensor, config.heads / plan.grid.tensor, config.heads,
-        config.ffn / plan.grid.tensor, config.ffn);
+        plan.tensor, config.heads / plan.tensor, config.heads,
+        config.ffn / plan.tensor, config.ffn);
   if (plan.sequence_parallel)
     say("the plan has sequence parallelism, which the toy does not implement: it runs without "
         "(the same numerics, more activation memory per tensor rank)\n");

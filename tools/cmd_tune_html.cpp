@@ -1,6 +1,7 @@
 // pipesched tune --report FILE.html: the search as one self-contained page (io/html_report.hpp)
-// with the timeline of the best plan and of each pair's best, each drawn from its own
-// `pipesched simulate` command line, so that the picture is what that command reproduces.
+// with the timeline of the best plan and of each pair's best, each the plan's schedule simulated
+// under the cost model it was planned under (cost_of), beside the `pipesched simulate` command
+// that reproduces it.
 #include <cstddef>
 #include <limits>
 #include <string>
@@ -11,48 +12,21 @@
 #include "cmd_tune.hpp"
 #include "pipesched/core/format.hpp"
 #include "pipesched/io/html_report.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/io/svg.hpp"
 
 namespace pipesched::cli {
 
 namespace {
 
-//! The words of a plan's command line (plan_command quotes a word in '...' where it must).
-std::vector<std::string> command_words(const std::string& command) {
-  std::vector<std::string> words;
-  std::string word;
-  bool quoted = false, any = false;
-  for (char ch : command) {
-    if (ch == '\'') {
-      quoted = !quoted;
-      any = true;
-    } else if (ch == ' ' && !quoted) {
-      if (any) words.push_back(word);
-      word.clear();
-      any = false;
-    } else {
-      word += ch;
-      any = true;
-    }
-  }
-  if (any) words.push_back(word);
-  return words;
-}
-
-//! The timeline of plan `p`: its command line run as `simulate` runs it, drawn.
+//! The timeline of plan `p`: its schedule simulated under the cost model it was planned under
+//! (cost_of), drawn; the command that reproduces it is printed beside it.
 ReportTimeline timeline_of(const std::string& heading, const TunePlan& p, const TuneCommand& c) {
   ReportTimeline t;
   t.heading = heading;
   t.plan = describe(p);
   t.command = plan_command(p, c.context);
-  std::vector<std::string> argv = command_words(t.command);
-  argv.erase(argv.begin(), argv.begin() + 2);  // "pipesched simulate"
-  std::vector<OptionSpec> specs = schedule_options;
-  specs.insert(specs.end(), cost_options.begin(), cost_options.end());
-  specs.insert(specs.end(), slicing_options.begin(), slicing_options.end());
-  specs.insert(specs.end(), checkpoint_options.begin(), checkpoint_options.end());
-  const Prepared prepared = prepare(parse_args("simulate", argv, specs, 1));
-  const Schedule& s = prepared.schedule;
+  const Schedule& s = p.schedule;
   const Units& u = c.units;
   t.figures = {"step " + format_time(p.makespan, u.time),
                "bubble " + format_percent(p.bubble_ratio),
@@ -65,7 +39,9 @@ ReportTimeline timeline_of(const std::string& heading, const TunePlan& p, const 
                         " actions, more than the " + grouped(max_drawn_actions) + " drawn");
     return t;
   }
-  const SimulationResult sim = simulate_schedule(s, prepared.cost);
+  const SimulationResult sim = c.transformer
+                                   ? simulate_schedule(s, cost_of<TransformerCost>(p))
+                                   : simulate_schedule(s, cost_of<UniformCost>(p));
   SvgOptions o;
   o.title = heading + ": " + t.plan;
   o.memory_unit = u.memory;

@@ -12,6 +12,7 @@
 #include "cmd_tune.hpp"
 #include "pipesched/core/format.hpp"
 #include "pipesched/io/json.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/result.hpp"
@@ -76,61 +77,13 @@ std::string plan_command(const TunePlan& p, const CommandContext& c) {
 
 namespace {
 
-const char* wgrad_name(const TunePlan& p) {
-  if (p.fine_wgrad) return "fine";
-  return p.wgrad == WGradMode::Split ? "split" : "fused";
-}
-
-// The JSON is a contract (docs/cli.md).
+// The JSON is a contract (docs/cli.md): each plan as write_plan writes it, with the command
+// that reproduces it.
 void plan_json(json::Writer& w, const std::optional<TunePlan>& plan, const CommandContext& c) {
-  if (!plan) {
+  if (!plan)
     w.value(nullptr);
-    return;
-  }
-  const TunePlan& p = *plan;
-  w.begin_object()
-      .field("schedule", p.base)
-      .field("checkpoint", to_string(p.checkpoint))
-      .field("wgrad", wgrad_name(p))
-      .field("pp", p.schedule.problem.ranks)
-      .field("dp", p.data)
-      .field("tp", p.tensor)
-      .field("zero", p.zero)
-      .field("sequence_parallel", p.sequence_parallel)
-      .field("microbatch_size", p.microbatch_size)
-      .field("microbatches", p.microbatches)
-      .field("chunks", p.chunks)
-      .field("slices", p.slices)
-      .field("warmup", p.warmup)
-      .key("layers_per_stage")
-      .begin_array();
-  for (int n : p.layers_per_stage)
-    w.value(n);
-  w.end_array();
-  // Seconds, bytes and MFU exist under TransformerCost only.
-  for (const auto& [key, v] :
-       {std::pair{"step_time_s", p.makespan}, std::pair{"peak_memory_bytes", p.peak_memory},
-        std::pair{"mfu", p.mfu}, std::pair{"mfu_usual", p.mfu_usual}}) {
-    w.key(key);
-    if (c.transformer)
-      w.value(v);
-    else
-      w.value(nullptr);
-  }
-  w.field("command", plan_command(p, c))
-      .field("base", p.base)
-      .field("makespan", p.makespan)
-      .field("throughput", p.throughput)
-      .field("bubble_ratio", p.bubble_ratio)
-      .field("recomputes", p.recomputes)
-      .field("fine_wgrad", p.fine_wgrad)
-      .field("fitted", p.fitted)
-      .key("peak_memory")
-      .begin_array();
-  for (double v : p.peak_per_rank)
-    w.value(v);
-  // The schedule itself, so that the plan runs as it is (read_run_plan) without regenerating.
-  w.end_array().field("schedule_text", to_text(p.schedule)).end_object();
+  else
+    write_plan(w, *plan, plan_command(*plan, c));
 }
 
 //! The widest line of the text report.

@@ -49,7 +49,7 @@
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/fingerprint.hpp"
 #include "pipesched/exec/profile.hpp"
-#include "pipesched/exec/run_plan.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/exec/stage_variant.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "fuzz_harness.hpp"
-#include "pipesched/exec/run_plan.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/json_read.hpp"
 
@@ -101,13 +101,28 @@ int pipesched_fuzz_json(const std::uint8_t* data, std::size_t size) {
                 "JSON the writer wrote from a parsed tree does not parse", text);
   fuzz::require(same(v, again), "a JSON tree does not survive write + read", text);
   // As a plan: refused with a pipesched::error, or a plan whose parts agree.
-  RunPlan plan;
-  if (!fuzz::answers([&] { plan = read_run_plan(input, "fuzz.json"); })) return 0;
-  fuzz::require(plan.grid.pipeline == plan.schedule.problem.ranks && plan.grid.data >= 1 &&
-                    plan.grid.tensor >= 1 && plan.zero >= 0 && plan.zero <= 2,
+  TunePlan plan;
+  if (!fuzz::answers([&] { plan = read_plan(input, "fuzz.json"); })) return 0;
+  fuzz::require(plan.grid().pipeline == plan.schedule.problem.ranks && plan.data >= 1 &&
+                    plan.tensor >= 1 && plan.zero >= 0 && plan.zero <= 2,
                 "a plan read with a grid that does not fit its schedule");
   fuzz::require(check(plan.schedule).ok(), "a plan read with a schedule that does not validate");
   fuzz::exercise(plan.schedule);
+  // Written and read back, the plan is the same.
+  const std::string written = plan_json(plan);
+  TunePlan back;
+  fuzz::require(fuzz::answers([&] { back = read_plan(written, "written.json"); }),
+                "a plan read does not read back once written", written);
+  fuzz::require(back.schedule == plan.schedule && back.data == plan.data &&
+                    back.tensor == plan.tensor && back.zero == plan.zero &&
+                    back.sequence_parallel == plan.sequence_parallel &&
+                    back.microbatch_size == plan.microbatch_size &&
+                    back.layers_per_stage == plan.layers_per_stage &&
+                    back.checkpoint == plan.checkpoint &&
+                    back.checkpoint_policy == plan.checkpoint_policy &&
+                    back.fine_wgrad == plan.fine_wgrad && back.wgrad == plan.wgrad &&
+                    back.makespan == plan.makespan && back.cost.has_value() == plan.cost.has_value(),
+                "a plan written and read back is another plan", written);
   return 0;
 }
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "mpi_support.hpp"
-#include "pipesched/exec/run_plan.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/toy/reference.hpp"
@@ -35,7 +35,7 @@ std::string plan_json(const ps::Schedule& s, int dp, int tp, int zero) {
 }
 
 // The message MpiPlanRun throws for `plan`, the same on every process; empty when none.
-std::string refusal(const ps::RunPlan& plan) {
+std::string refusal(const ps::TunePlan& plan) {
   try {
     const ps::MpiPlanRun run(plan, "plan.json");
   } catch (const ps::invalid_problem& e) {
@@ -46,8 +46,8 @@ std::string refusal(const ps::RunPlan& plan) {
 
 TEST(MpiPlan, JobOfAnotherSizeIsRefusedWithTheProcessCountToUse) {
   const int n = world_size();
-  const ps::RunPlan plan =
-      ps::read_run_plan(plan_json(generated("1f1b", 1, 4), n + 1, 1, 0), "plan.json");
+  const ps::TunePlan plan =
+      ps::read_plan(plan_json(generated("1f1b", 1, 4), n + 1, 1, 0), "plan.json");
   EXPECT_EQ(refusal(plan), "plan.json is for pp 1 × dp " + std::to_string(n + 1) +
                                " × tp 1 = " + std::to_string(n + 1) +
                                " processes, but the job has " + std::to_string(n) +
@@ -60,9 +60,9 @@ void expect_plan_trains(int zero) {
   const int n = world_size(), pp = n % 2 == 0 ? 2 : 1, dp = n / pp;
   SCOPED_TRACE("ZeRO-" + std::to_string(zero) + " on pp " + std::to_string(pp));
   const ps::MpiPlanRun run(
-      ps::read_run_plan(plan_json(generated("zb-h1", pp, 4), dp, 1, zero), "plan.json"),
+      ps::read_plan(plan_json(generated("zb-h1", pp, 4), dp, 1, zero), "plan.json"),
       "plan.json");
-  EXPECT_EQ(run.coordinates(), run.plan().grid.coordinates(world_rank()));
+  EXPECT_EQ(run.coordinates(), run.plan().grid().coordinates(world_rank()));
   EXPECT_EQ(run.zero(), zero);
   EXPECT_EQ(run.global_batch(), dp * 4LL * 2);
   const ps::MpiReducerOptions reducer = run.reducer_options(ps::sgd_shards(learning_rate));
@@ -108,7 +108,7 @@ TEST(MpiPlan, PlanTrainsLikeSequentialTrainingOfTheGlobalBatch) {
 TEST(MpiPlan, TensorParallelPlanTrainsItsShards) {
   const int n = world_size(), pp = n / 2;
   const ps::MpiPlanRun run(
-      ps::read_run_plan(plan_json(generated("1f1b", pp, 4), 1, 2, 0), "plan.json"), "plan.json");
+      ps::read_plan(plan_json(generated("1f1b", pp, 4), 1, 2, 0), "plan.json"), "plan.json");
   EXPECT_EQ(run.tensor_shard(), (ps::TensorShard{world_rank() % 2, 2}));
   const ps::Schedule& s = run.schedule();
   const toy::GptConfig config = config_for(run.stages());

@@ -110,8 +110,8 @@ inline std::string value_of(const DeviceSpec& d, const std::string& key) {
   return "?";
 }
 
-inline DeviceFile read(std::string_view text, const std::string& source, bool cluster) {
-  const json::Value doc = spec_json::parse_object(text, source, "a device or a cluster");
+//! The device (cluster) of the JSON object `doc` of `source`, checked as read_device says.
+inline DeviceFile read_object(const json::Value& doc, const std::string& source, bool cluster) {
   const spec_json::Fields in(doc, source);
   DeviceFile out;
   if (const json::Value* f = in.find("format")) {
@@ -177,6 +177,11 @@ inline DeviceFile read(std::string_view text, const std::string& source, bool cl
                      "; " + want);
   }
   return out;
+}
+
+inline DeviceFile read(std::string_view text, const std::string& source, bool cluster) {
+  return read_object(spec_json::parse_object(text, source, "a device or a cluster"), source,
+                     cluster);
 }
 
 }  // namespace detail::device_file

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <any>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -12,9 +13,11 @@
 #include <string_view>
 #include <vector>
 
+#include "pipesched/core/format.hpp"
 #include "pipesched/core/message.hpp"
 #include "pipesched/core/modes.hpp"
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/exec/process_grid.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 
 namespace pipesched {
@@ -69,6 +72,17 @@ struct TunePlan {
   double mfu_usual = 0;
   //! Position of its configuration in the search, ties between equal plans go to the first.
   std::size_t order = 0;
+  //! The cost model the plan was simulated under: the search's for its microbatch size,
+  //! parallelism, layer split and slice lengths (cost_of, io/plan_file.hpp, returns it), so
+  //! that simulate(schedule, cost_of<Cost>(plan)) gives `makespan` again. A plan read
+  //! from a file holds it where the file does (TransformerCost, UniformCost); empty otherwise.
+  std::any cost;
+  //! The unit of the memory figures (Bytes: bytes, and the times are seconds).
+  MemoryUnit memory_unit = MemoryUnit::Units;
+
+  //! Where each of the plan's GPUs sits: its pipeline ranks × data-parallel replicas ×
+  //! tensor-parallel degree (a job runs grid().size() processes).
+  ProcessGrid grid() const { return ProcessGrid{schedule.problem.ranks, data, tensor}; }
 };
 
 //! Why configurations were refused: one note per distinct reason, naming the first

@@ -13,6 +13,8 @@
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 
+namespace test_cost_terms {
+
 namespace ps = pipesched;
 using ps::Action;
 using ps::OpKind;
@@ -264,3 +266,5 @@ TEST(Presets, CostTermsComeFromTheDocumentedFigures) {
     EXPECT_EQ(p.model.dropout, p.name.rfind("gpt3", 0) == 0);
   }
 }
+
+}  // namespace test_cost_terms

@@ -33,6 +33,8 @@
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
+namespace test_rules {
+
 namespace ps = pipesched;
 
 namespace {
@@ -262,3 +264,5 @@ TEST(Rules, EngineSimulatorGraphAndPassesAgree) {
 }
 
 }  // namespace
+
+}  // namespace test_rules

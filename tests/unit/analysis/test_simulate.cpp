@@ -9,6 +9,8 @@
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/policy/registry.hpp"
 
+namespace test_simulate {
+
 namespace ps = pipesched;
 
 namespace {
@@ -172,3 +174,5 @@ TEST(Simulate, PyTorchFilesSimulateWithoutDeadlock) {
   EXPECT_EQ(ps::simulate(dv).makespan,
             ps::simulate(ps::schedule::dualpipe_v({.ranks = 4, .microbatches = 10})).makespan);
 }
+
+}  // namespace test_simulate

@@ -18,6 +18,8 @@
 #include "pipesched/pass/reduce_gradients.hpp"
 #include "pipesched/policy/registry.hpp"
 
+namespace test_simulate_reduction {
+
 namespace ps = pipesched;
 using ps::Action;
 using ps::OpKind;
@@ -233,3 +235,5 @@ TEST(SimulateReduction, TransformerCostActionsAreNoSlowerThanTheStepTail) {
     }
   }
 }
+
+}  // namespace test_simulate_reduction

@@ -14,6 +14,8 @@
 #include "pipesched/analysis/slicing.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
 
+namespace test_slicing {
+
 namespace ps = pipesched;
 
 namespace {
@@ -302,3 +304,5 @@ TEST(Slicing, LengthsIgnoreTheCostsOwnLayerSplit) {
     EXPECT_EQ(ps::slice_forward_time(*c, {10, 20}), ps::slice_forward_time(even, {10, 20}));
   }
 }
+
+}  // namespace test_slicing

@@ -14,6 +14,8 @@
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 
+namespace test_transformer_cost {
+
 namespace ps = pipesched;
 using ps::Action;
 using ps::OpKind;
@@ -829,3 +831,5 @@ TEST(TransformerCostParallel, PerGemmWeightGradientPartsAddUpToTheWholeW) {
     }
   }
 }
+
+}  // namespace test_transformer_cost

@@ -4,6 +4,8 @@
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 
+namespace test_validate {
+
 namespace ps = pipesched;
 using ps::Action;
 using ps::OpKind;
@@ -223,3 +225,5 @@ TEST(LowerCommunication, PlacesReceivesBeforeConsumersAndSendsAfterProducers) {
   // Lowering is idempotent.
   EXPECT_EQ(ps::lower_communication(s), s);
 }
+
+}  // namespace test_validate

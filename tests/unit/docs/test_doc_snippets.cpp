@@ -14,6 +14,8 @@
 
 #include "pipesched/policy/registry.hpp"
 
+namespace test_doc_snippets {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -163,3 +165,5 @@ TEST(DocLinks, EveryFileADocNamesExists) {
 }
 
 }  // namespace
+
+}  // namespace test_doc_snippets

@@ -15,6 +15,8 @@
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
 
+namespace test_deadline_fingerprint {
+
 namespace ps = pipesched;
 
 namespace {
@@ -120,3 +122,5 @@ TEST(ExecFingerprint, AnyDifferenceInWhatRunsChangesIt) {
 }
 
 }  // namespace
+
+}  // namespace test_deadline_fingerprint

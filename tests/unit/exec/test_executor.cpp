@@ -15,6 +15,8 @@
 #include "pipesched/io/csv.hpp"
 #include "pipesched/policy/registry.hpp"
 
+namespace test_executor {
+
 namespace ps = pipesched;
 
 namespace {
@@ -297,3 +299,5 @@ TEST(Executor, TimelineHasEveryActionInOrder) {
   EXPECT_GT(t.makespan, 0);
   EXPECT_EQ(t.peak_memory_max, r.ranks[0].peak_bytes);
 }
+
+}  // namespace test_executor

@@ -28,6 +28,8 @@
 
 #include "exec_support.hpp"
 
+namespace test_executor_faults {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -553,3 +555,5 @@ TEST(StepCommit, NoRankUpdatesBeforeEveryListHasRun) {
 }
 
 }  // namespace
+
+}  // namespace test_executor_faults

@@ -32,6 +32,8 @@
 
 #include "exec_support.hpp"
 
+namespace test_heterogeneous_stages {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -424,3 +426,5 @@ TEST(HeterogeneousStages, StashOfAnotherStageTypeIsRefused) {
   GptVariant::stash_type empty;
   EXPECT_THROW(v[1].backward_weight(empty), ps::error);
 }
+
+}  // namespace test_heterogeneous_stages

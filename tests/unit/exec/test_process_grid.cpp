@@ -12,6 +12,8 @@
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/exec/process_grid.hpp"
 
+namespace test_process_grid {
+
 namespace ps = pipesched;
 
 namespace {
@@ -114,3 +116,5 @@ TEST(ProcessGrid, HugeDegreesAreRefused) {
 }
 
 }  // namespace
+
+}  // namespace test_process_grid

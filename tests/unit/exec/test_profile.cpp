@@ -22,6 +22,8 @@
 #include "pipesched/schedule/zero_bubble_h1.hpp"
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
+namespace test_profile {
+
 namespace ps = pipesched;
 
 namespace {
@@ -470,3 +472,5 @@ TEST(Profile, TheDefaultScheduleSplitsBackwardsAndRecomputesOneMicrobatchPerStag
 }
 
 }  // namespace
+
+}  // namespace test_profile

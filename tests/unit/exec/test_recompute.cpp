@@ -25,6 +25,8 @@
 
 #include "exec_support.hpp"
 
+namespace test_recompute {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -404,3 +406,5 @@ TEST(RecomputeFill, InputBytesSizesTheKeptInputAndRecomputeRunsForwardAgain) {
   EXPECT_DOUBLE_EQ(stages[0].gw, 0.5 * 10);
   EXPECT_DOUBLE_EQ(stages[1].gw, 0.5 * 10);
 }
+
+}  // namespace test_recompute

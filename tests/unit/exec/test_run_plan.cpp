@@ -1,7 +1,9 @@
-// Reading a plan to run (exec/run_plan.hpp): a plan the tuner found, written in the shape of
-// `pipesched tune --json`, reads back to the same schedule and grid, alone or inside the whole
-// output; a null best, missing and mistyped fields, fields that disagree with the schedule and
-// a schedule that does not parse or validate are each refused with a sentence naming them.
+// The plan file (io/plan_file.hpp): a plan the tuner found, written in the shape of `pipesched
+// tune --json`, reads back to the same schedule and grid, alone or inside the whole output; a
+// null best, missing and mistyped fields, fields that disagree with the schedule and a schedule
+// that does not parse or validate are each refused with a sentence naming them. write_plan and
+// read_plan give back the same plan, cost model included, which simulates to its step time
+// again (cost_of); a cost model that disagrees with its plan is refused.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -13,12 +15,16 @@
 #include <utility>
 #include <vector>
 
-#include "pipesched/exec/run_plan.hpp"
+#include "pipesched/io/plan_file.hpp"
+#include "pipesched/analysis/simulate.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/policy/registry.hpp"
+#include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
+
+namespace test_run_plan {
 
 namespace ps = pipesched;
 
@@ -31,7 +37,7 @@ std::string str(const std::string& s) {
   return ps::json::quoted(s);
 }
 
-// The fields tools/cmd_tune_report.cpp (plan_json) writes for `p` under UniformCost.
+// The fields write_plan writes for `p` under UniformCost (without its cost model).
 Fields plan_fields(const ps::TunePlan& p) {
   std::string peaks = "[";
   for (double v : p.peak_per_rank)
@@ -99,7 +105,7 @@ const ps::TunePlan& tuned() {
 
 std::string refusal(const std::string& text) {
   try {
-    ps::read_run_plan(text, "plan.json");
+    ps::read_plan(text, "plan.json");
   } catch (const ps::error& e) {
     return e.what();
   }
@@ -109,17 +115,17 @@ std::string refusal(const std::string& text) {
 
 }  // namespace
 
-TEST(RunPlan, ReadsBackThePlanTheTunerFound) {
+TEST(PlanFile, ReadsBackThePlanTheTunerFound) {
   const ps::TunePlan& best = tuned();
   ASSERT_GT(best.recomputes, 0) << "the case should carry recomputes through the text form";
-  const ps::RunPlan p = ps::read_run_plan(object_of(plan_fields(best)), "plan.json");
+  const ps::TunePlan p = ps::read_plan(object_of(plan_fields(best)), "plan.json");
   EXPECT_EQ(p.schedule, best.schedule);
   EXPECT_EQ(ps::to_text(p.schedule), ps::to_text(best.schedule));
   EXPECT_EQ(p.schedule.name, best.schedule.name);
-  EXPECT_EQ(p.grid.pipeline, 4);
-  EXPECT_EQ(p.grid.data, 1);
-  EXPECT_EQ(p.grid.tensor, 1);
-  EXPECT_EQ(p.grid.size(), 4);
+  EXPECT_EQ(p.grid().pipeline, 4);
+  EXPECT_EQ(p.grid().data, 1);
+  EXPECT_EQ(p.grid().tensor, 1);
+  EXPECT_EQ(p.grid().size(), 4);
   EXPECT_EQ(p.zero, 0);
   EXPECT_FALSE(p.sequence_parallel);
   EXPECT_EQ(p.microbatch_size, 1);
@@ -128,24 +134,30 @@ TEST(RunPlan, ReadsBackThePlanTheTunerFound) {
   EXPECT_EQ(p.slices, 1);
   EXPECT_TRUE(p.layers_per_stage.empty());
   EXPECT_EQ(p.base, best.base);
-  EXPECT_EQ(p.checkpoint, ps::to_string(best.checkpoint));
-  EXPECT_EQ(p.wgrad, "fused");
-  EXPECT_FALSE(p.step_time_s);
-  EXPECT_EQ(p.command, "pipesched simulate --schedule " + best.base);
+  EXPECT_EQ(p.checkpoint, best.checkpoint);
+  EXPECT_EQ(p.wgrad, ps::WGradMode::Fused);
+  EXPECT_FALSE(p.fine_wgrad);
+  EXPECT_EQ(p.memory_unit, ps::MemoryUnit::Units);  // step_time_s is null
+  EXPECT_EQ(p.makespan, best.makespan);
+  EXPECT_EQ(p.peak_per_rank, best.peak_per_rank);
+  EXPECT_EQ(p.recomputes, best.recomputes);
+  EXPECT_EQ(p.global_batch, 8);
+  EXPECT_EQ(p.gpus, 4);
+  EXPECT_FALSE(p.cost.has_value());  // the fields above give no "cost_model"
 }
 
-TEST(RunPlan, TakesTheBestOfTheWholeTuneOutput) {
+TEST(PlanFile, TakesTheBestOfTheWholeTuneOutput) {
   const std::string plan = object_of(plan_fields(tuned()), true);
   const std::string out = "{\"best\": " + plan + ", \"baselines\": [" + plan +
                           ", {\"schedule\": \"1f1b\", \"checkpoint\": \"none\", "
                           "\"step_time_s\": null}], \"search\": {\"candidates\": 3}, "
                           "\"notes\": []}\n";
-  const ps::RunPlan p = ps::read_run_plan(out, "tune.json");
+  const ps::TunePlan p = ps::read_plan(out, "tune.json");
   EXPECT_EQ(p.schedule, tuned().schedule);
-  EXPECT_EQ(p.grid.size(), 4);
+  EXPECT_EQ(p.grid().size(), 4);
 }
 
-TEST(RunPlan, ReadsAClusterPlanWithLayersPerStage) {
+TEST(PlanFile, ReadsAClusterPlanWithLayersPerStage) {
   // Chimera holds two replicas of the model: 8 stages on 4 ranks are 4 model stages.
   const ps::Schedule s = ps::find_generator("chimera").generate(
       ps::Problem{.ranks = 4, .microbatches = 4}, ps::WGradMode::Fused);
@@ -163,19 +175,19 @@ TEST(RunPlan, ReadsAClusterPlanWithLayersPerStage) {
                     {"step_time_s", "1.25"},
                     {"future_field", "{\"ignored\": [1]}"},
                     {"schedule_text", str(ps::to_text(s))}};
-  const ps::RunPlan p = ps::read_run_plan(object_of(f), "plan.json");
+  const ps::TunePlan p = ps::read_plan(object_of(f), "plan.json");
   EXPECT_EQ(p.schedule, s);
-  EXPECT_EQ(p.grid.size(), 16);
-  EXPECT_EQ(p.grid.coordinates(5), (ps::ProcessGrid::Coordinates{1, 0, 1}));
+  EXPECT_EQ(p.grid().size(), 16);
+  EXPECT_EQ(p.grid().coordinates(5), (ps::ProcessGrid::Coordinates{1, 0, 1}));
   EXPECT_EQ(p.zero, 1);
   EXPECT_TRUE(p.sequence_parallel);
   EXPECT_EQ(p.microbatch_size, 2);
   EXPECT_EQ(p.layers_per_stage, (std::vector<int>{6, 6, 6, 6}));
-  ASSERT_TRUE(p.step_time_s);
-  EXPECT_EQ(*p.step_time_s, 1.25);
-  EXPECT_EQ(p.chunks, 2);    // not given: stages per rank
-  EXPECT_EQ(p.wgrad, "");    // not given
-  EXPECT_EQ(p.command, "");  // not given
+  EXPECT_EQ(p.makespan, 1.25);  // step_time_s
+  EXPECT_EQ(p.memory_unit, ps::MemoryUnit::Bytes);
+  EXPECT_EQ(p.chunks, 2);                         // not given: stages per rank
+  EXPECT_EQ(p.wgrad, ps::WGradMode::Fused);       // not given: the schedule's
+  EXPECT_FALSE(p.fine_wgrad);
   const std::string eight = object_of(with(f, "layers_per_stage", "[6, 6, 6, 6, 6, 6, 6, 6]"));
   EXPECT_EQ(refusal(eight), "plan.json: line 1, column " + std::to_string(eight.find("[6, 6") + 1) +
                                 ": field \"layers_per_stage\" has 8 entries but the schedule in "
@@ -183,7 +195,7 @@ TEST(RunPlan, ReadsAClusterPlanWithLayersPerStage) {
                                 "stage.");
 }
 
-TEST(RunPlan, RefusesANullBestWithTheReason) {
+TEST(PlanFile, RefusesANullBestWithTheReason) {
   EXPECT_EQ(refusal("{\"best\":null,\"search\":{\"candidates\":20,\"total\":20,\"refused\":0,"
                     "\"over_budget\":20},\"notes\":[]}"),
             "plan.json: line 1, column 9: \"best\" is null: the search found no plan that fits (of "
@@ -208,7 +220,7 @@ TEST(RunPlan, RefusesANullBestWithTheReason) {
             "plan.json: line 1, column 12: the input ends; expected ',' or '}' in the object.");
 }
 
-TEST(RunPlan, NamesAMissingOrMistypedField) {
+TEST(PlanFile, NamesAMissingOrMistypedField) {
   const Fields f = plan_fields(tuned());
   for (const char* key : {"schedule", "checkpoint", "pp", "dp", "tp", "zero", "sequence_parallel",
                           "microbatch_size", "microbatches", "layers_per_stage", "schedule_text"})
@@ -217,7 +229,7 @@ TEST(RunPlan, NamesAMissingOrMistypedField) {
                   "\" is missing; a plan from `pipesched tune --json` has it.");
   // Fields the tuner writes but a run does not need may be left out.
   for (const char* key : {"chunks", "slices", "wgrad", "step_time_s", "command", "makespan"})
-    EXPECT_NO_THROW(ps::read_run_plan(object_of(without(f, key)), "plan.json")) << key;
+    EXPECT_NO_THROW(ps::read_plan(object_of(without(f, key)), "plan.json")) << key;
 
   const auto message_of = [&](const std::string& key, const std::string& value) {
     const std::string m = refusal(object_of(with(f, key, value)));
@@ -262,7 +274,7 @@ TEST(RunPlan, NamesAMissingOrMistypedField) {
   // The position is the value's: the line and column of the mistyped dp.
   const std::string spaced = object_of(with(f, "dp", "\"two\""), true);
   try {
-    ps::read_run_plan(spaced, "plan.json");
+    ps::read_plan(spaced, "plan.json");
     ADD_FAILURE() << "a string dp was read";
   } catch (const ps::parse_error& e) {
     EXPECT_EQ(e.line(), 1);
@@ -270,7 +282,7 @@ TEST(RunPlan, NamesAMissingOrMistypedField) {
   }
 }
 
-TEST(RunPlan, RefusesAScheduleThatDoesNotParseOrValidate) {
+TEST(PlanFile, RefusesAScheduleThatDoesNotParseOrValidate) {
   const Fields f = plan_fields(tuned());
   const std::string text = ps::to_text(tuned().schedule);
   // Not the text form: the text reader's message, with the field it came from.
@@ -283,7 +295,7 @@ TEST(RunPlan, RefusesAScheduleThatDoesNotParseOrValidate) {
   const std::size_t first = broken.find(' ', rank0 + 8);
   broken.erase(rank0 + 8, first - rank0 - 7);
   try {
-    ps::read_run_plan(object_of(with(f, "schedule_text", str(broken))), "plan.json");
+    ps::read_plan(object_of(with(f, "schedule_text", str(broken))), "plan.json");
     ADD_FAILURE() << "a schedule with an action missing was read";
   } catch (const ps::invalid_schedule& e) {
     EXPECT_EQ(std::string(e.what()).rfind("plan.json, field \"schedule_text\": the schedule does "
@@ -294,16 +306,16 @@ TEST(RunPlan, RefusesAScheduleThatDoesNotParseOrValidate) {
   }
 }
 
-TEST(RunPlan, ReadsAPlanFile) {
+TEST(PlanFile, ReadsAPlanFile) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("pipesched_run_plan_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "plan.json").string();
   std::ofstream(path) << object_of(plan_fields(tuned()), true) << "\n";
-  EXPECT_EQ(ps::read_run_plan_file(path).schedule, tuned().schedule);
+  EXPECT_EQ(ps::read_plan_file(path).schedule, tuned().schedule);
   std::ofstream(path) << "{\"best\": null}";
   try {
-    ps::read_run_plan_file(path);
+    ps::read_plan_file(path);
     ADD_FAILURE() << "a null best was read";
   } catch (const ps::parse_error& e) {
     EXPECT_EQ(std::string(e.what()).rfind(path + ": line 1, column 10: \"best\" is null", 0), 0u)
@@ -311,14 +323,14 @@ TEST(RunPlan, ReadsAPlanFile) {
   }
   const std::string missing = (dir / "nothing.json").string();
   try {
-    ps::read_run_plan_file(missing);
+    ps::read_plan_file(missing);
     ADD_FAILURE() << "a missing file was read";
   } catch (const ps::error& e) {
     EXPECT_EQ(std::string(e.what()),
               "cannot read plan file \"" + missing + "\": No such file or directory.");
   }
   try {
-    ps::read_run_plan_file(dir.string());
+    ps::read_plan_file(dir.string());
     ADD_FAILURE() << "a directory was read";
   } catch (const ps::error& e) {
     EXPECT_EQ(std::string(e.what()), "cannot read plan file \"" + dir.string() +
@@ -329,7 +341,7 @@ TEST(RunPlan, ReadsAPlanFile) {
 }
 
 // The example of docs/executor.md, "Running a plan".
-TEST(RunPlan, DocumentedUse) {
+TEST(PlanFile, DocumentedUse) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("pipesched_run_plan_doc_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -338,12 +350,12 @@ TEST(RunPlan, DocumentedUse) {
   const int process = 2;  // this process's rank in MPI_COMM_WORLD
   // [run-plan]
   // pipesched tune ... --json > plan.json;  mpirun -np <pp·dp·tp> trainer plan.json
-  const pipesched::RunPlan plan = pipesched::read_run_plan_file(path);
-  // This process's place in the job of plan.grid.size() processes ...
-  const pipesched::ProcessGrid::Coordinates me = plan.grid.coordinates(process);
+  const pipesched::TunePlan plan = pipesched::read_plan_file(path);
+  // This process's place in the job of plan.grid().size() processes ...
+  const pipesched::ProcessGrid::Coordinates me = plan.grid().coordinates(process);
   // ... and its pipeline rank's list: the stages it holds get plan.layers_per_stage layers,
   // each microbatch plan.microbatch_size sequences. Over MPI:
-  //   pipesched::MpiGroups groups(plan.grid);
+  //   pipesched::MpiGroups groups(plan.grid());
   //   pipesched::MpiPipeline<Stage> pipe(plan.schedule, stages, groups, options);
   const std::vector<pipesched::Action>& actions = plan.schedule.ranks[me.pipeline];
   // [run-plan]
@@ -366,7 +378,7 @@ std::string field_refusal(const Fields& fields) {
 // Every numeric field has a range: a microbatch of 2^27 sequences (which took every process's
 // memory) and a grid beyond the GPUs `tune` plans for are refused with the field, the value
 // and the range.
-TEST(RunPlan, BoundsEveryNumericField) {
+TEST(PlanFile, BoundsEveryNumericField) {
   const Fields f = plan_fields(tuned());
   EXPECT_EQ(field_refusal(with(f, "microbatch_size", "134217728")),
             "field \"microbatch_size\" is 134217728; it is a whole number from 1 to 65536 "
@@ -374,11 +386,11 @@ TEST(RunPlan, BoundsEveryNumericField) {
   EXPECT_EQ(field_refusal(with(f, "microbatch_size", "100000")),
             "field \"microbatch_size\" is 100000; it is a whole number from 1 to 65536 "
             "(sequences per microbatch).");
-  EXPECT_NO_THROW(ps::read_run_plan(object_of(with(f, "microbatch_size", "65536"))));
+  EXPECT_NO_THROW(ps::read_plan(object_of(with(f, "microbatch_size", "65536"))));
   EXPECT_EQ(refusal(object_of(with(with(f, "dp", "16384"), "tp", "2"))),
             "plan.json: line 1, column 1: pp 4 × dp 16384 × tp 2 is 131072 processes; a plan "
             "runs on at most 65536 (the GPUs `pipesched tune --gpus` plans for).");
-  EXPECT_NO_THROW(ps::read_run_plan(object_of(with(with(f, "dp", "8192"), "tp", "2"))));
+  EXPECT_NO_THROW(ps::read_plan(object_of(with(with(f, "dp", "8192"), "tp", "2"))));
   const std::string layers = field_refusal(with(f, "layers_per_stage", "[4, 4, 4, 2097152]"));
   EXPECT_NE(layers.find("field \"layers_per_stage\" holds 2097152; it is an array of layer "
                         "counts"),
@@ -388,7 +400,7 @@ TEST(RunPlan, BoundsEveryNumericField) {
 }
 
 // The fields that describe the schedule agree with it and with each other.
-TEST(RunPlan, ChecksTheFieldsAgainstEachOtherAndTheSchedule) {
+TEST(PlanFile, ChecksTheFieldsAgainstEachOtherAndTheSchedule) {
   const ps::TunePlan& best = tuned();  // interleaved-1f1b x4 with Mario's recomputes, fused
   ASSERT_EQ(best.base, "interleaved-1f1b");
   ASSERT_EQ(best.chunks, 4);
@@ -397,7 +409,7 @@ TEST(RunPlan, ChecksTheFieldsAgainstEachOtherAndTheSchedule) {
             "field \"sequence_parallel\" is true but \"tp\" is 1; sequence parallelism splits "
             "the sequence over a tensor group, so a plan without tensor parallelism has false.");
   EXPECT_NO_THROW(
-      ps::read_run_plan(object_of(with(with(f, "sequence_parallel", "true"), "tp", "2"))));
+      ps::read_plan(object_of(with(with(f, "sequence_parallel", "true"), "tp", "2"))));
   EXPECT_EQ(field_refusal(with(f, "chunks", "2")),
             "field \"chunks\" is 2 but the schedule in \"schedule_text\" has 4 stages per "
             "rank; they must agree.");
@@ -430,7 +442,7 @@ TEST(RunPlan, ChecksTheFieldsAgainstEachOtherAndTheSchedule) {
   Fields z = with(with(with(f, "schedule", str("zb-h1")), "schedule_text", str(ps::to_text(zb))),
                   "checkpoint", str("none"));
   z = with(with(z, "chunks", "1"), "wgrad", str("split"));
-  EXPECT_NO_THROW(ps::read_run_plan(object_of(z)));
+  EXPECT_NO_THROW(ps::read_plan(object_of(z)));
   const std::string fused = field_refusal(with(z, "wgrad", str("fused")));
   EXPECT_EQ(fused.rfind("field \"wgrad\" is \"fused\" but the schedule in \"schedule_text\" "
                         "splits its backward (",
@@ -441,7 +453,7 @@ TEST(RunPlan, ChecksTheFieldsAgainstEachOtherAndTheSchedule) {
 
 // Every plan of a search over every base, checkpoint mode and backward mode reads back: the
 // checks above refuse none of what the tuner writes.
-TEST(RunPlan, ReadsEveryPlanOfASearchOverEveryBase) {
+TEST(PlanFile, ReadsEveryPlanOfASearchOverEveryBase) {
   ps::TuneRequest req{.ranks = 4, .global_batch = 8};
   req.bases.clear();
   for (const ps::GeneratorInfo& g : ps::generators())
@@ -457,7 +469,7 @@ TEST(RunPlan, ReadsEveryPlanOfASearchOverEveryBase) {
   for (const ps::TuneBaseline& b : r.baselines) {
     if (!b.plan) continue;
     SCOPED_TRACE(b.plan->schedule.name);
-    const ps::RunPlan p = ps::read_run_plan(object_of(plan_fields(*b.plan)), "plan.json");
+    const ps::TunePlan p = ps::read_plan(object_of(plan_fields(*b.plan)), "plan.json");
     EXPECT_EQ(p.schedule, b.plan->schedule);
     bases.insert(p.base);
     ++read;
@@ -469,7 +481,7 @@ TEST(RunPlan, ReadsEveryPlanOfASearchOverEveryBase) {
 // The schedule's actions are counted before it is parsed, and the JSON's values before the
 // text is: a plan over the command's action limit, or a file of numbers, is refused without
 // building either.
-TEST(RunPlan, RefusesTooManyActionsOrValuesBeforeBuildingThem) {
+TEST(PlanFile, RefusesTooManyActionsOrValuesBeforeBuildingThem) {
   const Fields f = plan_fields(tuned());
   std::string text = "ranks 1 stages 1 microbatches 1\nplacement linear\nrank 0:";
   text.reserve(text.size() + 4 * 2'000'001);
@@ -491,3 +503,187 @@ TEST(RunPlan, RefusesTooManyActionsOrValuesBeforeBuildingThem) {
                 "at most one per 8 bytes (the larger of 65536 and its size / 8), so this is not "
                 "one.");
 }
+
+// ---------------------------------------------------------------------------------------
+// write_plan, read_plan and cost_of: the plan file is one plan type written and read back.
+
+namespace {
+
+// The plans of a small cluster search (GPT-3 1.3B, sequence 1024, on 8 A100s in nodes of 4):
+// its best and each pair's best, each with the TransformerCost it was simulated under.
+const std::vector<ps::TunePlan>& cluster_plans() {
+  static const std::vector<ps::TunePlan> plans = [] {
+    ps::ClusterRequest c;
+    c.gpus = 8;
+    c.gpus_per_node = 4;
+    c.global_batch = 16;
+    c.zero = 1;
+    c.search.bases = {"1f1b", "zb-h1", "slice-pipe"};
+    c.search.slices = {1, 2};
+    c.search.microbatch_sizes = {1, 2};
+    c.search.checkpoints = {ps::CheckpointMode::None, ps::CheckpointMode::Mario};
+    c.search.threads = 1;
+    ps::ModelShape m = ps::presets::find_model("gpt3-1.3b");
+    m.sequence = 1024;
+    const ps::TuneResult r = ps::tune_cluster(c, m, ps::presets::find_device("a100-40gb"));
+    std::vector<ps::TunePlan> out;
+    if (r.best) out.push_back(*r.best);
+    for (const ps::TuneBaseline& b : r.baselines)
+      if (b.plan) out.push_back(*b.plan);
+    return out;
+  }();
+  return plans;
+}
+
+void expect_same_plan(const ps::TunePlan& back, const ps::TunePlan& p) {
+  EXPECT_EQ(back.schedule, p.schedule);
+  EXPECT_EQ(back.base, p.base);
+  EXPECT_EQ(back.checkpoint, p.checkpoint);
+  EXPECT_EQ(back.wgrad, p.wgrad);
+  EXPECT_EQ(back.fine_wgrad, p.fine_wgrad);
+  EXPECT_EQ(back.fitted, p.fitted);
+  EXPECT_EQ(back.data, p.data);
+  EXPECT_EQ(back.tensor, p.tensor);
+  EXPECT_EQ(back.zero, p.zero);
+  EXPECT_EQ(back.sequence_parallel, p.sequence_parallel);
+  EXPECT_EQ(back.gpus, p.gpus);
+  EXPECT_EQ(back.global_batch, p.global_batch);
+  EXPECT_EQ(back.microbatch_size, p.microbatch_size);
+  EXPECT_EQ(back.microbatches, p.microbatches);
+  EXPECT_EQ(back.chunks, p.chunks);
+  EXPECT_EQ(back.slices, p.slices);
+  EXPECT_EQ(back.warmup, p.warmup);
+  EXPECT_EQ(back.layers_per_stage, p.layers_per_stage);
+  EXPECT_EQ(back.makespan, p.makespan);  // written in the shortest form that reads back exactly
+  EXPECT_EQ(back.throughput, p.throughput);
+  EXPECT_EQ(back.bubble_ratio, p.bubble_ratio);
+  EXPECT_EQ(back.peak_per_rank, p.peak_per_rank);
+  EXPECT_EQ(back.peak_memory, p.peak_memory);
+  EXPECT_EQ(back.recomputes, p.recomputes);
+  EXPECT_EQ(back.mfu, p.mfu);
+  EXPECT_EQ(back.mfu_usual, p.mfu_usual);
+  EXPECT_EQ(back.memory_unit, p.memory_unit);
+}
+
+}  // namespace
+
+TEST(PlanFile, AClusterPlanReadsBackWithItsCostModelAndSimulatesToItsStepTime) {
+  const std::vector<ps::TunePlan>& plans = cluster_plans();
+  ASSERT_GE(plans.size(), 4u);
+  bool sliced = false, sharded = false;
+  for (const ps::TunePlan& p : plans) {
+    SCOPED_TRACE(ps::describe(p));
+    sliced = sliced || p.slices > 1;
+    sharded = sharded || p.zero > 0;
+    // The tuner's plan holds the cost model it was simulated under.
+    const ps::TransformerCost& planned = ps::cost_of<ps::TransformerCost>(p);
+    EXPECT_EQ(planned.model.microbatch_size, p.microbatch_size);
+    EXPECT_EQ(planned.parallel.data, p.data);
+    EXPECT_DOUBLE_EQ(ps::simulate(p.schedule, planned).makespan, p.makespan);
+    // Written and read back: the same plan, and the same cost model, field by field.
+    const ps::TunePlan back = ps::read_plan(ps::plan_json(p, "a command"), "plan.json");
+    expect_same_plan(back, p);
+    const ps::TransformerCost& read = ps::cost_of<ps::TransformerCost>(back);
+    EXPECT_EQ(ps::model_json(read.model, "m"), ps::model_json(planned.model, "m"));
+    EXPECT_EQ(ps::device_json(read.device), ps::device_json(planned.device));
+    EXPECT_EQ(read.slice_lengths, planned.slice_lengths);
+    EXPECT_EQ(read.parallel.tensor, planned.parallel.tensor);
+    EXPECT_EQ(read.parallel.zero, planned.parallel.zero);
+    EXPECT_EQ(read.parallel.layers, planned.parallel.layers);
+    EXPECT_EQ(read.parallel.whole_step, planned.parallel.whole_step);
+    EXPECT_EQ(read.wgrad_split, planned.wgrad_split);
+    EXPECT_DOUBLE_EQ(ps::simulate(back.schedule, read).makespan, p.makespan);
+    // And written again, the same text.
+    EXPECT_EQ(ps::plan_json(back, "a command"), ps::plan_json(p, "a command"));
+  }
+  EXPECT_TRUE(sliced) << "no plan cuts its microbatches into slices";
+  EXPECT_TRUE(sharded) << "no plan shards its optimizer state";
+}
+
+TEST(PlanFile, AUniformCostPlanReadsBackWithItsCostModel) {
+  const ps::TunePlan& p = tuned();
+  const ps::TunePlan back = ps::read_plan(ps::plan_json(p), "plan.json");
+  expect_same_plan(back, p);
+  const ps::UniformCost& c = ps::cost_of<ps::UniformCost>(back);
+  EXPECT_EQ(c.f, 1);
+  EXPECT_EQ(c.b, 2);
+  EXPECT_EQ(ps::simulate(back.schedule, c).makespan, p.makespan);
+  // Its memory is in units: no seconds or bytes are written.
+  const ps::json::Value doc = ps::json::parse(ps::plan_json(p));
+  EXPECT_TRUE(doc.find("step_time_s")->is_null());
+  EXPECT_TRUE(doc.find("peak_memory_bytes")->is_null());
+  EXPECT_EQ(doc.find("command"), nullptr);  // none given
+}
+
+TEST(PlanFile, CostOfNamesAMissingCostModelOrAnotherType) {
+  const ps::TunePlan read = ps::read_plan(object_of(plan_fields(tuned())), "plan.json");
+  try {
+    (void)ps::cost_of<ps::UniformCost>(read);
+    ADD_FAILURE() << "cost_of of a plan without a cost model did not throw";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("the plan holds no cost model"), std::string::npos)
+        << e.what();
+  }
+  try {
+    (void)ps::cost_of<ps::TransformerCost>(tuned());
+    ADD_FAILURE() << "cost_of of another type did not throw";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("a cost model of another type"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(PlanFile, RefusesACostModelThatDisagreesWithItsPlan) {
+  ps::TunePlan p = cluster_plans().front();
+  ps::TransformerCost c = ps::cost_of<ps::TransformerCost>(p);
+  c.parallel.data = p.data + 1;
+  p.cost = c;
+  EXPECT_EQ(refusal(ps::plan_json(p)).find("plan.json, field \"cost_model\": line 1, column"), 0u)
+      << refusal(ps::plan_json(p));
+  EXPECT_NE(refusal(ps::plan_json(p))
+                .find("the cost model's data-parallel degree is " + std::to_string(p.data + 1) +
+                      " but the plan's is " + std::to_string(p.data)),
+            std::string::npos)
+      << refusal(ps::plan_json(p));
+  c = ps::cost_of<ps::TransformerCost>(cluster_plans().front());
+  c.model.microbatch_size = p.microbatch_size + 1;
+  p.cost = c;
+  EXPECT_NE(refusal(ps::plan_json(p)).find("the cost model's microbatch size is"),
+            std::string::npos)
+      << refusal(ps::plan_json(p));
+  // A kind that is none, and a figure out of the cost model's range.
+  std::string text = ps::plan_json(tuned());
+  const std::string uniform = "\"kind\":\"uniform\"";
+  ASSERT_NE(text.find(uniform), std::string::npos) << text;
+  std::string other = text;
+  other.replace(other.find(uniform), uniform.size(), "\"kind\":\"profiled\"");
+  EXPECT_NE(refusal(other).find("field \"kind\" is \"profiled\" (a string); it is "
+                                "\"transformer\" or \"uniform\""),
+            std::string::npos)
+      << refusal(other);
+  const std::string w = "\"w\":1,";
+  ASSERT_NE(text.find(w), std::string::npos) << text;
+  text.replace(text.find(w), w.size(), "\"w\":5,");
+  EXPECT_NE(refusal(text).find("the cost model is out of range: "), std::string::npos)
+      << refusal(text);
+}
+
+TEST(PlanFile, WritesAndReadsAFile) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pipesched_plan_file_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "plan.json").string();
+  ps::write_plan_file(path, cluster_plans().front(), "pipesched simulate ...");
+  const ps::TunePlan back = ps::read_plan_file(path);
+  expect_same_plan(back, cluster_plans().front());
+  try {
+    ps::write_plan_file((dir / "missing" / "plan.json").string(), back);
+    ADD_FAILURE() << "writing into a missing folder did not throw";
+  } catch (const ps::error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write the plan file"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace test_run_plan

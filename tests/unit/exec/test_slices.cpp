@@ -28,6 +28,8 @@
 
 #include "exec_support.hpp"
 
+namespace test_slices {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -480,3 +482,5 @@ TEST(SlicesCost, PerSliceFiguresAndContextGradients) {
   cost.slices.clear();
   EXPECT_EQ(cost.memory_delta(ctx, Action::make(OpKind::F, 0, 0, 1), false), 999.0 / 2);
 }
+
+}  // namespace test_slices

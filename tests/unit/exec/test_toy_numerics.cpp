@@ -23,6 +23,8 @@
 
 #include "exec_support.hpp"
 
+namespace test_toy_numerics {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -197,3 +199,5 @@ TYPED_TEST(ToyNumerics, GptThroughPyTorchDualPipeVFile) {
   const auto data = toy::make_gpt_data<TypeParam>(config, s.problem.microbatches, 3);
   expect_matches_sequential<toy::GptStage<TypeParam>>(s, config, data);
 }
+
+}  // namespace test_toy_numerics

@@ -30,6 +30,8 @@
 
 #include "exec_support.hpp"
 
+namespace test_wgrad_parts {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -468,3 +470,5 @@ TYPED_TEST(ExecutorParts, FillingWithPartsKeepsNumerics) {
     expect_matches<toy::GptStage<T>>(s, config, data, toy::gpt_profiled_cost(stages, 1, 4), fill);
   }
 }
+
+}  // namespace test_wgrad_parts

@@ -9,7 +9,7 @@
 
 #include "pipesched/io/action_string.hpp"
 
-namespace pipesched {
+namespace pipesched::test_action_string {
 namespace {
 
 struct Spelled {
@@ -233,4 +233,4 @@ TEST(ActionString, FormatRefusesActionsNoStringCanCarry) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_action_string

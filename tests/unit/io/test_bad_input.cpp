@@ -19,7 +19,7 @@
 #include "pipesched/io/csv.hpp"
 #include "pipesched/io/text.hpp"
 
-namespace pipesched {
+namespace pipesched::test_bad_input {
 namespace {
 
 Schedule from_csv(const std::string& text) {
@@ -324,4 +324,4 @@ TEST(BadInput, ActionsPrintAsActionStrings) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_bad_input

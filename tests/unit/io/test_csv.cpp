@@ -15,7 +15,7 @@
 #include "pipesched/io/csv.hpp"
 #include "pipesched/io/text.hpp"
 
-namespace pipesched {
+namespace pipesched::test_csv {
 namespace {
 
 std::string data_path(const std::string& file) {
@@ -372,4 +372,4 @@ TEST(Csv, UnwritableActionIsRefused) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_csv

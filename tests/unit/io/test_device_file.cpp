@@ -7,6 +7,8 @@
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/io/device_file.hpp"
 
+namespace test_device_file {
+
 namespace {
 
 namespace ps = pipesched;
@@ -180,3 +182,5 @@ TEST(DeviceFile, FiguresOutsideTheirPhysicalRangeAreRefused) {
 }
 
 }  // namespace
+
+}  // namespace test_device_file

@@ -10,6 +10,8 @@
 
 #include "pipesched/io/html_report.hpp"
 
+namespace test_html_report {
+
 namespace ps = pipesched;
 
 namespace {
@@ -249,3 +251,5 @@ TEST(HtmlReport, SummaryTableOfTheBestAndEachPair) {
   EXPECT_EQ(ps::render_html_report(ps::TuneResult{}, options()).find("id=\"summary\""),
             std::string::npos);
 }
+
+}  // namespace test_html_report

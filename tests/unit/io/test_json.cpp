@@ -14,6 +14,8 @@
 
 #include "pipesched/io/json.hpp"
 
+namespace test_json {
+
 namespace json = pipesched::json;
 
 namespace {
@@ -163,3 +165,5 @@ TEST(JsonWriter, RefusesMisuse) {
     EXPECT_THROW(w.key("a"), std::logic_error);
   }
 }
+
+}  // namespace test_json

@@ -14,6 +14,8 @@
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/json_read.hpp"
 
+namespace test_json_read {
+
 namespace json = pipesched::json;
 using pipesched::parse_error;
 
@@ -320,3 +322,5 @@ TEST(JsonRead, TooManyValuesAreRefused) {
         << e.what();
   }
 }
+
+}  // namespace test_json_read

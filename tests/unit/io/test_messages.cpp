@@ -13,6 +13,8 @@
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/policy/plan.hpp"
 
+namespace test_messages {
+
 namespace ps = pipesched;
 
 namespace {
@@ -91,3 +93,5 @@ TEST(TypedErrors, BudgetErrorCarriesItsFiguresThroughAPrefix) {
 }
 
 }  // namespace
+
+}  // namespace test_messages

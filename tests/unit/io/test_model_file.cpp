@@ -9,6 +9,8 @@
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/io/model_file.hpp"
 
+namespace test_model_file {
+
 namespace {
 
 namespace ps = pipesched;
@@ -329,3 +331,5 @@ TEST(ModelFile, UnreadableFileNamesThePath) {
 }
 
 }  // namespace
+
+}  // namespace test_model_file

@@ -13,6 +13,8 @@
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/policy/registry.hpp"
 
+namespace test_pytorch_runnable {
+
 namespace ps = pipesched;
 
 namespace {
@@ -107,3 +109,5 @@ TEST(PyTorchRunnable, EveryGeneratorsPyTorchSchedulesPass) {
   }
   EXPECT_GT(checked, 80);
 }
+
+}  // namespace test_pytorch_runnable

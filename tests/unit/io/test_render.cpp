@@ -3,7 +3,7 @@
 // (the Chrome trace and the text grid: test_render_text.cpp).
 #include "render_support.hpp"
 
-namespace pipesched {
+namespace pipesched::test_render {
 namespace {
 
 using namespace render_test;
@@ -414,4 +414,4 @@ TEST(RenderSvg, ZeroLengthCommunicationIsNotDrawn) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_render

@@ -3,7 +3,7 @@
 // simulation that is not of its schedule.
 #include "render_support.hpp"
 
-namespace pipesched {
+namespace pipesched::test_render_text {
 namespace {
 
 using namespace render_test;
@@ -391,4 +391,4 @@ TEST(RenderErrors, MismatchedOrDeadlockedSimulationsAndBadOptions) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_render_text

@@ -12,7 +12,7 @@
 #include "pipesched/io/csv.hpp"
 #include "pipesched/io/text.hpp"
 
-namespace pipesched {
+namespace pipesched::test_text {
 namespace {
 
 Schedule from_text(const std::string& text, const std::string& source = "text") {
@@ -395,4 +395,4 @@ TEST_F(ScheduleFile, ErrorsNameTheFileAndThePath) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_text

@@ -14,7 +14,7 @@
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/policy/registry.hpp"
 
-namespace pipesched {
+namespace pipesched::test_apply_checkpoint {
 namespace {
 
 // ---------------------------------------------------------------------------------------
@@ -341,4 +341,4 @@ TEST(DeviceMemoryBudget, RefusesADeviceTheWeightsAloneFill) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_apply_checkpoint

@@ -13,6 +13,8 @@
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/policy/registry.hpp"
 
+namespace test_checkpoint {
+
 namespace ps = pipesched;
 
 namespace {
@@ -293,3 +295,5 @@ TEST(Mario, BudgetsJustAboveAndBelowTheBasePeak) {
         EXPECT_LE(rp.ranks[q].peak_memory, per.per_rank[q] + 1e-9) << "rank " << q;
     }
 }
+
+}  // namespace test_checkpoint

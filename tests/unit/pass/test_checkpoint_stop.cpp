@@ -15,6 +15,8 @@
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/policy/registry.hpp"
 
+namespace test_checkpoint_stop {
+
 namespace ps = pipesched;
 
 namespace {
@@ -113,3 +115,5 @@ TEST(TimedCheckpointStop, ADeadlineInTheMiddleStopsEachPassWithinAFractionOfASec
   setter.join();
   EXPECT_LT(seconds_since(t0), 0.3 + 1.2 * sanitizer_slowdown);
 }
+
+}  // namespace test_checkpoint_stop

@@ -20,7 +20,7 @@
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/policy/registry.hpp"
 
-namespace pipesched {
+namespace pipesched::test_fill_weight_gradients {
 namespace {
 
 // Deferring a W holds half of its unit's activations, and messages take time, so waits are
@@ -340,4 +340,4 @@ TEST(Filler, FloatsRecomputesAndWeightGradientPartsTogether) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_fill_weight_gradients

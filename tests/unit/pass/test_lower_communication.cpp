@@ -22,6 +22,8 @@
 #include "pipesched/policy/registry.hpp"
 #include "pytorch_style_lowering.hpp"
 
+namespace test_lower_communication {
+
 namespace ps = pipesched;
 
 namespace {
@@ -447,3 +449,5 @@ TEST(LowerCommunication, PostedReceivesStillFindDeadlocks) {
   EXPECT_TRUE(ps::check(w).has("channel-order")) << ps::check(w).summary();
   EXPECT_TRUE(ps::simulate(w).deadlock);
 }
+
+}  // namespace test_lower_communication

@@ -23,6 +23,8 @@
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/policy/registry.hpp"
 
+namespace test_send_budget {
+
 namespace ps = pipesched;
 
 namespace {
@@ -255,3 +257,5 @@ TEST(SendBudget, LoopedBfsP4M9KeepsItsMakespan) {
   for (int budget : {1, 2, 3})
     EXPECT_DOUBLE_EQ(budget_makespan(s, budget), 31.5) << "budget " << budget;
 }
+
+}  // namespace test_send_budget

@@ -19,6 +19,8 @@
 
 #include "../exec/exec_support.hpp"
 
+namespace test_custom_checkpoint {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -186,3 +188,5 @@ TEST(CustomCheckpoint, ExecutorTrainsWhatItReturns) {
 }
 
 }  // namespace
+
+}  // namespace test_custom_checkpoint

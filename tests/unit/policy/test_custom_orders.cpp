@@ -17,7 +17,7 @@
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/tune.hpp"
 
-namespace pipesched {
+namespace pipesched::test_custom_orders {
 namespace {
 
 // A refined built-in: inherits every fact and the generator.
@@ -265,4 +265,4 @@ TEST(SelectiveWithinPlan, HoldsAtMostNMicrobatchesPerRank) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_custom_orders

@@ -19,7 +19,7 @@
 #include "pipesched/policy/policy.hpp"
 #include "pipesched/policy/registry.hpp"
 
-namespace pipesched {
+namespace pipesched::test_plan {
 namespace {
 
 void expect_invalid_problem(const std::function<void()>& f,
@@ -687,4 +687,4 @@ TEST(SlicedPlan, SlicePipeWarmupReachesTheGenerator) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_plan

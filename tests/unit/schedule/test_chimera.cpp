@@ -22,6 +22,8 @@
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/policy/registry.hpp"
 
+namespace test_chimera {
+
 namespace ps = pipesched;
 
 namespace {
@@ -337,3 +339,5 @@ TEST(Chimera, PlanAndRegistryGenerateIt) {
   using Plan = ps::plan<ps::order::Chimera>;
   EXPECT_EQ(Plan::generate(ps::Problem{.ranks = 4, .microbatches = 8}), s);
 }
+
+}  // namespace test_chimera

@@ -22,6 +22,8 @@
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/policy/registry.hpp"
 
+namespace test_classic_generators {
+
 namespace {
 
 using pipesched::Action;
@@ -716,3 +718,5 @@ TEST(WarmupOf, CountsTheForwardsBeforeEachRanksSteadyPairs) {
   for (int r = 0; r < 4; ++r)
     EXPECT_EQ(pipesched::warmup_of(g, r), 6);
 }
+
+}  // namespace test_classic_generators

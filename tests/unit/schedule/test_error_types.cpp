@@ -15,6 +15,8 @@
 #include "pipesched/schedule/list_rule.hpp"
 #include "pipesched/transport/mpi/mpi_errors.hpp"
 
+namespace test_error_types {
+
 namespace {
 
 namespace ps = pipesched;
@@ -96,3 +98,5 @@ TEST(ErrorTypes, SgdShardsNamesTheArgumentItRefuses) {
 }
 
 }  // namespace
+
+}  // namespace test_error_types

@@ -21,7 +21,7 @@
 #include "pipesched/schedule/zero_bubble_h1.hpp"
 #include "pipesched/schedule/zero_bubble_v.hpp"
 
-namespace pipesched {
+namespace pipesched::test_list_schedule {
 namespace {
 
 // 1F1B as two rules: a backward goes first, and rank r keeps at most p − r forwards in flight.
@@ -308,4 +308,4 @@ TEST(ListSchedule, ZeroBubbleVStillValidOnTheEngine) {
 }
 
 }  // namespace
-}  // namespace pipesched
+}  // namespace pipesched::test_list_schedule

@@ -13,6 +13,8 @@
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/slice_pipe.hpp"
 
+namespace test_slice_pipe {
+
 namespace ps = pipesched;
 
 namespace {
@@ -249,3 +251,5 @@ TEST(SlicePipe, WithinABudgetTakesTheLargestWarmupThatFits) {
       ps::schedule::slice_pipe_within(pr, ps::WGradMode::Fused, cost, std::vector<double>(8, 0.5)),
       ps::invalid_problem);
 }
+
+}  // namespace test_slice_pipe

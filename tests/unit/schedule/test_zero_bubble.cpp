@@ -25,6 +25,8 @@
 #include "pipesched/schedule/zero_bubble_h2.hpp"
 #include "pipesched/schedule/zero_bubble_v.hpp"
 
+namespace test_zero_bubble {
+
 namespace {
 
 using pipesched::Action;
@@ -770,3 +772,5 @@ TEST(ControllableMemoryV, HalfAndThirdOfOneFOneBsPeak) {
             }).find("stages = 4"),
             std::string::npos);
 }
+
+}  // namespace test_zero_bubble

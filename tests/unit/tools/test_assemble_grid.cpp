@@ -17,6 +17,8 @@
 
 #include "cli_support.hpp"
 
+namespace test_assemble_grid {
+
 namespace {
 
 namespace ps = pipesched;
@@ -299,3 +301,5 @@ TEST(AssemblePlan, RefusesARecipeItCannotCarryOut) {
 }
 
 }  // namespace
+
+}  // namespace test_assemble_grid

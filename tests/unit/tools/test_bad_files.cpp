@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+namespace test_bad_files {
+
 namespace {
 
 struct Measured {
@@ -113,3 +115,5 @@ TEST(TimedBadFiles, FailFastInBoundedMemoryWithASentence) {
   EXPECT_EQ(dir.code, 2) << dir.err;
   EXPECT_NE(dir.err.find("it is a directory"), std::string::npos) << dir.err;
 }
+
+}  // namespace test_bad_files

@@ -2,6 +2,8 @@
 // checkpointing and memory budgets.
 #include "cli_support.hpp"
 
+namespace test_cli {
+
 using namespace cli_test;
 
 TEST(Cli, HelpAndList) {
@@ -542,3 +544,5 @@ TEST(Cli, TuneFindsAPlanWithinTheBudget) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("plain number"), std::string::npos) << r.err;
 }
+
+}  // namespace test_cli

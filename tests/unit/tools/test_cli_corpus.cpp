@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+namespace test_cli_corpus {
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -149,3 +151,5 @@ INSTANTIATE_TEST_SUITE_P(Cases, CliCorpus, ::testing::ValuesIn(load_corpus()),
                          });
 
 }  // namespace
+
+}  // namespace test_cli_corpus

@@ -10,6 +10,8 @@
 #include "pipesched/io/device_file.hpp"
 #include "pipesched/io/model_file.hpp"
 
+namespace test_cli_files {
+
 namespace {
 
 using namespace cli_test;
@@ -156,3 +158,5 @@ TEST(CliFiles, RefusalsAreOneSentence) {
 }
 
 }  // namespace
+
+}  // namespace test_cli_files

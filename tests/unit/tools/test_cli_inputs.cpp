@@ -8,6 +8,8 @@
 
 #include "cli_support.hpp"
 
+namespace test_cli_inputs {
+
 namespace {
 
 using namespace cli_test;
@@ -176,3 +178,5 @@ TEST(CliInputs, AReplicaCountBeyondTwoIsTheSameRefusalOnEveryPath) {
 }
 
 }  // namespace
+
+}  // namespace test_cli_inputs

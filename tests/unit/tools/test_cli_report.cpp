@@ -7,6 +7,8 @@
 
 #include "cli_support.hpp"
 
+namespace test_cli_report {
+
 using namespace cli_test;
 
 namespace {
@@ -77,3 +79,5 @@ TEST(CliReport, BadReportIsRefused) {
   EXPECT_EQ(dir.code, 2);
   EXPECT_NE(dir.err.find("cannot write '/nonexistent-dir/x.html'"), std::string::npos) << dir.err;
 }
+
+}  // namespace test_cli_report

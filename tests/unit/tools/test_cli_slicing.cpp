@@ -2,6 +2,8 @@
 // numbers, JSON, lists and the words of its messages.
 #include "cli_support.hpp"
 
+namespace test_cli_slicing {
+
 using namespace cli_test;
 
 // ---------------------------------------------------------------------------------------
@@ -446,3 +448,5 @@ TEST(CliWords, MessagesNameFlagsNotTheLibrarysFields) {
   EXPECT_NE(r.out.find("note: "), std::string::npos) << r.out;
   expect_no_cxx_words(r.out);
 }
+
+}  // namespace test_cli_slicing

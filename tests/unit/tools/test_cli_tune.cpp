@@ -1,6 +1,8 @@
 // The pipesched command: help texts, units, the tune command and its cluster plans.
 #include "cli_support.hpp"
 
+namespace test_cli_tune {
+
 using namespace cli_test;
 
 // ---------------------------------------------------------------------------------------
@@ -282,20 +284,22 @@ TEST(CliTune, JsonPlansCarryTheirScheduleAndRunAsTheyAre) {
   ASSERT_EQ(r.code, 0) << r.err;
   const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
   // The whole output reads as its best plan, with the grid and schedule the tuner chose.
-  const ps::RunPlan plan = ps::read_run_plan(r.out, "tune.json");
+  const ps::TunePlan plan = ps::read_plan(r.out, "tune.json");
   const auto& best = doc.at("best");
-  EXPECT_EQ(plan.grid.pipeline, best.at("pp").number);
-  EXPECT_EQ(plan.grid.data, best.at("dp").number);
-  EXPECT_EQ(plan.grid.tensor, best.at("tp").number);
-  EXPECT_EQ(plan.grid.size(), 8);
+  EXPECT_EQ(plan.grid().pipeline, best.at("pp").number);
+  EXPECT_EQ(plan.data, best.at("dp").number);
+  EXPECT_EQ(plan.tensor, best.at("tp").number);
+  EXPECT_EQ(plan.grid().size(), 8);
   EXPECT_EQ(plan.zero, best.at("zero").number);
   EXPECT_EQ(plan.sequence_parallel, best.at("sequence_parallel").boolean);
   EXPECT_EQ(plan.microbatch_size, best.at("microbatch_size").number);
   ASSERT_EQ(plan.layers_per_stage.size(), best.at("layers_per_stage").array.size());
   EXPECT_EQ(ps::to_text(plan.schedule), best.at("schedule_text").string);
-  ASSERT_TRUE(plan.step_time_s);
-  EXPECT_EQ(*plan.step_time_s, best.at("step_time_s").number);
-  EXPECT_EQ(plan.command, best.at("command").string);
+  EXPECT_EQ(plan.memory_unit, ps::MemoryUnit::Bytes);
+  EXPECT_EQ(plan.makespan, best.at("step_time_s").number);
+  // The plan file carries its cost model: the schedule simulates to the step time again.
+  EXPECT_DOUBLE_EQ(ps::simulate(plan.schedule, ps::cost_of<ps::TransformerCost>(plan)).makespan,
+                   plan.makespan);
   // Every plan's schedule is the one its command builds (`generate` with the same flags).
   int generated = 0;
   for (const auto& b : doc.at("baselines").array) {
@@ -404,3 +408,5 @@ TEST(CliTune, SimulateCountsDataAndTensorParallelism) {
   EXPECT_LT(json_field(tp.out, "makespan"), json_field(plain.out, "makespan"));
   EXPECT_LT(json_field(tp.out, "peak_memory_max"), json_field(plain.out, "peak_memory_max"));
 }
+
+}  // namespace test_cli_tune

@@ -6,6 +6,8 @@
 
 #include "cli_support.hpp"
 
+namespace test_cli_tune_deadline {
+
 using namespace cli_test;
 
 namespace {
@@ -89,3 +91,5 @@ TEST(TimedCliTune, SigtermPrintsTheBestPlanFoundSoFarMarkedAsCutShort) {
   EXPECT_NE(r.out.find("cut short by a signal"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("pipesched simulate"), std::string::npos) << r.out;
 }
+
+}  // namespace test_cli_tune_deadline

@@ -5,6 +5,8 @@
 
 #include "cli_support.hpp"
 
+namespace test_cli_tune_plans {
+
 using namespace cli_test;
 
 namespace {
@@ -251,3 +253,5 @@ TEST(CliTunePlans, CheckpointedPlansSayHowManyRecomputes) {
   EXPECT_NE(r.out.find("mario (" + std::to_string(counted) + " recomputes)"), std::string::npos)
       << r.out;
 }
+
+}  // namespace test_cli_tune_plans

@@ -7,6 +7,8 @@
 
 #include "cli_support.hpp"
 
+namespace test_interop_script {
+
 namespace {
 
 using namespace cli_test;
@@ -83,3 +85,5 @@ TEST(InteropScript, RefusesABadTimeout) {
 }
 
 }  // namespace
+
+}  // namespace test_interop_script

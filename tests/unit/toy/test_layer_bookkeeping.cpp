@@ -15,6 +15,8 @@
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/tensor.hpp"
 
+namespace test_layer_bookkeeping {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 namespace detail = pipesched::toy::detail;
@@ -226,3 +228,5 @@ TYPED_TEST(LayerWeightPieces, OutOfRangePieceIsRefusedAndTheStashKept) {
   EXPECT_EQ(layer.stash_bytes(st), 0u);
   EXPECT_THROW(layer.backward_weight_piece(st, 0), ps::invalid_schedule);  // the stash is spent
 }
+
+}  // namespace test_layer_bookkeeping

@@ -12,6 +12,8 @@
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/toy/synthetic.hpp"
 
+namespace test_synthetic {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -94,3 +96,5 @@ TEST(SyntheticStage, BadDurationsThrow) {
   EXPECT_THROW(toy::SyntheticStage({.backward_weight = INFINITY}), ps::invalid_problem);
   EXPECT_NO_THROW(toy::SyntheticStage({.forward = 0}));
 }
+
+}  // namespace test_synthetic

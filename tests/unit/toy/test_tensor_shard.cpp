@@ -9,6 +9,8 @@
 
 #include "pipesched/toy/gpt.hpp"
 
+namespace test_tensor_shard {
+
 namespace {
 
 namespace ps = pipesched;
@@ -102,3 +104,5 @@ TEST(TensorShard, MisfitsAreRefused) {
 }
 
 }  // namespace
+
+}  // namespace test_tensor_shard

@@ -20,6 +20,8 @@
 #include "pipesched/toy/slicing.hpp"
 #include "pipesched/toy/tensor.hpp"
 
+namespace test_toy_models {
+
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
@@ -577,3 +579,5 @@ TEST(Tensor, ShapeAccessAndRandomStreams) {
   for (int i = 0; i < 8; ++i)
     EXPECT_EQ(f[i], static_cast<float>(d[i]));
 }
+
+}  // namespace test_toy_models

@@ -8,6 +8,8 @@
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
 
+namespace test_cluster_bounds {
+
 namespace {
 
 namespace ps = pipesched;
@@ -81,3 +83,5 @@ TEST(ClusterBounds, DegreesThatFitNoFactorizationSayWhy) {
 }
 
 }  // namespace
+
+}  // namespace test_cluster_bounds

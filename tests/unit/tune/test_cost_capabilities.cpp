@@ -11,6 +11,8 @@
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/tune/tune.hpp"
 
+namespace test_cost_capabilities {
+
 namespace {
 
 namespace ps = pipesched;
@@ -190,3 +192,5 @@ TEST(CostCapabilities, ALayeredCostRefusesMoreStagesThanLayers) {
 }
 
 }  // namespace
+
+}  // namespace test_cost_capabilities

@@ -19,6 +19,8 @@
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/tune.hpp"
 
+namespace test_tune {
+
 namespace ps = pipesched;
 
 using ps::CheckpointMode;
@@ -763,3 +765,5 @@ TEST(Tune, EveryEqualChunkCountIsSearchedBesideTheRequestsOwn) {
   EXPECT_EQ(all.best->makespan, fastest);
   EXPECT_GT(all.best->chunks, 2);
 }
+
+}  // namespace test_tune

@@ -13,6 +13,8 @@
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/tune/tune.hpp"
 
+namespace test_tune_deadline {
+
 namespace ps = pipesched;
 using ps::CheckpointMode;
 
@@ -121,3 +123,5 @@ TEST(TimedTuneDeadline, AFlagSetDuringALongCandidateEndsTheSearchPromptly) {
   ASSERT_TRUE(res.best);
   expect_complete(*res.best);
 }
+
+}  // namespace test_tune_deadline

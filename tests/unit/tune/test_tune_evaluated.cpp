@@ -9,6 +9,8 @@
 
 #include "pipesched/tune/tune.hpp"
 
+namespace test_tune_evaluated {
+
 namespace ps = pipesched;
 
 namespace {
@@ -118,3 +120,5 @@ TEST(TuneEvaluated, LimitKeepsTheFirstAndTheWholeFrontier) {
 TEST(TuneEvaluated, NegativeLimitIsRefused) {
   EXPECT_THROW(ps::tune(request(1, -1), ps::UniformCost{}), ps::invalid_problem);
 }
+
+}  // namespace test_tune_evaluated

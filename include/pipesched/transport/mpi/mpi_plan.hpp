@@ -15,7 +15,7 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/process_grid.hpp"
-#include "pipesched/exec/run_plan.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/exec/shard_optimizer.hpp"
 #include "pipesched/exec/tensor_group.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
@@ -24,13 +24,13 @@
 
 namespace pipesched {
 
-//! A RunPlan placed on this MPI job: built collectively by every process of `world`, it checks
+//! A plan (TunePlan, as read_plan_file reads it) placed on this MPI job: built collectively by every process of `world`, it checks
 //! that the job has the plan's pp·dp·tp processes and splits `world` into this process's
 //! groups. Give `schedule()`, your stages (indexed by stage: `stages()` of them, those with
 //! `holds(stage)` the ones this process runs), `groups()` and `reducer_options(...)` to an
 //! MpiPipeline:
 //!
-//!     pipesched::MpiPlanRun run(pipesched::read_run_plan_file(path), path);
+//!     pipesched::MpiPlanRun run(pipesched::read_plan_file(path), path);
 //!     pipesched::MpiPipeline<Stage> pipe(run.schedule(), stages, run.groups(), options, {},
 //!                                        run.reducer_options(pipesched::sgd_shards(0.1)));
 //!
@@ -45,12 +45,12 @@ class MpiPlanRun {
   //! invalid_problem on every process when the job's size is not the plan's
   //! (`plan.json is for pp 2 × dp 2 × tp 1 = 4 processes, but the job has 3; start it
   //! with mpirun -np 4.`).
-  explicit MpiPlanRun(RunPlan plan, const std::string& source = "the plan",
+  explicit MpiPlanRun(TunePlan plan, const std::string& source = "the plan",
                       MPI_Comm world = MPI_COMM_WORLD)
       : plan_(std::move(plan)), groups_(checked(plan_, source, world), world) {}
 
   //! The plan as read.
-  const RunPlan& plan() const noexcept { return plan_; }
+  const TunePlan& plan() const noexcept { return plan_; }
   //! The schedule every pipeline of the job runs (the plan's, validated when it was read).
   const Schedule& schedule() const noexcept { return plan_.schedule; }
   //! This process's pipeline, data-parallel and tensor groups.
@@ -67,12 +67,12 @@ class MpiPlanRun {
     return plan_.schedule.placement.rank_of(stage) == coordinates().pipeline;
   }
   //! The tensor shard this process's stage models are built for: {its tensor rank, tp}.
-  TensorShard tensor_shard() const noexcept { return {coordinates().tensor, plan_.grid.tensor}; }
+  TensorShard tensor_shard() const noexcept { return {coordinates().tensor, plan_.tensor}; }
   //! The ZeRO stage of the plan: 0, 1 or 2.
   int zero() const noexcept { return plan_.zero; }
   //! Sequences in one step of the whole job: replicas × microbatches × microbatch size.
   long long global_batch() const noexcept {
-    return static_cast<long long>(plan_.grid.data) * plan_.microbatches * plan_.microbatch_size;
+    return static_cast<long long>(plan_.data) * plan_.microbatches * plan_.microbatch_size;
   }
 
   //! `base` with the plan's ZeRO stage; with ZeRO 1 or 2 also `optimizer`, the update rule of
@@ -87,15 +87,15 @@ class MpiPlanRun {
  private:
   // Runs before the groups are split, so a refused plan throws on every process before any
   // collective call.
-  static const ProcessGrid& checked(const RunPlan& plan, const std::string& source,
-                                    MPI_Comm world) {
+  static ProcessGrid checked(const TunePlan& plan, const std::string& source,
+                             MPI_Comm world) {
     if (!detail::mpi::initialized())
       throw error(
           "MpiPlanRun: MPI is not initialized; create a pipesched::MpiSession (or call "
           "MPI_Init_thread) first.");
     int size = 0;
     detail::mpi::check(MPI_Comm_size(world, &size), "MPI_Comm_size");
-    const ProcessGrid& g = plan.grid;
+    const ProcessGrid g = plan.grid();
     if (size != g.size())
       throw invalid_problem(source + " is for pp " + std::to_string(g.pipeline) + " × dp " +
                             std::to_string(g.data) + " × tp " + std::to_string(g.tensor) + " = " +
@@ -105,7 +105,7 @@ class MpiPlanRun {
     return g;
   }
 
-  RunPlan plan_;
+  TunePlan plan_;
   MpiGroups groups_;
 };
 

@@ -358,6 +358,8 @@ class Evaluator {
     p.wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad;
     p.warmup = warmup_of(s, 0);
     p.order = index;
+    p.cost = b.cost;
+    p.memory_unit = memory_unit_of(b.cost);
     for (double peak : p.peak_per_rank)
       p.peak_memory = std::max(p.peak_memory, peak);
     add_model_figures(p, cfg, b, s, sim);
