@@ -101,6 +101,23 @@ struct ReducerLink final : Reduction {
   R reducer;
 };
 
+// ZeRO, the same on every process pipeline: the optimizer hook steps this replica's shards,
+// the rollback hook discards that step; the all-gather follows once the job agreed to commit
+// (ReducerLink::complete_update). `who` names the pipeline, `reducer_options` its reducer's
+// options. A template, so that nothing of the reducer is named for stages without gradients.
+template <class R>
+void shard_optimizer(const char* who, const char* reducer_options, ExecutorOptions& options,
+                     R& reducer) {
+  if (options.optimizer || options.snapshot || options.rollback)
+    throw invalid_problem(std::string(who) + ": with ZeRO-" + std::to_string(reducer.zero()) +
+                          " each replica steps its shard with " + reducer_options +
+                          "::optimizer, but ExecutorOptions also has an optimizer, snapshot or "
+                          "rollback hook; leave those empty (the reducer keeps and restores the "
+                          "shards' state).");
+  options.optimizer = [&reducer](int) { reducer.step_shards(); };
+  options.rollback = [&reducer](int) { reducer.discard_step(); };
+}
+
 // The list pipeline rank `rank` of a job with replicas runs: `schedule` lowered, with each
 // stage's reduction placed (add_gradient_reduction). Refuses options that reduce gradients
 // already and a grid whose pipeline is shorter than the schedule (`who` names the pipeline).

@@ -132,21 +132,6 @@ class MpiPipeline
 
   std::vector<Stage*> tensor_stages_;  // given the tensor group; detached at the end
 
-  // ZeRO: the optimizer hook steps this replica's shards, the rollback hook discards that
-  // step; the all-gather follows once the job agreed to commit (complete_update). A template,
-  // so that nothing of the reducer is named for stages without gradients.
-  template <class R>
-  static void shard_optimizer(ExecutorOptions& options, R& reducer) {
-    if (options.optimizer || options.snapshot || options.rollback)
-      throw invalid_problem(
-          "MpiPipeline: with ZeRO-" + std::to_string(reducer.zero()) +
-          " each replica steps its shard with MpiReducerOptions::optimizer, but "
-          "ExecutorOptions also has an optimizer, snapshot or rollback hook; leave those "
-          "empty (the reducer keeps and restores the shards' state).");
-    options.optimizer = [&reducer](int) { reducer.step_shards(); };
-    options.rollback = [&reducer](int) { reducer.discard_step(); };
-  }
-
   static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
                                 const MpiGroups& groups, ExecutorOptions options,
                                 const MpiReducerOptions& reducer_options) {
@@ -158,7 +143,8 @@ class MpiPipeline
           "MpiPipeline", schedule, groups.grid(), groups.coordinates().pipeline, std::move(options),
           reducer_options,
           [&](ExecutorOptions& o, auto& reducer) {
-            if (reducer_options.zero >= 1) shard_optimizer(o, reducer);
+            if (reducer_options.zero >= 1)
+              detail::shard_optimizer("MpiPipeline", "MpiReducerOptions", o, reducer);
           },
           groups.data(), stages);
     } else {
