@@ -17,15 +17,18 @@
 // and momentum, so that the retried step equals sequential training. Tensor parallelism with
 // ZeRO-1 (tp2 on nccl.np2; pp2 × tp2 and dp2 × tp2 on nccl.np4; pp2 × dp2 × tp2 on nccl.np8):
 // the GPU GPT's blocks split over an NcclTensorGroup; the global loss and each process's shard
-// of the weights equal sequential training of the whole model with momentum (double, 1e-12).
+// of the weights equal sequential training of the whole model with momentum (double, 1e-12);
+// whole stages, or stages without a tensor group, are refused on a tp2 grid.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gpu_test.hpp"
@@ -507,6 +510,37 @@ TEST(NcclRanks, TensorParallelZeroOneMatchesSequentialTrainingOfTheWholeModel) {
     expect_tensor_parallel_zero("1f1b", grid, place.ordinal);
     if (grid.pipeline > 1) expect_tensor_parallel_zero("zb-h1", grid, place.ordinal);
   }
+}
+
+TEST(NcclRanks, TensorParallelStagesOfAnotherShardAreRefusedOnEveryProcess) {
+  // tp2 on two processes: whole GPU GPT stages, and stage models that take no tensor group,
+  // are refused by every process with what to build.
+  PIPESCHED_NEEDS_PROCESSES(2);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
+  const int n = world_size();
+  const ps::ProcessGrid grid{n / 2, 1, 2};
+  if (grid.size() != n) GTEST_SKIP() << "runs on an even number of processes";
+  const ps::NcclGroups groups(grid, place.ordinal);
+  const ps::Schedule s = generated("1f1b", grid.pipeline, 2);
+  const toy::GptConfig config = config_for(s.problem.stages);
+  auto refused = [&](auto& stages, const char* says) {
+    using Stage = typename std::remove_cvref_t<decltype(stages)>::value_type;
+    try {
+      ps::NcclPipeline<Stage> pipe(s, stages, groups);
+      ADD_FAILURE() << "accepted; expected: " << says;
+    } catch (const ps::invalid_problem& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  std::vector<Gpt> whole;
+  for (int st = 0; st < s.problem.stages; ++st)
+    whole.emplace_back(config, st, s.problem.stages, groups.device());
+  refused(whole, "TensorShard{coordinates().tensor, grid().tensor}");
+  const toy::MlpConfig mlp{.blocks = s.problem.stages};
+  std::vector<gpu::MlpStage<double>> mlps;
+  for (int st = 0; st < s.problem.stages; ++st)
+    mlps.emplace_back(mlp, st, s.problem.stages, groups.device());
+  refused(mlps, "the stage model takes no tensor group (see tensor_parallel_stage)");
 }
 
 TEST(NcclZero, AnOptimizerHookBesideZeroIsRefused) {
