@@ -4,9 +4,9 @@
 # that cannot reach a GPU fails instead of skipping), runs the GPU report (numerics against the
 # host double reference, synthetic layers on cuda-local against the simulator, the toy GPT's
 # step time per plan), and prints what ran, what did not and why, and the report's tables. The
-# exit status is 0 only when everything needed passed; the NCCL tests between two ranks need
-# two GPUs and on a one-GPU machine are reported "not run (needs 2 GPUs)", which is not a
-# failure. Meant to finish in under 10 minutes on a 16-core machine.
+# exit status is 0 only when everything needed passed; the NCCL tests between ranks need a GPU
+# per rank (nccl.np2 two, nccl.np4 four, nccl.np8 eight: the pp2 × dp2 × tp2 ZeRO-1 run) and
+# on a machine with fewer are reported "not run (needs N GPUs)", which is not a failure. Meant to finish in under 10 minutes on a 16-core machine.
 #
 # --dry-run does everything but use a GPU: the same configure and build, every program started
 # from the path the real run starts it from (the report's --help, --probe and host-side
@@ -330,14 +330,14 @@ if [ -n "$cuda_tests" ]; then
     else
       n="$(env "${mpi_env[@]}" "$mpiexec" -n 1 "$nccl_tests" --gtest_list_tests | grep -c '^  ')" || n=0
       [ "$n" -gt 0 ] || problem "NCCL tests" "$nccl_tests --gtest_list_tests (under $mpiexec) lists no test"
-      echo "$nccl_tests: $n tests (run as the ctest entries nccl.np1 and nccl.np2)"
-      listed=$((listed + 2))
+      echo "$nccl_tests: $n tests (run as the ctest entries nccl.np1, nccl.np2, nccl.np4 and nccl.np8)"
+      listed=$((listed + 4))
     fi
   fi
   entries="$(ctest --test-dir "$build" -N -L GPU | sed -n 's/^Total Tests: //p')"
   echo "ctest: ${entries:-0} GPU entries"
   [ "${entries:-0}" -eq "$listed" ] ||
-    problem "GPU tests" "ctest has ${entries:-0} GPU entries but the programs list $listed (one per test, two for NCCL)"
+    problem "GPU tests" "ctest has ${entries:-0} GPU entries but the programs list $listed (one per test, four for NCCL: nccl.np1, np2, np4, np8)"
 fi
 if [ "$dry_run" -eq 1 ]; then
   "$gpu_report" --help >/dev/null || problem "GPU report" "gpu_report --help failed"
@@ -452,7 +452,7 @@ run_tests() {
 
 tests_row() {
   local text="$passed passed, $failed_tests failed, $skipped skipped"
-  [ "$notrun" -gt 0 ] && text="$text, $notrun not run (nccl.np2: needs 2 GPUs)"
+  [ "$notrun" -gt 0 ] && text="$text, $notrun not run (nccl.npN: needs N GPUs)"
   echo "$text"
 }
 

@@ -1,6 +1,7 @@
 // NCCL groups and the NCCL data-parallel reducer, in the NCCL test program (under mpirun). Without
-// a GPU: a grid of another size than the job is refused naming the mpirun to use, ZeRO is
-// refused on NCCL, the GPU toy stages expose device gradients. With a GPU (nccl.np1): the
+// a GPU: a grid of another size than the job is refused naming the mpirun to use, the ZeRO
+// options are checked as MPI's are, the GPU toy stages expose device gradients and parameters.
+// With a GPU (nccl.np1): the
 // NcclGroups of every grid of the job's size hold exactly the grid's groups (ncclAllGather of
 // each member's process number); pp2 × dp1 on one GPU through cuda-local with an
 // NcclGradientReducer per rank (a one-rank communicator each, buckets small enough to pack
@@ -8,14 +9,26 @@
 // process and 2 processes (suite NcclRanks, nccl.np2): NcclPipeline built from NcclGroups on
 // pp1 × dp2 and pp2 × dp1 equals sequential training of the global batch (double, 1e-12); a
 // replica that fails rolls every replica back and the retried step equals sequential training.
+// ZeRO-1/2 (one process on nccl.np1; pp1 × dp2 and pp2 × dp1 on nccl.np2; pp1 × dp4, pp4 × dp1
+// and pp2 × dp2 on nccl.np4): three steps of SGD
+// with momentum stepped shard by shard equal sequential training with momentum (loss and
+// weights, double, 1e-12; this replica's shard of each reduced gradient, the rest zero with
+// ZeRO-2), and a shard optimizer that throws on one replica rolls every replica back, weights
+// and momentum, so that the retried step equals sequential training. Tensor parallelism with
+// ZeRO-1 (tp2 on nccl.np2; pp2 × tp2 and dp2 × tp2 on nccl.np4; pp2 × dp2 × tp2 on nccl.np8):
+// the GPU GPT's blocks split over an NcclTensorGroup; the global loss and each process's shard
+// of the weights equal sequential training of the whole model with momentum (double, 1e-12);
+// whole stages, or stages without a tensor group, are refused on a tp2 grid.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gpu_test.hpp"
@@ -40,6 +53,12 @@ static_assert(pipesched::device_reducible_stage<gpu::GptStage<float>>);
 static_assert(pipesched::device_reducible_stage<gpu::GptStage<double>>);
 static_assert(pipesched::device_reducible_stage<gpu::MlpStage<float>>);
 static_assert(!pipesched::device_reducible_stage<gpu::SyntheticStage>);
+static_assert(pipesched::device_shardable_stage<gpu::GptStage<float>>);
+static_assert(pipesched::device_shardable_stage<gpu::GptStage<double>>);
+static_assert(pipesched::device_shardable_stage<gpu::MlpStage<double>>);
+static_assert(!pipesched::device_shardable_stage<gpu::SyntheticStage>);
+static_assert(pipesched::tensor_parallel_stage<gpu::GptStage<double>>);
+static_assert(!pipesched::tensor_parallel_stage<gpu::MlpStage<double>>);
 static_assert(!std::is_copy_constructible_v<pipesched::NcclGroups>);
 
 namespace {
@@ -87,21 +106,35 @@ TEST(NcclGroups, AGridOfAnotherSizeIsRefusedNamingMpirun) {
   }
 }
 
-TEST(NcclReducerOptions, ZeroIsRefusedOnNcclWithTheWayToRunIt) {
+TEST(NcclReducerOptions, ZeroStagesAreCheckedAsOverMpi) {
   ps::NcclReducerOptions o;
   EXPECT_NO_THROW(o.validate());
-  o.zero = 1;
-  try {
-    o.validate();
-    ADD_FAILURE() << "ZeRO-1 accepted";
-  } catch (const ps::invalid_argument& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("ZeRO runs over MPI only, not on NCCL"), std::string::npos) << what;
-    EXPECT_NE(what.find("MpiReducerOptions::zero"), std::string::npos) << what;
+  auto refused = [](const ps::NcclReducerOptions& bad, const char* says) {
+    try {
+      bad.validate();
+      ADD_FAILURE() << "accepted; expected: " << says;
+    } catch (const ps::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  for (int zero : {1, 2}) {
+    o.zero = zero;
+    refused(o, "NcclReducerOptions.optimizer is empty; set it (e.g. sgd_shards(0.01))");
+    o.optimizer = ps::sgd_shards(0.1, 0.9);
+    EXPECT_NO_THROW(o.validate()) << "ZeRO-" << zero;
+    o.optimizer = {};
   }
-  o.zero = 0;
+  o.zero = 3;
+  refused(o, "NcclReducerOptions.zero = 3 is not a ZeRO stage pipesched runs; give 0");
+  o.zero = -1;
+  refused(o, "NcclReducerOptions.zero = -1 is not a ZeRO stage");
+  o.zero = 1;
+  o.optimizer = ps::sgd_shards(0.1);
+  o.optimizer.state_per_value = -1;
+  refused(o, "ShardOptimizer.state_per_value = -1 is negative");
+  o = {};
   o.bucket_bytes = 0;
-  EXPECT_THROW(o.validate(), ps::invalid_argument);
+  refused(o, "NcclReducerOptions.bucket_bytes = 0 is out of range");
 }
 
 // The members of `comm` (their process numbers), gathered on the GPU by NCCL.
@@ -259,6 +292,283 @@ TEST(NcclRanks, DataParallelPipelinesFromGroupsMatchSequentialTrainingOfTheGloba
     expect_data_parallel("1f1b", grid, place.ordinal);
     expect_data_parallel("zb-h1", grid, place.ordinal);
   }
+}
+
+// SGD with momentum on the host stages, as sgd_shards(learning_rate, momentum) steps a shard:
+// v ← μ·v + g, w ← w − lr·v, every value with a velocity of its own in `velocity`.
+constexpr double momentum = 0.9;
+void momentum_update(std::vector<toy::GptStage<double>>& stages,
+                     std::vector<std::vector<double>>& velocity) {
+  velocity.resize(stages.size());
+  for (std::size_t st = 0; st < stages.size(); ++st) {
+    std::vector<double>& v = velocity[st];
+    std::size_t k = 0;
+    auto grads = stages[st].gradients();
+    auto g = grads.begin();
+    for (auto& p : stages[st].parameters()) {
+      for (std::size_t i = 0; i < p.data.size(); ++i, ++k) {
+        if (k >= v.size()) v.push_back(0);
+        v[k] = momentum * v[k] + (*g).data[i];
+        p.data[i] -= learning_rate * v[k];
+      }
+      ++g;
+    }
+  }
+}
+
+// Trains `name` on `grid` with ZeRO-`zero` through NcclPipeline for three steps, SGD with
+// momentum stepped shard by shard (`bucket_bytes` 0: one bucket per stage). The global loss and
+// the all-gathered weights equal sequential training of the global batch with momentum (double,
+// 1e-12). With one bucket per stage, this replica's shard of each stage's reduced gradient
+// (the j-th of d equal parts of its values, padded) equals the reference's, and with ZeRO-2
+// the gradients outside it are zero. With `fail_replica` ≥ 0 that replica's shard optimizer
+// throws (after changing its state) in the first step: the step fails on every process, rolled
+// back, and is retried, so the weights and momentum must be as if it never ran. The job is
+// `world`'s processes.
+void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int ordinal,
+                 MPI_Comm world, std::size_t bucket_bytes = 0, int fail_replica = -1) {
+  int processes = 0;
+  MPI_Comm_size(world, &processes);
+  if (grid.size() != processes) return;
+  SCOPED_TRACE(std::string(name) + " with ZeRO-" + std::to_string(zero) + " on " + grid.describe() +
+               (bucket_bytes ? ", small buckets" : "") +
+               (fail_replica >= 0 ? ", a failing shard step" : ""));
+  const ps::NcclGroups groups(grid, ordinal, world);
+  const int d = grid.data, j = groups.coordinates().data, rank = groups.coordinates().pipeline;
+  const ps::Schedule s = generated(name, grid.pipeline, 4);
+  const int n = s.problem.stages;
+  const toy::GptConfig config = config_for(n);
+  const auto global = toy::make_gpt_data<double>(config, d * s.problem.microbatches, 21);
+  const auto mine = share(global, j, d);
+  std::vector<toy::GptStage<double>> ref;
+  std::vector<Gpt> procs;
+  for (int st = 0; st < n; ++st) {
+    ref.emplace_back(config, st, n);
+    procs.emplace_back(config, st, n, groups.device());
+  }
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(30);
+  ps::NcclReducerOptions zero_options;
+  zero_options.zero = zero;
+  if (bucket_bytes > 0) zero_options.bucket_bytes = bucket_bytes;
+  zero_options.optimizer = ps::sgd_shards(learning_rate, momentum);
+  bool fail_now = fail_replica == j;
+  const auto step_rule = zero_options.optimizer.step;
+  zero_options.optimizer.step = [&fail_now, step_rule](std::span<double> w,
+                                                       std::span<const double> g,
+                                                       std::span<double> state) {
+    step_rule(w, g, state);
+    if (fail_now) throw std::runtime_error("injected shard-step fault");
+  };
+  ps::NcclPipeline<Gpt> pipe(s, procs, groups, options, {}, zero_options);
+  const auto training = gpu::training_data(mine, groups.device(), groups.device());
+  if (fail_replica >= 0) {
+    bool threw = false;
+    try {
+      pipe.step(training);
+    } catch (const ps::execution_error& e) {
+      threw = true;
+      EXPECT_TRUE(e.rolled_back()) << e.what();
+      EXPECT_NE(std::string(e.what()).find("injected shard-step fault"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_TRUE(threw);
+    fail_now = false;
+    EXPECT_LE(
+        toy::max_relative_error(values_of(s, procs, rank, false), values_of(s, ref, rank, false)),
+        0.0)
+        << "the rolled-back step changed the weights";
+  }
+  std::vector<std::vector<double>> velocity;
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const double ref_loss = toy::sequential_step(ref, global);
+    std::vector<std::vector<double>> ref_grads;
+    for (const auto& st : ref)
+      ref_grads.push_back(toy::flat_gradients(std::vector<toy::GptStage<double>>{st}));
+    momentum_update(ref, velocity);
+    const ps::StepResult r = pipe.step(training);
+    double loss = 0;
+    MPI_Allreduce(&r.loss, &loss, 1, MPI_DOUBLE, MPI_SUM, groups.mpi().data());
+    EXPECT_LE(std::abs(loss / d - ref_loss), 1e-12 * std::abs(ref_loss));
+    EXPECT_LE(
+        toy::max_relative_error(values_of(s, procs, rank, false), values_of(s, ref, rank, false)),
+        1e-12);
+    if (bucket_bytes > 0) continue;
+    for (int st : s.placement.stages_of(rank)) {
+      std::vector<double> got;
+      for (const auto& t : procs[static_cast<std::size_t>(st)].host_gradients())
+        got.insert(got.end(), t.data.begin(), t.data.end());
+      const std::vector<double>& want = ref_grads[static_cast<std::size_t>(st)];
+      ASSERT_EQ(got.size(), want.size());
+      const std::size_t count = want.size(), c = (count + d - 1) / d;
+      const std::size_t lo = std::min(count, c * j), hi = std::min(count, lo + c);
+      EXPECT_LE(toy::max_relative_error(std::vector<double>(got.begin() + lo, got.begin() + hi),
+                                        std::vector<double>(want.begin() + lo, want.begin() + hi)),
+                1e-12)
+          << "stage " << st << "'s shard";
+      if (zero == 2)
+        for (std::size_t i = 0; i < count; ++i)
+          if (i < lo || i >= hi) EXPECT_EQ(got[i], 0.0) << "stage " << st << " value " << i;
+    }
+  }
+  EXPECT_EQ(pipe.transport().pending(), 0u);
+}
+
+TEST(NcclZero, OneProcessMatchesSequentialTrainingWithMomentum) {
+  // dp1, each process a job of its own whatever -np is: the shard is the whole bucket;
+  // ncclReduceScatter and ncclAllGather on a one-rank communicator, the shard step on the
+  // host, and the rollback of a failed shard step.
+  PIPESCHED_NCCL_NEEDS_GPUS(place, false);
+  expect_zero("1f1b", {1, 1, 1}, 1, place.ordinal, MPI_COMM_SELF);
+  expect_zero("zb-h1", {1, 1, 1}, 2, place.ordinal, MPI_COMM_SELF, 256);
+  expect_zero("1f1b", {1, 1, 1}, 1, place.ordinal, MPI_COMM_SELF, 0, 0);
+}
+
+TEST(NcclRanks, ZeroMatchesSequentialTrainingWithMomentumAndRollsBackAFailedShardStep) {
+  PIPESCHED_NEEDS_PROCESSES(2);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
+  const int n = world_size();
+  const MPI_Comm w = MPI_COMM_WORLD;
+  expect_zero("1f1b", {1, n, 1}, 1, place.ordinal, w);
+  expect_zero("1f1b", {1, n, 1}, 2, place.ordinal, w);
+  expect_zero("zb-h1", {1, n, 1}, 1, place.ordinal, w, 256);
+  expect_zero("zb-h1", {n, 1, 1}, 2, place.ordinal, w);
+  expect_zero("1f1b", {1, n, 1}, 1, place.ordinal, w, 0, n - 1);
+  if (n % 2 == 0) {  // pp2 × dp(n/2): on nccl.np4, two pipelines of two GPUs each
+    expect_zero("1f1b", {2, n / 2, 1}, 1, place.ordinal, w);
+    expect_zero("interleaved-1f1b", {2, n / 2, 1}, 2, place.ordinal, w, 256);
+  }
+}
+
+// This pipeline rank's host stages of `all`, flat, cut to tensor shard `shard`.
+std::vector<double> shard_values(const ps::Schedule& s,
+                                 const std::vector<toy::GptStage<double>>& all, int rank,
+                                 ps::TensorShard shard, bool gradients) {
+  std::vector<double> out;
+  for (int st : s.placement.stages_of(rank)) {
+    const std::vector<double> v = all[static_cast<std::size_t>(st)].flat_shard(shard, gradients);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+// Trains `name` on `grid` (tp > 1) with ZeRO-1 for three steps, SGD with momentum stepped
+// shard by shard: each process holds its tensor shard of its pipeline rank's GPU stages
+// (summing over an NcclTensorGroup), each replica its share of the global batch. The global
+// loss and this process's weights equal sequential training of the whole model on the whole
+// batch with momentum, cut to this process's tensor shard (double, 1e-12).
+void expect_tensor_parallel_zero(const char* name, const ps::ProcessGrid& grid, int ordinal) {
+  if (grid.size() != world_size()) return;
+  SCOPED_TRACE(std::string(name) + " with ZeRO-1 on " + grid.describe());
+  const ps::NcclGroups groups(grid, ordinal);
+  const auto at = groups.coordinates();
+  const ps::TensorShard shard{at.tensor, grid.tensor};
+  const int d = grid.data;
+  const ps::Schedule s = generated(name, grid.pipeline, 4);
+  const int n = s.problem.stages;
+  const toy::GptConfig config = config_for(n);
+  const auto global = toy::make_gpt_data<double>(config, d * s.problem.microbatches, 29);
+  const auto mine = share(global, at.data, d);
+  std::vector<toy::GptStage<double>> ref;
+  std::vector<Gpt> procs;
+  for (int st = 0; st < n; ++st) {
+    ref.emplace_back(config, st, n);
+    procs.emplace_back(config, st, n, groups.device(), shard);
+  }
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(60);
+  ps::NcclReducerOptions zero_options;
+  zero_options.zero = 1;
+  zero_options.bucket_bytes = 256;
+  zero_options.optimizer = ps::sgd_shards(learning_rate, momentum);
+  ps::NcclPipeline<Gpt> pipe(s, procs, groups, options, {}, zero_options);
+  const auto training = gpu::training_data(mine, groups.device(), groups.device());
+  std::vector<std::vector<double>> velocity;
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const double ref_loss = toy::sequential_step(ref, global);
+    momentum_update(ref, velocity);
+    const ps::StepResult r = pipe.step(training);
+    double loss = 0;
+    MPI_Allreduce(&r.loss, &loss, 1, MPI_DOUBLE, MPI_SUM, groups.mpi().data());
+    EXPECT_LE(std::abs(loss / d - ref_loss), 1e-12 * std::abs(ref_loss));
+    EXPECT_LE(toy::max_relative_error(values_of(s, procs, at.pipeline, false),
+                                      shard_values(s, ref, at.pipeline, shard, false)),
+              1e-12);
+  }
+  EXPECT_EQ(pipe.transport().pending(), 0u);
+}
+
+TEST(NcclRanks, TensorParallelZeroOneMatchesSequentialTrainingOfTheWholeModel) {
+  PIPESCHED_NEEDS_PROCESSES(2);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
+  const int n = world_size();
+  for (const ps::ProcessGrid grid : {ps::ProcessGrid{1, 1, 2}, ps::ProcessGrid{2, 1, 2},
+                                     ps::ProcessGrid{1, 2, 2}, ps::ProcessGrid{2, 2, 2}}) {
+    if (grid.size() != n) continue;
+    expect_tensor_parallel_zero("1f1b", grid, place.ordinal);
+    if (grid.pipeline > 1) expect_tensor_parallel_zero("zb-h1", grid, place.ordinal);
+  }
+}
+
+TEST(NcclRanks, TensorParallelStagesOfAnotherShardAreRefusedOnEveryProcess) {
+  // tp2 on two processes: whole GPU GPT stages, and stage models that take no tensor group,
+  // are refused by every process with what to build.
+  PIPESCHED_NEEDS_PROCESSES(2);
+  PIPESCHED_NCCL_NEEDS_GPUS(place, true);
+  const int n = world_size();
+  const ps::ProcessGrid grid{n / 2, 1, 2};
+  if (grid.size() != n) GTEST_SKIP() << "runs on an even number of processes";
+  const ps::NcclGroups groups(grid, place.ordinal);
+  const ps::Schedule s = generated("1f1b", grid.pipeline, 2);
+  const toy::GptConfig config = config_for(s.problem.stages);
+  auto refused = [&](auto& stages, const char* says) {
+    using Stage = typename std::remove_cvref_t<decltype(stages)>::value_type;
+    try {
+      ps::NcclPipeline<Stage> pipe(s, stages, groups);
+      ADD_FAILURE() << "accepted; expected: " << says;
+    } catch (const ps::invalid_problem& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  std::vector<Gpt> whole;
+  for (int st = 0; st < s.problem.stages; ++st)
+    whole.emplace_back(config, st, s.problem.stages, groups.device());
+  refused(whole, "TensorShard{coordinates().tensor, grid().tensor}");
+  const toy::MlpConfig mlp{.blocks = s.problem.stages};
+  std::vector<gpu::MlpStage<double>> mlps;
+  for (int st = 0; st < s.problem.stages; ++st)
+    mlps.emplace_back(mlp, st, s.problem.stages, groups.device());
+  refused(mlps, "the stage model takes no tensor group (see tensor_parallel_stage)");
+}
+
+TEST(NcclZero, AnOptimizerHookBesideZeroIsRefused) {
+  // No GPU needed: NcclPipeline installs the shard step through the hook check MpiPipeline
+  // uses (detail::shard_optimizer), shown here on a reducer stand-in.
+  ps::ExecutorOptions hooks;
+  hooks.optimizer = [](int) {};
+  struct Stand {
+    int zero() const { return 2; }
+    void step_shards() {}
+    void discard_step() {}
+  } stand;
+  try {
+    ps::detail::shard_optimizer("NcclPipeline", "NcclReducerOptions", hooks, stand);
+    ADD_FAILURE() << "an optimizer hook beside ZeRO was accepted";
+  } catch (const ps::invalid_problem& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("NcclPipeline: with ZeRO-2 each replica steps its shard with "
+                        "NcclReducerOptions::optimizer"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("leave those empty"), std::string::npos) << what;
+  }
+  ps::ExecutorOptions empty;
+  ps::detail::shard_optimizer("NcclPipeline", "NcclReducerOptions", empty, stand);
+  EXPECT_TRUE(static_cast<bool>(empty.optimizer));
+  EXPECT_TRUE(static_cast<bool>(empty.rollback));
+  EXPECT_FALSE(static_cast<bool>(empty.snapshot));
 }
 
 // A GPU GPT stage whose forward of one microbatch (counted from its first) throws.

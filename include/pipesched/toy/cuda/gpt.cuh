@@ -2,6 +2,9 @@
 // slice-aware stage model whose weight gradient runs whole or in parts, with the host stage's
 // parameters (copied to the device), stashes and slice contexts of the same shapes (so the
 // same byte figures), GEMMs through cuBLAS and every kernel on the device's compute stream.
+// Built for a tensor-parallel shard, its blocks are that shard (column- then row-parallel
+// linears, the host stage's split) and sum their partial results over the group a pipeline
+// gives it (NcclPipeline: an NcclTensorGroup, on the GPU).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -62,9 +65,13 @@ class GptStage {
   using context_type = Context;  //!< what the slices of a microbatch share
 
   //! Stage `stage` of `stages` on `device`; throws `invalid_problem` where the host stage would
-  //! and `cuda_error` when the device cannot take it.
-  GptStage(const GptConfig& config, int stage, int stages, CudaDevice device)
-      : host_(config, stage, stages), engine_(std::make_shared<detail::Engine>(std::move(device))) {
+  //! and `cuda_error` when the device cannot take it. With `shard`, the stage's blocks are that
+  //! tensor-parallel shard of themselves (as toy::GptStage's; the embedding and the head stay
+  //! whole); a pipeline of a job with tp > 1 gives it its group (`set_tensor_group`).
+  GptStage(const GptConfig& config, int stage, int stages, CudaDevice device,
+           TensorShard shard = {})
+      : host_(config, stage, stages, shard),
+        engine_(std::make_shared<detail::Engine>(std::move(device))) {
     if (host_.has_embedding()) embedding_.emplace(engine_, config);
     for (const toy::GptBlock<T>& b : host_.blocks())
       blocks_.emplace_back(engine_, b, config);
@@ -198,6 +205,24 @@ class GptStage {
     std::vector<std::span<T>> out;
     for_each_parameters([&](detail::DeviceParameters<T>& p) { p.append_gradient_spans(out); });
     return out;
+  }
+  //! The parameters in device memory, in host_parameters() order (the sizes of
+  //! device_gradients()): what a ZeRO-sharded reduction (NcclGradientReducer with
+  //! NcclReducerOptions::zero) reads and overwrites on the GPU.
+  std::vector<std::span<T>> device_parameters() {
+    std::vector<std::span<T>> out;
+    for_each_parameters([&](detail::DeviceParameters<T>& p) { p.append_parameter_spans(out); });
+    return out;
+  }
+
+  //! The tensor-parallel shard of every block the stage holds ({0, 1}: whole blocks).
+  TensorShard tensor_shard() const noexcept { return host_.tensor_shard(); }
+  //! Gives every block the group its partial sums go over: a TensorGroup whose all_reduce
+  //! takes device memory written on the compute stream (NcclTensorGroup); kept, not owned;
+  //! nullptr detaches. Throws invalid_problem when the group is not the shard's.
+  void set_tensor_group(TensorGroup* group) {
+    for (detail::GptBlock<T>& b : blocks_)
+      b.set_tensor_group(group);
   }
 
   //! Global index of the stage's first block.

@@ -266,6 +266,15 @@ class MlpStage {
       b.parameters().append_gradient_spans(out);
     return out;
   }
+  //! The parameters in device memory, in host_parameters() order (the sizes of
+  //! device_gradients()): what a ZeRO-sharded reduction (NcclGradientReducer with
+  //! NcclReducerOptions::zero) reads and overwrites on the GPU.
+  std::vector<std::span<T>> device_parameters() {
+    std::vector<std::span<T>> out;
+    for (detail::MlpBlock<T>& b : blocks_)
+      b.parameters().append_parameter_spans(out);
+    return out;
+  }
 
   //! Global index of the stage's first block.
   int first_block() const noexcept { return host_.first_block(); }

@@ -30,6 +30,7 @@
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/process_grid.hpp"
 #include "pipesched/exec/step_result.hpp"
+#include "pipesched/exec/tensor_group.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/pass/reduce_gradients.hpp"
 #include "pipesched/transport/detail/poll.hpp"
@@ -100,6 +101,23 @@ struct ReducerLink final : Reduction {
   std::function<void()> poll;
   R reducer;
 };
+
+// ZeRO, the same on every process pipeline: the optimizer hook steps this replica's shards,
+// the rollback hook discards that step; the all-gather follows once the job agreed to commit
+// (ReducerLink::complete_update). `who` names the pipeline, `reducer_options` its reducer's
+// options. A template, so that nothing of the reducer is named for stages without gradients.
+template <class R>
+void shard_optimizer(const char* who, const char* reducer_options, ExecutorOptions& options,
+                     R& reducer) {
+  if (options.optimizer || options.snapshot || options.rollback)
+    throw invalid_problem(std::string(who) + ": with ZeRO-" + std::to_string(reducer.zero()) +
+                          " each replica steps its shard with " + reducer_options +
+                          "::optimizer, but ExecutorOptions also has an optimizer, snapshot or "
+                          "rollback hook; leave those empty (the reducer keeps and restores the "
+                          "shards' state).");
+  options.optimizer = [&reducer](int) { reducer.step_shards(); };
+  options.rollback = [&reducer](int) { reducer.discard_step(); };
+}
 
 // The list pipeline rank `rank` of a job with replicas runs: `schedule` lowered, with each
 // stage's reduction placed (add_gradient_reduction). Refuses options that reduce gradients
@@ -228,6 +246,66 @@ class ProcessPipeline {
     if (tensor_) tensor_->attach(progress("a tensor-parallel all-reduce"));
   }
 
+  //! A job with tp > 1, or stage models built for a tensor shard: every stage this process
+  //! holds (pipeline rank `at.pipeline` of `schedule`, in `grid`) must be built for its place
+  //! in the tensor group, which is checked on every process of the job together (else
+  //! invalid_problem, `who` naming the pipeline); then, when the grid or the stages are split,
+  //! `make()` makes the group (a Reduction whose `group` member is the TensorGroup), the
+  //! pipeline owns it, and each of those stages is given it (and detached at the end).
+  template <class MakeLink>
+  void join_tensor_group(const char* who, const Schedule& schedule, std::span<Stage> stages,
+                         const ProcessGrid& grid, const ProcessGrid::Coordinates& at,
+                         MakeLink&& make) {
+    const TensorShard want{at.tensor, grid.tensor};
+    std::string wrong;
+    bool split = false;
+    if constexpr (tensor_parallel_stage<Stage>) {
+      for (int s : schedule.placement.stages_of(at.pipeline)) {
+        const TensorShard got = stages[static_cast<std::size_t>(s)].tensor_shard();
+        split = split || got.split();
+        if (got != want && wrong.empty())
+          wrong = "stage " + std::to_string(s) + " is built for tensor shard " +
+                  std::to_string(got.rank) + " of " + std::to_string(got.size) +
+                  " but this process is member " + std::to_string(want.rank) + " of its " +
+                  std::to_string(want.size) +
+                  "-way tensor group; build each process's stages "
+                  "with TensorShard{coordinates().tensor, grid().tensor}";
+      }
+    } else if (want.split()) {
+      wrong = "the grid has tp = " + std::to_string(want.size) +
+              " but the stage model takes no tensor group (see tensor_parallel_stage)";
+    }
+    // Agreed over the job within the receive timeout: a process that never gets here ends
+    // the job (peer_lost naming it) rather than leaving the others waiting.
+    if (any_process(!wrong.empty(),
+                    "not every process of the job reached the check of the stage "
+                    "models against the tensor group"))
+      throw invalid_problem(std::string(who) + ": " +
+                            (wrong.empty() ? std::string("another process's stages do not fit "
+                                                         "its place in the tensor group")
+                                           : wrong) +
+                            ".");
+    if constexpr (tensor_parallel_stage<Stage>) {
+      if (!want.split() && !split) return;
+      auto link = make();
+      for (int s : schedule.placement.stages_of(at.pipeline)) {
+        Stage& st = stages[static_cast<std::size_t>(s)];
+        st.set_tensor_group(&link->group);
+        tensor_stages_.push_back(&st);
+      }
+      set_tensor_group(std::move(link));
+    }
+  }
+
+ public:
+  //! Detaches this process's stage models from the tensor group the pipeline owned.
+  ~ProcessPipeline() {
+    if constexpr (tensor_parallel_stage<Stage>)
+      for (Stage* s : tensor_stages_)
+        s->set_tensor_group(nullptr);
+  }
+
+ protected:
   //! What a pipeline of a job is built with: its executor options and, with replicas, the
   //! data-parallel reduction whose REDUCE_GRAD and WAIT_REDUCE_GRAD those options call.
   struct Prepared {
@@ -541,6 +619,7 @@ class ProcessPipeline {
   std::chrono::duration<double> timeout_;
   std::unique_ptr<Reduction> reduction_;  // the data-parallel one, when the job has replicas
   std::unique_ptr<Reduction> tensor_;     // the tensor-parallel group, when stages use one
+  std::vector<Stage*> tensor_stages_;     // given the tensor group; detached at the end
   std::string replica_;  // "replica j of d: " before this process's failures, with replicas
   int job_rank_ = 0;     // this process in job()
   bool broken_ = false;

@@ -3,7 +3,9 @@
 // order in which a rank starts its stages' reductions (its REDUCE_GRAD actions), the count of
 // reductions started in a step and, after a failed step, the agreement on the most any replica
 // started, which tells each replica which reductions it still has to run so that its
-// communicator is clean; and the checks of their options.
+// communicator is clean; ZeRO's cut of a bucket among the replicas, the shard optimizer's
+// state and the order a replica steps and gathers its shards in; and the checks of their
+// options.
 #pragma once
 
 #ifndef OMPI_SKIP_MPICXX
@@ -15,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <optional>
 #include <ranges>
 #include <span>
@@ -27,6 +30,7 @@
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
+#include "pipesched/exec/shard_optimizer.hpp"
 #include "pipesched/transport/detail/poll.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 
@@ -147,6 +151,105 @@ class ReductionPlan {
   MPI_Comm control_ = MPI_COMM_NULL;
 };
 
+//! ZeRO's cut of a bucket among the `replicas` of a data-parallel group (Rajbhandari et al.
+//! 2020), the same for both reducers: with ZeRO a bucket of n values is reduced padded with
+//! zeros to a multiple of the replicas, and replica j receives (and steps) the j-th of the
+//! replicas' equal parts; the padding belongs to no tensor. Without ZeRO a bucket is reduced
+//! whole.
+class Sharding {
+ public:
+  //! The cut of ZeRO stage `zero` (0, 1 or 2) for replica `replica` of `replicas`.
+  Sharding(int zero, int replicas, int replica) noexcept
+      : zero_(zero), replicas_(std::max(1, replicas)), replica_(replica) {}
+
+  //! Part [begin, end) of a bucket's values.
+  struct Range {
+    std::size_t begin = 0;  //!< the first value
+    std::size_t end = 0;    //!< one past the last
+    //! Values in the range.
+    std::size_t size() const noexcept { return end - begin; }
+  };
+
+  //! The ZeRO stage.
+  int zero() const noexcept { return zero_; }
+  //! True with ZeRO-1 or ZeRO-2.
+  bool sharded() const noexcept { return zero_ >= 1; }
+  //! The length a bucket of `n` values is reduced with: n, or with ZeRO n rounded up to a
+  //! multiple of the replicas.
+  std::size_t padded(std::size_t n) const noexcept {
+    if (!sharded()) return n;
+    const auto d = static_cast<std::size_t>(replicas_);
+    return (n + d - 1) / d * d;
+  }
+  //! With ZeRO: the values each replica receives of a bucket of `n` (its padded part).
+  std::size_t part(std::size_t n) const noexcept {
+    return padded(n) / static_cast<std::size_t>(replicas_);
+  }
+  //! With ZeRO: where this replica's part of a bucket of `n` values starts in the padded bucket.
+  std::size_t part_begin(std::size_t n) const noexcept {
+    return part(n) * static_cast<std::size_t>(replica_);
+  }
+  //! With ZeRO: the values of a bucket of `n` this replica's shard holds (its part without the
+  //! padding).
+  Range shard(std::size_t n) const noexcept {
+    const std::size_t begin = std::min(n, part_begin(n));
+    return {begin, std::min(n, begin + part(n))};
+  }
+  //! With ZeRO: the piece [begin, end) of a tensor at values [at, at + size) of a bucket of `n`
+  //! that lies in this replica's shard, relative to the tensor (empty when none does).
+  Range shard_of_tensor(std::size_t n, std::size_t at, std::size_t size) const noexcept {
+    const Range s = shard(n);
+    const std::size_t lo = std::max(at, s.begin), hi = std::min(at + size, s.end);
+    if (lo >= hi) return {0, 0};
+    return {lo - at, hi - at};
+  }
+
+ private:
+  int zero_;
+  int replicas_;
+  int replica_;
+};
+
+//! ZeRO's shard step, the same for both reducers: the shard optimizer's state of every bucket
+//! of every stage this replica reduces (its shard's only), kept across steps, with its copy
+//! from before the step's update so that a rolled-back step leaves it as it was. A reducer
+//! calls `begin_update`, then `step` for each stage in the reductions' order
+//! (ReductionPlan::sequence) and each of its buckets in order, and after a failed commit
+//! `discard`.
+class ShardSteps {
+ public:
+  //! The steps of `optimizer` (the reducer's options'; empty without ZeRO).
+  explicit ShardSteps(ShardOptimizer optimizer) : optimizer_(std::move(optimizer)) {}
+
+  //! A step's update starts: the state as it is now is what `discard` restores.
+  void begin_update() { saved_ = states_; }
+
+  //! Steps bucket `bucket` of the `buckets` of stage `stage`: this replica's shard of its
+  //! weights `weights` in place from the replicas' mean gradient `gradients` (the same length).
+  void step(int stage, std::size_t buckets, std::size_t bucket, std::span<double> weights,
+            std::span<const double> gradients) {
+    std::vector<std::vector<double>>& state = states_[stage];
+    state.resize(buckets);
+    state[bucket].resize(static_cast<std::size_t>(optimizer_.state_per_value) * weights.size());
+    optimizer_.step(weights, gradients, state[bucket]);
+  }
+
+  //! Undoes this step's updates of the state (the optimizer may have stopped half-way).
+  void discard() { states_ = saved_; }
+
+  //! The error of a shard step of a stage whose reduction was not waited for (`who` names the
+  //! reducer).
+  static error not_waited(const char* who, int stage) {
+    return error(std::string(who) + ": stage " + std::to_string(stage) +
+                 "'s reduction was not waited for before the optimizer; put " +
+                 std::to_string(stage) + "WAIT_REDUCE_GRAD before the list's end.");
+  }
+
+ private:
+  ShardOptimizer optimizer_;
+  std::map<int, std::vector<std::vector<double>>> states_, saved_;
+};
+
 //! The advice after a data-parallel reduction that ran out.
 inline constexpr const char* same_schedule_hint = "does every replica run the same schedule?";
 
@@ -158,6 +261,28 @@ inline void check_bucket_bytes(const char* options, std::size_t bucket_bytes) {
                                ".bucket_bytes = 0 is out of range; give 1 byte or more (25 MiB "
                                "is PyTorch DDP's default).",
                            std::string(options) + ".bucket_bytes", "0");
+}
+
+//! Throws invalid_argument naming `options` (MpiReducerOptions, NcclReducerOptions) unless
+//! `zero` is a ZeRO stage the reducers run (0, 1, 2) and, with 1 or 2, `optimizer` is set and
+//! keeps 0 or more state values per weight.
+inline void check_zero(const char* options, int zero, const ShardOptimizer& optimizer) {
+  const std::string o(options);
+  if (zero < 0 || zero > 2)
+    throw invalid_argument(o + ".zero = " + std::to_string(zero) +
+                               " is not a ZeRO stage pipesched runs; give 0 (all-reduce), 1 "
+                               "(sharded optimizer state) or 2 (and sharded gradients).",
+                           o + ".zero", std::to_string(zero));
+  if (zero >= 1 && !optimizer)
+    throw invalid_argument(o + ".zero = " + std::to_string(zero) +
+                               " steps each replica's shard, but " + o +
+                               ".optimizer is empty; set it (e.g. sgd_shards(0.01)).",
+                           o + ".optimizer", "empty");
+  if (zero >= 1 && optimizer.state_per_value < 0)
+    throw invalid_argument(
+        "ShardOptimizer.state_per_value = " + std::to_string(optimizer.state_per_value) +
+            " is negative; give 0 or more state values per weight.",
+        "ShardOptimizer.state_per_value", std::to_string(optimizer.state_per_value));
 }
 
 }  // namespace pipesched::detail

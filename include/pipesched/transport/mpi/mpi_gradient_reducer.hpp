@@ -77,21 +77,7 @@ struct MpiReducerOptions {
   void validate() const {
     const MpiReducerOptions& o = *this;
     detail::check_bucket_bytes("MpiReducerOptions", o.bucket_bytes);
-    if (o.zero < 0 || o.zero > 2)
-      throw invalid_argument("MpiReducerOptions.zero = " + std::to_string(o.zero) +
-                                 " is not a ZeRO stage pipesched runs; give 0 (all-reduce), 1 "
-                                 "(sharded optimizer state) or 2 (and sharded gradients).",
-                             "MpiReducerOptions.zero", std::to_string(o.zero));
-    if (o.zero >= 1 && !o.optimizer)
-      throw invalid_argument("MpiReducerOptions.zero = " + std::to_string(o.zero) +
-                                 " steps each replica's shard, but MpiReducerOptions.optimizer "
-                                 "is empty; set it (e.g. sgd_shards(0.01)).",
-                             "MpiReducerOptions.optimizer", "empty");
-    if (o.zero >= 1 && o.optimizer.state_per_value < 0)
-      throw invalid_argument(
-          "ShardOptimizer.state_per_value = " + std::to_string(o.optimizer.state_per_value) +
-              " is negative; give 0 or more state values per weight.",
-          "ShardOptimizer.state_per_value", std::to_string(o.optimizer.state_per_value));
+    detail::check_zero("MpiReducerOptions", o.zero, o.optimizer);
   }
 };
 
@@ -120,7 +106,8 @@ class MpiGradientReducer {
         poll_(std::move(poll)),
         timeout_(timeout),
         options_(options),
-        plan_(order, data) {
+        plan_(order, data),
+        steps_(options_.optimizer) {
     // Checked first: nothing to free, no thread to stop when they throw.
     options_.validate();
     if (options_.zero >= 1 && !shardable)
@@ -132,6 +119,7 @@ class MpiGradientReducer {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_size(comm_, &replicas_);
     MPI_Comm_rank(comm_, &replica_);
+    sharding_ = detail::Sharding(options_.zero, replicas_, replica_);
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
     if (options_.progress_thread && level == MPI_THREAD_MULTIPLE) {
@@ -225,25 +213,19 @@ class MpiGradientReducer {
   //! stage models change only in `gather_weights`.
   void step_shards() {
     require_zero("step_shards");
-    saved_ = states_;
+    steps_.begin_update();
     updated_.clear();
     for (int stage : plan_.sequence()) {
       auto r = reduced_.find(stage);
-      if (r == reduced_.end())
-        throw error("MpiGradientReducer: stage " + std::to_string(stage) +
-                    "'s reduction was not waited for before the optimizer; put " +
-                    std::to_string(stage) + "WAIT_REDUCE_GRAD before the list's end.");
+      if (r == reduced_.end()) throw detail::ShardSteps::not_waited("MpiGradientReducer", stage);
       std::vector<std::vector<value>> weights = pack(stage, parameters_of);
-      std::vector<std::vector<double>>& state = states_[stage];
-      state.resize(weights.size());
       for (std::size_t b = 0; b < weights.size(); ++b) {
-        const Shard sh = shard(r->second.sizes[b]);
+        const detail::Sharding::Range sh = sharding_.shard(r->second.sizes[b]);
         std::vector<double> w(weights[b].begin() + static_cast<std::ptrdiff_t>(sh.begin),
                               weights[b].begin() + static_cast<std::ptrdiff_t>(sh.end));
         const std::vector<value>& g = r->second.shards[b];
         std::vector<double> grad(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(w.size()));
-        state[b].resize(static_cast<std::size_t>(options_.optimizer.state_per_value) * w.size());
-        options_.optimizer.step(w, grad, state[b]);
+        steps_.step(stage, weights.size(), b, w, grad);
         std::copy(w.begin(), w.end(), weights[b].begin() + static_cast<std::ptrdiff_t>(sh.begin));
       }
       updated_.emplace_back(stage, std::move(weights));
@@ -254,7 +236,7 @@ class MpiGradientReducer {
   //! is put back and the updated weights are dropped; the stage models never changed.
   void discard_step() {
     require_zero("discard_step");
-    states_ = saved_;
+    steps_.discard();
     updated_.clear();
   }
 
@@ -364,23 +346,8 @@ class MpiGradientReducer {
     std::vector<std::vector<value>> shards;
     std::vector<std::size_t> sizes;
   };
-  // This replica's part [begin, end) of a bucket of n values.
-  struct Shard {
-    std::size_t begin = 0, end = 0;
-  };
-
-  // A bucket's length as reduced: n, or with ZeRO n rounded up to a multiple of the replicas.
-  std::size_t padded(std::size_t n) const {
-    if (options_.zero == 0) return n;
-    const std::size_t d = static_cast<std::size_t>(replicas_);
-    return (n + d - 1) / d * d;
-  }
-
-  Shard shard(std::size_t n) const {
-    const std::size_t c = padded(n) / static_cast<std::size_t>(replicas_);
-    const std::size_t begin = std::min(n, c * static_cast<std::size_t>(replica_));
-    return {begin, std::min(n, begin + c)};
-  }
+  // A bucket's length as reduced (detail::Sharding::padded).
+  std::size_t padded(std::size_t n) const { return sharding_.padded(n); }
 
   // Starts one bucket's reduction: the all-reduce in place, or with ZeRO the reduce-scatter
   // into `shard` (sized here).
@@ -475,7 +442,7 @@ class MpiGradientReducer {
         x *= scale;
     r.sizes = bucket_sizes(p.stage);
     walk(p.stage, gradients_of, [&](std::span<value> v, std::size_t b, std::size_t at) {
-      const Shard sh = shard(r.sizes[b]);
+      const detail::Sharding::Range sh = sharding_.shard(r.sizes[b]);
       for (std::size_t i = 0; i < v.size(); ++i) {
         const std::size_t k = at + i;
         if (k >= sh.begin && k < sh.end)
@@ -514,10 +481,12 @@ class MpiGradientReducer {
   int replicas_ = 1;
   int replica_ = 0;
   std::vector<Pending> pending_;
-  // ZeRO: this step's reduced shards, per stage; each stage's shard optimizer state (per
-  // bucket) and its copy from before this step's update; the updated weights to all-gather.
+  // ZeRO: the cut of a bucket; this step's reduced shards, per stage; each stage's shard
+  // optimizer state (per bucket) with its copy from before this step's update; the updated
+  // weights to all-gather.
+  detail::Sharding sharding_{0, 1, 0};
   std::map<int, Reduced> reduced_;
-  std::map<int, std::vector<std::vector<double>>> states_, saved_;
+  detail::ShardSteps steps_;
   std::vector<std::pair<int, std::vector<std::vector<value>>>> updated_;
   // The progress thread (MpiReducerOptions::progress_thread) and what wakes it.
   MPI_Comm progress_comm_ = MPI_COMM_NULL;  // probed, never used for messages

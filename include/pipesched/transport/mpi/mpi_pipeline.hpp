@@ -61,63 +61,9 @@ class MpiPipeline
              std::move(prepared.options), std::move(prepared.reduction), schedule,
              groups.pipeline(), transport_options, groups.job()) {
     this->name_replica(groups.coordinates().data, groups.grid().data);
-    join_tensor_group(schedule, stages, groups);
-  }
-
- public:
-  //! Detaches this process's stage models from the tensor group the pipeline owned.
-  ~MpiPipeline() {
-    if constexpr (tensor_parallel_stage<Stage>)
-      for (Stage* s : tensor_stages_)
-        s->set_tensor_group(nullptr);
-  }
-
- private:
-  // A job with tp > 1, or stage models built for a tensor shard: every stage this process
-  // holds must be built for its place in the tensor group (checked on every process of the
-  // job together), and is given the group.
-  void join_tensor_group(const Schedule& schedule, std::span<Stage> stages,
-                         const MpiGroups& groups) {
-    const ProcessGrid::Coordinates at = groups.coordinates();
-    const TensorShard want{at.tensor, groups.grid().tensor};
-    std::string wrong;
-    bool split = false;
-    if constexpr (tensor_parallel_stage<Stage>) {
-      for (int s : schedule.placement.stages_of(at.pipeline)) {
-        const TensorShard got = stages[static_cast<std::size_t>(s)].tensor_shard();
-        split = split || got.split();
-        if (got != want && wrong.empty())
-          wrong = "stage " + std::to_string(s) + " is built for tensor shard " +
-                  std::to_string(got.rank) + " of " + std::to_string(got.size) +
-                  " but this process is member " + std::to_string(want.rank) + " of its " +
-                  std::to_string(want.size) +
-                  "-way tensor group; build each process's stages "
-                  "with TensorShard{coordinates().tensor, grid().tensor}";
-      }
-    } else if (want.split()) {
-      wrong = "the grid has tp = " + std::to_string(want.size) +
-              " but the stage model takes no tensor group (see tensor_parallel_stage)";
-    }
-    // Agreed over the job within the receive timeout: a process that never gets here ends
-    // the job (peer_lost naming it) rather than leaving the others waiting.
-    if (this->any_process(!wrong.empty(),
-                          "not every process of the job reached the check of the stage "
-                          "models against the tensor group"))
-      throw invalid_problem("MpiPipeline: " +
-                            (wrong.empty() ? std::string("another process's stages do not fit "
-                                                         "its place in the tensor group")
-                                           : wrong) +
-                            ".");
-    if constexpr (tensor_parallel_stage<Stage>) {
-      if (!want.split() && !split) return;
-      auto link = std::make_unique<TensorLink>(groups.tensor(), this->wait_limit());
-      for (int s : schedule.placement.stages_of(at.pipeline)) {
-        Stage& st = stages[static_cast<std::size_t>(s)];
-        st.set_tensor_group(&link->group);
-        tensor_stages_.push_back(&st);
-      }
-      this->set_tensor_group(std::move(link));
-    }
+    this->join_tensor_group(
+        "MpiPipeline", schedule, stages, groups.grid(), groups.coordinates(),
+        [&] { return std::make_unique<TensorLink>(groups.tensor(), this->wait_limit()); });
   }
 
   // An MpiTensorGroup as the pipeline's collective of the tensor group.
@@ -130,23 +76,6 @@ class MpiPipeline
     MpiTensorGroup group;
   };
 
-  std::vector<Stage*> tensor_stages_;  // given the tensor group; detached at the end
-
-  // ZeRO: the optimizer hook steps this replica's shards, the rollback hook discards that
-  // step; the all-gather follows once the job agreed to commit (complete_update). A template,
-  // so that nothing of the reducer is named for stages without gradients.
-  template <class R>
-  static void shard_optimizer(ExecutorOptions& options, R& reducer) {
-    if (options.optimizer || options.snapshot || options.rollback)
-      throw invalid_problem(
-          "MpiPipeline: with ZeRO-" + std::to_string(reducer.zero()) +
-          " each replica steps its shard with MpiReducerOptions::optimizer, but "
-          "ExecutorOptions also has an optimizer, snapshot or rollback hook; leave those "
-          "empty (the reducer keeps and restores the shards' state).");
-    options.optimizer = [&reducer](int) { reducer.step_shards(); };
-    options.rollback = [&reducer](int) { reducer.discard_step(); };
-  }
-
   static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
                                 const MpiGroups& groups, ExecutorOptions options,
                                 const MpiReducerOptions& reducer_options) {
@@ -158,7 +87,8 @@ class MpiPipeline
           "MpiPipeline", schedule, groups.grid(), groups.coordinates().pipeline, std::move(options),
           reducer_options,
           [&](ExecutorOptions& o, auto& reducer) {
-            if (reducer_options.zero >= 1) shard_optimizer(o, reducer);
+            if (reducer_options.zero >= 1)
+              detail::shard_optimizer("MpiPipeline", "MpiReducerOptions", o, reducer);
           },
           groups.data(), stages);
     } else {

@@ -8,9 +8,17 @@
 // `drain` runs on every replica the all-reduces another replica started and it did not, so the
 // data-parallel communicator is clean for the next step (detail::ReductionPlan, shared with
 // the MPI reducer, as are the buckets and the reductions' order).
+// With ZeRO-1/2 each bucket, padded to a multiple of the replicas, is reduce-scattered instead
+// (ncclReduceScatter): a replica receives the mean of its own shard only, steps that shard with
+// its own optimizer state (`step_shards`, on the host in double, as the MPI reducer does) and,
+// once the whole job agreed to commit, the replicas all-gather the updated weights
+// (ncclAllGather, `gather_weights`). The cut of a bucket, the shard optimizer's state and the
+// order of the calls are the MPI reducer's (detail::Sharding, detail::ShardSteps).
 #pragma once
 
 #include <nccl.h>
+
+#include <map>
 
 #include "pipesched/device/cuda/check.cuh"
 #include "pipesched/device/cuda/cuda_device.cuh"
@@ -31,6 +39,17 @@ concept device_reducible_stage = requires(S& s) {
       std::ranges::range_value_t<decltype(s.device_gradients())>>::element_type>;
 };
 
+//! A device-reducible stage whose weights a ZeRO-sharded optimizer can reach:
+//! `device_parameters()` is a range of `std::span<T>` over the device parameters, in the order
+//! and of the sizes of `device_gradients()` (the toy GPU MLP and GPT have it).
+template <class S>
+concept device_shardable_stage = device_reducible_stage<S> && requires(S& s) {
+  { s.device_parameters() } -> std::ranges::range;
+  requires std::is_same_v<
+      std::remove_cvref_t<std::ranges::range_value_t<decltype(s.device_parameters())>>,
+      std::remove_cvref_t<std::ranges::range_value_t<decltype(s.device_gradients())>>>;
+};
+
 //! Knobs of NcclGradientReducer.
 struct NcclReducerOptions {
   //! The most bytes one all-reduce carries; a stage's gradients go in buckets of at most this
@@ -38,27 +57,31 @@ struct NcclReducerOptions {
   std::size_t bucket_bytes = 25u << 20;
   //! Divide the sum by the replica count (ncclAvg: the replicas' mean), else keep the sum.
   bool average = true;
-  //! The ZeRO stage: only 0 (every bucket all-reduced) runs on NCCL; ZeRO-1/2 run over MPI
-  //! (MpiPipeline with MpiReducerOptions::zero).
+  //! The ZeRO stage (Rajbhandari et al. 2020), as MpiReducerOptions::zero. 0: each bucket is
+  //! all-reduced, every replica holds the whole mean gradient and ExecutorOptions::optimizer
+  //! updates the weights. 1 and 2: each bucket is reduce-scattered (ncclReduceScatter);
+  //! replica j of d receives the mean of its j-th shard (a bucket padded to a multiple of d,
+  //! cut in d equal parts), `optimizer` updates that shard's weights with that shard's state
+  //! only (1/d of the state per replica, on the host in double), and once every process of the
+  //! job has stepped, the replicas all-gather the weights (ncclAllGather). Outside its shard a
+  //! replica's gradients keep its own unreduced sums with 1 and are zeroed with 2.
   int zero = 0;
+  //! With `zero` 1 or 2: the update rule of a shard (`sgd_shards`); it replaces
+  //! ExecutorOptions::optimizer, which must then be empty.
+  ShardOptimizer optimizer{};
 
   //! Throws invalid_argument for options the reducer cannot run.
   void validate() const {
     detail::check_bucket_bytes("NcclReducerOptions", bucket_bytes);
-    if (zero != 0)
-      throw invalid_argument("NcclReducerOptions.zero = " + std::to_string(zero) +
-                                 ": ZeRO runs over MPI only, not on NCCL; give 0 (all-reduce of "
-                                 "every bucket), or run ZeRO-1/2 over MPI (MpiPipeline with "
-                                 "MpiReducerOptions::zero).",
-                             "NcclReducerOptions.zero", std::to_string(zero));
+    detail::check_zero("NcclReducerOptions", zero, optimizer);
   }
 };
 
 //! Reduces the weight gradients of this process's stages over a data-parallel NCCL
-//! communicator: one ncclAllReduce per bucket on the reducer's own stream, started at the
-//! stage's REDUCE_GRAD (after the compute stream's work so far) and waited for at its
-//! WAIT_REDUCE_GRAD. `stages` is indexed by stage; every replica reduces the same stages in the
-//! same order, as the schedule's actions say. Called by one thread (the rank's).
+//! communicator: one ncclAllReduce per bucket (ncclReduceScatter with ZeRO) on the reducer's
+//! own stream, started at the stage's REDUCE_GRAD (after the compute stream's work so far) and
+//! waited for at its WAIT_REDUCE_GRAD. `stages` is indexed by stage; every replica reduces the same
+//! stages in the same order, as the schedule's actions say. Called by one thread (the rank's).
 template <class Stage>
 requires device_reducible_stage<Stage>
 class NcclGradientReducer {
@@ -82,8 +105,15 @@ class NcclGradientReducer {
         poll_(std::move(poll)),
         timeout_(timeout),
         options_(options),
-        plan_(order, control) {
+        plan_(order, control),
+        steps_(options_.optimizer) {
     options_.validate();
+    if (options_.zero >= 1 && !shardable)
+      throw invalid_problem(
+          "NcclGradientReducer: ZeRO-" + std::to_string(options_.zero) +
+          " steps each replica's shard of the weights, but the stage model has no "
+          "device_parameters() of the same sizes as its device_gradients() (see "
+          "device_shardable_stage).");
     device_.activate();
     stream_.emplace();
     int rank = 0;
@@ -91,6 +121,7 @@ class NcclGradientReducer {
     PIPESCHED_NCCL_CHECK(ncclCommSplit(data, 0, rank, comm_.out(), nullptr));
     PIPESCHED_NCCL_CHECK(ncclCommCount(comm_.get(), &replicas_));
     replica_ = rank;
+    sharding_ = detail::Sharding(options_.zero, replicas_, replica_);
   }
 
   NcclGradientReducer(const NcclGradientReducer&) = delete;
@@ -121,16 +152,21 @@ class NcclGradientReducer {
   int replica() const noexcept { return replica_; }
   //! The stream the all-reduces run on.
   cudaStream_t stream() const noexcept { return *stream_; }
+  //! The ZeRO stage (NcclReducerOptions::zero).
+  int zero() const noexcept { return options_.zero; }
 
   //! Per-step bookkeeping: called when a step starts.
   void begin_step() {
     plan_.begin_step();
     pending_.clear();
+    reduced_.clear();
+    updated_.clear();
   }
 
   //! Starts reducing stage `stage`'s gradients (REDUCE_GRAD): the reducer's stream waits for
   //! the compute stream's work so far, then packs each bucket, all-reduces it and unpacks it
-  //! into the gradients. Returns at once.
+  //! into the gradients — with ZeRO reduce-scatters it and unpacks this replica's shard (the
+  //! rest of the gradients kept with ZeRO-1, zeroed with ZeRO-2). Returns at once.
   void start(int stage) {
     device_.activate();
     const cudaStream_t s = *stream_;
@@ -140,7 +176,9 @@ class NcclGradientReducer {
     std::vector<std::vector<std::span<value>>> buckets = bucket(stage);
     for (std::vector<std::span<value>>& b : buckets) {
       const std::size_t n = values_in(b);
-      if (b.size() == 1) {  // one tensor: reduced in place
+      if (sharding_.sharded()) {
+        start_shard(b, n, p);
+      } else if (b.size() == 1) {  // one tensor: reduced in place
         all_reduce(b.front().data(), n);
       } else {
         p.buffers.emplace_back(std::vector<int>{static_cast<int>(n)}, s);
@@ -163,25 +201,92 @@ class NcclGradientReducer {
                            [&](const Pending& p) { return p.stage == stage; });
     if (it == pending_.end())
       throw detail::ReductionPlan::not_started("NcclGradientReducer", stage);
-    const std::string what =
-        "the data-parallel reduction of stage " + std::to_string(stage) + "'s gradients (NCCL)";
-    const detail::Wait wait{what, detail::deadline_after(timeout_)};
-    const bool done = detail::poll_until(
-        wait,
-        [&] {
-          const cudaError_t e = cudaEventQuery(it->done.event->get());
-          if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
-          return e == cudaSuccess;
-        },
-        [&] {
-          if (poll_) poll_();
-        });
-    if (!done) {
-      broken_ = true;
-      throw receive_timeout(detail::expired_text(wait, timeout_, detail::same_schedule_hint));
-    }
+    wait_for(it->done, "the data-parallel reduction of stage " + std::to_string(stage) +
+                           "'s gradients (NCCL)");
     CudaDevice::wait(device_.compute(), it->done);
+    if (sharding_.sharded()) reduced_[stage] = Reduced{std::move(it->shards), std::move(it->sizes)};
     pending_.erase(it);
+  }
+
+  //! ZeRO: steps this replica's shard of every bucket of the stages it reduced this step
+  //! (their WAIT_REDUCE_GRAD has run) with the shard optimizer and the shard's own state, on
+  //! the host in double (the shard's weights and mean gradient copied from the device after the
+  //! compute stream's work), keeping the previous state for `discard_step`. The updated
+  //! weights are kept apart: the stage models change only in `gather_weights`.
+  void step_shards() {
+    require_zero("step_shards");
+    device_.activate();
+    const cudaStream_t s = *stream_;
+    CudaDevice::wait(s, device_.mark());
+    steps_.begin_update();
+    updated_.clear();
+    for (int stage : plan_.sequence()) {
+      auto r = reduced_.find(stage);
+      if (r == reduced_.end()) throw detail::ShardSteps::not_waited("NcclGradientReducer", stage);
+      const std::vector<std::vector<std::span<value>>> weights = parameter_buckets(stage);
+      Updated u{stage, r->second.sizes, {}};
+      for (std::size_t b = 0; b < weights.size(); ++b) {
+        const std::size_t n = r->second.sizes[b];
+        const detail::Sharding::Range sh = sharding_.shard(n);
+        std::vector<value> w(sh.size()), g(sh.size());
+        each_in_shard(weights[b], n,
+                      [&](std::span<value> t, detail::Sharding::Range piece, std::size_t at) {
+                        PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(w.data() + at, t.data() + piece.begin,
+                                                             piece.size() * sizeof(value),
+                                                             cudaMemcpyDeviceToHost, s));
+                      });
+        if (!g.empty())
+          PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(g.data(), r->second.shards[b].data(),
+                                               g.size() * sizeof(value), cudaMemcpyDeviceToHost,
+                                               s));
+        PIPESCHED_CUDA_CHECK(cudaStreamSynchronize(s));
+        std::vector<double> wd(w.begin(), w.end());
+        const std::vector<double> gd(g.begin(), g.end());
+        steps_.step(stage, weights.size(), b, wd, gd);
+        std::copy(wd.begin(), wd.end(), w.begin());
+        u.weights.push_back(std::move(w));
+      }
+      updated_.push_back(std::move(u));
+    }
+  }
+
+  //! ZeRO: undoes `step_shards` (its optimizer may have stopped half-way): the shards' state
+  //! is put back and the updated weights are dropped; the stage models never changed.
+  void discard_step() {
+    require_zero("discard_step");
+    steps_.discard();
+    updated_.clear();
+  }
+
+  //! ZeRO, once every process of the job has stepped: all-gathers every replica's updated
+  //! shard into the stage models' weights (ncclAllGather of each bucket over the data-parallel
+  //! group, in REDUCE_GRAD order, on the reducer's stream; the host waits with `poll` and the
+  //! compute stream is ordered after it). Throws receive_timeout after the timeout.
+  void gather_weights() {
+    require_zero("gather_weights");
+    device_.activate();
+    const cudaStream_t s = *stream_;
+    CudaDevice::wait(s, device_.mark());
+    std::vector<DeviceTensor<value>> buffers;
+    for (const Updated& u : updated_) {
+      const std::vector<std::vector<std::span<value>>> weights = parameter_buckets(u.stage);
+      for (std::size_t b = 0; b < weights.size(); ++b) {
+        const std::size_t n = u.sizes[b], c = sharding_.part(n), at = sharding_.part_begin(n);
+        buffers.push_back(DeviceTensor<value>::zeros({static_cast<int>(sharding_.padded(n))}, s));
+        value* buffer = buffers.back().data();
+        if (!u.weights[b].empty())
+          PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(buffer + at, u.weights[b].data(),
+                                               u.weights[b].size() * sizeof(value),
+                                               cudaMemcpyHostToDevice, s));
+        PIPESCHED_NCCL_CHECK(ncclAllGather(buffer + at, buffer, c, datatype(), comm_.get(), s));
+        copy(weights[b], buffer, false);
+      }
+    }
+    const CudaDevice::Mark done = device_.mark_on(s);
+    wait_for(done, "the all-gather of the updated weights (NCCL)");
+    CudaDevice::wait(device_.compute(), done);
+    updated_.clear();
+    reduced_.clear();
   }
 
   //! After a failed step: every replica learns how many all-reduces the most advanced one
@@ -203,8 +308,15 @@ class NcclGradientReducer {
           return sizes;
         },
         [&](std::size_t n) {
-          scratch.push_back(DeviceTensor<value>::zeros({static_cast<int>(n)}, *stream_));
-          all_reduce(scratch.back().data(), n);
+          scratch.push_back(
+              DeviceTensor<value>::zeros({static_cast<int>(sharding_.padded(n))}, *stream_));
+          if (!sharding_.sharded()) {
+            all_reduce(scratch.back().data(), n);
+            return;
+          }
+          scratch.push_back(
+              DeviceTensor<value>::zeros({static_cast<int>(sharding_.part(n))}, *stream_));
+          reduce_scatter(scratch[scratch.size() - 2].data(), scratch.back().data(), n);
         });
     bool failed = false;
     const bool idle = detail::poll_until({"the all-reduces after a failed step", deadline}, [&] {
@@ -218,11 +330,88 @@ class NcclGradientReducer {
   }
 
  private:
+  static constexpr bool shardable = device_shardable_stage<Stage>;
+
   struct Pending {
     int stage = 0;
     std::vector<DeviceTensor<value>> buffers;  // the packed buckets (freed on the stream)
+    std::vector<DeviceTensor<value>> shards;   // ZeRO: this replica's reduced part of each
+    std::vector<std::size_t> sizes;            // ZeRO: the buckets' real sizes
     CudaDevice::Mark done;                     // recorded after the last unpack
   };
+  // ZeRO: a stage's reduced parts (the replicas' mean, on the device) and its buckets' sizes.
+  struct Reduced {
+    std::vector<DeviceTensor<value>> shards;
+    std::vector<std::size_t> sizes;
+  };
+  // ZeRO: a stage's updated shard of each bucket (on the host) and the buckets' sizes.
+  struct Updated {
+    int stage = 0;
+    std::vector<std::size_t> sizes;
+    std::vector<std::vector<value>> weights;
+  };
+
+  // Starts bucket `b` (of `n` values) of `p`'s stage with ZeRO: packed into a buffer padded to
+  // a multiple of the replicas, reduce-scattered into this replica's part, which is unpacked
+  // into the gradients of its shard; with ZeRO-2 the rest of the gradients are zeroed.
+  void start_shard(const std::vector<std::span<value>>& b, std::size_t n, Pending& p) {
+    const cudaStream_t s = *stream_;
+    p.buffers.push_back(DeviceTensor<value>::zeros({static_cast<int>(sharding_.padded(n))}, s));
+    p.shards.push_back(DeviceTensor<value>::zeros({static_cast<int>(sharding_.part(n))}, s));
+    p.sizes.push_back(n);
+    value* buffer = p.buffers.back().data();
+    const value* shard = p.shards.back().data();
+    copy(b, buffer, true);
+    reduce_scatter(buffer, p.shards.back().data(), n);
+    if (sharding_.zero() == 2)
+      for (std::span<value> g : b)
+        PIPESCHED_CUDA_CHECK(cudaMemsetAsync(g.data(), 0, g.size_bytes(), s));
+    each_in_shard(b, n, [&](std::span<value> t, detail::Sharding::Range piece, std::size_t at) {
+      PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(t.data() + piece.begin, shard + at,
+                                           piece.size() * sizeof(value), cudaMemcpyDeviceToDevice,
+                                           s));
+    });
+  }
+
+  // Calls `each(tensor, piece, at)` for every tensor of bucket `b` (of `n` values) with a piece
+  // in this replica's shard: `piece` is that piece within the tensor, `at` where it starts in
+  // the shard.
+  template <class Each>
+  void each_in_shard(const std::vector<std::span<value>>& b, std::size_t n, Each&& each) const {
+    const detail::Sharding::Range sh = sharding_.shard(n);
+    std::size_t offset = 0;
+    for (std::span<value> t : b) {
+      const detail::Sharding::Range piece = sharding_.shard_of_tensor(n, offset, t.size());
+      if (piece.size() > 0) each(t, piece, offset + piece.begin - sh.begin);
+      offset += t.size();
+    }
+  }
+
+  // The host waits for `done` (running `poll` between tests); after the timeout the
+  // communicator counts as broken and receive_timeout is thrown (`what` names the wait).
+  void wait_for(const CudaDevice::Mark& done, const std::string& what) {
+    const detail::Wait wait{what, detail::deadline_after(timeout_)};
+    const bool ok = detail::poll_until(
+        wait,
+        [&] {
+          const cudaError_t e = cudaEventQuery(done.event->get());
+          if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
+          return e == cudaSuccess;
+        },
+        [&] {
+          if (poll_) poll_();
+        });
+    if (!ok) {
+      broken_ = true;
+      throw receive_timeout(detail::expired_text(wait, timeout_, detail::same_schedule_hint));
+    }
+  }
+
+  void require_zero(const char* what) const {
+    if (options_.zero == 0)
+      throw error(std::string("NcclGradientReducer::") + what +
+                  " runs with ZeRO (NcclReducerOptions::zero 1 or 2) only.");
+  }
 
   // Notes that a replica may be gone (the communicator is then aborted, not finalized); false.
   bool broken() noexcept {
@@ -237,6 +426,13 @@ class NcclGradientReducer {
   void all_reduce(value* data, std::size_t n) {
     PIPESCHED_NCCL_CHECK(ncclAllReduce(
         data, data, n, datatype(), options_.average ? ncclAvg : ncclSum, comm_.get(), *stream_));
+  }
+
+  // ZeRO: reduce-scatters `buffer` (a bucket of `n` values, padded) into this replica's part.
+  void reduce_scatter(const value* buffer, value* part, std::size_t n) {
+    PIPESCHED_NCCL_CHECK(ncclReduceScatter(buffer, part, sharding_.part(n), datatype(),
+                                           options_.average ? ncclAvg : ncclSum, comm_.get(),
+                                           *stream_));
   }
 
   // Copies the tensors of bucket `b` into `buffer` (`in`) or back out of it, on the stream.
@@ -254,11 +450,38 @@ class NcclGradientReducer {
   // Stage `stage`'s gradients in buckets: a bucket is closed when the next tensor would take it
   // past bucket_bytes; empty tensors are left out.
   std::vector<std::vector<std::span<value>>> bucket(int stage) {
+    return in_buckets(stage_at(stage).device_gradients());
+  }
+
+  // ZeRO: stage `stage`'s parameters in the same buckets as its gradients.
+  std::vector<std::vector<std::span<value>>> parameter_buckets(int stage) {
+    Stage& st = stage_at(stage);
+    std::vector<std::vector<std::span<value>>> out;
+    if constexpr (shardable) out = in_buckets(st.device_parameters());
+    std::vector<std::size_t> got, want;
+    for (const std::vector<std::span<value>>& b : out)
+      got.push_back(values_in(b));
+    for (const std::vector<std::span<value>>& b : bucket(stage))
+      want.push_back(values_in(b));
+    if (got != want)
+      throw error("NcclGradientReducer: stage " + std::to_string(stage) +
+                  "'s device_parameters() and device_gradients() differ in sizes; give them the "
+                  "same tensors in the same order.");
+    return out;
+  }
+
+  Stage& stage_at(int stage) {
     if (stage < 0 || static_cast<std::size_t>(stage) >= stages_.size())
       throw detail::ReductionPlan::no_such_stage("NcclGradientReducer", stage, stages_.size());
+    return stages_[static_cast<std::size_t>(stage)];
+  }
+
+  // `tensors` (spans over device memory) in buckets by the bucket rule.
+  template <class Range>
+  std::vector<std::vector<std::span<value>>> in_buckets(Range&& tensors) const {
     std::vector<std::vector<std::span<value>>> out;
     detail::Buckets buckets(options_.bucket_bytes, sizeof(value));
-    for (auto g : stages_[static_cast<std::size_t>(stage)].device_gradients()) {
+    for (auto g : tensors) {
       const std::span<value> v(g.data(), g.size());
       if (v.empty()) continue;
       if (buckets.add(v.size()).bucket == out.size()) out.emplace_back();
@@ -287,6 +510,13 @@ class NcclGradientReducer {
   int replica_ = 0;
   bool broken_ = false;  // a wait or a drain ran out of time: a replica may be gone
   std::vector<Pending> pending_;
+  // ZeRO: the cut of a bucket; this step's reduced parts, per stage; each stage's shard
+  // optimizer state with its copy from before this step's update; the updated shards to
+  // all-gather.
+  detail::Sharding sharding_{0, 1, 0};
+  std::map<int, Reduced> reduced_;
+  detail::ShardSteps steps_;
+  std::vector<Updated> updated_;
 };
 
 }  // namespace pipesched

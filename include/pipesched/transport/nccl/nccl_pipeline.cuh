@@ -10,6 +10,7 @@
 #include "pipesched/transport/detail/process_pipeline.hpp"
 #include "pipesched/transport/nccl/nccl_gradient_reducer.cuh"
 #include "pipesched/transport/nccl/nccl_groups.cuh"
+#include "pipesched/transport/nccl/nccl_tensor_group.cuh"
 #include "pipesched/transport/nccl/nccl_transport.cuh"
 
 namespace pipesched {
@@ -45,9 +46,16 @@ class NcclPipeline
   //! `groups.data()` by scheduled actions: a REDUCE_GRAD after each stage's last weight
   //! gradient starts its bucketed ncclAllReduce on a stream of its own (after the compute
   //! stream's work), overlapping the rest of the list, and a WAIT_REDUCE_GRAD before the
-  //! optimizer waits for it (NcclGradientReducer, tuned by `reducer_options`). Every process of
-  //! the job calls `step` together; a failure anywhere stops every process and rolls the step
-  //! back on all of them. `groups` must outlive the pipeline.
+  //! optimizer waits for it (NcclGradientReducer, tuned by `reducer_options`). With
+  //! `reducer_options.zero` 1 or 2 (ZeRO) each bucket is reduce-scattered instead, each replica
+  //! steps its shard with `reducer_options.optimizer` (ExecutorOptions' optimizer, snapshot and
+  //! rollback hooks must then be empty) and the replicas all-gather the updated weights once
+  //! the job agreed to commit; a rolled-back step leaves weights and optimizer state as they
+  //! were. With tp > 1 every stage this process holds must be built for its place in the
+  //! tensor group (`tensor_parallel_stage`, checked on every process together) and is given an
+  //! NcclTensorGroup over `groups.tensor()`, which sums its partial results on the GPU. Every
+  //! process of the job calls `step` together; a failure anywhere stops every process and rolls the
+  //! step back on all of them. `groups` must outlive the pipeline.
   NcclPipeline(const Schedule& schedule, std::span<Stage> stages, const NcclGroups& groups,
                ExecutorOptions options = {}, NcclTransportOptions transport_options = {},
                NcclReducerOptions reducer_options = {})
@@ -67,24 +75,39 @@ class NcclPipeline
              std::move(prepared.options), std::move(prepared.reduction), schedule, groups.device(),
              groups.mpi().pipeline(), transport_options, groups.mpi().job()) {
     this->name_replica(groups.coordinates().data, groups.grid().data);
+    this->join_tensor_group(
+        "NcclPipeline", schedule, stages, groups.grid(), groups.coordinates(), [&] {
+          return std::make_unique<TensorLink>(groups.tensor(), groups.mpi().tensor(),
+                                              groups.device(), this->wait_limit());
+        });
   }
+
+  // An NcclTensorGroup as the pipeline's collective of the tensor group.
+  struct TensorLink final : Base::Reduction {
+    TensorLink(ncclComm_t tensor, MPI_Comm control, const CudaDevice& device,
+               std::chrono::duration<double> timeout)
+        : group(tensor, control, device, std::function<void()>(), timeout) {}
+    void attach(std::function<void()> p) override { group.set_poll(std::move(p)); }
+    void begin_step() override { group.begin_step(); }
+    bool drain(std::chrono::duration<double> t) override { return group.drain(t); }
+    NcclTensorGroup group;
+  };
 
   static Prepared data_parallel(const Schedule& schedule, std::span<Stage> stages,
                                 const NcclGroups& groups, ExecutorOptions options,
                                 const NcclReducerOptions& reducer_options) {
     reducer_options.validate();
-    if (groups.grid().tensor > 1)
-      throw invalid_problem(
-          "NcclPipeline: the grid has tp = " + std::to_string(groups.grid().tensor) +
-          ", but tensor groups are given to stage models over MPI only (MpiPipeline, "
-          "tensor_parallel_stage); on GPUs use tp = 1, or run the tensor-parallel plan on the "
-          "host.");
-    if (groups.grid().data <= 1) return Prepared{std::move(options), nullptr};
+    if (groups.grid().data <= 1 && reducer_options.zero < 1)
+      return Prepared{std::move(options), nullptr};
     if constexpr (device_reducible_stage<Stage>) {
       return Base::template replicate<NcclGradientReducer<Stage>>(
           "NcclPipeline", schedule, groups.grid(), groups.coordinates().pipeline,
-          std::move(options), reducer_options, [](ExecutorOptions&, auto&) {}, groups.data(),
-          groups.mpi().data(), groups.device(), stages);
+          std::move(options), reducer_options,
+          [&](ExecutorOptions& o, auto& reducer) {
+            if (reducer_options.zero >= 1)
+              detail::shard_optimizer("NcclPipeline", "NcclReducerOptions", o, reducer);
+          },
+          groups.data(), groups.mpi().data(), groups.device(), stages);
     } else {
       throw Base::not_reducible("NcclPipeline", groups.grid(),
                                 "device_gradients() of float or double device memory (see "

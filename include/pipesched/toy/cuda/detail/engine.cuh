@@ -176,6 +176,12 @@ class DeviceParameters {
       out.emplace_back(g.data(), g.size());
   }
 
+  // The parameters as device spans (what a ZeRO all-gather overwrites).
+  void append_parameter_spans(std::vector<std::span<T>>& out) {
+    for (DeviceTensor<T>& p : params_)
+      out.emplace_back(p.data(), p.size());
+  }
+
   void append_parameters(std::vector<Tensor<T>>& out) const { append(params_, out); }
   void append_gradients(std::vector<Tensor<T>>& out) const { append(grads_, out); }
 

@@ -2,7 +2,10 @@
 // their shared keys/values), final LayerNorm + LM head — the twins of toy::GptEmbedding,
 // toy::GptBlock and toy::GptHead: the same stashes (tensor for tensor, so the same bytes), the
 // same slice context, the same weight pieces, and the same checks
-// (toy/detail/layer_bookkeeping.hpp) with the same sentences.
+// (toy/detail/layer_bookkeeping.hpp) with the same sentences. A block built from a host block
+// of a tensor-parallel shard is that shard (Megatron-LM's column- then row-parallel linears,
+// as toy::GptBlock): its partial sums go over the TensorGroup it is given, whose all_reduce
+// takes device memory written on the compute stream (NcclTensorGroup).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "pipesched/device/cuda/device_tensor.cuh"
+#include "pipesched/exec/tensor_group.hpp"
 #include "pipesched/toy/cuda/detail/attention_kernels.cuh"
 #include "pipesched/toy/cuda/detail/embedding_kernels.cuh"
 #include "pipesched/toy/cuda/detail/engine.cuh"
@@ -110,6 +114,7 @@ class GptBlock {
   struct Stash {
     DeviceTensor<T> xhat1, rstd1, q, kv, probs, attn, xhat2, rstd2, pre, act;  // forward
     DeviceTensor<T> dy, dpre, dy1, dqkv;  // backward_input, for the weight pass
+    DeviceTensor<T> dn2, dn1;  // tensor-parallel only: the LayerNorms' summed output gradients
     int slice = -1;
     int pieces_done = 0;
     StashPhase phase = StashPhase::Empty;
@@ -121,12 +126,30 @@ class GptBlock {
   };
   static constexpr int weight_pieces = Host::weight_pieces;
 
+  // The twin of `host` (a whole block, or one tensor-parallel shard of it).
   GptBlock(EnginePtr engine, const Host& host, const GptConfig& config)
       : engine_(std::move(engine)),
+        shard_(host.tensor_shard()),
         hidden_(config.hidden),
-        heads_(config.heads),
-        ffn_(config.ffn),
+        heads_(config.heads / host.tensor_shard().size),
+        head_dim_(config.hidden / config.heads),
+        ffn_(config.ffn / host.tensor_shard().size),
         params_(host.parameters(), engine_->stream()) {}
+
+  // The tensor-parallel shard the block holds ({0, 1}: all of it).
+  TensorShard tensor_shard() const noexcept { return shard_; }
+  // Sets the group the shards' partial sums go over (kept, not owned; nullptr detaches),
+  // checked as the host block checks it.
+  void set_tensor_group(TensorGroup* group) {
+    if (group != nullptr && (group->size() != shard_.size || group->rank() != shard_.rank))
+      throw invalid_problem("gpu::GptBlock: built for tensor shard " + std::to_string(shard_.rank) +
+                            " of " + std::to_string(shard_.size) + " but given member " +
+                            std::to_string(group->rank()) + " of a " +
+                            std::to_string(group->size()) +
+                            "-way group; build each process's stages for its place in the "
+                            "tensor group");
+    group_ = group;
+  }
 
   DeviceTensor<T> forward(const DeviceTensor<T>& x, Stash& stash, Context* context, int slice,
                           int offset) const {
@@ -134,6 +157,7 @@ class GptBlock {
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int b = x.dim(0), t = x.dim(1), n = b * t, h = hidden_;
+    const int hl = local_width();  // this shard's attention width (its heads)
     const DeviceParameters<T>& p = params_;
     stash = Stash{};
     stash.slice = slice;
@@ -143,14 +167,14 @@ class GptBlock {
       DeviceTensor<T> n1({b, t, h}, s);
       layer_norm_forward(x.data(), p[Host::ln1_gamma], p[Host::ln1_beta], stash.xhat1.data(),
                          stash.rstd1.data(), n1.data(), n, h, s);
-      DeviceTensor<T> qkv({b, t, 3 * h}, s);
+      DeviceTensor<T> qkv({b, t, 3 * hl}, s);
       linear_forward(g, n1.data(), p[Host::qkv_weight], p[Host::qkv_bias],
-                     static_cast<const T*>(nullptr), qkv.data(), n, h, 3 * h);
+                     static_cast<const T*>(nullptr), qkv.data(), n, h, 3 * hl);
       // Queries stay with the unit; keys/values go where every later slice can read them.
-      stash.q = DeviceTensor<T>({b, t, h}, s);
-      DeviceTensor<T> kv({b, t, 2 * h}, s);
-      copy_columns(qkv.data(), 3 * h, 0, stash.q.data(), h, h, n, s);
-      copy_columns(qkv.data(), 3 * h, h, kv.data(), 2 * h, 2 * h, n, s);
+      stash.q = DeviceTensor<T>({b, t, hl}, s);
+      DeviceTensor<T> kv({b, t, 2 * hl}, s);
+      copy_columns(qkv.data(), 3 * hl, 0, stash.q.data(), hl, hl, n, s);
+      copy_columns(qkv.data(), 3 * hl, hl, kv.data(), 2 * hl, 2 * hl, n, s);
       if (context != nullptr) {
         toy::detail::key_value_slot(*context, slice) = std::move(kv);
       } else {
@@ -162,12 +186,16 @@ class GptBlock {
         context != nullptr ? prefix(*context, slice, offset, b, t, gathered, "forward") : stash.kv;
     const int key_count = offset + t;
     stash.probs = DeviceTensor<T>({b, heads_, t, key_count}, s);
-    stash.attn = DeviceTensor<T>({b, t, h}, s);
+    stash.attn = DeviceTensor<T>({b, t, hl}, s);
     attention_forward(stash.q.data(), keys.data(), stash.probs.data(), stash.attn.data(), b,
                       dims(t, key_count, offset), s);
+    // Row-parallel Wo: each shard's partial product; shard 0 adds the bias and the residual
+    // (once, into the sum).
+    const bool first = shard_.rank == 0;
     DeviceTensor<T> y1({b, t, h}, s);
-    linear_forward(g, stash.attn.data(), p[Host::out_weight], p[Host::out_bias], x.data(),
-                   y1.data(), n, h, h);
+    linear_forward(g, stash.attn.data(), p[Host::out_weight], first ? p[Host::out_bias] : nullptr,
+                   first ? x.data() : nullptr, y1.data(), n, hl, h);
+    sum_over_group(y1);
     stash.xhat2 = DeviceTensor<T>({b, t, h}, s);
     stash.rstd2 = DeviceTensor<T>({b, t}, s);
     DeviceTensor<T> n2({b, t, h}, s);
@@ -179,8 +207,9 @@ class GptBlock {
     stash.act = DeviceTensor<T>({b, t, ffn_}, s);
     gelu(stash.pre.data(), stash.act.data(), stash.act.size(), s);
     DeviceTensor<T> y({b, t, h}, s);
-    linear_forward(g, stash.act.data(), p[Host::fc2_weight], p[Host::fc2_bias], y1.data(), y.data(),
-                   n, ffn_, h);
+    linear_forward(g, stash.act.data(), p[Host::fc2_weight], first ? p[Host::fc2_bias] : nullptr,
+                   first ? y1.data() : nullptr, y.data(), n, ffn_, h);
+    sum_over_group(y);  // row-parallel W2
     stash.phase = StashPhase::Forwarded;
     return y;
   }
@@ -195,6 +224,7 @@ class GptBlock {
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int b = dy.dim(0), t = dy.dim(1), n = b * t, h = hidden_;
+    const int hl = local_width();
     const DeviceParameters<T>& p = params_;
     // MLP half.
     stash.dpre = DeviceTensor<T>({b, t, ffn_}, s);
@@ -206,36 +236,38 @@ class GptBlock {
       DeviceTensor<T> dn2({b, t, h}, s);
       linear_backward_input(g, stash.dpre.data(), p[Host::fc1_weight],
                             static_cast<const T*>(nullptr), dn2.data(), n, h, ffn_);
+      sum_over_group(dn2);  // column-parallel W1: the gradient into its input sums over shards
       layer_norm_backward_input(dn2.data(), stash.xhat2.data(), stash.rstd2.data(),
                                 p[Host::ln2_gamma], dy.data(), dy1.data(), n, h, s);
+      if (shard_.split()) stash.dn2 = std::move(dn2);
     }
     // Attention half: gradients of the queries, and of the keys/values of this slice and every
     // earlier one.
-    DeviceTensor<T> dattn({b, t, h}, s);
+    DeviceTensor<T> dattn({b, t, hl}, s);
     linear_backward_input(g, dy1.data(), p[Host::out_weight], static_cast<const T*>(nullptr),
-                          dattn.data(), n, h, h);
+                          dattn.data(), n, hl, h);
     DeviceTensor<T> gathered;
     const DeviceTensor<T>& keys =
         context != nullptr ? prefix(*context, slice, offset, b, t, gathered, "backward_input")
                            : stash.kv;
     const int key_count = offset + t;
-    DeviceTensor<T> dq({b, t, h}, s);
-    DeviceTensor<A> dkeys({b, key_count, 2 * h}, s);
+    DeviceTensor<T> dq({b, t, hl}, s);
+    DeviceTensor<A> dkeys({b, key_count, 2 * hl}, s);
     {
       DeviceTensor<A> ds({b, heads_, t, key_count}, s);
       attention_backward(dattn.data(), stash.q.data(), keys.data(), stash.probs.data(), ds.data(),
                          dq.data(), dkeys.data(), b, dims(t, key_count, offset), s);
     }
     const DeviceTensor<A>* later = toy::detail::later_key_value_gradients(context, slice);
-    stash.dqkv = DeviceTensor<T>({b, t, 3 * h}, s);
+    stash.dqkv = DeviceTensor<T>({b, t, 3 * hl}, s);
     assemble_dqkv(dq.data(), dkeys.data(), later != nullptr ? later->data() : nullptr,
-                  stash.dqkv.data(), b, t, key_count, offset, h, s);
+                  stash.dqkv.data(), b, t, key_count, offset, hl, s);
     if (context != nullptr) {
       // Earlier slices' keys/values: their backwards run later and take these.
       toy::detail::for_each_earlier_slice(
           *context, slice, [&](const DeviceTensor<T>& kj, DeviceTensor<A>& gj, int start) {
             if (gj.empty()) gj = DeviceTensor<A>::zeros(kj.shape(), s);
-            add_key_rows(gj.data(), dkeys.data(), b, kj.dim(1), key_count, start, 2 * h, s);
+            add_key_rows(gj.data(), dkeys.data(), b, kj.dim(1), key_count, start, 2 * hl, s);
           });
       toy::detail::release_slice(*context, slice);
     }
@@ -243,9 +275,11 @@ class GptBlock {
     {
       DeviceTensor<T> dn1({b, t, h}, s);
       linear_backward_input(g, stash.dqkv.data(), p[Host::qkv_weight],
-                            static_cast<const T*>(nullptr), dn1.data(), n, h, 3 * h);
+                            static_cast<const T*>(nullptr), dn1.data(), n, h, 3 * hl);
+      sum_over_group(dn1);  // column-parallel Wqkv
       layer_norm_backward_input(dn1.data(), stash.xhat1.data(), stash.rstd1.data(),
                                 p[Host::ln1_gamma], dy1.data(), dx.data(), n, h, s);
+      if (shard_.split()) stash.dn1 = std::move(dn1);
     }
     stash.dy = dy.clone(s);
     stash.dy1 = std::move(dy1);
@@ -283,11 +317,23 @@ class GptBlock {
 
  private:
   AttentionDims dims(int tokens, int keys, int offset) const noexcept {
-    return {.tokens = tokens,
-            .keys = keys,
-            .offset = offset,
-            .heads = heads_,
-            .head_dim = hidden_ / heads_};
+    return {
+        .tokens = tokens, .keys = keys, .offset = offset, .heads = heads_, .head_dim = head_dim_};
+  }
+
+  // This shard's attention width: its heads × the head width (hidden when whole).
+  int local_width() const noexcept { return heads_ * head_dim_; }
+
+  // Sums a partial result over the tensor-parallel group (nothing when whole).
+  void sum_over_group(DeviceTensor<T>& x) const {
+    if (!shard_.split()) return;
+    if (group_ == nullptr)
+      throw invalid_problem("gpu::GptBlock: built for tensor shard " + std::to_string(shard_.rank) +
+                            " of " + std::to_string(shard_.size) +
+                            " but given no tensor group; run it in a pipeline of a job with "
+                            "tp = " +
+                            std::to_string(shard_.size) + " (or call set_tensor_group)");
+    group_->all_reduce(std::span<T>(x.data(), x.size()));
   }
 
   // Columns [first, first + width) of the `rows` rows of `from` (row stride from_stride) into
@@ -310,7 +356,7 @@ class GptBlock {
                                                           "gpu::GptBlock", op);
     if (slice == 0) return context.kv.front();
     const cudaStream_t s = engine_->stream();
-    const int h2 = 2 * hidden_;
+    const int h2 = 2 * local_width();
     gathered = DeviceTensor<T>({batch, count, h2}, s);
     int start = 0;
     for (int j = 0; j <= slice; ++j) {
@@ -329,6 +375,7 @@ class GptBlock {
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int h = hidden_;
+    const int hl = local_width();
     DeviceParameters<T>& p = params_;
     switch (piece) {
       case 0: {  // W2, b2
@@ -342,9 +389,10 @@ class GptBlock {
       }
       case 1: {  // W1, b1 and LN2
         const int n = stash.dpre.dim(0) * stash.dpre.dim(1);
-        layer_norm_weight_piece(stash.dpre, stash.xhat2, Host::ln2_gamma, Host::ln2_beta,
+        layer_norm_weight_piece(stash.dpre, stash.xhat2, stash.dn2, Host::ln2_gamma, Host::ln2_beta,
                                 Host::fc1_weight, Host::fc1_bias, n, ffn_);
         p.publish({Host::fc1_weight, Host::fc1_bias, Host::ln2_gamma, Host::ln2_beta}, s);
+        stash.dn2 = DeviceTensor<T>{};
         stash.dpre = DeviceTensor<T>{};
         stash.xhat2 = DeviceTensor<T>{};
         break;
@@ -352,7 +400,7 @@ class GptBlock {
       case 2: {  // Wo, bo
         const int n = stash.dy1.dim(0) * stash.dy1.dim(1);
         linear_backward_weight(g, stash.dy1.data(), stash.attn.data(), p.sum(Host::out_weight),
-                               p.sum(Host::out_bias), n, h, h);
+                               p.sum(Host::out_bias), n, hl, h);
         p.publish({Host::out_weight, Host::out_bias}, s);
         stash.dy1 = DeviceTensor<T>{};
         stash.attn = DeviceTensor<T>{};
@@ -360,9 +408,10 @@ class GptBlock {
       }
       default: {  // Wqkv, bqkv and LN1
         const int n = stash.dqkv.dim(0) * stash.dqkv.dim(1);
-        layer_norm_weight_piece(stash.dqkv, stash.xhat1, Host::ln1_gamma, Host::ln1_beta,
-                                Host::qkv_weight, Host::qkv_bias, n, 3 * h);
+        layer_norm_weight_piece(stash.dqkv, stash.xhat1, stash.dn1, Host::ln1_gamma, Host::ln1_beta,
+                                Host::qkv_weight, Host::qkv_bias, n, 3 * hl);
         p.publish({Host::qkv_weight, Host::qkv_bias, Host::ln1_gamma, Host::ln1_beta}, s);
+        stash.dn1 = DeviceTensor<T>{};
         stash.dqkv = DeviceTensor<T>{};
         stash.xhat1 = DeviceTensor<T>{};
         break;
@@ -371,10 +420,11 @@ class GptBlock {
   }
 
   // A linear fed by a LayerNorm: its weight gradient from the rebuilt LayerNorm output, then
-  // the LayerNorm's γ/β gradients from the gradient into that output.
+  // the LayerNorm's γ/β gradients from the gradient into that output (`summed`, kept by
+  // backward_input, when the block is a tensor-parallel shard: its own product is partial).
   void layer_norm_weight_piece(const DeviceTensor<T>& dout, const DeviceTensor<T>& xhat,
-                               std::size_t gamma, std::size_t beta, std::size_t weight,
-                               std::size_t bias, int n, int out) {
+                               const DeviceTensor<T>& summed, std::size_t gamma, std::size_t beta,
+                               std::size_t weight, std::size_t bias, int n, int out) {
     const Engine& g = *engine_;
     const cudaStream_t s = g.stream();
     const int h = hidden_;
@@ -382,16 +432,26 @@ class GptBlock {
     DeviceTensor<T> normed(xhat.shape(), s);
     layer_norm_apply(xhat.data(), p[gamma], p[beta], normed.data(), n, h, s);
     linear_backward_weight(g, dout.data(), normed.data(), p.sum(weight), p.sum(bias), n, h, out);
-    DeviceTensor<T> dnormed(xhat.shape(), s);
-    linear_backward_input(g, dout.data(), p[weight], static_cast<const T*>(nullptr), dnormed.data(),
-                          n, h, out);
-    column_sums(dnormed.data(), xhat.data(), p.sum(gamma), n, h, s);
-    column_sums(dnormed.data(), static_cast<const T*>(nullptr), p.sum(beta), n, h, s);
+    DeviceTensor<T> own;
+    const T* dnormed = summed.data();
+    if (!shard_.split()) {
+      own = DeviceTensor<T>(xhat.shape(), s);
+      linear_backward_input(g, dout.data(), p[weight], static_cast<const T*>(nullptr), own.data(),
+                            n, h, out);
+      dnormed = own.data();
+    }
+    column_sums(dnormed, xhat.data(), p.sum(gamma), n, h, s);
+    column_sums(dnormed, static_cast<const T*>(nullptr), p.sum(beta), n, h, s);
   }
 
   EnginePtr engine_;
-  int hidden_, heads_, ffn_;
+  TensorShard shard_;
+  int hidden_;
+  int heads_;     // this shard's heads
+  int head_dim_;  // the width of one head
+  int ffn_;       // this shard's MLP width
   DeviceParameters<T> params_;
+  TensorGroup* group_ = nullptr;  // the shards' group (kept, not owned)
 };
 
 // ---- final LayerNorm + LM head ---------------------------------------------------------------
