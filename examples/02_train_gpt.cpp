@@ -478,8 +478,9 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
   // weights; with ZeRO 1 or 2 the reducer steps each replica's shard with the ShardOptimizer.
   ps::ExecutorOptions options;
   if (run.zero() == 0) toy::use_sgd(options, s.placement, stages, 0.1);
-  ps::MpiPipeline<Stage> pipe(s, stages, run.groups(), options, {},
-                              run.reducer_options(ps::sgd_shards(0.1)));
+  ps::MpiPipeline<Stage> pipe(
+      s, stages, run.groups(),
+      {.executor = options, .reducer = run.reducer_options(ps::sgd_shards(0.1))});
   // [plan-pipeline]
   o.microbatches = plan.microbatches;
   const int me = run.coordinates().pipeline;

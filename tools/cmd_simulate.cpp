@@ -67,7 +67,7 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
 }
 
 // Six significant digits: the table is for reading figures off, not for a glance.
-constexpr int digits = 6;
+constexpr int table_digits = 6;
 
 //! `text` right-aligned in `width` terminal columns (UTF-8: "µs" takes two bytes, one column).
 std::string right_aligned(const std::string& text, std::size_t width) {
@@ -81,8 +81,8 @@ void print_table(const Prepared& p, const SimulationResult& r) {
   const Schedule& s = p.schedule;
   const Units u = units_of(p.cost);
   const bool tc = is_transformer(p.cost);
-  auto time = [&](double v) { return format_time(v, u.time, digits); };
-  auto memory = [&](double v) { return format_memory(v, u.memory, digits); };
+  auto time = [&](double v) { return format_time(v, u.time, table_digits); };
+  auto memory = [&](double v) { return format_memory(v, u.memory, table_digits); };
   std::printf("%s: %d ranks, %d stages (%s), %d microbatches, %zu actions\n", s.name.c_str(),
               s.problem.ranks, s.problem.stages, s.placement.describe().c_str(),
               s.problem.microbatches, s.action_count());

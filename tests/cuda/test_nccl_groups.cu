@@ -259,7 +259,8 @@ void expect_data_parallel(const char* name, const ps::ProcessGrid& grid, int ord
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(30);
   gpu::use_sgd(options, s.placement, procs, learning_rate);
-  ps::NcclPipeline<Gpt> pipe(s, procs, groups, options, {}, {.bucket_bytes = 256});
+  ps::NcclPipeline<Gpt> pipe(s, procs, groups,
+                             {.executor = options, .reducer = {.bucket_bytes = 256}});
   const auto training = gpu::training_data(mine, groups.device(), groups.device());
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -360,7 +361,7 @@ void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int or
     step_rule(w, g, state);
     if (fail_now) throw std::runtime_error("injected shard-step fault");
   };
-  ps::NcclPipeline<Gpt> pipe(s, procs, groups, options, {}, zero_options);
+  ps::NcclPipeline<Gpt> pipe(s, procs, groups, {.executor = options, .reducer = zero_options});
   const auto training = gpu::training_data(mine, groups.device(), groups.device());
   if (fail_replica >= 0) {
     bool threw = false;

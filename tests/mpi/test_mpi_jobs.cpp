@@ -367,7 +367,8 @@ void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int sl
   ps::MpiReducerOptions zero_options;
   zero_options.zero = zero;
   zero_options.optimizer = ps::sgd_shards(learning_rate, momentum);
-  ps::MpiPipeline<toy::GptStage<double>> pipe(s, procs, groups, options, {}, zero_options);
+  ps::MpiPipeline<toy::GptStage<double>> pipe(s, procs, groups,
+                                              {.executor = options, .reducer = zero_options});
   const auto training = toy::training_data(mine, slices);
   std::vector<std::vector<double>> velocity;
   for (int step = 0; step < 3; ++step) {

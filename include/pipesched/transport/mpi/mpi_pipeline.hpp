@@ -15,6 +15,14 @@
 
 namespace pipesched {
 
+//! What an MpiPipeline of a pp × dp × tp job takes besides its schedule, stages and groups, set
+//! by name: `{.executor = options, .reducer = run.reducer_options(sgd_shards(0.1))}`.
+struct MpiPipelineOptions {
+  ExecutorOptions executor{};       //!< the executor's hooks and timeouts
+  MpiTransportOptions transport{};  //!< the transport's timeouts
+  MpiReducerOptions reducer{};      //!< the data-parallel reduction: buckets, ZeRO stage, optimizer
+};
+
 //! Runs a schedule with one MPI process per rank (`comm`'s size must equal the schedule's
 //! rank count; rank r of `comm` runs pipeline rank r). `stages` is indexed by stage like
 //! InprocPipeline's; a process touches only the stages its rank holds (the others may be
@@ -51,6 +59,13 @@ class MpiPipeline
       : MpiPipeline(schedule, stages, groups,
                     data_parallel(schedule, stages, groups, std::move(options), reducer_options),
                     transport_options) {}
+
+  //! This process's pipeline of a pp × dp × tp job, as above, with every option in one
+  //! aggregate.
+  MpiPipeline(const Schedule& schedule, std::span<Stage> stages, const MpiGroups& groups,
+              MpiPipelineOptions options)
+      : MpiPipeline(schedule, stages, groups, std::move(options.executor), options.transport,
+                    std::move(options.reducer)) {}
 
  private:
   using Prepared = typename Base::Prepared;

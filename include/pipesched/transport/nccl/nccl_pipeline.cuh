@@ -15,6 +15,14 @@
 
 namespace pipesched {
 
+//! What an NcclPipeline of a pp × dp × tp job takes besides its schedule, stages and groups, set
+//! by name: `{.executor = options, .reducer = {.zero = 1, .optimizer = sgd_shards(0.1)}}`.
+struct NcclPipelineOptions {
+  ExecutorOptions executor{};        //!< the executor's hooks and timeouts
+  NcclTransportOptions transport{};  //!< the transport's timeouts
+  NcclReducerOptions reducer{};      //!< the data-parallel reduction: buckets, ZeRO, optimizer
+};
+
 //! Runs a schedule with one MPI process and one GPU per rank (`comm`'s size must equal the
 //! schedule's rank count; rank r of `comm` runs pipeline rank r on `device`). `stages` is
 //! indexed by stage like MpiPipeline's; a process touches only the stages its rank holds (the
@@ -62,6 +70,13 @@ class NcclPipeline
       : NcclPipeline(schedule, stages, groups,
                      data_parallel(schedule, stages, groups, std::move(options), reducer_options),
                      transport_options) {}
+
+  //! This process's pipeline of a pp × dp × tp job, as above, with every option in one
+  //! aggregate.
+  NcclPipeline(const Schedule& schedule, std::span<Stage> stages, const NcclGroups& groups,
+               NcclPipelineOptions options)
+      : NcclPipeline(schedule, stages, groups, std::move(options.executor), options.transport,
+                     std::move(options.reducer)) {}
 
   //! This rank's GPU.
   CudaDevice& device() noexcept { return this->transport().device(); }
