@@ -187,7 +187,7 @@ class PlanReader {
   }
 
   // The simulated figures where the plan gives them: "makespan" (else "step_time_s"),
-  // "throughput", "bubble_ratio", "warmup", "fitted", "peak_memory" (one per rank),
+  // "throughput", "bubble_ratio", "warmup", "fitted", "peak_memory" (one per rank, or none),
   // "peak_memory_bytes", "mfu" and "mfu_usual"; a figure written null is left at its default.
   void read_figures(TunePlan& p) const {
     if (const json::Value* t = given("step_time_s")) {
@@ -216,9 +216,10 @@ class PlanReader {
     if (const json::Value* v = given("peak_memory")) {
       const std::string want = "it is an array of the simulated peak memory of each rank (" +
                                std::to_string(p.schedule.problem.ranks) +
-                               " numbers, 0 or more)";
+                               " numbers, 0 or more), or empty";
       if (v->kind() != json::Kind::Array ||
-          static_cast<int>(v->array().size()) != p.schedule.problem.ranks)
+          (!v->array().empty() &&
+           static_cast<int>(v->array().size()) != p.schedule.problem.ranks))
         mistyped("peak_memory", *v, want);
       for (const json::Value& n : v->array()) {
         if (n.kind() != json::Kind::Number || !(n.number() >= 0) || !std::isfinite(n.number()))
@@ -370,20 +371,7 @@ class PlanReader {
   }
 
   // "2.5", "\"two\" (a string)", "null": a value as the message shows it.
-  static std::string shown(const json::Value& v) {
-    switch (v.kind()) {
-      case json::Kind::Number: {
-        const std::string& t = v.number_text();
-        return t.size() <= 40 ? t : t.substr(0, 40) + "...";
-      }
-      case json::Kind::String:
-        return detail::io::quote_token(v.string()) + " (a string)";
-      case json::Kind::Boolean:
-        return v.boolean() ? "true" : "false";
-      default:
-        return json::describe(v.kind());
-    }
-  }
+  static std::string shown(const json::Value& v) { return spec_json::shown(v); }
 
   [[noreturn]] void mistyped(std::string_view key, const json::Value& v,
                              const std::string& want) const {

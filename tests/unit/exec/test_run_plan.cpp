@@ -615,6 +615,19 @@ TEST(PlanFile, AUniformCostPlanReadsBackWithItsCostModel) {
   EXPECT_EQ(doc.find("command"), nullptr);  // none given
 }
 
+TEST(PlanFile, APlanWithoutPerRankPeaksReadsBackOnceWritten) {
+  // A plan file need not give "peak_memory"; written again it says [] and reads back.
+  const ps::TunePlan p = ps::read_plan(object_of(without(plan_fields(tuned()), "peak_memory")));
+  EXPECT_TRUE(p.peak_per_rank.empty());
+  const ps::TunePlan back = ps::read_plan(ps::plan_json(p), "written.json");
+  expect_same_plan(back, p);
+  EXPECT_NE(refusal(object_of(with(plan_fields(tuned()), "peak_memory", "[1]")))
+                .find("field \"peak_memory\" is an array; it is an array of the simulated peak "
+                      "memory of each rank (4 numbers, 0 or more), or empty"),
+            std::string::npos)
+      << refusal(object_of(with(plan_fields(tuned()), "peak_memory", "[1]")));
+}
+
 TEST(PlanFile, CostOfNamesAMissingCostModelOrAnotherType) {
   const ps::TunePlan read = ps::read_plan(object_of(plan_fields(tuned())), "plan.json");
   try {

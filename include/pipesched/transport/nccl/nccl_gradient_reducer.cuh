@@ -133,15 +133,11 @@ class NcclGradientReducer {
     try {
       device_.activate();
       pending_.clear();
-      // After a wait that timed out or a drain that failed a replica may be gone, and a
-      // finalize could wait for it.
-      const bool idle = !broken_ && stream_ && cudaStreamQuery(*stream_) == cudaSuccess;
-      if (idle && comm_.finalize(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
-        comm_.destroy();
-      else
-        comm_.abort();
     } catch (...) {
     }
+    // After a wait that timed out or a drain that failed a replica may be gone, and a
+    // finalize could wait for it.
+    detail::nccl::end_link(comm_, stream_, broken_);
   }
 
   //! Sets what runs between completion tests of a wait.
@@ -391,16 +387,7 @@ class NcclGradientReducer {
   // communicator counts as broken and receive_timeout is thrown (`what` names the wait).
   void wait_for(const CudaDevice::Mark& done, const std::string& what) {
     const detail::Wait wait{what, detail::deadline_after(timeout_)};
-    const bool ok = detail::poll_until(
-        wait,
-        [&] {
-          const cudaError_t e = cudaEventQuery(done.event->get());
-          if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
-          return e == cudaSuccess;
-        },
-        [&] {
-          if (poll_) poll_();
-        });
+    const bool ok = detail::nccl::wait_for_mark(done, wait, poll_);
     if (!ok) {
       broken_ = true;
       throw receive_timeout(detail::expired_text(wait, timeout_, detail::same_schedule_hint));

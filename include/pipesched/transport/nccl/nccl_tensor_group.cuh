@@ -68,13 +68,9 @@ class NcclTensorGroup final : public TensorGroup {
     try {
       device_.activate();
       pending_.clear();
-      const bool idle = !broken_ && stream_ && cudaStreamQuery(*stream_) == cudaSuccess;
-      if (idle && comm_.finalize(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
-        comm_.destroy();
-      else
-        comm_.abort();
     } catch (...) {
     }
+    detail::nccl::end_link(comm_, stream_, broken_);
     if (control_ != MPI_COMM_NULL && detail::mpi::initialized()) MPI_Comm_free(&control_);
   }
 
@@ -170,16 +166,7 @@ class NcclTensorGroup final : public TensorGroup {
     const detail::Wait wait{
         "a tensor-parallel all-reduce of " + std::to_string(values.size()) + " values (NCCL)",
         detail::deadline_after(timeout_), detail::poll_interval::tensor};
-    const bool ok = detail::poll_until(
-        wait,
-        [&] {
-          const cudaError_t e = cudaEventQuery(done.event->get());
-          if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
-          return e == cudaSuccess;
-        },
-        [&] {
-          if (poll_) poll_();
-        });
+    const bool ok = detail::nccl::wait_for_mark(done, wait, poll_);
     if (!ok) {
       broken_ = true;
       throw receive_timeout(detail::expired_text(

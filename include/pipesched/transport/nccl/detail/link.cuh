@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <thread>
 #include <type_traits>
@@ -16,6 +18,8 @@
 
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
+#include "pipesched/device/cuda/check.cuh"
+#include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/wire.hpp"
 #include "pipesched/transport/detail/poll.hpp"
@@ -113,6 +117,37 @@ inline std::vector<std::pair<int, int>> pipeline_links(const Schedule& schedule)
   std::sort(links.begin(), links.end());
   links.erase(std::unique(links.begin(), links.end()), links.end());
   return links;
+}
+
+//! Ends `comm` when its owner goes: finalized and destroyed when `stream` (the owner's, if it
+//! made one) is idle and nothing broke, aborted otherwise (work still in flight is abandoned:
+//! the job is ending). Never throws.
+inline void end_link(Link& comm, const std::optional<CudaStream>& stream, bool broken) noexcept {
+  try {
+    const bool idle = !broken && stream && cudaStreamQuery(*stream) == cudaSuccess;
+    if (idle && comm.finalize(std::chrono::steady_clock::now() + std::chrono::seconds(10)))
+      comm.destroy();
+    else
+      comm.abort();
+  } catch (...) {
+  }
+}
+
+//! Waits on the host for `done` (a mark on a stream), running `poll` (when set) between its
+//! queries, until `wait`'s deadline: true when the work before the mark completed, false when
+//! the deadline passed first. Throws cuda_error when that work failed.
+inline bool wait_for_mark(const CudaDevice::Mark& done, const Wait& wait,
+                          const std::function<void()>& poll) {
+  return poll_until(
+      wait,
+      [&] {
+        const cudaError_t e = cudaEventQuery(done.event->get());
+        if (e != cudaErrorNotReady) PIPESCHED_CUDA_CHECK(e);
+        return e == cudaSuccess;
+      },
+      [&] {
+        if (poll) poll();
+      });
 }
 
 }  // namespace detail::nccl
