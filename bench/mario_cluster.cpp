@@ -204,8 +204,7 @@ int main(int argc, char** argv) {
               }
             }
             if (mario && mario->recomputes > 0) {
-              const auto base =
-                  at_config(*mario, {CheckpointMode::None}, ps::MemoryBudget{});
+              const auto base = at_config(*mario, {CheckpointMode::None}, ps::MemoryBudget{});
               const auto selective = at_config(*mario, {CheckpointMode::Selective});
               if (base) {
                 double bound = 0;

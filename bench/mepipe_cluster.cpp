@@ -198,9 +198,8 @@ int main(int argc, char** argv) {
       char head[64];
       std::snprintf(head, sizeof head, " (its LM head's forward: %.2f layers')",
                     ps::TransformerCost{model, device, {}}.head_layers());
-      critical.push_back(
-          model_name + std::string(head) + ": " +
-          critical_rank(*mepipe, ps::cost_of<ps::TransformerCost>(*mepipe)));
+      critical.push_back(model_name + std::string(head) + ": " +
+                         critical_rank(*mepipe, ps::cost_of<ps::TransformerCost>(*mepipe)));
     }
     std::printf("%s%s\n", row.c_str(), tail);
     std::fflush(stdout);

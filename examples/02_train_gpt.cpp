@@ -456,8 +456,8 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
       s.name.c_str(),
       plan.checkpoint_policy.empty() ? ps::to_string(plan.checkpoint)
                                      : plan.checkpoint_policy.c_str(),
-      plan.grid().pipeline, plan.data, plan.tensor,
-      plan.zero, plan.microbatches, plan.microbatch_size, s.problem.slices, run.global_batch());
+      plan.grid().pipeline, plan.data, plan.tensor, plan.zero, plan.microbatches,
+      plan.microbatch_size, s.problem.slices, run.global_batch());
   say("toy GPT with %d blocks, one per stage (%s)\n", config.blocks,
       layers > 0 ? ("the plan's model has " + std::to_string(layers) + " layers").c_str()
                  : "the plan was made without a model");
@@ -467,8 +467,8 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
         s.problem.replicas);
   if (plan.tensor > 1)
     say("each block split over %d tensor ranks: %d of %d heads and %d of %d MLP units each\n",
-        plan.tensor, config.heads / plan.tensor, config.heads,
-        config.ffn / plan.tensor, config.ffn);
+        plan.tensor, config.heads / plan.tensor, config.heads, config.ffn / plan.tensor,
+        config.ffn);
   if (plan.sequence_parallel)
     say("the plan has sequence parallelism, which the toy does not implement: it runs without "
         "(the same numerics, more activation memory per tensor rank)\n");

@@ -39,9 +39,8 @@ ReportTimeline timeline_of(const std::string& heading, const TunePlan& p, const 
                         " actions, more than the " + grouped(max_drawn_actions) + " drawn");
     return t;
   }
-  const SimulationResult sim = c.transformer
-                                   ? simulate_schedule(s, cost_of<TransformerCost>(p))
-                                   : simulate_schedule(s, cost_of<UniformCost>(p));
+  const SimulationResult sim = c.transformer ? simulate_schedule(s, cost_of<TransformerCost>(p))
+                                             : simulate_schedule(s, cost_of<UniformCost>(p));
   SvgOptions o;
   o.title = heading + ": " + t.plan;
   o.memory_unit = u.memory;

@@ -8,9 +8,9 @@
 #include <string_view>
 
 #include "fuzz_harness.hpp"
-#include "pipesched/io/plan_file.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/json_read.hpp"
+#include "pipesched/io/plan_file.hpp"
 
 namespace {
 
@@ -113,16 +113,15 @@ int pipesched_fuzz_json(const std::uint8_t* data, std::size_t size) {
   TunePlan back;
   fuzz::require(fuzz::answers([&] { back = read_plan(written, "written.json"); }),
                 "a plan read does not read back once written", written);
-  fuzz::require(back.schedule == plan.schedule && back.data == plan.data &&
-                    back.tensor == plan.tensor && back.zero == plan.zero &&
-                    back.sequence_parallel == plan.sequence_parallel &&
-                    back.microbatch_size == plan.microbatch_size &&
-                    back.layers_per_stage == plan.layers_per_stage &&
-                    back.checkpoint == plan.checkpoint &&
-                    back.checkpoint_policy == plan.checkpoint_policy &&
-                    back.fine_wgrad == plan.fine_wgrad && back.wgrad == plan.wgrad &&
-                    back.makespan == plan.makespan && back.cost.has_value() == plan.cost.has_value(),
-                "a plan written and read back is another plan", written);
+  fuzz::require(
+      back.schedule == plan.schedule && back.data == plan.data && back.tensor == plan.tensor &&
+          back.zero == plan.zero && back.sequence_parallel == plan.sequence_parallel &&
+          back.microbatch_size == plan.microbatch_size &&
+          back.layers_per_stage == plan.layers_per_stage && back.checkpoint == plan.checkpoint &&
+          back.checkpoint_policy == plan.checkpoint_policy && back.fine_wgrad == plan.fine_wgrad &&
+          back.wgrad == plan.wgrad && back.makespan == plan.makespan &&
+          back.cost.has_value() == plan.cost.has_value(),
+      "a plan written and read back is another plan", written);
   return 0;
 }
 

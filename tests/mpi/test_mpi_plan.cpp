@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "mpi_support.hpp"
-#include "pipesched/io/plan_file.hpp"
 #include "pipesched/io/json.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
@@ -60,8 +60,7 @@ void expect_plan_trains(int zero) {
   const int n = world_size(), pp = n % 2 == 0 ? 2 : 1, dp = n / pp;
   SCOPED_TRACE("ZeRO-" + std::to_string(zero) + " on pp " + std::to_string(pp));
   const ps::MpiPlanRun run(
-      ps::read_plan(plan_json(generated("zb-h1", pp, 4), dp, 1, zero), "plan.json"),
-      "plan.json");
+      ps::read_plan(plan_json(generated("zb-h1", pp, 4), dp, 1, zero), "plan.json"), "plan.json");
   EXPECT_EQ(run.coordinates(), run.plan().grid().coordinates(world_rank()));
   EXPECT_EQ(run.zero(), zero);
   EXPECT_EQ(run.global_batch(), dp * 4LL * 2);
@@ -107,8 +106,8 @@ TEST(MpiPlan, PlanTrainsLikeSequentialTrainingOfTheGlobalBatch) {
 // whole model, cut to this process's shard; whole stages are refused by the pipeline.
 TEST(MpiPlan, TensorParallelPlanTrainsItsShards) {
   const int n = world_size(), pp = n / 2;
-  const ps::MpiPlanRun run(
-      ps::read_plan(plan_json(generated("1f1b", pp, 4), 1, 2, 0), "plan.json"), "plan.json");
+  const ps::MpiPlanRun run(ps::read_plan(plan_json(generated("1f1b", pp, 4), 1, 2, 0), "plan.json"),
+                           "plan.json");
   EXPECT_EQ(run.tensor_shard(), (ps::TensorShard{world_rank() % 2, 2}));
   const ps::Schedule& s = run.schedule();
   const toy::GptConfig config = config_for(run.stages());

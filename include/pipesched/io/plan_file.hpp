@@ -178,8 +178,7 @@ class PlanReader {
       if (given != "fused" && split == nullptr)
         disagree("has no input or weight gradient actions (I, W)");
       if (given == "split" && part != nullptr)
-        disagree("cuts weight gradients into parts (" + to_string(*part) +
-                 "), which is \"fine\"");
+        disagree("cuts weight gradients into parts (" + to_string(*part) + "), which is \"fine\"");
       wgrad = given;
     }
     p.fine_wgrad = wgrad == "fine";
@@ -205,8 +204,9 @@ class PlanReader {
     }
     if (const json::Value* v = given("warmup")) {
       if (!v->is_integer() || v->number() < 0 || v->number() > INT_MAX)
-        mistyped("warmup", *v, "it is a whole number, 0 or more (forwards before the first "
-                               "backward on rank 0)");
+        mistyped("warmup", *v,
+                 "it is a whole number, 0 or more (forwards before the first "
+                 "backward on rank 0)");
       p.warmup = static_cast<int>(v->number());
     }
     if (const json::Value* v = given("fitted")) {
@@ -218,8 +218,7 @@ class PlanReader {
                                std::to_string(p.schedule.problem.ranks) +
                                " numbers, 0 or more), or empty";
       if (v->kind() != json::Kind::Array ||
-          (!v->array().empty() &&
-           static_cast<int>(v->array().size()) != p.schedule.problem.ranks))
+          (!v->array().empty() && static_cast<int>(v->array().size()) != p.schedule.problem.ranks))
         mistyped("peak_memory", *v, want);
       for (const json::Value& n : v->array()) {
         if (n.kind() != json::Kind::Number || !(n.number() >= 0) || !std::isfinite(n.number()))
@@ -327,8 +326,9 @@ class PlanReader {
     if (c.model.microbatch_size != p.microbatch_size)
       disagree("microbatch size", c.model.microbatch_size, p.microbatch_size);
     if (!c.parallel.layers.empty() && c.parallel.layers != p.layers_per_stage)
-      in.fail(v, "the cost model's layers per stage are not the plan's \"layers_per_stage\"; "
-                 "a plan's cost model is the one it was simulated under, so they agree");
+      in.fail(v,
+              "the cost model's layers per stage are not the plan's \"layers_per_stage\"; "
+              "a plan's cost model is the one it was simulated under, so they agree");
     if (!c.slice_lengths.empty() && static_cast<int>(c.slice_lengths.size()) != p.slices)
       disagree("slice count", static_cast<long long>(c.slice_lengths.size()), p.slices);
     return c;
@@ -621,7 +621,6 @@ inline TunePlan read_plan_file(const std::string& path) {
       path);
 }
 
-
 namespace detail::plan_file {
 
 inline const char* wgrad_name(const TunePlan& p) {
@@ -686,9 +685,8 @@ inline void write_plan(json::Writer& w, const TunePlan& p, std::string_view comm
   const bool bytes = p.memory_unit == MemoryUnit::Bytes;
   w.begin_object()
       .field("schedule", p.base)
-      .field("checkpoint",
-             p.checkpoint_policy.empty() ? std::string(to_string(p.checkpoint))
-                                         : p.checkpoint_policy);
+      .field("checkpoint", p.checkpoint_policy.empty() ? std::string(to_string(p.checkpoint))
+                                                       : p.checkpoint_policy);
   if (!p.checkpoint_policy.empty()) w.field("checkpoint_policy", p.checkpoint_policy);
   w.field("wgrad", detail::plan_file::wgrad_name(p))
       .field("pp", p.schedule.problem.ranks)

@@ -15,13 +15,13 @@
 #include <utility>
 #include <vector>
 
-#include "pipesched/io/plan_file.hpp"
+#include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/io/json.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/policy/registry.hpp"
-#include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
 
 namespace test_run_plan {
@@ -185,8 +185,8 @@ TEST(PlanFile, ReadsAClusterPlanWithLayersPerStage) {
   EXPECT_EQ(p.layers_per_stage, (std::vector<int>{6, 6, 6, 6}));
   EXPECT_EQ(p.makespan, 1.25);  // step_time_s
   EXPECT_EQ(p.memory_unit, ps::MemoryUnit::Bytes);
-  EXPECT_EQ(p.chunks, 2);                         // not given: stages per rank
-  EXPECT_EQ(p.wgrad, ps::WGradMode::Fused);       // not given: the schedule's
+  EXPECT_EQ(p.chunks, 2);                    // not given: stages per rank
+  EXPECT_EQ(p.wgrad, ps::WGradMode::Fused);  // not given: the schedule's
   EXPECT_FALSE(p.fine_wgrad);
   const std::string eight = object_of(with(f, "layers_per_stage", "[6, 6, 6, 6, 6, 6, 6, 6]"));
   EXPECT_EQ(refusal(eight), "plan.json: line 1, column " + std::to_string(eight.find("[6, 6") + 1) +
@@ -408,8 +408,7 @@ TEST(PlanFile, ChecksTheFieldsAgainstEachOtherAndTheSchedule) {
   EXPECT_EQ(field_refusal(with(f, "sequence_parallel", "true")),
             "field \"sequence_parallel\" is true but \"tp\" is 1; sequence parallelism splits "
             "the sequence over a tensor group, so a plan without tensor parallelism has false.");
-  EXPECT_NO_THROW(
-      ps::read_plan(object_of(with(with(f, "sequence_parallel", "true"), "tp", "2"))));
+  EXPECT_NO_THROW(ps::read_plan(object_of(with(with(f, "sequence_parallel", "true"), "tp", "2"))));
   EXPECT_EQ(field_refusal(with(f, "chunks", "2")),
             "field \"chunks\" is 2 but the schedule in \"schedule_text\" has 4 stages per "
             "rank; they must agree.");
@@ -682,8 +681,8 @@ TEST(PlanFile, RefusesACostModelThatDisagreesWithItsPlan) {
 }
 
 TEST(PlanFile, WritesAndReadsAFile) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("pipesched_plan_file_" + std::to_string(::getpid()));
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("pipesched_plan_file_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "plan.json").string();
   ps::write_plan_file(path, cluster_plans().front(), "pipesched simulate ...");

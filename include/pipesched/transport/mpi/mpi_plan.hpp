@@ -15,20 +15,20 @@
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/process_grid.hpp"
-#include "pipesched/io/plan_file.hpp"
 #include "pipesched/exec/shard_optimizer.hpp"
 #include "pipesched/exec/tensor_group.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 #include "pipesched/transport/mpi/mpi_gradient_reducer.hpp"
 #include "pipesched/transport/mpi/mpi_groups.hpp"
 
 namespace pipesched {
 
-//! A plan (TunePlan, as read_plan_file reads it) placed on this MPI job: built collectively by every process of `world`, it checks
-//! that the job has the plan's pp·dp·tp processes and splits `world` into this process's
-//! groups. Give `schedule()`, your stages (indexed by stage: `stages()` of them, those with
-//! `holds(stage)` the ones this process runs), `groups()` and `reducer_options(...)` to an
-//! MpiPipeline:
+//! A plan (TunePlan, as read_plan_file reads it) placed on this MPI job: built collectively by
+//! every process of `world`, it checks that the job has the plan's pp·dp·tp processes and splits
+//! `world` into this process's groups. Give `schedule()`, your stages (indexed by stage: `stages()`
+//! of them, those with `holds(stage)` the ones this process runs), `groups()` and
+//! `reducer_options(...)` to an MpiPipeline:
 //!
 //!     pipesched::MpiPlanRun run(pipesched::read_plan_file(path), path);
 //!     pipesched::MpiPipeline<Stage> pipe(run.schedule(), stages, run.groups(), options, {},
@@ -87,8 +87,7 @@ class MpiPlanRun {
  private:
   // Runs before the groups are split, so a refused plan throws on every process before any
   // collective call.
-  static ProcessGrid checked(const TunePlan& plan, const std::string& source,
-                             MPI_Comm world) {
+  static ProcessGrid checked(const TunePlan& plan, const std::string& source, MPI_Comm world) {
     if (!detail::mpi::initialized())
       throw error(
           "MpiPlanRun: MPI is not initialized; create a pipesched::MpiSession (or call "
