@@ -72,6 +72,12 @@ class PlanReader {
   TunePlan read() const {
     TunePlan p;
     p.base = text("schedule");
+    // The schedule's name where its text has none: a name the text form's `name` line keeps.
+    if (p.base.empty() || detail::io::trim(p.base) != p.base ||
+        p.base.find_first_of("\r\n") != std::string::npos)
+      mistyped("schedule", field("schedule"),
+               "it is the name of the plan's base schedule: not empty, without spaces at its ends "
+               "or a line break (a schedule's name is one line of its text form)");
     p.schedule = schedule();
     const Problem& problem = p.schedule.problem;
     const int pp = whole("pp", 1, "the pipeline ranks");

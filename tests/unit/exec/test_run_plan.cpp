@@ -627,6 +627,16 @@ TEST(PlanFile, APlanWithoutPerRankPeaksReadsBackOnceWritten) {
       << refusal(object_of(with(plan_fields(tuned()), "peak_memory", "[1]")));
 }
 
+TEST(PlanFile, RefusesABaseNameTheTextFormCannotKeep) {
+  // Without a `name` line the schedule takes the base's name, which must survive being written.
+  for (const char* base : {" zb-h1", "zb-h1 ", "", "zb\nh1"}) {
+    const std::string why = refusal(object_of(with(plan_fields(tuned()), "schedule", str(base))));
+    EXPECT_NE(why.find("it is the name of the plan's base schedule: not empty, without spaces"),
+              std::string::npos)
+        << why;
+  }
+}
+
 TEST(PlanFile, CostOfNamesAMissingCostModelOrAnotherType) {
   const ps::TunePlan read = ps::read_plan(object_of(plan_fields(tuned())), "plan.json");
   try {
