@@ -31,7 +31,7 @@ void run_case(benchmark::State& state, const char* name) {
   const ps::ProfiledCost predicted = toy::synthetic_profiled_cost(cost, s.problem.stages);
   const double makespan = ps::simulate(s, predicted).makespan;
 
-  ps::InprocPipeline<toy::SyntheticStage> pipe(s, stages);
+  ps::inproc::Pipeline<toy::SyntheticStage> pipe(s, stages);
   const auto data = toy::synthetic_training_data();
   pipe.step(data);  // warm up: threads, allocations, page faults
 

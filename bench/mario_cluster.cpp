@@ -56,9 +56,10 @@ struct FreeRecompute {
 
 // The plan's configuration searched alone with `modes` (and `budget`, unlimited when given
 // empty): its best plan.
-std::optional<ps::TunePlan> at_config(const ps::TunePlan& p, std::vector<CheckpointMode> modes,
-                                      std::optional<ps::MemoryBudget> budget = std::nullopt) {
-  ps::TuneRequest req;
+std::optional<ps::tuning::Plan> at_config(const ps::tuning::Plan& p,
+                                          std::vector<CheckpointMode> modes,
+                                          std::optional<ps::MemoryBudget> budget = std::nullopt) {
+  ps::tuning::Request req;
   req.ranks = p.schedule.problem.ranks;
   req.global_batch = p.microbatches * p.microbatch_size;
   req.bases = {p.base};
@@ -69,7 +70,8 @@ std::optional<ps::TunePlan> at_config(const ps::TunePlan& p, std::vector<Checkpo
   req.budget = budget;
   req.threads = 1;
   const ps::TransformerCost c = ps::cost_of<ps::TransformerCost>(p);
-  const ps::TuneResult r = ps::tune(req, ps::TransformerCostFactory{c.model, c.device, c.parallel});
+  const ps::tuning::Result r =
+      ps::tune(req, ps::tuning::TransformerCostFactory{c.model, c.device, c.parallel});
   return r.best;
 }
 
@@ -89,7 +91,7 @@ struct Stat {
   }
 };
 
-std::string short_plan(const std::optional<ps::TunePlan>& p) {
+std::string short_plan(const std::optional<ps::tuning::Plan>& p) {
   if (!p) return "does not fit";
   char t[200];
   std::snprintf(t, sizeof t, "pp%d dp%d tp%d, %d mb of %d%s: %.3f s", p->schedule.problem.ranks,
@@ -158,7 +160,7 @@ int main(int argc, char** argv) {
             "overhead (bound) | search |\n");
         std::printf("|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|\n");
         for (int gpus : sizes) {
-          ps::ClusterRequest req;
+          ps::tuning::ClusterRequest req;
           req.gpus = gpus;
           req.global_batch = 4 * gpus;
           req.search.bases = {"1f1b", "interleaved-1f1b", "chimera"};
@@ -168,16 +170,16 @@ int main(int argc, char** argv) {
           req.search.microbatch_sizes = {1, 2, 4};
           req.search.checkpoints = {CheckpointMode::None, CheckpointMode::Selective,
                                     CheckpointMode::Full, CheckpointMode::Mario};
-          const ps::TuneResult r = ps::tune_cluster(req, model, device);
+          const ps::tuning::Result r = ps::tune_cluster(req, model, device);
           total_seconds += r.seconds;
           slowest = std::max(slowest, r.seconds);
           for (const char* scheme : schemes) {
-            auto plan = [&](CheckpointMode m) -> std::optional<ps::TunePlan> {
-              const ps::TuneBaseline* b = r.baseline(scheme, m);
+            auto plan = [&](CheckpointMode m) -> std::optional<ps::tuning::Plan> {
+              const ps::tuning::Baseline* b = r.baseline(scheme, m);
               return b ? b->plan : std::nullopt;
             };
             const auto none = plan(CheckpointMode::None), mario = plan(CheckpointMode::Mario);
-            std::optional<ps::TunePlan> conv = plan(CheckpointMode::Selective);
+            std::optional<ps::tuning::Plan> conv = plan(CheckpointMode::Selective);
             if (const auto full = plan(CheckpointMode::Full); full)
               ps::detail::keep_better(conv, *full);
             std::string a = "-", b = "-", ab = "-", fixed = "-", overhead = "-";

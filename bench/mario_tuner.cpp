@@ -28,15 +28,15 @@ namespace {
 constexpr double gib = 1024.0 * 1024.0 * 1024.0;
 
 // "1f1b, 128 mb of 1, mario (325 R): 10.813 s", or `absent`.
-std::string cell(const std::optional<ps::TunePlan>& p, const char* absent) {
+std::string cell(const std::optional<ps::tuning::Plan>& p, const char* absent) {
   if (!p) return absent;
   char t[32];
   std::snprintf(t, sizeof t, "%.3f s", p->makespan);
   return ps::describe(*p) + ": **" + t + "**";
 }
 
-std::string speedup(const std::optional<ps::TunePlan>& mario,
-                    const std::optional<ps::TunePlan>& other) {
+std::string speedup(const std::optional<ps::tuning::Plan>& mario,
+                    const std::optional<ps::tuning::Plan>& other) {
   if (!mario || !other) return "-";
   char t[32];
   std::snprintf(t, sizeof t, "%.3fx", other->makespan / mario->makespan);
@@ -67,7 +67,8 @@ std::string weights_overflow(const ps::ModelShape& model, const ps::DeviceSpec& 
 struct Mean {
   double sum = 0;
   int n = 0;
-  void add(const std::optional<ps::TunePlan>& mario, const std::optional<ps::TunePlan>& other) {
+  void add(const std::optional<ps::tuning::Plan>& mario,
+           const std::optional<ps::tuning::Plan>& other) {
     if (!mario || !other) return;
     sum += other->makespan / mario->makespan;
     ++n;
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
   const ps::bench::CostTerms terms = args.terms;
   const int global_batch = quick ? 64 : 128;
   const std::vector<int> gpu_counts = quick ? std::vector<int>{16} : std::vector<int>{16, 32};
-  const ps::TuneRequest defaults;
+  const ps::tuning::Request defaults;
 
   std::printf("# Mario tuner report\n\n");
   std::printf(
@@ -127,16 +128,16 @@ int main(int argc, char** argv) {
           std::printf("| %d | %s | %s | | | | | | |\n", gpus, device_name, overflow.c_str());
           continue;
         }
-        ps::TuneRequest req = defaults;
+        ps::tuning::Request req = defaults;
         req.ranks = gpus;
         req.global_batch = global_batch;
-        const ps::TuneResult r = ps::tune(req, model, device);
+        const ps::tuning::Result r = ps::tune(req, model, device);
         // Full checkpointing on its own (the tuner keeps it as a fallback only): the
         // baseline of the paper's "with checkpointing" figure.
-        ps::TuneRequest full_req = req;
+        ps::tuning::Request full_req = req;
         full_req.checkpoints = {ps::CheckpointMode::Full};
         full_req.full_fallback = false;
-        const ps::TuneResult full = ps::tune(full_req, model, device);
+        const ps::tuning::Result full = ps::tune(full_req, model, device);
         total_seconds += r.seconds;
         slowest = std::max(slowest, r.seconds);
         const char* absent = r.best ? "does not fit" : "no plan fits";

@@ -35,14 +35,14 @@ using ps::CheckpointMode;
 namespace {
 
 // The best plan of `scheme` over every checkpoint mode searched.
-std::optional<ps::TunePlan> best_of(const ps::TuneResult& r, const std::string& scheme) {
-  std::optional<ps::TunePlan> best;
-  for (const ps::TuneBaseline& b : r.baselines)
+std::optional<ps::tuning::Plan> best_of(const ps::tuning::Result& r, const std::string& scheme) {
+  std::optional<ps::tuning::Plan> best;
+  for (const ps::tuning::Baseline& b : r.baselines)
     if (b.base == scheme && b.plan) ps::detail::keep_better(best, *b.plan);
   return best;
 }
 
-std::string cell(const std::optional<ps::TunePlan>& p) {
+std::string cell(const std::optional<ps::tuning::Plan>& p) {
   if (!p) return "does not fit";
   char t[240];
   std::snprintf(t, sizeof t, "pp%d dp%d tp%d, %d mb of %d%s%s, %s: **%.3f s**",
@@ -55,7 +55,7 @@ std::string cell(const std::optional<ps::TunePlan>& p) {
 // Where the step of plan `p` goes: the rank that ends last (its step tail counted), its busy time
 // and its waits after its first backward (what weight-gradient work could fill), beside the other
 // ranks' means.
-std::string critical_rank(const ps::TunePlan& p, const ps::TransformerCost& cost) {
+std::string critical_rank(const ps::tuning::Plan& p, const ps::TransformerCost& cost) {
   const ps::SimulationResult sim = ps::simulate(p.schedule, cost);
   const int R = p.schedule.rank_count();
   std::vector<double> waits(static_cast<std::size_t>(R), 0.0);
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   }
   for (const char* model_name : models) {
     const ps::ModelShape model = ps::bench::with_terms(ps::presets::find_model(model_name), terms);
-    ps::ClusterRequest req;
+    ps::tuning::ClusterRequest req;
     req.gpus = 64;
     req.global_batch = 256;
     req.search.chunks = {2};
@@ -140,20 +140,21 @@ int main(int argc, char** argv) {
     req.search.checkpoints = {CheckpointMode::None, CheckpointMode::Selective,
                               CheckpointMode::Full};
     req.search.bases = {"slice-pipe"};
-    const ps::TuneResult r = ps::tune_cluster(req, model, device);
-    ps::ClusterRequest coarse = req;  // slice-pipe without fine-grained W
+    const ps::tuning::Result r = ps::tune_cluster(req, model, device);
+    ps::tuning::ClusterRequest coarse = req;  // slice-pipe without fine-grained W
     coarse.search.fine_wgrad = false;
-    const ps::TuneResult rc = ps::tune_cluster(coarse, model, device);
-    ps::ClusterRequest base = coarse;  // the baselines: their own backward, whole microbatches
+    const ps::tuning::Result rc = ps::tune_cluster(coarse, model, device);
+    ps::tuning::ClusterRequest base =
+        coarse;  // the baselines: their own backward, whole microbatches
     base.search.bases = baselines;
     base.search.slices = {1};
-    const ps::TuneResult rb = ps::tune_cluster(base, model, device);
+    const ps::tuning::Result rb = ps::tune_cluster(base, model, device);
     const auto mepipe = best_of(r, "slice-pipe");
     // W cut per weight GEMM, at the configuration of MEPipe's best plan.
-    std::optional<ps::TunePlan> per_gemm;
+    std::optional<ps::tuning::Plan> per_gemm;
     double gemm_seconds = 0;
     if (mepipe) {
-      ps::ClusterRequest gemm = req;
+      ps::tuning::ClusterRequest gemm = req;
       gemm.pipeline = {mepipe->schedule.problem.ranks};
       gemm.tensor = {mepipe->tensor};
       gemm.search.microbatch_sizes = {mepipe->microbatch_size};
@@ -161,9 +162,9 @@ int main(int argc, char** argv) {
       gemm.search.checkpoints = {mepipe->checkpoint};
       gemm.search.full_fallback = mepipe->checkpoint == CheckpointMode::Full;
       gemm.search.wgrad_parts = 0;
-      const ps::TuneResult rg = ps::tune_cluster(gemm, model, device);
+      const ps::tuning::Result rg = ps::tune_cluster(gemm, model, device);
       gemm_seconds = rg.seconds;
-      for (const ps::TuneBaseline& b : rg.baselines)
+      for (const ps::tuning::Baseline& b : rg.baselines)
         if (b.plan && b.plan->fine_wgrad) ps::detail::keep_better(per_gemm, *b.plan);
     }
     const double seconds = r.seconds + rc.seconds + rb.seconds + gemm_seconds;
@@ -171,7 +172,7 @@ int main(int argc, char** argv) {
     slowest = std::max(slowest, seconds);
     std::string row = std::string("| ") + model_name + " | " + cell(mepipe);
     std::string each;
-    std::optional<ps::TunePlan> strongest;
+    std::optional<ps::tuning::Plan> strongest;
     for (std::size_t i = 0; i < baselines.size(); ++i) {
       const auto b = best_of(rb, baselines[i]);
       row += " | " + cell(b);

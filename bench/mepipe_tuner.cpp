@@ -21,15 +21,15 @@ namespace ps = pipesched;
 
 namespace {
 
-std::string cell(const std::optional<ps::TunePlan>& p) {
+std::string cell(const std::optional<ps::tuning::Plan>& p) {
   if (!p) return "does not fit";
   char buf[64];
   std::snprintf(buf, sizeof buf, ": **%.3f s**", p->makespan);
   return ps::describe(*p) + buf;
 }
 
-std::string speedup(const std::optional<ps::TunePlan>& best,
-                    const std::optional<ps::TunePlan>& other) {
+std::string speedup(const std::optional<ps::tuning::Plan>& best,
+                    const std::optional<ps::tuning::Plan>& other) {
   if (!best || !other) return "-";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2fx", other->makespan / best->makespan);
@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
       const int d = gpus / p;
       const int batch = global_batch / d;
       auto run = [&](std::vector<std::string> bases, bool all_knobs) {
-        ps::TuneRequest req;
+        ps::tuning::Request req;
         req.ranks = p;
         req.global_batch = batch;
         req.bases = std::move(bases);
@@ -87,12 +87,12 @@ int main(int argc, char** argv) {
         return ps::tune(req, model, device);
       };
       const auto t0 = std::chrono::steady_clock::now();
-      const ps::TuneResult all =
+      const ps::tuning::Result all =
           run({"1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "seq-1f1b", "slice-pipe"}, true);
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const ps::TuneResult b1 = run({"1f1b"}, false), bi = run({"interleaved-1f1b"}, false),
-                           bh = run({"zb-h1"}, false), bv = run({"zb-v"}, false);
+      const ps::tuning::Result b1 = run({"1f1b"}, false), bi = run({"interleaved-1f1b"}, false),
+                               bh = run({"zb-h1"}, false), bv = run({"zb-v"}, false);
       total_seconds += secs;
       worst = std::max(worst, secs);
       std::printf("| %d x %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.1f s |\n", p, d,

@@ -35,7 +35,7 @@ double mean_step(Pipe& pipe, const ps::TrainingData<toy::SyntheticStage::tensor_
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::MpiSession session(argc, argv);
+  ps::mpi::Session session(argc, argv);
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   if (steps < 1) {
     if (session.rank() == 0) std::fprintf(stderr, "usage: mpirun -np P mpi_overhead [STEPS>=1]\n");
@@ -60,13 +60,13 @@ int main(int argc, char** argv) {
       const ps::ProfiledCost predicted = toy::synthetic_profiled_cost(cost, s.problem.stages);
       const double makespan = ps::simulate(s, predicted).makespan;
       std::vector<toy::SyntheticStage> stages(s.problem.stages, toy::SyntheticStage(cost));
-      ps::MpiPipeline<toy::SyntheticStage> mpi(s, stages);
+      ps::mpi::Pipeline<toy::SyntheticStage> mpi(s, stages);
       const double measured = mean_step(mpi, data, steps);
       // The in-process pipeline on rank 0 alone, while the other processes wait at a barrier.
       double inproc = 0;
       if (session.rank() == 0) {
         std::vector<toy::SyntheticStage> local(s.problem.stages, toy::SyntheticStage(cost));
-        ps::InprocPipeline<toy::SyntheticStage> threads(s, local);
+        ps::inproc::Pipeline<toy::SyntheticStage> threads(s, local);
         inproc = mean_step(threads, data, steps);
       }
       MPI_Barrier(MPI_COMM_WORLD);

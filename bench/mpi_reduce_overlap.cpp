@@ -15,12 +15,12 @@
 // own overhead, as bench/mpi_overhead.cpp measures it).
 //
 // With 2 processes a second table runs them as two replicas of a one-rank pipeline (pp 1 ×
-// dp 2) whose reductions are real: MpiPipeline over MpiGroups with MpiGradientReducer's
+// dp 2) whose reductions are real: mpi::Pipeline over mpi::Groups with mpi::GradientReducer's
 // MPI_Iallreduce of each stage's 4 MiB of gradients, interleaved 1F1B with 4 stages on the
 // rank, so each stage's reduction overlaps the last backwards of the stages below it. Each
 // stage's all-reduce is first timed alone through the same reducer (the mean of 20), and the
 // table gives the measured step against the simulated one, with the reducer's progress thread
-// (MpiReducerOptions::progress_thread) and without it.
+// (mpi::ReducerOptions::progress_thread) and without it.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -160,8 +160,9 @@ double reductions_after_the_list(const ps::Schedule& s, const ps::ProfiledCost& 
 struct GradientStage : toy::SyntheticStage {
   GradientStage(const toy::SyntheticCost& cost, int values)
       : toy::SyntheticStage(cost), grads{toy::Tensor<float>({values}, 1.0f)} {}
+  std::span<toy::Tensor<float>> parameters() { return weights; }
   std::span<toy::Tensor<float>> gradients() { return grads; }
-  std::vector<toy::Tensor<float>> grads;
+  std::vector<toy::Tensor<float>> grads, weights = grads;
 };
 
 constexpr int gradient_values = 1 << 20;  // 4 MiB of float gradients per stage
@@ -169,10 +170,10 @@ constexpr int gradient_values = 1 << 20;  // 4 MiB of float gradients per stage
 // Each stage's all-reduce timed alone through a reducer over `data`: the mean of `repeats`.
 std::vector<double> measure_allreduces(MPI_Comm data, std::vector<GradientStage>& stages,
                                        const ps::Schedule& executed, bool progress, int repeats) {
-  ps::MpiReducerOptions options;
+  ps::mpi::ReducerOptions options;
   options.progress_thread = progress;
-  ps::MpiGradientReducer<GradientStage> reducer(data, stages, executed.ranks.front(), {},
-                                                std::chrono::seconds(60), options);
+  ps::mpi::GradientReducer<GradientStage> reducer(data, stages, executed.ranks.front(), {},
+                                                  std::chrono::seconds(60), options);
   std::vector<double> seconds(stages.size(), 0.0);
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const int stage = static_cast<int>(s);
@@ -197,7 +198,7 @@ std::vector<double> measure_allreduces(MPI_Comm data, std::vector<GradientStage>
 
 // pp 1 × dp 2 with real all-reduces, with and without the reducer's progress thread.
 void real_reductions(const toy::SyntheticCost& cost, int steps, int rank) {
-  const ps::MpiGroups groups(ps::ProcessGrid{1, 2, 1});
+  const ps::mpi::Groups groups(ps::ProcessGrid{1, 2, 1});
   const ps::GeneratorInfo& g = ps::find_generator("interleaved-1f1b");
   const ps::Schedule s =
       g.generate({.ranks = 1, .stages = 4, .microbatches = microbatches}, g.default_wgrad);
@@ -207,7 +208,7 @@ void real_reductions(const toy::SyntheticCost& cost, int steps, int rank) {
   if (rank == 0)
     std::printf(
         "\npp 1 x dp 2: %s with %d stages on the rank, each stage's %d MiB of gradients "
-        "all-reduced by MpiGradientReducer (MPI_Iallreduce), %d steps each\n\n"
+        "all-reduced by mpi::GradientReducer (MPI_Iallreduce), %d steps each\n\n"
         "%-17s %14s %12s %13s %8s\n",
         s.name.c_str(), stages, gradient_values * 4 >> 20, steps, "progress thread",
         "all-reduce ms", "measured ms", "simulated ms", "ratio");
@@ -224,9 +225,9 @@ void real_reductions(const toy::SyntheticCost& cost, int steps, int rank) {
       mean_reduce += reduce[static_cast<std::size_t>(st)] / stages;
     }
     const double simulated = ps::simulate(executed, predicted).makespan;
-    ps::MpiReducerOptions options;
+    ps::mpi::ReducerOptions options;
     options.progress_thread = progress;
-    ps::MpiPipeline<GradientStage> pipe(s, models, groups, {}, {}, options);
+    ps::mpi::Pipeline<GradientStage> pipe(s, models, groups, {.reducer = options});
     pipe.step(data);  // warm up
     double measured = 0;
     for (int i = 0; i < steps; ++i)
@@ -240,7 +241,7 @@ void real_reductions(const toy::SyntheticCost& cost, int steps, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::MpiSession session(argc, argv);
+  ps::mpi::Session session(argc, argv);
   const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
   if (steps < 1) {
     if (session.rank() == 0)
@@ -281,10 +282,10 @@ int main(int argc, char** argv) {
                                               toy::SyntheticStage(cost));
       ps::ExecutorOptions options;
       options.reduce_gradients = link.reduction();
-      ps::MpiPipeline<toy::SyntheticStage> mpi(s, models, MPI_COMM_WORLD, options);
+      ps::mpi::Pipeline<toy::SyntheticStage> mpi(s, models, MPI_COMM_WORLD, options);
       const double measured = mean_step(mpi, data, steps);
       // The same pipeline without reductions: the executor's own overhead, for comparison.
-      ps::MpiPipeline<toy::SyntheticStage> bare(s, models, MPI_COMM_WORLD);
+      ps::mpi::Pipeline<toy::SyntheticStage> bare(s, models, MPI_COMM_WORLD);
       const double bare_ratio = mean_step(bare, data, steps) / ps::simulate(s, predicted).makespan;
       MPI_Barrier(MPI_COMM_WORLD);
       if (session.rank() == 0)

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: tune_threads [THREADS >= 1]\n");
     return 2;
   }
-  ps::ClusterRequest req;
+  ps::tuning::ClusterRequest req;
   req.gpus = 64;
   req.global_batch = 256;
   req.tensor = {1};
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < 3; ++rep) {
     for (int t : {1, threads}) {
       req.search.threads = t;
-      const ps::TuneResult r = ps::tune_cluster(req, model, device);
+      const ps::tuning::Result r = ps::tune_cluster(req, model, device);
       (t == 1 ? one : many) = std::min(t == 1 ? one : many, r.seconds);
       (t == 1 ? best_one : best_many) = r.best ? ps::describe(*r.best) : "none";
       if (rep == 0 && t == 1)

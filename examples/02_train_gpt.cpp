@@ -6,7 +6,7 @@
 // With --data-parallel D the MPI job runs D replicas of the pipeline, each on its share of the
 // global batch, their gradients averaged by the schedule's REDUCE_GRAD actions.
 //
-// With --plan FILE it runs a plan of `pipesched tune --json` over MPI (MpiPlanRun): the plan's
+// With --plan FILE it runs a plan of `pipesched tune --json` over MPI (mpi::PlanRun): the plan's
 // grid (pp × dp × tp: the toy GPT's blocks split over each tensor group), schedule,
 // microbatches and microbatch size, and ZeRO when the plan shards. The toy GPT stays small (one
 // block per stage, width 16) so the job runs on a laptop: the plan gives the parallel layout and
@@ -196,7 +196,7 @@ struct Replica {
 
 #if PIPESCHED_WITH_MPI
 // This process's replica of `groups`' job; the mean is over its data-parallel group.
-Replica replica_of(const ps::MpiGroups& groups) {
+Replica replica_of(const ps::mpi::Groups& groups) {
   const int count = groups.grid().data;
   return {groups.coordinates().data, count, [comm = groups.data(), count](double x) {
             double sum = 0;
@@ -300,7 +300,7 @@ toy::StepData<double> share(const toy::StepData<double>& global, const Replica& 
   return mine;
 }
 
-// Trains through `pipe` (an InprocPipeline or an MpiPipeline; `process_rank` is the rank this
+// Trains through `pipe` (an inproc::Pipeline or an mpi::Pipeline; `process_rank` is the rank this
 // process runs, -1 when it runs all of them) on `replica`'s share of the global batch; returns
 // mismatches.
 template <class Pipe>
@@ -386,13 +386,13 @@ int run(const Options& o, int process_rank) {
   ps::ExecutorOptions options;
   toy::use_sgd(options, s.placement, stages, 0.1);  // SGD, with its snapshot and rollback
   if (process_rank < 0) {
-    ps::InprocPipeline<Stage> pipe(s, stages, options);
+    ps::inproc::Pipeline<Stage> pipe(s, stages, options);
     ReplicaUpdate update(s.problem, stages, held_stages(s, -1));
     return train(pipe, s, stages, config, o, process_rank, update);
   }
 #if PIPESCHED_WITH_MPI
-  const ps::MpiGroups groups(ps::ProcessGrid{.pipeline = o.ranks, .data = o.data, .tensor = 1});
-  ps::MpiPipeline<Stage> pipe(s, stages, groups, options);
+  const ps::mpi::Groups groups(ps::ProcessGrid{.pipeline = o.ranks, .data = o.data, .tensor = 1});
+  ps::mpi::Pipeline<Stage> pipe(s, stages, groups, {.executor = options});
   const int me = groups.coordinates().pipeline;
   ReplicaUpdate update(s.problem, stages, held_stages(s, me), sum_over(groups.pipeline()));
   return train(pipe, s, stages, config, o, me, update, replica_of(groups));
@@ -411,11 +411,11 @@ constexpr int toy_stages = 4096;
 // --plan: the plan placed on this job (nothing without --plan), or nothing after one sentence
 // (from rank 0) when the file does not read as a plan, the job cannot run it (another size,
 // tensor parallelism) or the toy GPT cannot hold it.
-std::optional<ps::MpiPlanRun> place(const std::string& path, int rank) {
+std::optional<ps::mpi::PlanRun> place(const std::string& path, int rank) {
   if (path.empty()) return std::nullopt;
   try {
-    std::optional<ps::MpiPlanRun> run(std::in_place, ps::read_plan_file(path), path);
-    const ps::TunePlan& plan = run->plan();
+    std::optional<ps::mpi::PlanRun> run(std::in_place, ps::read_plan_file(path), path);
+    const ps::tuning::Plan& plan = run->plan();
     if (run->global_batch() > toy_sequences)
       throw ps::error(path + " trains " + std::to_string(run->global_batch()) +
                       " sequences per step (dp " + std::to_string(plan.data) + " × " +
@@ -436,8 +436,8 @@ std::optional<ps::MpiPlanRun> place(const std::string& path, int rank) {
 
 // Trains the toy GPT through the plan's schedule on its grid: the plan's microbatches of its
 // microbatch size per replica, SGD (on each replica's shard with ZeRO 1 or 2).
-int run_plan(const ps::MpiPlanRun& run, Options o) {
-  const ps::TunePlan& plan = run.plan();
+int run_plan(const ps::mpi::PlanRun& run, Options o) {
+  const ps::tuning::Plan& plan = run.plan();
   const ps::Schedule& s = run.schedule();
   const toy::GptConfig config{.vocabulary = 32,
                               .hidden = 16,
@@ -473,14 +473,12 @@ int run_plan(const ps::MpiPlanRun& run, Options o) {
     say("the plan has sequence parallelism, which the toy does not implement: it runs without "
         "(the same numerics, more activation memory per tensor rank)\n");
   // [plan-pipeline]
-  // run: a pipesched::MpiPlanRun, s its schedule(); stages: run.stages() of them (this process
-  // runs those that run.holds(stage)). Without ZeRO the executor's optimizer updates the
-  // weights; with ZeRO 1 or 2 the reducer steps each replica's shard with the ShardOptimizer.
-  ps::ExecutorOptions options;
-  if (run.zero() == 0) toy::use_sgd(options, s.placement, stages, 0.1);
-  ps::MpiPipeline<Stage> pipe(
-      s, stages, run.groups(),
-      {.executor = options, .reducer = run.reducer_options(ps::sgd_shards(0.1))});
+  // run: a pipesched::mpi::PlanRun, s its schedule(); stages: run.stages() of them (this process
+  // runs those that run.holds(stage)). Whatever the plan's ZeRO stage, the reducer steps this
+  // replica's shard of the weights (with ZeRO-0 all of them) with the ShardOptimizer, and rolls
+  // it back with the step.
+  ps::mpi::Pipeline<Stage> pipe(s, stages, run.groups(),
+                                {.reducer = run.reducer_options(ps::sgd_shards(0.1))});
   // [plan-pipeline]
   o.microbatches = plan.microbatches;
   const int me = run.coordinates().pipeline;
@@ -508,9 +506,9 @@ int main(int argc, char** argv) {
     }
   }
 #if PIPESCHED_WITH_MPI
-  ps::MpiSession session(argc, argv);
+  ps::mpi::Session session(argc, argv);
   quiet = session.rank() != 0;
-  const std::optional<ps::MpiPlanRun> plan = place(o.plan, session.rank());
+  const std::optional<ps::mpi::PlanRun> plan = place(o.plan, session.rank());
   if (!o.plan.empty() && !plan) return 2;
   if (session.size() % o.data != 0) {
     if (!quiet)

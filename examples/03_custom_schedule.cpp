@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     }
     ps::ExecutorOptions options;
     ps::toy::use_sgd(options, mine.placement, stages, 0.1);
-    ps::InprocPipeline<Stage> pipe(mine, stages, options);
+    ps::inproc::Pipeline<Stage> pipe(mine, stages, options);
     const auto data = ps::toy::make_gpt_data<double>(config, problem.microbatches, 11);
     for (int step = 0; step < 3; ++step) {
       const double want = ps::toy::sequential_step(reference, data);

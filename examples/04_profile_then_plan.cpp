@@ -163,13 +163,13 @@ int main() {
                                     .name = "capped-ahead"},
                                    CappedRule{budget.per_rank}, cost);
         }});
-    ps::TuneRequest request;
+    ps::tuning::Request request;
     request.ranks = stages_count;
     request.global_batch = microbatches;
     request.bases = {"1f1b", "zb-h1", "zb-h2", "capped-ahead"};
     request.checkpoints = {ps::CheckpointMode::None, ps::CheckpointMode::Selective};
     request.budget = budget;
-    const ps::TuneResult result = ps::tune(request, [&](int microbatch_size) {
+    const ps::tuning::Result result = ps::tune(request, [&](int microbatch_size) {
       if (microbatch_size != 1) throw ps::invalid_problem("profiled for microbatch size 1 only");
       return cost;
     });
@@ -178,13 +178,13 @@ int main() {
       std::fprintf(stderr, "example_04_profile_then_plan: no plan fits the budget\n");
       return 1;
     }
-    const ps::TunePlan& best = *result.best;
+    const ps::tuning::Plan& best = *result.best;
     std::printf("searched %d candidates in %.2f s; best: %s, step %.2f ms predicted (1F1B %.2f)\n",
                 result.candidates_tried, result.seconds, best.schedule.name.c_str(),
                 1e3 * best.makespan, 1e3 * one_f_one_b.makespan);
 
     // [run]
-    ps::InprocPipeline<TanhDense> pipe(best.schedule, stages);
+    ps::inproc::Pipeline<TanhDense> pipe(best.schedule, stages);
     const ps::StepResult step = pipe.step(data);
     // [run]
     // The same microbatches through the stages one after another.

@@ -208,11 +208,11 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
     }
   };
   if (process_rank < 0) {
-    ps::InprocPipeline<toy::GptStage<double>> pipe(s, stages, options);
+    ps::inproc::Pipeline<toy::GptStage<double>> pipe(s, stages, options);
     train_with(pipe);
   } else {
 #if PIPESCHED_WITH_MPI
-    ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+    ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
     train_with(pipe);
 #endif
   }
@@ -337,7 +337,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, o, code)) return code;
   if (o.transport == "inproc") return run(o);
 #if PIPESCHED_WITH_MPI
-  ps::MpiSession session(argc, argv);
+  ps::mpi::Session session(argc, argv);
   quiet = session.rank() != 0;
   process_rank = session.rank();
   if (o.ranks_given && o.ranks != session.size()) {

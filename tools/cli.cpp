@@ -313,8 +313,8 @@ std::string dashed(std::string_view field) {
 }
 
 // The name of the API field `key` on the command line of `command`: the flag that sets it, or
-// words where no flag does. Structs whose every field is an option (TuneRequest,
-// ClusterRequest) map a field to its option's spelling; the rest are listed.
+// words where no flag does. Structs whose every field is an option (tuning::Request,
+// tuning::ClusterRequest) map a field to its option's spelling; the rest are listed.
 std::optional<Name> cli_name(std::string_view key, std::string_view command) {
   struct Entry {
     std::string_view key;
@@ -325,10 +325,10 @@ std::optional<Name> cli_name(std::string_view key, std::string_view command) {
       {"WGradMode", {"--wgrad", true}},
       {"wgrad", {"--wgrad", true}},
       {"SlicingMode", {"--slicing", true}},
-      {"TuneRequest.checkpoints", {"--checkpoint", true}},
-      {"TuneRequest.budget.per_rank", {"--memory-budget per rank", true}},
-      {"ClusterRequest.pipeline", {"--pp", true}},
-      {"ClusterRequest.tensor", {"--tp", true}},
+      {"tuning::Request.checkpoints", {"--checkpoint", true}},
+      {"tuning::Request.budget.per_rank", {"--memory-budget per rank", true}},
+      {"tuning::ClusterRequest.pipeline", {"--pp", true}},
+      {"tuning::ClusterRequest.tensor", {"--tp", true}},
       {"Parallelism.tensor", {"--tp", true}},
       {"Parallelism.data", {"--dp", true}},
       {"Parallelism.zero", {"--zero", true}},
@@ -356,8 +356,8 @@ std::optional<Name> cli_name(std::string_view key, std::string_view command) {
   };
   if (key == "Problem.microbatches")
     return command == "tune" ? Name{"microbatches", false} : Name{"--microbatches", true};
-  if (auto f = after("TuneRequest.")) return Name{dashed(*f), true};
-  if (auto f = after("ClusterRequest.")) return Name{dashed(*f), true};
+  if (auto f = after("tuning::Request.")) return Name{dashed(*f), true};
+  if (auto f = after("tuning::ClusterRequest.")) return Name{dashed(*f), true};
   if (auto f = after("Parallelism.layers")) return Name{"--layers" + std::string(*f), true};
   if (auto f = after("MemoryBudget.per_rank[")) {
     return Name{"the memory budget of rank " + std::string(f->substr(0, f->find(']'))), false};

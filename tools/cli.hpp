@@ -155,12 +155,12 @@ class Step {
 };
 
 // ---------------------------------------------------------------------------------------
-// The library names its API (Problem.ranks, CheckpointMode::Selective, TuneRequest.bases);
+// The library names its API (Problem.ranks, CheckpointMode::Selective, tuning::Request.bases);
 // a command's user typed flags. A library message keeps its mentions of the API apart
 // (core/message.hpp), and the command names each by the flag that sets it.
 
 //! `message` in the words of `command`: each API field it mentions as the flag that sets it
-//! with its value (`Problem.ranks = 4` → `--ranks 4`; "tune" names TuneRequest's fields by its
+//! with its value (`Problem.ranks = 4` → `--ranks 4`; "tune" names tuning::Request's fields by its
 //! list options), an enumerator as its flag and value (`--checkpoint selective`), memory
 //! amounts as the library formats them (format_memory: 24GB, 3.19GiB).
 std::string words_of(const Message& message, std::string_view command);

@@ -33,7 +33,7 @@ namespace pipesched::cli {
 
 namespace {
 
-//! Set by the first SIGINT or SIGTERM during the search: the search stops (TuneRequest::
+//! Set by the first SIGINT or SIGTERM during the search: the search stops (tuning::Request::
 //! stop_flag) and prints what it found. std::atomic<bool> is lock-free, so the handler may set
 //! it; the signal's number is kept for the message, and its time (CLOCK_MONOTONIC, ns).
 std::atomic<bool> interrupted{false};
@@ -153,7 +153,7 @@ class ProgressLine {
     if (printed_ > 0) std::fputc('\n', stderr);
   }
 
-  void update(int done, int total, const TunePlan* best) {
+  void update(int done, int total, const tuning::Plan* best) {
     if (!show_) return;
     std::lock_guard<std::mutex> lock(mutex_);
     const auto now = Clock::now();
@@ -177,7 +177,7 @@ class ProgressLine {
 
   //! The last line of a search cut short (one that ran to its end has drawn it): what it
   //! settled, and what cut it.
-  void end(const TuneResult& r) {
+  void end(const tuning::Result& r) {
     if (!show_ || !r.cut) return;
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = r.candidates_tried;
@@ -275,15 +275,15 @@ class ProgressLine {
 };
 
 //! The search `c` asks for, with its progress line; the library's refusals as usage_error.
-TuneResult run_search(const TuneCommand& command) {
+tuning::Result run_search(const TuneCommand& command) {
   // The first SIGINT or SIGTERM stops the search as --time-limit does.
   InterruptGuard guard;
   TuneCommand c = command;
   c.req.stop_flag = &interrupted;
   c.creq.search.stop_flag = &interrupted;
-  const TuneRequest& req = c.req;
+  const tuning::Request& req = c.req;
   ProgressLine line(c.progress || ::isatty(2), req.time_limit, c.units.time);
-  auto progress = [&](int done, int total, const TunePlan* best) {
+  auto progress = [&](int done, int total, const tuning::Plan* best) {
     line.update(done, total, best);
   };
   Step step(c.cluster
@@ -292,13 +292,13 @@ TuneResult run_search(const TuneCommand& command) {
                 : "searching " + std::to_string(req.ranks) +
                       "-rank pipelines for a global batch of " + std::to_string(req.global_batch));
   try {
-    TuneResult r;
+    tuning::Result r;
     if (c.cluster) {
       const auto& t = std::get<TransformerCost>(c.cost);
       r = tune_cluster(c.creq, t.model, t.device, progress);
     } else if (c.transformer) {
       const auto& t = std::get<TransformerCost>(c.cost);
-      r = tune(req, TransformerCostFactory{t.model, t.device, t.parallel}, progress);
+      r = tune(req, tuning::TransformerCostFactory{t.model, t.device, t.parallel}, progress);
     } else {
       r = tune(req, std::get<UniformCost>(c.cost), progress);
     }
@@ -319,7 +319,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
   }
   const TuneCommand c = read_tune_command(argv, specs);
   if (!c.report.empty()) check_writable(c.report, "--report");
-  const TuneResult r = run_search(c);
+  const tuning::Result r = run_search(c);
   require_finite(r);
   if (r.interrupted)
     std::cerr << "tune: " << interrupt_name()

@@ -29,8 +29,8 @@ struct CommandContext {
 //! print it.
 struct TuneCommand {
   bool cluster = false;  //!< --gpus N: a cluster search (creq), else one pipeline (req)
-  TuneRequest req;       //!< the search (with --gpus, inside each pipeline)
-  ClusterRequest creq;   //!< with --gpus: the cluster, its search a copy of req
+  tuning::Request req;   //!< the search (with --gpus, inside each pipeline)
+  tuning::ClusterRequest creq;  //!< with --gpus: the cluster, its search a copy of req
   AnyCost cost;          //!< with --gpus its tensor, data and ZeRO degrees are the search's
   bool transformer = false;
   Units units;
@@ -51,17 +51,17 @@ TuneCommand read_tune_command(const std::vector<std::string>& argv,
 
 //! usage_error when a plan of `r` has a step time, bubble, memory or MFU that is not a finite
 //! figure (the cost model's figures overflowed), so that no inf or nan is printed as a result.
-void require_finite(const TuneResult& r);
+void require_finite(const tuning::Result& r);
 
 //! A `pipesched simulate` command line that reproduces plan `p`'s step time.
-std::string plan_command(const TunePlan& p, const CommandContext& c);
+std::string plan_command(const tuning::Plan& p, const CommandContext& c);
 //! The result as an HTML page (cmd_tune_html.cpp) in c.report; `argv` is tune's command line.
-void write_tune_html(const TuneResult& r, const TuneCommand& c,
+void write_tune_html(const tuning::Result& r, const TuneCommand& c,
                      const std::vector<std::string>& argv);
 
 //! The result as one JSON object on standard output (the contract of docs/cli.md).
-void print_tune_json(const TuneResult& r, const TuneCommand& c);
+void print_tune_json(const tuning::Result& r, const TuneCommand& c);
 //! The result as text on standard output: the bests, each pair's best, the search, the notes.
-void print_tune_text(const TuneResult& r, const TuneCommand& c);
+void print_tune_text(const tuning::Result& r, const TuneCommand& c);
 
 }  // namespace pipesched::cli

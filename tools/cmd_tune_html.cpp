@@ -21,7 +21,8 @@ namespace {
 
 //! The timeline of plan `p`: its schedule simulated under the cost model it was planned under
 //! (cost_of), drawn; the command that reproduces it is printed beside it.
-ReportTimeline timeline_of(const std::string& heading, const TunePlan& p, const TuneCommand& c) {
+ReportTimeline timeline_of(const std::string& heading, const tuning::Plan& p,
+                           const TuneCommand& c) {
   ReportTimeline t;
   t.heading = heading;
   t.plan = describe(p);
@@ -52,7 +53,7 @@ ReportTimeline timeline_of(const std::string& heading, const TunePlan& p, const 
 
 }  // namespace
 
-void write_tune_html(const TuneResult& r, const TuneCommand& c,
+void write_tune_html(const tuning::Result& r, const TuneCommand& c,
                      const std::vector<std::string>& argv) {
   Step step("writing the HTML report " + c.report);
   HtmlReportOptions o;
@@ -75,7 +76,7 @@ void write_tune_html(const TuneResult& r, const TuneCommand& c,
     if (c.req.budget) o.memory_limit = c.req.budget->all;
   }
   if (r.best) o.timelines.push_back(timeline_of("best", *r.best, c));
-  for (const TuneBaseline& b : r.baselines)
+  for (const tuning::Baseline& b : r.baselines)
     if (b.plan)
       o.timelines.push_back(
           timeline_of("best of " + b.base + " with " + checkpoint_name(*b.plan), *b.plan, c));

@@ -24,7 +24,7 @@ namespace {
 //! schedule per thread as it builds candidates, and the best plan of each (base, mode) pair;
 //! each is at most the largest configuration's (`pipelines` lists the pipeline sizes and the
 //! most sequences one of them runs).
-void check_grid(const TuneRequest& req, const std::vector<std::pair<int, int>>& pipelines,
+void check_grid(const tuning::Request& req, const std::vector<std::pair<int, int>>& pipelines,
                 int threads, int layers) {
   std::set<std::tuple<int, std::string, int, int, int, bool, bool>> configs;
   double largest = 0;
@@ -97,7 +97,7 @@ void check_grid(const TuneRequest& req, const std::vector<std::pair<int, int>>& 
 }
 
 //! The lists the tune options give, into `req`.
-void parse_search_options(const Args& a, TuneRequest& req) {
+void parse_search_options(const Args& a, tuning::Request& req) {
   if (a.has("--bases")) {
     req.bases = split_list("--bases", a.get("--bases"));
     if (req.bases.empty())
@@ -176,7 +176,7 @@ Args parse_pipeline_options(const Args& a, TuneCommand& c) {
 //! The options whose meaning depends on the cost model: microbatch sizes (only a model has
 //! more than 1), W parts per GEMM and slicing by attention cost (only a model knows them).
 void parse_model_options(const Args& a, TuneCommand& c) {
-  TuneRequest& req = c.req;
+  tuning::Request& req = c.req;
   const bool tc = c.transformer;
   if (a.has("--microbatch-sizes")) {
     if (!tc)
@@ -210,7 +210,7 @@ void parse_model_options(const Args& a, TuneCommand& c) {
 
 //! --memory-budget into `c.req`; the text as given ("" without one, or for 'device').
 std::string parse_budget(const Args& a, TuneCommand& c) {
-  TuneRequest& req = c.req;
+  tuning::Request& req = c.req;
   const bool tc = c.transformer;
   const bool cluster = c.cluster;
   std::string budget_text;
@@ -244,8 +244,8 @@ std::string parse_budget(const Args& a, TuneCommand& c) {
 //! Checks the request (usage_error in the command line's words) and lists the pipelines the
 //! search runs, each as (ranks, most sequences a pipeline of that size runs).
 std::vector<std::pair<int, int>> searched_pipelines(TuneCommand& c) {
-  TuneRequest& req = c.req;
-  ClusterRequest& creq = c.creq;
+  tuning::Request& req = c.req;
+  tuning::ClusterRequest& creq = c.creq;
   std::vector<std::pair<int, int>> pipelines;
   try {
     if (c.cluster) {
@@ -299,8 +299,8 @@ CommandContext command_context(const Args& a, const TuneCommand& c, const std::s
 
 }  // namespace
 
-void require_finite(const TuneResult& r) {
-  auto check = [](const std::optional<TunePlan>& p) {
+void require_finite(const tuning::Result& r) {
+  auto check = [](const std::optional<tuning::Plan>& p) {
     if (!p) return;
     if (std::isfinite(p->makespan) && std::isfinite(p->bubble_ratio) &&
         std::isfinite(p->peak_memory) && std::isfinite(p->mfu))
@@ -314,7 +314,7 @@ void require_finite(const TuneResult& r) {
   check(r.best_without_checkpoint);
   check(r.best_conventional);
   check(r.best_mario);
-  for (const TuneBaseline& b : r.baselines)
+  for (const tuning::Baseline& b : r.baselines)
     check(b.plan);
 }
 

@@ -35,7 +35,7 @@ std::string quoted(const std::string& s) {
 //! A `pipesched simulate` command line that builds this plan's schedule the way tune did
 //! (generate, fit, place W parts, checkpoint) under the same cost model, so that its makespan
 //! is the plan's step time.
-std::string plan_command(const TunePlan& p, const CommandContext& c) {
+std::string plan_command(const tuning::Plan& p, const CommandContext& c) {
   const GeneratorInfo& g = find_generator(p.base);
   std::string cmd = "pipesched simulate --schedule " + p.base + " --ranks " +
                     std::to_string(p.schedule.problem.ranks) + " --microbatches " +
@@ -79,7 +79,7 @@ namespace {
 
 // The JSON is a contract (docs/cli.md): each plan as write_plan writes it, with the command
 // that reproduces it.
-void plan_json(json::Writer& w, const std::optional<TunePlan>& plan, const CommandContext& c) {
+void plan_json(json::Writer& w, const std::optional<tuning::Plan>& plan, const CommandContext& c) {
   if (!plan)
     w.value(nullptr);
   else
@@ -175,12 +175,12 @@ std::string padded(std::string text, std::size_t width) {
 }
 
 //! A plan's step time in the cost model's unit.
-std::string step_text(const TunePlan& p, const Units& units) {
+std::string step_text(const tuning::Plan& p, const Units& units) {
   return format_time(p.makespan, units.time, 6);
 }
 
 //! How much faster the best plan is, where it is: "  (best is 1.2x faster)".
-std::string behind_best(const TunePlan& p, const TuneResult& r) {
+std::string behind_best(const tuning::Plan& p, const tuning::Result& r) {
   if (!r.best || p.makespan <= r.best->makespan * (1 + 1e-12)) return "";
   return " (best is " + format_number(p.makespan / r.best->makespan, 4) + "x faster)";
 }
@@ -190,7 +190,7 @@ constexpr std::size_t label_width = 26;
 
 //! One of the bests as a row: "best:", the plan in a few words, its step, wrapped under the
 //! plan's column.
-void print_row(const char* what, const std::optional<TunePlan>& p, const TuneResult& r,
+void print_row(const char* what, const std::optional<tuning::Plan>& p, const tuning::Result& r,
                const Units& units) {
   const std::string label = padded(what, label_width) + " ";
   if (!p) {
@@ -205,7 +205,7 @@ void print_row(const char* what, const std::optional<TunePlan>& p, const TuneRes
 
 }  // namespace
 
-void print_tune_json(const TuneResult& r, const TuneCommand& c) {
+void print_tune_json(const tuning::Result& r, const TuneCommand& c) {
   const CommandContext& ctx = c.context;
   const Units& units = c.units;
   json::Writer w;
@@ -213,7 +213,7 @@ void print_tune_json(const TuneResult& r, const TuneCommand& c) {
   w.key("best");
   plan_json(w, r.best, ctx);
   w.key("baselines").begin_array();
-  for (const TuneBaseline& b : r.baselines) {
+  for (const tuning::Baseline& b : r.baselines) {
     if (b.plan) {
       plan_json(w, b.plan, ctx);
     } else {
@@ -248,7 +248,7 @@ void print_tune_json(const TuneResult& r, const TuneCommand& c) {
       .field("seconds", r.seconds)
       .key("notes")
       .begin_array();
-  for (const TuneNote& n : r.notes)
+  for (const tuning::Note& n : r.notes)
     w.begin_object()
         .field("configuration", n.configuration)
         .field("reason", words_of(n.message, "tune"))
@@ -258,7 +258,7 @@ void print_tune_json(const TuneResult& r, const TuneCommand& c) {
   std::cout << w.take() << "\n";
 }
 
-void print_tune_text(const TuneResult& r, const TuneCommand& c) {
+void print_tune_text(const tuning::Result& r, const TuneCommand& c) {
   const CommandContext& ctx = c.context;
   const Units& units = c.units;
   const bool tc = c.transformer;
@@ -286,7 +286,7 @@ void print_tune_text(const TuneResult& r, const TuneCommand& c) {
   std::printf("\nbest of each schedule and checkpoint mode:\n");
   const std::size_t plan_column = 2 + 17 + 16 + 14;
   std::printf("  %-17s%-16s%-14s%s\n", "schedule", "checkpoint", "step", "plan");
-  for (const TuneBaseline& b : r.baselines) {
+  for (const tuning::Baseline& b : r.baselines) {
     const std::string head = "  " + padded(b.base, 16) + " " + padded(to_string(b.checkpoint), 15) +
                              " " + padded(b.plan ? step_text(*b.plan, units) : "", 13) + " ";
     const std::string behind = b.plan ? behind_best(*b.plan, r) : "";
@@ -307,7 +307,7 @@ void print_tune_text(const TuneResult& r, const TuneCommand& c) {
                    std::to_string(r.candidates_total)
              : "");
   print_wrapped("", summary, 2, "", glue);
-  for (const TuneNote& n : r.notes) {
+  for (const tuning::Note& n : r.notes) {
     std::string line = n.configuration + ": " + words_of(n.message, "tune");
     if (n.count > 1) line += " (\xC3\x97" + std::to_string(n.count) + ")";
     print_wrapped("note: ", line, 6);

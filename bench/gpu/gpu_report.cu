@@ -137,7 +137,7 @@ bool numerics_row(const Plan& p) {
 // The GPU's step times of `p` (float, SGD), after one warm-up step; no reference run.
 std::vector<double> step_seconds(const Plan& p, int steps) {
   const ps::Schedule& s = p.schedule;
-  auto devices = ps::CudaLocalPipeline<gpu::GptStage<float>>::devices_for(s);
+  auto devices = ps::cuda_local::Pipeline<gpu::GptStage<float>>::devices_for(s);
   std::vector<gpu::GptStage<float>> stages;
   stages.reserve(static_cast<std::size_t>(s.problem.stages));
   for (int st = 0; st < s.problem.stages; ++st)
@@ -148,7 +148,7 @@ std::vector<double> step_seconds(const Plan& p, int steps) {
     for (int st : s.placement.stages_of(rank))
       stages[static_cast<std::size_t>(st)].sgd_step(0.01);
   };
-  ps::CudaLocalPipeline<gpu::GptStage<float>> pipe(s, devices, stages, options);
+  ps::cuda_local::Pipeline<gpu::GptStage<float>> pipe(s, devices, stages, options);
   const auto data = gpu::training_data(
       toy::make_gpt_data<float>(p.config, s.problem.microbatches, 5),
       devices[static_cast<std::size_t>(s.placement.rank_of(0))],
@@ -291,7 +291,7 @@ bool figures_row(const Plan& p) {
   using Other = std::conditional_t<std::is_same_v<T, double>, float, double>;
   const ps::Schedule& s = p.schedule;
   std::vector<toy::GptStage<T>> stages = host_stages<T>(p.config, s.problem.stages);
-  ps::InprocPipeline<toy::GptStage<T>> pipe(s, stages);
+  ps::inproc::Pipeline<toy::GptStage<T>> pipe(s, stages);
   const ps::StepResult r = pipe.step(toy::training_data(
       toy::make_gpt_data<T>(p.config, s.problem.microbatches, 17), s.problem.slices));
   const ps::SimulationResult same = ps::simulate(s, cost_for<T>(p));

@@ -16,5 +16,5 @@ struct NoWeightGradient {
 int main() {
   pipesched::Schedule s;
   std::vector<NoWeightGradient> stages(1);
-  pipesched::InprocPipeline<NoWeightGradient> pipe(s, stages);
+  pipesched::inproc::Pipeline<NoWeightGradient> pipe(s, stages);
 }

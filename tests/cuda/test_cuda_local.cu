@@ -22,7 +22,7 @@ namespace ps = pipesched;
 
 static_assert(ps::device<ps::CudaDevice>);
 static_assert(
-    ps::transport<ps::CudaLocalTransport<ps::DeviceTensor<float>>, ps::DeviceTensor<float>>);
+    ps::transport<ps::cuda_local::Transport<ps::DeviceTensor<float>>, ps::DeviceTensor<float>>);
 static_assert(ps::stage_model<ps::toy::gpu::SyntheticStage>);
 static_assert(ps::wire_tensor<ps::DeviceTensor<double>>);
 
@@ -57,17 +57,17 @@ TEST(CudaDevice, WithoutAGpuTheErrorSaysSo) {
 
 TEST(CudaLocalTransport, EveryRankMustBeOnTheSameGpu) {
   // Checked before any GPU is touched, so this runs without one.
-  EXPECT_NO_THROW(ps::detail::gpu::require_one_gpu({0, 0, 0, 0}, "CudaLocalTransport"));
-  EXPECT_NO_THROW(ps::detail::gpu::require_one_gpu({3}, "CudaLocalTransport"));
+  EXPECT_NO_THROW(ps::detail::gpu::require_one_gpu({0, 0, 0, 0}, "cuda_local::Transport"));
+  EXPECT_NO_THROW(ps::detail::gpu::require_one_gpu({3}, "cuda_local::Transport"));
   try {
-    ps::detail::gpu::require_one_gpu({0, 0, 1, 0}, "CudaLocalTransport");
+    ps::detail::gpu::require_one_gpu({0, 0, 1, 0}, "cuda_local::Transport");
     ADD_FAILURE() << "no error";
   } catch (const ps::invalid_problem& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("rank 2 is on GPU 1"), std::string::npos) << what;
-    EXPECT_NE(what.find("NcclPipeline"), std::string::npos) << what;
+    EXPECT_NE(what.find("nccl::Pipeline"), std::string::npos) << what;
   }
-  EXPECT_THROW(ps::detail::gpu::require_one_gpu({}, "CudaLocalTransport"), ps::invalid_problem);
+  EXPECT_THROW(ps::detail::gpu::require_one_gpu({}, "cuda_local::Transport"), ps::invalid_problem);
 }
 
 TEST(DeviceTensor, RoundTripAndClone) {
@@ -87,7 +87,7 @@ TEST(DeviceTensor, RoundTripAndClone) {
 TEST(CudaLocalTransport, MessagesArriveByKeyOnTheReceiversStream) {
   PIPESCHED_NEEDS_GPU();
   std::vector<ps::CudaDevice> devices{ps::CudaDevice(0), ps::CudaDevice(0)};
-  ps::CudaLocalTransport<ps::DeviceTensor<float>> t(devices);
+  ps::cuda_local::Transport<ps::DeviceTensor<float>> t(devices);
   const ps::MessageKey a{1, 0, 0, ps::Direction::Forward}, b{1, 1, 0, ps::Direction::Forward};
   t.send(0, 1, b, ps::DeviceTensor<float>::from_host({2}, {3, 4}, devices[0].compute()));
   t.send(0, 1, a, ps::DeviceTensor<float>::from_host({2}, {1, 2}, devices[0].compute()));

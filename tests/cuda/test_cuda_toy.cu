@@ -1,5 +1,5 @@
 // The GPU toy models (gpu::MlpStage, gpu::GptStage) against the host double reference: trained
-// for two steps with SGD through CudaLocalPipeline on 4 ranks — 1F1B, ZB-H1, a Mario plan and a
+// for two steps with SGD through cuda_local::Pipeline on 4 ranks — 1F1B, ZB-H1, a Mario plan and a
 // slice-pipe plan for the GPT, 1F1B for the MLP — they give the reference's loss, gradients and
 // parameters, and every rank's measured peak equals the simulator's prediction from the HOST
 // stages' figures. Side by side with the host stage, a GPU stage's stash and context bytes are
@@ -61,7 +61,7 @@ namespace {
 
 template <class Stage>
 using CudaExecutor =
-    ps::Executor<Stage, ps::CudaLocalTransport<typename Stage::tensor_type>, ps::CudaDevice>;
+    ps::Executor<Stage, ps::cuda_local::Transport<typename Stage::tensor_type>, ps::CudaDevice>;
 
 constexpr double learning_rate = 0.05;
 
@@ -184,7 +184,7 @@ TEST(CudaToyCommit, AFailedOptimizerIsRolledBackOnEveryGpuRank) {
   const int n = s.problem.stages;
   const auto data = toy::make_gpt_data<double>(whole_config, s.problem.microbatches, 17);
   auto run = [&](bool faulty, std::vector<double>& losses) {
-    auto devices = ps::CudaLocalPipeline<Gpu>::devices_for(s);
+    auto devices = ps::cuda_local::Pipeline<Gpu>::devices_for(s);
     std::vector<Gpu> piped;
     piped.reserve(static_cast<std::size_t>(n));
     for (int st = 0; st < n; ++st)
@@ -198,7 +198,7 @@ TEST(CudaToyCommit, AFailedOptimizerIsRolledBackOnEveryGpuRank) {
       sgd(rank);
       if (armed && rank == 1) throw std::runtime_error("optimizer fault after the update");
     };
-    ps::CudaLocalPipeline<Gpu> pipe(s, devices, piped, options);
+    ps::cuda_local::Pipeline<Gpu> pipe(s, devices, piped, options);
     const auto training =
         gpu::training_data(data, devices[static_cast<std::size_t>(s.placement.rank_of(0))],
                            devices[static_cast<std::size_t>(s.placement.rank_of(n - 1))]);

@@ -2,7 +2,7 @@
 // a GPU: the transport's interface, NCCL errors named with call, file and line, a wrong process
 // count named with the `mpirun -np` to use, a missing GPU named, the links a placement needs and
 // the one order every rank ends them in. With a GPU: NCCL itself on a one-rank communicator
-// (bytes to itself, then finalize and destroy); a 1-rank NcclPipeline runs synthetic GPU stages
+// (bytes to itself, then finalize and destroy); a 1-rank nccl::Pipeline runs synthetic GPU stages
 // through 1F1B with the simulator's peak bytes. With a GPU per process and 2 or more processes
 // (suite NcclRanks): payloads of every size arrive by key in any order, pipelines of every rank
 // match the simulator, and a layer that throws on one rank makes every process throw the same
@@ -36,10 +36,11 @@ namespace ps = pipesched;
 namespace gpu = pipesched::toy::gpu;
 
 using Float = ps::DeviceTensor<float>;
-static_assert(ps::transport<ps::NcclTransport<Float>, Float>);
-static_assert(ps::check_transport<ps::NcclTransport<Float>, Float>());
-static_assert(ps::transport<ps::NcclTransport<ps::DeviceTensor<double>>, ps::DeviceTensor<double>>);
-static_assert(!std::is_copy_constructible_v<ps::NcclTransport<Float>>);
+static_assert(ps::transport<ps::nccl::Transport<Float>, Float>);
+static_assert(ps::check_transport<ps::nccl::Transport<Float>, Float>());
+static_assert(
+    ps::transport<ps::nccl::Transport<ps::DeviceTensor<double>>, ps::DeviceTensor<double>>);
+static_assert(!std::is_copy_constructible_v<ps::nccl::Transport<Float>>);
 
 namespace {
 
@@ -64,7 +65,7 @@ TEST(NcclTransport, WrongProcessCountNamesMpirun) {
     SCOPED_TRACE(std::to_string(ranks) + " ranks");
     const ps::Schedule s = generated("1f1b", ranks, 2 * ranks);
     try {
-      ps::NcclTransport<Float> t(s, 0);
+      ps::nccl::Transport<Float> t(s, 0);
       ADD_FAILURE() << "no error";
     } catch (const ps::invalid_problem& e) {
       EXPECT_NE(std::string(e.what()).find("mpirun -np " + std::to_string(ranks)),
@@ -122,7 +123,7 @@ TEST(NcclTransport, NeedsAGpuAndLinksOnlyNeighbours) {
     // Every process throws (none is left waiting for another); the GPU-less one says why.
     const bool here = place.ordinal >= 0;
     try {
-      ps::NcclTransport<Float> t(s, here ? place.ordinal : 0);
+      ps::nccl::Transport<Float> t(s, here ? place.ordinal : 0);
       ADD_FAILURE() << "no error";
     } catch (const ps::cuda_error& e) {
       const std::string what = e.what();
@@ -131,7 +132,7 @@ TEST(NcclTransport, NeedsAGpuAndLinksOnlyNeighbours) {
     return;
   }
   if (!place.own_each) GTEST_SKIP() << place.missing;  // too few GPUs: not run
-  ps::NcclTransport<Float> t(s, place.ordinal);
+  ps::nccl::Transport<Float> t(s, place.ordinal);
   EXPECT_EQ(t.rank(), world_rank());
   EXPECT_EQ(t.ranks(), world_size());
   std::vector<int> neighbours;
@@ -163,7 +164,7 @@ void expect_runs_as_simulated(const char* name, int ranks, int microbatches, MPI
   std::vector<gpu::SyntheticStage> stages;
   for (int st = 0; st < s.problem.stages; ++st)
     stages.emplace_back(cost, device);
-  ps::NcclPipeline<gpu::SyntheticStage> pipe(s, device, stages, comm);
+  ps::nccl::Pipeline<gpu::SyntheticStage> pipe(s, device, stages, comm);
   const ps::TrainingData<Float> data = gpu::synthetic_training_data(device);
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE(std::string(name) + ", step " + std::to_string(step));
@@ -201,7 +202,7 @@ TEST(NcclRanks, PayloadsOfEverySizeArriveByKeyInAnyOrder) {
   if (pair == MPI_COMM_NULL) return;  // processes beyond the first two sit this one out
   {
     const ps::Schedule s = generated("1f1b", 2, 4);
-    ps::NcclTransport<Float> t(s, place.ordinal, pair);
+    ps::nccl::Transport<Float> t(s, place.ordinal, pair);
     const cudaStream_t compute = t.device().compute();
     // Microbatch m's message has m·3 elements (none for m = 0) of values 100·m + i, negated
     // for the gradients.
@@ -272,7 +273,7 @@ TEST(NcclRanks, ExceptionOnOneRankStopsEveryRankWithItsNameAndTheNextStepRuns) {
   stages[bad_stage].fail_microbatch = 2;
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(20);
-  ps::NcclPipeline<Faulty> pipe(s, device, stages, MPI_COMM_WORLD, options);
+  ps::nccl::Pipeline<Faulty> pipe(s, device, stages, MPI_COMM_WORLD, options);
   const ps::TrainingData<Float> data = gpu::synthetic_training_data(device);
   const auto t0 = std::chrono::steady_clock::now();
   bool threw = false;
@@ -322,7 +323,7 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 };
 
 int main(int argc, char** argv) {
-  ps::MpiSession session(argc, argv);
+  ps::mpi::Session session(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
 #ifdef GTEST_FLAG_GET
   const bool listing = GTEST_FLAG_GET(list_tests);

@@ -2,11 +2,11 @@
 // a GPU: a grid of another size than the job is refused naming the mpirun to use, the ZeRO
 // options are checked as MPI's are, the GPU toy stages expose device gradients and parameters.
 // With a GPU (nccl.np1): the
-// NcclGroups of every grid of the job's size hold exactly the grid's groups (ncclAllGather of
+// nccl::Groups of every grid of the job's size hold exactly the grid's groups (ncclAllGather of
 // each member's process number); pp2 × dp1 on one GPU through cuda-local with an
-// NcclGradientReducer per rank (a one-rank communicator each, buckets small enough to pack
+// nccl::GradientReducer per rank (a one-rank communicator each, buckets small enough to pack
 // several tensors and to reduce others in place) equals sequential training. With a GPU per
-// process and 2 processes (suite NcclRanks, nccl.np2): NcclPipeline built from NcclGroups on
+// process and 2 processes (suite NcclRanks, nccl.np2): nccl::Pipeline built from nccl::Groups on
 // pp1 × dp2 and pp2 × dp1 equals sequential training of the global batch (double, 1e-12); a
 // replica that fails rolls every replica back and the retried step equals sequential training.
 // ZeRO-1/2 (one process on nccl.np1; pp1 × dp2 and pp2 × dp1 on nccl.np2; pp1 × dp4, pp4 × dp1
@@ -16,7 +16,7 @@
 // ZeRO-2), and a shard optimizer that throws on one replica rolls every replica back, weights
 // and momentum, so that the retried step equals sequential training. Tensor parallelism with
 // ZeRO-1 (tp2 on nccl.np2; pp2 × tp2 and dp2 × tp2 on nccl.np4; pp2 × dp2 × tp2 on nccl.np8):
-// the GPU GPT's blocks split over an NcclTensorGroup; the global loss and each process's shard
+// the GPU GPT's blocks split over an nccl::TensorGroup; the global loss and each process's shard
 // of the weights equal sequential training of the whole model with momentum (double, 1e-12);
 // whole stages, or stages without a tensor group, are refused on a tp2 grid.
 #include <gtest/gtest.h>
@@ -59,7 +59,7 @@ static_assert(pipesched::device_shardable_stage<gpu::MlpStage<double>>);
 static_assert(!pipesched::device_shardable_stage<gpu::SyntheticStage>);
 static_assert(pipesched::tensor_parallel_stage<gpu::GptStage<double>>);
 static_assert(!pipesched::tensor_parallel_stage<gpu::MlpStage<double>>);
-static_assert(!std::is_copy_constructible_v<pipesched::NcclGroups>);
+static_assert(!std::is_copy_constructible_v<pipesched::nccl::Groups>);
 
 namespace {
 
@@ -94,10 +94,10 @@ std::vector<double> values_of(const ps::Schedule& s, const std::vector<Gpt>& all
 }
 
 TEST(NcclGroups, AGridOfAnotherSizeIsRefusedNamingMpirun) {
-  // No GPU needed: the size is checked (by MpiGroups) before any GPU is touched.
+  // No GPU needed: the size is checked (by mpi::Groups) before any GPU is touched.
   const ps::ProcessGrid grid{world_size(), 2, 1};
   try {
-    const ps::NcclGroups groups(grid, 0);
+    const ps::nccl::Groups groups(grid, 0);
     ADD_FAILURE() << "a grid of " << grid.size() << " processes was accepted";
   } catch (const ps::invalid_problem& e) {
     EXPECT_NE(std::string(e.what()).find("mpirun -np " + std::to_string(grid.size())),
@@ -107,9 +107,9 @@ TEST(NcclGroups, AGridOfAnotherSizeIsRefusedNamingMpirun) {
 }
 
 TEST(NcclReducerOptions, ZeroStagesAreCheckedAsOverMpi) {
-  ps::NcclReducerOptions o;
+  ps::nccl::ReducerOptions o;
   EXPECT_NO_THROW(o.validate());
-  auto refused = [](const ps::NcclReducerOptions& bad, const char* says) {
+  auto refused = [](const ps::nccl::ReducerOptions& bad, const char* says) {
     try {
       bad.validate();
       ADD_FAILURE() << "accepted; expected: " << says;
@@ -119,22 +119,22 @@ TEST(NcclReducerOptions, ZeroStagesAreCheckedAsOverMpi) {
   };
   for (int zero : {1, 2}) {
     o.zero = zero;
-    refused(o, "NcclReducerOptions.optimizer is empty; set it (e.g. sgd_shards(0.01))");
+    refused(o, "ReducerOptions.optimizer is empty; set it (e.g. sgd_shards(0.01))");
     o.optimizer = ps::sgd_shards(0.1, 0.9);
     EXPECT_NO_THROW(o.validate()) << "ZeRO-" << zero;
     o.optimizer = {};
   }
   o.zero = 3;
-  refused(o, "NcclReducerOptions.zero = 3 is not a ZeRO stage pipesched runs; give 0");
+  refused(o, "ReducerOptions.zero = 3 is not a ZeRO stage pipesched runs; give 0");
   o.zero = -1;
-  refused(o, "NcclReducerOptions.zero = -1 is not a ZeRO stage");
+  refused(o, "ReducerOptions.zero = -1 is not a ZeRO stage");
   o.zero = 1;
   o.optimizer = ps::sgd_shards(0.1);
   o.optimizer.state_per_value = -1;
   refused(o, "ShardOptimizer.state_per_value = -1 is negative");
   o = {};
   o.bucket_bytes = 0;
-  refused(o, "NcclReducerOptions.bucket_bytes = 0 is out of range");
+  refused(o, "ReducerOptions.bucket_bytes = 0 is out of range");
 }
 
 // The members of `comm` (their process numbers), gathered on the GPU by NCCL.
@@ -159,7 +159,7 @@ TEST(NcclGroups, HoldTheGridsGroupsForEveryGridOfTheJob) {
         const ps::ProcessGrid grid{p, d, t};
         SCOPED_TRACE(grid.describe());
         ++grids;
-        const ps::NcclGroups groups(grid, place.ordinal);
+        const ps::nccl::Groups groups(grid, place.ordinal);
         const int g = world_rank();
         EXPECT_EQ(groups.coordinates(), grid.coordinates(g));
         EXPECT_EQ(members(groups.job(), groups.device()).size(), static_cast<std::size_t>(n));
@@ -181,7 +181,7 @@ TEST(NcclReducer, CudaLocalTwoRanksOneReplicaMatchesSequentialTraining) {
   const ps::Schedule s = generated("1f1b", 2, 4);
   const int n = s.problem.stages;
   const toy::GptConfig config = config_for(n);
-  auto devices = ps::CudaLocalPipeline<Gpt>::devices_for(s, place.ordinal);
+  auto devices = ps::cuda_local::Pipeline<Gpt>::devices_for(s, place.ordinal);
   std::vector<toy::GptStage<double>> ref;
   std::vector<Gpt> piped;
   for (int st = 0; st < n; ++st) {
@@ -190,17 +190,17 @@ TEST(NcclReducer, CudaLocalTwoRanksOneReplicaMatchesSequentialTraining) {
   }
   const ps::Schedule executed = ps::add_gradient_reduction(ps::lower_communication(s));
   std::vector<ps::detail::nccl::Link> parents(devices.size());
-  std::vector<std::unique_ptr<ps::NcclGradientReducer<Gpt>>> reducers;
+  std::vector<std::unique_ptr<ps::nccl::GradientReducer<Gpt>>> reducers;
   for (std::size_t r = 0; r < devices.size(); ++r) {
     devices[r].activate();
     ncclUniqueId id;
     PIPESCHED_NCCL_CHECK(ncclGetUniqueId(&id));
     PIPESCHED_NCCL_CHECK(ncclCommInitRank(parents[r].out(), 1, id, 0));
     // 64 doubles a bucket: small tensors share one (packed), larger ones go alone (in place).
-    reducers.push_back(std::make_unique<ps::NcclGradientReducer<Gpt>>(
+    reducers.push_back(std::make_unique<ps::nccl::GradientReducer<Gpt>>(
         parents[r].get(), MPI_COMM_SELF, devices[r], std::span<Gpt>(piped), executed.ranks[r],
         std::function<void()>(), std::chrono::seconds(30),
-        ps::NcclReducerOptions{.bucket_bytes = 64 * sizeof(double)}));
+        ps::nccl::ReducerOptions{.bucket_bytes = 64 * sizeof(double)}));
     EXPECT_EQ(reducers.back()->replicas(), 1);
   }
   std::vector<int> started(static_cast<std::size_t>(n), 0);
@@ -213,7 +213,7 @@ TEST(NcclReducer, CudaLocalTwoRanksOneReplicaMatchesSequentialTraining) {
   options.reduce_gradients.wait = [&](int stage) {
     reducers[static_cast<std::size_t>(s.placement.rank_of(stage))]->wait(stage);
   };
-  ps::CudaLocalPipeline<Gpt> pipe(s, devices, piped, options);
+  ps::cuda_local::Pipeline<Gpt> pipe(s, devices, piped, options);
   const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 17);
   const auto training = gpu::training_data(data, devices.front(), devices.back());
   for (int step = 0; step < 2; ++step) {
@@ -236,14 +236,14 @@ TEST(NcclReducer, CudaLocalTwoRanksOneReplicaMatchesSequentialTraining) {
   EXPECT_EQ(started, std::vector<int>(static_cast<std::size_t>(n), 2));
 }
 
-// Trains `name` on `grid` (every process of the job, a GPU each) through NcclPipeline built
-// from NcclGroups for two steps, each replica on its share of the global batch, its gradients
+// Trains `name` on `grid` (every process of the job, a GPU each) through nccl::Pipeline built
+// from nccl::Groups for two steps, each replica on its share of the global batch, its gradients
 // averaged by the NCCL reducer; the global loss, this process's reduced gradients and its
 // updated parameters must equal sequential training of the whole global batch (double, 1e-12).
 void expect_data_parallel(const char* name, const ps::ProcessGrid& grid, int ordinal) {
   if (grid.size() != world_size()) return;
   SCOPED_TRACE(std::string(name) + " on " + grid.describe());
-  const ps::NcclGroups groups(grid, ordinal);
+  const ps::nccl::Groups groups(grid, ordinal);
   const int d = grid.data, rank = groups.coordinates().pipeline;
   const ps::Schedule s = generated(name, grid.pipeline, 4);
   const int n = s.problem.stages;
@@ -259,8 +259,8 @@ void expect_data_parallel(const char* name, const ps::ProcessGrid& grid, int ord
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(30);
   gpu::use_sgd(options, s.placement, procs, learning_rate);
-  ps::NcclPipeline<Gpt> pipe(s, procs, groups,
-                             {.executor = options, .reducer = {.bucket_bytes = 256}});
+  ps::nccl::Pipeline<Gpt> pipe(s, procs, groups,
+                               {.executor = options, .reducer = {.bucket_bytes = 256}});
   const auto training = gpu::training_data(mine, groups.device(), groups.device());
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -317,11 +317,12 @@ void momentum_update(std::vector<toy::GptStage<double>>& stages,
   }
 }
 
-// Trains `name` on `grid` with ZeRO-`zero` through NcclPipeline for three steps, SGD with
+// Trains `name` on `grid` with ZeRO-`zero` through nccl::Pipeline for three steps, SGD with
 // momentum stepped shard by shard (`bucket_bytes` 0: one bucket per stage). The global loss and
 // the all-gathered weights equal sequential training of the global batch with momentum (double,
 // 1e-12). With one bucket per stage, this replica's shard of each stage's reduced gradient
-// (the j-th of d equal parts of its values, padded) equals the reference's, and with ZeRO-2
+// (the j-th of d equal parts of its values, padded; with ZeRO-0, whose shard is the whole
+// tensor, all of them) equals the reference's, and with ZeRO-2
 // the gradients outside it are zero. With `fail_replica` ≥ 0 that replica's shard optimizer
 // throws (after changing its state) in the first step: the step fails on every process, rolled
 // back, and is retried, so the weights and momentum must be as if it never ran. The job is
@@ -334,7 +335,7 @@ void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int or
   SCOPED_TRACE(std::string(name) + " with ZeRO-" + std::to_string(zero) + " on " + grid.describe() +
                (bucket_bytes ? ", small buckets" : "") +
                (fail_replica >= 0 ? ", a failing shard step" : ""));
-  const ps::NcclGroups groups(grid, ordinal, world);
+  const ps::nccl::Groups groups(grid, ordinal, world);
   const int d = grid.data, j = groups.coordinates().data, rank = groups.coordinates().pipeline;
   const ps::Schedule s = generated(name, grid.pipeline, 4);
   const int n = s.problem.stages;
@@ -349,7 +350,7 @@ void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int or
   }
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(30);
-  ps::NcclReducerOptions zero_options;
+  ps::nccl::ReducerOptions zero_options;
   zero_options.zero = zero;
   if (bucket_bytes > 0) zero_options.bucket_bytes = bucket_bytes;
   zero_options.optimizer = ps::sgd_shards(learning_rate, momentum);
@@ -361,7 +362,7 @@ void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int or
     step_rule(w, g, state);
     if (fail_now) throw std::runtime_error("injected shard-step fault");
   };
-  ps::NcclPipeline<Gpt> pipe(s, procs, groups, {.executor = options, .reducer = zero_options});
+  ps::nccl::Pipeline<Gpt> pipe(s, procs, groups, {.executor = options, .reducer = zero_options});
   const auto training = gpu::training_data(mine, groups.device(), groups.device());
   if (fail_replica >= 0) {
     bool threw = false;
@@ -402,8 +403,8 @@ void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int or
         got.insert(got.end(), t.data.begin(), t.data.end());
       const std::vector<double>& want = ref_grads[static_cast<std::size_t>(st)];
       ASSERT_EQ(got.size(), want.size());
-      const std::size_t count = want.size(), c = (count + d - 1) / d;
-      const std::size_t lo = std::min(count, c * j), hi = std::min(count, lo + c);
+      const std::size_t count = want.size(), c = zero == 0 ? count : (count + d - 1) / d;
+      const std::size_t lo = zero == 0 ? 0 : std::min(count, c * j), hi = std::min(count, lo + c);
       EXPECT_LE(toy::max_relative_error(std::vector<double>(got.begin() + lo, got.begin() + hi),
                                         std::vector<double>(want.begin() + lo, want.begin() + hi)),
                 1e-12)
@@ -424,6 +425,7 @@ TEST(NcclZero, OneProcessMatchesSequentialTrainingWithMomentum) {
   expect_zero("1f1b", {1, 1, 1}, 1, place.ordinal, MPI_COMM_SELF);
   expect_zero("zb-h1", {1, 1, 1}, 2, place.ordinal, MPI_COMM_SELF, 256);
   expect_zero("1f1b", {1, 1, 1}, 1, place.ordinal, MPI_COMM_SELF, 0, 0);
+  expect_zero("1f1b", {1, 1, 1}, 0, place.ordinal, MPI_COMM_SELF, 0, 0);  // ZeRO-0, same rule
 }
 
 TEST(NcclRanks, ZeroMatchesSequentialTrainingWithMomentumAndRollsBackAFailedShardStep) {
@@ -436,6 +438,7 @@ TEST(NcclRanks, ZeroMatchesSequentialTrainingWithMomentumAndRollsBackAFailedShar
   expect_zero("zb-h1", {1, n, 1}, 1, place.ordinal, w, 256);
   expect_zero("zb-h1", {n, 1, 1}, 2, place.ordinal, w);
   expect_zero("1f1b", {1, n, 1}, 1, place.ordinal, w, 0, n - 1);
+  expect_zero("zb-h1", {1, n, 1}, 0, place.ordinal, w, 256, n - 1);  // ZeRO-0, the same rule
   if (n % 2 == 0) {  // pp2 × dp(n/2): on nccl.np4, two pipelines of two GPUs each
     expect_zero("1f1b", {2, n / 2, 1}, 1, place.ordinal, w);
     expect_zero("interleaved-1f1b", {2, n / 2, 1}, 2, place.ordinal, w, 256);
@@ -456,13 +459,13 @@ std::vector<double> shard_values(const ps::Schedule& s,
 
 // Trains `name` on `grid` (tp > 1) with ZeRO-1 for three steps, SGD with momentum stepped
 // shard by shard: each process holds its tensor shard of its pipeline rank's GPU stages
-// (summing over an NcclTensorGroup), each replica its share of the global batch. The global
+// (summing over an nccl::TensorGroup), each replica its share of the global batch. The global
 // loss and this process's weights equal sequential training of the whole model on the whole
 // batch with momentum, cut to this process's tensor shard (double, 1e-12).
 void expect_tensor_parallel_zero(const char* name, const ps::ProcessGrid& grid, int ordinal) {
   if (grid.size() != world_size()) return;
   SCOPED_TRACE(std::string(name) + " with ZeRO-1 on " + grid.describe());
-  const ps::NcclGroups groups(grid, ordinal);
+  const ps::nccl::Groups groups(grid, ordinal);
   const auto at = groups.coordinates();
   const ps::TensorShard shard{at.tensor, grid.tensor};
   const int d = grid.data;
@@ -479,11 +482,11 @@ void expect_tensor_parallel_zero(const char* name, const ps::ProcessGrid& grid, 
   }
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(60);
-  ps::NcclReducerOptions zero_options;
+  ps::nccl::ReducerOptions zero_options;
   zero_options.zero = 1;
   zero_options.bucket_bytes = 256;
   zero_options.optimizer = ps::sgd_shards(learning_rate, momentum);
-  ps::NcclPipeline<Gpt> pipe(s, procs, groups, options, {}, zero_options);
+  ps::nccl::Pipeline<Gpt> pipe(s, procs, groups, {.executor = options, .reducer = zero_options});
   const auto training = gpu::training_data(mine, groups.device(), groups.device());
   std::vector<std::vector<double>> velocity;
   for (int step = 0; step < 3; ++step) {
@@ -521,13 +524,13 @@ TEST(NcclRanks, TensorParallelStagesOfAnotherShardAreRefusedOnEveryProcess) {
   const int n = world_size();
   const ps::ProcessGrid grid{n / 2, 1, 2};
   if (grid.size() != n) GTEST_SKIP() << "runs on an even number of processes";
-  const ps::NcclGroups groups(grid, place.ordinal);
+  const ps::nccl::Groups groups(grid, place.ordinal);
   const ps::Schedule s = generated("1f1b", grid.pipeline, 2);
   const toy::GptConfig config = config_for(s.problem.stages);
   auto refused = [&](auto& stages, const char* says) {
     using Stage = typename std::remove_cvref_t<decltype(stages)>::value_type;
     try {
-      ps::NcclPipeline<Stage> pipe(s, stages, groups);
+      ps::nccl::Pipeline<Stage> pipe(s, stages, groups);
       ADD_FAILURE() << "accepted; expected: " << says;
     } catch (const ps::invalid_problem& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
@@ -545,28 +548,29 @@ TEST(NcclRanks, TensorParallelStagesOfAnotherShardAreRefusedOnEveryProcess) {
 }
 
 TEST(NcclZero, AnOptimizerHookBesideZeroIsRefused) {
-  // No GPU needed: NcclPipeline installs the shard step through the hook check MpiPipeline
+  // No GPU needed: nccl::Pipeline installs the shard step through the hook check mpi::Pipeline
   // uses (detail::shard_optimizer), shown here on a reducer stand-in.
   ps::ExecutorOptions hooks;
   hooks.optimizer = [](int) {};
   struct Stand {
     int zero() const { return 2; }
+    bool steps_weights() const { return true; }
     void step_shards() {}
     void discard_step() {}
   } stand;
   try {
-    ps::detail::shard_optimizer("NcclPipeline", "NcclReducerOptions", hooks, stand);
+    ps::detail::shard_optimizer("nccl::Pipeline", "nccl::ReducerOptions", hooks, stand);
     ADD_FAILURE() << "an optimizer hook beside ZeRO was accepted";
   } catch (const ps::invalid_problem& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("NcclPipeline: with ZeRO-2 each replica steps its shard with "
-                        "NcclReducerOptions::optimizer"),
+    EXPECT_NE(what.find("nccl::Pipeline: nccl::ReducerOptions::optimizer steps the weights "
+                        "(ZeRO-2), but ExecutorOptions also has"),
               std::string::npos)
         << what;
     EXPECT_NE(what.find("leave those empty"), std::string::npos) << what;
   }
   ps::ExecutorOptions empty;
-  ps::detail::shard_optimizer("NcclPipeline", "NcclReducerOptions", empty, stand);
+  ps::detail::shard_optimizer("nccl::Pipeline", "nccl::ReducerOptions", empty, stand);
   EXPECT_TRUE(static_cast<bool>(empty.optimizer));
   EXPECT_TRUE(static_cast<bool>(empty.rollback));
   EXPECT_FALSE(static_cast<bool>(empty.snapshot));
@@ -591,7 +595,7 @@ TEST(NcclRanks, AFailingReplicaRollsBackEveryReplicaAndTheRetriedStepMatchesSequ
   PIPESCHED_NEEDS_PROCESSES(2);
   PIPESCHED_NCCL_NEEDS_GPUS(place, true);
   const int d = world_size();
-  const ps::NcclGroups groups(ps::ProcessGrid{1, d, 1}, place.ordinal);
+  const ps::nccl::Groups groups(ps::ProcessGrid{1, d, 1}, place.ordinal);
   const ps::Schedule s = generated("1f1b", 1, 4);
   const toy::GptConfig config = config_for(1);
   const auto global = toy::make_gpt_data<double>(config, d * s.problem.microbatches, 23);
@@ -604,7 +608,7 @@ TEST(NcclRanks, AFailingReplicaRollsBackEveryReplicaAndTheRetriedStepMatchesSequ
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(20);
   gpu::use_sgd(options, s.placement, procs, learning_rate);
-  ps::NcclPipeline<FaultyGpt> pipe(s, procs, groups, options);
+  ps::nccl::Pipeline<FaultyGpt> pipe(s, procs, groups, {.executor = options});
   const auto training = gpu::training_data(mine, groups.device(), groups.device());
   bool threw = false;
   try {

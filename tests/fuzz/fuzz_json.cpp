@@ -101,7 +101,7 @@ int pipesched_fuzz_json(const std::uint8_t* data, std::size_t size) {
                 "JSON the writer wrote from a parsed tree does not parse", text);
   fuzz::require(same(v, again), "a JSON tree does not survive write + read", text);
   // As a plan: refused with a pipesched::error, or a plan whose parts agree.
-  TunePlan plan;
+  tuning::Plan plan;
   if (!fuzz::answers([&] { plan = read_plan(input, "fuzz.json"); })) return 0;
   fuzz::require(plan.grid().pipeline == plan.schedule.problem.ranks && plan.data >= 1 &&
                     plan.tensor >= 1 && plan.zero >= 0 && plan.zero <= 2,
@@ -110,7 +110,7 @@ int pipesched_fuzz_json(const std::uint8_t* data, std::size_t size) {
   fuzz::exercise(plan.schedule);
   // Written and read back, the plan is the same.
   const std::string written = plan_json(plan);
-  TunePlan back;
+  tuning::Plan back;
   fuzz::require(fuzz::answers([&] { back = read_plan(written, "written.json"); }),
                 "a plan read does not read back once written", written);
   fuzz::require(

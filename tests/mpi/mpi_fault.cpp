@@ -77,7 +77,7 @@ std::string snapshot_fault(const ps::Schedule& s, const toy::GptConfig& config,
     auto stages = make_stages(config, s.problem.stages);
     ps::ExecutorOptions options = base;
     toy::use_sgd(options, s.placement, stages, 0.05);
-    ps::MpiPipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options);
+    ps::mpi::Pipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options);
     pipe.step(training);
     pipe.step(training);
     clean = mine(s, stages, rank);
@@ -90,7 +90,7 @@ std::string snapshot_fault(const ps::Schedule& s, const toy::GptConfig& config,
     if (armed && r == bad) throw std::bad_alloc();
     keep(r);
   };
-  ps::MpiPipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options);
+  ps::mpi::Pipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options);
   pipe.step(training);
   const std::vector<float> before = mine(s, stages, rank);
   armed = true;
@@ -117,7 +117,7 @@ std::string snapshot_fault(const ps::Schedule& s, const toy::GptConfig& config,
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::MpiSession session(argc, argv);
+  ps::mpi::Session session(argc, argv);
   const std::string mode_name = argc > 1 ? argv[1] : "";
   Mode mode;
   if (mode_name == "throw") {
@@ -166,9 +166,9 @@ int main(int argc, char** argv) {
     if (mode == Mode::Absent && session.rank() == bad)
       std::this_thread::sleep_for(std::chrono::minutes(10));  // MPI_Abort ends it
     // The start-up agreement waits as long as a receive would.
-    ps::MpiTransportOptions transport;
+    ps::mpi::TransportOptions transport;
     transport.startup_timeout = options.receive_timeout;
-    ps::MpiPipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options, transport);
+    ps::mpi::Pipeline<Faulty> pipe(s, stages, MPI_COMM_WORLD, options, transport);
     for (int step = 0; step < steps; ++step) {
       if (mode == Mode::Stop && step == 1 && session.rank() == bad) std::raise(SIGSTOP);
       pipe.step(training);

@@ -95,9 +95,9 @@ inline ps::Schedule generated(const char* name, int ranks, int microbatches, int
                     g.default_wgrad);
 }
 
-// Random faults in a job of `grid` roll every step back (test_mpi_jobs.cpp); `zero` 1 or 2
-// runs ZeRO's shard optimizer.
+// Random faults in a job of `grid` roll every step back (test_mpi_jobs.cpp); `zero` 1 or 2, or
+// `reducer_steps` with ZeRO-0, runs the reducer's shard optimizer.
 void expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid, int trials,
-                                 unsigned seed, int zero = 0);
+                                 unsigned seed, int zero = 0, bool reducer_steps = false);
 
 }  // namespace mpi_test

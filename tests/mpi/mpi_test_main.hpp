@@ -26,7 +26,7 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
 };
 
 inline int run_mpi_tests(int argc, char** argv, int min_processes) {
-  MpiSession session(argc, argv);
+  mpi::Session session(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   if (session.size() < min_processes) {
     std::fprintf(stderr, "%s: needs %d or more processes; run it as `mpirun -np %d %s`\n", argv[0],

@@ -55,7 +55,7 @@ case $mode in
     # A rank that never builds its pipeline: the others give up on the start-up agreement
     # after its 5 s startup_timeout, naming that wait (the first to end the job may stop the
     # others before they print, so one line is enough), well within the limit.
-    grep -Eq "^MpiTransport: not every process of the job joined the start-up agreement on the schedule within 5 s" "$out" ||
+    grep -Eq "^mpi::Transport: not every process of the job joined the start-up agreement on the schedule within 5 s" "$out" ||
       fail "no rank named the start-up agreement it gave up on"
     [ "$(echo "$elapsed < 30" | bc)" -eq 1 ] || fail "the job took $elapsed s, over 30 s for a 5 s startup_timeout"
     ;;

@@ -44,8 +44,8 @@
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
 
-static_assert(ps::transport<ps::MpiTransport<toy::Tensor<float>>, toy::Tensor<float>>);
-static_assert(ps::process_transport<ps::MpiTransport<toy::Tensor<float>>, MPI_Request>);
+static_assert(ps::transport<ps::mpi::Transport<toy::Tensor<float>>, toy::Tensor<float>>);
+static_assert(ps::process_transport<ps::mpi::Transport<toy::Tensor<float>>, MPI_Request>);
 static_assert(ps::wire_tensor<toy::Tensor<double>>);
 
 namespace {
@@ -67,8 +67,8 @@ void expect_same_as_inproc(const ps::Schedule& s, ps::ExecutorOptions options = 
   ps::ExecutorOptions inproc_options = options;
   inproc_options.optimizer = toy::sgd_optimizer(s.placement, threads, learning_rate);
   options.optimizer = toy::sgd_optimizer(s.placement, procs, learning_rate);
-  ps::InprocPipeline<toy::GptStage<T>> inproc(s, threads, inproc_options);
-  ps::MpiPipeline<toy::GptStage<T>> mpi(s, procs, MPI_COMM_WORLD, options);
+  ps::inproc::Pipeline<toy::GptStage<T>> inproc(s, threads, inproc_options);
+  ps::mpi::Pipeline<toy::GptStage<T>> mpi(s, procs, MPI_COMM_WORLD, options);
   ASSERT_EQ(mpi.rank(), world_rank());
   const auto training = toy::training_data(data, s.problem.slices);
   for (int step = 0; step < 2; ++step) {
@@ -168,8 +168,8 @@ void expect_chimera_matches(int microbatches) {
     threads.push_back(ref[st % D]);
     procs.push_back(ref[st % D]);
   }
-  ps::InprocPipeline<toy::GptStage<T>> inproc(s, threads);
-  ps::MpiPipeline<toy::GptStage<T>> mpi(s, procs, MPI_COMM_WORLD);
+  ps::inproc::Pipeline<toy::GptStage<T>> inproc(s, threads);
+  ps::mpi::Pipeline<toy::GptStage<T>> mpi(s, procs, MPI_COMM_WORLD);
   // Offsets of each model stage's values in the whole model's flat gradient.
   std::vector<std::size_t> offset(D + 1, 0);
   for (int st = 0; st < D; ++st)
@@ -239,7 +239,7 @@ TEST(MpiHeterogeneous, EmbeddingBlockHeadStagesMatchSequentialTraining) {
     std::vector<Mixed> procs = toy::make_gpt_pipeline_stages<double>(config, s.problem.stages);
     ps::ExecutorOptions options;
     options.optimizer = toy::sgd_optimizer(s.placement, procs, learning_rate);
-    ps::MpiPipeline<Mixed> mpi(s, procs, MPI_COMM_WORLD, options);
+    ps::mpi::Pipeline<Mixed> mpi(s, procs, MPI_COMM_WORLD, options);
     const auto training = toy::training_data(data, s.problem.slices);
     for (int step = 0; step < 2; ++step) {
       const double ref_loss = toy::sequential_step(ref, data);
@@ -287,7 +287,7 @@ TEST(MpiFilling, RankZeroRunsRecomputesWhileWaiting) {
   std::vector<toy::SyntheticStage> stages(p, toy::SyntheticStage(cost));
   ps::ExecutorOptions options;
   options.fill_waits = true;
-  ps::MpiPipeline<toy::SyntheticStage> pipe(s, stages, MPI_COMM_WORLD, options);
+  ps::mpi::Pipeline<toy::SyntheticStage> pipe(s, stages, MPI_COMM_WORLD, options);
   const ps::StepResult r = pipe.step(toy::synthetic_training_data());
   EXPECT_GT(r.ranks[0].filled, 0);
 }
@@ -319,7 +319,7 @@ TEST(MpiFaults, ExceptionOnOneRankStopsEveryRankWithItsName) {
   stages[bad_stage].fail_microbatch = 2;
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(20);
-  ps::MpiPipeline<Faulty<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+  ps::mpi::Pipeline<Faulty<double>> pipe(s, stages, MPI_COMM_WORLD, options);
   const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 3);
   const auto training = toy::training_data(data);
   const auto t0 = std::chrono::steady_clock::now();
@@ -360,7 +360,7 @@ TEST(MpiFaults, NonStandardExceptionIsAttached) {
   stages[bad_stage].fault = [] { throw 42; };
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(20);
-  ps::MpiPipeline<Faulty<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+  ps::mpi::Pipeline<Faulty<double>> pipe(s, stages, MPI_COMM_WORLD, options);
   const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 3);
   const auto training = toy::training_data(data);
   const auto t0 = std::chrono::steady_clock::now();
@@ -399,7 +399,7 @@ TEST(MpiFaults, OptimizerExceptionIsAttached) {
   options.optimizer = [&](int rank) {
     if (armed && rank == bad) throw std::runtime_error("optimizer boom");
   };
-  ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+  ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
   const auto data = toy::make_gpt_data<double>(config, s.problem.microbatches, 3);
   const auto training = toy::training_data(data);
   const auto t0 = std::chrono::steady_clock::now();
@@ -437,7 +437,7 @@ TEST(MpiTimeouts, ForeverTimeoutStepSucceeds) {
     auto stages = make_stages<double>(config, s.problem.stages);
     ps::ExecutorOptions options;
     options.receive_timeout = timeout;
-    ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+    ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
     for (int step = 0; step < 2; ++step) {
       ps::StepResult r;
       ASSERT_NO_THROW(r = pipe.step(toy::training_data(data)));
@@ -453,7 +453,7 @@ void expect_schedules_refused(const ps::Schedule& mine, int odd) {
   auto stages = make_stages<double>(config, mine.problem.stages);
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    ps::MpiPipeline<toy::GptStage<double>> pipe(mine, stages);
+    ps::mpi::Pipeline<toy::GptStage<double>> pipe(mine, stages);
     ADD_FAILURE() << "different schedules were accepted";
   } catch (const ps::schedule_mismatch& e) {
     EXPECT_EQ(e.first_rank(), 0);
@@ -496,7 +496,7 @@ TEST(MpiErrors, NonPositiveOrTinyTimeoutIsRefusedAtConstruction) {
     ps::ExecutorOptions options;
     options.receive_timeout = timeout;
     try {
-      ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
+      ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, stages, MPI_COMM_WORLD, options);
       ADD_FAILURE() << "a receive_timeout of " << text << " s was accepted";
     } catch (const ps::invalid_problem& e) {
       const std::string what = e.what();
@@ -513,8 +513,8 @@ TEST(MpiErrors, PollIntervalOutsideItsRangeIsRefused) {
   for (const std::chrono::microseconds interval :
        {std::chrono::microseconds(-1), std::chrono::microseconds(std::chrono::minutes(1))}) {
     try {
-      ps::MpiTransport<toy::GptStage<double>::tensor_type> t(s, MPI_COMM_WORLD,
-                                                             {.poll_interval = interval});
+      ps::mpi::Transport<toy::GptStage<double>::tensor_type> t(s, MPI_COMM_WORLD,
+                                                               {.poll_interval = interval});
       ADD_FAILURE() << "a poll_interval of " << interval.count() << " µs was accepted";
     } catch (const ps::invalid_problem& e) {
       const std::string what = e.what();
@@ -532,13 +532,13 @@ TEST(MpiErrors, StartupTimeoutUnderAMillisecondIsRefused) {
   const ps::Schedule s = generated("1f1b", world_size(), 2 * world_size());
   for (const double seconds : {0.0, 1e-4, std::numeric_limits<double>::quiet_NaN()}) {
     try {
-      ps::MpiTransport<toy::Tensor<float>> t(
+      ps::mpi::Transport<toy::Tensor<float>> t(
           s, MPI_COMM_WORLD, {.startup_timeout = std::chrono::duration<double>(seconds)});
       ADD_FAILURE() << "a startup_timeout of " << seconds << " s was accepted";
     } catch (const ps::invalid_problem& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("MpiTransport: startup_timeout is " + ps::detail::seconds_text(seconds) +
-                          " s; give at least 0.001 s (1 ms)"),
+      EXPECT_NE(what.find("mpi::Transport: startup_timeout is " +
+                          ps::detail::seconds_text(seconds) + " s; give at least 0.001 s (1 ms)"),
                 std::string::npos)
           << what;
     }
@@ -569,7 +569,7 @@ TEST(MpiReducer, BucketRuleOfBothReducers) {
 TEST(MpiErrors, WrongProcessCountIsNamed) {
   const ps::Schedule s = generated("1f1b", world_size() + 1, 4);
   try {
-    ps::MpiTransport<toy::Tensor<float>> t(s);
+    ps::mpi::Transport<toy::Tensor<float>> t(s);
     ADD_FAILURE() << "no error";
   } catch (const ps::invalid_problem& e) {
     EXPECT_NE(std::string(e.what()).find("mpirun -np " + std::to_string(world_size() + 1)),

@@ -40,14 +40,18 @@ using CountingGpt = exec_test::Counting<toy::GptStage<double>>;
 // the job `grid` over MPI, on one replica: every process throws the same error saying the step
 // was rolled back, and after a retry of the failed step every step's loss and this process's
 // parameters equal the fault-free run's, bit for bit. The draws come from one seed, so every
-// process draws the same. With `zero` 1 or 2 the optimizer is ZeRO's shard step (SGD with
-// momentum, so a rolled-back step must also restore the shards' state), and an optimizer fault
-// hits one replica's rank only; with a tensor group, a layer's fault hits one member.
+// process draws the same. With `zero` 1 or 2, or with `reducer_steps`, the optimizer is the
+// reducer's shard step (SGD with momentum, so a rolled-back step must also restore the shards'
+// state; with ZeRO-0 the shard is the whole tensor), and an optimizer fault hits one replica's
+// rank only; else it is the executor's hooks (toy::use_sgd). With a tensor group, a layer's
+// fault hits one member.
 
 void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGrid& grid,
-                                           int trials, unsigned seed, int zero) {
+                                           int trials, unsigned seed, int zero,
+                                           bool reducer_steps) {
+  reducer_steps = reducer_steps || zero > 0;
   if (grid.size() != world_size()) return;
-  const ps::MpiGroups groups(grid);
+  const ps::mpi::Groups groups(grid);
   const ps::Schedule s = generated(name, grid.pipeline, 2 * grid.pipeline);
   SCOPED_TRACE(s.name + " on " + grid.describe());
   constexpr int steps = 3;
@@ -75,14 +79,15 @@ void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGr
   std::vector<int> calls_per_step(static_cast<std::size_t>(n), 0);  // of this process's stages
   std::vector<int> reaches_per_step(static_cast<std::size_t>(n), 0);
   std::vector<double> clean_params;
-  ps::MpiReducerOptions sharded;
+  ps::mpi::ReducerOptions sharded;
   sharded.zero = zero;
-  if (zero > 0) sharded.optimizer = ps::sgd_shards(learning_rate, 0.9);
+  if (reducer_steps) sharded.optimizer = ps::sgd_shards(learning_rate, 0.9);
   {
     auto stages = make();
     ps::ExecutorOptions options = base;
-    if (zero == 0) toy::use_sgd(options, s.placement, stages, learning_rate);
-    ps::MpiPipeline<CountingGpt> pipe(s, stages, groups, options, {}, sharded);
+    if (!reducer_steps) toy::use_sgd(options, s.placement, stages, learning_rate);
+    ps::mpi::Pipeline<CountingGpt> pipe(s, stages, groups,
+                                        {.executor = options, .reducer = sharded});
     for (int k = 0; k < steps; ++k)
       clean_loss.push_back(pipe.step(training).loss);
     for (int st = 0; st < n; ++st) {
@@ -97,14 +102,14 @@ void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGr
   for (int t = 0; t < trials; ++t) {
     auto stages = make();
     ps::ExecutorOptions options = base;
-    if (zero == 0) toy::use_sgd(options, s.placement, stages, learning_rate);
+    if (!reducer_steps) toy::use_sgd(options, s.placement, stages, learning_rate);
     const unsigned kind = rng() % 4;  // 0: an optimizer, 1: a gradients() call, else compute
     const bool in_optimizer = kind == 0, in_gradients = kind == 1;
     const int bad_rank = static_cast<int>(rng() % static_cast<unsigned>(s.rank_count()));
     const int bad_replica = static_cast<int>(rng() % static_cast<unsigned>(grid.data));
     const unsigned phase = rng() % 3;  // 0: in the snapshot, 1: before, 2: after the update
     // ZeRO's shard optimizer keeps its own state: no snapshot hook to break there.
-    const bool in_snapshot = phase == 0 && zero == 0, after_update = phase == 2;
+    const bool in_snapshot = phase == 0 && !reducer_steps, after_update = phase == 2;
     const int faulty_step = static_cast<int>(rng() % steps);
     const int stage = static_cast<int>(rng() % static_cast<unsigned>(n));
     const double where = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
@@ -115,8 +120,8 @@ void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGr
                       groups.coordinates().data == bad_replica &&
                       groups.coordinates().tensor == bad_member;
     bool armed = false;
-    ps::MpiReducerOptions faulty = sharded;
-    if (zero == 0) {
+    ps::mpi::ReducerOptions faulty = sharded;
+    if (!reducer_steps) {
       auto sgd = options.optimizer;
       options.optimizer = [&, sgd](int r) {
         if (armed && r == bad_rank && phase == 1) throw std::runtime_error("optimizer fault");
@@ -137,7 +142,8 @@ void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGr
         if (armed && mine_fails && after_update) throw std::runtime_error("optimizer fault");
       };
     }
-    ps::MpiPipeline<CountingGpt> pipe(s, stages, groups, options, {}, faulty);
+    ps::mpi::Pipeline<CountingGpt> pipe(s, stages, groups,
+                                        {.executor = options, .reducer = faulty});
     SCOPED_TRACE(
         "trial " + std::to_string(t) + ": step " + std::to_string(faulty_step) +
         (in_optimizer
@@ -169,7 +175,7 @@ void mpi_test::expect_mpi_faults_roll_back(const char* name, const ps::ProcessGr
           EXPECT_EQ(e.rank(), in_optimizer ? bad_rank : s.placement.rank_of(stage)) << e.what();
           // With replicas the error names the failing one (the lowest, when all failed).
           if (grid.data > 1) {
-            const int replica = in_optimizer && zero == 0 ? 0 : bad_replica;
+            const int replica = in_optimizer && !reducer_steps ? 0 : bad_replica;
             EXPECT_EQ(std::string(e.what()).rfind("replica " + std::to_string(replica) + " of " +
                                                       std::to_string(grid.data) + ": rank ",
                                                   0),
@@ -211,9 +217,10 @@ TEST(MpiFaults, RandomFaultsRollBackZeroShards) {
   const int n = world_size();
   expect_mpi_faults_roll_back("1f1b", {2, n / 2, 1}, 60, 15, 1);
   expect_mpi_faults_roll_back("zb-h1", {1, n, 1}, 60, 16, 2);
+  expect_mpi_faults_roll_back("1f1b", {2, n / 2, 1}, 40, 17, 0, true);  // ZeRO-0, the same rule
 }
 
-// Every grid of the job's size: each communicator of MpiGroups holds exactly the processes
+// Every grid of the job's size: each communicator of mpi::Groups holds exactly the processes
 // ProcessGrid puts in that group, ranked along it.
 TEST(MpiGroups, CommunicatorsHoldTheGridsGroups) {
   const int n = world_size();
@@ -225,7 +232,7 @@ TEST(MpiGroups, CommunicatorsHoldTheGridsGroups) {
         const ps::ProcessGrid grid{p, d, t};
         SCOPED_TRACE(grid.describe());
         ++grids;
-        const ps::MpiGroups groups(grid);
+        const ps::mpi::Groups groups(grid);
         EXPECT_EQ(groups.coordinates(), grid.coordinates(world_rank()));
         auto members = [](MPI_Comm c) {
           int size = 0, me = world_rank();
@@ -244,7 +251,7 @@ TEST(MpiGroups, CommunicatorsHoldTheGridsGroups) {
 TEST(MpiGroups, AGridOfAnotherSizeIsRefusedOnEveryProcess) {
   const ps::ProcessGrid grid{world_size(), 2, 1};
   try {
-    const ps::MpiGroups groups(grid);
+    const ps::mpi::Groups groups(grid);
     ADD_FAILURE() << "a grid of " << grid.size() << " processes was accepted";
   } catch (const ps::invalid_problem& e) {
     EXPECT_NE(std::string(e.what()).find("mpirun -np " + std::to_string(grid.size())),
@@ -263,7 +270,7 @@ TEST(MpiGroups, AGridOfAnotherSizeIsRefusedOnEveryProcess) {
 void expect_data_parallel(const char* name, const ps::ProcessGrid& grid, int slices = 1) {
   if (grid.size() != world_size()) return;
   SCOPED_TRACE(std::string(name) + " on " + grid.describe());
-  const ps::MpiGroups groups(grid);
+  const ps::mpi::Groups groups(grid);
   const int d = grid.data, rank = groups.coordinates().pipeline;
   const ps::Schedule s = generated(name, grid.pipeline, 4, slices);
   const toy::GptConfig config = config_for(s.problem.stages);
@@ -274,7 +281,7 @@ void expect_data_parallel(const char* name, const ps::ProcessGrid& grid, int sli
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(30);
   toy::use_sgd(options, s.placement, procs, learning_rate);
-  ps::MpiPipeline<toy::GptStage<double>> pipe(s, procs, groups, options);
+  ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, procs, groups, {.executor = options});
   const auto training = toy::training_data(mine, slices);
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -346,15 +353,15 @@ std::vector<double> flat(const toy::GptStage<double>& stage) {
   return toy::flat_gradients(std::vector<toy::GptStage<double>>{stage});
 }
 
-// Trains `name` on `grid` with ZeRO-`zero` for three steps, SGD with momentum stepped shard
-// by shard: the global loss, this replica's shard of every reduced gradient (one bucket per
-// stage: the j-th of d equal parts of the stage's values, padded) and the whole all-gathered
-// weights equal sequential training of the global batch with momentum (double, 1e-12); with
-// ZeRO-2 the gradients outside the shard are zero.
+// Trains `name` on `grid` with ZeRO-`zero` for three steps, SGD with momentum stepped by the
+// reducer shard by shard: the global loss, this replica's shard of every reduced gradient (one
+// bucket per stage: the j-th of d equal parts of the stage's values, padded; with ZeRO-0 the
+// whole bucket) and the whole all-gathered weights equal sequential training of the global
+// batch with momentum (double, 1e-12); with ZeRO-2 the gradients outside the shard are zero.
 void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int slices = 1) {
   if (grid.size() != world_size()) return;
   SCOPED_TRACE(std::string(name) + " with ZeRO-" + std::to_string(zero) + " on " + grid.describe());
-  const ps::MpiGroups groups(grid);
+  const ps::mpi::Groups groups(grid);
   const int d = grid.data, j = groups.coordinates().data, rank = groups.coordinates().pipeline;
   const ps::Schedule s = generated(name, grid.pipeline, 4, slices);
   const toy::GptConfig config = config_for(s.problem.stages);
@@ -364,11 +371,11 @@ void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int sl
   auto procs = make_stages<double>(config, s.problem.stages);
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(30);
-  ps::MpiReducerOptions zero_options;
+  ps::mpi::ReducerOptions zero_options;
   zero_options.zero = zero;
   zero_options.optimizer = ps::sgd_shards(learning_rate, momentum);
-  ps::MpiPipeline<toy::GptStage<double>> pipe(s, procs, groups,
-                                              {.executor = options, .reducer = zero_options});
+  ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, procs, groups,
+                                                {.executor = options, .reducer = zero_options});
   const auto training = toy::training_data(mine, slices);
   std::vector<std::vector<double>> velocity;
   for (int step = 0; step < 3; ++step) {
@@ -385,8 +392,8 @@ void expect_zero(const char* name, const ps::ProcessGrid& grid, int zero, int sl
     for (int st : s.placement.stages_of(rank)) {
       const std::vector<double> got = flat(procs[static_cast<std::size_t>(st)]);
       const std::vector<double>& want = ref_grads[static_cast<std::size_t>(st)];
-      const std::size_t n = want.size(), c = (n + d - 1) / d;
-      const std::size_t lo = std::min(n, c * j), hi = std::min(n, lo + c);
+      const std::size_t n = want.size(), c = zero == 0 ? n : (n + d - 1) / d;
+      const std::size_t lo = zero == 0 ? 0 : std::min(n, c * j), hi = std::min(n, lo + c);
       EXPECT_LE(toy::max_relative_error(std::vector<double>(got.begin() + lo, got.begin() + hi),
                                         std::vector<double>(want.begin() + lo, want.begin() + hi)),
                 1e-12)
@@ -413,33 +420,45 @@ TEST(MpiZero, MatchesSequentialTrainingWithMomentum) {
   expect_zero("interleaved-1f1b", {2, n / 2, 1}, 1);
   expect_zero("slice-pipe", {2, n / 2, 1}, 1, 2);
   expect_zero("1f1b", {1, n, 1}, 2);
+  // ZeRO-0 with the same optimizer: every replica steps the whole weights, with or without
+  // replicas (one optimizer for every ZeRO stage).
+  expect_zero("1f1b", {2, n / 2, 1}, 0);
+  expect_zero("zb-h1", {n, 1, 1}, 0);
 }
 
 TEST(MpiZero, OptionsAreCheckedOnEveryProcess) {
   const ps::ProcessGrid grid{1, world_size(), 1};
-  const ps::MpiGroups groups(grid);
+  const ps::mpi::Groups groups(grid);
   const ps::Schedule s = generated("1f1b", 1, 2);
   auto stages = make_stages<double>(config_for(1), 1);
-  auto refused = [&](ps::ExecutorOptions options, ps::MpiReducerOptions zero, const char* says) {
+  auto refused = [&](ps::ExecutorOptions options, ps::mpi::ReducerOptions zero, const char* says) {
     try {
-      ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, groups, options, {}, zero);
+      ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, stages, groups,
+                                                    {.executor = options, .reducer = zero});
       ADD_FAILURE() << "accepted; expected: " << says;
     } catch (const ps::invalid_problem& e) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
   };
-  ps::MpiReducerOptions three;
+  ps::mpi::ReducerOptions three;
   three.zero = 3;
   refused({}, three, "give 0 (all-reduce), 1");
-  ps::MpiReducerOptions no_rule;
+  ps::mpi::ReducerOptions no_rule;
   no_rule.zero = 1;
-  refused({}, no_rule, "MpiReducerOptions.optimizer is empty");
-  ps::MpiReducerOptions both;
+  refused({}, no_rule, "mpi::ReducerOptions.optimizer is empty");
+  ps::mpi::ReducerOptions both;
   both.zero = 2;
   both.optimizer = ps::sgd_shards(0.1);
   ps::ExecutorOptions with_optimizer;
   toy::use_sgd(with_optimizer, s.placement, stages, 0.1);
   refused(with_optimizer, both, "leave those empty");
+  ps::mpi::ReducerOptions whole;  // ZeRO-0 with the reducer's optimizer: the hooks stay empty
+  whole.optimizer = ps::sgd_shards(0.1);
+  refused(with_optimizer, whole, "or leave mpi::ReducerOptions::optimizer empty with ZeRO-0");
+  ps::mpi::ReducerOptions negative;
+  negative.optimizer = ps::sgd_shards(0.1);
+  negative.optimizer.state_per_value = -1;
+  refused({}, negative, "state_per_value = -1 is negative");
 }
 
 }  // namespace

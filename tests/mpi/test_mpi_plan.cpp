@@ -1,6 +1,6 @@
-// MpiPlanRun: a plan of `pipesched tune --json` placed on the job. A plan for another job size
+// mpi::PlanRun: a plan of `pipesched tune --json` placed on the job. A plan for another job size
 // is refused on every process with the `mpirun -np` to use, and a pp × dp plan with ZeRO, or a
-// pp × tp plan, gives MpiPipeline what trains like sequential training of the global batch.
+// pp × tp plan, gives mpi::Pipeline what trains like sequential training of the global batch.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -34,10 +34,10 @@ std::string plan_json(const ps::Schedule& s, int dp, int tp, int zero) {
   return w.take();
 }
 
-// The message MpiPlanRun throws for `plan`, the same on every process; empty when none.
-std::string refusal(const ps::TunePlan& plan) {
+// The message mpi::PlanRun throws for `plan`, the same on every process; empty when none.
+std::string refusal(const ps::tuning::Plan& plan) {
   try {
-    const ps::MpiPlanRun run(plan, "plan.json");
+    const ps::mpi::PlanRun run(plan, "plan.json");
   } catch (const ps::invalid_problem& e) {
     return e.what();
   }
@@ -46,7 +46,7 @@ std::string refusal(const ps::TunePlan& plan) {
 
 TEST(MpiPlan, JobOfAnotherSizeIsRefusedWithTheProcessCountToUse) {
   const int n = world_size();
-  const ps::TunePlan plan =
+  const ps::tuning::Plan plan =
       ps::read_plan(plan_json(generated("1f1b", 1, 4), n + 1, 1, 0), "plan.json");
   EXPECT_EQ(refusal(plan), "plan.json is for pp 1 × dp " + std::to_string(n + 1) +
                                " × tp 1 = " + std::to_string(n + 1) +
@@ -55,18 +55,19 @@ TEST(MpiPlan, JobOfAnotherSizeIsRefusedWithTheProcessCountToUse) {
 }
 
 // pp 2 × dp n/2 with ZeRO-`zero` (or pp 1 × dp n): the plan's schedule, groups and reducer
-// options train the toy GPT as sequential training of the global batch does (SGD, 1e-12).
+// options (one optimizer whatever the ZeRO stage, no executor hooks) train the toy GPT as
+// sequential training of the global batch does (SGD, 1e-12).
 void expect_plan_trains(int zero) {
   const int n = world_size(), pp = n % 2 == 0 ? 2 : 1, dp = n / pp;
   SCOPED_TRACE("ZeRO-" + std::to_string(zero) + " on pp " + std::to_string(pp));
-  const ps::MpiPlanRun run(
+  const ps::mpi::PlanRun run(
       ps::read_plan(plan_json(generated("zb-h1", pp, 4), dp, 1, zero), "plan.json"), "plan.json");
   EXPECT_EQ(run.coordinates(), run.plan().grid().coordinates(world_rank()));
   EXPECT_EQ(run.zero(), zero);
   EXPECT_EQ(run.global_batch(), dp * 4LL * 2);
-  const ps::MpiReducerOptions reducer = run.reducer_options(ps::sgd_shards(learning_rate));
+  const ps::mpi::ReducerOptions reducer = run.reducer_options(ps::sgd_shards(learning_rate));
   EXPECT_EQ(reducer.zero, zero);
-  EXPECT_EQ(static_cast<bool>(reducer.optimizer), zero >= 1);
+  EXPECT_TRUE(reducer.optimizer);  // every ZeRO stage: the reducer steps the weights
   const ps::Schedule& s = run.schedule();
   ASSERT_EQ(run.stages(), s.problem.stages);
   for (int st = 0; st < run.stages(); ++st)
@@ -80,8 +81,8 @@ void expect_plan_trains(int zero) {
   const auto training = toy::training_data(mine, 1);
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(30);
-  if (run.zero() == 0) toy::use_sgd(options, s.placement, stages, learning_rate);
-  ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, run.groups(), options, {}, reducer);
+  ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, stages, run.groups(),
+                                                {.executor = options, .reducer = reducer});
   for (int step = 0; step < 2; ++step) {
     const double want = toy::sequential_step(ref, global);
     toy::sgd_update(ref, learning_rate);
@@ -106,8 +107,8 @@ TEST(MpiPlan, PlanTrainsLikeSequentialTrainingOfTheGlobalBatch) {
 // whole model, cut to this process's shard; whole stages are refused by the pipeline.
 TEST(MpiPlan, TensorParallelPlanTrainsItsShards) {
   const int n = world_size(), pp = n / 2;
-  const ps::MpiPlanRun run(ps::read_plan(plan_json(generated("1f1b", pp, 4), 1, 2, 0), "plan.json"),
-                           "plan.json");
+  const ps::mpi::PlanRun run(
+      ps::read_plan(plan_json(generated("1f1b", pp, 4), 1, 2, 0), "plan.json"), "plan.json");
   EXPECT_EQ(run.tensor_shard(), (ps::TensorShard{world_rank() % 2, 2}));
   const ps::Schedule& s = run.schedule();
   const toy::GptConfig config = config_for(run.stages());
@@ -120,7 +121,7 @@ TEST(MpiPlan, TensorParallelPlanTrainsItsShards) {
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(30);
   toy::use_sgd(options, s.placement, stages, learning_rate);
-  ps::MpiPipeline<toy::GptStage<double>> pipe(s, stages, run.groups(), options);
+  ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, stages, run.groups(), {.executor = options});
   for (int step = 0; step < 2; ++step) {
     const double want = toy::sequential_step(ref, global);
     toy::sgd_update(ref, learning_rate);
@@ -137,7 +138,8 @@ TEST(MpiPlan, TensorParallelPlanTrainsItsShards) {
         << "stage " << st;
   }
   auto whole = make_stages<double>(config, run.stages());
-  EXPECT_THROW(ps::MpiPipeline<toy::GptStage<double>>(s, whole, run.groups()), ps::invalid_problem);
+  EXPECT_THROW(ps::mpi::Pipeline<toy::GptStage<double>>(s, whole, run.groups()),
+               ps::invalid_problem);
 }
 
 }  // namespace

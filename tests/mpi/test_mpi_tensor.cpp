@@ -40,7 +40,7 @@ std::vector<double> shard_values(const ps::Schedule& s,
 void expect_tensor_parallel(const char* name, const ps::ProcessGrid& grid, int slices = 1) {
   if (grid.size() != world_size()) return;
   SCOPED_TRACE(std::string(name) + " on " + grid.describe());
-  const ps::MpiGroups groups(grid);
+  const ps::mpi::Groups groups(grid);
   const auto at = groups.coordinates();
   const ps::TensorShard shard{at.tensor, grid.tensor};
   const int d = grid.data;
@@ -55,7 +55,7 @@ void expect_tensor_parallel(const char* name, const ps::ProcessGrid& grid, int s
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(60);
   toy::use_sgd(options, s.placement, procs, learning_rate);
-  ps::MpiPipeline<toy::GptStage<double>> pipe(s, procs, groups, options);
+  ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, procs, groups, {.executor = options});
   const auto training = toy::training_data(mine, slices);
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -115,12 +115,12 @@ TEST(MpiTensorParallel, RandomFaultsRollBack) {
 TEST(MpiTensorParallel, StagesOfAnotherShardAreRefused) {
   const int n = world_size();
   const ps::ProcessGrid grid{n / 2, 1, 2};
-  const ps::MpiGroups groups(grid);
+  const ps::mpi::Groups groups(grid);
   const ps::Schedule s = generated("1f1b", grid.pipeline, 2);
   const toy::GptConfig config = config_for(s.problem.stages);
   auto whole = make_stages<double>(config, s.problem.stages);
   try {
-    ps::MpiPipeline<toy::GptStage<double>> pipe(s, whole, groups);
+    ps::mpi::Pipeline<toy::GptStage<double>> pipe(s, whole, groups);
     ADD_FAILURE() << "whole stages were accepted on a tp 2 grid";
   } catch (const ps::invalid_problem& e) {
     EXPECT_NE(std::string(e.what()).find("TensorShard{coordinates().tensor, grid().tensor}"),

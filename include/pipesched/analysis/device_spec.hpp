@@ -70,23 +70,23 @@ struct DeviceSpec {
   void check() const;
 };
 
-//! Throws invalid_argument when a cluster of `gpus` GPUs (ClusterRequest::gpus) spread over
+//! Throws invalid_argument when a cluster of `gpus` GPUs (tuning::ClusterRequest::gpus) spread over
 //! more than one node of `G` does not fill whole nodes. A cluster is whole nodes (a launcher
 //! starts the same number of processes on each); a GPU count that leaves the last node
 //! partly used is most likely a mistyped count or node size, and planning it silently would
 //! plan a cluster that is not there.
 inline void check_whole_nodes(int gpus, int G) {
   if (gpus <= G || gpus % G == 0) return;
-  throw invalid_argument(std::to_string(gpus) + " GPUs (" + field("ClusterRequest.gpus", gpus) +
-                             ") do not fill whole nodes of " + std::to_string(G) + " (" +
-                             field("DeviceSpec.ranks_per_node", G) + "): the last of " +
-                             std::to_string(gpus / G + 1) + " nodes would hold " +
-                             std::to_string(gpus % G) + " GPU" + (gpus % G == 1 ? "" : "s") +
-                             "; give a multiple of the node size (" + std::to_string(gpus / G * G) +
-                             " or " + std::to_string((gpus / G + 1) * G) +
-                             " GPUs), or a node size that divides the GPU count; a cluster is "
-                             "whole nodes.",
-                         "ClusterRequest.gpus", std::to_string(gpus));
+  throw invalid_argument(
+      std::to_string(gpus) + " GPUs (" + field("tuning::ClusterRequest.gpus", gpus) +
+          ") do not fill whole nodes of " + std::to_string(G) + " (" +
+          field("DeviceSpec.ranks_per_node", G) + "): the last of " + std::to_string(gpus / G + 1) +
+          " nodes would hold " + std::to_string(gpus % G) + " GPU" + (gpus % G == 1 ? "" : "s") +
+          "; give a multiple of the node size (" + std::to_string(gpus / G * G) + " or " +
+          std::to_string((gpus / G + 1) * G) +
+          " GPUs), or a node size that divides the GPU count; a cluster is "
+          "whole nodes.",
+      "tuning::ClusterRequest.gpus", std::to_string(gpus));
 }
 
 namespace detail {

@@ -122,7 +122,7 @@ class budget_error : public invalid_problem {
 };
 
 //! An argument out of its range or of the wrong form: `field()` names it as the API spells it
-//! ("Problem.ranks", "TuneRequest.bases"), `value()` is the value refused.
+//! ("Problem.ranks", "tuning::Request.bases"), `value()` is the value refused.
 class invalid_argument : public invalid_problem {
  public:
   //! An exception whose message is `what`, refusing `value` for the argument `field`.

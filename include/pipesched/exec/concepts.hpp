@@ -1,5 +1,14 @@
 // What the executor needs from user code: layers, stage models, transports and devices,
 // each a named concept whose unmet requirement gets a readable error (see check_* below).
+// The stage models' concepts form one chain, each refining the one before it:
+//
+//   stage_model               runs the schedule's actions (forward, backward, W, stash bytes)
+//   └ trainable_stage         + parameters() and gradients() of the same tensors: an optimizer
+//                               can step it (toy::use_sgd, ExecutorOptions::optimizer)
+//     └ reducible_stage       + gradients with a wire form: MPI data parallelism and ZeRO
+//   └ device_reducible_stage  + device_gradients() (spans of device memory): NCCL data
+//     └ device_shardable_stage  parallelism; + device_parameters(): ZeRO on NCCL
+//   └ tensor_parallel_stage   + a tensor group it sums partial results over (tp > 1)
 #pragma once
 
 #include <chrono>
@@ -13,6 +22,8 @@
 #include <utility>
 
 #include "pipesched/core/action.hpp"
+#include "pipesched/exec/tensor_group.hpp"
+#include "pipesched/exec/wire.hpp"
 
 namespace pipesched {
 
@@ -120,6 +131,61 @@ concept splits_weight_gradient = stage_model<S> &&
     requires(S& s, const S& cs, typename S::stash_type& st, int part) {
   { cs.weight_parts() } -> std::convertible_to<int>;
   { s.backward_weight(st, part, part) } -> std::same_as<void>;
+};
+
+namespace detail {
+// The tensor type a member range of S gives (`parameters()`, `gradients()`).
+template <class R>
+using range_tensor_t = std::remove_cvref_t<std::ranges::range_reference_t<R>>;
+}  // namespace detail
+
+//! A stage model an optimizer can step: `parameters()` and `gradients()` are ranges of the same
+//! tensor type, the gradient of each parameter at the same place and of the same size
+//! (toy::use_sgd and the reducers' shard step walk them together).
+template <class S>
+concept trainable_stage = stage_model<S> && requires(S& s) {
+  { s.parameters() } -> std::ranges::range;
+  { s.gradients() } -> std::ranges::range;
+  requires std::is_same_v<detail::range_tensor_t<decltype(std::declval<S&>().parameters())>,
+                          detail::range_tensor_t<decltype(std::declval<S&>().gradients())>>;
+};
+
+//! A trainable stage whose weight gradients a data-parallel reduction over MPI can reach: its
+//! tensors have a `wire` specialization (their payload is the values) whose `value_type` is
+//! float or double. The reducer then also steps its weights with a ShardOptimizer (ZeRO 0, 1
+//! or 2).
+template <class S>
+concept reducible_stage = trainable_stage<S> &&
+    wire_tensor<detail::range_tensor_t<decltype(std::declval<S&>().gradients())>>;
+
+//! A GPU stage model whose weight gradients an NCCL reduction can reach: `device_gradients()`
+//! is a range of `std::span<T>` over device memory (T float or double), written on the
+//! compute stream of the device the stage was made with (the toy GPU MLP and GPT have it).
+template <class S>
+concept device_reducible_stage = stage_model<S> && requires(S& s) {
+  { s.device_gradients() } -> std::ranges::range;
+  requires std::is_floating_point_v<typename std::remove_cvref_t<
+      std::ranges::range_value_t<decltype(s.device_gradients())>>::element_type>;
+};
+
+//! A device-reducible stage whose weights the NCCL reducer's ShardOptimizer can step:
+//! `device_parameters()` is a range of `std::span<T>` over the device parameters, in the order
+//! and of the sizes of `device_gradients()` (the toy GPU MLP and GPT have it).
+template <class S>
+concept device_shardable_stage = device_reducible_stage<S> && requires(S& s) {
+  { s.device_parameters() } -> std::ranges::range;
+  requires std::is_same_v<
+      std::remove_cvref_t<std::ranges::range_value_t<decltype(s.device_parameters())>>,
+      std::remove_cvref_t<std::ranges::range_value_t<decltype(s.device_gradients())>>>;
+};
+
+//! A stage model that takes part in tensor parallelism: it was built for one shard
+//! (`tensor_shard()`) and sums its partial results over the group it is given
+//! (`set_tensor_group`, before its first action; nullptr detaches it).
+template <class S>
+concept tensor_parallel_stage = stage_model<S> && requires(S& s, const S& c, TensorGroup* g) {
+  s.set_tensor_group(g);
+  { c.tensor_shard() } -> std::convertible_to<TensorShard>;
 };
 
 //! Which way a message goes: a forward activation to the next stage, or an input gradient

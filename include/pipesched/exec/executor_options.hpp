@@ -15,7 +15,7 @@ namespace pipesched {
 //! holds the stage: `start(stage)` at its REDUCE_GRAD (start reducing the stage's weight
 //! gradients over its data-parallel group; return without waiting), `wait(stage)` at its
 //! WAIT_REDUCE_GRAD (return once they are reduced). What either throws fails the step at that
-//! action. `MpiGradientReducer` is one over MPI.
+//! action. `mpi::GradientReducer` is one over MPI.
 struct GradientReduction {
   std::function<void(int stage)> start{};  //!< at REDUCE_GRAD
   std::function<void(int stage)> wait{};   //!< at WAIT_REDUCE_GRAD

@@ -158,7 +158,7 @@ inline void check_step(const StepResult& step) {
   if (step.ranks.empty())
     throw invalid_problem(
         "profiled_cost: the StepResult holds no rank runs; run one step of a pipeline "
-        "(InprocPipeline::step, MpiPipeline::step, ...) and pass what it returned.");
+        "(inproc::Pipeline::step, mpi::Pipeline::step, ...) and pass what it returned.");
   if (step.executed.ranks.size() != step.ranks.size())
     throw invalid_problem("profiled_cost: the StepResult has " + std::to_string(step.ranks.size()) +
                           " rank runs but its executed schedule has " +
@@ -300,7 +300,7 @@ inline ProfiledCost median_cost(const std::vector<ProfiledCost>& costs) {
 }  // namespace detail::profiling
 
 //! The cost model of the stage models that ran `step` (what a pipeline's `step()` returned:
-//! `InprocPipeline`, `MpiPipeline` and the GPU pipelines alike), for `simulate` and the tuner.
+//! `inproc::Pipeline`, `mpi::Pipeline` and the GPU pipelines alike), for `simulate` and the tuner.
 //! One `StageProfile` per stage of the executed schedule, each figure the mean over the step's
 //! units of that stage:
 //!
@@ -534,7 +534,7 @@ ProfiledCost profile(std::span<Stage> stages, const TrainingData<typename Stage:
                           std::to_string(n) +
                           " stage models were given; pass one stage model per stage of the "
                           "schedule, or leave ProfileOptions::schedule empty for the default.");
-  InprocPipeline<Stage> pipe(schedule, stages, options.executor);
+  inproc::Pipeline<Stage> pipe(schedule, stages, options.executor);
   for (int i = 0; i < options.warmup_steps; ++i)
     pipe.step(data);
   std::vector<ProfiledCost> costs;

@@ -1,5 +1,5 @@
 // The earlier names of reading a plan to run: the plan file is io/plan_file.hpp now, and a plan
-// read is a TunePlan (TunePlan::grid() places the processes), the type `tune` returns.
+// read is a tuning::Plan (tuning::Plan::grid() places the processes), the type `tune` returns.
 #pragma once
 
 #include <string>
@@ -11,16 +11,16 @@
 namespace pipesched {
 
 //! A plan read to be run: the plan `tune` returns (io/plan_file.hpp).
-using RunPlan [[deprecated("a plan read is a TunePlan (io/plan_file.hpp)")]] = TunePlan;
+using RunPlan [[deprecated("a plan read is a tuning::Plan (io/plan_file.hpp)")]] = tuning::Plan;
 
 //! read_plan under its earlier name.
-[[deprecated("use read_plan (io/plan_file.hpp)")]] inline TunePlan read_run_plan(
+[[deprecated("use read_plan (io/plan_file.hpp)")]] inline tuning::Plan read_run_plan(
     std::string_view json_text, std::string source = "plan") {
   return read_plan(json_text, std::move(source));
 }
 
 //! read_plan_file under its earlier name.
-[[deprecated("use read_plan_file (io/plan_file.hpp)")]] inline TunePlan read_run_plan_file(
+[[deprecated("use read_plan_file (io/plan_file.hpp)")]] inline tuning::Plan read_run_plan_file(
     const std::string& path) {
   return read_plan_file(path);
 }

@@ -146,7 +146,7 @@ struct stage_variant_first {
 //! A stage model that holds one of the stage models `S...` and forwards every call of the
 //! stage-model concepts to it. A pipeline of stages of different types (an embedding stage, block
 //! stages, a head stage) is a `std::vector<StageVariant<Embed, Block, Head>>` with one element per
-//! stage; `Executor`, `InprocPipeline` and `MpiPipeline` take it as they take any stage model.
+//! stage; `Executor`, `inproc::Pipeline` and `mpi::Pipeline` take it as they take any stage model.
 //!
 //! Every alternative is checked with `check_stage_model`, and all must have the same
 //! `tensor_type`; a failing alternative is named by its index and type. A type may be listed once.

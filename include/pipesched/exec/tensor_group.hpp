@@ -1,8 +1,8 @@
 // Tensor parallelism as a stage model sees it: which shard of each layer it holds
 // (TensorShard) and the group it sums partial results over (TensorGroup). A stage model that
-// asks for its group (`tensor_parallel_stage`) is given one by a pipeline of a pp × dp × tp job
-// (MpiPipeline over MpiGroups::tensor()); stage models that don't ask keep working and run
-// with tp = 1.
+// asks for its group (`tensor_parallel_stage`, exec/concepts.hpp) is given one by a pipeline of a
+// pp × dp × tp job (mpi::Pipeline over mpi::Groups::tensor()); stage models that don't ask keep
+// working and run with tp = 1.
 #pragma once
 
 #include <concepts>
@@ -48,15 +48,6 @@ class TensorGroup {
   virtual void all_reduce(std::span<double> values) = 0;
   //! Sums `values` over the group, in place.
   virtual void all_reduce(std::span<float> values) = 0;
-};
-
-//! A stage model that takes part in tensor parallelism: it was built for one shard
-//! (`tensor_shard()`) and sums its partial results over the group it is given
-//! (`set_tensor_group`, before its first action; nullptr detaches it).
-template <class S>
-concept tensor_parallel_stage = requires(S& s, const S& c, TensorGroup* g) {
-  s.set_tensor_group(g);
-  { c.tensor_shard() } -> std::convertible_to<TensorShard>;
 };
 
 }  // namespace pipesched

@@ -39,8 +39,8 @@ struct HtmlReportOptions {
   //! Unit of memory: "bytes" writes binary prefixes ("3.2 GiB"), anything else after the
   //! number ("2.5 microbatches").
   std::string memory_unit = "microbatches";
-  //! What the memory axis shows: false, TunePoint::peak_memory (TransformerCost: the largest
-  //! GPU's memory, static bytes included); true, TunePoint::activation_peak (a budget given
+  //! What the memory axis shows: false, tuning::Point::peak_memory (TransformerCost: the largest
+  //! GPU's memory, static bytes included); true, tuning::Point::activation_peak (a budget given
   //! as activation memory per rank).
   bool activation_axis = false;
   std::string memory_caption = "peak memory";  //!< the memory axis's caption, without unit
@@ -63,12 +63,12 @@ inline std::string axis_caption(const std::string& what, const std::string& unit
 }
 
 //! The memory figure of `p` the plot's memory axis shows.
-inline double plotted_memory(const TunePoint& p, const HtmlReportOptions& opt) {
+inline double plotted_memory(const tuning::Point& p, const HtmlReportOptions& opt) {
   return opt.activation_axis ? p.activation_peak : p.peak_memory;
 }
 
 //! A marker's data attributes and tooltip: the configuration and its figures.
-inline std::string point_tip(const TunePoint& p, const HtmlReportOptions& opt) {
+inline std::string point_tip(const tuning::Point& p, const HtmlReportOptions& opt) {
   return describe(p) + ": step " + format_time(p.makespan, opt.time_unit) + ", " +
          opt.memory_caption + " " + format_memory(plotted_memory(p, opt), opt.memory_unit) +
          (p.fits ? "" : ", over the budget") + (p.frontier ? ", on the frontier" : "");
@@ -151,19 +151,19 @@ inline std::string report_legend(bool budget) {
 }
 
 //! The scatter plot of `r` as an inline SVG element.
-inline std::string report_scatter(const TuneResult& r, const HtmlReportOptions& opt) {
+inline std::string report_scatter(const tuning::Result& r, const HtmlReportOptions& opt) {
   const double W = std::clamp(opt.width, 400, 4000), H = 520;
   const double left = 90, right = 20, top = 20, bottom = 60;
   const double cw = W - left - right, ch = H - top - bottom;
   // Memory across, time up: the frontier runs from the top left to the bottom right.
-  std::vector<TunePoint> marked;
+  std::vector<tuning::Point> marked;
   if (r.best) marked.push_back(point_of(*r.best));
-  for (const TuneBaseline& b : r.baselines)
+  for (const tuning::Baseline& b : r.baselines)
     if (b.plan) marked.push_back(point_of(*b.plan));
   double tmax = 0, mmax = 0;
-  for (const std::vector<TunePoint>* set :
-       {&r.evaluated, static_cast<const std::vector<TunePoint>*>(&marked)})
-    for (const TunePoint& p : *set) {
+  for (const std::vector<tuning::Point>* set :
+       {&r.evaluated, static_cast<const std::vector<tuning::Point>*>(&marked)})
+    for (const tuning::Point& p : *set) {
       tmax = std::max(tmax, p.makespan);
       mmax = std::max(mmax, plotted_memory(p, opt));
     }
@@ -220,10 +220,10 @@ inline std::string report_scatter(const TuneResult& r, const HtmlReportOptions& 
          "</text>\n";
   }
   // The frontier as a staircase, under the points.
-  std::vector<TunePoint> front;
-  for (const TunePoint& p : r.evaluated)
+  std::vector<tuning::Point> front;
+  for (const tuning::Point& p : r.evaluated)
     if (p.frontier) front.push_back(p);
-  std::sort(front.begin(), front.end(), [&](const TunePoint& a, const TunePoint& b) {
+  std::sort(front.begin(), front.end(), [&](const tuning::Point& a, const tuning::Point& b) {
     return plotted_memory(a, opt) < plotted_memory(b, opt);
   });
   if (!front.empty()) {
@@ -235,11 +235,11 @@ inline std::string report_scatter(const TuneResult& r, const HtmlReportOptions& 
     s += "<path class=\"frontier\" d=\"" + d +
          "\" fill=\"none\" stroke=\"#1f6fb2\" stroke-width=\"2\"/>\n";
   }
-  auto marker = [&](const TunePoint& p, const std::string& cls, const std::string& shape) {
+  auto marker = [&](const tuning::Point& p, const std::string& cls, const std::string& shape) {
     s += "<g class=\"point " + cls + "\" data-tip=\"" + html_escape(point_tip(p, opt)) + "\">" +
          shape + "<title>" + html_escape(point_tip(p, opt)) + "</title></g>\n";
   };
-  for (const TunePoint& p : r.evaluated) {
+  for (const tuning::Point& p : r.evaluated) {
     const double x = x_of(plotted_memory(p, opt)), y = y_of(p.makespan);
     const MarkerKind k = p.frontier ? MarkerKind::Frontier
                          : p.fits   ? MarkerKind::Fits
@@ -247,7 +247,7 @@ inline std::string report_scatter(const TuneResult& r, const HtmlReportOptions& 
     marker(p, marker_class(k), marker_shape(k, x, y));
   }
   for (std::size_t i = 0; i < marked.size(); ++i) {
-    const TunePoint& p = marked[i];
+    const tuning::Point& p = marked[i];
     const double x = x_of(plotted_memory(p, opt)), y = y_of(p.makespan);
     const MarkerKind k = i == 0 && r.best ? MarkerKind::Best : MarkerKind::Baseline;
     marker(p, marker_class(k), marker_shape(k, x, y));
@@ -296,16 +296,16 @@ inline const char* report_script() {
 //! searched (a pair where nothing fits says so), with what comparing them takes: the
 //! configuration, step time and how many times the best's it is, bubble, the plotted memory,
 //! recomputes, and the MFU where the cost model counts FLOPs. Empty without a plan or pair.
-inline std::string report_summary(const TuneResult& r, const HtmlReportOptions& opt) {
+inline std::string report_summary(const tuning::Result& r, const HtmlReportOptions& opt) {
   if (!r.best && r.baselines.empty()) return {};
   bool mfu = r.best && r.best->mfu > 0;
-  for (const TuneBaseline& b : r.baselines)
+  for (const tuning::Baseline& b : r.baselines)
     mfu = mfu || (b.plan && b.plan->mfu > 0);
   auto cell = [](const std::string& text, bool num = false) {
     return std::string(num ? "<td class=\"num\">" : "<td>") + html_escape(text) + "</td>";
   };
   auto row = [&](const std::string& cls, const std::string& label, const std::string& base,
-                 const std::string& checkpoint, const TunePlan* p) {
+                 const std::string& checkpoint, const tuning::Plan* p) {
     std::string t = "<tr class=\"" + cls + "\">" + cell(label) + cell(base) + cell(checkpoint);
     if (p == nullptr)
       return t + "<td colspan=\"" + std::to_string(mfu ? 7 : 6) +
@@ -328,7 +328,7 @@ inline std::string report_summary(const TuneResult& r, const HtmlReportOptions& 
       html_escape(opt.memory_caption) + "</th><th>recomputes</th>" + (mfu ? "<th>MFU</th>" : "") +
       "</tr>\n";
   if (r.best) h += row("best", "best", r.best->base, checkpoint_name(*r.best), &*r.best);
-  for (const TuneBaseline& b : r.baselines)
+  for (const tuning::Baseline& b : r.baselines)
     h += row(
         "baseline", "best of pair", b.base,
         b.checkpoint_policy.empty() ? std::string(to_string(b.checkpoint)) : b.checkpoint_policy,
@@ -339,13 +339,13 @@ inline std::string report_summary(const TuneResult& r, const HtmlReportOptions& 
 }  // namespace detail
 
 //! The HTML page of tune result `r`: a heading with the search's figures, the scatter plot of
-//! every evaluated candidate (TuneResult::evaluated; step time up, memory across, frontier
+//! every evaluated candidate (tuning::Result::evaluated; step time up, memory across, frontier
 //! points filled blue and joined, over-budget ones hollow, the best a triangle, each
 //! baseline a square; the memory axis spans the points, and the budget is a dashed line when
 //! it lies within twice the largest point, else a note), a legend drawing each marker as the
 //! plot does, a table of the best and the baselines (detail::report_summary), then
 //! `opt.timelines`. Every text is escaped for HTML content and attributes.
-inline std::string render_html_report(const TuneResult& r, const HtmlReportOptions& opt) {
+inline std::string render_html_report(const tuning::Result& r, const HtmlReportOptions& opt) {
   using namespace detail;
   std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
                   html_escape(opt.title) + "</title>\n<style>" + report_style() +
@@ -353,7 +353,7 @@ inline std::string render_html_report(const TuneResult& r, const HtmlReportOptio
   h += "<h1>" + html_escape(opt.title) + "</h1>\n";
   if (!opt.command.empty()) h += "<pre class=\"command\">" + html_escape(opt.command) + "</pre>\n";
   int frontier = 0, over = 0;
-  for (const TunePoint& p : r.evaluated) {
+  for (const tuning::Point& p : r.evaluated) {
     frontier += p.frontier;
     over += !p.fits;
   }

@@ -1,11 +1,11 @@
-// A plan as a file: write_plan writes a TunePlan (what `tune` and `tune_cluster` return) as one
-// JSON object, read_plan reads it back, checked and validated, to the same TunePlan: its
+// A plan as a file: write_plan writes a tuning::Plan (what `tune` and `tune_cluster` return) as one
+// JSON object, read_plan reads it back, checked and validated, to the same tuning::Plan: its
 // process grid (pp × dp × tp), ZeRO stage, sequence parallelism, microbatch size, the layers of
 // each stage, the schedule itself (its text form, "schedule_text"), its simulated figures and
 // the cost model it was simulated under ("cost_model", for TransformerCost and UniformCost).
 // cost_of(plan) returns that cost model, so a plan read back simulates to its step time again;
 // a program started under `mpirun -np pp·dp·tp` reads it, places each process with
-// TunePlan::grid() and runs TunePlan::schedule (docs/executor.md, "Running a plan").
+// tuning::Plan::grid() and runs tuning::Plan::schedule (docs/executor.md, "Running a plan").
 // `pipesched tune --json` prints its plans with this writer.
 #pragma once
 
@@ -69,8 +69,8 @@ class PlanReader {
  public:
   PlanReader(const json::Value& plan, const std::string& source) : plan_(plan), source_(source) {}
 
-  TunePlan read() const {
-    TunePlan p;
+  tuning::Plan read() const {
+    tuning::Plan p;
     p.base = text("schedule");
     // The schedule's name where its text has none: a name the text form's `name` line keeps.
     if (p.base.empty() || detail::io::trim(p.base) != p.base ||
@@ -134,7 +134,7 @@ class PlanReader {
  private:
   // The plan's "checkpoint" is a mode the tuner writes, and a plan without checkpointing has
   // no recomputes.
-  CheckpointMode checkpoint_mode(const TunePlan& p) const {
+  CheckpointMode checkpoint_mode(const tuning::Plan& p) const {
     const std::string name = text("checkpoint");
     std::optional<CheckpointMode> mode;
     for (CheckpointMode m :
@@ -160,7 +160,7 @@ class PlanReader {
   // The plan's "wgrad" is fused (full backwards B only), split (input and weight gradients, I
   // and W) or fine (W cut into parts), as its schedule is; without "wgrad", what the schedule
   // does.
-  void read_wgrad(TunePlan& p) const {
+  void read_wgrad(tuning::Plan& p) const {
     const Action* split = nullptr;  // the first I or W
     const Action* part = nullptr;   // the first W part after the first
     for (const auto& list : p.schedule.ranks)
@@ -194,7 +194,7 @@ class PlanReader {
   // The simulated figures where the plan gives them: "makespan" (else "step_time_s"),
   // "throughput", "bubble_ratio", "warmup", "fitted", "peak_memory" (one per rank, or none),
   // "peak_memory_bytes", "mfu" and "mfu_usual"; a figure written null is left at its default.
-  void read_figures(TunePlan& p) const {
+  void read_figures(tuning::Plan& p) const {
     if (const json::Value* t = given("step_time_s")) {
       p.makespan = figure("step_time_s", *t, "a step time in seconds, 0 or more, or null");
       p.memory_unit = MemoryUnit::Bytes;  // seconds and bytes: a cost model of a device
@@ -256,7 +256,7 @@ class PlanReader {
   // The cost model of "cost_model": {"kind": "transformer", "model": {...}, "device": {...},
   // "parallel": {...}, "slice_lengths": [...], "wgrad_split": "..."} or {"kind": "uniform",
   // "f": ..., ...}, checked against the plan's own fields.
-  std::any cost_model(const json::Value& v, const TunePlan& p) const {
+  std::any cost_model(const json::Value& v, const tuning::Plan& p) const {
     if (v.kind() != json::Kind::Object)
       mistyped("cost_model", v,
                "it is the cost model the plan was simulated under (an object with \"kind\": "
@@ -579,7 +579,7 @@ inline std::string why_none(const json::Value& out) {
 //! "best" that is null (the search found no plan; the message says why), a `cost_model` that
 //! is no cost model or disagrees with the plan (its degrees, microbatch size, layers or slice
 //! count); and throws invalid_schedule when the schedule does not validate.
-inline TunePlan read_plan(std::string_view json_text, std::string source = "plan") {
+inline tuning::Plan read_plan(std::string_view json_text, std::string source = "plan") {
   const std::int64_t value_limit =
       std::max<std::int64_t>(min_plan_value_limit, static_cast<std::int64_t>(json_text.size() / 8));
   if (detail::plan_file::json_values_at_most(json_text, value_limit) > value_limit)
@@ -619,7 +619,7 @@ inline TunePlan read_plan(std::string_view json_text, std::string source = "plan
 //! Reads the plan file at `path` (at most max_plan_bytes) as read_plan does, naming the path in
 //! its messages. Throws pipesched::error naming the path and the reason when the file cannot be
 //! read (missing, a directory, too large).
-inline TunePlan read_plan_file(const std::string& path) {
+inline tuning::Plan read_plan_file(const std::string& path) {
   return read_plan(
       detail::io::read_bounded_file(path, "plan file", max_plan_bytes,
                                     "give the path of a plan from `pipesched tune --json`",
@@ -629,7 +629,7 @@ inline TunePlan read_plan_file(const std::string& path) {
 
 namespace detail::plan_file {
 
-inline const char* wgrad_name(const TunePlan& p) {
+inline const char* wgrad_name(const tuning::Plan& p) {
   if (p.fine_wgrad) return "fine";
   return p.wgrad == WGradMode::Split ? "split" : "fused";
 }
@@ -687,7 +687,7 @@ inline void write_cost_model(json::Writer& w, const std::any& cost) {
 //! figures in the cost model's units ("makespan", "throughput", "bubble_ratio", "recomputes",
 //! "fine_wgrad", "fitted", "peak_memory" per rank); "cost_model" where the plan holds a
 //! TransformerCost or a UniformCost; and the schedule in the text form, "schedule_text".
-inline void write_plan(json::Writer& w, const TunePlan& p, std::string_view command = {}) {
+inline void write_plan(json::Writer& w, const tuning::Plan& p, std::string_view command = {}) {
   const bool bytes = p.memory_unit == MemoryUnit::Bytes;
   w.begin_object()
       .field("schedule", p.base)
@@ -735,7 +735,7 @@ inline void write_plan(json::Writer& w, const TunePlan& p, std::string_view comm
 
 //! Plan `p` as the JSON text write_plan writes (one line; `spaced`: with spaces after ':' and
 //! ',').
-inline std::string plan_json(const TunePlan& p, std::string_view command = {},
+inline std::string plan_json(const tuning::Plan& p, std::string_view command = {},
                              bool spaced = false) {
   json::Writer w(spaced);
   write_plan(w, p, command);
@@ -744,7 +744,7 @@ inline std::string plan_json(const TunePlan& p, std::string_view command = {},
 
 //! Writes plan `p` to the file at `path` (write_plan's form), replacing it. Throws
 //! pipesched::error naming the path and the reason when it cannot be written.
-inline void write_plan_file(const std::string& path, const TunePlan& p,
+inline void write_plan_file(const std::string& path, const tuning::Plan& p,
                             std::string_view command = {}) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr)
@@ -758,12 +758,12 @@ inline void write_plan_file(const std::string& path, const TunePlan& p,
                 "); check the free space and write it again.");
 }
 
-//! The cost model plan `p` was simulated under (TunePlan::cost), as a `Cost`:
+//! The cost model plan `p` was simulated under (tuning::Plan::cost), as a `Cost`:
 //! simulate(p.schedule, cost_of<Cost>(p)) gives the plan's makespan again. Throws
 //! invalid_problem when the plan holds no cost model (one made by hand, or read from a file
 //! without "cost_model") or one of another type.
 template <class Cost>
-const Cost& cost_of(const TunePlan& p) {
+const Cost& cost_of(const tuning::Plan& p) {
   if (const Cost* c = std::any_cast<Cost>(&p.cost)) return *c;
   if (!p.cost.has_value())
     throw invalid_problem(

@@ -128,7 +128,7 @@ inline std::vector<GeneratorInfo> generators() {
   return detail::NamedRegistry<GeneratorInfo>::instance().with(builtin_generators());
 }
 
-//! Adds `info` to the registry, so find_generator, generators() and the tuner (TuneRequest
+//! Adds `info` to the registry, so find_generator, generators() and the tuner (tuning::Request
 //! bases) know it by `info.name`. The name and summary are copied. Throws invalid_problem when
 //! the name is empty, longer than 64 characters or not lower-case letters, digits, '-', '_'
 //! and '.' (it must be usable as a command-line word), when a generator of that name already

@@ -28,8 +28,8 @@ namespace pipesched {
 //! - `f.tensor_fits(t)`: whether the model splits over `t` tensor-parallel GPUs (its heads,
 //!   key/value heads and MLP width divide);
 //! - `f.gpus_per_node()`: the GPUs of one node (a tensor group stays inside one).
-//! TransformerClusterFactory is one; a program's own cost model of its layers and links takes
-//! part in the cluster search through a factory of its own.
+//! tuning::TransformerClusterFactory is one; a program's own cost model of its layers and links
+//! takes part in the cluster search through a factory of its own.
 template <class F>
 concept cluster_cost_factory = requires(const F& f, int b, const Parallelism& par, int t) {
   { f(b, par) } -> parallel_cost;
@@ -37,6 +37,8 @@ concept cluster_cost_factory = requires(const F& f, int b, const Parallelism& pa
   { f.tensor_fits(t) } -> std::convertible_to<bool>;
   { f.gpus_per_node() } -> std::convertible_to<int>;
 };
+
+namespace tuning {
 
 //! TransformerCost as a cluster cost factory: `model` (its microbatch size replaced) on
 //! `device` (its ranks_per_node the node size) under each parallelism.
@@ -61,15 +63,16 @@ struct TransformerClusterFactory {
   //! GPUs of a node (DeviceSpec::ranks_per_node).
   int gpus_per_node() const noexcept { return device.ranks_per_node; }
 };
+}  // namespace tuning
 
-static_assert(cluster_cost_factory<TransformerClusterFactory>);
+static_assert(cluster_cost_factory<tuning::TransformerClusterFactory>);
 
 namespace detail {
 
 //! Why the pipeline sizes and tensor degrees `request` lists leave no factorization of its
 //! GPUs on nodes of `G`: pp · dp · tp is the GPU count and tp divides the node, so a size
 //! that does not divide them is named with the divisors that would.
-inline Message unmet_degrees(const ClusterRequest& request, int G) {
+inline Message unmet_degrees(const tuning::ClusterRequest& request, int G) {
   const int N = request.gpus;
   auto divisors = [](int n) {
     std::string out;
@@ -86,17 +89,19 @@ inline Message unmet_degrees(const ClusterRequest& request, int G) {
   Message why;
   if (!request.pipeline.empty() && std::none_of(request.pipeline.begin(), request.pipeline.end(),
                                                 [&](int pp) { return N % pp == 0; }))
-    why += field("ClusterRequest.pipeline", listed(request.pipeline)) + " does not divide the " +
-           std::to_string(N) + " GPUs (pipeline x data x tensor degrees multiply to the GPU " +
+    why += field("tuning::ClusterRequest.pipeline", listed(request.pipeline)) +
+           " does not divide the " + std::to_string(N) +
+           " GPUs (pipeline x data x tensor degrees multiply to the GPU " +
            "count; pipeline sizes that divide it: " + divisors(N) + ")";
   else if (!request.tensor.empty() && std::none_of(request.tensor.begin(), request.tensor.end(),
                                                    [&](int t) { return N % t == 0 && G % t == 0; }))
-    why += field("ClusterRequest.tensor", listed(request.tensor)) + " does not divide both the " +
-           std::to_string(N) + " GPUs and the " + std::to_string(G) +
+    why += field("tuning::ClusterRequest.tensor", listed(request.tensor)) +
+           " does not divide both the " + std::to_string(N) + " GPUs and the " + std::to_string(G) +
            " GPUs of a node (a tensor group stays inside one node; degrees that divide both: " +
            divisors(std::gcd(N, G)) + ")";
   else
-    why += field("ClusterRequest.pipeline") + " and " + field("ClusterRequest.tensor") +
+    why += field("tuning::ClusterRequest.pipeline") + " and " +
+           field("tuning::ClusterRequest.tensor") +
            " leave no pipeline size p and tensor degree t with p x t dividing the " +
            std::to_string(N) + " GPUs and t dividing the node's " + std::to_string(G);
   return why;
@@ -108,19 +113,19 @@ inline Message unmet_degrees(const ClusterRequest& request, int G) {
 //! goes into `notes`, one per reason. Throws invalid_problem when nothing is left.
 template <cluster_cost_factory Factory, class Cost = decltype(std::declval<const Factory&>()(
                                             1, std::declval<const Parallelism&>()))>
-std::vector<TuneScenario<Cost>> cluster_scenarios(const ClusterRequest& request,
+std::vector<TuneScenario<Cost>> cluster_scenarios(const tuning::ClusterRequest& request,
                                                   const Factory& factory, int G,
-                                                  std::vector<TuneNote>& notes) {
+                                                  std::vector<tuning::Note>& notes) {
   const int N = request.gpus;
   const int layers = factory.layer_count();
   auto note = [&](const std::string& configuration, const Message& reason) {
     const std::string text = reason.text();
     auto same = std::find_if(notes.begin(), notes.end(),
-                             [&](const TuneNote& n) { return n.reason == text; });
+                             [&](const tuning::Note& n) { return n.reason == text; });
     if (same != notes.end())
       ++same->count;
     else
-      notes.push_back(TuneNote{configuration, text, 1, 0, reason});
+      notes.push_back(tuning::Note{configuration, text, 1, 0, reason});
   };
   auto wanted = [](const std::vector<int>& list, int v) {
     return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
@@ -195,36 +200,36 @@ std::vector<TuneScenario<Cost>> cluster_scenarios(const ClusterRequest& request,
 //! reduction, and the figures the cost model's capabilities give (largest GPU's memory, layers
 //! per stage, MFU).
 template <cluster_cost_factory Factory>
-TuneResult tune_cluster(const ClusterRequest& request, const Factory& factory,
-                        const ProgressFn& progress = {}) {
+tuning::Result tune_cluster(const tuning::ClusterRequest& request, const Factory& factory,
+                            const tuning::ProgressFn& progress = {}) {
   using Cost = decltype(factory(1, std::declval<const Parallelism&>()));
   request.check();
   const int G = request.gpus_per_node > 0 ? request.gpus_per_node : factory.gpus_per_node();
   if (G < 1)
     throw invalid_problem("tune_cluster: the cost factory gives " + std::to_string(G) +
                           " GPUs per node; a node has at least one (set "
-                          "ClusterRequest.gpus_per_node).");
+                          "tuning::ClusterRequest.gpus_per_node).");
   detail::check_whole_nodes(request.gpus, G);
-  std::vector<TuneNote> notes;
+  std::vector<tuning::Note> notes;
   const std::vector<detail::TuneScenario<Cost>> scenarios =
       detail::cluster_scenarios(request, factory, G, notes);
-  TuneRequest search = request.search;
+  tuning::Request search = request.search;
   search.global_batch = request.global_batch;
-  TuneResult r = detail::run_tune<Cost>(search, scenarios, progress);
+  tuning::Result r = detail::run_tune<Cost>(search, scenarios, progress);
   r.notes.insert(r.notes.begin(), notes.begin(), notes.end());
   return r;
 }
 
 //! Searches `request` for `model` on GPUs of `device` (tune_cluster over a
-//! TransformerClusterFactory): plans carry their degrees, step time with the gradient
+//! tuning::TransformerClusterFactory): plans carry their degrees, step time with the gradient
 //! all-reduce and optimizer step, largest GPU's memory and MFU.
-inline TuneResult tune_cluster(const ClusterRequest& request, const ModelShape& model,
-                               DeviceSpec device, const ProgressFn& progress = {}) {
+inline tuning::Result tune_cluster(const tuning::ClusterRequest& request, const ModelShape& model,
+                                   DeviceSpec device, const tuning::ProgressFn& progress = {}) {
   request.check();
   model.check();
   if (request.gpus_per_node > 0) device.ranks_per_node = request.gpus_per_node;
   device.check();
-  return tune_cluster(request, TransformerClusterFactory{model, device}, progress);
+  return tune_cluster(request, tuning::TransformerClusterFactory{model, device}, progress);
 }
 
 }  // namespace pipesched

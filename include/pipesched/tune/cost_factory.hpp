@@ -27,6 +27,8 @@ concept cost_factory = requires(const F& f, int microbatch_size) {
   { f(microbatch_size) } -> cost_model;
 };
 
+namespace tuning {
+
 //! UniformCost as a factory. Its durations and memory are per microbatch whatever the
 //! microbatch holds, so only microbatch size 1 has a meaning; other sizes are refused.
 struct UniformCostFactory {
@@ -60,9 +62,10 @@ struct TransformerCostFactory {
     return c;
   }
 };
+}  // namespace tuning
 
-static_assert(cost_factory<UniformCostFactory>);
-static_assert(cost_factory<TransformerCostFactory>);
+static_assert(cost_factory<tuning::UniformCostFactory>);
+static_assert(cost_factory<tuning::TransformerCostFactory>);
 
 //! The per-rank memory budget `cost` implies for a schedule of `problem` on `placement` when
 //! the caller gives none: for a cost model of a device's memory (device_memory_cost, as

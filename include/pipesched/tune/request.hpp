@@ -1,5 +1,5 @@
-// What the tuner searches: TuneRequest (one pipeline) and ClusterRequest (every way to run a
-// cluster's GPUs as pipeline x data x tensor parallelism), with the checks of their fields.
+// What the tuner searches: tuning::Request (one pipeline) and tuning::ClusterRequest (every way to
+// run a cluster's GPUs as pipeline x data x tensor parallelism), with the checks of their fields.
 // Included by pipesched/tune/tune.hpp, the tuner's entry header.
 #pragma once
 
@@ -25,7 +25,7 @@
 namespace pipesched {
 
 //! What to search. Numbers are run-time values (designated initializers:
-//! `TuneRequest{.ranks = 8, .global_batch = 64}`).
+//! `tuning::Request{.ranks = 8, .global_batch = 64}`).
 //! The chunk counts per rank c >= 2 that cut a model of `layers` layers into ranks x c stages
 //! of equal layers (c divides layers / ranks), up to 64, in increasing order; empty when none
 //! does (or layers < 1).
@@ -37,9 +37,11 @@ inline std::vector<int> equal_split_chunks(int layers, int ranks) {
   return out;
 }
 
+namespace tuning {
+
 //! What to search: the cost model, the ranks, the global batch, the memory budget and the
 //! schedules, chunk counts, microbatch sizes, slices and checkpoint modes to try.
-struct TuneRequest {
+struct Request {
   int ranks = 1;         //!< pipeline size p (ranks = devices)
   int global_batch = 1;  //!< sequences per training step, split into microbatches
   //! Base schedules, by generator name (policy/registry.hpp).
@@ -82,15 +84,15 @@ struct TuneRequest {
   //! The threads the search runs on: `threads`, or one per core (at least 1) for 0.
   int thread_count() const { return detail::thread_count(threads); }
   //! Wall-clock seconds after which the search stops and returns the best plans found so far
-  //! (TuneResult::cut); 0 = no limit. The deadline reaches inside each candidate (the
+  //! (tuning::Result::cut); 0 = no limit. The deadline reaches inside each candidate (the
   //! selective and Mario passes poll it), so the search ends soon after it whatever one
   //! candidate costs; a candidate cut short is dropped, never reported.
   double time_limit = 0;
-  //! A flag that, once true, stops the search as the time limit does (TuneResult::cut and
-  //! TuneResult::interrupted); null = none. Set it from another thread or a signal handler
+  //! A flag that, once true, stops the search as the time limit does (tuning::Result::cut and
+  //! tuning::Result::interrupted); null = none. Set it from another thread or a signal handler
   //! (std::atomic<bool> is lock-free); it must outlive the search.
   const std::atomic<bool>* stop_flag = nullptr;
-  //! Evaluated candidates TuneResult::evaluated keeps, the first in grid order (the Pareto
+  //! Evaluated candidates tuning::Result::evaluated keeps, the first in grid order (the Pareto
   //! frontier of those that fit is kept whatever the limit); 0 keeps only the frontier.
   int evaluated_limit = 20000;
 
@@ -98,8 +100,8 @@ struct TuneRequest {
   void check() const {
     auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
       throw invalid_argument(
-          field("TuneRequest." + name, value) + " is out of range; " + want + ".",
-          "TuneRequest." + name, value);
+          field("tuning::Request." + name, value) + " is out of range; " + want + ".",
+          "tuning::Request." + name, value);
     };
     if (ranks < 1) bad("ranks", std::to_string(ranks), "a pipeline needs at least 1 rank");
     if (global_batch < 1)
@@ -121,8 +123,8 @@ struct TuneRequest {
   void check_lists(bool any_divisor) const {
     auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
       throw invalid_argument(
-          field("TuneRequest." + name, value) + " is out of range; " + want + ".",
-          "TuneRequest." + name, value);
+          field("tuning::Request." + name, value) + " is out of range; " + want + ".",
+          "tuning::Request." + name, value);
     };
     if (bases.empty()) bad("bases", "{}", "name at least one schedule, e.g. \"1f1b\"");
     bool any_chunks = false;
@@ -162,7 +164,7 @@ struct TuneRequest {
       }
       if (c->mode)
         bad("checkpoint_policies", "\"" + name + "\"",
-            "a built-in mode goes in TuneRequest.checkpoints, not here");
+            "a built-in mode goes in tuning::Request.checkpoints, not here");
     }
     if (threads < 0)
       bad("threads", std::to_string(threads), "use 0 (one per core) or a positive count");
@@ -182,7 +184,7 @@ struct TuneRequest {
 
 //! A search over a whole cluster: every way to run `gpus` GPUs as pipeline × data ×
 //! tensor parallelism (Megatron-LM's placement, tensor innermost), each with the layer
-//! splits, and inside each pipeline everything TuneRequest searches.
+//! splits, and inside each pipeline everything tuning::Request searches.
 struct ClusterRequest {
   //! Most GPUs a cluster search takes (the command's --gpus and a cluster file's "gpus" too).
   static constexpr int max_gpus = 1 << 16;
@@ -192,7 +194,7 @@ struct ClusterRequest {
   //! What to search inside each pipeline: bases, chunks, microbatch sizes, checkpoints,
   //! slices, fine W, Mario options, threads, time limit (its ranks, global_batch and budget
   //! are set per pipeline; the budget is each GPU's device memory less its static bytes).
-  TuneRequest search{};
+  Request search{};
   //! Pipeline sizes tried; empty = every divisor of N the rest allows.
   std::vector<int> pipeline{};
   //! Tensor-parallel degrees tried; empty = every divisor of the node size that divides N,
@@ -214,8 +216,8 @@ struct ClusterRequest {
   void check() const {
     auto bad = [](const std::string& name, const std::string& value, const std::string& want) {
       throw invalid_argument(
-          field("ClusterRequest." + name, value) + " is out of range; " + want + ".",
-          "ClusterRequest." + name, value);
+          field("tuning::ClusterRequest." + name, value) + " is out of range; " + want + ".",
+          "tuning::ClusterRequest." + name, value);
     };
     // Bounded so that the search's loops over pipeline sizes and node sizes end soon.
     if (gpus < 1 || gpus > max_gpus)
@@ -236,5 +238,6 @@ struct ClusterRequest {
     search.check_lists(true);
   }
 };
+}  // namespace tuning
 
 }  // namespace pipesched

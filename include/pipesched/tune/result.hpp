@@ -1,6 +1,6 @@
-// What the tuner returns: the plans it found (TunePlan), why configurations were refused
-// (TuneNote), the best plan of each (base schedule, checkpoint mode) pair (TuneBaseline), the
-// whole result (TuneResult), the progress callback, and describe(), a plan in a few words.
+// What the tuner returns: the plans it found (tuning::Plan), why configurations were refused
+// (tuning::Note), the best plan of each (base schedule, checkpoint mode) pair (tuning::Baseline),
+// the whole result (tuning::Result), the progress callback, and describe(), a plan in a few words.
 // Included by pipesched/tune/tune.hpp, the tuner's entry header.
 #pragma once
 
@@ -22,14 +22,16 @@
 
 namespace pipesched {
 
+namespace tuning {
+
 //! One configuration the tuner found, with its simulated figures.
-struct TunePlan {
+struct Plan {
   std::string base;         //!< generator name, e.g. "interleaved-1f1b"
   int chunks = 1;           //!< stages per rank
   int microbatch_size = 1;  //!< sequences per microbatch
   int microbatches = 1;     //!< microbatches per step and pipeline (its batch / microbatch size)
   CheckpointMode checkpoint = CheckpointMode::None;  //!< the built-in checkpointing
-  //! The program's own checkpoint policy (TuneRequest::checkpoint_policies) that made the
+  //! The program's own checkpoint policy (tuning::Request::checkpoint_policies) that made the
   //! plan; empty for a built-in mode (`checkpoint`, which then means nothing).
   std::string checkpoint_policy;
   Schedule schedule;  //!< the schedule, recomputes included
@@ -88,7 +90,7 @@ struct TunePlan {
 //! Why configurations were refused: one note per distinct reason, naming the first
 //! configuration refused for it and counting all of them (a model too shallow for 64 stages
 //! refuses every microbatch size of that chunk count for the same reason).
-struct TuneNote {
+struct Note {
   //! The first configuration refused for this reason ("interleaved-1f1b with 4 chunks,
   //! microbatch size 2 (32 microbatches)").
   std::string configuration;
@@ -106,21 +108,24 @@ struct TuneNote {
 
 //! The best plan of one (base schedule, checkpoint mode) pair: what that scheme achieves
 //! with its own full search.
-struct TuneBaseline {
+struct Baseline {
   std::string base;                                  //!< the base schedule's generator name
   CheckpointMode checkpoint = CheckpointMode::None;  //!< the built-in checkpointing
-  std::optional<TunePlan> plan;                      //!< empty: nothing of this pair fits
-  std::string checkpoint_policy = {};  //!< as TunePlan's: a program's own policy, or empty
+  std::optional<Plan> plan;                          //!< empty: nothing of this pair fits
+  std::string checkpoint_policy = {};  //!< as tuning::Plan's: a program's own policy, or empty
 };
+}  // namespace tuning
 
 //! The name of a plan's checkpointing: its own policy's, or its built-in mode's ("mario").
-inline std::string checkpoint_name(const TunePlan& p) {
+inline std::string checkpoint_name(const tuning::Plan& p) {
   return p.checkpoint_policy.empty() ? std::string(to_string(p.checkpoint)) : p.checkpoint_policy;
 }
 
+namespace tuning {
+
 //! One candidate the tuner evaluated (built and simulated), in figures only: what a report
 //! plots of every plan considered without keeping every schedule.
-struct TunePoint {
+struct Point {
   std::string base;            //!< generator name
   std::string checkpoint;      //!< checkpoint_name of the plan
   int ranks = 1;               //!< pipeline ranks
@@ -128,23 +133,24 @@ struct TunePoint {
   int microbatch_size = 1;     //!< sequences per microbatch
   int microbatches = 1;        //!< microbatches per step and pipeline
   int slices = 1;              //!< slices per microbatch
-  bool fine_wgrad = false;     //!< as TunePlan's
-  bool fitted = false;         //!< as TunePlan's
+  bool fine_wgrad = false;     //!< as tuning::Plan's
+  bool fitted = false;         //!< as tuning::Plan's
   int data = 1;                //!< data-parallel replicas
   int tensor = 1;              //!< tensor-parallel degree
   int recomputes = 0;          //!< R actions in the schedule
   double makespan = 0;         //!< simulated step time (time unit)
-  double peak_memory = 0;      //!< as TunePlan::peak_memory
+  double peak_memory = 0;      //!< as tuning::Plan::peak_memory
   double activation_peak = 0;  //!< largest rank's activation peak
   bool fits = true;            //!< within the budget on every rank
   bool frontier = false;       //!< on the Pareto frontier of step time and peak_memory (fits only)
   std::size_t order = 0;       //!< grid position of its configuration
   int mode = 0;                //!< its CheckpointMode as a number (ordering with `order`)
 };
+}  // namespace tuning
 
 //! The figures of plan `p` as a point, `fits` as given.
-inline TunePoint point_of(const TunePlan& p, bool fits = true) {
-  TunePoint t;
+inline tuning::Point point_of(const tuning::Plan& p, bool fits = true) {
+  tuning::Point t;
   t.base = p.base;
   t.checkpoint = checkpoint_name(p);
   t.ranks = p.schedule.problem.ranks;
@@ -171,7 +177,7 @@ inline TunePoint point_of(const TunePlan& p, bool fits = true) {
 //! words, every checkpointed plan with its recompute count ("mario (0 recomputes)" where the
 //! base fits the budget as it is); a cluster plan starts with its degrees ("pp 4 x dp 2 x tp
 //! 2, ").
-inline std::string describe(const TunePoint& p) {
+inline std::string describe(const tuning::Point& p) {
   std::string s;
   if (p.data > 1 || p.tensor > 1)
     s += "pp " + std::to_string(p.ranks) + " x dp " + std::to_string(p.data) + " x tp " +
@@ -189,50 +195,52 @@ inline std::string describe(const TunePoint& p) {
 }
 
 //! The same of a plan.
-inline std::string describe(const TunePlan& p) {
+inline std::string describe(const tuning::Plan& p) {
   return describe(point_of(p));
 }
 
+namespace tuning {
+
 //! What `tune` found. Plans are compared by step time (makespan) for the same global batch;
 //! on equal step time the one with fewer recomputes, then the simpler checkpoint mode wins.
-struct TuneResult {
-  std::optional<TunePlan> best;                     //!< fastest plan that fits
-  std::optional<TunePlan> best_without_checkpoint;  //!< fastest with no recompute (mode none)
-  std::optional<TunePlan> best_conventional;        //!< fastest selective or full plan
-  std::optional<TunePlan> best_mario;               //!< fastest Mario plan
+struct Result {
+  std::optional<Plan> best;                     //!< fastest plan that fits
+  std::optional<Plan> best_without_checkpoint;  //!< fastest with no recompute (mode none)
+  std::optional<Plan> best_conventional;        //!< fastest selective or full plan
+  std::optional<Plan> best_mario;               //!< fastest Mario plan
   //! Every (base, checkpoint mode) pair searched, in the order of the request's bases and
   //! checkpoints (full as a fallback is not a pair of its own), with its best plan.
-  std::vector<TuneBaseline> baselines;
+  std::vector<Baseline> baselines;
   int candidates_tried = 0;        //!< (configuration, checkpoint mode) pairs settled, all kinds
   int candidates_refused = 0;      //!< of those, refused by a generator or the cost model
   int candidates_over_budget = 0;  //!< of those, over the budget on some rank
   int candidates_pruned = 0;       //!< of those, skipped: they could not beat a plan found
   int candidates_total = 0;        //!< candidates in the search (tried < total when cut)
-  //! TuneRequest::time_limit or TuneRequest::stop_flag stopped the search: the plans are
+  //! tuning::Request::time_limit or tuning::Request::stop_flag stopped the search: the plans are
   //! complete, but candidates were left unsearched.
   bool cut = false;
-  bool interrupted = false;  //!< of those, TuneRequest::stop_flag stopped it
+  bool interrupted = false;  //!< of those, tuning::Request::stop_flag stopped it
   int threads = 1;           //!< threads that searched
   double seconds = 0;        //!< wall-clock time of the search
   //! Why configurations were refused, one note per distinct reason, in the order first met.
-  std::vector<TuneNote> notes;
+  std::vector<Note> notes;
   //! The candidates evaluated (built and simulated; pruned ones are not), over the budget
-  //! included, in grid order: the first TuneRequest::evaluated_limit of them, plus every
-  //! point of the Pareto frontier (TunePoint::frontier) of those that fit, which is kept over
+  //! included, in grid order: the first tuning::Request::evaluated_limit of them, plus every
+  //! point of the Pareto frontier (tuning::Point::frontier) of those that fit, which is kept over
   //! all of them whatever the limit. Which candidates are pruned depends on the order threads
   //! settle them, so with several threads the points (not the bests) may differ between runs.
-  std::vector<TunePoint> evaluated;
+  std::vector<Point> evaluated;
   int evaluated_count = 0;  //!< candidates evaluated in all (evaluated holds fewer past the limit)
 
   //! The baseline of (base, mode); nullptr when that pair was not searched.
-  const TuneBaseline* baseline(std::string_view base, CheckpointMode mode) const {
-    for (const TuneBaseline& b : baselines)
+  const Baseline* baseline(std::string_view base, CheckpointMode mode) const {
+    for (const Baseline& b : baselines)
       if (b.base == base && b.checkpoint == mode && b.checkpoint_policy.empty()) return &b;
     return nullptr;
   }
   //! The baseline of (base, a program's own checkpoint policy); nullptr when not searched.
-  const TuneBaseline* baseline(std::string_view base, std::string_view policy) const {
-    for (const TuneBaseline& b : baselines)
+  const Baseline* baseline(std::string_view base, std::string_view policy) const {
+    for (const Baseline& b : baselines)
       if (b.base == base && !b.checkpoint_policy.empty() && b.checkpoint_policy == policy)
         return &b;
     return nullptr;
@@ -242,6 +250,7 @@ struct TuneResult {
 //! Called as the search goes: candidates settled so far, candidates in all, and the best plan
 //! so far (nullptr while none fits). Calls never overlap (the search serialises them, from
 //! whichever thread settles a candidate).
-using ProgressFn = std::function<void(int done, int total, const TunePlan* best)>;
+using ProgressFn = std::function<void(int done, int total, const Plan* best)>;
+}  // namespace tuning
 
 }  // namespace pipesched

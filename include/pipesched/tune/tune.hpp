@@ -3,16 +3,16 @@
 //
 // What is searched, for a pipeline of `ranks` ranks and a global batch of `global_batch`
 // sequences:
-//   base schedule      each name in TuneRequest::bases (a generator of policy/registry.hpp)
+//   base schedule      each name in tuning::Request::bases (a generator of policy/registry.hpp)
 //                      with its default backward (fused B, or I + W for Zero Bubble);
-//   chunks per rank    TuneRequest::chunks for generators that take a chunk count
+//   chunks per rank    tuning::Request::chunks for generators that take a chunk count
 //                      (interleaved-1f1b, looped-bfs), the generator's own count otherwise;
-//   microbatch size    each of TuneRequest::microbatch_sizes that divides global_batch;
+//   microbatch size    each of tuning::Request::microbatch_sizes that divides global_batch;
 //                      microbatches = global_batch / microbatch size;
 //   memory fitting     for orders with a memory knob (GeneratorInfo::generate_within: the
 //                      Zero Bubble orders, slice-pipe), the order's own schedule and the one
-//                      fitted to the budget (TunePlan::fitted);
-//   checkpointing      each of TuneRequest::checkpoints (none, selective, mario by default),
+//                      fitted to the budget (tuning::Plan::fitted);
+//   checkpointing      each of tuning::Request::checkpoints (none, selective, mario by default),
 //                      and full checkpointing as a fallback when nothing else fits.
 // A configuration a generator or the cost model refuses (too few microbatches for DualPipeV,
 // more stages than layers, weights alone over the device memory) is
@@ -23,8 +23,8 @@
 // share of the global batch, a cost factory), and the configurations of every scenario are
 // searched together, with one set of baselines.
 //
-// The search runs on TuneRequest::threads threads (default: one per core). Plans compete for
-// the slot of their (base, checkpoint mode) pair (TuneResult::baselines); the overall bests are
+// The search runs on tuning::Request::threads threads (default: one per core). Plans compete for
+// the slot of their (base, checkpoint mode) pair (tuning::Result::baselines); the overall bests are
 // the bests of those. Pruning, all of it safe (it never drops a plan that would have been
 // kept for its pair):
 //   - configurations are taken in increasing order of a bound that needs no schedule: the
@@ -40,17 +40,17 @@
 //     not run where that bound cannot beat the best plan of their pair already found:
 //     recomputes only add compute time.
 // Ties go to the earlier configuration of the grid, so the result does not depend on the
-// threads. TuneRequest::time_limit and TuneRequest::stop_flag stop the search with what it has
-// (TuneResult::cut): the deadline reaches inside each candidate (the selective and Mario passes
-// poll it, core/stop_token.hpp), and a candidate it cuts is dropped, never reported.
-// Cost: a cluster search of Llama 2 13B over 64 A100 40GB (pipeline x data parallelism, 1F1B,
-// interleaved and Chimera, Mario included) takes 1.6 s on one core, 0.9 s on two
-// (bench/tune_threads); MEPipe's scenarios (bench/mepipe_cluster) up to half a minute.
+// threads. tuning::Request::time_limit and tuning::Request::stop_flag stop the search with what it
+// has (tuning::Result::cut): the deadline reaches inside each candidate (the selective and Mario
+// passes poll it, core/stop_token.hpp), and a candidate it cuts is dropped, never reported. Cost: a
+// cluster search of Llama 2 13B over 64 A100 40GB (pipeline x data parallelism, 1F1B, interleaved
+// and Chimera, Mario included) takes 1.6 s on one core, 0.9 s on two (bench/tune_threads); MEPipe's
+// scenarios (bench/mepipe_cluster) up to half a minute.
 //
-// The parts: request.hpp (TuneRequest, ClusterRequest), result.hpp (TunePlan, TuneResult and
-// what they hold), cluster.hpp (tune_cluster), and the engine in detail/: search_space.hpp,
-// grid.hpp (enumeration), bounds.hpp (pruning), evaluate.hpp, scoreboard.hpp (the report),
-// plans.hpp (how plans are ranked) and run_tune.hpp, which runs the phases in that order
+// The parts: request.hpp (tuning::Request, tuning::ClusterRequest), result.hpp (tuning::Plan,
+// tuning::Result and what they hold), cluster.hpp (tune_cluster), and the engine in detail/:
+// search_space.hpp, grid.hpp (enumeration), bounds.hpp (pruning), evaluate.hpp, scoreboard.hpp (the
+// report), plans.hpp (how plans are ranked) and run_tune.hpp, which runs the phases in that order
 // (docs/design.md, "The tuner's phases").
 #pragma once
 
@@ -97,10 +97,11 @@ namespace pipesched {
 //! checkpointing, with conventional (selective or full) checkpointing, with Mario, and for
 //! each (base, mode) pair. Plans that do not fit, and configurations a generator or the cost
 //! model refuses, are skipped and counted; a result with no plan is not an error. Throws
-//! invalid_problem when the request itself is out of range (TuneRequest::check).
+//! invalid_problem when the request itself is out of range (tuning::Request::check).
 template <class Factory>
-requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const Factory& make_cost,
-                                               const ProgressFn& progress = {}) {
+requires cost_factory<Factory> tuning::Result tune(const tuning::Request& request,
+                                                   const Factory& make_cost,
+                                                   const tuning::ProgressFn& progress = {}) {
   using Cost = std::remove_cvref_t<decltype(make_cost(1))>;
   request.check();
   detail::TuneScenario<Cost> one;
@@ -113,22 +114,22 @@ requires cost_factory<Factory> TuneResult tune(const TuneRequest& request, const
 
 //! `tune` under UniformCost: microbatch size 1 only (its figures are per microbatch), the
 //! budget in its memory unit (microbatches of one rank's activations).
-inline TuneResult tune(const TuneRequest& request, const UniformCost& cost,
-                       const ProgressFn& progress = {}) {
+inline tuning::Result tune(const tuning::Request& request, const UniformCost& cost,
+                           const tuning::ProgressFn& progress = {}) {
   cost.check();
-  TuneRequest r = request;
+  tuning::Request r = request;
   r.microbatch_sizes = {1};
-  return tune(r, UniformCostFactory{cost}, progress);
+  return tune(r, tuning::UniformCostFactory{cost}, progress);
 }
 
 //! `tune` under TransformerCost for `model` on `device`: each microbatch size sets
 //! `model.microbatch_size`; without a budget each rank gets its device memory minus its
 //! weights, gradients and optimizer state (bytes).
-inline TuneResult tune(const TuneRequest& request, const ModelShape& model,
-                       const DeviceSpec& device, const ProgressFn& progress = {}) {
+inline tuning::Result tune(const tuning::Request& request, const ModelShape& model,
+                           const DeviceSpec& device, const tuning::ProgressFn& progress = {}) {
   model.check();
   device.check();
-  return tune(request, TransformerCostFactory{model, device}, progress);
+  return tune(request, tuning::TransformerCostFactory{model, device}, progress);
 }
 
 }  // namespace pipesched

@@ -86,7 +86,7 @@ bool trains(const ps::Schedule& s, const char* what) {
     piped.emplace_back(config, st, s.problem.stages);
   }
   const double want = toy::sequential_step(ref, data);
-  ps::InprocPipeline<Stage> pipe(s, piped);
+  ps::inproc::Pipeline<Stage> pipe(s, piped);
   const double got = pipe.step(toy::training_data(data)).loss;
   if (std::abs(got - want) > 1e-12 * std::abs(want)) {
     std::fprintf(stderr, "pipesched consumer: %s trained to loss %.17g, sequential %.17g\n",
@@ -106,12 +106,12 @@ int own_policies() {
   for (const auto& list : planned.ranks)
     for (const ps::Action& a : list)
       recomputes += a.kind == ps::OpKind::R;
-  ps::TuneRequest req{.ranks = 2, .global_batch = 4};
+  ps::tuning::Request req{.ranks = 2, .global_batch = 4};
   req.bases = {"two-in-flight", "1f1b"};
   req.checkpoints = {ps::CheckpointMode::None};
   req.checkpoint_policies = {"last-microbatch"};
-  const ps::TuneResult r = ps::tune(req, ps::UniformCost{});
-  const ps::TuneBaseline* own = r.baseline("two-in-flight", "last-microbatch");
+  const ps::tuning::Result r = ps::tune(req, ps::UniformCost{});
+  const ps::tuning::Baseline* own = r.baseline("two-in-flight", "last-microbatch");
   if (!ps::check(planned).ok() || recomputes != 2 || !own || !own->plan) {
     std::fprintf(stderr,
                  "pipesched consumer: own policy: valid %d, %d recomputes (want 2), tuned %d\n",

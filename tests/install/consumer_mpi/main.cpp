@@ -1,4 +1,4 @@
-// Starts MPI through an installed pipesched's MpiSession and checks that every rank sees
+// Starts MPI through an installed pipesched's mpi::Session and checks that every rank sees
 // the expected number of ranks and can reach the others (a sum of the ranks).
 #include <cstdio>
 #include <cstdlib>
@@ -6,7 +6,7 @@
 #include "pipesched/transport/mpi/mpi_session.hpp"
 
 int main(int argc, char** argv) {
-  pipesched::MpiSession mpi(argc, argv);
+  pipesched::mpi::Session mpi(argc, argv);
   const int expected = argc > 1 ? std::atoi(argv[1]) : 1;
   int rank_sum = 0;
   int rank = mpi.rank();

@@ -115,7 +115,7 @@ void expect_trains_as_sequential(const ps::Schedule& s) {
   std::vector<toy::GptStage<double>> piped;
   for (int st = 0; st < p.stages; ++st)
     piped.emplace_back(toy_gpt, st % model_stages, model_stages);
-  ps::InprocPipeline<toy::GptStage<double>> pipe(s, piped);
+  ps::inproc::Pipeline<toy::GptStage<double>> pipe(s, piped);
   const ps::StepResult r = pipe.step(toy::training_data(data, p.slices));
   EXPECT_NEAR(r.loss, ref_loss, 1e-12 * std::abs(ref_loss));
   toy::sum_replica_gradients(piped, p.replicas);

@@ -159,7 +159,7 @@ TEST(Executor, EveryGeneratorMatchesSequentialAndTheSimulatedPeak) {
         std::vector<AffineStage> piped;
         for (int st = 0; st < s.problem.stages; ++st)
           piped.emplace_back(st % model_stages);
-        ps::InprocPipeline<AffineStage> pipe(s, piped);
+        ps::inproc::Pipeline<AffineStage> pipe(s, piped);
         for (int step = 0; step < 2; ++step) {
           ps::StepResult r = pipe.step(data);
           EXPECT_NEAR(r.loss, ref_loss, 1e-12 * std::abs(ref_loss));
@@ -187,7 +187,7 @@ TEST(Executor, RunsPyTorchCsvSchedules) {
     auto ref = make_stages(s.problem.stages);
     const double ref_loss = sequential(ref, data, m);
     auto piped = make_stages(s.problem.stages);
-    ps::InprocPipeline<AffineStage> pipe(s, piped);
+    ps::inproc::Pipeline<AffineStage> pipe(s, piped);
     ps::StepResult r = pipe.step(data);
     EXPECT_NEAR(r.loss, ref_loss, 1e-12 * std::abs(ref_loss));
     EXPECT_LE(max_rel(piped, ref), 1e-12);
@@ -201,7 +201,7 @@ TEST(TimedExecutor, LayerExceptionStopsEveryRankAndNamesRankAndAction) {
   stages[2].fail_on = [&calls](const char* op) {
     if (std::string(op) == "forward" && ++calls == 3) throw std::runtime_error("boom in stage 2");
   };
-  ps::InprocPipeline<AffineStage> pipe(
+  ps::inproc::Pipeline<AffineStage> pipe(
       s, stages, {.receive_timeout = std::chrono::seconds(30), .optimizer = {}});
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -227,11 +227,11 @@ TEST(TimedExecutor, ReceiveThatNeverComesTimesOut) {
   ps::Schedule s = ps::lower_communication(ps::schedule::gpipe({.ranks = 2, .microbatches = 2}));
   // Keep the schedule valid for the executor's check by giving rank 0 a list that simply
   // stalls: a timeout is what a lost message looks like, so use a transport that loses it.
-  struct LossyTransport : ps::InprocTransport<std::vector<double>> {
-    using ps::InprocTransport<std::vector<double>>::InprocTransport;
+  struct LossyTransport : ps::inproc::Transport<std::vector<double>> {
+    using ps::inproc::Transport<std::vector<double>>::Transport;
     void send(int from, int to, const ps::MessageKey& k, std::vector<double>&& x) {
       if (k.microbatch == 1 && k.direction == ps::Direction::Forward) return;  // lost
-      ps::InprocTransport<std::vector<double>>::send(from, to, k, std::move(x));
+      ps::inproc::Transport<std::vector<double>>::send(from, to, k, std::move(x));
     }
   };
   LossyTransport t(2);
@@ -278,16 +278,16 @@ TEST(TimedExecutor, ReceiveThatNeverComesTimesOut) {
 TEST(Executor, RefusesMismatchedStagesAndInvalidSchedules) {
   ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 2, .microbatches = 2});
   auto stages = make_stages(1);
-  EXPECT_THROW((ps::InprocPipeline<AffineStage>(s, stages)), ps::invalid_problem);
+  EXPECT_THROW((ps::inproc::Pipeline<AffineStage>(s, stages)), ps::invalid_problem);
   s.ranks[0].pop_back();
   auto two = make_stages(2);
-  EXPECT_THROW((ps::InprocPipeline<AffineStage>(s, two)), ps::invalid_schedule);
+  EXPECT_THROW((ps::inproc::Pipeline<AffineStage>(s, two)), ps::invalid_schedule);
 }
 
 TEST(Executor, TimelineHasEveryActionInOrder) {
   ps::Schedule s = ps::schedule::zero_bubble_h1({.ranks = 2, .microbatches = 4});
   auto stages = make_stages(2);
-  ps::InprocPipeline<AffineStage> pipe(s, stages);
+  ps::inproc::Pipeline<AffineStage> pipe(s, stages);
   ps::StepResult r = pipe.step(make_data(4));
   ps::SimulationResult t = r.timeline();
   ASSERT_EQ(t.timing.size(), 2u);

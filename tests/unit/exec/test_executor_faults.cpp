@@ -72,7 +72,7 @@ void expect_healthy_step(Seconds timeout) {
   auto stages = faulty_stages(s.problem.stages);
   ps::ExecutorOptions options;
   options.receive_timeout = timeout;
-  ps::InprocPipeline<FaultyMlp> pipe(s, stages, options);
+  ps::inproc::Pipeline<FaultyMlp> pipe(s, stages, options);
   for (int step = 0; step < 2; ++step) {
     ps::StepResult r;
     ASSERT_NO_THROW(r = pipe.step(toy::training_data(data)));
@@ -98,7 +98,7 @@ TEST(ExecutorTimeout, TimeoutPastTheClocksRangeMeansNoDeadline) {
 
 // Without a deadline a receive still gets a message that comes late.
 TEST(TimedExecutorTimeout, ForeverReceiveWaitsForALateMessage) {
-  ps::InprocTransport<int> t(2);
+  ps::inproc::Transport<int> t(2);
   const ps::MessageKey key{1, 0, 0, ps::Direction::Forward};
   std::jthread sender([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -111,7 +111,7 @@ TEST(TimedExecutorTimeout, ForeverReceiveWaitsForALateMessage) {
 
 // Without a deadline a receive still wakes when another rank aborts.
 TEST(TimedExecutorTimeout, ForeverReceiveWakesOnAbort) {
-  ps::InprocTransport<int> t(2);
+  ps::inproc::Transport<int> t(2);
   std::jthread aborter([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     t.abort();
@@ -128,7 +128,7 @@ void expect_refused(Seconds timeout, const std::string& value) {
   ps::ExecutorOptions options;
   options.receive_timeout = timeout;
   try {
-    ps::InprocPipeline<FaultyMlp> pipe(s, stages, options);
+    ps::inproc::Pipeline<FaultyMlp> pipe(s, stages, options);
     ADD_FAILURE() << "a receive_timeout of " << value << " s was accepted";
   } catch (const ps::invalid_problem& e) {
     const std::string what = e.what();
@@ -157,7 +157,7 @@ TEST(ExecutorTimeout, OneMillisecondIsAccepted) {
   auto stages = faulty_stages(s.problem.stages);
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::milliseconds(1);
-  EXPECT_NO_THROW(ps::InprocPipeline<FaultyMlp> pipe(s, stages, options));
+  EXPECT_NO_THROW(ps::inproc::Pipeline<FaultyMlp> pipe(s, stages, options));
 }
 
 // Throws `fault` (by `throw_it`) in stage 2's third forward of 1F1B on 4 ranks; the step
@@ -172,7 +172,7 @@ void expect_fault_attached(const std::function<void()>& throw_it, const std::str
   };
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(30);
-  ps::InprocPipeline<FaultyMlp> pipe(s, stages, options);
+  ps::inproc::Pipeline<FaultyMlp> pipe(s, stages, options);
   const auto t0 = Clock::now();
   try {
     pipe.step(toy::training_data(data));
@@ -218,7 +218,7 @@ void expect_optimizer_fault_attached(const ps::Schedule& s, int bad,
   options.optimizer = [&](int rank) {
     if (armed && rank == bad) throw_it();
   };
-  ps::InprocPipeline<FaultyMlp> pipe(s, stages, options);
+  ps::inproc::Pipeline<FaultyMlp> pipe(s, stages, options);
   const int list_size =
       static_cast<int>(ps::lower_communication(s).ranks[static_cast<std::size_t>(bad)].size());
   const auto t0 = Clock::now();
@@ -256,7 +256,7 @@ TEST(TimedExecutorFaults, ZeroGradientsExceptionGetsRank) {
   stages[3].zero_fault = [] { throw 3.5; };
   ps::ExecutorOptions options;
   options.receive_timeout = std::chrono::seconds(30);
-  ps::InprocPipeline<FaultyMlp> pipe(s, stages, options);
+  ps::inproc::Pipeline<FaultyMlp> pipe(s, stages, options);
   const auto t0 = Clock::now();
   try {
     pipe.step(toy::training_data(data));
@@ -303,7 +303,7 @@ void expect_faults_roll_back(const ps::Schedule& s, bool fill, int trials, unsig
     ps::ExecutorOptions options;
     options.fill_waits = fill;
     toy::use_sgd(options, s.placement, stages, exec_test::learning_rate);
-    ps::InprocPipeline<CountingMlp> pipe(s, stages, options);
+    ps::inproc::Pipeline<CountingMlp> pipe(s, stages, options);
     for (int k = 0; k < steps; ++k)
       clean_loss.push_back(pipe.step(toy::training_data(data)).loss);
     for (int i = 0; i < n; ++i)
@@ -336,7 +336,7 @@ void expect_faults_roll_back(const ps::Schedule& s, bool fill, int trials, unsig
       if (armed && rank == bad_rank && in_snapshot) throw std::bad_alloc();
       keep(rank);
     };
-    ps::InprocPipeline<CountingMlp> pipe(s, stages, options);
+    ps::inproc::Pipeline<CountingMlp> pipe(s, stages, options);
     const int faulty_step = static_cast<int>(rng() % steps);
     const int stage = static_cast<int>(rng() % static_cast<unsigned>(n));
     const int call =
@@ -416,7 +416,7 @@ TEST(StepCommit, SnapshotFaultRollsBackOnlyTheRanksWhoseOptimizerRan) {
   {
     ps::ExecutorOptions options;
     toy::use_sgd(options, s.placement, clean, exec_test::learning_rate);
-    ps::InprocPipeline<Mlp> pipe(s, clean, options);
+    ps::inproc::Pipeline<Mlp> pipe(s, clean, options);
     pipe.step(toy::training_data(data));
     pipe.step(toy::training_data(data));
   }
@@ -433,7 +433,7 @@ TEST(StepCommit, SnapshotFaultRollsBackOnlyTheRanksWhoseOptimizerRan) {
     ++rollbacks[static_cast<std::size_t>(rank)];
     undo(rank);
   };
-  ps::InprocPipeline<Mlp> pipe(s, stages, options);
+  ps::inproc::Pipeline<Mlp> pipe(s, stages, options);
   pipe.step(toy::training_data(data));  // step 0 commits
   std::vector<std::vector<double>> before;
   for (int r = 0; r < 4; ++r)
@@ -475,7 +475,7 @@ TEST(StepCommit, SnapshotFaultWithoutRollbackTellsWhatChanged) {
   options.snapshot = [&](int rank) {
     if (every_rank || rank == 2) throw std::bad_alloc();
   };
-  ps::InprocPipeline<Mlp> pipe(s, stages, options);
+  ps::inproc::Pipeline<Mlp> pipe(s, stages, options);
   std::vector<std::vector<double>> before;
   for (int r = 0; r < 4; ++r)
     before.push_back(stage_parameters(stages, r));
@@ -514,7 +514,7 @@ TEST(StepCommit, OptimizerFaultWithoutRollbackSaysTheStepWasNotRolledBack) {
   options.optimizer = [](int rank) {
     if (rank == 2) throw std::runtime_error("optimizer boom");
   };
-  ps::InprocPipeline<FaultyMlp> pipe(s, stages, options);
+  ps::inproc::Pipeline<FaultyMlp> pipe(s, stages, options);
   try {
     pipe.step(toy::training_data(data));
     ADD_FAILURE() << "the step did not fail";
@@ -538,7 +538,7 @@ TEST(StepCommit, NoRankUpdatesBeforeEveryListHasRun) {
   std::atomic<int> updates{0};
   ps::ExecutorOptions options;
   options.optimizer = [&](int) { ++updates; };
-  ps::InprocPipeline<CountingMlp> pipe(s, stages, options);
+  ps::inproc::Pipeline<CountingMlp> pipe(s, stages, options);
   pipe.step(toy::training_data(data));
   ASSERT_EQ(updates.load(), 4);
   updates = 0;

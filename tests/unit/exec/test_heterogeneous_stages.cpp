@@ -69,7 +69,7 @@ void expect_replicas_match_sequential(const ps::Schedule& schedule) {
   for (int q = 0; q < replicas; ++q)
     for (auto& stage : toy::make_gpt_pipeline_stages<double>(gpt_config, model_stages))
       piped.push_back(std::move(stage));
-  ps::InprocPipeline<toy::GptPipelineStage<double>> pipe(schedule, piped);
+  ps::inproc::Pipeline<toy::GptPipelineStage<double>> pipe(schedule, piped);
   std::vector<toy::GptStage<double>> same_split;
   for (int st = 0; st < schedule.problem.stages; ++st)
     same_split.emplace_back(gpt_config, st % model_stages, model_stages);
@@ -110,7 +110,7 @@ void expect_matches_sequential(const ps::Schedule& schedule, int parts = 1) {
       toy::make_gpt_pipeline_stages<double>(gpt_config, stages);
   ps::ExecutorOptions options;
   options.optimizer = toy::sgd_optimizer(schedule.placement, piped, learning_rate);
-  ps::InprocPipeline<toy::GptPipelineStage<double>> pipe(schedule, piped, options);
+  ps::inproc::Pipeline<toy::GptPipelineStage<double>> pipe(schedule, piped, options);
   // [hetero-pipeline]
   ASSERT_TRUE(piped.front().holds<Embed>());
   ASSERT_TRUE(piped.back().holds<Head>());
@@ -208,7 +208,7 @@ TEST(HeterogeneousStages, VariantHasACapabilityWhereItsAlternativesDo) {
   EXPECT_TRUE(GptVariant::whole_unit_calls);
   EXPECT_TRUE(GptVariant::splits_weights);
   EXPECT_FALSE(GptVariant::sizes_inputs);  // the executor sizes a kept input by Tensor::bytes()
-  using GptExecutor = ps::Executor<GptVariant, ps::InprocTransport<toy::Tensor<double>>>;
+  using GptExecutor = ps::Executor<GptVariant, ps::inproc::Transport<toy::Tensor<double>>>;
   EXPECT_TRUE(GptExecutor::slice_aware);
   EXPECT_TRUE(GptExecutor::splits_weights);
   EXPECT_TRUE(GptExecutor::can_checkpoint);
@@ -239,9 +239,9 @@ TEST(HeterogeneousStages, VariantWithoutPartsIsRefusedForAScheduleWithParts) {
   stages.emplace_back(ChannelScale(gpt_config.hidden));
   stages.emplace_back(std::in_place_type<Block>, gpt_config, 1, 3);
   stages.emplace_back(std::in_place_type<Head>, gpt_config, 2, 3);
-  EXPECT_NO_THROW({ ps::InprocPipeline<Mixed> pipe(split, stages); });
+  EXPECT_NO_THROW({ ps::inproc::Pipeline<Mixed> pipe(split, stages); });
   try {
-    ps::InprocPipeline<Mixed> pipe(cut, stages);
+    ps::inproc::Pipeline<Mixed> pipe(cut, stages);
     ADD_FAILURE() << "a schedule with weight parts ran on a model that cannot split";
   } catch (const ps::invalid_problem& e) {
     EXPECT_NE(std::string(e.what()).find("cannot run a part"), std::string::npos) << e.what();
@@ -338,7 +338,7 @@ TEST(HeterogeneousStages, StageWithoutSlicesRunsEachSliceOnItsOwn) {
     std::vector<Mixed> piped = make();
     ps::ExecutorOptions options;
     options.optimizer = toy::sgd_optimizer(s.placement, piped, learning_rate);
-    ps::InprocPipeline<Mixed> pipe(s, piped, options);
+    ps::inproc::Pipeline<Mixed> pipe(s, piped, options);
     const auto training = toy::training_data(data, std::max(1, s.problem.slices));
     for (int step = 0; step < 2; ++step) {
       SCOPED_TRACE("step " + std::to_string(step));

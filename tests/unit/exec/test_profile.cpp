@@ -243,7 +243,7 @@ TEST(Profile, SimulatedPeaksOfOtherSchedulesEqualTheMeasuredOnes) {
       ps::checkpoint_full(ps::schedule::one_f_one_b(p, ps::WGradMode::Split))};
   for (const ps::Schedule& s : schedules) {
     SCOPED_TRACE(s.name);
-    ps::InprocPipeline<DenseStage> pipe(s, stages);
+    ps::inproc::Pipeline<DenseStage> pipe(s, stages);
     const ps::StepResult measured = pipe.step(data);
     const ps::SimulationResult sim = ps::simulate(s, cost);
     ASSERT_FALSE(sim.deadlock) << sim.deadlock_report;
@@ -268,7 +268,7 @@ TEST(Profile, ACheckpointPlanMadeWithTheProfileFitsItsBudgetWhenRun) {
   ASSERT_GT(std::count_if(planned.ranks[0].begin(), planned.ranks[0].end(),
                           [](const ps::Action& a) { return a.kind == ps::OpKind::R; }),
             0);
-  ps::InprocPipeline<DenseStage> pipe(planned, stages);
+  ps::inproc::Pipeline<DenseStage> pipe(planned, stages);
   const ps::StepResult run = pipe.step(data);
   const ps::SimulationResult sim = ps::simulate(planned, cost);
   for (std::size_t r = 0; r < 2; ++r) {
@@ -294,7 +294,7 @@ TEST(TimedProfile, SimulatedMakespanIsNearTheMeasuredStep) {
 
   // Another schedule, run and simulated with the same figures.
   const ps::Schedule gpipe = ps::schedule::gpipe(ps::Problem{.ranks = 2, .microbatches = 6});
-  ps::InprocPipeline<DenseStage> pipe(gpipe, stages);
+  ps::inproc::Pipeline<DenseStage> pipe(gpipe, stages);
   std::vector<ps::StepResult> runs;
   for (int i = 0; i < 3; ++i)
     runs.push_back(pipe.step(data));
@@ -308,7 +308,7 @@ TEST(Profile, AFusedBackwardIsSplitByTheWeightShareAndUnmeasuredBytesErrHigh) {
   std::vector<DenseStage> stages = two_stages(microseconds(0));
   const auto data = dense_data(stages);
   const ps::Schedule fused = ps::schedule::one_f_one_b(ps::Problem{.ranks = 2, .microbatches = 4});
-  ps::InprocPipeline<DenseStage> pipe(fused, stages);
+  ps::inproc::Pipeline<DenseStage> pipe(fused, stages);
   const ps::ProfiledCost cost = ps::profiled_cost(pipe.step(data), {.weight_share = 0.25});
   for (std::size_t s = 0; s < 2; ++s) {
     SCOPED_TRACE("stage " + std::to_string(s));

@@ -67,7 +67,7 @@ int expect_matches_sequential(const ps::Schedule& schedule, const Config& config
     piped.emplace_back(config, s, stages);
   }
   options.optimizer = toy::sgd_optimizer(schedule.placement, piped, learning_rate);
-  ps::InprocPipeline<Stage> pipe(schedule, piped, options);
+  ps::inproc::Pipeline<Stage> pipe(schedule, piped, options);
   const ps::SimulationResult predicted = ps::simulate(schedule, cost_of(ref, data));
   const auto training = toy::training_data(data);
   int filled = 0;
@@ -257,8 +257,8 @@ TEST(TimedRecomputeFill, FillingWaitsIsNoSlowerAndRunsRecomputesEarly) {
       ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}), ps::RecomputeTiming::Early);
   std::vector<toy::SyntheticStage> stages(4, toy::SyntheticStage(synthetic_cost));
   const ps::SimulationResult sim = ps::simulate(s, synthetic_profile(4));
-  ps::InprocPipeline<toy::SyntheticStage> plain(s, stages);
-  ps::InprocPipeline<toy::SyntheticStage> filled_pipe(s, stages, filling());
+  ps::inproc::Pipeline<toy::SyntheticStage> plain(s, stages);
+  ps::inproc::Pipeline<toy::SyntheticStage> filled_pipe(s, stages, filling());
   const auto data = toy::synthetic_training_data();
   // Alternate the two and keep each one's best step: the machine is shared and noisy.
   double best_plain = unlimited, best_filling = unlimited;
@@ -289,7 +289,7 @@ TEST(TimedRecomputeFill, FillingWaitsIsNoSlowerAndRunsRecomputesEarly) {
   // filling never runs one ahead of its place.
   const ps::Schedule late =
       ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}));
-  ps::InprocPipeline<toy::SyntheticStage> late_pipe(late, stages, filling());
+  ps::inproc::Pipeline<toy::SyntheticStage> late_pipe(late, stages, filling());
   const ps::StepResult l = late_pipe.step(data);
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_EQ(l.ranks[rank].filled, 0) << "rank " << rank;
@@ -306,7 +306,7 @@ TEST(TimedRecomputeFill, BudgetBoundsTheFills) {
   for (double extra : {0.0, 0.5 * act, 1.5 * act}) {
     SCOPED_TRACE("extra " + std::to_string(extra));
     const double budget = sim.peak_memory_max + extra;
-    ps::InprocPipeline<toy::SyntheticStage> pipe(s, stages, filling(budget));
+    ps::inproc::Pipeline<toy::SyntheticStage> pipe(s, stages, filling(budget));
     for (int step = 0; step < 2; ++step) {
       const ps::StepResult r = pipe.step(toy::synthetic_training_data());
       for (int rank = 0; rank < 4; ++rank)
@@ -321,7 +321,7 @@ TEST(TimedRecomputeFill, BudgetBoundsTheFills) {
       }
     }
   }
-  EXPECT_THROW((ps::InprocPipeline<toy::SyntheticStage>(s, stages, filling(-1))),
+  EXPECT_THROW((ps::inproc::Pipeline<toy::SyntheticStage>(s, stages, filling(-1))),
                ps::invalid_problem);
 }
 
@@ -377,9 +377,9 @@ TEST(RecomputeFill, StageModelWithoutInputSizeIsRefusedOnlyWithRecompute) {
   const ps::Schedule base = ps::schedule::one_f_one_b({.ranks = 2, .microbatches = 4});
   const ps::Schedule full = ps::checkpoint_full(base);
   std::vector<OpaqueStage<false>> stages(2);
-  EXPECT_NO_THROW((ps::InprocPipeline<OpaqueStage<false>>(base, stages)));
+  EXPECT_NO_THROW((ps::inproc::Pipeline<OpaqueStage<false>>(base, stages)));
   try {
-    ps::InprocPipeline<OpaqueStage<false>> pipe(full, stages);
+    ps::inproc::Pipeline<OpaqueStage<false>> pipe(full, stages);
     FAIL() << "expected invalid_problem";
   } catch (const ps::invalid_problem& e) {
     EXPECT_NE(std::string(e.what()).find("stage model needs input_bytes(...) to checkpoint"),
@@ -392,7 +392,7 @@ TEST(RecomputeFill, InputBytesSizesTheKeptInputAndRecomputeRunsForwardAgain) {
   const ps::Schedule s =
       ps::checkpoint_full(ps::schedule::one_f_one_b({.ranks = 2, .microbatches = 4}));
   std::vector<OpaqueStage<true>> stages(2);
-  ps::InprocPipeline<OpaqueStage<true>> pipe(s, stages);
+  ps::inproc::Pipeline<OpaqueStage<true>> pipe(s, stages);
   const ps::StepResult r = pipe.step(opaque_data<true>());
   ps::ProfiledCost cost;
   cost.stages.assign(2, {.activation_bytes = 24, .wgrad_bytes = 24, .boundary_bytes = 8});

@@ -38,7 +38,7 @@ std::string str(const std::string& s) {
 }
 
 // The fields write_plan writes for `p` under UniformCost (without its cost model).
-Fields plan_fields(const ps::TunePlan& p) {
+Fields plan_fields(const ps::tuning::Plan& p) {
   std::string peaks = "[";
   for (double v : p.peak_per_rank)
     peaks += (peaks.size() > 1 ? "," : "") + ps::json::number(v);
@@ -91,12 +91,12 @@ Fields with(Fields f, const std::string& key, const std::string& value) {
 
 // The tuner's best plan for p = 4, global batch 8, budget 4 (interleaved 1F1B with Mario's
 // recomputes, as the command line's corpus case tune-uniform-json finds).
-const ps::TunePlan& tuned() {
-  static const ps::TunePlan plan = [] {
-    ps::TuneRequest req{.ranks = 4, .global_batch = 8};
+const ps::tuning::Plan& tuned() {
+  static const ps::tuning::Plan plan = [] {
+    ps::tuning::Request req{.ranks = 4, .global_batch = 8};
     req.budget = ps::MemoryBudget{.all = 4, .per_rank = {}};
     req.threads = 1;
-    ps::TuneResult r = ps::tune(req, ps::UniformCost{.f = 1, .b = 2});
+    ps::tuning::Result r = ps::tune(req, ps::UniformCost{.f = 1, .b = 2});
     if (!r.best) throw std::runtime_error("the tuner found no plan");
     return *r.best;
   }();
@@ -116,9 +116,9 @@ std::string refusal(const std::string& text) {
 }  // namespace
 
 TEST(PlanFile, ReadsBackThePlanTheTunerFound) {
-  const ps::TunePlan& best = tuned();
+  const ps::tuning::Plan& best = tuned();
   ASSERT_GT(best.recomputes, 0) << "the case should carry recomputes through the text form";
-  const ps::TunePlan p = ps::read_plan(object_of(plan_fields(best)), "plan.json");
+  const ps::tuning::Plan p = ps::read_plan(object_of(plan_fields(best)), "plan.json");
   EXPECT_EQ(p.schedule, best.schedule);
   EXPECT_EQ(ps::to_text(p.schedule), ps::to_text(best.schedule));
   EXPECT_EQ(p.schedule.name, best.schedule.name);
@@ -152,7 +152,7 @@ TEST(PlanFile, TakesTheBestOfTheWholeTuneOutput) {
                           ", {\"schedule\": \"1f1b\", \"checkpoint\": \"none\", "
                           "\"step_time_s\": null}], \"search\": {\"candidates\": 3}, "
                           "\"notes\": []}\n";
-  const ps::TunePlan p = ps::read_plan(out, "tune.json");
+  const ps::tuning::Plan p = ps::read_plan(out, "tune.json");
   EXPECT_EQ(p.schedule, tuned().schedule);
   EXPECT_EQ(p.grid().size(), 4);
 }
@@ -175,7 +175,7 @@ TEST(PlanFile, ReadsAClusterPlanWithLayersPerStage) {
                     {"step_time_s", "1.25"},
                     {"future_field", "{\"ignored\": [1]}"},
                     {"schedule_text", str(ps::to_text(s))}};
-  const ps::TunePlan p = ps::read_plan(object_of(f), "plan.json");
+  const ps::tuning::Plan p = ps::read_plan(object_of(f), "plan.json");
   EXPECT_EQ(p.schedule, s);
   EXPECT_EQ(p.grid().size(), 16);
   EXPECT_EQ(p.grid().coordinates(5), (ps::ProcessGrid::Coordinates{1, 0, 1}));
@@ -350,13 +350,13 @@ TEST(PlanFile, DocumentedUse) {
   const int process = 2;  // this process's rank in MPI_COMM_WORLD
   // [run-plan]
   // pipesched tune ... --json > plan.json;  mpirun -np <pp·dp·tp> trainer plan.json
-  const pipesched::TunePlan plan = pipesched::read_plan_file(path);
+  const pipesched::tuning::Plan plan = pipesched::read_plan_file(path);
   // This process's place in the job of plan.grid().size() processes ...
   const pipesched::ProcessGrid::Coordinates me = plan.grid().coordinates(process);
   // ... and its pipeline rank's list: the stages it holds get plan.layers_per_stage layers,
   // each microbatch plan.microbatch_size sequences. Over MPI:
-  //   pipesched::MpiGroups groups(plan.grid());
-  //   pipesched::MpiPipeline<Stage> pipe(plan.schedule, stages, groups, options);
+  //   pipesched::mpi::Groups groups(plan.grid());
+  //   pipesched::mpi::Pipeline<Stage> pipe(plan.schedule, stages, groups, {.executor = options});
   const std::vector<pipesched::Action>& actions = plan.schedule.ranks[me.pipeline];
   // [run-plan]
   EXPECT_EQ(me.pipeline, 2);
@@ -401,7 +401,7 @@ TEST(PlanFile, BoundsEveryNumericField) {
 
 // The fields that describe the schedule agree with it and with each other.
 TEST(PlanFile, ChecksTheFieldsAgainstEachOtherAndTheSchedule) {
-  const ps::TunePlan& best = tuned();  // interleaved-1f1b x4 with Mario's recomputes, fused
+  const ps::tuning::Plan& best = tuned();  // interleaved-1f1b x4 with Mario's recomputes, fused
   ASSERT_EQ(best.base, "interleaved-1f1b");
   ASSERT_EQ(best.chunks, 4);
   const Fields f = plan_fields(best);
@@ -453,7 +453,7 @@ TEST(PlanFile, ChecksTheFieldsAgainstEachOtherAndTheSchedule) {
 // Every plan of a search over every base, checkpoint mode and backward mode reads back: the
 // checks above refuse none of what the tuner writes.
 TEST(PlanFile, ReadsEveryPlanOfASearchOverEveryBase) {
-  ps::TuneRequest req{.ranks = 4, .global_batch = 8};
+  ps::tuning::Request req{.ranks = 4, .global_batch = 8};
   req.bases.clear();
   for (const ps::GeneratorInfo& g : ps::generators())
     req.bases.push_back(std::string(g.name));
@@ -462,13 +462,13 @@ TEST(PlanFile, ReadsEveryPlanOfASearchOverEveryBase) {
   req.fine_wgrad = true;
   req.budget = ps::MemoryBudget{.all = 3, .per_rank = {}};
   req.threads = 1;
-  const ps::TuneResult r = ps::tune(req, ps::UniformCost{.f = 1, .b = 2});
+  const ps::tuning::Result r = ps::tune(req, ps::UniformCost{.f = 1, .b = 2});
   int read = 0;
   std::set<std::string> bases;
-  for (const ps::TuneBaseline& b : r.baselines) {
+  for (const ps::tuning::Baseline& b : r.baselines) {
     if (!b.plan) continue;
     SCOPED_TRACE(b.plan->schedule.name);
-    const ps::TunePlan p = ps::read_plan(object_of(plan_fields(*b.plan)), "plan.json");
+    const ps::tuning::Plan p = ps::read_plan(object_of(plan_fields(*b.plan)), "plan.json");
     EXPECT_EQ(p.schedule, b.plan->schedule);
     bases.insert(p.base);
     ++read;
@@ -510,9 +510,9 @@ namespace {
 
 // The plans of a small cluster search (GPT-3 1.3B, sequence 1024, on 8 A100s in nodes of 4):
 // its best and each pair's best, each with the TransformerCost it was simulated under.
-const std::vector<ps::TunePlan>& cluster_plans() {
-  static const std::vector<ps::TunePlan> plans = [] {
-    ps::ClusterRequest c;
+const std::vector<ps::tuning::Plan>& cluster_plans() {
+  static const std::vector<ps::tuning::Plan> plans = [] {
+    ps::tuning::ClusterRequest c;
     c.gpus = 8;
     c.gpus_per_node = 4;
     c.global_batch = 16;
@@ -524,17 +524,17 @@ const std::vector<ps::TunePlan>& cluster_plans() {
     c.search.threads = 1;
     ps::ModelShape m = ps::presets::find_model("gpt3-1.3b");
     m.sequence = 1024;
-    const ps::TuneResult r = ps::tune_cluster(c, m, ps::presets::find_device("a100-40gb"));
-    std::vector<ps::TunePlan> out;
+    const ps::tuning::Result r = ps::tune_cluster(c, m, ps::presets::find_device("a100-40gb"));
+    std::vector<ps::tuning::Plan> out;
     if (r.best) out.push_back(*r.best);
-    for (const ps::TuneBaseline& b : r.baselines)
+    for (const ps::tuning::Baseline& b : r.baselines)
       if (b.plan) out.push_back(*b.plan);
     return out;
   }();
   return plans;
 }
 
-void expect_same_plan(const ps::TunePlan& back, const ps::TunePlan& p) {
+void expect_same_plan(const ps::tuning::Plan& back, const ps::tuning::Plan& p) {
   EXPECT_EQ(back.schedule, p.schedule);
   EXPECT_EQ(back.base, p.base);
   EXPECT_EQ(back.checkpoint, p.checkpoint);
@@ -567,10 +567,10 @@ void expect_same_plan(const ps::TunePlan& back, const ps::TunePlan& p) {
 }  // namespace
 
 TEST(PlanFile, AClusterPlanReadsBackWithItsCostModelAndSimulatesToItsStepTime) {
-  const std::vector<ps::TunePlan>& plans = cluster_plans();
+  const std::vector<ps::tuning::Plan>& plans = cluster_plans();
   ASSERT_GE(plans.size(), 4u);
   bool sliced = false, sharded = false;
-  for (const ps::TunePlan& p : plans) {
+  for (const ps::tuning::Plan& p : plans) {
     SCOPED_TRACE(ps::describe(p));
     sliced = sliced || p.slices > 1;
     sharded = sharded || p.zero > 0;
@@ -580,7 +580,7 @@ TEST(PlanFile, AClusterPlanReadsBackWithItsCostModelAndSimulatesToItsStepTime) {
     EXPECT_EQ(planned.parallel.data, p.data);
     EXPECT_DOUBLE_EQ(ps::simulate(p.schedule, planned).makespan, p.makespan);
     // Written and read back: the same plan, and the same cost model, field by field.
-    const ps::TunePlan back = ps::read_plan(ps::plan_json(p, "a command"), "plan.json");
+    const ps::tuning::Plan back = ps::read_plan(ps::plan_json(p, "a command"), "plan.json");
     expect_same_plan(back, p);
     const ps::TransformerCost& read = ps::cost_of<ps::TransformerCost>(back);
     EXPECT_EQ(ps::model_json(read.model, "m"), ps::model_json(planned.model, "m"));
@@ -600,8 +600,8 @@ TEST(PlanFile, AClusterPlanReadsBackWithItsCostModelAndSimulatesToItsStepTime) {
 }
 
 TEST(PlanFile, AUniformCostPlanReadsBackWithItsCostModel) {
-  const ps::TunePlan& p = tuned();
-  const ps::TunePlan back = ps::read_plan(ps::plan_json(p), "plan.json");
+  const ps::tuning::Plan& p = tuned();
+  const ps::tuning::Plan back = ps::read_plan(ps::plan_json(p), "plan.json");
   expect_same_plan(back, p);
   const ps::UniformCost& c = ps::cost_of<ps::UniformCost>(back);
   EXPECT_EQ(c.f, 1);
@@ -616,9 +616,9 @@ TEST(PlanFile, AUniformCostPlanReadsBackWithItsCostModel) {
 
 TEST(PlanFile, APlanWithoutPerRankPeaksReadsBackOnceWritten) {
   // A plan file need not give "peak_memory"; written again it says [] and reads back.
-  const ps::TunePlan p = ps::read_plan(object_of(without(plan_fields(tuned()), "peak_memory")));
+  const ps::tuning::Plan p = ps::read_plan(object_of(without(plan_fields(tuned()), "peak_memory")));
   EXPECT_TRUE(p.peak_per_rank.empty());
-  const ps::TunePlan back = ps::read_plan(ps::plan_json(p), "written.json");
+  const ps::tuning::Plan back = ps::read_plan(ps::plan_json(p), "written.json");
   expect_same_plan(back, p);
   EXPECT_NE(refusal(object_of(with(plan_fields(tuned()), "peak_memory", "[1]")))
                 .find("field \"peak_memory\" is an array; it is an array of the simulated peak "
@@ -638,7 +638,7 @@ TEST(PlanFile, RefusesABaseNameTheTextFormCannotKeep) {
 }
 
 TEST(PlanFile, CostOfNamesAMissingCostModelOrAnotherType) {
-  const ps::TunePlan read = ps::read_plan(object_of(plan_fields(tuned())), "plan.json");
+  const ps::tuning::Plan read = ps::read_plan(object_of(plan_fields(tuned())), "plan.json");
   try {
     (void)ps::cost_of<ps::UniformCost>(read);
     ADD_FAILURE() << "cost_of of a plan without a cost model did not throw";
@@ -656,7 +656,7 @@ TEST(PlanFile, CostOfNamesAMissingCostModelOrAnotherType) {
 }
 
 TEST(PlanFile, RefusesACostModelThatDisagreesWithItsPlan) {
-  ps::TunePlan p = cluster_plans().front();
+  ps::tuning::Plan p = cluster_plans().front();
   ps::TransformerCost c = ps::cost_of<ps::TransformerCost>(p);
   c.parallel.data = p.data + 1;
   p.cost = c;
@@ -696,7 +696,7 @@ TEST(PlanFile, WritesAndReadsAFile) {
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "plan.json").string();
   ps::write_plan_file(path, cluster_plans().front(), "pipesched simulate ...");
-  const ps::TunePlan back = ps::read_plan_file(path);
+  const ps::tuning::Plan back = ps::read_plan_file(path);
   expect_same_plan(back, cluster_plans().front());
   try {
     ps::write_plan_file((dir / "missing" / "plan.json").string(), back);

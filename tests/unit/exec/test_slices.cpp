@@ -58,7 +58,7 @@ int expect_matches_unsliced(const ps::Schedule& schedule, const Config& config, 
   std::vector<Stage> ref = make_stages<Stage>(config, stages);
   std::vector<Stage> piped = make_stages<Stage>(config, stages);
   options.optimizer = toy::sgd_optimizer(schedule.placement, piped, learning_rate);
-  ps::InprocPipeline<Stage> pipe(schedule, piped, options);
+  ps::inproc::Pipeline<Stage> pipe(schedule, piped, options);
   const ps::SimulationResult predicted = ps::simulate(schedule, cost);
   EXPECT_FALSE(predicted.deadlock) << predicted.deadlock_report;
   const auto training = toy::training_data(data, schedule.problem.slices);
@@ -226,8 +226,8 @@ TYPED_TEST(Slices, OneSliceBehavesAsAModelWithoutSlices) {
     SCOPED_TRACE(s.name);
     auto aware = make_stages<toy::GptStage<T>>(gpt_config, 4);
     auto whole = make_stages<WholeSequenceGpt<T>>(gpt_config, 4);
-    ps::InprocPipeline<toy::GptStage<T>> a(s, aware);
-    ps::InprocPipeline<WholeSequenceGpt<T>> b(s, whole);
+    ps::inproc::Pipeline<toy::GptStage<T>> a(s, aware);
+    ps::inproc::Pipeline<WholeSequenceGpt<T>> b(s, whole);
     const ps::StepResult ra = a.step(toy::training_data(data));
     const ps::StepResult rb = b.step(toy::training_data(data));
     EXPECT_EQ(ra.loss, rb.loss);

@@ -91,7 +91,7 @@ void expect_matches_sequential(const ps::Schedule& schedule, const Config& confi
   ps::ExecutorOptions options;
   if (replicas == 1)
     options.optimizer = toy::sgd_optimizer(schedule.placement, piped, learning_rate);
-  ps::InprocPipeline<Stage> pipe(schedule, piped, options);
+  ps::inproc::Pipeline<Stage> pipe(schedule, piped, options);
   const ps::SimulationResult predicted = ps::simulate(schedule, cost_of(piped));
   const auto training = toy::training_data(data);
   for (int step = 0; step < 2; ++step) {

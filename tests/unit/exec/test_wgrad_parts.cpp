@@ -98,7 +98,7 @@ void expect_matches(const ps::Schedule& s, const Config& config, const Data& dat
   std::vector<Stage> ref = make_stages<Stage>(config, s.problem.stages);
   std::vector<Stage> piped = make_stages<Stage>(config, s.problem.stages);
   options.optimizer = toy::sgd_optimizer(s.placement, piped, learning_rate);
-  ps::InprocPipeline<Stage> pipe(s, piped, options);
+  ps::inproc::Pipeline<Stage> pipe(s, piped, options);
   const ps::SimulationResult predicted = ps::simulate(s, cost);
   ASSERT_FALSE(predicted.deadlock) << predicted.deadlock_report;
   const auto training = toy::training_data(data, s.problem.slices);
@@ -405,9 +405,9 @@ TEST(ExecutorPartsErrors, StageModelWithoutPartsIsRefused) {
   const ps::Schedule base =
       ps::schedule::one_f_one_b({.ranks = 2, .microbatches = 4}, ps::WGradMode::Split);
   std::vector<WholeWeightStage> stages(2);
-  EXPECT_NO_THROW((ps::InprocPipeline<WholeWeightStage>(base, stages)));
+  EXPECT_NO_THROW((ps::inproc::Pipeline<WholeWeightStage>(base, stages)));
   try {
-    ps::InprocPipeline<WholeWeightStage> pipe(cut_weights(base, 2, 0), stages);
+    ps::inproc::Pipeline<WholeWeightStage> pipe(cut_weights(base, 2, 0), stages);
     FAIL() << "expected invalid_problem";
   } catch (const ps::invalid_problem& e) {
     EXPECT_NE(std::string(e.what()).find("the stage model cannot run a part"), std::string::npos)
@@ -426,8 +426,8 @@ TEST(TimedExecutorPartsFill, PendingPartsFillWaits) {
   std::vector<SleepyPartsStage> stages(4);
   ps::ExecutorOptions fill;
   fill.fill_waits = true;
-  ps::InprocPipeline<SleepyPartsStage> plain(s, stages);
-  ps::InprocPipeline<SleepyPartsStage> filling(s, stages, fill);
+  ps::inproc::Pipeline<SleepyPartsStage> plain(s, stages);
+  ps::inproc::Pipeline<SleepyPartsStage> filling(s, stages, fill);
   ps::TrainingData<toy::Tensor<float>> data;
   data.input = [](int, int) { return toy::Tensor<float>({2}, 1.0f); };
   data.loss = [](const toy::Tensor<float>& y, int, int, double&) { return y; };

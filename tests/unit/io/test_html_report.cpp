@@ -18,9 +18,9 @@ namespace {
 
 constexpr double GiB = 1024.0 * 1024 * 1024;
 
-ps::TunePoint point(const std::string& base, double seconds, double bytes, bool fits, bool frontier,
-                    std::size_t order) {
-  ps::TunePoint p;
+ps::tuning::Point point(const std::string& base, double seconds, double bytes, bool fits,
+                        bool frontier, std::size_t order) {
+  ps::tuning::Point p;
   p.base = base;
   p.checkpoint = "none";
   p.makespan = seconds;
@@ -32,8 +32,8 @@ ps::TunePoint point(const std::string& base, double seconds, double bytes, bool 
   return p;
 }
 
-ps::TuneResult result() {
-  ps::TuneResult r;
+ps::tuning::Result result() {
+  ps::tuning::Result r;
   r.evaluated = {point("1f1b", 0.030, 10 * GiB, true, true, 0),
                  point("1f1b", 0.020, 14 * GiB, true, true, 1),
                  point("a\"b<c>&'d", 0.040, 12 * GiB, true, false, 2),
@@ -41,14 +41,14 @@ ps::TuneResult result() {
   r.evaluated_count = 4;
   r.candidates_tried = 5;
   r.candidates_pruned = 1;
-  ps::TunePlan best;
+  ps::tuning::Plan best;
   best.base = "1f1b";
   best.makespan = 0.020;
   best.peak_memory = 14 * GiB;
   best.order = 1;
   r.best = best;
-  r.baselines.push_back(ps::TuneBaseline{"1f1b", ps::CheckpointMode::None, best});
-  r.baselines.push_back(ps::TuneBaseline{"zb-h1", ps::CheckpointMode::None, std::nullopt});
+  r.baselines.push_back(ps::tuning::Baseline{"1f1b", ps::CheckpointMode::None, best});
+  r.baselines.push_back(ps::tuning::Baseline{"zb-h1", ps::CheckpointMode::None, std::nullopt});
   return r;
 }
 
@@ -131,14 +131,14 @@ TEST(HtmlReport, EscapesTextInContentAndAttributes) {
 TEST(HtmlReport, ActivationAxisPlotsTheActivationPeak) {
   ps::HtmlReportOptions o = options();
   o.activation_axis = true;
-  const ps::TuneResult r = result();
+  const ps::tuning::Result r = result();
   EXPECT_EQ(ps::detail::plotted_memory(r.evaluated[0], o), 5 * GiB);
   o.activation_axis = false;
   EXPECT_EQ(ps::detail::plotted_memory(r.evaluated[0], o), 10 * GiB);
 }
 
 TEST(HtmlReport, TimesBelowASecondKeepTheirDigits) {
-  ps::TuneResult r = result();
+  ps::tuning::Result r = result();
   r.evaluated[0].makespan = 0.001205;
   const std::string h = ps::render_html_report(r, options());
   EXPECT_NE(h.find(": step 1.205 ms, "), std::string::npos);  // the tooltip
@@ -146,7 +146,7 @@ TEST(HtmlReport, TimesBelowASecondKeepTheirDigits) {
 }
 
 TEST(HtmlReport, SaysWhatCutTheSearch) {
-  ps::TuneResult r = result();
+  ps::tuning::Result r = result();
   r.cut = true;
   EXPECT_NE(ps::render_html_report(r, options()).find(", cut by the time limit;"),
             std::string::npos);
@@ -195,8 +195,8 @@ TEST(HtmlReport, LegendDrawsEachMarkerAsThePlotDoes) {
 
 TEST(HtmlReport, MemoryAxisSpansTheDataAndNotesABudgetFarBeyondIt) {
   // A small model: points of a few GiB under an 80 GiB device.
-  ps::TuneResult r = result();
-  for (ps::TunePoint& p : r.evaluated) {
+  ps::tuning::Result r = result();
+  for (ps::tuning::Point& p : r.evaluated) {
     p.peak_memory /= 10;
     p.fits = true;
   }
@@ -226,7 +226,7 @@ TEST(HtmlReport, MemoryAxisSpansTheDataAndNotesABudgetFarBeyondIt) {
 }
 
 TEST(HtmlReport, SummaryTableOfTheBestAndEachPair) {
-  ps::TuneResult r = result();
+  ps::tuning::Result r = result();
   r.best->bubble_ratio = 0.125;
   r.best->recomputes = 3;
   r.baselines[0].plan->makespan = 0.025;
@@ -248,7 +248,7 @@ TEST(HtmlReport, SummaryTableOfTheBestAndEachPair) {
             std::string::npos);
   EXPECT_EQ(table.find("MFU"), std::string::npos);  // no FLOPs in this result
   // Nothing tried, no table.
-  EXPECT_EQ(ps::render_html_report(ps::TuneResult{}, options()).find("id=\"summary\""),
+  EXPECT_EQ(ps::render_html_report(ps::tuning::Result{}, options()).find("id=\"summary\""),
             std::string::npos);
 }
 

@@ -135,14 +135,14 @@ TEST(CustomCheckpoint, RegistryFindsItByName) {
 // simulator's for the schedule it returns.
 TEST(CustomCheckpoint, TunerSearchesIt) {
   register_even();
-  ps::TuneRequest req{.ranks = 4, .global_batch = 8};
+  ps::tuning::Request req{.ranks = 4, .global_batch = 8};
   req.bases = {"1f1b"};
   req.checkpoints = {ps::CheckpointMode::None};
   req.checkpoint_policies = {"even-microbatches"};
   req.full_fallback = false;
   req.budget = ps::MemoryBudget{.all = 3.5};
   req.threads = 2;
-  const ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  const ps::tuning::Result r = ps::tune(req, ps::UniformCost{});
   ASSERT_TRUE(r.best.has_value());
   EXPECT_EQ(r.best->checkpoint_policy, "even-microbatches");
   EXPECT_GT(r.best->recomputes, 0);
@@ -150,7 +150,7 @@ TEST(CustomCheckpoint, TunerSearchesIt) {
   const ps::SimulationResult sim = ps::simulate(r.best->schedule, ps::UniformCost{});
   EXPECT_DOUBLE_EQ(sim.makespan, r.best->makespan);
   EXPECT_LE(sim.peak_memory_max, 3.5 + 1e-9);
-  const ps::TuneBaseline* own = r.baseline("1f1b", "even-microbatches");
+  const ps::tuning::Baseline* own = r.baseline("1f1b", "even-microbatches");
   ASSERT_NE(own, nullptr);
   ASSERT_TRUE(own->plan.has_value());
   EXPECT_EQ(own->plan->schedule.ranks,
@@ -159,7 +159,7 @@ TEST(CustomCheckpoint, TunerSearchesIt) {
                                     ps::UniformCost{}, ps::MemoryBudget{})
                 .ranks);
   // 1F1B without checkpointing holds 4 microbatches on rank 0: over the budget.
-  const ps::TuneBaseline* none = r.baseline("1f1b", ps::CheckpointMode::None);
+  const ps::tuning::Baseline* none = r.baseline("1f1b", ps::CheckpointMode::None);
   ASSERT_NE(none, nullptr);
   EXPECT_FALSE(none->plan.has_value());
   // Every candidate is settled once: one configuration, two checkpointings.
@@ -183,7 +183,7 @@ TEST(CustomCheckpoint, ExecutorTrainsWhatItReturns) {
   std::vector<Stage> piped = exec_test::make_stages<Stage>(config, s.problem.stages);
   ps::ExecutorOptions options;
   options.optimizer = toy::sgd_optimizer(s.placement, piped, exec_test::learning_rate);
-  ps::InprocPipeline<Stage> pipe(s, piped, options);
+  ps::inproc::Pipeline<Stage> pipe(s, piped, options);
   exec_test::step_against_reference<double>(pipe, piped, ref, data, toy::training_data(data));
 }
 

@@ -176,15 +176,15 @@ TEST(GeneratorRegistry, RegisteredOrderIsFoundGeneratedAndTuned) {
                               return x.name.starts_with("test-other");
                             })));
   // The tuner searches it beside a built-in; Mario is not run on it (its fact says so).
-  TuneRequest req;
+  tuning::Request req;
   req.ranks = 4;
   req.global_batch = 8;
   req.bases = {"1f1b", "test-run-ahead-4"};
   req.checkpoints = {CheckpointMode::None, CheckpointMode::Mario};
-  const TuneResult r = tune(req, UniformCost{});
+  const tuning::Result r = tune(req, UniformCost{});
   ASSERT_TRUE(r.best.has_value());
   bool searched = false;
-  for (const TuneNote& n : r.notes)
+  for (const tuning::Note& n : r.notes)
     searched = searched || n.reason.find("test-run-ahead-4") != std::string::npos;
   EXPECT_TRUE(searched) << "no note says Mario was not run on the user's order";
   // With W split and 1F1B's 4 microbatches held on rank 0, it beats fused 1F1B.

@@ -121,7 +121,7 @@ inline void expect_json_matches(const std::string& json, const ps::Schedule& s,
 
 // What no message of the command may show: C++'s own words.
 inline void expect_no_cxx_words(const std::string& err) {
-  for (const char* word : {"std::", "bad_alloc", "terminate", "what()", "::", "TuneRequest.",
+  for (const char* word : {"std::", "bad_alloc", "terminate", "what()", "::", "tuning::Request.",
                            "Problem.", "ModelShape.", "MemoryBudget."})
     EXPECT_EQ(err.find(word), std::string::npos) << "'" << word << "' in: " << err;
 }

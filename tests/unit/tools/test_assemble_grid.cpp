@@ -73,7 +73,7 @@ template <class Cost, class Tune>
 std::optional<ps::Schedule> from_tuner(const Point& pt, int slices, const Cost& cost,
                                        Tune&& tune_with, std::optional<ps::Schedule>& same) {
   const ps::GeneratorInfo& g = ps::find_generator(pt.order);
-  ps::TuneRequest req;
+  ps::tuning::Request req;
   req.ranks = kRanks;
   req.global_batch = kMicrobatches;
   req.bases = {pt.order};
@@ -86,9 +86,9 @@ std::optional<ps::Schedule> from_tuner(const Point& pt, int slices, const Cost& 
   req.wgrad_parts = std::is_same_v<Cost, ps::UniformCost> ? 4 : 0;
   req.threads = 1;
   if (pt.budget) req.budget = budget_of(pt);
-  const ps::TuneResult r = tune_with(req);
+  const ps::tuning::Result r = tune_with(req);
   if (!r.best) return std::nullopt;
-  const ps::TunePlan& p = *r.best;
+  const ps::tuning::Plan& p = *r.best;
   const ps::Problem problem{.ranks = kRanks,
                             .stages = kRanks * g.default_chunks,
                             .microbatches = kMicrobatches,
@@ -161,7 +161,7 @@ void uniform_point(bool fine, std::optional<double> budget) {
   const std::optional<ps::Schedule> planned = from_plan<P>(cost, budget_of(pt));
   expect_agreement(pt, P::slicing::slices, cost, planned, "",
                    budget ? std::to_string(*budget) : std::string(),
-                   [&](const ps::TuneRequest& r) { return ps::tune(r, cost); });
+                   [&](const ps::tuning::Request& r) { return ps::tune(r, cost); });
 }
 
 template <class Order, class WGrad>
@@ -226,7 +226,7 @@ void transformer_point(bool fine, std::optional<double> budget_gb) {
   }
   expect_agreement(pt, 1, cost, planned, "--model gpt3-1.3b --device h100",
                    budget_gb ? std::to_string(static_cast<int>(*budget_gb)) + "GB" : std::string(),
-                   [&](const ps::TuneRequest& r) { return ps::tune(r, model, device); });
+                   [&](const ps::tuning::Request& r) { return ps::tune(r, model, device); });
 }
 
 template <class Order>

@@ -525,12 +525,12 @@ TEST(CliCheckpoint, RenderDrawsTheCheckpointedSchedule) {
 TEST(Cli, TuneFindsAPlanWithinTheBudget) {
   CliRun r = run("tune --ranks 4 --global-batch 16 --memory-budget 2 --json");
   ASSERT_EQ(r.code, 0) << r.err;
-  ps::TuneRequest req;
+  ps::tuning::Request req;
   req.ranks = 4;
   req.global_batch = 16;
   req.microbatch_sizes = {1};
   req.budget = ps::MemoryBudget{.all = 2.0};
-  const ps::TuneResult lib = ps::tune(req, ps::UniformCost{});
+  const ps::tuning::Result lib = ps::tune(req, ps::UniformCost{});
   ASSERT_TRUE(lib.best.has_value());
   EXPECT_DOUBLE_EQ(json_field(r.out, "makespan"), lib.best->makespan);
   EXPECT_NE(r.out.find("\"best_without_checkpoint\":null"), std::string::npos) << r.out;

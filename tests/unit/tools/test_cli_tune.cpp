@@ -236,7 +236,7 @@ TEST(CliTune, ClusterPlansCarryTheContractAndTheirCommandsReproduceTheirStepTime
   EXPECT_GE(search.at("seconds").number, 0);
   EXPECT_FALSE(search.at("cut").boolean);
   // The library's search gives the same best step.
-  ps::ClusterRequest req;
+  ps::tuning::ClusterRequest req;
   req.gpus = 8;
   req.gpus_per_node = 4;
   req.global_batch = 16;
@@ -249,7 +249,8 @@ TEST(CliTune, ClusterPlansCarryTheContractAndTheirCommandsReproduceTheirStepTime
   req.search.chunks = {2};
   ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
   model.sequence = 1024;
-  const ps::TuneResult lib = ps::tune_cluster(req, model, ps::presets::find_device("a100-40gb"));
+  const ps::tuning::Result lib =
+      ps::tune_cluster(req, model, ps::presets::find_device("a100-40gb"));
   ASSERT_TRUE(lib.best);
   EXPECT_DOUBLE_EQ(best.at("step_time_s").number, lib.best->makespan);
   // One baseline per (schedule, checkpoint) pair; Mario does not run on slice-pipe.
@@ -284,7 +285,7 @@ TEST(CliTune, JsonPlansCarryTheirScheduleAndRunAsTheyAre) {
   ASSERT_EQ(r.code, 0) << r.err;
   const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
   // The whole output reads as its best plan, with the grid and schedule the tuner chose.
-  const ps::TunePlan plan = ps::read_plan(r.out, "tune.json");
+  const ps::tuning::Plan plan = ps::read_plan(r.out, "tune.json");
   const auto& best = doc.at("best");
   EXPECT_EQ(plan.grid().pipeline, best.at("pp").number);
   EXPECT_EQ(plan.data, best.at("dp").number);

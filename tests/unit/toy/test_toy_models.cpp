@@ -18,6 +18,7 @@
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/toy/slicing.hpp"
+#include "pipesched/toy/synthetic.hpp"
 #include "pipesched/toy/tensor.hpp"
 
 namespace test_toy_models {
@@ -35,6 +36,15 @@ static_assert(ps::check_layer<toy::GptEmbedding<double>>());
 static_assert(ps::check_layer<toy::GptBlock<double>>());
 static_assert(ps::check_layer<toy::GptHead<double>>());
 static_assert(ps::check_layer<toy::GptBlock<float>>());
+// The chain of stage concepts (exec/concepts.hpp): the toy models are trainable and reducible;
+// the GPT takes a tensor group, the MLP does not; a synthetic stage has no weights to train.
+static_assert(ps::trainable_stage<toy::MlpStage<float>>);
+static_assert(ps::reducible_stage<toy::MlpStage<double>>);
+static_assert(ps::reducible_stage<toy::GptStage<float>>);
+static_assert(ps::tensor_parallel_stage<toy::GptStage<double>>);
+static_assert(!ps::tensor_parallel_stage<toy::MlpStage<double>>);
+static_assert(!ps::trainable_stage<toy::SyntheticStage>);
+static_assert(!ps::reducible_stage<toy::SyntheticStage>);
 static_assert(std::ranges::forward_range<toy::TensorRange<toy::Tensor<float>>>);
 static_assert(std::ranges::forward_range<toy::TensorRange<const toy::Tensor<double>>>);
 

@@ -14,8 +14,8 @@ namespace {
 
 namespace ps = pipesched;
 
-ps::ClusterRequest request(int gpus) {
-  ps::ClusterRequest c;
+ps::tuning::ClusterRequest request(int gpus) {
+  ps::tuning::ClusterRequest c;
   c.gpus = gpus;
   c.global_batch = 16;
   c.search.bases = {"1f1b"};
@@ -25,7 +25,7 @@ ps::ClusterRequest request(int gpus) {
 }
 
 // The message of tune_cluster's refusal of `req`, or a failure when it searches.
-std::string refusal(const ps::ClusterRequest& req) {
+std::string refusal(const ps::tuning::ClusterRequest& req) {
   ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
   model.sequence = 512;
   try {
@@ -39,23 +39,25 @@ std::string refusal(const ps::ClusterRequest& req) {
 
 TEST(ClusterBounds, CountsBeyondTheirRangeAreRefused) {
   std::string e = refusal(request(1 << 20));
-  EXPECT_NE(e.find("ClusterRequest.gpus = 1048576 is out of range; a cluster has from 1 to 65536"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find(
+          "tuning::ClusterRequest.gpus = 1048576 is out of range; a cluster has from 1 to 65536"),
+      std::string::npos)
       << e;
-  ps::ClusterRequest req = request(8);
+  ps::tuning::ClusterRequest req = request(8);
   req.gpus_per_node = 1 << 30;
   e = refusal(req);
-  EXPECT_NE(e.find("ClusterRequest.gpus_per_node = 1073741824 is out of range; use 0 (the "
+  EXPECT_NE(e.find("tuning::ClusterRequest.gpus_per_node = 1073741824 is out of range; use 0 (the "
                    "device's) or a count from 1 to 1024"),
             std::string::npos)
       << e;
 }
 
 TEST(ClusterBounds, AClusterIsWholeNodes) {
-  ps::ClusterRequest req = request(16);
+  ps::tuning::ClusterRequest req = request(16);
   req.gpus_per_node = 3;
   const std::string e = refusal(req);
-  EXPECT_NE(e.find("16 GPUs (ClusterRequest.gpus = 16) do not fill whole nodes of 3 "
+  EXPECT_NE(e.find("16 GPUs (tuning::ClusterRequest.gpus = 16) do not fill whole nodes of 3 "
                    "(DeviceSpec.ranks_per_node = 3): the last of 6 nodes would hold 1 GPU"),
             std::string::npos)
       << e;
@@ -67,18 +69,20 @@ TEST(ClusterBounds, AClusterIsWholeNodes) {
 }
 
 TEST(ClusterBounds, DegreesThatFitNoFactorizationSayWhy) {
-  ps::ClusterRequest req = request(8);
+  ps::tuning::ClusterRequest req = request(8);
   req.pipeline = {3, 5};
   std::string e = refusal(req);
-  EXPECT_NE(e.find("ClusterRequest.pipeline = 3,5 does not divide the 8 GPUs"), std::string::npos)
+  EXPECT_NE(e.find("tuning::ClusterRequest.pipeline = 3,5 does not divide the 8 GPUs"),
+            std::string::npos)
       << e;
   EXPECT_NE(e.find("pipeline sizes that divide it: 1, 2, 4, 8"), std::string::npos) << e;
   req = request(8);
   req.tensor = {3};
   e = refusal(req);
-  EXPECT_NE(e.find("ClusterRequest.tensor = 3 does not divide both the 8 GPUs and the 8 GPUs of "
-                   "a node"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find("tuning::ClusterRequest.tensor = 3 does not divide both the 8 GPUs and the 8 GPUs of "
+             "a node"),
+      std::string::npos)
       << e;
 }
 

@@ -63,11 +63,11 @@ struct MeasuredFactory {
   ps::DeviceSpec device;
   double compute_scale = 1.0;
   MeasuredCost operator()(int b, const ps::Parallelism& par) const {
-    return {ps::TransformerClusterFactory{model, device}(b, par), compute_scale};
+    return {ps::tuning::TransformerClusterFactory{model, device}(b, par), compute_scale};
   }
   int layer_count() const { return model.layers; }
   bool tensor_fits(int t) const {
-    return ps::TransformerClusterFactory{model, device}.tensor_fits(t);
+    return ps::tuning::TransformerClusterFactory{model, device}.tensor_fits(t);
   }
   int gpus_per_node() const { return device.ranks_per_node; }
 };
@@ -100,8 +100,8 @@ static_assert(ps::layered_cost<MeasuredCost> && ps::device_memory_cost<MeasuredC
 static_assert(ps::cluster_cost_factory<MeasuredFactory>);
 static_assert(!std::is_base_of_v<ps::TransformerCost, MeasuredCost>);
 
-ps::ClusterRequest small_cluster() {
-  ps::ClusterRequest req;
+ps::tuning::ClusterRequest small_cluster() {
+  ps::tuning::ClusterRequest req;
   req.gpus = 8;
   req.global_batch = 32;
   req.search.bases = {"1f1b", "zb-h1"};
@@ -114,15 +114,15 @@ ps::ClusterRequest small_cluster() {
 TEST(CostCapabilities, ClusterSearchRunsOverACostModelThatIsNoTransformerCost) {
   const ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
   ps::DeviceSpec device = ps::presets::find_device("a100-80gb");
-  const ps::ClusterRequest req = small_cluster();
-  const ps::TuneResult own = ps::tune_cluster(req, model, device);
-  const ps::TuneResult measured = ps::tune_cluster(req, MeasuredFactory{model, device, 1.0});
+  const ps::tuning::ClusterRequest req = small_cluster();
+  const ps::tuning::Result own = ps::tune_cluster(req, model, device);
+  const ps::tuning::Result measured = ps::tune_cluster(req, MeasuredFactory{model, device, 1.0});
   ASSERT_TRUE(own.best.has_value());
   ASSERT_TRUE(measured.best.has_value());
   // At the datasheet's rate the user's model is TransformerCost's: the same plan, with every
   // figure its capabilities give (degrees, static bytes in the peak, layers, MFU).
-  const ps::TunePlan& a = *own.best;
-  const ps::TunePlan& b = *measured.best;
+  const ps::tuning::Plan& a = *own.best;
+  const ps::tuning::Plan& b = *measured.best;
   EXPECT_EQ(ps::describe(a), ps::describe(b));
   EXPECT_DOUBLE_EQ(a.makespan, b.makespan);
   EXPECT_EQ(a.data, b.data);
@@ -136,14 +136,14 @@ TEST(CostCapabilities, ClusterSearchRunsOverACostModelThatIsNoTransformerCost) {
   EXPECT_EQ(own.notes.size(), measured.notes.size());
 
   // Kernels measured at half the datasheet's speed: every step is slower, the MFU lower.
-  const ps::TuneResult slow = ps::tune_cluster(req, MeasuredFactory{model, device, 2.0});
+  const ps::tuning::Result slow = ps::tune_cluster(req, MeasuredFactory{model, device, 2.0});
   ASSERT_TRUE(slow.best.has_value());
   EXPECT_GT(slow.best->makespan, a.makespan * 1.3);
   EXPECT_LT(slow.best->mfu, a.mfu);
 }
 
 TEST(CostCapabilities, ARequestNeedingACapabilityTheCostLacksIsRefusedByName) {
-  ps::TuneRequest req;
+  ps::tuning::Request req;
   req.ranks = 2;
   req.global_batch = 8;
   req.bases = {"seq-1f1b"};
@@ -179,13 +179,13 @@ TEST(CostCapabilities, ARequestNeedingACapabilityTheCostLacksIsRefusedByName) {
 TEST(CostCapabilities, ALayeredCostRefusesMoreStagesThanLayers) {
   const ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");  // 24 layers
   const ps::DeviceSpec device = ps::presets::find_device("a100-80gb");
-  ps::TuneRequest req;
+  ps::tuning::Request req;
   req.ranks = 32;
   req.global_batch = 64;
   req.bases = {"1f1b"};
   req.microbatch_sizes = {1};
   auto factory = [&](int b) { return MeasuredFactory{model, device, 1.0}(b, ps::Parallelism{}); };
-  const ps::TuneResult r = ps::tune(req, factory);
+  const ps::tuning::Result r = ps::tune(req, factory);
   EXPECT_FALSE(r.best.has_value());
   ASSERT_FALSE(r.notes.empty());
   EXPECT_NE(r.notes.front().reason.find("24"), std::string::npos) << r.notes.front().reason;

@@ -29,8 +29,8 @@ namespace {
 
 constexpr double eps = 1e-9;
 
-ps::TuneRequest uniform_request(int ranks, int global_batch, double budget) {
-  ps::TuneRequest r{.ranks = ranks, .global_batch = global_batch};
+ps::tuning::Request uniform_request(int ranks, int global_batch, double budget) {
+  ps::tuning::Request r{.ranks = ranks, .global_batch = global_batch};
   r.budget = ps::MemoryBudget{.all = budget, .per_rank = {}};
   return r;
 }
@@ -47,7 +47,7 @@ struct BruteForce {
   }
 };
 
-BruteForce brute_force(const ps::TuneRequest& req, const ps::UniformCost& cost) {
+BruteForce brute_force(const ps::tuning::Request& req, const ps::UniformCost& cost) {
   BruteForce out;
   auto keep = [](std::optional<double>& slot, double t) {
     if (!slot || t < *slot) slot = t;
@@ -93,7 +93,8 @@ BruteForce brute_force(const ps::TuneRequest& req, const ps::UniformCost& cost) 
 
 // What every plan the tuner returns must satisfy, whatever the cost model.
 template <class Cost>
-void expect_consistent(const ps::TunePlan& p, const ps::TuneRequest& req, const Cost& cost) {
+void expect_consistent(const ps::tuning::Plan& p, const ps::tuning::Request& req,
+                       const Cost& cost) {
   SCOPED_TRACE(ps::describe(p));
   EXPECT_EQ(p.microbatch_size * p.microbatches, req.global_batch);
   EXPECT_EQ(p.schedule.problem.ranks, req.ranks);
@@ -124,8 +125,8 @@ void expect_consistent(const ps::TunePlan& p, const ps::TuneRequest& req, const 
   EXPECT_LE(ps::detail::makespan_lower_bound(p.schedule, cost, sim), p.makespan * (1 + eps));
 }
 
-const std::vector<ps::TunePlan*> plans_of(ps::TuneResult& r) {
-  std::vector<ps::TunePlan*> out;
+const std::vector<ps::tuning::Plan*> plans_of(ps::tuning::Result& r) {
+  std::vector<ps::tuning::Plan*> out;
   for (auto* slot : {&r.best, &r.best_without_checkpoint, &r.best_conventional, &r.best_mario})
     if (*slot) out.push_back(&**slot);
   return out;
@@ -135,8 +136,8 @@ const std::vector<ps::TunePlan*> plans_of(ps::TuneResult& r) {
 
 // The brief's case: p = 4, global batch 16, budget 2 (1F1B's rank 0 holds 4).
 TEST(Tune, UniformBudgetTwoFitsAndIsFastest) {
-  const ps::TuneRequest req = uniform_request(4, 16, 2.0);
-  ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  const ps::tuning::Request req = uniform_request(4, 16, 2.0);
+  ps::tuning::Result r = ps::tune(req, ps::UniformCost{});
   ASSERT_TRUE(r.best);
   EXPECT_FALSE(r.best_without_checkpoint) << "budget 2 is below 1F1B's peak of 4";
   ASSERT_TRUE(r.best_conventional);
@@ -144,7 +145,7 @@ TEST(Tune, UniformBudgetTwoFitsAndIsFastest) {
   for (int rank = 0; rank < req.ranks; ++rank)
     EXPECT_LE(r.best->peak_per_rank[rank], 2.0 + eps) << "rank " << rank;
   EXPECT_LE(r.best_mario->makespan, r.best_conventional->makespan + eps);
-  for (const ps::TunePlan* p : plans_of(r)) {
+  for (const ps::tuning::Plan* p : plans_of(r)) {
     EXPECT_LE(r.best->makespan, p->makespan + eps);
     expect_consistent(*p, req, ps::UniformCost{});
   }
@@ -168,9 +169,9 @@ TEST(Tune, BestsMatchExhaustiveSearch) {
                           Point{4, 8, 1.5, 1}, Point{8, 16, 2.0, 0.5}}) {
     SCOPED_TRACE("p=" + std::to_string(pt.ranks) + " batch=" + std::to_string(pt.global_batch) +
                  " budget=" + std::to_string(pt.budget) + " comm=" + std::to_string(pt.comm));
-    const ps::TuneRequest req = uniform_request(pt.ranks, pt.global_batch, pt.budget);
+    const ps::tuning::Request req = uniform_request(pt.ranks, pt.global_batch, pt.budget);
     const ps::UniformCost cost{.comm = pt.comm};
-    ps::TuneResult r = ps::tune(req, cost);
+    ps::tuning::Result r = ps::tune(req, cost);
     const BruteForce bf = brute_force(req, cost);
     ASSERT_TRUE(r.best);
     EXPECT_NEAR(r.best->makespan, bf.best(), eps);
@@ -189,7 +190,7 @@ TEST(Tune, BestsMatchExhaustiveSearch) {
     if (r.best_mario && r.best_conventional) {
       EXPECT_LE(r.best_mario->makespan, r.best_conventional->makespan + eps);
     }
-    for (const ps::TunePlan* p : plans_of(r))
+    for (const ps::tuning::Plan* p : plans_of(r))
       expect_consistent(*p, req, cost);
   }
 }
@@ -198,8 +199,8 @@ TEST(Tune, BestsMatchExhaustiveSearch) {
 TEST(Tune, LargeBudgetPrefersNoCheckpointing) {
   for (double budget : {100.0, std::numeric_limits<double>::infinity()}) {
     SCOPED_TRACE("budget " + std::to_string(budget));
-    ps::TuneRequest req = uniform_request(4, 16, budget);
-    ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+    ps::tuning::Request req = uniform_request(4, 16, budget);
+    ps::tuning::Result r = ps::tune(req, ps::UniformCost{});
     ASSERT_TRUE(r.best);
     ASSERT_TRUE(r.best_without_checkpoint);
     EXPECT_EQ(r.best->checkpoint, CheckpointMode::None);
@@ -212,7 +213,8 @@ TEST(Tune, LargeBudgetPrefersNoCheckpointing) {
     EXPECT_EQ(r.candidates_over_budget, 0);
   }
   // No budget at all: UniformCost implies no limit.
-  ps::TuneResult r = ps::tune(ps::TuneRequest{.ranks = 4, .global_batch = 16}, ps::UniformCost{});
+  ps::tuning::Result r =
+      ps::tune(ps::tuning::Request{.ranks = 4, .global_batch = 16}, ps::UniformCost{});
   ASSERT_TRUE(r.best_without_checkpoint);
   EXPECT_EQ(r.best->checkpoint, CheckpointMode::None);
   for (double b : r.best->budget_per_rank)
@@ -221,8 +223,8 @@ TEST(Tune, LargeBudgetPrefersNoCheckpointing) {
 
 // A budget that nothing fits, not even full checkpointing: an empty result, not an error.
 TEST(Tune, BudgetTooSmallGivesNoPlan) {
-  const ps::TuneRequest req = uniform_request(4, 16, 0.01);
-  ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  const ps::tuning::Request req = uniform_request(4, 16, 0.01);
+  ps::tuning::Result r = ps::tune(req, ps::UniformCost{});
   EXPECT_FALSE(r.best);
   EXPECT_FALSE(r.best_without_checkpoint);
   EXPECT_FALSE(r.best_conventional);
@@ -235,9 +237,9 @@ TEST(Tune, BudgetTooSmallGivesNoPlan) {
 // Configurations a generator refuses are skipped and explained.
 TEST(Tune, RefusedConfigurationsAreSkippedWithNotes) {
   // DualPipeV needs at least 2p microbatches: 6 on 4 ranks are refused.
-  ps::TuneRequest req = uniform_request(4, 6, 2.0);
+  ps::tuning::Request req = uniform_request(4, 6, 2.0);
   req.bases = {"dualpipe-v"};
-  ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  ps::tuning::Result r = ps::tune(req, ps::UniformCost{});
   EXPECT_FALSE(r.best);
   EXPECT_EQ(r.candidates_refused, r.candidates_tried);
   EXPECT_EQ(r.candidates_tried, 4);  // its own chunks × modes none, selective, mario, full
@@ -256,10 +258,10 @@ TEST(Tune, RefusedConfigurationsAreSkippedWithNotes) {
 
 // A factory that cannot model a microbatch size: that size is skipped, the others searched.
 TEST(Tune, FactoryRefusalSkipsThatMicrobatchSize) {
-  ps::TuneRequest req = uniform_request(4, 16, 2.0);
+  ps::tuning::Request req = uniform_request(4, 16, 2.0);
   req.bases = {"1f1b"};
   req.microbatch_sizes = {1, 2, 3};  // 3 does not divide 16: left out, not refused
-  ps::TuneResult r = ps::tune(req, ps::UniformCostFactory{});
+  ps::tuning::Result r = ps::tune(req, ps::tuning::UniformCostFactory{});
   ASSERT_TRUE(r.best);
   EXPECT_EQ(r.best->microbatch_size, 1);
   EXPECT_EQ(r.candidates_tried, 2 * 4);
@@ -277,37 +279,37 @@ TEST(Tune, FactoryRefusalSkipsThatMicrobatchSize) {
 TEST(Tune, InvalidRequestsThrow) {
   struct Case {
     const char* what;
-    std::function<void(ps::TuneRequest&)> change;
+    std::function<void(ps::tuning::Request&)> change;
   };
   const std::vector<Case> cases = {
-      {"ranks", [](ps::TuneRequest& r) { r.ranks = 0; }},
-      {"global_batch", [](ps::TuneRequest& r) { r.global_batch = 0; }},
-      {"bases", [](ps::TuneRequest& r) { r.bases.clear(); }},
-      {"unknown schedule", [](ps::TuneRequest& r) { r.bases = {"2f2b"}; }},
-      {"chunks", [](ps::TuneRequest& r) { r.chunks = {0}; }},
-      {"chunks", [](ps::TuneRequest& r) { r.chunks.clear(); }},
+      {"ranks", [](ps::tuning::Request& r) { r.ranks = 0; }},
+      {"global_batch", [](ps::tuning::Request& r) { r.global_batch = 0; }},
+      {"bases", [](ps::tuning::Request& r) { r.bases.clear(); }},
+      {"unknown schedule", [](ps::tuning::Request& r) { r.bases = {"2f2b"}; }},
+      {"chunks", [](ps::tuning::Request& r) { r.chunks = {0}; }},
+      {"chunks", [](ps::tuning::Request& r) { r.chunks.clear(); }},
       {"microbatch_sizes",
-       [](ps::TuneRequest& r) {
+       [](ps::tuning::Request& r) {
          r.microbatch_sizes = {3, 5};
        }},
-      {"microbatch_sizes", [](ps::TuneRequest& r) { r.microbatch_sizes = {0}; }},
+      {"microbatch_sizes", [](ps::tuning::Request& r) { r.microbatch_sizes = {0}; }},
       {"checkpoints",
-       [](ps::TuneRequest& r) {
+       [](ps::tuning::Request& r) {
          r.checkpoints.clear();
          r.full_fallback = false;
        }},
-      {"MemoryBudget.all", [](ps::TuneRequest& r) { r.budget = ps::MemoryBudget{.all = -1}; }},
+      {"MemoryBudget.all", [](ps::tuning::Request& r) { r.budget = ps::MemoryBudget{.all = -1}; }},
       {"budget.per_rank",
-       [](ps::TuneRequest& r) {
+       [](ps::tuning::Request& r) {
          r.budget = ps::MemoryBudget{.all = 2, .per_rank = {1, 1, 1, 1, 1}};
        }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    ps::TuneRequest req = uniform_request(4, 16, 2.0);
+    ps::tuning::Request req = uniform_request(4, 16, 2.0);
     c.change(req);
     try {
-      ps::tune(req, ps::UniformCostFactory{});
+      ps::tune(req, ps::tuning::UniformCostFactory{});
       ADD_FAILURE() << "no exception";
     } catch (const ps::invalid_problem& e) {
       EXPECT_NE(std::string(e.what()).find(c.what), std::string::npos) << e.what();
@@ -317,9 +319,9 @@ TEST(Tune, InvalidRequestsThrow) {
 
 // Only the modes asked for are reported; full checkpointing steps in when nothing fits.
 TEST(Tune, ModeSubsetsAndFullFallback) {
-  ps::TuneRequest req = uniform_request(4, 16, 2.0);
+  ps::tuning::Request req = uniform_request(4, 16, 2.0);
   req.checkpoints = {CheckpointMode::Mario};
-  ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  ps::tuning::Result r = ps::tune(req, ps::UniformCost{});
   ASSERT_TRUE(r.best);
   EXPECT_EQ(r.best->checkpoint, CheckpointMode::Mario);
   EXPECT_FALSE(r.best_conventional) << "full is a fallback only, and Mario fits";
@@ -350,12 +352,12 @@ TEST(Tune, ModeSubsetsAndFullFallback) {
 TEST(Tune, ProgressCountsEveryCandidate) {
   for (double budget : {2.0, 0.01}) {
     SCOPED_TRACE("budget " + std::to_string(budget));
-    const ps::TuneRequest req = uniform_request(4, 16, budget);
+    const ps::tuning::Request req = uniform_request(4, 16, budget);
     int calls = 0, last_done = 0, last_total = -1;
     double last_best = std::numeric_limits<double>::infinity();
     bool monotone = true;
-    ps::TuneResult r =
-        ps::tune(req, ps::UniformCost{}, [&](int done, int total, const ps::TunePlan* best) {
+    ps::tuning::Result r =
+        ps::tune(req, ps::UniformCost{}, [&](int done, int total, const ps::tuning::Plan* best) {
           ++calls;
           monotone = monotone && done == last_done + 1;
           if (last_total >= 0) monotone = monotone && total == last_total;
@@ -396,8 +398,8 @@ TEST(Tune, TransformerPlanFitsDeviceMemory) {
     SCOPED_TRACE(std::string(c.model) + " on " + std::to_string(c.ranks) + " x " + c.device);
     const ps::ModelShape model = ps::presets::find_model(c.model);
     const ps::DeviceSpec device = ps::presets::find_device(c.device);
-    const ps::TuneRequest req{.ranks = c.ranks, .global_batch = 16};
-    ps::TuneResult r = ps::tune(req, model, device);
+    const ps::tuning::Request req{.ranks = c.ranks, .global_batch = 16};
+    ps::tuning::Result r = ps::tune(req, model, device);
     ASSERT_TRUE(r.best);
     EXPECT_LT(r.seconds, 10.0 * sanitizer_slowdown);
     EXPECT_EQ(r.best_without_checkpoint.has_value(), !c.needs_checkpointing);
@@ -407,7 +409,7 @@ TEST(Tune, TransformerPlanFitsDeviceMemory) {
       EXPECT_GT(r.best->recomputes, 0);
       EXPECT_LE(r.best_mario->makespan, r.best_conventional->makespan * (1 + eps));
     }
-    for (ps::TunePlan* p : plans_of(r)) {
+    for (ps::tuning::Plan* p : plans_of(r)) {
       SCOPED_TRACE(ps::describe(*p));
       ps::TransformerCost cost{model, device, {}};
       cost.model.microbatch_size = p->microbatch_size;
@@ -426,8 +428,8 @@ TEST(Tune, TransformerPlanFitsDeviceMemory) {
 // A model whose weights alone exceed the devices: every configuration is refused, and the
 // notes say why.
 TEST(Tune, WeightsOverDeviceMemoryAreRefused) {
-  const ps::TuneRequest req{.ranks = 2, .global_batch = 4};
-  ps::TuneResult r =
+  const ps::tuning::Request req{.ranks = 2, .global_batch = 4};
+  ps::tuning::Result r =
       ps::tune(req, ps::presets::find_model("llama2-34b"), ps::presets::find_device("rtx-4090"));
   EXPECT_FALSE(r.best);
   EXPECT_EQ(r.candidates_refused, r.candidates_tried);
@@ -441,16 +443,16 @@ TEST(Tune, WeightsOverDeviceMemoryAreRefused) {
 TEST(Tune, RepeatedRefusalsAreCountedInOneNote) {
   // GPT-3 1.3B has 24 layers: 16 ranks x 2 chunks (32 stages) is too many stages for every
   // microbatch size, and so is x 4 (64 stages), for another reason (the stage count differs).
-  ps::TuneRequest req{.ranks = 16, .global_batch = 64};
+  ps::tuning::Request req{.ranks = 16, .global_batch = 64};
   req.bases = {"interleaved-1f1b"};
   req.chunks = {2, 4};
   req.microbatch_sizes = {1, 2, 4};  // 64, 32 and 16 microbatches: whole groups of 16
-  const ps::TuneResult r =
+  const ps::tuning::Result r =
       ps::tune(req, ps::presets::find_model("gpt3-1.3b"), ps::presets::find_device("a100-80gb"));
   EXPECT_FALSE(r.best);
   ASSERT_EQ(r.notes.size(), 2u);
   int counted = 0;
-  for (const ps::TuneNote& n : r.notes) {
+  for (const ps::tuning::Note& n : r.notes) {
     SCOPED_TRACE(n.text());
     EXPECT_EQ(n.count, 3);  // one per microbatch size
     EXPECT_NE(n.reason.find("24"), std::string::npos);
@@ -467,17 +469,17 @@ TEST(Tune, RepeatedRefusalsAreCountedInOneNote) {
 TEST(Tune, TransformerExplicitBudget) {
   const ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
   const ps::DeviceSpec device = ps::presets::find_device("a100-80gb");
-  ps::TuneRequest req{.ranks = 4, .global_batch = 16};
+  ps::tuning::Request req{.ranks = 4, .global_batch = 16};
   req.bases = {"1f1b"};
-  ps::TuneResult unlimited = ps::tune(req, model, device);
+  ps::tuning::Result unlimited = ps::tune(req, model, device);
   ASSERT_TRUE(unlimited.best_without_checkpoint);
   // Half of what the fastest plan without checkpointing holds on its busiest rank.
-  const ps::TunePlan& free_plan = *unlimited.best_without_checkpoint;
+  const ps::tuning::Plan& free_plan = *unlimited.best_without_checkpoint;
   double peak = 0;
   for (double x : free_plan.peak_per_rank)
     peak = std::max(peak, x);
   req.budget = ps::MemoryBudget{.all = peak / 2, .per_rank = {}};
-  ps::TuneResult tight = ps::tune(req, model, device);
+  ps::tuning::Result tight = ps::tune(req, model, device);
   ASSERT_TRUE(tight.best);
   for (int rank = 0; rank < req.ranks; ++rank)
     EXPECT_LE(tight.best->peak_per_rank[rank], peak / 2 * (1 + eps));
@@ -485,7 +487,7 @@ TEST(Tune, TransformerExplicitBudget) {
 }
 
 TEST(Tune, SearchesSlicesAndFineWeightGradientsToo) {
-  ps::TuneRequest req;
+  ps::tuning::Request req;
   req.ranks = 4;
   req.global_batch = 16;
   req.bases = {"1f1b", "seq-1f1b", "slice-pipe"};
@@ -493,7 +495,7 @@ TEST(Tune, SearchesSlicesAndFineWeightGradientsToo) {
   req.slices = {1, 2, 4};
   req.fine_wgrad = true;
   req.budget = ps::MemoryBudget{.all = 1.5};
-  const ps::TuneResult r = ps::tune(req, ps::UniformCost{});
+  const ps::tuning::Result r = ps::tune(req, ps::UniformCost{});
   ASSERT_TRUE(r.best.has_value());
   // 1F1B holds 4 microbatches on rank 0; only slicing (or heavy checkpointing) fits 1.5.
   EXPECT_GT(r.best->slices, 1) << ps::describe(*r.best);
@@ -503,9 +505,9 @@ TEST(Tune, SearchesSlicesAndFineWeightGradientsToo) {
   const ps::SimulationResult sim = ps::simulate(r.best->schedule, ps::UniformCost{});
   EXPECT_DOUBLE_EQ(sim.makespan, r.best->makespan);
   // A sliced plan beats every plan that runs whole microbatches under this budget.
-  ps::TuneRequest whole = req;
+  ps::tuning::Request whole = req;
   whole.slices = {1};
-  const ps::TuneResult w = ps::tune(whole, ps::UniformCost{});
+  const ps::tuning::Result w = ps::tune(whole, ps::UniformCost{});
   if (w.best) {
     EXPECT_LT(r.best->makespan, w.best->makespan);
   }
@@ -520,8 +522,8 @@ TEST(Tune, SearchesSlicesAndFineWeightGradientsToo) {
 namespace {
 
 // GPT-3 1.3B on 8 A100 40GB in nodes of 4: small enough to search every way by hand.
-ps::ClusterRequest small_cluster() {
-  ps::ClusterRequest c;
+ps::tuning::ClusterRequest small_cluster() {
+  ps::tuning::ClusterRequest c;
   c.gpus = 8;
   c.gpus_per_node = 4;
   c.global_batch = 16;
@@ -541,10 +543,10 @@ ps::ModelShape short_gpt() {
 }  // namespace
 
 TEST(TuneCluster, BestIsTheBestOfEveryFactorizationSearchedAlone) {
-  const ps::ClusterRequest req = small_cluster();
+  const ps::tuning::ClusterRequest req = small_cluster();
   const ps::ModelShape model = short_gpt();
   ps::DeviceSpec device = ps::presets::find_device("a100-40gb");
-  const ps::TuneResult r = ps::tune_cluster(req, model, device);
+  const ps::tuning::Result r = ps::tune_cluster(req, model, device);
   ASSERT_TRUE(r.best);
   EXPECT_FALSE(r.cut);
   EXPECT_EQ(r.candidates_tried, r.candidates_total);
@@ -566,13 +568,14 @@ TEST(TuneCluster, BestIsTheBestOfEveryFactorizationSearchedAlone) {
         par.zero = d > 1 ? 1 : 0;
         par.split = split;
         par.whole_step = true;
-        ps::TuneRequest one = req.search;
+        ps::tuning::Request one = req.search;
         one.ranks = pp;
         one.global_batch = req.global_batch / d;
         one.threads = 1;
-        const ps::TuneResult alone = ps::tune(one, ps::TransformerCostFactory{model, device, par});
+        const ps::tuning::Result alone =
+            ps::tune(one, ps::tuning::TransformerCostFactory{model, device, par});
         if (alone.best && (!best || alone.best->makespan < *best)) best = alone.best->makespan;
-        for (const ps::TuneBaseline& b : alone.baselines) {
+        for (const ps::tuning::Baseline& b : alone.baselines) {
           if (!b.plan) continue;
           auto key = std::pair{b.base, b.checkpoint};
           if (!pair_best.count(key) || b.plan->makespan < pair_best[key])
@@ -585,7 +588,7 @@ TEST(TuneCluster, BestIsTheBestOfEveryFactorizationSearchedAlone) {
   EXPECT_NEAR(r.best->makespan, *best, 1e-12 * *best) << ps::describe(*r.best);
   // Every (base, mode) pair's best is the best of that pair over all factorizations.
   ASSERT_EQ(r.baselines.size(), 3u * 3u);
-  for (const ps::TuneBaseline& b : r.baselines) {
+  for (const ps::tuning::Baseline& b : r.baselines) {
     SCOPED_TRACE(b.base + " " + ps::to_string(b.checkpoint));
     auto it = pair_best.find({b.base, b.checkpoint});
     ASSERT_EQ(b.plan.has_value(), it != pair_best.end());
@@ -596,13 +599,13 @@ TEST(TuneCluster, BestIsTheBestOfEveryFactorizationSearchedAlone) {
 }
 
 TEST(TuneCluster, PlansDescribeTheirClusterAndReproduce) {
-  const ps::ClusterRequest req = small_cluster();
+  const ps::tuning::ClusterRequest req = small_cluster();
   const ps::ModelShape model = short_gpt();
-  const ps::TuneResult r = ps::tune_cluster(req, model, ps::presets::find_device("a100-40gb"));
+  const ps::tuning::Result r = ps::tune_cluster(req, model, ps::presets::find_device("a100-40gb"));
   ASSERT_TRUE(r.best);
-  for (const ps::TuneBaseline& b : r.baselines) {
+  for (const ps::tuning::Baseline& b : r.baselines) {
     if (!b.plan) continue;
-    const ps::TunePlan& p = *b.plan;
+    const ps::tuning::Plan& p = *b.plan;
     SCOPED_TRACE(ps::describe(p));
     const int pp = p.schedule.problem.ranks;
     EXPECT_EQ(pp * p.data * p.tensor, 8);
@@ -642,13 +645,13 @@ TEST(TuneCluster, PlansDescribeTheirClusterAndReproduce) {
 }
 
 TEST(TuneCluster, ThreadsChangeNothingButTheTime) {
-  ps::ClusterRequest req = small_cluster();
+  ps::tuning::ClusterRequest req = small_cluster();
   const ps::ModelShape model = short_gpt();
   const ps::DeviceSpec device = ps::presets::find_device("a100-40gb");
   req.search.threads = 1;
-  const ps::TuneResult one = ps::tune_cluster(req, model, device);
+  const ps::tuning::Result one = ps::tune_cluster(req, model, device);
   req.search.threads = 3;
-  const ps::TuneResult three = ps::tune_cluster(req, model, device);
+  const ps::tuning::Result three = ps::tune_cluster(req, model, device);
   EXPECT_EQ(one.threads, 1);
   EXPECT_EQ(three.threads, 3);
   ASSERT_TRUE(one.best && three.best);
@@ -666,30 +669,30 @@ TEST(TuneCluster, ThreadsChangeNothingButTheTime) {
 }
 
 TEST(TuneCluster, TimeLimitCutsTheSearchAndSaysSo) {
-  ps::ClusterRequest req = small_cluster();
+  ps::tuning::ClusterRequest req = small_cluster();
   req.gpus = 16;
   req.global_batch = 64;
   req.search.time_limit = 1e-6;
-  const ps::TuneResult r =
+  const ps::tuning::Result r =
       ps::tune_cluster(req, short_gpt(), ps::presets::find_device("a100-40gb"));
   EXPECT_TRUE(r.cut);
   EXPECT_LT(r.candidates_tried, r.candidates_total);
 }
 
 TEST(TuneCluster, BatchesThatDoNotSplitAreNotedAndBadRequestsThrow) {
-  ps::ClusterRequest req = small_cluster();
+  ps::tuning::ClusterRequest req = small_cluster();
   req.global_batch = 6;  // not over d = 4 or 8 replicas
   req.search.microbatch_sizes = {1};
-  const ps::TuneResult r =
+  const ps::tuning::Result r =
       ps::tune_cluster(req, short_gpt(), ps::presets::find_device("a100-40gb"));
   ASSERT_TRUE(r.best);
   EXPECT_TRUE(6 % r.best->data == 0);
   bool noted = false;
-  for (const ps::TuneNote& n : r.notes)
+  for (const ps::tuning::Note& n : r.notes)
     noted =
         noted || n.reason.find("does not split over 4 data-parallel replicas") != std::string::npos;
   EXPECT_TRUE(noted);
-  auto throws = [](ps::ClusterRequest bad, const std::string& says) {
+  auto throws = [](ps::tuning::ClusterRequest bad, const std::string& says) {
     try {
       (void)ps::tune_cluster(bad, short_gpt(), ps::presets::find_device("a100-40gb"));
       ADD_FAILURE() << "accepted: " << says;
@@ -697,24 +700,24 @@ TEST(TuneCluster, BatchesThatDoNotSplitAreNotedAndBadRequestsThrow) {
       EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
     }
   };
-  ps::ClusterRequest bad = small_cluster();
+  ps::tuning::ClusterRequest bad = small_cluster();
   bad.gpus = 0;
-  throws(bad, "ClusterRequest.gpus = 0");
+  throws(bad, "tuning::ClusterRequest.gpus = 0");
   bad = small_cluster();
   bad.zero = 3;
-  throws(bad, "ClusterRequest.zero = 3");
+  throws(bad, "tuning::ClusterRequest.zero = 3");
   bad = small_cluster();
   bad.tensor = {3};  // divides neither the node nor 8
   throws(bad, "no way to run 8 GPUs");
   bad = small_cluster();
   bad.search.threads = -1;
-  throws(bad, "TuneRequest.threads = -1");
+  throws(bad, "tuning::Request.threads = -1");
 }
 
 // ZeRO and tensor parallelism make room: Llama 2 13B's weights alone (16 bytes per
 // parameter over 8 pipeline ranks: 26 GiB a rank) do not fit 24 GB GPUs without them.
 TEST(TuneCluster, ShardingLetsALargeModelFitSmallGpus) {
-  ps::ClusterRequest req;
+  ps::tuning::ClusterRequest req;
   req.gpus = 16;
   req.global_batch = 32;
   req.search.bases = {"1f1b"};
@@ -727,7 +730,7 @@ TEST(TuneCluster, ShardingLetsALargeModelFitSmallGpus) {
   req.zero = 0;
   EXPECT_FALSE(ps::tune_cluster(req, model, device).best);
   req.zero = 2;
-  const ps::TuneResult sharded = ps::tune_cluster(req, model, device);
+  const ps::tuning::Result sharded = ps::tune_cluster(req, model, device);
   ASSERT_TRUE(sharded.best);
   EXPECT_EQ(sharded.best->data, 2);
   EXPECT_EQ(sharded.best->zero, 2);
@@ -742,7 +745,7 @@ TEST(Tune, EveryEqualChunkCountIsSearchedBesideTheRequestsOwn) {
   ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
   model.sequence = 512;
   const ps::DeviceSpec device = ps::presets::find_device("h100");
-  ps::TuneRequest req;
+  ps::tuning::Request req;
   req.ranks = 2;
   req.global_batch = 4;
   req.microbatch_sizes = {1};
@@ -752,14 +755,14 @@ TEST(Tune, EveryEqualChunkCountIsSearchedBesideTheRequestsOwn) {
   req.checkpoints = {ps::CheckpointMode::None};
   req.chunks = {2};
   req.every_equal_chunks = true;
-  const ps::TuneResult all = ps::tune(req, model, device);
+  const ps::tuning::Result all = ps::tune(req, model, device);
   ASSERT_TRUE(all.best);
   double fastest = std::numeric_limits<double>::infinity();
   for (int c : {2, 3, 4, 6, 12}) {
-    ps::TuneRequest one = req;
+    ps::tuning::Request one = req;
     one.chunks = {c};
     one.every_equal_chunks = false;
-    const ps::TuneResult r = ps::tune(one, model, device);
+    const ps::tuning::Result r = ps::tune(one, model, device);
     if (r.best) fastest = std::min(fastest, r.best->makespan);
   }
   EXPECT_EQ(all.best->makespan, fastest);

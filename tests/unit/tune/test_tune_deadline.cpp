@@ -25,8 +25,8 @@ const ps::UniformCost cost{.f = 1, .b = 2, .w = 1, .r = 1, .boundary = 0.05};
 // One configuration (1F1B over 16 ranks, 4096 microbatches) whose base is over the budget:
 // phase one (base and full checkpointing) takes a fraction of a second, each of its
 // selective and Mario candidates seconds.
-ps::TuneRequest long_candidates() {
-  ps::TuneRequest r{.ranks = 16, .global_batch = 4096};
+ps::tuning::Request long_candidates() {
+  ps::tuning::Request r{.ranks = 16, .global_batch = 4096};
   r.bases = {"1f1b"};
   r.budget = ps::MemoryBudget{.all = 2.0};
   r.checkpoints = {CheckpointMode::None, CheckpointMode::Selective, CheckpointMode::Mario};
@@ -35,7 +35,7 @@ ps::TuneRequest long_candidates() {
 }
 
 // A plan that is whole: valid, within its budget, and simulating to its step time.
-void expect_complete(const ps::TunePlan& p) {
+void expect_complete(const ps::tuning::Plan& p) {
   SCOPED_TRACE(ps::describe(p));
   const ps::ValidationReport rep = ps::check(p.schedule);
   EXPECT_TRUE(rep.ok()) << rep.summary();
@@ -53,10 +53,10 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 TEST(TuneStop, AFlagSetBeforeTheSearchStopsItBeforeAnyCandidate) {
-  ps::TuneRequest r = long_candidates();
+  ps::tuning::Request r = long_candidates();
   std::atomic<bool> flag{true};
   r.stop_flag = &flag;
-  const ps::TuneResult res = ps::tune(r, cost);
+  const ps::tuning::Result res = ps::tune(r, cost);
   EXPECT_TRUE(res.cut);
   EXPECT_TRUE(res.interrupted);
   EXPECT_EQ(res.candidates_tried, 0);
@@ -65,13 +65,13 @@ TEST(TuneStop, AFlagSetBeforeTheSearchStopsItBeforeAnyCandidate) {
 }
 
 TEST(TuneStop, AFlagNeverSetChangesNothing) {
-  ps::TuneRequest r{.ranks = 4, .global_batch = 16};
+  ps::tuning::Request r{.ranks = 4, .global_batch = 16};
   r.budget = ps::MemoryBudget{.all = 2.0};
   r.threads = 1;
-  const ps::TuneResult plain = ps::tune(r, cost);
+  const ps::tuning::Result plain = ps::tune(r, cost);
   std::atomic<bool> flag{false};
   r.stop_flag = &flag;
-  const ps::TuneResult flagged = ps::tune(r, cost);
+  const ps::tuning::Result flagged = ps::tune(r, cost);
   EXPECT_FALSE(flagged.cut);
   EXPECT_FALSE(flagged.interrupted);
   EXPECT_EQ(flagged.candidates_tried, flagged.candidates_total);
@@ -81,10 +81,10 @@ TEST(TuneStop, AFlagNeverSetChangesNothing) {
 }
 
 TEST(TimedTuneDeadline, TheLimitHoldsWhenOneCandidateOutlastsItAndCutCandidatesAreDropped) {
-  ps::TuneRequest r = long_candidates();
+  ps::tuning::Request r = long_candidates();
   r.time_limit = 2;  // phase one takes a fraction of it, even on a busy machine
   const auto t0 = std::chrono::steady_clock::now();
-  const ps::TuneResult res = ps::tune(r, cost);
+  const ps::tuning::Result res = ps::tune(r, cost);
   const double wall = seconds_since(t0);
   EXPECT_LT(wall, r.time_limit + 2 * sanitizer_slowdown);
   EXPECT_LE(res.seconds, wall);
@@ -94,7 +94,7 @@ TEST(TimedTuneDeadline, TheLimitHoldsWhenOneCandidateOutlastsItAndCutCandidatesA
   // The selective and Mario candidates were cut: neither is reported, not even as a pair's
   // best; full checkpointing, which phase one finished, is the plan.
   for (CheckpointMode m : {CheckpointMode::Selective, CheckpointMode::Mario}) {
-    const ps::TuneBaseline* b = res.baseline("1f1b", m);
+    const ps::tuning::Baseline* b = res.baseline("1f1b", m);
     ASSERT_NE(b, nullptr);
     EXPECT_FALSE(b->plan) << ps::describe(*b->plan);
   }
@@ -102,12 +102,12 @@ TEST(TimedTuneDeadline, TheLimitHoldsWhenOneCandidateOutlastsItAndCutCandidatesA
   ASSERT_TRUE(res.best);
   EXPECT_EQ(res.best->checkpoint, CheckpointMode::Full);
   expect_complete(*res.best);
-  for (const ps::TunePoint& p : res.evaluated)
+  for (const ps::tuning::Point& p : res.evaluated)
     EXPECT_TRUE(p.checkpoint == "none" || p.checkpoint == "full") << p.checkpoint;
 }
 
 TEST(TimedTuneDeadline, AFlagSetDuringALongCandidateEndsTheSearchPromptly) {
-  ps::TuneRequest r = long_candidates();
+  ps::tuning::Request r = long_candidates();
   std::atomic<bool> flag{false};
   r.stop_flag = &flag;
   const auto t0 = std::chrono::steady_clock::now();
@@ -115,7 +115,7 @@ TEST(TimedTuneDeadline, AFlagSetDuringALongCandidateEndsTheSearchPromptly) {
     std::this_thread::sleep_for(std::chrono::seconds(2));
     flag = true;
   });
-  const ps::TuneResult res = ps::tune(r, cost);
+  const ps::tuning::Result res = ps::tune(r, cost);
   setter.join();
   EXPECT_LT(seconds_since(t0), 2 + 2 * sanitizer_slowdown);
   EXPECT_TRUE(res.cut);

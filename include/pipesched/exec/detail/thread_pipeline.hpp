@@ -1,5 +1,5 @@
-// The step loop of a pipeline whose ranks are threads of this process (InprocPipeline,
-// CudaLocalPipeline): one Executor per rank over one shared transport, every rank's list run
+// The step loop of a pipeline whose ranks are threads of this process (inproc::Pipeline,
+// cuda_local::Pipeline): one Executor per rank over one shared transport, every rank's list run
 // on its own thread from a common start, the first failure stopping every rank; the updates
 // applied only once every list has run, and undone on every rank whose optimizer ran when one
 // fails.

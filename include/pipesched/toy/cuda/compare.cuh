@@ -1,4 +1,4 @@
-// Trains a plan on GPU toy stages through CudaLocalPipeline beside a host reference run
+// Trains a plan on GPU toy stages through cuda_local::Pipeline beside a host reference run
 // sequentially, and reports per step how far the GPU's loss, gradients and parameters are from
 // the reference's, whether each rank's measured peak equals the simulator's, and the step time
 // — what the GPU tests assert and the GPU report prints.
@@ -64,7 +64,7 @@ std::vector<StepComparison> compare_with_reference(const Schedule& schedule, con
                                                    const ProfiledCost& cost, int steps = 2,
                                                    double learning_rate = 0.05) {
   const int stages = schedule.problem.stages;
-  auto devices = CudaLocalPipeline<Gpu>::devices_for(schedule);
+  auto devices = cuda_local::Pipeline<Gpu>::devices_for(schedule);
   std::vector<Reference> ref;
   std::vector<Gpu> piped;
   piped.reserve(static_cast<std::size_t>(stages));
@@ -75,7 +75,7 @@ std::vector<StepComparison> compare_with_reference(const Schedule& schedule, con
   }
   ExecutorOptions options;
   use_sgd(options, schedule.placement, piped, learning_rate);
-  CudaLocalPipeline<Gpu> pipe(schedule, devices, piped, options);
+  cuda_local::Pipeline<Gpu> pipe(schedule, devices, piped, options);
   const SimulationResult predicted = simulate(schedule, cost);
   const auto training =
       training_data(data, devices[static_cast<std::size_t>(schedule.placement.rank_of(0))],

@@ -4,7 +4,7 @@
 // same byte figures), GEMMs through cuBLAS and every kernel on the device's compute stream.
 // Built for a tensor-parallel shard, its blocks are that shard (column- then row-parallel
 // linears, the host stage's split) and sum their partial results over the group a pipeline
-// gives it (NcclPipeline: an NcclTensorGroup, on the GPU).
+// gives it (nccl::Pipeline: an nccl::TensorGroup, on the GPU).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -199,7 +199,7 @@ class GptStage {
     return out;
   }
   //! The accumulated gradients in device memory, in host_gradients() order: what a
-  //! data-parallel reduction (NcclGradientReducer) reads and overwrites on the GPU, ordered
+  //! data-parallel reduction (nccl::GradientReducer) reads and overwrites on the GPU, ordered
   //! after the compute stream.
   std::vector<std::span<T>> device_gradients() {
     std::vector<std::span<T>> out;
@@ -207,8 +207,8 @@ class GptStage {
     return out;
   }
   //! The parameters in device memory, in host_parameters() order (the sizes of
-  //! device_gradients()): what a ZeRO-sharded reduction (NcclGradientReducer with
-  //! NcclReducerOptions::zero) reads and overwrites on the GPU.
+  //! device_gradients()): what a ZeRO-sharded reduction (nccl::GradientReducer with
+  //! nccl::ReducerOptions::zero) reads and overwrites on the GPU.
   std::vector<std::span<T>> device_parameters() {
     std::vector<std::span<T>> out;
     for_each_parameters([&](detail::DeviceParameters<T>& p) { p.append_parameter_spans(out); });
@@ -218,7 +218,7 @@ class GptStage {
   //! The tensor-parallel shard of every block the stage holds ({0, 1}: whole blocks).
   TensorShard tensor_shard() const noexcept { return host_.tensor_shard(); }
   //! Gives every block the group its partial sums go over: a TensorGroup whose all_reduce
-  //! takes device memory written on the compute stream (NcclTensorGroup); kept, not owned;
+  //! takes device memory written on the compute stream (nccl::TensorGroup); kept, not owned;
   //! nullptr detaches. Throws invalid_problem when the group is not the shard's.
   void set_tensor_group(TensorGroup* group) {
     for (detail::GptBlock<T>& b : blocks_)

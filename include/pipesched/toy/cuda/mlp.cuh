@@ -258,7 +258,7 @@ class MlpStage {
     return out;
   }
   //! The accumulated gradients in device memory, in host_gradients() order: what a
-  //! data-parallel reduction (NcclGradientReducer) reads and overwrites on the GPU, ordered
+  //! data-parallel reduction (nccl::GradientReducer) reads and overwrites on the GPU, ordered
   //! after the compute stream.
   std::vector<std::span<T>> device_gradients() {
     std::vector<std::span<T>> out;
@@ -267,8 +267,8 @@ class MlpStage {
     return out;
   }
   //! The parameters in device memory, in host_parameters() order (the sizes of
-  //! device_gradients()): what a ZeRO-sharded reduction (NcclGradientReducer with
-  //! NcclReducerOptions::zero) reads and overwrites on the GPU.
+  //! device_gradients()): what a ZeRO-sharded reduction (nccl::GradientReducer with
+  //! nccl::ReducerOptions::zero) reads and overwrites on the GPU.
   std::vector<std::span<T>> device_parameters() {
     std::vector<std::span<T>> out;
     for (detail::MlpBlock<T>& b : blocks_)

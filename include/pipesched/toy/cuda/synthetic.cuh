@@ -138,18 +138,18 @@ inline TrainingData<DeviceTensor<float>> synthetic_training_data(const CudaDevic
   return data;
 }
 
-//! Runs `schedule` with synthetic GPU stages of `cost` on CudaLocalPipeline (every rank on GPU
+//! Runs `schedule` with synthetic GPU stages of `cost` on cuda_local::Pipeline (every rank on GPU
 //! 0): one warm-up step, then `steps` steps; returns the fastest step over the simulated
 //! makespan for the same costs, and checks every step's measured peak against the simulated
 //! one (throws `error` naming the rank when they differ).
 inline double synthetic_ratio(const Schedule& schedule, const SyntheticCost& cost, int steps = 5) {
   const SimulationResult sim =
       simulate(schedule, toy::synthetic_profiled_cost(cost, schedule.problem.stages));
-  auto devices = CudaLocalPipeline<SyntheticStage>::devices_for(schedule);
+  auto devices = cuda_local::Pipeline<SyntheticStage>::devices_for(schedule);
   std::vector<SyntheticStage> stages;
   for (int st = 0; st < schedule.problem.stages; ++st)
     stages.emplace_back(cost, devices[static_cast<std::size_t>(schedule.placement.rank_of(st))]);
-  CudaLocalPipeline<SyntheticStage> pipe(schedule, devices, stages);
+  cuda_local::Pipeline<SyntheticStage> pipe(schedule, devices, stages);
   const TrainingData<DeviceTensor<float>> data =
       synthetic_training_data(devices[static_cast<std::size_t>(schedule.placement.rank_of(0))]);
   pipe.step(data);  // warm up: streams, pools, kernels

@@ -39,7 +39,7 @@ inline void require_one_gpu(const std::vector<int>& ordinals, const char* who) {
                             std::to_string(ordinals.front()) + " but rank " + std::to_string(r) +
                             " is on GPU " + std::to_string(ordinals[r]) +
                             "; cuda-local runs every rank on one GPU (devices_for(schedule, "
-                            "ordinal)). For one GPU per rank, use NcclPipeline.");
+                            "ordinal)). For one GPU per rank, use nccl::Pipeline.");
 }
 
 }  // namespace detail::gpu
@@ -54,15 +54,17 @@ concept stream_tensor = std::movable<Tensor> &&
   { cx.clone(s) } -> std::same_as<Tensor>;
 };
 
+namespace cuda_local {
+
 //! Ranks as streams of one GPU (one CudaDevice per rank, all of them the same GPU). Satisfies
-//! `transport<CudaLocalTransport<Tensor>, Tensor>`.
+//! `transport<cuda_local::Transport<Tensor>, Tensor>`.
 template <class Tensor>
 requires stream_tensor<Tensor>
-class CudaLocalTransport {
+class Transport {
  public:
   //! `devices[r]` is rank r's device; all must be the same GPU (throws invalid_problem
   //! otherwise).
-  explicit CudaLocalTransport(std::vector<CudaDevice> devices)
+  explicit Transport(std::vector<CudaDevice> devices)
       : devices_(checked(std::move(devices))), mailboxes_(static_cast<int>(devices_.size())) {}
 
   //! Copies `x` on the sender's send stream (after the sender's compute stream has produced
@@ -102,7 +104,7 @@ class CudaLocalTransport {
   //! Rank `rank`'s device; throws pipesched::error for a rank out of range.
   CudaDevice& device(int rank) {
     if (rank < 0 || rank >= ranks())
-      throw error("CudaLocalTransport: rank " + std::to_string(rank) +
+      throw error("cuda_local::Transport: rank " + std::to_string(rank) +
                   ", but ranks run from 0 to " + std::to_string(ranks() - 1) + ".");
     return devices_[static_cast<std::size_t>(rank)];
   }
@@ -117,7 +119,7 @@ class CudaLocalTransport {
     std::vector<int> ordinals;
     for (const CudaDevice& d : devices)
       ordinals.push_back(d.ordinal());
-    detail::gpu::require_one_gpu(ordinals, "CudaLocalTransport");
+    detail::gpu::require_one_gpu(ordinals, "cuda_local::Transport");
     return devices;
   }
 
@@ -129,8 +131,9 @@ class CudaLocalTransport {
   }
 
   std::vector<CudaDevice> devices_;
-  InprocTransport<Message> mailboxes_;
+  inproc::Transport<Message> mailboxes_;
 };
+}  // namespace cuda_local
 
 namespace detail::gpu {
 
@@ -158,16 +161,17 @@ struct LocalRanks {
 
 }  // namespace detail::gpu
 
+namespace cuda_local {
+
 //! Runs a schedule with every rank on one GPU of this process (GPU 0 by default), one host
-//! thread and one CudaDevice per rank, the ranks connected by CudaLocalTransport. Make the
+//! thread and one CudaDevice per rank, the ranks connected by cuda_local::Transport. Make the
 //! stage of stage s with the device of its rank, `devices[schedule.placement.rank_of(s)]`
 //! (its compute stream); `stages` is indexed by stage and must outlive the pipeline. Devices
 //! on different GPUs are refused with invalid_problem. Failures stop every rank as in
-//! InprocPipeline; times are GPU times from a common start event.
+//! inproc::Pipeline; times are GPU times from a common start event.
 template <class Stage>
-class CudaLocalPipeline
-    : public detail::ThreadPipeline<Stage, CudaLocalTransport<typename Stage::tensor_type>,
-                                    CudaDevice, detail::gpu::LocalRanks> {
+class Pipeline : public detail::ThreadPipeline<Stage, Transport<typename Stage::tensor_type>,
+                                               CudaDevice, detail::gpu::LocalRanks> {
  public:
   //! One device per rank of `schedule`, on GPU `ordinal` (every rank on the same GPU).
   static std::vector<CudaDevice> devices_for(const Schedule& schedule, int ordinal = 0) {
@@ -177,12 +181,12 @@ class CudaLocalPipeline
     return d;
   }
 
-  //! Runs `schedule` on `stages` (indexed by stage, as InprocPipeline's), rank r on
+  //! Runs `schedule` on `stages` (indexed by stage, as inproc::Pipeline's), rank r on
   //! `devices[r]`; throws invalid_problem unless there is one device per rank, all on one GPU.
-  CudaLocalPipeline(const Schedule& schedule, std::vector<CudaDevice> devices,
-                    std::span<Stage> stages, ExecutorOptions options = {})
-      : CudaLocalPipeline::ThreadPipeline("CudaLocalPipeline", schedule, stages, options,
-                                          checked_count(schedule, std::move(devices))) {}
+  Pipeline(const Schedule& schedule, std::vector<CudaDevice> devices, std::span<Stage> stages,
+           ExecutorOptions options = {})
+      : Pipeline::ThreadPipeline("cuda_local::Pipeline", schedule, stages, options,
+                                 checked_count(schedule, std::move(devices))) {}
 
   //! The device of rank `rank`.
   CudaDevice& device(int rank) { return this->transport_.device(rank); }
@@ -191,12 +195,13 @@ class CudaLocalPipeline
   static std::vector<CudaDevice> checked_count(const Schedule& schedule,
                                                std::vector<CudaDevice> devices) {
     if (static_cast<int>(devices.size()) != schedule.rank_count())
-      throw invalid_problem("CudaLocalPipeline: the schedule has " +
+      throw invalid_problem("cuda_local::Pipeline: the schedule has " +
                             std::to_string(schedule.rank_count()) + " ranks but " +
                             std::to_string(devices.size()) +
                             " devices were given; pass one per rank (devices_for(schedule)).");
     return devices;
   }
 };
+}  // namespace cuda_local
 
 }  // namespace pipesched

@@ -1,7 +1,7 @@
 // The one polling wait of the process transports, their reducers and groups: a bounded wait
 // that tests for completion, runs the transport's progress between tests, sleeps a set
 // interval (the core is free meanwhile) and gives up at a deadline, saying what it waited
-// for. Every wait of MpiTransport, NcclTransport, the gradient reducers, the tensor group and
+// for. Every wait of mpi::Transport, nccl::Transport, the gradient reducers, the tensor group and
 // the process pipeline's agreements is one of these; only the intervals differ, named here.
 #pragma once
 
@@ -30,7 +30,7 @@ inline constexpr std::chrono::microseconds roll_call{1000};
 }  // namespace poll_interval
 
 //! How long a start-up agreement waits for every process unless told otherwise, in seconds
-//! (MpiTransportOptions::startup_timeout's default; NcclGroups' agreement on the GPUs).
+//! (mpi::TransportOptions::startup_timeout's default; nccl::Groups' agreement on the GPUs).
 inline constexpr double default_startup_timeout_s = 60.0;
 
 //! A bounded wait: what it waits for (a noun phrase, for the error when the deadline passes:

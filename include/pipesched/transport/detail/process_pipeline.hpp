@@ -1,4 +1,4 @@
-// The step loop of a pipeline whose ranks are processes (MpiPipeline, NcclPipeline): each
+// The step loop of a pipeline whose ranks are processes (mpi::Pipeline, nccl::Pipeline): each
 // process runs its rank's Executor over a `process_transport`; every step starts after a
 // barrier, ends with an agreement on whether (and which) a rank failed, commits or rolls back
 // on every process together, and gathers every rank's figures on every process. Also what
@@ -37,6 +37,7 @@
 #include "pipesched/transport/detail/process_transport.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 #include "pipesched/transport/mpi/mpi_session.hpp"
+#include "pipesched/transport/pipeline_options.hpp"
 
 namespace pipesched {
 
@@ -75,7 +76,7 @@ inline RankRun read_run(const double*& p) {
   return run;
 }
 
-// A data-parallel reducer R (MpiGradientReducer, NcclGradientReducer) as a process pipeline's
+// A data-parallel reducer R (mpi::GradientReducer, nccl::GradientReducer) as a process pipeline's
 // Reduction (the pipeline's nested interface): its waits run the pipeline's progress, which
 // `attach` gives, and with ZeRO its all-gather completes a committed update.
 template <class Reduction, class R>
@@ -91,7 +92,7 @@ struct ReducerLink final : Reduction {
   bool drain(std::chrono::duration<double> timeout) override { return reducer.drain(timeout); }
   void complete_update() override {
     if constexpr (requires { reducer.gather_weights(); })
-      if (reducer.zero() >= 1) reducer.gather_weights();
+      if (reducer.steps_weights()) reducer.gather_weights();
   }
   // Makes `options`' REDUCE_GRAD and WAIT_REDUCE_GRAD start and wait for this reducer.
   void connect(ExecutorOptions& options) {
@@ -102,19 +103,23 @@ struct ReducerLink final : Reduction {
   R reducer;
 };
 
-// ZeRO, the same on every process pipeline: the optimizer hook steps this replica's shards,
-// the rollback hook discards that step; the all-gather follows once the job agreed to commit
-// (ReducerLink::complete_update). `who` names the pipeline, `reducer_options` its reducer's
-// options. A template, so that nothing of the reducer is named for stages without gradients.
+// A reducer that steps the weights (its options' ShardOptimizer, any ZeRO stage), the same on
+// every process pipeline: the optimizer hook steps this replica's shards (ZeRO-0: the whole
+// buckets), the rollback hook discards that step; the weights are written (ZeRO: all-gathered)
+// once the job agreed to commit (ReducerLink::complete_update). `who` names the pipeline,
+// `reducer_options` its reducer's options. A template, so that nothing of the reducer is named
+// for stages without gradients.
 template <class R>
 void shard_optimizer(const char* who, const char* reducer_options, ExecutorOptions& options,
                      R& reducer) {
+  if (!reducer.steps_weights()) return;
   if (options.optimizer || options.snapshot || options.rollback)
-    throw invalid_problem(std::string(who) + ": with ZeRO-" + std::to_string(reducer.zero()) +
-                          " each replica steps its shard with " + reducer_options +
-                          "::optimizer, but ExecutorOptions also has an optimizer, snapshot or "
-                          "rollback hook; leave those empty (the reducer keeps and restores the "
-                          "shards' state).");
+    throw invalid_problem(std::string(who) + ": " + reducer_options +
+                          "::optimizer steps the weights (ZeRO-" + std::to_string(reducer.zero()) +
+                          "), but ExecutorOptions also has an optimizer, snapshot or rollback "
+                          "hook; leave those empty (the reducer keeps and restores the weights "
+                          "and the optimizer's state), or leave " +
+                          reducer_options + "::optimizer empty with ZeRO-0.");
   options.optimizer = [&reducer](int) { reducer.step_shards(); };
   options.rollback = [&reducer](int) { reducer.discard_step(); };
 }
@@ -141,8 +146,8 @@ inline std::vector<Action> replica_list(const char* who, const Schedule& schedul
 }
 
 // A pipeline whose ranks are processes: this process runs its rank's Executor over `Transport`
-// (MpiTransport, or NcclTransport for GPUs) on `Device`; every step starts after a barrier, ends
-// with an agreement on whether (and which) a rank failed, and gathers every rank's figures on
+// (mpi::Transport, or nccl::Transport for GPUs) on `Device`; every step starts after a barrier,
+// ends with an agreement on whether (and which) a rank failed, and gathers every rank's figures on
 // every process. What it needs of the transport is the `process_transport` concept.
 template <class Stage, class Transport, class Device>
 class ProcessPipeline {
@@ -166,7 +171,7 @@ class ProcessPipeline {
     if (broken_)
       throw peer_lost("rank " + std::to_string(rank()) +
                       ": an earlier step lost contact with a peer process; the job cannot run "
-                      "more steps (end it with MpiSession::abort).");
+                      "more steps (end it with mpi::Session::abort).");
     MPI_Comm comm = job();
     transport_.begin_step();
     if (reduction_) reduction_->begin_step();
@@ -313,29 +318,62 @@ class ProcessPipeline {
     std::unique_ptr<Reduction> reduction;
   };
 
-  //! The wiring of a job with replicas, the same for every process pipeline: this rank's list
-  //! with each stage's reduction placed (`replica_list`, refusing options that reduce
-  //! gradients already and a grid shorter than the schedule; `who` names the pipeline), a
-  //! `Reducer` made of `reducer_args...`, that list, the poll the pipeline attaches later,
-  //! the receive timeout and `reducer_options`, connected to the options' REDUCE_GRAD and
-  //! WAIT_REDUCE_GRAD; `finish(options, reducer)` then adds what the reducer needs besides.
-  template <class Reducer, class ReducerOptions, class Finish, class... ReducerArgs>
-  static Prepared replicate(const char* who, const Schedule& schedule, const ProcessGrid& grid,
-                            int pipeline_rank, ExecutorOptions options,
-                            const ReducerOptions& reducer_options, Finish&& finish,
-                            ReducerArgs&&... reducer_args) {
+  //! The data-parallel wiring of a job, the same for every process pipeline: `reducer_options`
+  //! checked (named `options_name`); with replicas, or with a reducer that steps the weights
+  //! (ReducerOptions::optimizer), this rank's list with each stage's reduction placed
+  //! (`replica_list`, refusing options that reduce gradients already and a grid shorter than
+  //! the schedule; `who` names the pipeline), a `Reducer` made of `reducer_args...`, that list,
+  //! the poll the pipeline attaches later, the receive timeout and `reducer_options`, connected
+  //! to the options' REDUCE_GRAD and WAIT_REDUCE_GRAD and, when it steps the weights, to their
+  //! optimizer and rollback hooks (`shard_optimizer`). Without either, the options as given.
+  template <class Reducer, class... ReducerArgs>
+  static Prepared reduce_with(const char* who, const char* options_name, const Schedule& schedule,
+                              const ProcessGrid& grid, int pipeline_rank, ExecutorOptions options,
+                              const ReducerOptions& reducer_options,
+                              ReducerArgs&&... reducer_args) {
+    if (!needs_reducer(options_name, grid, reducer_options))
+      return Prepared{std::move(options), nullptr};
     using Link = ReducerLink<Reduction, Reducer>;
     auto link =
         std::make_unique<Link>(std::forward<ReducerArgs>(reducer_args)...,
                                replica_list(who, schedule, options, grid, pipeline_rank),
                                std::function<void()>(), options.receive_timeout, reducer_options);
     link->connect(options);
-    finish(options, link->reducer);
+    shard_optimizer(who, options_name, options, link->reducer);
     return Prepared{std::move(options), std::move(link)};
   }
 
-  //! The error for a job with replicas whose stage model the pipeline's reducer cannot reach:
-  //! `lacks` says what the stage model lacks (and which concept says so).
+  //! `reduce_with` for a stage model the pipeline's reducer cannot reach: the options as given
+  //! when the job needs no reducer, else the error; `lacks` says what the stage model lacks
+  //! (and which concept says so).
+  static Prepared without_reducer(const char* who, const char* options_name,
+                                  const ProcessGrid& grid, ExecutorOptions options,
+                                  const ReducerOptions& reducer_options, const std::string& lacks) {
+    if (!needs_reducer(options_name, grid, reducer_options))
+      return Prepared{std::move(options), nullptr};
+    throw not_reducible(who, grid, lacks);
+  }
+
+  //! A process's pipeline of a tensor group: the group (mpi::TensorGroup, nccl::TensorGroup) as
+  //! the pipeline's collective, made of `args...`, its waits running the pipeline's progress.
+  template <class Group>
+  struct GroupLink final : Reduction {
+    template <class... Args>
+    explicit GroupLink(Args&&... args) : group(std::forward<Args>(args)...) {}
+    void attach(std::function<void()> p) override { group.set_poll(std::move(p)); }
+    void begin_step() override { group.begin_step(); }
+    bool drain(std::chrono::duration<double> t) override { return group.drain(t); }
+    Group group;
+  };
+
+  // Whether a job on `grid` with `reducer_options` (checked here) needs a reducer.
+  static bool needs_reducer(const char* options_name, const ProcessGrid& grid,
+                            const ReducerOptions& reducer_options) {
+    reducer_options.validate(options_name);
+    return grid.data > 1 || static_cast<bool>(reducer_options.optimizer);
+  }
+
+  // The error for a job with replicas whose stage model the pipeline's reducer cannot reach.
   static invalid_problem not_reducible(const char* who, const ProcessGrid& grid,
                                        const std::string& lacks) {
     return invalid_problem(std::string(who) + ": a job with " + std::to_string(grid.data) +
@@ -419,13 +457,13 @@ class ProcessPipeline {
     if (silent.empty())
       throw peer_lost("rank " + std::to_string(rank()) + ": " + what +
                       "; no answer from every process within " + limit +
-                      ", so a process has died or hangs. End the job (MpiSession::abort).");
+                      ", so a process has died or hangs. End the job (mpi::Session::abort).");
     std::string names;
     for (std::size_t i = 0; i < silent.size(); ++i)
       names += (i == 0 ? "" : i + 1 == silent.size() ? " and " : ", ") + process_name(silent[i]);
     throw peer_lost("rank " + std::to_string(rank()) + ": " + what + "; " + names +
                     " went silent: no answer within " + limit +
-                    " (dead, hung or stopped). End the job (MpiSession::abort).");
+                    " (dead, hung or stopped). End the job (mpi::Session::abort).");
   }
 
   // Process `p` of the job as the errors name it: its pipeline rank when the job is one

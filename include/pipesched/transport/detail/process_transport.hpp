@@ -1,4 +1,4 @@
-// What a process pipeline needs of its transport (MpiTransport, NcclTransport): a named
+// What a process pipeline needs of its transport (mpi::Transport, nccl::Transport): a named
 // concept, and a check whose failure names the member that is missing. Free of MPI itself:
 // the request a transport waits for is a parameter (MPI_Request for the process pipelines).
 #pragma once

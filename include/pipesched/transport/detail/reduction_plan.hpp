@@ -1,4 +1,4 @@
-// What the data-parallel gradient reducers (MpiGradientReducer over MPI, NcclGradientReducer
+// What the data-parallel gradient reducers (mpi::GradientReducer over MPI, nccl::GradientReducer
 // over NCCL) share, so that they differ only in their collective calls: the bucket rule, the
 // order in which a rank starts its stages' reductions (its REDUCE_GRAD actions), the count of
 // reductions started in a step and, after a failed step, the agreement on the most any replica
@@ -33,6 +33,7 @@
 #include "pipesched/exec/shard_optimizer.hpp"
 #include "pipesched/transport/detail/poll.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
+#include "pipesched/transport/pipeline_options.hpp"
 
 namespace pipesched::detail {
 
@@ -155,7 +156,7 @@ class ReductionPlan {
 //! 2020), the same for both reducers: with ZeRO a bucket of n values is reduced padded with
 //! zeros to a multiple of the replicas, and replica j receives (and steps) the j-th of the
 //! replicas' equal parts; the padding belongs to no tensor. Without ZeRO a bucket is reduced
-//! whole.
+//! whole and a replica's shard is the whole bucket (ZeRO-0: every replica steps all of it).
 class Sharding {
  public:
   //! The cut of ZeRO stage `zero` (0, 1 or 2) for replica `replica` of `replicas`.
@@ -181,21 +182,25 @@ class Sharding {
     const auto d = static_cast<std::size_t>(replicas_);
     return (n + d - 1) / d * d;
   }
-  //! With ZeRO: the values each replica receives of a bucket of `n` (its padded part).
+  //! The values each replica steps of a bucket of `n`: with ZeRO its padded part, without
+  //! ZeRO the whole bucket (every replica steps the whole mean gradient).
   std::size_t part(std::size_t n) const noexcept {
+    if (!sharded()) return n;
     return padded(n) / static_cast<std::size_t>(replicas_);
   }
-  //! With ZeRO: where this replica's part of a bucket of `n` values starts in the padded bucket.
+  //! Where this replica's part of a bucket of `n` values starts in the padded bucket (0
+  //! without ZeRO).
   std::size_t part_begin(std::size_t n) const noexcept {
+    if (!sharded()) return 0;
     return part(n) * static_cast<std::size_t>(replica_);
   }
-  //! With ZeRO: the values of a bucket of `n` this replica's shard holds (its part without the
-  //! padding).
+  //! The values of a bucket of `n` this replica's shard holds (its part without the padding):
+  //! the whole bucket without ZeRO.
   Range shard(std::size_t n) const noexcept {
     const std::size_t begin = std::min(n, part_begin(n));
     return {begin, std::min(n, begin + part(n))};
   }
-  //! With ZeRO: the piece [begin, end) of a tensor at values [at, at + size) of a bucket of `n`
+  //! The piece [begin, end) of a tensor at values [at, at + size) of a bucket of `n`
   //! that lies in this replica's shard, relative to the tensor (empty when none does).
   Range shard_of_tensor(std::size_t n, std::size_t at, std::size_t size) const noexcept {
     const Range s = shard(n);
@@ -210,15 +215,17 @@ class Sharding {
   int replica_;
 };
 
-//! ZeRO's shard step, the same for both reducers: the shard optimizer's state of every bucket
-//! of every stage this replica reduces (its shard's only), kept across steps, with its copy
+//! The reducer's weight step, the same for both reducers: the shard optimizer's state of every
+//! bucket of every stage this replica reduces (with ZeRO its shard's only; without, the whole
+//! bucket's), kept across steps, with its copy
 //! from before the step's update so that a rolled-back step leaves it as it was. A reducer
 //! calls `begin_update`, then `step` for each stage in the reductions' order
 //! (ReductionPlan::sequence) and each of its buckets in order, and after a failed commit
 //! `discard`.
 class ShardSteps {
  public:
-  //! The steps of `optimizer` (the reducer's options'; empty without ZeRO).
+  //! The steps of `optimizer` (the reducer's options'; empty when ExecutorOptions::optimizer
+  //! steps the weights).
   explicit ShardSteps(ShardOptimizer optimizer) : optimizer_(std::move(optimizer)) {}
 
   //! A step's update starts: the state as it is now is what `discard` restores.
@@ -252,37 +259,5 @@ class ShardSteps {
 
 //! The advice after a data-parallel reduction that ran out.
 inline constexpr const char* same_schedule_hint = "does every replica run the same schedule?";
-
-//! Throws invalid_argument naming `options` (MpiReducerOptions, NcclReducerOptions) unless
-//! `bucket_bytes` is at least 1.
-inline void check_bucket_bytes(const char* options, std::size_t bucket_bytes) {
-  if (bucket_bytes == 0)
-    throw invalid_argument(std::string(options) +
-                               ".bucket_bytes = 0 is out of range; give 1 byte or more (25 MiB "
-                               "is PyTorch DDP's default).",
-                           std::string(options) + ".bucket_bytes", "0");
-}
-
-//! Throws invalid_argument naming `options` (MpiReducerOptions, NcclReducerOptions) unless
-//! `zero` is a ZeRO stage the reducers run (0, 1, 2) and, with 1 or 2, `optimizer` is set and
-//! keeps 0 or more state values per weight.
-inline void check_zero(const char* options, int zero, const ShardOptimizer& optimizer) {
-  const std::string o(options);
-  if (zero < 0 || zero > 2)
-    throw invalid_argument(o + ".zero = " + std::to_string(zero) +
-                               " is not a ZeRO stage pipesched runs; give 0 (all-reduce), 1 "
-                               "(sharded optimizer state) or 2 (and sharded gradients).",
-                           o + ".zero", std::to_string(zero));
-  if (zero >= 1 && !optimizer)
-    throw invalid_argument(o + ".zero = " + std::to_string(zero) +
-                               " steps each replica's shard, but " + o +
-                               ".optimizer is empty; set it (e.g. sgd_shards(0.01)).",
-                           o + ".optimizer", "empty");
-  if (zero >= 1 && optimizer.state_per_value < 0)
-    throw invalid_argument(
-        "ShardOptimizer.state_per_value = " + std::to_string(optimizer.state_per_value) +
-            " is negative; give 0 or more state values per weight.",
-        "ShardOptimizer.state_per_value", std::to_string(optimizer.state_per_value));
-}
 
 }  // namespace pipesched::detail

@@ -35,20 +35,22 @@ struct HostRanks {
 
 }  // namespace detail
 
+namespace inproc {
+
 //! Runs a schedule on `stages` (one stage model per pipeline stage, indexed by stage; the
 //! pipeline keeps pointers, they must outlive it) with one thread per rank. A failure on
 //! any rank — a layer that throws, a receive that times out — stops every rank and is
 //! rethrown by `step` as the execution_error of the rank that failed first; no thread is
 //! left running.
 template <class Stage>
-class InprocPipeline
-    : public detail::ThreadPipeline<Stage, InprocTransport<typename Stage::tensor_type>,
-                                    HostDevice, detail::HostRanks> {
+class Pipeline : public detail::ThreadPipeline<Stage, Transport<typename Stage::tensor_type>,
+                                               HostDevice, detail::HostRanks> {
  public:
   //! A pipeline running `schedule` on `stages`, one thread per rank, under `options`.
-  InprocPipeline(const Schedule& schedule, std::span<Stage> stages, ExecutorOptions options = {})
-      : InprocPipeline::ThreadPipeline("InprocPipeline", schedule, stages, options,
-                                       schedule.rank_count() > 0 ? schedule.rank_count() : 1) {}
+  Pipeline(const Schedule& schedule, std::span<Stage> stages, ExecutorOptions options = {})
+      : Pipeline::ThreadPipeline("inproc::Pipeline", schedule, stages, options,
+                                 schedule.rank_count() > 0 ? schedule.rank_count() : 1) {}
 };
+}  // namespace inproc
 
 }  // namespace pipesched

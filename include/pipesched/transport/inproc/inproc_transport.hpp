@@ -18,16 +18,16 @@
 #include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
 
-namespace pipesched {
+namespace pipesched::inproc {
 
-//! Ranks as threads of one process. Satisfies `transport<InprocTransport<Tensor>, Tensor>`.
+//! Ranks as threads of one process. Satisfies `transport<inproc::Transport<Tensor>, Tensor>`.
 template <class Tensor>
-class InprocTransport {
+class Transport {
  public:
   //! Empty mailboxes for `ranks` ranks; throws invalid_problem when `ranks` < 1.
-  explicit InprocTransport(int ranks) {
+  explicit Transport(int ranks) {
     if (ranks < 1)
-      throw invalid_problem("InprocTransport: ranks = " + std::to_string(ranks) +
+      throw invalid_problem("inproc::Transport: ranks = " + std::to_string(ranks) +
                             "; need at least 1.");
     for (int r = 0; r < ranks; ++r)
       boxes_.push_back(std::make_unique<Mailbox>());
@@ -132,7 +132,7 @@ class InprocTransport {
 
   void check_rank(int r, const char* what) const {
     if (r < 0 || r >= ranks())
-      throw error(std::string("InprocTransport: ") + what + " rank " + std::to_string(r) +
+      throw error(std::string("inproc::Transport: ") + what + " rank " + std::to_string(r) +
                   ", but ranks run from 0 to " + std::to_string(ranks() - 1) + ".");
   }
   Mailbox& mailbox(int r, const char* what) {
@@ -142,5 +142,4 @@ class InprocTransport {
 
   std::vector<std::unique_ptr<Mailbox>> boxes_;
 };
-
-}  // namespace pipesched
+}  // namespace pipesched::inproc

@@ -5,6 +5,9 @@
 // reduce-scattered instead (MPI_Ireduce_scatter_block): a replica receives the mean of its own
 // shard only, steps that shard with its own optimizer state (`step_shards`) and, once the
 // whole job agreed to commit, the replicas all-gather the updated weights (`gather_weights`).
+// With ZeRO-0 and mpi::ReducerOptions::optimizer set, the same steps run on whole buckets
+// (ZeRO-0's shard is the whole tensor; nothing to all-gather), so one optimizer serves every
+// ZeRO stage.
 // The buckets, the reductions' order and the clean-up after a failed step are the NCCL
 // reducer's too (detail::ReductionPlan).
 #pragma once
@@ -15,93 +18,35 @@
 #include <mutex>
 #include <thread>
 
+#include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/shard_optimizer.hpp"
 #include "pipesched/exec/wire.hpp"
 #include "pipesched/transport/detail/reduction_plan.hpp"
+#include "pipesched/transport/pipeline_options.hpp"
 
-namespace pipesched {
-
-//! A stage model whose weight gradients a data-parallel reduction can reach: `gradients()` is
-//! a range of tensors with a `wire` specialization (their payload is the values) whose
-//! `value_type` is float or double.
-template <class S>
-concept reducible_stage = requires(S& s) {
-  { s.gradients() } -> std::ranges::range;
-  requires wire_tensor<std::remove_cvref_t<
-      std::ranges::range_reference_t<decltype(std::declval<S&>().gradients())>>>;
-};
-
-//! A reducible stage whose weights a ZeRO-sharded optimizer can reach: `parameters()` is a
-//! range of the same tensors as `gradients()`, in the same order and of the same sizes.
-template <class S>
-concept shardable_stage = reducible_stage<S> && requires(S& s) {
-  { s.parameters() } -> std::ranges::range;
-  requires std::is_same_v<
-      std::remove_cvref_t<std::ranges::range_reference_t<decltype(std::declval<S&>().gradients())>>,
-      std::remove_cvref_t<
-          std::ranges::range_reference_t<decltype(std::declval<S&>().parameters())>>>;
-};
-
-//! Knobs of MpiGradientReducer.
-struct MpiReducerOptions {
-  //! The most bytes one all-reduce carries; a stage's gradients go in buckets of at most this
-  //! many (PyTorch DDP's default, 25 MiB). One tensor larger than it gets a bucket of its own.
-  std::size_t bucket_bytes = 25u << 20;
-  //! Divide the sum by the replica count (the mean: the gradient of the global batch's mean
-  //! loss, when each replica's loss is the mean over its own share).
-  bool average = true;
-  //! The ZeRO stage (Rajbhandari et al. 2020). 0: each bucket is all-reduced, every replica
-  //! holds the whole mean gradient and ExecutorOptions::optimizer updates the weights. 1 and
-  //! 2: each bucket is reduce-scattered; replica j of d receives the mean of its j-th shard
-  //! (a bucket padded to a multiple of d, cut in d equal parts), `optimizer` updates that
-  //! shard's weights with that shard's state only (the state is sharded: 1/d of it per
-  //! replica), and once every process of the job has stepped, the replicas all-gather the
-  //! weights. Outside its shard a replica's gradients keep its own unreduced sums with 1 (the
-  //! gradient buffer stays whole) and are zeroed with 2 (ZeRO-2 releases them; the toy tensors
-  //! stay allocated). Both move the bytes of one all-reduce.
-  int zero = 0;
-  //! With `zero` 1 or 2: the update rule of a shard (`sgd_shards`); it replaces
-  //! ExecutorOptions::optimizer, which must then be empty.
-  ShardOptimizer optimizer{};
-  //! Drive MPI's progress from a thread of the reducer while a reduction is in flight (an
-  //! MPI_Iprobe on a communicator of its own every 100 µs, resting while none is and while
-  //! WAIT_REDUCE_GRAD polls), so that it
-  //! runs during the rank's compute: MPI implementations without asynchronous progress
-  //! (OpenMPI's default) advance a non-blocking collective only inside MPI calls, and a
-  //! reduction would otherwise wait for its WAIT_REDUCE_GRAD. Needs MPI_THREAD_MULTIPLE
-  //! (MpiSession asks for it); with less, or false here, the reductions progress only while
-  //! the pipeline polls MPI (its receives and waits).
-  bool progress_thread = true;
-
-  //! Throws invalid_argument for options a reducer cannot run.
-  void validate() const {
-    const MpiReducerOptions& o = *this;
-    detail::check_bucket_bytes("MpiReducerOptions", o.bucket_bytes);
-    detail::check_zero("MpiReducerOptions", o.zero, o.optimizer);
-  }
-};
+namespace pipesched::mpi {
 
 //! Reduces the weight gradients of this process's stages over `data` (its data-parallel
-//! group, MpiGroups::data()): one MPI_Iallreduce per bucket, started at the stage's
+//! group, mpi::Groups::data()): one MPI_Iallreduce per bucket, started at the stage's
 //! REDUCE_GRAD and waited for at its WAIT_REDUCE_GRAD. `stages` is indexed by stage (as the
 //! pipeline's); every replica reduces the same stages in the same order, as the schedule's
 //! actions say. `poll` runs between completion tests (the pipeline transport's progress) and
 //! throws when the step is being stopped.
 template <class Stage>
 requires reducible_stage<Stage>
-class MpiGradientReducer {
+class GradientReducer {
   using tensor = std::remove_cvref_t<
       std::ranges::range_reference_t<decltype(std::declval<Stage&>().gradients())>>;
   using value = typename tensor::value_type;
   static_assert(std::is_same_v<value, float> || std::is_same_v<value, double>,
-                "MpiGradientReducer reduces float or double gradients");
+                "mpi::GradientReducer reduces float or double gradients");
 
  public:
   //! A reducer of `stages` over a duplicate of `data`; `order` is the executed schedule's list
   //! of this rank (its REDUCE_GRAD actions give the order the stages are reduced in).
-  MpiGradientReducer(MPI_Comm data, std::span<Stage> stages, const std::vector<Action>& order,
-                     std::function<void()> poll, std::chrono::duration<double> timeout,
-                     MpiReducerOptions options = {})
+  GradientReducer(MPI_Comm data, std::span<Stage> stages, const std::vector<Action>& order,
+                  std::function<void()> poll, std::chrono::duration<double> timeout,
+                  ReducerOptions options = {})
       : stages_(stages),
         poll_(std::move(poll)),
         timeout_(timeout),
@@ -109,12 +54,7 @@ class MpiGradientReducer {
         plan_(order, data),
         steps_(options_.optimizer) {
     // Checked first: nothing to free, no thread to stop when they throw.
-    options_.validate();
-    if (options_.zero >= 1 && !shardable)
-      throw invalid_problem(
-          "MpiGradientReducer: ZeRO-" + std::to_string(options_.zero) +
-          " steps each replica's shard of the weights, but the stage model has no "
-          "parameters() of the same tensors as its gradients() (see shardable_stage).");
+    options_.validate("mpi::ReducerOptions");
     detail::mpi::check(MPI_Comm_dup(data, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_size(comm_, &replicas_);
@@ -128,15 +68,15 @@ class MpiGradientReducer {
     }
   }
 
-  //! True when a thread of the reducer drives MPI's progress (MpiReducerOptions::
+  //! True when a thread of the reducer drives MPI's progress (mpi::ReducerOptions::
   //! progress_thread, under MPI_THREAD_MULTIPLE).
   bool drives_progress() const noexcept { return progress_.joinable(); }
 
-  MpiGradientReducer(const MpiGradientReducer&) = delete;
-  MpiGradientReducer& operator=(const MpiGradientReducer&) = delete;
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
 
   //! Frees the communicator (a reduction still in flight is abandoned: the job is ending).
-  ~MpiGradientReducer() {
+  ~GradientReducer() {
     if (progress_.joinable()) {
       {
         std::lock_guard lock(progress_mutex_);
@@ -157,8 +97,12 @@ class MpiGradientReducer {
   int replicas() const noexcept { return replicas_; }
   //! This process's replica: its rank in the data-parallel group (its shard, with ZeRO).
   int replica() const noexcept { return replica_; }
-  //! The ZeRO stage the reducer runs (MpiReducerOptions::zero).
+  //! The ZeRO stage the reducer runs (mpi::ReducerOptions::zero).
   int zero() const noexcept { return options_.zero; }
+  //! True when the reducer steps the weights (mpi::ReducerOptions::optimizer is set): the
+  //! pipeline's optimizer hook is then `step_shards`, its rollback `discard_step`, and a
+  //! committed step ends with `gather_weights`.
+  bool steps_weights() const noexcept { return static_cast<bool>(options_.optimizer); }
 
   //! Per-step bookkeeping: called when a step starts.
   void begin_step() {
@@ -190,10 +134,11 @@ class MpiGradientReducer {
   void wait(int stage) {
     auto it = std::find_if(pending_.begin(), pending_.end(),
                            [&](const Pending& p) { return p.stage == stage; });
-    if (it == pending_.end()) throw detail::ReductionPlan::not_started("MpiGradientReducer", stage);
+    if (it == pending_.end())
+      throw detail::ReductionPlan::not_started("mpi::GradientReducer", stage);
     set_waiting(true);
     struct Resume {
-      MpiGradientReducer* self;
+      GradientReducer* self;
       ~Resume() { self->set_waiting(false); }
     } resume{this};  // also when the wait throws
     const std::string what =
@@ -207,17 +152,17 @@ class MpiGradientReducer {
     set_in_flight(static_cast<int>(pending_.size()));
   }
 
-  //! ZeRO: steps this replica's shard of every bucket of the stages it reduced this step
-  //! (their WAIT_REDUCE_GRAD has run) with the shard optimizer and the shard's own state,
-  //! keeping the previous state for `discard_step`. The updated weights are kept apart: the
-  //! stage models change only in `gather_weights`.
+  //! Steps this replica's shard (without ZeRO the whole bucket) of every bucket of the stages
+  //! it reduced this step (their WAIT_REDUCE_GRAD has run) with the shard optimizer and the
+  //! shard's own state, keeping the previous state for `discard_step`. The updated weights are
+  //! kept apart: the stage models change only in `gather_weights`.
   void step_shards() {
-    require_zero("step_shards");
+    require_steps("step_shards");
     steps_.begin_update();
     updated_.clear();
     for (int stage : plan_.sequence()) {
       auto r = reduced_.find(stage);
-      if (r == reduced_.end()) throw detail::ShardSteps::not_waited("MpiGradientReducer", stage);
+      if (r == reduced_.end()) throw detail::ShardSteps::not_waited("mpi::GradientReducer", stage);
       std::vector<std::vector<value>> weights = pack(stage, parameters_of);
       for (std::size_t b = 0; b < weights.size(); ++b) {
         const detail::Sharding::Range sh = sharding_.shard(r->second.sizes[b]);
@@ -232,31 +177,33 @@ class MpiGradientReducer {
     }
   }
 
-  //! ZeRO: undoes `step_shards` (its optimizer may have stopped half-way): the shards' state
-  //! is put back and the updated weights are dropped; the stage models never changed.
+  //! Undoes `step_shards` (its optimizer may have stopped half-way): the shards' state is put
+  //! back and the updated weights are dropped; the stage models never changed.
   void discard_step() {
-    require_zero("discard_step");
+    require_steps("discard_step");
     steps_.discard();
     updated_.clear();
   }
 
-  //! ZeRO, once every process of the job has stepped: all-gathers every replica's updated
-  //! shard into the stage models' weights (collective over the data-parallel group, in
-  //! REDUCE_GRAD order; waited for with `poll`). Throws receive_timeout after the timeout.
+  //! Once every process of the job has stepped: all-gathers every replica's updated shard into
+  //! the stage models' weights (collective over the data-parallel group, in REDUCE_GRAD order;
+  //! waited for with `poll`); without ZeRO writes the updated weights, which every replica
+  //! stepped whole. Throws receive_timeout after the timeout.
   void gather_weights() {
-    require_zero("gather_weights");
+    require_steps("gather_weights");
     const detail::Wait wait{"the all-gather of the updated weights",
                             detail::deadline_after(timeout_)};
     std::vector<MPI_Request> requests;
     requests.reserve(updated_.size() * 2);
-    for (auto& [stage, buckets] : updated_)
-      for (std::vector<value>& b : buckets) {
-        requests.push_back(MPI_REQUEST_NULL);
-        detail::mpi::check(MPI_Iallgather(MPI_IN_PLACE, 0, datatype(), b.data(),
-                                          static_cast<int>(b.size()) / replicas_, datatype(), comm_,
-                                          &requests.back()),
-                           "MPI_Iallgather");
-      }
+    if (sharding_.sharded())
+      for (auto& [stage, buckets] : updated_)
+        for (std::vector<value>& b : buckets) {
+          requests.push_back(MPI_REQUEST_NULL);
+          detail::mpi::check(MPI_Iallgather(MPI_IN_PLACE, 0, datatype(), b.data(),
+                                            static_cast<int>(b.size()) / replicas_, datatype(),
+                                            comm_, &requests.back()),
+                             "MPI_Iallgather");
+        }
     detail::poll_or_throw<receive_timeout>(
         wait, timeout_, detail::same_schedule_hint,
         [&] { return detail::mpi::test_all(requests.data(), requests.size()); },
@@ -297,8 +244,6 @@ class MpiGradientReducer {
   }
 
  private:
-  static constexpr bool shardable = shardable_stage<Stage>;
-
   // The progress thread: while reductions are in flight and the rank computes, MPI_Iprobe
   // (which runs MPI's progress engine for every pending operation of the process) every
   // 100 µs; asleep otherwise, and while `wait` polls itself (two threads in MPI's progress
@@ -341,7 +286,8 @@ class MpiGradientReducer {
     std::vector<std::vector<value>> shards;   // ZeRO: this replica's reduced shard of each
     std::vector<MPI_Request> requests;
   };
-  // ZeRO: a stage's reduced shards (the replicas' mean) and its buckets' real sizes.
+  // A stage's reduced shards (the replicas' mean; without ZeRO the whole buckets) and its
+  // buckets' real sizes, kept when the reducer steps the weights.
   struct Reduced {
     std::vector<std::vector<value>> shards;
     std::vector<std::size_t> sizes;
@@ -367,19 +313,15 @@ class MpiGradientReducer {
                        "MPI_Ireduce_scatter_block");
   }
 
-  void require_zero(const char* what) const {
-    if (options_.zero == 0)
-      throw error(std::string("MpiGradientReducer::") + what +
-                  " runs with ZeRO (MpiReducerOptions::zero 1 or 2) only.");
+  void require_steps(const char* what) const {
+    if (!steps_weights())
+      throw error(std::string("mpi::GradientReducer::") + what +
+                  " runs only when the reducer steps the weights (mpi::ReducerOptions::optimizer "
+                  "set).");
   }
 
   static auto gradients_of(Stage& s) { return s.gradients(); }
-  static auto parameters_of(Stage& s) {
-    if constexpr (shardable)
-      return s.parameters();
-    else
-      return s.gradients();  // never used: ZeRO is refused for such stages
-  }
+  static auto parameters_of(Stage& s) { return s.parameters(); }
 
   static MPI_Datatype datatype() { return std::is_same_v<value, double> ? MPI_DOUBLE : MPI_FLOAT; }
 
@@ -417,7 +359,7 @@ class MpiGradientReducer {
           buckets[b].insert(buckets[b].end(), v.begin(), v.end());
         });
     if (sizes != bucket_sizes(stage))
-      throw error("MpiGradientReducer: stage " + std::to_string(stage) +
+      throw error("mpi::GradientReducer: stage " + std::to_string(stage) +
                   "'s parameters() and gradients() differ in sizes; give them the same tensors "
                   "in the same order.");
     for (std::size_t b = 0; b < buckets.size(); ++b)
@@ -428,10 +370,17 @@ class MpiGradientReducer {
   void unpack(Pending& p) {
     const value scale = options_.average ? value(1) / static_cast<value>(replicas_) : value(1);
     if (options_.zero == 0) {
-      walk(p.stage, gradients_of, [&](std::span<value> v, std::size_t b, std::size_t at) {
-        for (std::size_t i = 0; i < v.size(); ++i)
-          v[i] = p.buckets[b][at + i] * scale;
+      for (std::vector<value>& b : p.buckets)
+        for (value& x : b)
+          x *= scale;
+      Reduced r;
+      r.sizes = walk(p.stage, gradients_of, [&](std::span<value> v, std::size_t b, std::size_t at) {
+        std::copy_n(p.buckets[b].begin() + static_cast<std::ptrdiff_t>(at), v.size(), v.begin());
       });
+      if (steps_weights()) {  // the whole bucket is this replica's shard
+        r.shards = std::move(p.buckets);
+        reduced_[p.stage] = std::move(r);
+      }
       return;
     }
     // ZeRO: this replica's shard holds the mean; the rest keep the replica's own sums (1) or
@@ -457,7 +406,7 @@ class MpiGradientReducer {
 
   Stage& stage_at(int stage) {
     if (stage < 0 || static_cast<std::size_t>(stage) >= stages_.size())
-      throw detail::ReductionPlan::no_such_stage("MpiGradientReducer", stage, stages_.size());
+      throw detail::ReductionPlan::no_such_stage("mpi::GradientReducer", stage, stages_.size());
     return stages_[static_cast<std::size_t>(stage)];
   }
 
@@ -475,20 +424,20 @@ class MpiGradientReducer {
   std::span<Stage> stages_;
   std::function<void()> poll_;
   std::chrono::duration<double> timeout_;
-  MpiReducerOptions options_;
+  ReducerOptions options_;
   detail::ReductionPlan plan_;     // the stages' order, the count started, drain's agreement
   MPI_Comm comm_ = MPI_COMM_NULL;  // the all-reduces of gradients
   int replicas_ = 1;
   int replica_ = 0;
   std::vector<Pending> pending_;
-  // ZeRO: the cut of a bucket; this step's reduced shards, per stage; each stage's shard
-  // optimizer state (per bucket) with its copy from before this step's update; the updated
-  // weights to all-gather.
+  // The cut of a bucket (ZeRO); when the reducer steps the weights, this step's reduced shards
+  // per stage, each stage's shard optimizer state (per bucket) with its copy from before this
+  // step's update, and the updated weights to gather.
   detail::Sharding sharding_{0, 1, 0};
   std::map<int, Reduced> reduced_;
   detail::ShardSteps steps_;
   std::vector<std::pair<int, std::vector<std::vector<value>>>> updated_;
-  // The progress thread (MpiReducerOptions::progress_thread) and what wakes it.
+  // The progress thread (mpi::ReducerOptions::progress_thread) and what wakes it.
   MPI_Comm progress_comm_ = MPI_COMM_NULL;  // probed, never used for messages
   std::mutex progress_mutex_;
   std::condition_variable progress_wake_;
@@ -497,5 +446,4 @@ class MpiGradientReducer {
   bool stopping_ = false;
   std::thread progress_;  // last: started once everything it reads exists
 };
-
-}  // namespace pipesched
+}  // namespace pipesched::mpi

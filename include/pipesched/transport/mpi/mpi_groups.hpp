@@ -14,28 +14,28 @@
 #include "pipesched/exec/process_grid.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 
-namespace pipesched {
+namespace pipesched::mpi {
 
 //! This process's three groups of a `ProcessGrid` job, as MPI communicators it owns: the
-//! processes of its pipeline (ranked by pipeline rank: give it to MpiPipeline), of its
+//! processes of its pipeline (ranked by pipeline rank: give it to mpi::Pipeline), of its
 //! data-parallel group (ranked by replica: its gradients are all-reduced there) and of its
 //! tensor group (ranked by tensor rank: its layers' all-reduces run there). Collective over
 //! `world`, whose size must be the grid's.
-class MpiGroups {
+class Groups {
  public:
   //! Splits `world` (MPI_Comm_split) into the groups of `grid`; process g of `world` is
   //! process g of the grid.
-  explicit MpiGroups(const ProcessGrid& grid, MPI_Comm world = MPI_COMM_WORLD) : grid_(grid) {
+  explicit Groups(const ProcessGrid& grid, MPI_Comm world = MPI_COMM_WORLD) : grid_(grid) {
     grid_.check();
     if (!detail::mpi::initialized())
       throw error(
-          "MpiGroups: MPI is not initialized; create a pipesched::MpiSession (or call "
+          "mpi::Groups: MPI is not initialized; create a pipesched::mpi::Session (or call "
           "MPI_Init_thread) first.");
     int size = 0, rank = 0;
     detail::mpi::check(MPI_Comm_size(world, &size), "MPI_Comm_size");
     detail::mpi::check(MPI_Comm_rank(world, &rank), "MPI_Comm_rank");
     if (size != grid_.size())
-      throw invalid_problem("MpiGroups: a grid of " + grid_.describe() + " needs " +
+      throw invalid_problem("mpi::Groups: a grid of " + grid_.describe() + " needs " +
                             std::to_string(grid_.size()) + " processes but the communicator has " +
                             std::to_string(size) + "; start the job with mpirun -np " +
                             std::to_string(grid_.size()) + ".");
@@ -51,10 +51,10 @@ class MpiGroups {
     split(world, c.pipeline * g.data + c.data, c.tensor, tensor_);
   }
 
-  MpiGroups(const MpiGroups&) = delete;
-  MpiGroups& operator=(const MpiGroups&) = delete;
+  Groups(const Groups&) = delete;
+  Groups& operator=(const Groups&) = delete;
   //! Takes `o`'s communicators (`o` is left without any).
-  MpiGroups(MpiGroups&& o) noexcept
+  Groups(Groups&& o) noexcept
       : grid_(o.grid_),
         process_(o.process_),
         at_(o.at_),
@@ -62,10 +62,10 @@ class MpiGroups {
         pipeline_(std::exchange(o.pipeline_, MPI_COMM_NULL)),
         data_(std::exchange(o.data_, MPI_COMM_NULL)),
         tensor_(std::exchange(o.tensor_, MPI_COMM_NULL)) {}
-  MpiGroups& operator=(MpiGroups&&) = delete;
+  Groups& operator=(Groups&&) = delete;
 
   //! Frees the communicators (unless MPI is already finalized).
-  ~MpiGroups() {
+  ~Groups() {
     if (!detail::mpi::initialized()) return;
     for (MPI_Comm* c : {&job_, &pipeline_, &data_, &tensor_})
       if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
@@ -102,5 +102,4 @@ class MpiGroups {
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Comm tensor_ = MPI_COMM_NULL;
 };
-
-}  // namespace pipesched
+}  // namespace pipesched::mpi

@@ -1,4 +1,4 @@
-// MpiSession: initializes MPI for a program's lifetime (and finalizes it), and ends a job
+// mpi::Session: initializes MPI for a program's lifetime (and finalizes it), and ends a job
 // that can no longer finish cleanly.
 #pragma once
 
@@ -18,23 +18,25 @@ namespace pipesched {
 //! A step could not be agreed on because a peer process stopped answering (it died, hangs or
 //! was stopped): the message names the processes that went silent (those that did not answer
 //! the other processes' roll call within the receive timeout). The job cannot continue or
-//! finalize cleanly; end it with `MpiSession::abort`.
+//! finalize cleanly; end it with `mpi::Session::abort`.
 class peer_lost : public error {
  public:
   using error::error;
   void throw_after(const Message& prefix) const override { throw peer_lost(prefix + message()); }
 };
 
+namespace mpi {
+
 //! Initializes MPI unless the program already did, and finalizes it on destruction if it
 //! initialized it. It asks for MPI_THREAD_MULTIPLE, so that a data-parallel reducer can drive
 //! MPI's progress from a thread of its own while the pipeline computes (see
-//! MpiReducerOptions::progress_thread); an MPI that gives less still runs everything else,
+//! mpi::ReducerOptions::progress_thread); an MPI that gives less still runs everything else,
 //! which calls MPI from one thread.
-class MpiSession {
+class Session {
  public:
   //! Initializes MPI with `main`'s arguments, unless it is initialized already; throws
   //! pipesched::error when MPI_Init_thread fails.
-  MpiSession(int& argc, char**& argv) {
+  Session(int& argc, char**& argv) {
     int done = 0;
     MPI_Initialized(&done);
     if (!done) {
@@ -46,9 +48,9 @@ class MpiSession {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
   }
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-  ~MpiSession() {
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  ~Session() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (owns_ && !finalized) MPI_Finalize();
@@ -73,5 +75,6 @@ class MpiSession {
   int rank_ = 0;
   int size_ = 1;
 };
+}  // namespace mpi
 
 }  // namespace pipesched

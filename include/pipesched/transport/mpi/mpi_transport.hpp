@@ -39,10 +39,10 @@
 #include "pipesched/transport/mpi/detail/rank_geometry.hpp"
 #include "pipesched/transport/mpi/mpi_errors.hpp"
 
-namespace pipesched {
+namespace pipesched::mpi {
 
-//! Tuning knobs of MpiTransport.
-struct MpiTransportOptions {
+//! Tuning knobs of mpi::Transport.
+struct TransportOptions {
   //! Sleep between completion tests while a receive waits (the core is free meanwhile): 0 to
   //! 1 s (0 polls without sleeping; a longer sleep would overshoot every receive deadline by
   //! as much). Others are refused when the transport is built.
@@ -55,10 +55,10 @@ struct MpiTransportOptions {
 };
 
 //! Ranks as MPI processes: the process of rank r of `comm` runs pipeline rank r. Satisfies
-//! `transport<MpiTransport<Tensor>, Tensor>` for a `Tensor` with a `wire` specialization.
+//! `transport<mpi::Transport<Tensor>, Tensor>` for a `Tensor` with a `wire` specialization.
 //! One thread per process calls it (MPI_THREAD_FUNNELED is enough for it).
 template <class Tensor>
-class MpiTransport : detail::mpi::RankGeometry {
+class Transport : detail::mpi::RankGeometry {
   static_assert(check_wire_tensor<Tensor>());
 
  public:
@@ -68,35 +68,35 @@ class MpiTransport : detail::mpi::RankGeometry {
   //! first rank that differs, unless all are the same.
   //!
   //! `job`, when given, is the communicator of the whole job `comm` is one pipeline of (the
-  //! one MpiGroups split, with data-parallel replicas of the pipeline): the schedules are
+  //! one mpi::Groups split, with data-parallel replicas of the pipeline): the schedules are
   //! compared over it, and a failing rank's notice goes to every process of it, so that the
   //! other replicas' waits (a data-parallel reduction with the failing replica) stop too.
   //! Collective over `job` then.
-  MpiTransport(const Schedule& schedule, MPI_Comm comm = MPI_COMM_WORLD,
-               MpiTransportOptions options = {}, MPI_Comm job = MPI_COMM_NULL)
-      : RankGeometry("MpiTransport", schedule), options_(options) {
+  Transport(const Schedule& schedule, MPI_Comm comm = MPI_COMM_WORLD, TransportOptions options = {},
+            MPI_Comm job = MPI_COMM_NULL)
+      : RankGeometry("mpi::Transport", schedule), options_(options) {
     if (options_.poll_interval < std::chrono::microseconds(0) ||
         options_.poll_interval > std::chrono::seconds(1))
-      throw invalid_problem("MpiTransport: poll_interval is " +
+      throw invalid_problem("mpi::Transport: poll_interval is " +
                             std::to_string(options_.poll_interval.count()) +
                             " µs; give 0 to 1000000 µs (1 s) to sleep between the tests of a "
                             "waiting receive (the default is 20 µs).");
     if (!(options_.startup_timeout.count() >= detail::min_receive_timeout_s))
-      throw invalid_problem("MpiTransport: startup_timeout is " +
+      throw invalid_problem("mpi::Transport: startup_timeout is " +
                             detail::seconds_text(options_.startup_timeout.count()) +
                             " s; give at least 0.001 s (1 ms), or infinity to wait for every "
                             "process without a deadline (the default is 60 s).");
     if (!detail::mpi::initialized())
       throw error(
-          "MpiTransport: MPI is not initialized; create a pipesched::MpiSession (or call "
+          "mpi::Transport: MPI is not initialized; create a pipesched::mpi::Session (or call "
           "MPI_Init_thread) before the transport.");
     if (job == MPI_COMM_NULL) job = comm;
-    detail::mpi::agree_on_schedule("MpiTransport", schedule, job, options_.poll_interval,
+    detail::mpi::agree_on_schedule("mpi::Transport", schedule, job, options_.poll_interval,
                                    options_.startup_timeout);
     int size = 0;
     detail::mpi::check(MPI_Comm_size(comm, &size), "MPI_Comm_size");
     if (size != schedule.rank_count())
-      throw invalid_problem("MpiTransport: the schedule has " +
+      throw invalid_problem("mpi::Transport: the schedule has " +
                             std::to_string(schedule.rank_count()) +
                             " ranks but the communicator has " + std::to_string(size) +
                             " processes; start one process per rank (mpirun -np " +
@@ -109,7 +109,7 @@ class MpiTransport : detail::mpi::RankGeometry {
     detail::mpi::check(MPI_Comm_get_attr(comm, MPI_TAG_UB, &upper, &found), "MPI_Comm_get_attr");
     const long long tag_ub = found && upper ? *upper : 32767;
     if (2 * messages + 2 > tag_ub)
-      throw invalid_problem("MpiTransport: " + std::to_string(stages_) + " stages × " +
+      throw invalid_problem("mpi::Transport: " + std::to_string(stages_) + " stages × " +
                             std::to_string(microbatches_) + " microbatches × " +
                             std::to_string(slices_) + " slices need " +
                             std::to_string(2 * messages + 2) +
@@ -130,12 +130,12 @@ class MpiTransport : detail::mpi::RankGeometry {
     post_notice_receive();
   }
 
-  MpiTransport(const MpiTransport&) = delete;
-  MpiTransport& operator=(const MpiTransport&) = delete;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
 
   //! Cancels the receives still posted and gives sends a moment to complete; never blocks
   //! for long (a peer that is gone cannot make it wait).
-  ~MpiTransport() {
+  ~Transport() {
     if (!detail::mpi::initialized()) return;
     try {
       cancel_receives();
@@ -334,7 +334,7 @@ class MpiTransport : detail::mpi::RankGeometry {
         wait, [&] { return detail::mpi::test(request); }, [&] { progress(); });
   }
 
-  //! Per-step bookkeeping: called by MpiPipeline when a step starts.
+  //! Per-step bookkeeping: called by mpi::Pipeline when a step starts.
   void begin_step() {
     ++step_;
     std::fill(sent_.begin(), sent_.end(), 0);
@@ -483,7 +483,7 @@ class MpiTransport : detail::mpi::RankGeometry {
            f.message + ")";
   }
 
-  MpiTransportOptions options_;
+  TransportOptions options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   MPI_Comm notices_ = MPI_COMM_NULL;  // the job's: failure notices only
   int job_rank_ = 0, job_size_ = 1;
@@ -497,5 +497,4 @@ class MpiTransport : detail::mpi::RankGeometry {
   bool notified_ = false;
   std::int32_t step_ = 0;
 };
-
-}  // namespace pipesched
+}  // namespace pipesched::mpi

@@ -1,4 +1,4 @@
-// Data-parallel gradient reduction over NCCL, the GPU twin of MpiGradientReducer: at a stage's
+// Data-parallel gradient reduction over NCCL, the GPU twin of mpi::GradientReducer: at a stage's
 // REDUCE_GRAD its weight gradients (device memory) are packed into buckets on a stream of the
 // reducer's own, which first waits (on the GPU) for the compute stream that produced them;
 // each bucket is all-reduced there (ncclAllReduce, ncclAvg for the replicas' mean) and
@@ -13,7 +13,9 @@
 // its own optimizer state (`step_shards`, on the host in double, as the MPI reducer does) and,
 // once the whole job agreed to commit, the replicas all-gather the updated weights
 // (ncclAllGather, `gather_weights`). The cut of a bucket, the shard optimizer's state and the
-// order of the calls are the MPI reducer's (detail::Sharding, detail::ShardSteps).
+// order of the calls are the MPI reducer's (detail::Sharding, detail::ShardSteps). With ZeRO-0
+// and nccl::ReducerOptions::optimizer set, the same steps run on whole buckets: ZeRO-0's shard
+// is the whole tensor, and no all-gather is needed.
 #pragma once
 
 #include <nccl.h>
@@ -23,59 +25,13 @@
 #include "pipesched/device/cuda/check.cuh"
 #include "pipesched/device/cuda/cuda_device.cuh"
 #include "pipesched/device/cuda/device_tensor.cuh"
+#include "pipesched/exec/concepts.hpp"
 #include "pipesched/transport/detail/reduction_plan.hpp"
 #include "pipesched/transport/nccl/detail/link.cuh"
 #include "pipesched/transport/nccl/nccl_check.cuh"
+#include "pipesched/transport/pipeline_options.hpp"
 
-namespace pipesched {
-
-//! A GPU stage model whose weight gradients an NCCL reduction can reach: `device_gradients()`
-//! is a range of `std::span<T>` over device memory (T float or double), written on the
-//! compute stream of the device the stage was made with (the toy GPU MLP and GPT have it).
-template <class S>
-concept device_reducible_stage = requires(S& s) {
-  { s.device_gradients() } -> std::ranges::range;
-  requires std::is_floating_point_v<typename std::remove_cvref_t<
-      std::ranges::range_value_t<decltype(s.device_gradients())>>::element_type>;
-};
-
-//! A device-reducible stage whose weights a ZeRO-sharded optimizer can reach:
-//! `device_parameters()` is a range of `std::span<T>` over the device parameters, in the order
-//! and of the sizes of `device_gradients()` (the toy GPU MLP and GPT have it).
-template <class S>
-concept device_shardable_stage = device_reducible_stage<S> && requires(S& s) {
-  { s.device_parameters() } -> std::ranges::range;
-  requires std::is_same_v<
-      std::remove_cvref_t<std::ranges::range_value_t<decltype(s.device_parameters())>>,
-      std::remove_cvref_t<std::ranges::range_value_t<decltype(s.device_gradients())>>>;
-};
-
-//! Knobs of NcclGradientReducer.
-struct NcclReducerOptions {
-  //! The most bytes one all-reduce carries; a stage's gradients go in buckets of at most this
-  //! many (PyTorch DDP's default, 25 MiB). One tensor larger than it gets a bucket of its own.
-  std::size_t bucket_bytes = 25u << 20;
-  //! Divide the sum by the replica count (ncclAvg: the replicas' mean), else keep the sum.
-  bool average = true;
-  //! The ZeRO stage (Rajbhandari et al. 2020), as MpiReducerOptions::zero. 0: each bucket is
-  //! all-reduced, every replica holds the whole mean gradient and ExecutorOptions::optimizer
-  //! updates the weights. 1 and 2: each bucket is reduce-scattered (ncclReduceScatter);
-  //! replica j of d receives the mean of its j-th shard (a bucket padded to a multiple of d,
-  //! cut in d equal parts), `optimizer` updates that shard's weights with that shard's state
-  //! only (1/d of the state per replica, on the host in double), and once every process of the
-  //! job has stepped, the replicas all-gather the weights (ncclAllGather). Outside its shard a
-  //! replica's gradients keep its own unreduced sums with 1 and are zeroed with 2.
-  int zero = 0;
-  //! With `zero` 1 or 2: the update rule of a shard (`sgd_shards`); it replaces
-  //! ExecutorOptions::optimizer, which must then be empty.
-  ShardOptimizer optimizer{};
-
-  //! Throws invalid_argument for options the reducer cannot run.
-  void validate() const {
-    detail::check_bucket_bytes("NcclReducerOptions", bucket_bytes);
-    detail::check_zero("NcclReducerOptions", zero, optimizer);
-  }
-};
+namespace pipesched::nccl {
 
 //! Reduces the weight gradients of this process's stages over a data-parallel NCCL
 //! communicator: one ncclAllReduce per bucket (ncclReduceScatter with ZeRO) on the reducer's
@@ -84,12 +40,12 @@ struct NcclReducerOptions {
 //! stages in the same order, as the schedule's actions say. Called by one thread (the rank's).
 template <class Stage>
 requires device_reducible_stage<Stage>
-class NcclGradientReducer {
+class GradientReducer {
   using span_type = std::remove_cvref_t<
       std::ranges::range_value_t<decltype(std::declval<Stage&>().device_gradients())>>;
   using value = std::remove_cv_t<typename span_type::element_type>;
   static_assert(std::is_same_v<value, float> || std::is_same_v<value, double>,
-                "NcclGradientReducer reduces float or double gradients");
+                "nccl::GradientReducer reduces float or double gradients");
 
  public:
   //! A reducer of `stages` on `device` over a communicator split from `data` (collective over
@@ -97,9 +53,9 @@ class NcclGradientReducer {
   //! processes, duplicated) for drain's agreement; `order` is the executed schedule's list of
   //! this rank (its REDUCE_GRAD actions give the order the stages are reduced in). `poll` runs
   //! between completion tests of a wait and throws when the step is being stopped.
-  NcclGradientReducer(ncclComm_t data, MPI_Comm control, CudaDevice device, std::span<Stage> stages,
-                      const std::vector<Action>& order, std::function<void()> poll,
-                      std::chrono::duration<double> timeout, NcclReducerOptions options = {})
+  GradientReducer(ncclComm_t data, MPI_Comm control, CudaDevice device, std::span<Stage> stages,
+                  const std::vector<Action>& order, std::function<void()> poll,
+                  std::chrono::duration<double> timeout, ReducerOptions options = {})
       : stages_(stages),
         device_(std::move(device)),
         poll_(std::move(poll)),
@@ -107,12 +63,12 @@ class NcclGradientReducer {
         options_(options),
         plan_(order, control),
         steps_(options_.optimizer) {
-    options_.validate();
-    if (options_.zero >= 1 && !shardable)
+    options_.validate("nccl::ReducerOptions");
+    if (steps_weights() && !shardable)
       throw invalid_problem(
-          "NcclGradientReducer: ZeRO-" + std::to_string(options_.zero) +
-          " steps each replica's shard of the weights, but the stage model has no "
-          "device_parameters() of the same sizes as its device_gradients() (see "
+          "nccl::GradientReducer: with ZeRO-" + std::to_string(options_.zero) +
+          " and nccl::ReducerOptions::optimizer the reducer steps the weights, but the stage "
+          "model has no device_parameters() of the same sizes as its device_gradients() (see "
           "device_shardable_stage).");
     device_.activate();
     stream_.emplace();
@@ -124,12 +80,12 @@ class NcclGradientReducer {
     sharding_ = detail::Sharding(options_.zero, replicas_, replica_);
   }
 
-  NcclGradientReducer(const NcclGradientReducer&) = delete;
-  NcclGradientReducer& operator=(const NcclGradientReducer&) = delete;
+  GradientReducer(const GradientReducer&) = delete;
+  GradientReducer& operator=(const GradientReducer&) = delete;
 
   //! Ends the communicator: finalized and destroyed when the reducer's stream is idle,
   //! aborted otherwise (a reduction still in flight is abandoned: the job is ending).
-  ~NcclGradientReducer() {
+  ~GradientReducer() {
     try {
       device_.activate();
       pending_.clear();
@@ -148,8 +104,10 @@ class NcclGradientReducer {
   int replica() const noexcept { return replica_; }
   //! The stream the all-reduces run on.
   cudaStream_t stream() const noexcept { return *stream_; }
-  //! The ZeRO stage (NcclReducerOptions::zero).
+  //! The ZeRO stage (nccl::ReducerOptions::zero).
   int zero() const noexcept { return options_.zero; }
+  //! True when the reducer steps the weights (nccl::ReducerOptions::optimizer is set).
+  bool steps_weights() const noexcept { return static_cast<bool>(options_.optimizer); }
 
   //! Per-step bookkeeping: called when a step starts.
   void begin_step() {
@@ -172,6 +130,7 @@ class NcclGradientReducer {
     std::vector<std::vector<std::span<value>>> buckets = bucket(stage);
     for (std::vector<std::span<value>>& b : buckets) {
       const std::size_t n = values_in(b);
+      p.sizes.push_back(n);
       if (sharding_.sharded()) {
         start_shard(b, n, p);
       } else if (b.size() == 1) {  // one tensor: reduced in place
@@ -196,21 +155,22 @@ class NcclGradientReducer {
     auto it = std::find_if(pending_.begin(), pending_.end(),
                            [&](const Pending& p) { return p.stage == stage; });
     if (it == pending_.end())
-      throw detail::ReductionPlan::not_started("NcclGradientReducer", stage);
+      throw detail::ReductionPlan::not_started("nccl::GradientReducer", stage);
     wait_for(it->done, "the data-parallel reduction of stage " + std::to_string(stage) +
                            "'s gradients (NCCL)");
     CudaDevice::wait(device_.compute(), it->done);
-    if (sharding_.sharded()) reduced_[stage] = Reduced{std::move(it->shards), std::move(it->sizes)};
+    if (steps_weights()) reduced_[stage] = Reduced{std::move(it->shards), std::move(it->sizes)};
     pending_.erase(it);
   }
 
-  //! ZeRO: steps this replica's shard of every bucket of the stages it reduced this step
-  //! (their WAIT_REDUCE_GRAD has run) with the shard optimizer and the shard's own state, on
-  //! the host in double (the shard's weights and mean gradient copied from the device after the
-  //! compute stream's work), keeping the previous state for `discard_step`. The updated
-  //! weights are kept apart: the stage models change only in `gather_weights`.
+  //! Steps this replica's shard (without ZeRO the whole bucket) of every bucket of the stages
+  //! it reduced this step (their WAIT_REDUCE_GRAD has run) with the shard optimizer and the
+  //! shard's own state, on the host in double (the shard's weights and mean gradient copied
+  //! from the device after the compute stream's work), keeping the previous state for
+  //! `discard_step`. The updated weights are kept apart: the stage models change only in
+  //! `gather_weights`.
   void step_shards() {
-    require_zero("step_shards");
+    require_steps("step_shards");
     device_.activate();
     const cudaStream_t s = *stream_;
     CudaDevice::wait(s, device_.mark());
@@ -218,8 +178,11 @@ class NcclGradientReducer {
     updated_.clear();
     for (int stage : plan_.sequence()) {
       auto r = reduced_.find(stage);
-      if (r == reduced_.end()) throw detail::ShardSteps::not_waited("NcclGradientReducer", stage);
+      if (r == reduced_.end()) throw detail::ShardSteps::not_waited("nccl::GradientReducer", stage);
       const std::vector<std::vector<std::span<value>>> weights = parameter_buckets(stage);
+      // Without ZeRO the mean gradient is in the stage's gradients, reduced in place.
+      std::vector<std::vector<std::span<value>>> gradients;
+      if (!sharding_.sharded()) gradients = bucket(stage);
       Updated u{stage, r->second.sizes, {}};
       for (std::size_t b = 0; b < weights.size(); ++b) {
         const std::size_t n = r->second.sizes[b];
@@ -231,7 +194,14 @@ class NcclGradientReducer {
                                                              piece.size() * sizeof(value),
                                                              cudaMemcpyDeviceToHost, s));
                       });
-        if (!g.empty())
+        if (!sharding_.sharded())
+          each_in_shard(gradients[b], n,
+                        [&](std::span<value> t, detail::Sharding::Range piece, std::size_t at) {
+                          PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(
+                              g.data() + at, t.data() + piece.begin, piece.size() * sizeof(value),
+                              cudaMemcpyDeviceToHost, s));
+                        });
+        else if (!g.empty())
           PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(g.data(), r->second.shards[b].data(),
                                                g.size() * sizeof(value), cudaMemcpyDeviceToHost,
                                                s));
@@ -246,20 +216,21 @@ class NcclGradientReducer {
     }
   }
 
-  //! ZeRO: undoes `step_shards` (its optimizer may have stopped half-way): the shards' state
-  //! is put back and the updated weights are dropped; the stage models never changed.
+  //! Undoes `step_shards` (its optimizer may have stopped half-way): the shards' state is put
+  //! back and the updated weights are dropped; the stage models never changed.
   void discard_step() {
-    require_zero("discard_step");
+    require_steps("discard_step");
     steps_.discard();
     updated_.clear();
   }
 
-  //! ZeRO, once every process of the job has stepped: all-gathers every replica's updated
-  //! shard into the stage models' weights (ncclAllGather of each bucket over the data-parallel
-  //! group, in REDUCE_GRAD order, on the reducer's stream; the host waits with `poll` and the
-  //! compute stream is ordered after it). Throws receive_timeout after the timeout.
+  //! Once every process of the job has stepped: all-gathers every replica's updated shard into
+  //! the stage models' weights (ncclAllGather of each bucket over the data-parallel group, in
+  //! REDUCE_GRAD order, on the reducer's stream; the host waits with `poll` and the compute
+  //! stream is ordered after it); without ZeRO copies the updated weights, which every replica
+  //! stepped whole, into the stage models. Throws receive_timeout after the timeout.
   void gather_weights() {
-    require_zero("gather_weights");
+    require_steps("gather_weights");
     device_.activate();
     const cudaStream_t s = *stream_;
     CudaDevice::wait(s, device_.mark());
@@ -268,6 +239,15 @@ class NcclGradientReducer {
       const std::vector<std::vector<std::span<value>>> weights = parameter_buckets(u.stage);
       for (std::size_t b = 0; b < weights.size(); ++b) {
         const std::size_t n = u.sizes[b], c = sharding_.part(n), at = sharding_.part_begin(n);
+        if (!sharding_.sharded()) {
+          each_in_shard(weights[b], n,
+                        [&](std::span<value> t, detail::Sharding::Range piece, std::size_t from) {
+                          PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(
+                              t.data() + piece.begin, u.weights[b].data() + from,
+                              piece.size() * sizeof(value), cudaMemcpyHostToDevice, s));
+                        });
+          continue;
+        }
         buffers.push_back(DeviceTensor<value>::zeros({static_cast<int>(sharding_.padded(n))}, s));
         value* buffer = buffers.back().data();
         if (!u.weights[b].empty())
@@ -314,13 +294,8 @@ class NcclGradientReducer {
               DeviceTensor<value>::zeros({static_cast<int>(sharding_.part(n))}, *stream_));
           reduce_scatter(scratch[scratch.size() - 2].data(), scratch.back().data(), n);
         });
-    bool failed = false;
-    const bool idle = detail::poll_until({"the all-reduces after a failed step", deadline}, [&] {
-      const cudaError_t e = cudaStreamQuery(*stream_);
-      failed = e != cudaSuccess && e != cudaErrorNotReady;
-      return e != cudaErrorNotReady;
-    });
-    if (!idle || failed) return broken();
+    if (!detail::nccl::wait_idle(*stream_, {"the all-reduces after a failed step", deadline}))
+      return broken();
     begin_step();
     return true;
   }
@@ -332,15 +307,16 @@ class NcclGradientReducer {
     int stage = 0;
     std::vector<DeviceTensor<value>> buffers;  // the packed buckets (freed on the stream)
     std::vector<DeviceTensor<value>> shards;   // ZeRO: this replica's reduced part of each
-    std::vector<std::size_t> sizes;            // ZeRO: the buckets' real sizes
+    std::vector<std::size_t> sizes;            // the buckets' real sizes
     CudaDevice::Mark done;                     // recorded after the last unpack
   };
-  // ZeRO: a stage's reduced parts (the replicas' mean, on the device) and its buckets' sizes.
+  // A stage's reduced parts (ZeRO: the replicas' mean, on the device; none without ZeRO, whose
+  // mean is in the gradients) and its buckets' sizes, kept when the reducer steps the weights.
   struct Reduced {
     std::vector<DeviceTensor<value>> shards;
     std::vector<std::size_t> sizes;
   };
-  // ZeRO: a stage's updated shard of each bucket (on the host) and the buckets' sizes.
+  // A stage's updated shard of each bucket (on the host) and the buckets' sizes.
   struct Updated {
     int stage = 0;
     std::vector<std::size_t> sizes;
@@ -354,7 +330,6 @@ class NcclGradientReducer {
     const cudaStream_t s = *stream_;
     p.buffers.push_back(DeviceTensor<value>::zeros({static_cast<int>(sharding_.padded(n))}, s));
     p.shards.push_back(DeviceTensor<value>::zeros({static_cast<int>(sharding_.part(n))}, s));
-    p.sizes.push_back(n);
     value* buffer = p.buffers.back().data();
     const value* shard = p.shards.back().data();
     copy(b, buffer, true);
@@ -394,10 +369,11 @@ class NcclGradientReducer {
     }
   }
 
-  void require_zero(const char* what) const {
-    if (options_.zero == 0)
-      throw error(std::string("NcclGradientReducer::") + what +
-                  " runs with ZeRO (NcclReducerOptions::zero 1 or 2) only.");
+  void require_steps(const char* what) const {
+    if (!steps_weights())
+      throw error(std::string("nccl::GradientReducer::") + what +
+                  " runs only when the reducer steps the weights (nccl::ReducerOptions::optimizer "
+                  "set).");
   }
 
   // Notes that a replica may be gone (the communicator is then aborted, not finalized); false.
@@ -440,7 +416,7 @@ class NcclGradientReducer {
     return in_buckets(stage_at(stage).device_gradients());
   }
 
-  // ZeRO: stage `stage`'s parameters in the same buckets as its gradients.
+  // Stage `stage`'s parameters in the same buckets as its gradients.
   std::vector<std::vector<std::span<value>>> parameter_buckets(int stage) {
     Stage& st = stage_at(stage);
     std::vector<std::vector<std::span<value>>> out;
@@ -451,7 +427,7 @@ class NcclGradientReducer {
     for (const std::vector<std::span<value>>& b : bucket(stage))
       want.push_back(values_in(b));
     if (got != want)
-      throw error("NcclGradientReducer: stage " + std::to_string(stage) +
+      throw error("nccl::GradientReducer: stage " + std::to_string(stage) +
                   "'s device_parameters() and device_gradients() differ in sizes; give them the "
                   "same tensors in the same order.");
     return out;
@@ -459,7 +435,7 @@ class NcclGradientReducer {
 
   Stage& stage_at(int stage) {
     if (stage < 0 || static_cast<std::size_t>(stage) >= stages_.size())
-      throw detail::ReductionPlan::no_such_stage("NcclGradientReducer", stage, stages_.size());
+      throw detail::ReductionPlan::no_such_stage("nccl::GradientReducer", stage, stages_.size());
     return stages_[static_cast<std::size_t>(stage)];
   }
 
@@ -489,7 +465,7 @@ class NcclGradientReducer {
   CudaDevice device_;
   std::function<void()> poll_;
   std::chrono::duration<double> timeout_;
-  NcclReducerOptions options_;
+  ReducerOptions options_;
   std::optional<CudaStream> stream_;  // the all-reduces' (made on the device, after activate)
   detail::ReductionPlan plan_;        // the stages' order, the count started, drain's agreement
   detail::nccl::Link comm_;           // split from the data-parallel communicator
@@ -505,5 +481,4 @@ class NcclGradientReducer {
   detail::ShardSteps steps_;
   std::vector<Updated> updated_;
 };
-
-}  // namespace pipesched
+}  // namespace pipesched::nccl

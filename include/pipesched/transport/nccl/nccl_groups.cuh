@@ -1,7 +1,7 @@
 // The NCCL communicators of a pp × dp × tp job: one job-wide communicator bootstrapped over MPI
 // (rank 0 makes the unique id, MPI broadcasts it), split by ncclCommSplit (NCCL 2.18 and
 // later; the CUDA 13 toolkit has 2.28) into this process's pipeline, data-parallel and tensor
-// group, in ProcessGrid's (Megatron-LM's) numbering — beside MpiGroups' MPI communicators of
+// group, in ProcessGrid's (Megatron-LM's) numbering — beside mpi::Groups' MPI communicators of
 // the same groups, which the pipeline's control plane and the bootstrap use.
 #pragma once
 
@@ -26,36 +26,36 @@
 #include "pipesched/transport/nccl/detail/setup.cuh"
 #include "pipesched/transport/nccl/nccl_check.cuh"
 
-namespace pipesched {
+namespace pipesched::nccl {
 
 //! This process's groups of a `ProcessGrid` job as NCCL communicators it owns, on its GPU: the
 //! processes of its pipeline (ranked by pipeline rank), of its data-parallel group (ranked by
-//! replica: NcclPipeline all-reduces the gradients there) and of its tensor group (ranked by
+//! replica: nccl::Pipeline all-reduces the gradients there) and of its tensor group (ranked by
 //! tensor rank), split from one communicator of the whole job; and the same groups as MPI
 //! communicators (`mpi()`). Collective over `world`, whose size must be the grid's; every
 //! process needs a GPU of its own (NCCL refuses two ranks of one communicator on one GPU).
-class NcclGroups {
+class Groups {
  public:
   //! The groups of `grid` over `world` (process g of `world` is process g of the grid), with
   //! this process on `device`. A job of another size is refused on every process before any
   //! GPU is touched; a process whose GPU cannot be used makes every process throw.
-  NcclGroups(const ProcessGrid& grid, CudaDevice device, MPI_Comm world = MPI_COMM_WORLD)
-      : NcclGroups(
+  Groups(const ProcessGrid& grid, CudaDevice device, MPI_Comm world = MPI_COMM_WORLD)
+      : Groups(
             grid, [&] { return std::move(device); }, world, 0) {}
 
   //! As above, on GPU `ordinal` (usually the process's local rank on its node).
-  NcclGroups(const ProcessGrid& grid, int ordinal, MPI_Comm world = MPI_COMM_WORLD)
-      : NcclGroups(
+  Groups(const ProcessGrid& grid, int ordinal, MPI_Comm world = MPI_COMM_WORLD)
+      : Groups(
             grid, [ordinal] { return CudaDevice(ordinal); }, world, 0) {}
 
-  NcclGroups(const NcclGroups&) = delete;
-  NcclGroups& operator=(const NcclGroups&) = delete;
+  Groups(const Groups&) = delete;
+  Groups& operator=(const Groups&) = delete;
 
   //! Ends the communicators: when every process says its communicators report no error, each
   //! is finalized (tensor, data, pipeline, then the job's, the one order every process takes)
   //! and destroyed; otherwise, or when a finalize fails or stalls, they are aborted (which never
   //! waits for a peer).
-  ~NcclGroups() {
+  ~Groups() {
     try {
       device_.activate();
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -82,7 +82,7 @@ class NcclGroups {
   //! This process's pipeline rank, replica and tensor rank.
   const ProcessGrid::Coordinates& coordinates() const noexcept { return mpi_.coordinates(); }
   //! The same groups as MPI communicators (the pipeline's control plane runs over them).
-  const MpiGroups& mpi() const noexcept { return mpi_; }
+  const mpi::Groups& mpi() const noexcept { return mpi_; }
   //! This process's GPU (a handle sharing the streams of the one the groups were made with).
   const CudaDevice& device() const noexcept { return device_; }
   //! Every process of the job; its rank there is its process number g.
@@ -98,7 +98,7 @@ class NcclGroups {
 
  private:
   template <class MakeDevice>
-  NcclGroups(const ProcessGrid& grid, MakeDevice&& make, MPI_Comm world, int)
+  Groups(const ProcessGrid& grid, MakeDevice&& make, MPI_Comm world, int)
       : mpi_(grid, world),
         device_(detail::nccl::agreed_device(
             make, mpi_.job(), detail::poll_interval::collective,
@@ -111,10 +111,10 @@ class NcclGroups {
     detail::mpi::check(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_.job()), "MPI_Bcast");
     detail::nccl::check(ncclCommInitRank(job_.out(), size, id.id, rank), "ncclCommInitRank",
                         __FILE__, __LINE__,
-                        "NcclGroups: each process needs a GPU of its own (give each process "
+                        "nccl::Groups: each process needs a GPU of its own (give each process "
                         "the CudaDevice of its local rank on the node) and NCCL must reach "
                         "every other process");
-    // The same colours and keys as MpiGroups: a group's colour is the coordinates it shares,
+    // The same colours and keys as mpi::Groups: a group's colour is the coordinates it shares,
     // its key the one it runs along. Every process splits in this one order.
     const ProcessGrid::Coordinates c = mpi_.coordinates();
     split(c.data * g.tensor + c.tensor, c.pipeline, pipeline_, "pipeline");
@@ -126,7 +126,7 @@ class NcclGroups {
     const ncclResult_t r = ncclCommSplit(job_.get(), colour, key, out.out(), nullptr);
     if (r != ncclSuccess)
       detail::nccl::check(r, "ncclCommSplit", __FILE__, __LINE__,
-                          (std::string("NcclGroups: splitting the ") + what + " groups of " +
+                          (std::string("nccl::Groups: splitting the ") + what + " groups of " +
                            mpi_.grid().describe() + " failed")
                               .c_str());
   }
@@ -138,9 +138,8 @@ class NcclGroups {
     return detail::mpi::every_process(mine, mpi_.job(), deadline, detail::poll_interval::teardown);
   }
 
-  MpiGroups mpi_;
+  mpi::Groups mpi_;
   CudaDevice device_;
   detail::nccl::Link job_, pipeline_, data_, tensor_;
 };
-
-}  // namespace pipesched
+}  // namespace pipesched::nccl

@@ -1,5 +1,5 @@
 // A tensor-parallel group over NCCL: the TensorGroup a GPU stage model of a pp × dp × tp job
-// sums its partial results over (NcclGroups::tensor()), the twin of MpiTensorGroup with values
+// sums its partial results over (nccl::Groups::tensor()), the twin of mpi::TensorGroup with values
 // in device memory. Each all-reduce runs on a stream of the group's own, after the compute
 // stream's work so far, on a buffer of its own; the host waits for it with the pipeline's
 // progress running (so a failure on another process stops the wait) and the result is copied
@@ -31,47 +31,45 @@
 #include "pipesched/exec/detail/deadline.hpp"
 #include "pipesched/exec/errors.hpp"
 #include "pipesched/exec/tensor_group.hpp"
+#include "pipesched/transport/detail/collective_log.hpp"
 #include "pipesched/transport/detail/poll.hpp"
 #include "pipesched/transport/mpi/detail/mpi_support.hpp"
 #include "pipesched/transport/nccl/detail/link.cuh"
 #include "pipesched/transport/nccl/nccl_check.cuh"
 
-namespace pipesched {
+namespace pipesched::nccl {
 
 //! The tensor-parallel group of this process over NCCL: `all_reduce` sums values in the
 //! device memory of `device` (written on its compute stream) over a communicator split from
-//! `tensor` (e.g. NcclGroups::tensor(); collective over its ranks, like ncclCommSplit), with
+//! `tensor` (e.g. nccl::Groups::tensor(); collective over its ranks, like ncclCommSplit), with
 //! `control` (the MPI communicator of the same processes, duplicated) for drain's agreement.
 //! `poll` runs between completion tests of a wait (the pipeline's progress; it throws when the
-//! step is being stopped); a wait longer than `timeout` throws receive_timeout. NcclPipeline
+//! step is being stopped); a wait longer than `timeout` throws receive_timeout. nccl::Pipeline
 //! makes one for stage models that ask for their group (`tensor_parallel_stage`).
-class NcclTensorGroup final : public TensorGroup {
+class TensorGroup final : public pipesched::TensorGroup {
  public:
   //! A group over a communicator split from `tensor`, on `device`.
-  NcclTensorGroup(ncclComm_t tensor, MPI_Comm control, CudaDevice device,
-                  std::function<void()> poll, std::chrono::duration<double> timeout)
-      : device_(std::move(device)), poll_(std::move(poll)), timeout_(timeout) {
+  TensorGroup(ncclComm_t tensor, MPI_Comm control, CudaDevice device, std::function<void()> poll,
+              std::chrono::duration<double> timeout)
+      : device_(std::move(device)), poll_(std::move(poll)), timeout_(timeout), log_(control) {
     device_.activate();
     stream_.emplace();
     PIPESCHED_NCCL_CHECK(ncclCommUserRank(tensor, &rank_));
     PIPESCHED_NCCL_CHECK(ncclCommCount(tensor, &size_));
     PIPESCHED_NCCL_CHECK(ncclCommSplit(tensor, 0, rank_, comm_.out(), nullptr));
-    detail::mpi::check(MPI_Comm_dup(control, &control_), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
   }
-  NcclTensorGroup(const NcclTensorGroup&) = delete;
-  NcclTensorGroup& operator=(const NcclTensorGroup&) = delete;
+  TensorGroup(const TensorGroup&) = delete;
+  TensorGroup& operator=(const TensorGroup&) = delete;
 
   //! Ends the communicator (finalized when the group's stream is idle, aborted otherwise: an
-  //! all-reduce still in flight is abandoned, the job is ending) and frees the MPI one.
-  ~NcclTensorGroup() override {
+  //! all-reduce still in flight is abandoned, the job is ending); the log frees the MPI one.
+  ~TensorGroup() override {
     try {
       device_.activate();
       pending_.clear();
     } catch (...) {
     }
     detail::nccl::end_link(comm_, stream_, broken_);
-    if (control_ != MPI_COMM_NULL && detail::mpi::initialized()) MPI_Comm_free(&control_);
   }
 
   int size() const noexcept override { return size_; }
@@ -87,11 +85,11 @@ class NcclTensorGroup final : public TensorGroup {
   cudaStream_t stream() const noexcept { return *stream_; }
 
   //! All-reduces started since the step began.
-  std::size_t started() const noexcept { return started_.size(); }
+  std::size_t started() const noexcept { return log_.size(); }
 
   //! Per-step bookkeeping: called when a step starts.
   void begin_step() {
-    started_.clear();
+    log_.clear();
     pending_.clear();
   }
 
@@ -101,43 +99,22 @@ class NcclTensorGroup final : public TensorGroup {
   bool drain(std::chrono::duration<double> timeout) {
     const auto deadline = detail::deadline_after(timeout);
     device_.activate();
-    long long mine = static_cast<long long>(started_.size()), most = 0;
-    if (!agree(&mine, &most, MPI_LONG_LONG, MPI_MAX, deadline)) return broken();
-    if (most > 0) {
-      // The lowest member that started `most` tells the others what they missed.
-      int candidate = mine == most ? rank_ : INT_MAX, leader = INT_MAX;
-      if (!agree(&candidate, &leader, MPI_INT, MPI_MIN, deadline)) return broken();
-      std::vector<Started> list(static_cast<std::size_t>(most));
-      if (rank_ == leader) std::copy(started_.begin(), started_.end(), list.begin());
-      MPI_Request r = MPI_REQUEST_NULL;
-      detail::mpi::check(MPI_Ibcast(list.data(), static_cast<int>(list.size() * sizeof(Started)),
-                                    MPI_BYTE, leader, control_, &r),
-                         "MPI_Ibcast");
-      if (!wait_until(r, deadline)) return broken();
-      for (std::size_t i = started_.size(); i < list.size(); ++i) {
-        if (list[i].count == 0) continue;  // never started on the GPU
-        Pending& p = pending_.emplace_back();
-        p.buffer = DeviceTensor<double>::zeros({words(list[i].count, list[i].type)}, *stream_);
-        enqueue(p.buffer.data(), list[i].count, list[i].type == 0 ? ncclFloat64 : ncclFloat32);
-      }
+    const auto missed = log_.missed(deadline);
+    if (!missed) return broken();
+    for (const detail::CollectiveLog::Entry& e : *missed) {
+      if (e.count == 0) continue;  // never started on the GPU
+      Pending& p = pending_.emplace_back();
+      p.buffer = DeviceTensor<double>::zeros({words(e.count, e.type)}, *stream_);
+      enqueue(p.buffer.data(), e.count, e.type == 0 ? ncclFloat64 : ncclFloat32);
     }
-    bool failed = false;
-    const bool idle = detail::poll_until(
-        {"the tensor group's all-reduces after a failed step (NCCL)", deadline}, [&] {
-          const cudaError_t e = cudaStreamQuery(*stream_);
-          failed = e != cudaSuccess && e != cudaErrorNotReady;
-          return e != cudaErrorNotReady;
-        });
-    if (!idle || failed) return broken();
+    if (!detail::nccl::wait_idle(
+            *stream_, {"the tensor group's all-reduces after a failed step (NCCL)", deadline}))
+      return broken();
     begin_step();
     return true;
   }
 
  private:
-  struct Started {
-    long long count = 0;
-    int type = 0;  // 0 double, 1 float
-  };
   struct Pending {
     DeviceTensor<double> buffer;  // the values' copy, reduced in place (as doubles' storage)
   };
@@ -150,7 +127,7 @@ class NcclTensorGroup final : public TensorGroup {
 
   template <class V>
   void run(std::span<V> values, ncclDataType_t type, int code) {
-    started_.push_back({static_cast<long long>(values.size()), code});
+    log_.add(static_cast<long long>(values.size()), code);
     if (values.empty()) return;
     device_.activate();
     const cudaStream_t s = *stream_;
@@ -186,18 +163,6 @@ class NcclTensorGroup final : public TensorGroup {
                                        ncclSum, comm_.get(), *stream_));
   }
 
-  bool agree(const void* in, void* out, MPI_Datatype type, MPI_Op op,
-             std::chrono::steady_clock::time_point deadline) {
-    MPI_Request r = MPI_REQUEST_NULL;
-    detail::mpi::check(MPI_Iallreduce(in, out, 1, type, op, control_, &r), "MPI_Iallreduce");
-    return wait_until(r, deadline);
-  }
-
-  static bool wait_until(MPI_Request& r, std::chrono::steady_clock::time_point deadline) {
-    return detail::poll_until({"the tensor group's agreement after a failed step", deadline},
-                              [&] { return detail::mpi::test(r); });
-  }
-
   // Notes that a member may be gone (the communicator is then aborted, not finalized); false.
   bool broken() noexcept {
     broken_ = true;
@@ -208,12 +173,10 @@ class NcclTensorGroup final : public TensorGroup {
   std::function<void()> poll_;
   std::chrono::duration<double> timeout_;
   std::optional<CudaStream> stream_;  // the all-reduces' (made on the device, after activate)
+  detail::CollectiveLog log_;         // this step's all-reduces, in order; the drain's agreement
   detail::nccl::Link comm_;           // split from the tensor group's communicator
-  MPI_Comm control_ = MPI_COMM_NULL;  // the drain's agreement
   int size_ = 1, rank_ = 0;
   bool broken_ = false;           // a wait or a drain ran out of time: a member may be gone
-  std::vector<Started> started_;  // this step's all-reduces, in order
   std::vector<Pending> pending_;  // started and not completed (after a failure: abandoned)
 };
-
-}  // namespace pipesched
+}  // namespace pipesched::nccl

@@ -15,7 +15,7 @@
 // numbers its sends; the receiver posts its receives strictly in that order), so it always
 // progresses.
 //
-// Failures reuse the MPI transport's control plane: an MpiTransport that carries no tensors
+// Failures reuse the MPI transport's control plane: an mpi::Transport that carries no tensors
 // sends and hears the failure notices, so a failing rank stops every other one with its
 // message, and `drain` leaves NCCL and MPI clean for the next step.
 #pragma once
@@ -51,19 +51,19 @@
 #include "pipesched/transport/nccl/detail/setup.cuh"
 #include "pipesched/transport/nccl/nccl_check.cuh"
 
-namespace pipesched {
+namespace pipesched::nccl {
 
-//! Tuning knobs of NcclTransport.
-struct NcclTransportOptions {
+//! Tuning knobs of nccl::Transport.
+struct TransportOptions {
   //! Sleep between completion tests while a receive waits (the core is free meanwhile).
   std::chrono::microseconds poll_interval{20};
   //! How long the start-up agreements (on the schedule, and on every process having its GPU)
-  //! wait for every process (MpiTransportOptions::startup_timeout).
+  //! wait for every process (mpi::TransportOptions::startup_timeout).
   std::chrono::duration<double> startup_timeout{detail::default_startup_timeout_s};
 };
 
 //! Ranks as GPUs, one per MPI process: the process of rank r of `comm` runs pipeline rank r on
-//! its CudaDevice. Satisfies `transport<NcclTransport<Tensor>, Tensor>` for a stream-aware
+//! its CudaDevice. Satisfies `transport<nccl::Transport<Tensor>, Tensor>` for a stream-aware
 //! `Tensor` with a `wire` specialization (DeviceTensor<T>). One thread per process calls it.
 //!
 //! Construction is collective over `comm`: rank 0 makes one NCCL unique id per direction
@@ -72,33 +72,33 @@ struct NcclTransportOptions {
 //! cycle).
 template <class Tensor>
 requires stream_tensor<Tensor>
-class NcclTransport : detail::mpi::RankGeometry {
+class Transport : detail::mpi::RankGeometry {
   static_assert(check_wire_tensor<Tensor>());
 
  public:
-  //! Runs this process's rank on `device`. MPI must be initialized (MpiSession) and `comm`'s
+  //! Runs this process's rank on `device`. MPI must be initialized (mpi::Session) and `comm`'s
   //! size must be the schedule's rank count; every process constructs its transport with the
   //! same schedule. `job`, when given, is the whole job `comm` is one pipeline of (as for
-  //! MpiTransport): failure notices and the step's agreement go over it.
-  NcclTransport(const Schedule& schedule, CudaDevice device, MPI_Comm comm = MPI_COMM_WORLD,
-                NcclTransportOptions options = {}, MPI_Comm job = MPI_COMM_NULL)
-      : NcclTransport(
+  //! mpi::Transport): failure notices and the step's agreement go over it.
+  Transport(const Schedule& schedule, CudaDevice device, MPI_Comm comm = MPI_COMM_WORLD,
+            TransportOptions options = {}, MPI_Comm job = MPI_COMM_NULL)
+      : Transport(
             schedule, [&] { return std::move(device); }, comm, options, job, 0) {}
 
   //! Runs this process's rank on GPU `ordinal` (usually its local rank on the node). The
   //! process count is checked before the GPU is touched.
-  NcclTransport(const Schedule& schedule, int ordinal, MPI_Comm comm = MPI_COMM_WORLD,
-                NcclTransportOptions options = {})
-      : NcclTransport(
+  Transport(const Schedule& schedule, int ordinal, MPI_Comm comm = MPI_COMM_WORLD,
+            TransportOptions options = {})
+      : Transport(
             schedule, [ordinal] { return CudaDevice(ordinal); }, comm, options, MPI_COMM_NULL, 0) {}
 
-  NcclTransport(const NcclTransport&) = delete;
-  NcclTransport& operator=(const NcclTransport&) = delete;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
 
   //! Ends the NCCL communicators (aborting them when the GPU still has communication queued,
   //! which a peer that is gone would never complete) and cancels the posted header receives;
   //! never blocks for long.
-  ~NcclTransport() {
+  ~Transport() {
     try {
       device_.activate();
       ready_.clear();
@@ -155,7 +155,7 @@ class NcclTransport : detail::mpi::RankGeometry {
     }
     auto link = to_.find(to);
     if (link == to_.end())
-      throw error("NcclTransport: rank " + std::to_string(rank_) + " sends the " +
+      throw error("nccl::Transport: rank " + std::to_string(rank_) + " sends the " +
                   detail::describe_key(key) + " to rank " + std::to_string(to) +
                   ", but the placement has no neighbouring stages on these ranks, so no NCCL "
                   "link joins them.");
@@ -222,7 +222,7 @@ class NcclTransport : detail::mpi::RankGeometry {
 
   //! Stops this process's waits and tells every other rank that this one failed.
   void abort() { control_.abort(); }
-  //! Tells every other rank that this one failed, and why (see MpiTransport::notify_failure).
+  //! Tells every other rank that this one failed, and why (see mpi::Transport::notify_failure).
   void notify_failure(const FailureNotice& notice) { control_.notify_failure(notice); }
   //! The failure this process heard of (its own or a peer's), if any.
   const std::optional<FailureNotice>& failure() const noexcept { return control_.failure(); }
@@ -277,7 +277,7 @@ class NcclTransport : detail::mpi::RankGeometry {
     return control_.drain(std::max(left, std::chrono::duration<double>(0.0))) || stall();
   }
 
-  //! Per-step bookkeeping: called by NcclPipeline when a step starts.
+  //! Per-step bookkeeping: called by nccl::Pipeline when a step starts.
   void begin_step() { control_.begin_step(); }
 
   //! Messages arrived (or posted) and not yet taken (0 after a clean step).
@@ -323,12 +323,12 @@ class NcclTransport : detail::mpi::RankGeometry {
   };
 
   template <class MakeDevice>
-  NcclTransport(const Schedule& schedule, MakeDevice&& make_device, MPI_Comm comm,
-                NcclTransportOptions options, MPI_Comm job, int)
-      : RankGeometry("NcclTransport", schedule),
+  Transport(const Schedule& schedule, MakeDevice&& make_device, MPI_Comm comm,
+            TransportOptions options, MPI_Comm job, int)
+      : RankGeometry("nccl::Transport", schedule),
         options_(options),
         control_(schedule, comm,
-                 MpiTransportOptions{options.poll_interval, options.startup_timeout}, job),
+                 mpi::TransportOptions{options.poll_interval, options.startup_timeout}, job),
         device_(detail::nccl::agreed_device(make_device, control_.communicator(),
                                             options.poll_interval, options.startup_timeout)) {
     rank_ = control_.rank();
@@ -423,13 +423,13 @@ class NcclTransport : detail::mpi::RankGeometry {
     for (const detail::nccl::Ticket& t : got) {
       const MessageKey key = t.key();
       if (t.sequence != in.count + batch.size())
-        throw error("NcclTransport: rank " + std::to_string(rank_) + " expected message " +
+        throw error("nccl::Transport: rank " + std::to_string(rank_) + " expected message " +
                     std::to_string(in.count + batch.size()) + " from rank " + std::to_string(peer) +
                     " but its ticket says " + std::to_string(t.sequence) +
                     "; the two processes disagree on what was sent.");
       check_key(key);
       if (source_of(key) != peer)
-        throw error("NcclTransport: rank " + std::to_string(peer) + " sent the " +
+        throw error("nccl::Transport: rank " + std::to_string(peer) + " sent the " +
                     detail::describe_key(key) + ", which the placement has rank " +
                     std::to_string(source_of(key)) +
                     " send; do the processes run the same "
@@ -546,8 +546,8 @@ class NcclTransport : detail::mpi::RankGeometry {
            f.message + ")";
   }
 
-  NcclTransportOptions options_;
-  MpiTransport<detail::nccl::Ticket> control_;  // failure notices and the step's agreement
+  TransportOptions options_;
+  mpi::Transport<detail::nccl::Ticket> control_;  // failure notices and the step's agreement
   CudaDevice device_;
   MPI_Comm header_comm_ = MPI_COMM_NULL;     // tickets only, so drains of either side stay apart
   std::map<int, Sender> to_;                 // by receiving peer
@@ -558,5 +558,4 @@ class NcclTransport : detail::mpi::RankGeometry {
   std::unordered_map<std::uint64_t, Ready> ready_;   // by packed key
   std::unordered_map<std::uint64_t, Tensor> local_;  // messages to itself, by packed key
 };
-
-}  // namespace pipesched
+}  // namespace pipesched::nccl

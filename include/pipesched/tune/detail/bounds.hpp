@@ -91,7 +91,7 @@ inline bool cannot_beat(double bound, double rival) {
 //! 0 where the cost model is refused or cannot be sliced (evaluation then says why).
 //! Stops where `stop()` says so (the rest keep 0).
 template <class Cost, class Stop>
-void set_work_bounds(TuneGrid<Cost>& grid, const TuneRequest& request, Stop&& stop) {
+void set_work_bounds(TuneGrid<Cost>& grid, const tuning::Request& request, Stop&& stop) {
   for (auto& cfg : grid.configs)
     if (grid.costs[cfg.cost]) {
       if (stop()) return;

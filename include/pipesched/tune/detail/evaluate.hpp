@@ -50,7 +50,7 @@ class Evaluator {
  public:
   //! An evaluator of `grid`'s configurations of `request` over `scenarios`, settling on
   //! `board`, stopping where `stop` says.
-  Evaluator(const TuneRequest& request, const SearchSpace& space,
+  Evaluator(const tuning::Request& request, const SearchSpace& space,
             const std::vector<TuneScenario<Cost>>& scenarios, TuneGrid<Cost>& grid,
             Scoreboard& board, StopToken stop = {})
       : request_(request),
@@ -162,12 +162,12 @@ class Evaluator {
         return;
       }
       if (!fits_budget(peaks_of(sim), b.budget)) {
-        TunePoint over = point(cfg, index, mode, b, s, sim);
+        tuning::Point over = point(cfg, index, mode, b, s, sim);
         if (!policy.empty()) over.checkpoint = policy;
         board_.over_budget(std::move(over));
         return;
       }
-      TunePlan p = make_plan(cfg, index, mode, b, s, sim);
+      tuning::Plan p = make_plan(cfg, index, mode, b, s, sim);
       p.checkpoint_policy = policy;
       board_.keep(std::move(p), cfg.generator);
     } catch (const work_stopped&) {
@@ -296,7 +296,7 @@ class Evaluator {
            {CheckpointMode::Selective, CheckpointMode::SelectiveEarly, CheckpointMode::Mario}) {
         if (!space_.named(m)) continue;
         if (m == CheckpointMode::Mario && !mario_applies(index)) continue;
-        TunePlan p = make_plan(cfg, index, m, b, b.base, sim);
+        tuning::Plan p = make_plan(cfg, index, m, b, b.base, sim);
         p.schedule.name += std::string("+") + to_string(m);
         board_.keep(std::move(p), cfg.generator);
       }
@@ -319,20 +319,20 @@ class Evaluator {
   }
 
   //! The figures of a candidate over the budget: its plan without the schedule kept.
-  TunePoint point(const TuneConfig<Cost>& cfg, std::size_t index, CheckpointMode mode,
-                  const Built& b, const Schedule& s, const SimulationResult& sim) const {
-    TunePlan p = make_plan(cfg, index, mode, b, s, sim, false);
+  tuning::Point point(const TuneConfig<Cost>& cfg, std::size_t index, CheckpointMode mode,
+                      const Built& b, const Schedule& s, const SimulationResult& sim) const {
+    tuning::Plan p = make_plan(cfg, index, mode, b, s, sim, false);
     p.schedule.problem = s.problem;
     return point_of(p, false);
   }
 
   //! The plan of `cfg` in `mode`: schedule `s` (its base `b`, checkpointed) simulated as `sim`,
   //! with what it reports about its cluster; without `with_schedule` the schedule is left out.
-  TunePlan make_plan(const TuneConfig<Cost>& cfg, std::size_t index, CheckpointMode mode,
-                     const Built& b, const Schedule& s, const SimulationResult& sim,
-                     bool with_schedule = true) const {
+  tuning::Plan make_plan(const TuneConfig<Cost>& cfg, std::size_t index, CheckpointMode mode,
+                         const Built& b, const Schedule& s, const SimulationResult& sim,
+                         bool with_schedule = true) const {
     const TuneScenario<Cost>& sc = scenarios_[cfg.scenario];
-    TunePlan p;
+    tuning::Plan p;
     p.base = std::string(cfg.generator->name);
     p.chunks = cfg.chunks;
     p.microbatch_size = cfg.microbatch_size;
@@ -369,7 +369,7 @@ class Evaluator {
   //! The figures of plan `p` its cost model's capabilities give: the largest GPU's memory with
   //! its static bytes (device_memory_cost), the layers of each stage of one replica
   //! (layered_cost) and the MFU (flop_counting_cost).
-  void add_model_figures(TunePlan& p, const TuneConfig<Cost>& cfg, const Built& b,
+  void add_model_figures(tuning::Plan& p, const TuneConfig<Cost>& cfg, const Built& b,
                          const Schedule& s, const SimulationResult& sim) const {
     const CostContext ctx{s.problem, s.placement, 1};
     if constexpr (device_memory_cost<Cost>) {
@@ -395,7 +395,7 @@ class Evaluator {
     (void)ctx;
   }
 
-  const TuneRequest& request_;
+  const tuning::Request& request_;
   const SearchSpace& space_;
   const std::vector<TuneScenario<Cost>>& scenarios_;
   TuneGrid<Cost>& grid_;

@@ -167,7 +167,7 @@ void cut_slices(TuneGrid<Cost>& grid, SlicingMode slicing, int threads, Stop&& s
 //! Appends the configurations of base `g` in scenario `si` at microbatch size `b` (cost model
 //! `ci`): chunks, then slices, then fine W, then fitted, innermost last.
 template <class Cost>
-void add_configs(TuneGrid<Cost>& grid, const TuneRequest& request, const TuneScenario<Cost>& sc,
+void add_configs(TuneGrid<Cost>& grid, const tuning::Request& request, const TuneScenario<Cost>& sc,
                  std::size_t si, std::size_t ci, int b, const GeneratorInfo* g,
                  const std::vector<int>& chunk_counts) {
   const std::vector<int> own{g->default_chunks}, whole{1};
@@ -207,7 +207,7 @@ void add_configs(TuneGrid<Cost>& grid, const TuneRequest& request, const TuneSce
 //! model of each (scenario, microbatch size) on the calling thread; a size the factory refuses
 //! (invalid_problem) keeps its configurations, which evaluation refuses with its message.
 template <class Cost>
-TuneGrid<Cost> enumerate(const TuneRequest& request, const SearchSpace& space,
+TuneGrid<Cost> enumerate(const tuning::Request& request, const SearchSpace& space,
                          const std::vector<TuneScenario<Cost>>& scenarios) {
   TuneGrid<Cost> grid;
   for (std::size_t si = 0; si < scenarios.size(); ++si) {

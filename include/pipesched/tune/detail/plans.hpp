@@ -34,7 +34,7 @@ inline std::vector<double> peaks_of(const SimulationResult& sim) {
 
 //! True when `a` is the better plan: shorter step, then fewer recomputes, then the simpler
 //! mode (None, Full, Selective, Mario in enum order), then the earlier configuration.
-inline bool better_plan(const TunePlan& a, const TunePlan& b) {
+inline bool better_plan(const tuning::Plan& a, const tuning::Plan& b) {
   const double tol = 1e-12 * std::max(1.0, std::abs(b.makespan));
   if (a.makespan < b.makespan - tol) return true;
   if (a.makespan > b.makespan + tol) return false;
@@ -44,7 +44,7 @@ inline bool better_plan(const TunePlan& a, const TunePlan& b) {
   return a.order < b.order;
 }
 
-inline void keep_better(std::optional<TunePlan>& slot, const TunePlan& p) {
+inline void keep_better(std::optional<tuning::Plan>& slot, const tuning::Plan& p) {
   if (!slot || better_plan(p, *slot)) slot = p;
 }
 

@@ -42,14 +42,14 @@ inline std::vector<std::pair<std::size_t, CheckpointMode>> recompute_tasks(
 //! naming the capability: slicing other than uniform needs a sliceable_cost, fine W per weight
 //! GEMM a per_gemm_wgrad_cost.
 template <class Cost>
-void check_capabilities(const TuneRequest& request) {
+void check_capabilities(const tuning::Request& request) {
   bool sliced = false;
   for (int k : request.slices)
     sliced = sliced || k > 1;
   if constexpr (!sliceable_cost<Cost>) {
     if (sliced && request.slicing != SlicingMode::Uniform)
       throw invalid_problem(
-          field("TuneRequest.slicing") + " = " + to_string(request.slicing) +
+          field("tuning::Request.slicing") + " = " + to_string(request.slicing) +
           " chooses slice lengths by timing spans of the sequence, and this cost model cannot "
           "price slices of other lengths (it is no sliceable_cost: sequence_tokens and "
           "slice_lengths); use SlicingMode::Uniform, or a cost model with that capability such "
@@ -58,7 +58,7 @@ void check_capabilities(const TuneRequest& request) {
   if constexpr (!per_gemm_wgrad_cost<Cost>) {
     if (request.fine_wgrad && request.wgrad_parts == 0)
       throw invalid_problem(
-          field("TuneRequest.wgrad_parts", 0) +
+          field("tuning::Request.wgrad_parts", 0) +
           " cuts each weight gradient per weight GEMM, and this cost model does not count "
           "weight GEMMs (it is no per_gemm_wgrad_cost: weight_gemms and wgrad_split); give a "
           "number of parts.");
@@ -70,8 +70,9 @@ void check_capabilities(const TuneRequest& request) {
 //! The configurations of `request` over each scenario, phase one (base, none, full) and then
 //! selective and Mario, in parallel.
 template <class Cost>
-TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<Cost>>& scenarios,
-                    const ProgressFn& progress) {
+tuning::Result run_tune(const tuning::Request& request,
+                        const std::vector<TuneScenario<Cost>>& scenarios,
+                        const tuning::ProgressFn& progress) {
   check_capabilities<Cost>(request);
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
@@ -125,7 +126,7 @@ TuneResult run_tune(const TuneRequest& request, const std::vector<TuneScenario<C
       own.size(), threads,
       [&](std::size_t n) { evaluator.phase_policy(own[n].first, own[n].second); }, stop);
 
-  TuneResult r =
+  tuning::Result r =
       board.finish(cut.load(), std::chrono::duration<double>(Clock::now() - started).count());
   r.interrupted = r.cut && request.stop_flag && request.stop_flag->load();
   return r;

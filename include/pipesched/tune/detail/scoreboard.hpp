@@ -1,7 +1,7 @@
 // The tuner's shared state while it searches, and its report: the best plan of each (base,
 // checkpoint mode) pair and overall, the candidates settled (kept, refused, over budget,
 // pruned), the notes, and the progress calls, all under one mutex; finish() turns them into
-// the TuneResult.
+// the tuning::Result.
 #pragma once
 
 #include <algorithm>
@@ -21,7 +21,7 @@
 
 namespace pipesched::detail {
 
-//! What became of a settled candidate (TuneResult's counters).
+//! What became of a settled candidate (tuning::Result's counters).
 enum class Settled { Kept, Refused, OverBudget, Pruned };
 
 //! Every member function may be called from any search thread; each takes the one mutex, so
@@ -29,8 +29,8 @@ enum class Settled { Kept, Refused, OverBudget, Pruned };
 class Scoreboard {
  public:
   //! The slots of `space`'s pairs, empty; `total` candidates in the search.
-  //! `limit` evaluated candidates kept (TuneRequest::evaluated_limit).
-  Scoreboard(const SearchSpace& space, int threads, int total, const ProgressFn& progress,
+  //! `limit` evaluated candidates kept (tuning::Request::evaluated_limit).
+  Scoreboard(const SearchSpace& space, int threads, int total, const tuning::ProgressFn& progress,
              int limit = 0)
       : space_(space),
         progress_(progress),
@@ -39,10 +39,10 @@ class Scoreboard {
     result_.threads = threads;
     for (const GeneratorInfo* g : space.bases) {
       for (CheckpointMode m : space.pair_modes)
-        result_.baselines.push_back(TuneBaseline{std::string(g->name), m, std::nullopt});
+        result_.baselines.push_back(tuning::Baseline{std::string(g->name), m, std::nullopt});
       for (const CheckpointInfo* c : space.policies)
-        result_.baselines.push_back(TuneBaseline{std::string(g->name), CheckpointMode::None,
-                                                 std::nullopt, std::string(c->name)});
+        result_.baselines.push_back(tuning::Baseline{std::string(g->name), CheckpointMode::None,
+                                                     std::nullopt, std::string(c->name)});
     }
     result_.candidates_total = total;
   }
@@ -67,19 +67,19 @@ class Scoreboard {
   //! none is kept.
   double rival(const GeneratorInfo* g, CheckpointMode m) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::optional<TunePlan>& slot = slot_of(g, m);
+    const std::optional<tuning::Plan>& slot = slot_of(g, m);
     return slot ? slot->makespan : std::numeric_limits<double>::infinity();
   }
   //! The same for the pair of (g, the program's own policy `j`).
   double rival_of_policy(const GeneratorInfo* g, std::size_t j) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const std::optional<TunePlan>& slot = result_.baselines[space_.pair_of_policy(g, j)].plan;
+    const std::optional<tuning::Plan>& slot = result_.baselines[space_.pair_of_policy(g, j)].plan;
     return slot ? slot->makespan : std::numeric_limits<double>::infinity();
   }
 
   //! Offers plan `p` of base `g` to its pair's slot and to the overall bests (full checkpointing
   //! as the fallback only to its own slot), and counts it settled.
-  void keep(TunePlan&& p, const GeneratorInfo* g) {
+  void keep(tuning::Plan&& p, const GeneratorInfo* g) {
     std::lock_guard<std::mutex> lock(mutex_);
     record_locked(point_of(p));
     if (!p.checkpoint_policy.empty()) {  // a program's own policy: its pair and the best only
@@ -103,7 +103,7 @@ class Scoreboard {
   }
 
   //! Records an evaluated candidate over the budget (`p.fits` false) and counts it settled.
-  void over_budget(TunePoint&& p) {
+  void over_budget(tuning::Point&& p) {
     std::lock_guard<std::mutex> lock(mutex_);
     record_locked(std::move(p));
     settle_locked(1, Settled::OverBudget);
@@ -111,10 +111,10 @@ class Scoreboard {
 
   //! The report, once every search thread is done: full checkpointing as the fallback where
   //! nothing else fits, notes in the grid order of the configuration each names.
-  TuneResult finish(bool cut, double seconds) {
+  tuning::Result finish(bool cut, double seconds) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (space_.fallback_full && !result_.best) {
-      std::optional<TunePlan> full;
+      std::optional<tuning::Plan> full;
       for (const auto& f : best_full_)
         if (f) keep_better(full, *f);
       if (full) {
@@ -122,8 +122,9 @@ class Scoreboard {
         keep_better(result_.best_conventional, *full);
       }
     }
-    std::stable_sort(result_.notes.begin(), result_.notes.end(),
-                     [](const TuneNote& a, const TuneNote& b) { return a.first < b.first; });
+    std::stable_sort(
+        result_.notes.begin(), result_.notes.end(),
+        [](const tuning::Note& a, const tuning::Note& b) { return a.first < b.first; });
     finish_points();
     result_.cut = cut;
     result_.seconds = seconds;
@@ -151,9 +152,9 @@ class Scoreboard {
   void note_locked(const std::string& configuration, const Message& reason, std::size_t index) {
     const std::string text = reason.text();
     auto same = std::find_if(result_.notes.begin(), result_.notes.end(),
-                             [&](const TuneNote& n) { return n.reason == text; });
+                             [&](const tuning::Note& n) { return n.reason == text; });
     if (same == result_.notes.end()) {
-      result_.notes.push_back(TuneNote{configuration, text, 1, index, reason});
+      result_.notes.push_back(tuning::Note{configuration, text, 1, index, reason});
       return;
     }
     ++same->count;
@@ -164,24 +165,24 @@ class Scoreboard {
   }
 
   // Grid order, then the mode, then the checkpoint's name: the same on any number of threads.
-  static bool earlier(const TunePoint& a, const TunePoint& b) {
+  static bool earlier(const tuning::Point& a, const tuning::Point& b) {
     if (a.order != b.order) return a.order < b.order;
     if (a.mode != b.mode) return a.mode < b.mode;
     return a.checkpoint < b.checkpoint;
   }
   // a dominates b: no slower and no larger, and better in one or, equal, earlier.
-  static bool dominates(const TunePoint& a, const TunePoint& b) {
+  static bool dominates(const tuning::Point& a, const tuning::Point& b) {
     if (a.makespan > b.makespan || a.peak_memory > b.peak_memory) return false;
     return a.makespan < b.makespan || a.peak_memory < b.peak_memory || earlier(a, b);
   }
 
   // Keeps the frontier over every point that fits, and the earliest `limit_` points: past
   // twice the limit the list is cut back to it, so it never holds more than that.
-  void record_locked(TunePoint&& p) {
+  void record_locked(tuning::Point&& p) {
     ++result_.evaluated_count;
     if (p.fits && std::none_of(frontier_.begin(), frontier_.end(),
-                               [&](const TunePoint& f) { return dominates(f, p); })) {
-      std::erase_if(frontier_, [&](const TunePoint& f) { return dominates(p, f); });
+                               [&](const tuning::Point& f) { return dominates(f, p); })) {
+      std::erase_if(frontier_, [&](const tuning::Point& f) { return dominates(p, f); });
       frontier_.push_back(p);
     }
     if (limit_ == 0) return;
@@ -195,8 +196,8 @@ class Scoreboard {
   // The kept points with the frontier's marked, and the frontier's not kept added.
   void finish_points() {
     cut_points();
-    for (const TunePoint& f : frontier_) {
-      auto same = std::find_if(points_.begin(), points_.end(), [&](const TunePoint& q) {
+    for (const tuning::Point& f : frontier_) {
+      auto same = std::find_if(points_.begin(), points_.end(), [&](const tuning::Point& q) {
         return !earlier(q, f) && !earlier(f, q);
       });
       if (same == points_.end()) same = points_.insert(points_.end(), f);
@@ -207,19 +208,19 @@ class Scoreboard {
   }
 
   // The slot a plan of (g, m) competes for.
-  std::optional<TunePlan>& slot_of(const GeneratorInfo* g, CheckpointMode m) {
+  std::optional<tuning::Plan>& slot_of(const GeneratorInfo* g, CheckpointMode m) {
     if (m == CheckpointMode::Full && space_.fallback_full) return best_full_[space_.base_index(g)];
     return result_.baselines[space_.pair_of(g, m)].plan;
   }
 
   const SearchSpace& space_;
-  const ProgressFn& progress_;
+  const tuning::ProgressFn& progress_;
   std::mutex mutex_;
-  TuneResult result_;
-  std::vector<std::optional<TunePlan>> best_full_;  // full checkpointing as fallback, per base
+  tuning::Result result_;
+  std::vector<std::optional<tuning::Plan>> best_full_;  // full checkpointing as fallback, per base
   std::size_t limit_ = 0;                           // evaluated points kept
-  std::vector<TunePoint> points_;                   // the earliest evaluated points
-  std::vector<TunePoint> frontier_;                 // the frontier of all that fit
+  std::vector<tuning::Point> points_;               // the earliest evaluated points
+  std::vector<tuning::Point> frontier_;             // the frontier of all that fit
 };
 
 }  // namespace pipesched::detail

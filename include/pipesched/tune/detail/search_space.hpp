@@ -30,13 +30,13 @@ struct TuneScenario {
   // What the plans of this scenario report about the cluster.
   int data = 1, tensor = 1, zero = 0;
   bool sequence_parallel = false;
-  std::optional<MemoryBudget> budget{};  //!< as TuneRequest::budget
+  std::optional<MemoryBudget> budget{};  //!< as tuning::Request::budget
   bool cluster = false;                  //!< part of a cluster search: labels name the degrees
 };
 
 //! The bases and checkpoint modes a request searches. Plans compete for the slot of their
 //! (base, mode) pair; full checkpointing is a pair of its own when named, and otherwise,
-//! with TuneRequest::full_fallback, a per-base fallback kept outside the pairs.
+//! with tuning::Request::full_fallback, a per-base fallback kept outside the pairs.
 struct SearchSpace {
   std::vector<const GeneratorInfo*> bases;  //!< the request's bases, without duplicates
   std::vector<CheckpointMode> pair_modes;   //!< the request's modes, without duplicates
@@ -44,14 +44,14 @@ struct SearchSpace {
   std::vector<CheckpointMode> config_modes;
   bool want_none = false, want_full = false, want_selective = false, want_mario = false,
        want_full_early = false, want_selective_early = false;
-  //! The program's own policies (TuneRequest::checkpoint_policies), without duplicates: a pair
+  //! The program's own policies (tuning::Request::checkpoint_policies), without duplicates: a pair
   //! each after the modes' pairs of a base.
   std::vector<const CheckpointInfo*> policies;
   bool fallback_full = false;  //!< full checkpointing searched as the fallback only
   int modes = 0;               //!< candidates per configuration (one per mode it takes part in)
 
   //! Reads the bases (unknown names throw invalid_problem) and the modes of `request`.
-  static SearchSpace of(const TuneRequest& request) {
+  static SearchSpace of(const tuning::Request& request) {
     SearchSpace s;
     s.want_none = named_in(request, CheckpointMode::None);
     s.want_full = named_in(request, CheckpointMode::Full);
@@ -110,7 +110,7 @@ struct SearchSpace {
   }
 
  private:
-  static bool named_in(const TuneRequest& request, CheckpointMode m) {
+  static bool named_in(const tuning::Request& request, CheckpointMode m) {
     return std::find(request.checkpoints.begin(), request.checkpoints.end(), m) !=
            request.checkpoints.end();
   }

@@ -5,7 +5,7 @@
 // (toy/detail/layer_bookkeeping.hpp) with the same sentences. A block built from a host block
 // of a tensor-parallel shard is that shard (Megatron-LM's column- then row-parallel linears,
 // as toy::GptBlock): its partial sums go over the TensorGroup it is given, whose all_reduce
-// takes device memory written on the compute stream (NcclTensorGroup).
+// takes device memory written on the compute stream (nccl::TensorGroup).
 #pragma once
 
 #include <cuda_runtime.h>

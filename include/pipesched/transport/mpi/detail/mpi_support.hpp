@@ -124,7 +124,7 @@ inline void agree_on_schedule(const char* who, const Schedule& schedule, MPI_Com
                     std::string(wait.what) + " within " + seconds_text(timeout.count()) +
                     " s (each compares its schedule's fingerprint when its transport is built), "
                     "so a process has died, hangs or never reached its transport. End the job "
-                    "(MpiSession::abort).");
+                    "(mpi::Session::abort).");
   if (own_failure) std::rethrow_exception(own_failure);
   for (int r = 1; r < size; ++r)
     if (all[static_cast<std::size_t>(r)] != all[0])

@@ -150,10 +150,23 @@ inline bool wait_for_mark(const CudaDevice::Mark& done, const Wait& wait,
       });
 }
 
+//! After a failed step: waits on the host until `stream` is idle, until `wait`'s deadline. True
+//! when all its work completed without error; false when the deadline passed first or the
+//! work failed (the owner's communicator then counts as broken).
+inline bool wait_idle(cudaStream_t stream, const Wait& wait) {
+  bool failed = false;
+  const bool idle = poll_until(wait, [&] {
+    const cudaError_t e = cudaStreamQuery(stream);
+    failed = e != cudaSuccess && e != cudaErrorNotReady;
+    return e != cudaErrorNotReady;
+  });
+  return idle && !failed;
+}
+
 }  // namespace detail::nccl
 
 //! The tickets' own MPI wire form: a fixed-size host message with no payload of its own. This
-//! lets an `MpiTransport<Ticket>` serve as the NCCL transport's control plane.
+//! lets an `mpi::Transport<Ticket>` serve as the NCCL transport's control plane.
 template <>
 struct wire<detail::nccl::Ticket> {
   static constexpr std::uint32_t code = 0x4e43u;  // "NC"

@@ -40,14 +40,14 @@ CudaDevice agreed_device(MakeDevice& make, MPI_Comm comm, std::chrono::microseco
   const Wait wait{"the start-up agreement on every process's GPU", deadline_after(timeout),
                   interval};
   if (!poll_until(wait, [&] { return mpi::test(request); }))
-    throw peer_lost("NcclTransport: not every process of the job joined " + std::string(wait.what) +
-                    " within " + seconds_text(timeout.count()) +
+    throw peer_lost("nccl::Transport: not every process of the job joined " +
+                    std::string(wait.what) + " within " + seconds_text(timeout.count()) +
                     " s, so a process has died, hangs or is still setting up its GPU. End the "
-                    "job (MpiSession::abort).");
+                    "job (mpi::Session::abort).");
   if (failure) std::rethrow_exception(failure);
   if (!all)
     throw cuda_error(
-        "NcclTransport: another process could not set up its GPU (its own error says why), "
+        "nccl::Transport: another process could not set up its GPU (its own error says why), "
         "so no rank can start.");
   return std::move(*device);
 }
@@ -80,7 +80,7 @@ inline std::vector<JoinedLink> join_links(const std::vector<std::pair<int, int>>
   mpi::check(MPI_Allreduce(mine, high, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm), "MPI_Allreduce");
   if (low[0] != high[0] || low[1] != high[1])
     throw invalid_problem(
-        "NcclTransport: the processes were given schedules with different placements; every "
+        "nccl::Transport: the processes were given schedules with different placements; every "
         "process must construct its transport with the same schedule.");
   if (links.empty()) return joined;
   std::vector<UniqueId> ids(links.size());
