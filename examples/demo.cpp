@@ -4,7 +4,7 @@
 // receives and simulated (UniformCost f=1, b=2, w=1), side by side.
 // Part 2: a tiny causal GPT trained for a few steps through several schedules on threads
 // (one per rank): per schedule the loss of each step, the step time, the measured bubble beside
-// the simulated one (with why it is larger when there are more ranks than cores), each rank's
+// the simulated one (whose ranks share this machine's cores as the threads do), each rank's
 // measured peak of held activation bytes beside the simulator's prediction, and an SVG timeline.
 // Part 3: the same model under a memory budget — 1F1B with Mario's checkpointing, and
 // slice-pipe over sequence slices — still computing the same losses.
@@ -170,16 +170,23 @@ toy::GptConfig demo_config(const Options& o) {
                         .seed = 42};
 }
 
-// The last step's bubble beside the simulator's. The simulator gives each rank a device of its
-// own; ranks run as threads on fewer cores also wait for a core, which shows as more bubble.
+// The compute units the demo's ranks share: on threads, this machine's cores; over MPI the
+// processes may be on other machines, so each rank counts as having a processor of its own.
+ps::SharedCompute shared_compute() {
+  if (process_rank >= 0) return {};
+  return {static_cast<int>(std::thread::hardware_concurrency())};
+}
+
+// The last step's bubble beside the simulator's. Ranks that run as threads on fewer cores also
+// wait for a core: the simulator charges that sharing (SharedCompute), and says so once.
 void bubble_note(double measured, double simulated, int ranks) {
   say("\n  bubble, measured / simulated: %.1f%% / %.1f%%", 100 * measured, 100 * simulated);
-  const unsigned cores = std::thread::hardware_concurrency();
+  const int cores = shared_compute().units;
   static bool said = false;  // once: it holds for every run of the demo
-  if (!said && process_rank < 0 && cores > 0 && static_cast<unsigned>(ranks) > cores) {
+  if (!said && cores > 0 && ranks > cores) {
     said = true;
-    say("\n  (%d rank threads share %u cores: a rank waits for a core as well as for its inputs, "
-        "which the simulator, one device per rank, does not count; so more bubble is measured)",
+    say("\n  (%d rank threads share %d cores: a rank waits for a core as well as for its inputs; "
+        "the simulation shares the cores the same way, every action's time taken as 1)",
         ranks, cores);
   }
 }
@@ -193,7 +200,8 @@ int run_gpt(const std::string& label, const ps::Schedule& s, const toy::GptConfi
   std::vector<toy::GptStage<double>> stages;
   for (int st = 0; st < s.problem.stages; ++st)
     stages.emplace_back(config, st, s.problem.stages);
-  const ps::SimulationResult predicted = ps::simulate(s, toy::gpt_profiled_cost(stages, slices));
+  const ps::SimulationResult predicted =
+      ps::simulate(s, toy::gpt_profiled_cost(stages, slices), shared_compute());
   ps::ExecutorOptions options;
   toy::use_sgd(options, s.placement, stages, 0.1);  // SGD, with its snapshot and rollback
   const auto training = toy::training_data(data, slices);

@@ -27,6 +27,7 @@
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
+#include "pipesched/analysis/shared_compute.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"

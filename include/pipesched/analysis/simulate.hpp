@@ -77,117 +77,173 @@ inline bool is_checkpointed(const DependencyGraph& g, const Action& a) {
 
 }  // namespace detail
 
-//! Simulates `s` under `cost`. Throws invalid_schedule if `s` breaks a structural rule
-//! the simulation cannot proceed without (a dependency later on the same rank, a missing
-//! receive); a deadlock is reported in the result, not thrown. Linear in actions.
+namespace detail {
+
+//! What a simulation of `s` under `cost` records as its actions run, whatever decides when
+//! they run (every rank on a processor of its own, or ranks sharing compute units): each
+//! action's earliest start given its rank and dependencies, its end, the rank's memory curve
+//! and summary, the gradient reductions on the ranks' data-parallel links, and the result.
 template <cost_model Cost>
-SimulationResult simulate(const Schedule& s, const Cost& cost) {
-  detail::DependencyGraph g(s);
-  if (!g.issues().empty())
-    throw invalid_schedule("cannot simulate schedule '" + s.name +
-                           "': " + g.issues().front().message);
-  int parts = 1;  // the largest part index + 1 (a part of INT_MAX counts as INT_MAX parts)
-  for (const auto& list : s.ranks)
-    for (const Action& a : list)
-      if (a.kind == OpKind::W && a.part >= parts) parts = a.part == INT_MAX ? INT_MAX : a.part + 1;
-  const CostContext ctx{s.problem, s.placement, parts, s.has_gradient_reduction()};
+class SimRecorder {
+ public:
+  //! A recorder of `s` (whose graph is `g`) under `cost`. Throws invalid_schedule if `s`
+  //! breaks a structural rule the simulation cannot proceed without.
+  SimRecorder(const Schedule& s, const DependencyGraph& g, const Cost& cost)
+      : s_(s), g_(g), cost_(cost), ctx_(context(s)), end_(g.size(), 0.0) {
+    if (!g.issues().empty())
+      throw invalid_schedule("cannot simulate schedule '" + s.name +
+                             "': " + g.issues().front().message);
+    const int nranks = s.rank_count();
+    res_.ranks.assign(nranks, {});
+    res_.timing.resize(nranks);
+    for (int r = 0; r < nranks; ++r)
+      res_.timing[r].assign(s.ranks[r].size(), {});
+    free_at_.assign(nranks, 0.0);
+    held_.assign(nranks, 0.0);
+    last_pos_.assign(nranks, -1);
+    link_free_.assign(nranks, 0.0);
+    reduced_at_.assign(static_cast<std::size_t>(std::max(s.problem.stages, 0)), 0.0);
+  }
 
-  SimulationResult res;
-  const int nranks = s.rank_count();
-  res.ranks.assign(nranks, {});
-  res.timing.resize(nranks);
-  for (int r = 0; r < nranks; ++r)
-    res.timing[r].assign(s.ranks[r].size(), {});
-  std::vector<double> end(g.size(), 0.0);
-  std::vector<double> free_at(nranks, 0.0);
-  std::vector<double> held(nranks, 0.0);
-  std::vector<int> last_pos(nranks, -1);  // last simulated position, to time idle slots
-  // Gradient reductions: when each rank's data-parallel link frees, when each stage's ends.
-  std::vector<double> link_free(nranks, 0.0);
-  std::vector<double> reduced_at(static_cast<std::size_t>(std::max(s.problem.stages, 0)), 0.0);
-  auto reduction_end = [&](int stage) -> double& {
-    if (stage >= static_cast<int>(reduced_at.size()))
-      reduced_at.resize(static_cast<std::size_t>(stage) + 1, 0.0);
-    return reduced_at[static_cast<std::size_t>(stage)];
-  };
-
-  auto duration = [&](const Action& a) -> double {
+  //! The rank time `a` takes under the cost model (an Overlap both halves; an idle slot none).
+  double duration(const Action& a) const {
     if (a.kind == OpKind::Overlap)
-      return static_cast<double>(cost.duration(ctx, a.forward_half())) +
-             static_cast<double>(cost.duration(ctx, a.backward_half()));
+      return static_cast<double>(cost_.duration(ctx_, a.forward_half())) +
+             static_cast<double>(cost_.duration(ctx_, a.backward_half()));
     if (a.kind == OpKind::Idle) return 0.0;
-    return cost.duration(ctx, a);
-  };
-  auto checkpointed = [&](const Action& x) { return detail::is_checkpointed(g, x); };
+    return cost_.duration(ctx_, a);
+  }
 
-  detail::ReplayResult rr = detail::replay(g, [&](int id) {
-    const detail::ActionRef& ref = g.ref(id);
-    const Action& a = g.action(id);
+  //! The earliest start of action `id` once every dependency has ended: its rank is free,
+  //! each dependency has ended (plus the transfer when it is on another rank, or when it is
+  //! the send a WAIT_SEND completes), and a WAIT_REDUCE_GRAD's reduction has ended.
+  double ready_time(int id) {
+    const ActionRef& ref = g_.ref(id);
+    const Action& a = g_.action(id);
     const int r = ref.rank;
-    double start = free_at[r];
-    for (int d : g.deps(id)) {
-      const detail::ActionRef& dref = g.ref(d);
-      double ready = end[d];
+    double start = free_at_[r];
+    for (int d : g_.deps(id)) {
+      const ActionRef& dref = g_.ref(d);
+      double ready = end_[d];
       if (is_wait_send(a.kind)) {
         // Delivered: the send's end plus the transfer; the peer's receive only needs posting.
-        if (dref.rank == r) ready += cost.transfer_time(ctx, g.action(d));
+        if (dref.rank == r) ready += cost_.transfer_time(ctx_, g_.action(d));
       } else if (dref.rank != r) {
-        ready += cost.transfer_time(ctx, g.action(d));
+        ready += cost_.transfer_time(ctx_, g_.action(d));
       }
       start = std::max(start, ready);
     }
     if (a.kind == OpKind::WaitReduceGrad && a.stage >= 0)
       start = std::max(start, reduction_end(a.stage));
-    const double dur = duration(a);
-    end[id] = start + dur;
+    return start;
+  }
+
+  //! Records that action `id` ran on its rank from `start` to `end`, occupying it for `busy`
+  //! (its duration alone; the wall time it took when it shared a processor).
+  void record(int id, double start, double end, double busy) {
+    const ActionRef& ref = g_.ref(id);
+    const Action& a = g_.action(id);
+    const int r = ref.rank;
+    end_[id] = end;
     if (a.kind == OpKind::ReduceGrad && a.stage >= 0) {
       // On the link, not the rank: from when it is reached or the link frees.
-      link_free[r] = std::max(start, link_free[r]) + reduce_seconds_of(cost, ctx, r, a.stage);
-      reduction_end(a.stage) = link_free[r];
+      link_free_[r] = std::max(start, link_free_[r]) + reduce_seconds_of(cost_, ctx_, r, a.stage);
+      reduction_end(a.stage) = link_free_[r];
     }
-    free_at[r] = end[id];
+    free_at_[r] = end;
     // Idle slots between the previous action and this one take no time.
-    for (int p = last_pos[r] + 1; p < ref.position; ++p)
-      res.timing[r][p] = {start, start};
-    last_pos[r] = ref.position;
-    res.timing[r][ref.position] = {start, end[id]};
-    RankSummary& rs = res.ranks[r];
-    rs.busy += dur;  // transfers count with their share on the rank (0 in the built-in models)
-    const MemoryEffect mem = memory_effect(cost, ctx, a, checkpointed);
+    for (int p = last_pos_[r] + 1; p < ref.position; ++p)
+      res_.timing[r][p] = {start, start};
+    last_pos_[r] = ref.position;
+    res_.timing[r][ref.position] = {start, end};
+    RankSummary& rs = res_.ranks[r];
+    rs.busy += busy;  // transfers count with their share on the rank (0 in the built-in models)
+    const MemoryEffect mem =
+        memory_effect(cost_, ctx_, a, [&](const Action& x) { return is_checkpointed(g_, x); });
     if (mem.grow != 0) {
-      held[r] += mem.grow;
-      rs.memory.push_back({start, held[r]});
-      rs.peak_memory = std::max(rs.peak_memory, held[r]);
+      held_[r] += mem.grow;
+      rs.memory.push_back({start, held_[r]});
+      rs.peak_memory = std::max(rs.peak_memory, held_[r]);
     }
     if (mem.shrink != 0) {
-      held[r] += mem.shrink;
-      rs.memory.push_back({end[id], held[r]});
+      held_[r] += mem.shrink;
+      rs.memory.push_back({end, held_[r]});
     }
-    rs.end = std::max({rs.end, end[id], link_free[r]});  // reduced gradients end the step
-  });
+    rs.end = std::max({rs.end, end, link_free_[r]});  // reduced gradients end the step
+  }
 
-  if (!rr.complete) {
-    res.deadlock = true;
-    res.deadlock_report = detail::describe_deadlock(g, rr);
+  //! The result, once every rank ran what it could (`rr` says where each stopped).
+  SimulationResult finish(const ReplayResult& rr) {
+    SimulationResult res = std::move(res_);
+    const int nranks = s_.rank_count();
+    if (!rr.complete) {
+      res.deadlock = true;
+      res.deadlock_report = describe_deadlock(g_, rr);
+    }
+    if constexpr (has_step_tail<Cost>) {
+      if (rr.complete)
+        for (int r = 0; r < nranks; ++r)
+          res.ranks[r].end += static_cast<double>(cost_.step_tail(ctx_, r));
+    }
+    double busy = 0;
+    for (int r = 0; r < nranks; ++r) {
+      res.makespan = std::max(res.makespan, res.ranks[r].end);
+      busy += res.ranks[r].busy;
+      for (int p = last_pos_[r] + 1; p < static_cast<int>(s_.ranks[r].size()); ++p)
+        res.timing[r][p] = {free_at_[r], free_at_[r]};
+    }
+    for (int r = 0; r < nranks; ++r) {
+      res.ranks[r].idle = res.makespan - res.ranks[r].busy;
+      res.peak_memory_max = std::max(res.peak_memory_max, res.ranks[r].peak_memory);
+    }
+    res.bubble_ratio = res.makespan > 0 ? 1.0 - busy / (nranks * res.makespan) : 0.0;
+    return res;
   }
-  if constexpr (has_step_tail<Cost>) {
-    if (rr.complete)
-      for (int r = 0; r < nranks; ++r)
-        res.ranks[r].end += static_cast<double>(cost.step_tail(ctx, r));
+
+ private:
+  static CostContext context(const Schedule& s) {
+    int parts = 1;  // the largest part index + 1 (a part of INT_MAX counts as INT_MAX parts)
+    for (const auto& list : s.ranks)
+      for (const Action& a : list)
+        if (a.kind == OpKind::W && a.part >= parts)
+          parts = a.part == INT_MAX ? INT_MAX : a.part + 1;
+    return CostContext{s.problem, s.placement, parts, s.has_gradient_reduction()};
   }
-  double busy = 0;
-  for (int r = 0; r < nranks; ++r) {
-    res.makespan = std::max(res.makespan, res.ranks[r].end);
-    busy += res.ranks[r].busy;
-    for (int p = last_pos[r] + 1; p < static_cast<int>(s.ranks[r].size()); ++p)
-      res.timing[r][p] = {free_at[r], free_at[r]};
+
+  double& reduction_end(int stage) {
+    if (stage >= static_cast<int>(reduced_at_.size()))
+      reduced_at_.resize(static_cast<std::size_t>(stage) + 1, 0.0);
+    return reduced_at_[static_cast<std::size_t>(stage)];
   }
-  for (int r = 0; r < nranks; ++r) {
-    res.ranks[r].idle = res.makespan - res.ranks[r].busy;
-    res.peak_memory_max = std::max(res.peak_memory_max, res.ranks[r].peak_memory);
-  }
-  res.bubble_ratio = res.makespan > 0 ? 1.0 - busy / (nranks * res.makespan) : 0.0;
-  return res;
+
+  const Schedule& s_;
+  const DependencyGraph& g_;
+  const Cost& cost_;
+  CostContext ctx_;
+  SimulationResult res_;
+  std::vector<double> end_;         // each action's end, by flat index
+  std::vector<double> free_at_;     // when each rank's last action ended
+  std::vector<double> held_;        // each rank's held memory
+  std::vector<int> last_pos_;       // each rank's last recorded position, to time idle slots
+  std::vector<double> link_free_;   // when each rank's data-parallel link frees
+  std::vector<double> reduced_at_;  // when each stage's gradient reduction ends
+};
+
+}  // namespace detail
+
+//! Simulates `s` under `cost`. Throws invalid_schedule if `s` breaks a structural rule
+//! the simulation cannot proceed without (a dependency later on the same rank, a missing
+//! receive); a deadlock is reported in the result, not thrown. Linear in actions.
+template <cost_model Cost>
+SimulationResult simulate(const Schedule& s, const Cost& cost) {
+  const detail::DependencyGraph g(s);
+  detail::SimRecorder<Cost> rec(s, g, cost);
+  const detail::ReplayResult rr = detail::replay(g, [&](int id) {
+    const double start = rec.ready_time(id);
+    const double dur = rec.duration(g.action(id));
+    rec.record(id, start, start + dur, dur);
+  });
+  return rec.finish(rr);
 }
 
 //! Simulates under UniformCost defaults (f = 1, b = 2, w = 1, r = 1, comm = 0).

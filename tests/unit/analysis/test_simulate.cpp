@@ -3,9 +3,11 @@
 
 #include <cmath>
 
+#include "pipesched/analysis/shared_compute.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/io/csv.hpp"
+#include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/policy/registry.hpp"
 
@@ -173,6 +175,97 @@ TEST(Simulate, PyTorchFilesSimulateWithoutDeadlock) {
       ps::read_csv_file(std::string(PIPESCHED_TEST_DATA_DIR) + "/pytorch/dualpipev_4rank_10mb.csv");
   EXPECT_EQ(ps::simulate(dv).makespan,
             ps::simulate(ps::schedule::dualpipe_v({.ranks = 4, .microbatches = 10})).makespan);
+}
+
+// Ranks sharing compute units (analysis/shared_compute.hpp).
+
+// With a processor per rank the sharing engine runs every schedule exactly as `simulate`:
+// every action's start and end, the makespan, the bubble and the memory peak.
+TEST(SharedCompute, AProcessorPerRankIsTheSimulationWithoutSharing) {
+  const ps::UniformCost cost{.comm = 0.25, .w_memory = 0.5};
+  for (const ps::GeneratorInfo& g : ps::generators())
+    for (int p : {2, 4})
+      for (int m : {2 * p, 3 * p + 1}) {
+        SCOPED_TRACE(std::string(g.name) + " p=" + std::to_string(p) + " m=" + std::to_string(m));
+        const ps::Schedule s =
+            ps::lower_communication(g.generate({.ranks = p, .microbatches = m}, g.default_wgrad));
+        const ps::SimulationResult want = ps::simulate(s, cost);
+        const ps::SimulationResult got = ps::detail::simulate_shared(s, cost, s.rank_count());
+        ASSERT_FALSE(got.deadlock);
+        EXPECT_NEAR(got.makespan, want.makespan, eps * want.makespan);
+        EXPECT_NEAR(got.bubble_ratio, want.bubble_ratio, eps);
+        EXPECT_NEAR(got.peak_memory_max, want.peak_memory_max, eps);
+        for (int r = 0; r < s.rank_count(); ++r)
+          for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+            EXPECT_NEAR(got.timing[r][i].start, want.timing[r][i].start, eps * want.makespan);
+            EXPECT_NEAR(got.timing[r][i].end, want.timing[r][i].end, eps * want.makespan);
+          }
+        // A count of 0, or at least the ranks, is no sharing at all.
+        EXPECT_EQ(ps::simulate(s, cost, ps::SharedCompute{0}).makespan, want.makespan);
+        EXPECT_EQ(ps::simulate(s, cost, ps::SharedCompute{p + 3}).makespan, want.makespan);
+      }
+}
+
+// 1F1B, two ranks, two microbatches (F = 1, B = 2) on one processor, worked by hand: while
+// both ranks run, each runs at half speed.
+TEST(SharedCompute, TwoRanksOnOneProcessorRunAtHalfSpeedWhileBothRun) {
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 2, .microbatches = 2});
+  const ps::SimulationResult r = ps::simulate(s, ps::UniformCost{}, ps::SharedCompute{1});
+  ASSERT_FALSE(r.deadlock);
+  auto at = [&](int rank, const char* action) {
+    for (std::size_t i = 0; i < s.ranks[rank].size(); ++i)
+      if (ps::to_string(s.ranks[rank][i]) == action) return r.timing[rank][i];
+    ADD_FAILURE() << action << " is not on rank " << rank;
+    return ps::ActionTiming{};
+  };
+  auto expect = [&](int rank, const char* action, double start, double end) {
+    SCOPED_TRACE(action);
+    EXPECT_NEAR(at(rank, action).start, start, eps);
+    EXPECT_NEAR(at(rank, action).end, end, eps);
+  };
+  expect(0, "0F0", 0, 1);  // alone
+  expect(0, "0F1", 1, 3);  // beside 1F0: both at half speed
+  expect(1, "1F0", 1, 3);
+  expect(1, "1B0", 3, 5);   // alone: rank 0 waits for its gradient
+  expect(1, "1F1", 5, 7);   // beside 0B0
+  expect(0, "0B0", 5, 9);   // half speed to 7, then beside 1B1
+  expect(1, "1B1", 7, 10);  // half speed to 9, alone after
+  expect(0, "0B1", 10, 12);
+  EXPECT_NEAR(r.makespan, 12, eps);  // the processor never idles: all 12 units of work
+  // Rank 0 computed 6 of the 12 (its F0, F1, B0, B1 alone); it waited for the processor or
+  // its inputs the rest.
+  EXPECT_NEAR(r.ranks[0].busy, 1 + 1 + 2 + 2, eps);
+  EXPECT_NEAR(r.bubble_ratio, 0.5, eps);
+}
+
+// On C processors the step takes at least its work over C and at least the unshared step, and
+// at most the unshared step stretched by ranks / C (no action runs slower than that); on one
+// processor without transfers it is exactly the work (some rank can always run).
+TEST(SharedCompute, TheStepIsBoundedByTheWorkAndTheStretch) {
+  for (const ps::GeneratorInfo& g : ps::generators())
+    for (int p : {2, 4, 8}) {
+      SCOPED_TRACE(std::string(g.name) + " p=" + std::to_string(p));
+      ps::Schedule s = g.generate({.ranks = p, .microbatches = 2 * p}, g.default_wgrad);
+      if (g.name == std::string_view("1f1b")) s = ps::checkpoint_full(s);
+      const ps::UniformCost cost;
+      const ps::SimulationResult alone = ps::simulate(s, cost);
+      double work = 0;
+      for (const ps::RankSummary& rs : alone.ranks)
+        work += rs.busy;
+      for (int units = 1; units < p; ++units) {
+        SCOPED_TRACE("units=" + std::to_string(units));
+        const ps::SimulationResult shared = ps::simulate(s, cost, ps::SharedCompute{units});
+        ASSERT_FALSE(shared.deadlock);
+        EXPECT_GE(shared.makespan, alone.makespan - eps * alone.makespan);
+        EXPECT_GE(shared.makespan, work / units - eps * work);
+        EXPECT_LE(shared.makespan, alone.makespan * p / units + eps * work);
+        if (units == 1) EXPECT_NEAR(shared.makespan, work, eps * work);
+        EXPECT_NEAR(shared.peak_memory_max, alone.peak_memory_max, eps);
+      }
+    }
+  EXPECT_THROW(ps::simulate(ps::schedule::gpipe({.ranks = 2, .microbatches = 2}), ps::UniformCost{},
+                            ps::SharedCompute{-1}),
+               ps::invalid_argument);
 }
 
 }  // namespace test_simulate
