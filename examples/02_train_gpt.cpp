@@ -7,15 +7,18 @@
 // global batch, their gradients averaged by the schedule's REDUCE_GRAD actions.
 //
 // With --plan FILE it runs a plan of `pipesched tune --json` over MPI (mpi::PlanRun): the plan's
-// grid (pp × dp × tp: the toy GPT's blocks split over each tensor group), schedule,
-// microbatches and microbatch size, and ZeRO when the plan shards. The toy GPT stays small (one
-// block per stage, width 16) so the job runs on a laptop: the plan gives the parallel layout and
-// the schedule, not the model.
+// model as the toy GPT (its layers and their split over the stages, width, heads, MLP width,
+// sequence and vocabulary), grid (pp × dp × tp: the blocks split over each tensor group),
+// schedule, microbatches and microbatch size, and ZeRO when the plan shards. A plan made from a
+// layer profile of this machine (pipesched profile, tune --profile) predicts its step here, and
+// the example prints the prediction beside the measured step.
 //
 //   example_02_train_gpt --schedule zb-h1 --ranks 4 --microbatches 8
 //   mpirun -np 4 example_02_train_gpt --transport mpi --schedule slice-pipe --slices 4
 //   mpirun -np 4 example_02_train_gpt --transport mpi --data-parallel 2 --schedule zb-h1
-//   pipesched tune --gpus 4 --pp 2 --tp 1 --zero 1 --model gpt3-1.3b --device h100
+//   pipesched profile --layers 8 --hidden 16 --heads 2 --vocabulary 32 --sequence 16
+//       -o prof.json
+//   pipesched tune --gpus 4 --pp 2 --zero 1 --profile prof.json --device h100
 //       --global-batch 16 --json > plan.json
 //   mpirun -np 4 example_02_train_gpt --plan plan.json
 #include <algorithm>
@@ -26,12 +29,16 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/pipesched.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/layer_profile.hpp"
 #include "pipesched/toy/profile.hpp"
 #include "pipesched/toy/reference.hpp"
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"
@@ -91,13 +98,15 @@ int usage(int code) {
                "--plan FILE runs a plan of `pipesched tune --json` (FILE: its output or one\n"
                "plan) over MPI, started as `mpirun -np pp*dp*tp`: its grid, schedule,\n"
                "microbatches, microbatch size and ZeRO stage (SGD on each replica's shard),\n"
-               "checked against the sequential reference on the global batch. The plan gives\n"
-               "the parallel layout and the schedule; the toy GPT stays small (one block per\n"
-               "stage, width 16, whatever layers the plan's model has) so it runs on a laptop:\n"
-               "it trains at most 4096 sequences per step (dp x microbatches x microbatch\n"
-               "size) and builds at most 4096 stages, and refuses a larger plan.\n"
-               "With tp > 1 each block's heads and MLP split over the tensor group (tp must\n"
-               "divide 16); sequence parallelism is not in the toy (such plans run without it).\n"
+               "checked against the sequential reference on the global batch. The toy GPT is\n"
+               "the plan's model (layers and their split, width, heads, MLP width, sequence,\n"
+               "vocabulary; a plan without a model: one block per stage, width 16); a model\n"
+               "the toy cannot be (gated MLP, grouped-query attention, tied embeddings), one\n"
+               "this machine cannot hold, more than 4096 sequences per step or more than 4096\n"
+               "stages is refused with the reason. A plan made from a layer profile (tune\n"
+               "--profile) predicts the step on this machine: the prediction is printed beside\n"
+               "the measured step. With tp > 1 each block's heads and MLP split over the tensor\n"
+               "group; sequence parallelism is not in the toy (such plans run without it).\n"
                "Chimera (--schedule chimera, or such a plan) holds two replicas of the model in\n"
                "one pipeline: each block's two copies take the SGD steps of their own\n"
                "microbatches, then add them up (SGD is linear: the step of the summed\n"
@@ -306,7 +315,8 @@ toy::StepData<double> share(const toy::StepData<double>& global, const Replica& 
 template <class Pipe>
 int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
           const toy::GptConfig& config, const Options& o, int process_rank, ReplicaUpdate& update,
-          const Replica& replica = {}, ps::TensorShard shard = {}) {
+          const Replica& replica = {}, ps::TensorShard shard = {},
+          std::vector<double>* seconds = nullptr) {
   const auto global = toy::make_gpt_data<double>(config, o.microbatches * replica.count, 7);
   const auto data = share(global, replica);
   const auto training = toy::training_data(data, s.problem.slices);  // refers to `data`
@@ -327,6 +337,7 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
     failures += !same;
     say("step %d: loss %.9f (sequential reference %.9f%s), %.2f ms\n", step, loss, want,
         same ? "" : ", MISMATCH", 1e3 * r.seconds);
+    if (seconds) seconds->push_back(r.seconds);
     if (step + 1 == o.steps) {
       say("peak activation KiB per rank, measured / simulated%s:",
           shard.split() ? " (whole blocks: the simulation's figures)" : "");
@@ -408,14 +419,55 @@ constexpr long long toy_sequences = 4096;
 // ... and at most this many stages (every process builds each one).
 constexpr int toy_stages = 4096;
 
+// The toy GPT of a plan: the plan's model (TransformerCost) with its microbatch size and layer
+// split, or, for a plan made without a model, one block of width 16 per stage. Throws
+// pipesched::error when the toy cannot be that model or this machine cannot hold it.
+toy::GptConfig toy_of(const ps::tuning::Plan& plan, int stages, int processes,
+                      std::vector<std::string>* notes = nullptr) {
+  const auto* cost = std::any_cast<ps::TransformerCost>(&plan.cost);
+  if (cost == nullptr)
+    return {.vocabulary = 32,
+            .hidden = 16,
+            .heads = std::max(2, plan.tensor),
+            .ffn = 32,
+            .sequence = 16,
+            .blocks = stages,
+            .microbatch_size = plan.microbatch_size,
+            .seed = 42};
+  toy::GptConfig c = toy::gpt_config_of(cost->model, sizeof(double), 42, notes);
+  c.microbatch_size = plan.microbatch_size;
+  c.stage_blocks = plan.layers_per_stage;
+  // What every process holds (it builds every stage and the sequential reference): two copies
+  // of the weights and their gradients, in double, and one microbatch's activations through
+  // the whole model (per token and layer about 16 widths and the attention probabilities).
+  const ps::ModelShape& m = cost->model;
+  const double weights = m.parameters() + double(m.sequence) * m.hidden;
+  const double activations =
+      8.0 * c.microbatch_size * m.sequence *
+      (m.layers * (16.0 * m.hidden + 2.0 * m.heads * m.sequence) + 2.0 * m.vocabulary);
+  const double need = processes * (4 * 8.0 * weights + activations);
+  const double pages = static_cast<double>(::sysconf(_SC_PHYS_PAGES));
+  const double here = pages * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (need > 0.5 * here)
+    throw ps::error("the plan's model (" + std::to_string(m.layers) + " layers of width " +
+                    std::to_string(m.hidden) + ", vocabulary " + std::to_string(m.vocabulary) +
+                    ") needs about " + ps::format_memory(need, "bytes") + " over " +
+                    std::to_string(processes) +
+                    " processes as the toy GPT in double, more than half of this machine's " +
+                    ps::format_memory(here, "bytes") +
+                    "; plan a smaller model (pipesched profile writes one of the toy's)");
+  return c;
+}
+
 // --plan: the plan placed on this job (nothing without --plan), or nothing after one sentence
 // (from rank 0) when the file does not read as a plan, the job cannot run it (another size,
-// tensor parallelism) or the toy GPT cannot hold it.
+// tensor parallelism) or the toy GPT cannot be its model or hold it.
 std::optional<ps::mpi::PlanRun> place(const std::string& path, int rank) {
   if (path.empty()) return std::nullopt;
   try {
     std::optional<ps::mpi::PlanRun> run(std::in_place, ps::read_plan_file(path), path);
     const ps::tuning::Plan& plan = run->plan();
+    (void)toy_of(plan, run->schedule().problem.replica_stages(), plan.gpus);
     if (run->global_batch() > toy_sequences)
       throw ps::error(path + " trains " + std::to_string(run->global_batch()) +
                       " sequences per step (dp " + std::to_string(plan.data) + " × " +
@@ -439,18 +491,10 @@ std::optional<ps::mpi::PlanRun> place(const std::string& path, int rank) {
 int run_plan(const ps::mpi::PlanRun& run, Options o) {
   const ps::tuning::Plan& plan = run.plan();
   const ps::Schedule& s = run.schedule();
-  const toy::GptConfig config{.vocabulary = 32,
-                              .hidden = 16,
-                              .heads = std::max(2, plan.tensor),
-                              .ffn = 32,
-                              .sequence = 16,
-                              .blocks = s.problem.replica_stages(),
-                              .microbatch_size = plan.microbatch_size,
-                              .seed = 42};
+  std::vector<std::string> notes;
+  const toy::GptConfig config = toy_of(plan, s.problem.replica_stages(), plan.gpus, &notes);
   std::vector<Stage> stages = make_stages(config, s, run.tensor_shard());
-  int layers = 0;
-  for (int l : plan.layers_per_stage)
-    layers += l;
+  const auto* planned = std::any_cast<ps::TransformerCost>(&plan.cost);
   say("plan: %s (checkpoint %s) on pp %d x dp %d x tp %d processes, ZeRO-%d; %d microbatches "
       "of %d sequences x %d slices per replica, global batch %lld sequences\n",
       s.name.c_str(),
@@ -458,9 +502,20 @@ int run_plan(const ps::mpi::PlanRun& run, Options o) {
                                      : plan.checkpoint_policy.c_str(),
       plan.grid().pipeline, plan.data, plan.tensor, plan.zero, plan.microbatches,
       plan.microbatch_size, s.problem.slices, run.global_batch());
-  say("toy GPT with %d blocks, one per stage (%s)\n", config.blocks,
-      layers > 0 ? ("the plan's model has " + std::to_string(layers) + " layers").c_str()
-                 : "the plan was made without a model");
+  if (planned) {
+    std::string split;
+    for (int l : plan.layers_per_stage)
+      split += (split.empty() ? "" : ",") + std::to_string(l);
+    say("the plan's model as the toy GPT: %d blocks (%s per stage), width %d, %d heads, MLP %d, "
+        "sequence %d, vocabulary %d\n",
+        config.blocks, split.c_str(), config.hidden, config.heads, config.ffn, config.sequence,
+        config.vocabulary);
+    for (const std::string& n : notes)
+      say("  (%s)\n", n.c_str());
+  } else {
+    say("toy GPT with %d blocks, one per stage (the plan was made without a model)\n",
+        config.blocks);
+  }
   if (s.problem.replicas > 1)
     say("%d replicas of the model in each pipeline (Chimera): each block's copies add up their "
         "SGD steps after each step\n",
@@ -483,8 +538,33 @@ int run_plan(const ps::mpi::PlanRun& run, Options o) {
   o.microbatches = plan.microbatches;
   const int me = run.coordinates().pipeline;
   ReplicaUpdate update(s.problem, stages, held_stages(s, me), sum_over(run.groups().pipeline()));
-  return train(pipe, s, stages, config, o, me, update, replica_of(run.groups()),
-               run.tensor_shard());
+  std::vector<double> seconds;
+  const int failures = train(pipe, s, stages, config, o, me, update, replica_of(run.groups()),
+                             run.tensor_shard(), &seconds);
+  // The measured step (the median after the first, which warms up) beside the plan's.
+  if (seconds.size() > 1) seconds.erase(seconds.begin());
+  std::sort(seconds.begin(), seconds.end());
+  const double measured = seconds.empty() ? 0.0 : seconds[seconds.size() / 2];
+  if (planned && planned->measured) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int per_pipeline = std::max(1, cores / (plan.data * plan.tensor));
+    say("step time: measured %.2f ms; the plan predicts %.2f ms from this machine's layer "
+        "profile (measured / predicted %.3f)",
+        1e3 * measured, 1e3 * plan.makespan, measured / plan.makespan);
+    if (plan.grid().pipeline > per_pipeline) {
+      const double shared =
+          ps::simulate(plan.schedule, *planned, ps::SharedCompute{per_pipeline}).makespan;
+      say(", %.2f ms with %d processes sharing %d cores (%.3f)", 1e3 * shared, plan.gpus, cores,
+          measured / shared);
+    }
+    say("\n");
+  } else if (planned) {
+    say("step time: measured %.2f ms; the plan's %.4g s is for device '%s', not this machine "
+        "(plan from a layer profile of this machine to predict it: pipesched profile, tune "
+        "--profile)\n",
+        1e3 * measured, plan.makespan, planned->device.name.c_str());
+  }
+  return failures;
 }
 #endif
 

@@ -1,7 +1,8 @@
 # ctest example.02_train_gpt.mpi.every_plan.dp1 and .dp2: every plan `pipesched tune --json`
 # prints runs. The tune searches every base schedule (`pipesched list`) on GPUS GPUs with a
 # 2-rank pipeline (4 GPUs: pp 2 × dp 2 with ZeRO-1, the default; 2 GPUs: pp 2 × dp 1) for a
-# small model on a preset device, so the search is quick; then its best plan and the best plan
+# model file of the toy GPT's shape (8 blocks of width 16, which the example builds) on a
+# preset device, so the search is quick; then its best plan and the best plan
 # of each (schedule, checkpoint) pair in "baselines" (each distinct plan once) run under
 # `mpirun -np GPUS example_02_train_gpt --plan`, and the test passes when every step of every
 # run matched sequential training of the global batch.
@@ -37,8 +38,13 @@ if(base_count LESS 10 OR NOT "chimera" IN_LIST bases)
 endif()
 list(JOIN bases "," base_list)
 
+set(model "${WORK_DIR}/toy.json")
+file(WRITE "${model}"
+     "{\"format\": \"pipesched-model\", \"name\": \"toy\", \"layers\": 8, \"hidden\": 16, "
+     "\"heads\": 2, \"ffn_hidden\": 32, \"sequence\": 16, \"vocabulary\": 32, "
+     "\"bytes_per_value\": 8, \"flash_attention\": false, \"dropout\": false}\n")
 execute_process(
-  COMMAND "${CLI}" tune --gpus ${GPUS} --pp 2 --tp 1 --model gpt3-1.3b --device h100
+  COMMAND "${CLI}" tune --gpus ${GPUS} --pp 2 --tp 1 --model "${model}" --device h100
           --global-batch 8 --bases ${base_list} --threads 1 --json
   OUTPUT_FILE "${out}" ERROR_VARIABLE tune_err RESULT_VARIABLE tune_rc)
 if(NOT tune_rc EQUAL 0)

@@ -1,9 +1,11 @@
 # ctest example.02_train_gpt.mpi.plan and .plan_3d: the end-to-end path of docs/mpi.md,
-# "Running a plan". `pipesched tune` plans GPUS GPUs (default 4) with a 2-rank pipeline, TP
-# tensor ranks (default 1) and ZeRO-1 (a small model on a preset device, so the search is
-# quick) — 4 GPUs as pp 2 × dp 2, 8 with TP 2 as pp 2 × dp 2 × tp 2 — and
-# `mpirun -np GPUS example_02_train_gpt --plan` runs that plan; the test passes when the
-# example's every step matched sequential training of the global batch.
+# "Running a plan". `pipesched profile` measures the toy GPT's layers on this machine (tensor
+# degrees 1 and TP), `pipesched tune --profile` plans GPUS GPUs (default 4) with a 2-rank
+# pipeline, TP tensor ranks (default 1) and ZeRO-1 from that profile — 4 GPUs as pp 2 × dp 2,
+# 8 with TP 2 as pp 2 × dp 2 × tp 2 — and `mpirun -np GPUS example_02_train_gpt --plan` builds
+# the plan's model and runs the plan; the test passes when the example's every step matched
+# sequential training of the global batch and it printed the plan's predicted step beside the
+# measured one.
 #
 #   cmake -DCLI=... -DEXAMPLE=... -DMPIEXEC=... -DNP_FLAG=-np -DWORK_DIR=... [-DGPUS=8 -DTP=2]
 #         -P run_plan_test.cmake
@@ -21,10 +23,22 @@ endif()
 math(EXPR DP "${GPUS} / (2 * ${TP})")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(plan "${WORK_DIR}/plan.json")
+set(profile "${WORK_DIR}/profile.json")
 
+set(degrees 1)
+if(NOT TP EQUAL 1)
+  set(degrees "1,${TP}")
+endif()
 execute_process(
-  COMMAND "${CLI}" tune --gpus ${GPUS} --pp 2 --tp ${TP} --zero 1 --model gpt3-1.3b --device h100
-          --global-batch 16 --threads 1 --json
+  COMMAND "${CLI}" profile --layers 4 --hidden 16 --heads 2 --ffn 32 --vocabulary 32 --sequence 16
+          --microbatch-sizes 1,2 --tp ${degrees} --repeats 1 -o "${profile}"
+  ERROR_VARIABLE profile_err RESULT_VARIABLE profile_rc)
+if(NOT profile_rc EQUAL 0)
+  message(FATAL_ERROR "pipesched profile exited ${profile_rc}: ${profile_err}")
+endif()
+execute_process(
+  COMMAND "${CLI}" tune --gpus ${GPUS} --pp 2 --tp ${TP} --zero 1 --profile "${profile}"
+          --device h100 --microbatch-sizes 1,2 --global-batch 16 --threads 1 --json
   OUTPUT_FILE "${plan}" ERROR_VARIABLE tune_err RESULT_VARIABLE tune_rc)
 if(NOT tune_rc EQUAL 0)
   message(FATAL_ERROR "pipesched tune exited ${tune_rc}: ${tune_err}")
@@ -46,4 +60,9 @@ execute_process(
 message("${out}${err}")
 if(NOT rc EQUAL 0 OR NOT out MATCHES "every step matched the sequential reference")
   message(FATAL_ERROR "mpirun -np ${GPUS} example_02_train_gpt --plan ${plan} exited ${rc}")
+endif()
+if(NOT out MATCHES "the plan's model as the toy GPT: 4 blocks"
+   OR NOT out MATCHES "the plan predicts [0-9.]+ ms from this machine's layer profile")
+  message(FATAL_ERROR "example_02_train_gpt --plan ${plan} did not build the plan's model or "
+                      "print its predicted step")
 endif()

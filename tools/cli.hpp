@@ -301,5 +301,6 @@ int cmd_simulate(const std::vector<std::string>& argv);
 int cmd_render(const std::vector<std::string>& argv);
 int cmd_convert(const std::vector<std::string>& argv);
 int cmd_tune(const std::vector<std::string>& argv);
+int cmd_profile(const std::vector<std::string>& argv);
 
 }  // namespace pipesched::cli

@@ -12,12 +12,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <utility>
 
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/io/device_file.hpp"
+#include "pipesched/io/layer_profile_file.hpp"
 #include "pipesched/io/model_file.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
@@ -46,6 +48,10 @@ const std::vector<OptionSpec> cost_options = {
     {"--cluster", true,
      "instead of --device: a cluster file, a device's fields with the cluster's layout and GPU "
      "count (JSON, docs/cli.md)",
+     "FILE"},
+    {"--profile", true,
+     "the model's own layers as measured (a layer profile, pipesched profile): their times and "
+     "bytes replace the formulas'; the model is the profile's unless --model names the same one",
      "FILE"},
     {"--sequence", true, "sequence length for --model (default: the preset's or the file's)", "N"},
     {"--microbatch-size", true, "sequences per microbatch for --model (default 1)", "B"},
@@ -156,6 +162,15 @@ DeviceSpec device_of(const Args& a) {
   }
 }
 
+// The layer profile of --profile, read.
+std::shared_ptr<const LayerProfile> profile_of(const std::string& path) {
+  try {
+    return std::make_shared<const LayerProfile>(read_layer_profile_file(path));
+  } catch (const error& e) {
+    throw usage_error("--profile: " + e.message());
+  }
+}
+
 }  // namespace
 
 int cluster_gpus(const Args& a) {
@@ -163,10 +178,12 @@ int cluster_gpus(const Args& a) {
 }
 
 AnyCost get_cost(const Args& a) {
-  const bool transformer = a.has("--model") || a.has("--device") || a.has("--cluster");
+  const bool transformer =
+      a.has("--model") || a.has("--device") || a.has("--cluster") || a.has("--profile");
   if (transformer && a.has("--cost"))
     throw usage_error(
-        "give either --cost (UniformCost) or --model and --device (TransformerCost), not both");
+        "give either --cost (UniformCost) or --model (or --profile) and --device "
+        "(TransformerCost), not both");
   if (!transformer) {
     for (const char* o : {"--sequence", "--microbatch-size", "--tp", "--sp", "--dp", "--zero",
                           "--layers", "--gpus-per-node", "--whole-step"})
@@ -179,18 +196,27 @@ AnyCost get_cost(const Args& a) {
     throw usage_error(
         "give --device (one device) or --cluster (a cluster file: the device's fields with the "
         "cluster's layout), not both");
-  if (!a.has("--model") || !(a.has("--device") || a.has("--cluster")))
+  if (!(a.has("--model") || a.has("--profile")) || !(a.has("--device") || a.has("--cluster")))
     throw usage_error(
-        "TransformerCost needs both --model NAME|FILE and --device NAME|FILE (or --cluster FILE) "
-        "(see pipesched list)");
+        "TransformerCost needs both --model NAME|FILE (or --profile FILE) and --device NAME|FILE "
+        "(or --cluster FILE) (see pipesched list)");
   const int sequence =
       a.has("--sequence") ? parse_int("--sequence", a.get("--sequence"), 1, 1 << 24) : 0;
-  ModelShape m = model_of(a.get("--model"), sequence);
+  std::shared_ptr<const LayerProfile> measured;
+  if (a.has("--profile")) measured = profile_of(a.get("--profile"));
+  ModelShape m;
+  if (a.has("--model")) {
+    m = model_of(a.get("--model"), sequence);
+  } else {
+    m = measured->model();
+    if (sequence > 0) m.sequence = sequence;
+  }
   const DeviceSpec device = device_of(a);
   try {
     if (a.has("--microbatch-size"))
       m.microbatch_size = parse_int("--microbatch-size", a.get("--microbatch-size"), 1, 1 << 16);
     TransformerCost c{m, device, {}};
+    c.measured = measured;
     if (a.has("--gpus-per-node"))
       c.device.ranks_per_node =
           parse_int("--gpus-per-node", a.get("--gpus-per-node"), 1, DeviceSpec::max_ranks_per_node);
@@ -198,6 +224,10 @@ AnyCost get_cost(const Args& a) {
     if (a.has("--sp")) {
       if (c.parallel.tensor < 2)
         throw usage_error("--sp splits activations over the tensor group; give --tp 2 or more too");
+      if (measured)
+        throw usage_error(
+            "--sp: a layer profile times the layers as they ran, without sequence parallelism; "
+            "leave --sp out with --profile");
       c.parallel.sequence_parallel = true;
     }
     if (a.has("--dp")) c.parallel.data = parse_int("--dp", a.get("--dp"), 1, 1 << 20);

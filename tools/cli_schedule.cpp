@@ -21,6 +21,7 @@
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/lower_communication.hpp"
+#include "pipesched/pass/reduce_gradients.hpp"
 #include "pipesched/policy/assemble.hpp"
 #include "pipesched/policy/order.hpp"
 #include "pipesched/policy/registry.hpp"
@@ -54,6 +55,9 @@ const std::vector<OptionSpec> schedule_options = {
      "parts of each weight gradient with --wgrad fine (default 4; gemm: one per weight GEMM, "
      "as MEPipe cuts them, with --model)",
      "N|gemm"},
+    {"--overlap-reduction", false,
+     "each stage's data-parallel gradient reduction as an action after its last weight "
+     "gradient, overlapping the rest of the rank's list (with --dp; otherwise after the list)"},
 };
 
 namespace {
@@ -533,6 +537,7 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
   out.slicing = apply_slicing_options(out.cost, a, out.schedule);
   out.schedule = apply_budget_options(std::move(out.schedule), a, out.cost, out.checkpoint,
                                       out.wgrad, !out.from_file);
+  if (a.has("--overlap-reduction")) out.schedule = add_gradient_reduction(out.schedule);
   if (options.lower_comm) {
     Step step("lowering to sends and receives");
     out.schedule =

@@ -32,7 +32,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
         "pipesched generate --schedule NAME --ranks P --microbatches M "
         "[--chunks V] [--slices K] [--warmup N] [--wgrad fused|split|fine] [--wgrad-parts N] "
         "[--checkpoint MODE] [--memory-budget X] "
-        "[--cost K=V,... | --model M (--device D | --cluster C) [--slicing MODE]] "
+        "[--cost K=V,... | --model M|--profile F (--device D | --cluster C) [--slicing MODE]] "
         "[--format csv|pytorch|text] "
         "[--comm [--max-outstanding-sends N]] [-o FILE]",
         "Generates a schedule, checkpoints it (recompute actions R, e.g. 2R0), places fine\n"

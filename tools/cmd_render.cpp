@@ -23,7 +23,8 @@ int cmd_render(const std::vector<std::string>& argv) {
   specs.push_back({"--text", false, "print a text grid (the default when no file is asked for)"});
   if (wants_help(argv)) {
     std::cout << help_text(
-        "pipesched render (--schedule NAME ... | FILE) [--cost ... | --model M (--device D | "
+        "pipesched render (--schedule NAME ... | FILE) [--cost ... | --model M|--profile F "
+        "(--device D | "
         "--cluster C) "
         "[--slicing MODE]] [--checkpoint MODE] [--memory-budget X] [--svg FILE] [--trace FILE] "
         "[--text]",

@@ -132,7 +132,8 @@ int cmd_simulate(const std::vector<std::string>& argv) {
   if (wants_help(argv)) {
     std::cout << help_text(
         "pipesched simulate (--schedule NAME --ranks P --microbatches M ... | FILE) "
-        "[--cost K=V,...] [--model M (--device D | --cluster C) [--slicing MODE]] [--checkpoint "
+        "[--cost K=V,...] [--model M|--profile F (--device D | --cluster C) [--slicing MODE]] "
+        "[--checkpoint "
         "MODE] "
         "[--memory-budget X] [--json]",
         "Simulates time and memory. UniformCost (default f=1,b=2,w=1,r=1,comm=0,boundary=0.05)\n"

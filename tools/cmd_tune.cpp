@@ -295,10 +295,14 @@ tuning::Result run_search(const TuneCommand& command) {
     tuning::Result r;
     if (c.cluster) {
       const auto& t = std::get<TransformerCost>(c.cost);
-      r = tune_cluster(c.creq, t.model, t.device, progress);
+      DeviceSpec device = t.device;
+      if (c.creq.gpus_per_node > 0) device.ranks_per_node = c.creq.gpus_per_node;
+      r = tune_cluster(c.creq, tuning::TransformerClusterFactory{t.model, device, t.measured},
+                       progress);
     } else if (c.transformer) {
       const auto& t = std::get<TransformerCost>(c.cost);
-      r = tune(req, tuning::TransformerCostFactory{t.model, t.device, t.parallel}, progress);
+      r = tune(req, tuning::TransformerCostFactory{t.model, t.device, t.parallel, t.measured},
+               progress);
     } else {
       r = tune(req, std::get<UniformCost>(c.cost), progress);
     }

@@ -18,6 +18,7 @@ struct CommandContext {
   bool transformer = false;
   std::string model, device, sequence, gpus_per_node;  //!< option values as given ("" = none)
   std::string cluster;                                 //!< --cluster FILE ("" = none)
+  std::string profile;                                 //!< --profile FILE ("" = none)
   std::string cost;                                    //!< --cost text (UniformCost)
   std::string budget;                                  //!< --memory-budget text ("" = none)
   std::string slicing;                                 //!< --slicing text ("" = uniform)

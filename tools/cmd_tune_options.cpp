@@ -149,10 +149,11 @@ void parse_search_options(const Args& a, tuning::Request& req) {
 Args parse_pipeline_options(const Args& a, TuneCommand& c) {
   Args cost_args = a;
   if (c.cluster) {
-    if (!a.has("--model") || !(a.has("--device") || a.has("--cluster")))
+    if (!(a.has("--model") || a.has("--profile")) || !(a.has("--device") || a.has("--cluster")))
       throw usage_error(
           "--gpus searches tensor and data parallelism of a transformer; give "
-          "--model NAME|FILE and --device NAME|FILE or --cluster FILE (see pipesched list)");
+          "--model NAME|FILE (or --profile FILE) and --device NAME|FILE or --cluster FILE (see "
+          "pipesched list)");
     for (const char* o : {"--dp", "--sp", "--layers", "--whole-step"})
       if (a.has(o))
         throw usage_error(std::string(o) +
@@ -162,7 +163,8 @@ Args parse_pipeline_options(const Args& a, TuneCommand& c) {
     if (a.has("--pp")) c.creq.pipeline = parse_int_list("--pp", a.get("--pp"), 1, 1 << 16);
     if (a.has("--tp")) c.creq.tensor = parse_int_list("--tp", a.get("--tp"), 1, 1 << 16);
     if (a.has("--zero")) c.creq.zero = parse_int("--zero", a.get("--zero"), 0, 2);
-    c.creq.sequence_parallel = !a.has("--no-sp");
+    // A layer profile times the layers as they ran, without sequence parallelism.
+    c.creq.sequence_parallel = !a.has("--no-sp") && !a.has("--profile");
     for (const char* o : {"--tp", "--pp", "--zero", "--no-sp"})
       cost_args.values.erase(o);
   } else {
@@ -287,6 +289,7 @@ CommandContext command_context(const Args& a, const TuneCommand& c, const std::s
   ctx.model = a.get("--model");
   ctx.device = a.get("--device");
   ctx.cluster = a.get("--cluster");
+  ctx.profile = a.get("--profile");
   ctx.sequence = a.get("--sequence");
   ctx.gpus_per_node = a.get("--gpus-per-node");
   ctx.cost = a.get("--cost");
@@ -398,7 +401,8 @@ std::vector<OptionSpec> tune_option_specs() {
 std::string tune_help(const std::vector<OptionSpec>& specs) {
   return help_text(
       "pipesched tune (--ranks P | --gpus N [--gpus-per-node G]) --global-batch B "
-      "(--cost K=V,... | --model M (--device D | --cluster C) [--sequence S]) [--memory-budget "
+      "(--cost K=V,... | --model M|--profile F (--device D | --cluster C) [--sequence S]) "
+      "[--memory-budget "
       "X] "
       "[--bases LIST] [--chunks LIST] [--microbatch-sizes LIST] [--checkpoint LIST] "
       "[--slices LIST] [--slicing MODE] [--fine-wgrad [--wgrad-parts N]] [--pp LIST] "

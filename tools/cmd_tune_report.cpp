@@ -49,9 +49,9 @@ std::string plan_command(const tuning::Plan& p, const CommandContext& c) {
     cmd += " --wgrad fine --wgrad-parts " +
            (c.wgrad_parts == 0 ? std::string("gemm") : std::to_string(c.wgrad_parts));
   if (c.transformer) {
-    cmd +=
-        " --model " + quoted(c.model) +
-        (c.cluster.empty() ? " --device " + quoted(c.device) : " --cluster " + quoted(c.cluster));
+    if (!c.model.empty()) cmd += " --model " + quoted(c.model);
+    if (!c.profile.empty()) cmd += " --profile " + quoted(c.profile);
+    cmd += c.cluster.empty() ? " --device " + quoted(c.device) : " --cluster " + quoted(c.cluster);
     if (!c.sequence.empty()) cmd += " --sequence " + c.sequence;
     cmd += " --microbatch-size " + std::to_string(p.microbatch_size);
     if (!c.gpus_per_node.empty()) cmd += " --gpus-per-node " + c.gpus_per_node;
@@ -66,6 +66,7 @@ std::string plan_command(const tuning::Plan& p, const CommandContext& c) {
   }
   if (p.checkpoint != CheckpointMode::None)
     cmd += std::string(" --checkpoint ") + to_string(p.checkpoint);
+  if (p.schedule.has_gradient_reduction()) cmd += " --overlap-reduction";
   // The budget tune held the plan to, where the schedule depends on it.
   const std::string budget = c.transformer && c.budget.empty() ? "device" : c.budget;
   if (!budget.empty() && (p.fitted || p.fine_wgrad || p.checkpoint != CheckpointMode::None)) {

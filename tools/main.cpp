@@ -7,10 +7,12 @@
 //   pipesched render   (--schedule NAME ... | FILE) [cost] [checkpoint] [--svg FILE] ...
 //   pipesched convert IN OUT
 //   pipesched tune --ranks P --global-batch N [cost] [--memory-budget X] [...]
+//   pipesched profile [--hidden H ...] [--tokens LIST] [--prefixes LIST] [-o FILE]
 //   pipesched --version
 //
-// where [cost] is --cost K=V,... or --model M --device D or --cluster C (with --slicing MODE for
-// the slice lengths), and [checkpoint] is --checkpoint none|full|selective|mario with
+// where [cost] is --cost K=V,... or --model M (or --profile FILE) --device D or --cluster C
+// (with --slicing MODE for the slice lengths), and [checkpoint] is --checkpoint
+// none|full|selective|mario with
 // --memory-budget X. A generated schedule takes --slices K, --warmup N and --wgrad fused|split|fine
 // besides. Each subcommand lives in its own cmd_*.cpp; what they share is in cli.hpp.
 //
@@ -47,6 +49,7 @@ const char* main_help =
     "  render     draw a schedule: SVG timeline, Chrome trace, text grid\n"
     "  convert    convert between CSV and the text form\n"
     "  tune       search schedule, microbatching and checkpointing under a memory budget\n"
+    "  profile    measure the toy GPT's layers here and write a layer profile (--profile FILE)\n"
     "\n"
     "Run 'pipesched COMMAND --help' for a command's options, 'pipesched --version' for the\n"
     "version. Exit codes: 0 ok, 1 the schedule is invalid, 2 bad usage or unreadable input.\n";
@@ -59,9 +62,10 @@ int run(const std::string& command, const std::vector<std::string>& args) {
   if (command == "render") return cli::cmd_render(args);
   if (command == "convert") return cli::cmd_convert(args);
   if (command == "tune") return cli::cmd_tune(args);
+  if (command == "profile") return cli::cmd_profile(args);
   throw cli::usage_error("unknown command '" + command +
                          "'; commands are list, generate, validate, simulate, render, convert, "
-                         "tune (see pipesched --help)");
+                         "tune, profile (see pipesched --help)");
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "pipesched/pass/mario.hpp"
 
 #include "pipesched/analysis/cost_model.hpp"
+#include "pipesched/analysis/layer_profile.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/analysis/shared_compute.hpp"
@@ -39,6 +40,7 @@
 #include "pipesched/io/csv.hpp"
 #include "pipesched/io/device_file.hpp"
 #include "pipesched/io/json_read.hpp"
+#include "pipesched/io/layer_profile_file.hpp"
 #include "pipesched/io/model_file.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/io/text.hpp"
@@ -49,6 +51,7 @@
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/exec/fingerprint.hpp"
+#include "pipesched/exec/layer_profiler.hpp"
 #include "pipesched/exec/profile.hpp"
 #include "pipesched/exec/stage_variant.hpp"
 #include "pipesched/exec/step_result.hpp"

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "pipesched/analysis/detail/transformer_checks.hpp"
 #include "pipesched/analysis/detail/transformer_formulas.hpp"
 #include "pipesched/analysis/device_spec.hpp"
+#include "pipesched/analysis/layer_profile.hpp"
 #include "pipesched/analysis/model_shape.hpp"
 #include "pipesched/analysis/parallelism.hpp"
 #include "pipesched/core/action.hpp"
@@ -143,6 +145,21 @@ namespace pipesched {
 //! schedule stores, counted once per rank on top of its static bytes: the gradients of one
 //! layer's stored tensors while that layer's backward runs (one layer's activation bytes of
 //! the unit), plus on the last stage the 32-bit gradient of the logits, b·t·4·V / t.
+//!
+//! Measured layers (the `measured` member, a LayerProfile of the model's own layers): the
+//! kernels' times of F, I, W and R and the bytes a unit stores, keeps as a checkpoint and keeps
+//! for W come from the profile instead of the formulas above. A unit of stage s is its n
+//! layers' figures plus, on the first stage of its replica, the first-stage extras and, on the
+//! last, the last-stage extras, each at the unit's (tensor degree, b, slice length t, prefix o)
+//! (interpolated between the profile's grid points; a unit outside the grid is refused, see
+//! LayerProfile::at). Everything else keeps its formula: the tensor-parallel all-reduces are
+//! added to the measured F, R and I (a profile times one shard's kernels), the messages, the
+//! data-parallel reduction, the optimizer step and the static bytes follow the model's shape.
+//! A checkpointed stage keeps its input once: its boundary is one layer's plus, for each
+//! further layer, what a layer keeps beyond the stage input b·t·h·v (a slice's keys and
+//! values), plus its ends' extras. A measured W cut into parts is shared among them evenly, or
+//! under WGradSplit::PerGemm in proportion to the formula time of each part's GEMMs; the bytes
+//! each part frees likewise.
 struct TransformerCost {
   //! Memory is in bytes (messages print amounts as 24GB, 3.19GiB).
   static constexpr MemoryUnit memory_unit = MemoryUnit::Bytes;
@@ -157,6 +174,8 @@ struct TransformerCost {
   Parallelism parallel{};
   //! How the parts of a W share its work (default: evenly).
   WGradSplit wgrad_split = WGradSplit::Even;
+  //! The model's own layers as measured (see the class comment); null: the formulas.
+  std::shared_ptr<const LayerProfile> measured = nullptr;
 
   // ---- The capabilities the planner asks for (analysis/cost_capabilities.hpp) ----
 
@@ -234,6 +253,15 @@ struct TransformerCost {
     device.check();
     parallel.check();
     detail::transformer::check_tensor_degree(model, device, parallel);
+    if (measured) {
+      measured->check_model(model);
+      if (!measured->has_tensor(parallel.tensor))
+        (void)measured->at(LayerPart::Layer, parallel.tensor, 1, 1, 0);  // throws: the degrees
+      if (parallel.sequence_parallel)
+        throw invalid_problem(
+            "a layer profile times the layers as they ran, without sequence parallelism; plan "
+            "without it (ClusterRequest::sequence_parallel false, no --sp).");
+    }
   }
 
   //! Checks the model, the device and that they fit the problem in `ctx` (enough layers
@@ -566,6 +594,32 @@ struct TransformerCost {
   double compute_seconds(const CostContext& ctx, const Action& a) const {
     const Unit u = unit(ctx, a.stage, a.slice);
     const DeviceSpec& d = device;
+    if (u.measured) {
+      const double weight = u.measured_weight;
+      switch (a.kind) {
+        case OpKind::F:
+          return u.measured_forward + u.forward_collectives;
+        case OpKind::R:
+          return u.measured_recompute + u.forward_collectives;
+        case OpKind::I:
+          return u.measured_input + u.backward_collectives;
+        case OpKind::W: {
+          if (wgrad_split == WGradSplit::Even) return weight / parts(ctx);
+          double all = 0, mine = 0;
+          for (int p = 0; p < static_cast<int>(parts(ctx)); ++p)
+            for_each_gemm_of_part(ctx, u, p, [&](int k) {
+              const double t = d.gemm_time(k < 0 ? u.head : u.gemms[k]);
+              all += t;
+              if (p == a.part) mine += t;
+            });
+          return all > 0 ? weight * mine / all : 0.0;
+        }
+        case OpKind::B:
+          return u.measured_input + u.backward_collectives + weight;
+        default:
+          return 0.0;
+      }
+    }
     double gemm = 0;  // the weight GEMMs once (forward, input gradients or weight gradients)
     for (double g : u.gemms)
       gemm += d.gemm_time(g);
@@ -639,7 +693,40 @@ struct TransformerCost {
     at.layers = layers_of(ctx, stage);
     at.first = model_stage(ctx, stage) == 0;
     at.context = slice < ctx.problem.slices - 1;
-    return detail::transformer::unit(model, device, parallel, at);
+    Unit u = detail::transformer::unit(model, device, parallel, at);
+    if (measured) overlay_measured(u, at);
+    return u;
+  }
+
+  // The measured figures of the unit at `at` in place of the formulas' (see the class
+  // comment): times and bytes from the profile, the per-GEMM W bytes scaled to its total.
+  void overlay_measured(Unit& u, const detail::transformer::UnitPlace& at) const {
+    const int tp = parallel.tensor;
+    const double b = model.microbatch_size, t = at.span.length, o = at.span.offset;
+    const LayerFigures layer = measured->at(LayerPart::Layer, tp, b, t, o);
+    LayerFigures m = layer.scaled(at.layers);
+    if (at.first) m += measured->at(LayerPart::First, tp, b, t, o);
+    if (at.last) m += measured->at(LayerPart::Last, tp, b, t, o);
+    // A checkpointed stage keeps its input once: what a layer keeps beyond the stage's input
+    // (b·t·h·v; a slice's keys and values) counts per layer, the input itself once.
+    const double input = b * t * model.hidden * model.bytes_per_value;
+    m.boundary_bytes += -(at.layers - 1) * layer.boundary_bytes +
+                        (at.layers - 1) * std::max(0.0, layer.boundary_bytes - input);
+    const double scale = u.wgrad > 0 ? m.wgrad_bytes / u.wgrad : 0.0;
+    for (double& w : u.gemm_wgrad)
+      w *= scale;
+    u.head_wgrad *= scale;
+    // As measured, not capped: an I may add bytes (the first stage's keeps the embedding's
+    // output gradient for its W).
+    u.activation = m.activation_bytes;
+    u.boundary = m.boundary_bytes;
+    u.wgrad = m.wgrad_bytes;
+    u.layer_activation = layer.activation_bytes;
+    u.measured = true;
+    u.measured_forward = m.forward;
+    u.measured_input = m.backward_input;
+    u.measured_weight = m.backward_weight;
+    u.measured_recompute = m.recompute > 0 ? m.recompute : m.forward;
   }
 };
 

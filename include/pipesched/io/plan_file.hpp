@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +38,7 @@
 #include "pipesched/io/device_file.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/json_read.hpp"
+#include "pipesched/io/layer_profile_file.hpp"
 #include "pipesched/io/model_file.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/tune/result.hpp"
@@ -316,6 +318,12 @@ class PlanReader {
       if (split != "even" && split != "per-gemm")
         in.mistyped("wgrad_split", *x, "it is \"even\" or \"per-gemm\"");
       c.wgrad_split = split == "even" ? WGradSplit::Even : WGradSplit::PerGemm;
+    }
+    if (const json::Value* x = in.find("profile")) {
+      if (x->kind() != json::Kind::Object)
+        in.mistyped("profile", *x, "it is the layer profile the model was measured by (an object)");
+      c.measured = std::make_shared<const LayerProfile>(
+          detail::layer_profile_file::read_object(*x, source + ", \"profile\""));
     }
     checked(in, v, [&] { c.check(); });
     // The cost model prices the plan it came with.
@@ -672,7 +680,9 @@ inline void write_cost_model(json::Writer& w, const std::any& cost) {
         .field("whole_step", q.whole_step)
         .end_object();
     write_ints(w, "slice_lengths", t->slice_lengths);
-    w.field("wgrad_split", t->wgrad_split == WGradSplit::Even ? "even" : "per-gemm").end_object();
+    w.field("wgrad_split", t->wgrad_split == WGradSplit::Even ? "even" : "per-gemm");
+    if (t->measured) w.key("profile").raw(layer_profile_json(*t->measured, false));
+    w.end_object();
   }
 }
 

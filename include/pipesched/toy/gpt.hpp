@@ -302,7 +302,7 @@ class GptStageModel {
                 TensorShard shard = {})
       : config_(config), who_(who), shard_(shard) {
     check_gpt_config(config, who);
-    const auto [first, last] = block_range(config.blocks, stage, stages, who);
+    const auto [first, last] = block_range(config.blocks, stage, stages, who, config.stage_blocks);
     if (fixed_role) check_gpt_role(who, stage, stages, Embedding, Head);
     first_ = first;
     if constexpr (Embedding)

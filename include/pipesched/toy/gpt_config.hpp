@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "pipesched/core/error.hpp"
 #include "pipesched/toy/detail/layer_bookkeeping.hpp"
@@ -21,6 +22,9 @@ struct GptConfig {
   int blocks = 4;           //!< transformer blocks over all stages
   int microbatch_size = 2;  //!< sequences per microbatch
   std::uint64_t seed = 1;   //!< block i draws from stream (seed, i); embedding and head own ones
+  //! Blocks of each stage of a model cut into stages (one entry per stage, each at least 1,
+  //! summing to `blocks`); empty: as even as possible, earlier stages taking the remainder.
+  std::vector<int> stage_blocks = {};
 };
 
 namespace detail {

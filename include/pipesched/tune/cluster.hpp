@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -41,24 +42,43 @@ concept cluster_cost_factory = requires(const F& f, int b, const Parallelism& pa
 namespace tuning {
 
 //! TransformerCost as a cluster cost factory: `model` (its microbatch size replaced) on
-//! `device` (its ranks_per_node the node size) under each parallelism.
+//! `device` (its ranks_per_node the node size) under each parallelism; with `measured`, its
+//! layers timed and sized from that profile (TransformerCost::measured), whose tensor degrees
+//! are then the only ones it fits.
 struct TransformerClusterFactory {
   ModelShape model;   //!< the model
   DeviceSpec device;  //!< every GPU of the cluster
+  //! The model's own layers as measured; null: the formulas.
+  std::shared_ptr<const LayerProfile> measured = nullptr;
 
   //! The cost model of microbatches of `microbatch_size` sequences under `parallelism`.
   TransformerCost operator()(int microbatch_size, const Parallelism& parallelism) const {
     TransformerCost c{model, device, {}, parallelism};
     c.model.microbatch_size = microbatch_size;
+    c.measured = measured;
     c.check();
     return c;
   }
+  //! Why `t` does not fit (see tensor_fits), as a note's message.
+  std::string tensor_refusal(int t) const {
+    if (measured && measured->has_tensor(t) == false && model.heads % t == 0 &&
+        model.key_value_heads() % t == 0 && model.ffn() % t == 0) {
+      std::string have;
+      for (int d : measured->tensor_degrees())
+        have += (have.empty() ? "" : ", ") + std::to_string(d);
+      return "the layer profile has no samples at tensor degree " + std::to_string(t) +
+             " (it measured " + have + ")";
+    }
+    return "tensor parallelism of " + std::to_string(t) +
+           " does not divide the model's heads, key/value heads and MLP width";
+  }
   //! The model's layers.
   int layer_count() const noexcept { return model.layers; }
-  //! Whether the heads, key/value heads and MLP width divide by `t`.
-  bool tensor_fits(int t) const noexcept {
+  //! Whether the heads, key/value heads and MLP width divide by `t` (and, with `measured`,
+  //! the profile has samples at degree `t`).
+  bool tensor_fits(int t) const {
     return t >= 1 && model.heads % t == 0 && model.key_value_heads() % t == 0 &&
-           model.ffn() % t == 0;
+           model.ffn() % t == 0 && (!measured || measured->has_tensor(t));
   }
   //! GPUs of a node (DeviceSpec::ranks_per_node).
   int gpus_per_node() const noexcept { return device.ranks_per_node; }
@@ -134,10 +154,12 @@ std::vector<TuneScenario<Cost>> cluster_scenarios(const tuning::ClusterRequest& 
   for (int t = 1; t <= std::min(N, G); ++t) {
     if (N % t != 0 || G % t != 0 || !wanted(request.tensor, t)) continue;
     if (!factory.tensor_fits(t)) {
-      if (!request.tensor.empty())
-        note("tensor " + std::to_string(t),
-             "tensor parallelism of " + std::to_string(t) +
-                 " does not divide the model's heads, key/value heads and MLP width");
+      if (!request.tensor.empty()) {
+        std::string why = "tensor parallelism of " + std::to_string(t) +
+                          " does not divide the model's heads, key/value heads and MLP width";
+        if constexpr (requires { factory.tensor_refusal(t); }) why = factory.tensor_refusal(t);
+        note("tensor " + std::to_string(t), why);
+      }
       continue;
     }
     for (int pp = 1; pp <= N / t; ++pp) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <concepts>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -53,11 +54,14 @@ struct TransformerCostFactory {
   ModelShape model;        //!< the model (its microbatch_size is replaced)
   DeviceSpec device;       //!< the device every rank runs on
   Parallelism parallel{};  //!< tensor, data and ZeRO degrees, layer split
+  //! The model's own layers as measured (TransformerCost::measured); null: the formulas.
+  std::shared_ptr<const LayerProfile> measured = nullptr;
 
   //! The cost model of microbatches of `microbatch_size` sequences (checked).
   TransformerCost operator()(int microbatch_size) const {
     TransformerCost c{model, device, {}, parallel};
     c.model.microbatch_size = microbatch_size;
+    c.measured = measured;
     c.check();
     return c;
   }

@@ -259,7 +259,9 @@ TEST(SharedCompute, TheStepIsBoundedByTheWorkAndTheStretch) {
         EXPECT_GE(shared.makespan, alone.makespan - eps * alone.makespan);
         EXPECT_GE(shared.makespan, work / units - eps * work);
         EXPECT_LE(shared.makespan, alone.makespan * p / units + eps * work);
-        if (units == 1) EXPECT_NEAR(shared.makespan, work, eps * work);
+        if (units == 1) {
+          EXPECT_NEAR(shared.makespan, work, eps * work);
+        }
         EXPECT_NEAR(shared.peak_memory_max, alone.peak_memory_max, eps);
       }
     }

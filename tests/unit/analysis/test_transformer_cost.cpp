@@ -3,8 +3,10 @@
 // simulation under the model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -830,6 +832,194 @@ TEST(TransformerCostParallel, PerGemmWeightGradientPartsAddUpToTheWholeW) {
       }
     }
   }
+}
+
+}  // namespace test_transformer_cost
+
+// ---- Measured layers: LayerProfile and TransformerCost::measured ----
+
+namespace test_transformer_cost {
+
+namespace {
+
+// An affine figure of the point, different per field and part: trilinear interpolation of an
+// affine function is the function itself, so any query inside the grid has a known answer.
+ps::LayerFigures affine(ps::LayerPart part, double b, double t, double o) {
+  const double k = 1 + static_cast<int>(part);
+  auto f = [&](double c) { return k * c * (1 + 2 * b + 3 * t + 0.5 * o); };
+  return {f(1e-6), f(2e-6), f(3e-6), f(0.9e-6), f(100), f(40), f(10)};
+}
+
+std::vector<ps::LayerSample> affine_samples(const std::vector<int>& tensor = {1}) {
+  std::vector<ps::LayerSample> out;
+  for (int tp : tensor)
+    for (ps::LayerPart part : {ps::LayerPart::First, ps::LayerPart::Layer, ps::LayerPart::Last})
+      for (int b : {1, 2, 4})
+        for (int t : {8, 16, 32})
+          for (int o : {0, 16, 24})
+            out.push_back({part, {tp, b, t, o}, affine(part, b, t, o).scaled(1.0 / tp)});
+  return out;
+}
+
+ps::ModelShape profiled_model() {
+  ps::ModelShape m = tiny_gpt();
+  m.layers = 8;
+  m.flash_attention = false;
+  m.dropout = false;
+  m.microbatch_size = 1;
+  return m;
+}
+
+void expect_figures(const ps::LayerFigures& got, const ps::LayerFigures& want) {
+  EXPECT_NEAR(got.forward, want.forward, 1e-12 * want.forward);
+  EXPECT_NEAR(got.backward_input, want.backward_input, 1e-12 * want.backward_input);
+  EXPECT_NEAR(got.backward_weight, want.backward_weight, 1e-12 * want.backward_weight);
+  EXPECT_NEAR(got.recompute, want.recompute, 1e-12 * want.recompute);
+  EXPECT_NEAR(got.activation_bytes, want.activation_bytes, 1e-9 * want.activation_bytes);
+  EXPECT_NEAR(got.wgrad_bytes, want.wgrad_bytes, 1e-9 * want.wgrad_bytes);
+  EXPECT_NEAR(got.boundary_bytes, want.boundary_bytes, 1e-9 * want.boundary_bytes);
+}
+
+std::string refusal(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ps::invalid_problem& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
+}  // namespace
+
+TEST(LayerProfile, GivesSamplesAndInterpolatesBetweenThem) {
+  const ps::LayerProfile p(profiled_model(), "test", affine_samples());
+  for (ps::LayerPart part : {ps::LayerPart::First, ps::LayerPart::Layer, ps::LayerPart::Last}) {
+    expect_figures(p.at(part, 1, 2, 16, 0), affine(part, 2, 16, 0));  // a sample
+    expect_figures(p.at(part, 1, 4, 32, 24), affine(part, 4, 32, 24));
+    expect_figures(p.at(part, 1, 3, 12, 20), affine(part, 3, 12, 20));  // inside a cell
+    expect_figures(p.at(part, 1, 1.5, 32, 5), affine(part, 1.5, 32, 5));
+  }
+  EXPECT_EQ(p.tensor_degrees(), std::vector<int>{1});
+  EXPECT_EQ(p.longest_sequence(1), 32);
+}
+
+TEST(LayerProfile, RefusesAUnitOutsideItsGridSayingWhichAxisAndWhatWasMeasured) {
+  const ps::LayerProfile p(profiled_model(), "test", affine_samples());
+  std::string m = refusal([&] { (void)p.at(ps::LayerPart::Layer, 1, 8, 16, 0); });
+  EXPECT_NE(m.find("microbatch size of 8 lies outside"), std::string::npos) << m;
+  EXPECT_NE(m.find("1, 2, 4"), std::string::npos) << m;
+  EXPECT_NE(m.find("never extrapolated"), std::string::npos) << m;
+  m = refusal([&] { (void)p.at(ps::LayerPart::Layer, 1, 1, 4, 0); });
+  EXPECT_NE(m.find("slice length of 4"), std::string::npos) << m;
+  m = refusal([&] { (void)p.at(ps::LayerPart::Last, 1, 1, 8, 28); });
+  EXPECT_NE(m.find("attention prefix of 28"), std::string::npos) << m;
+  m = refusal([&] { (void)p.at(ps::LayerPart::Layer, 2, 1, 8, 0); });
+  EXPECT_NE(m.find("no samples at tensor degree 2 (it measured 1)"), std::string::npos) << m;
+}
+
+TEST(LayerProfile, RefusesSamplesThatAreNotOneGrid) {
+  const ps::ModelShape m = profiled_model();
+  auto refused = [&](std::vector<ps::LayerSample> s, const std::string& part) {
+    const std::string msg = refusal([&] { ps::LayerProfile(m, "", std::move(s)); });
+    EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  };
+  refused({}, "needs samples");
+  std::vector<ps::LayerSample> s = affine_samples();
+  s.erase(s.begin() + 30);
+  refused(s, "do not fill their grid");
+  s = affine_samples();
+  s.push_back(s[5]);
+  refused(s, "repeats an earlier sample");
+  s = affine_samples();
+  s[3].figures.forward = -1;
+  refused(s, "forward is -1");
+  s = affine_samples();
+  s[3].figures.wgrad_bytes = std::nan("");
+  refused(s, "wgrad_bytes is");
+  s = affine_samples();
+  s[7].at.tokens = 0;
+  refused(s, "slice length must be between 1");
+  s = affine_samples();
+  std::erase_if(s, [](const ps::LayerSample& x) { return x.part == ps::LayerPart::Last; });
+  refused(s, "but no \"last\" ones");
+  s.assign(ps::LayerProfile::max_samples + 1, affine_samples().front());
+  refused(s, "more than the");
+}
+
+TEST(MeasuredTransformerCost, StagesAreTheirLayersPlusTheirEndsExtras) {
+  ps::TransformerCost c{profiled_model(), ps::presets::find_device("a100-80gb"), {}};
+  c.measured = std::make_shared<const ps::LayerProfile>(c.model, "test", affine_samples({1, 2}));
+  const ps::Problem problem{.ranks = 4, .stages = 4, .microbatches = 4, .slices = 2};
+  const ps::CostContext ctx{problem, ps::Placement::linear(4), 1};
+  const double over = c.device.action_overhead;
+  // 8 layers over 4 stages: 2 each; slices of 16 tokens at prefixes 0 and 16.
+  for (int stage = 0; stage < 4; ++stage)
+    for (int slice = 0; slice < 2; ++slice) {
+      SCOPED_TRACE(std::to_string(stage) + "/" + std::to_string(slice));
+      const double o = 16.0 * slice;
+      ps::LayerFigures want = affine(ps::LayerPart::Layer, 1, 16, o).scaled(2);
+      if (stage == 0) want += affine(ps::LayerPart::First, 1, 16, o);
+      if (stage == 3) want += affine(ps::LayerPart::Last, 1, 16, o);
+      auto act = [&](OpKind k) { return Action::make(k, stage, 0, slice); };
+      EXPECT_NEAR(c.duration(ctx, act(OpKind::F)), want.forward + over, 1e-15);
+      EXPECT_NEAR(c.duration(ctx, act(OpKind::I)), want.backward_input + over, 1e-15);
+      EXPECT_NEAR(c.duration(ctx, act(OpKind::W)), want.backward_weight + over, 1e-15);
+      EXPECT_NEAR(c.duration(ctx, act(OpKind::R)), want.recompute + over, 1e-15);
+      EXPECT_NEAR(c.memory_delta(ctx, act(OpKind::F), false), want.activation_bytes, 1e-6);
+      EXPECT_NEAR(c.memory_delta(ctx, act(OpKind::I), false),
+                  -(want.activation_bytes - want.wgrad_bytes), 1e-6);
+      // A checkpointed stage keeps its input once, and per further layer what a layer keeps
+      // beyond it (the affine layer boundary is below the 16·64·2-byte input: nothing).
+      const ps::LayerFigures layer = affine(ps::LayerPart::Layer, 1, 16, o);
+      const double input = 16.0 * 64 * 2;
+      double boundary =
+          want.boundary_bytes - layer.boundary_bytes + std::max(0.0, layer.boundary_bytes - input);
+      EXPECT_NEAR(c.memory_delta(ctx, act(OpKind::F), true), boundary, 1e-6);
+    }
+  // Tensor parallelism: one shard's measured kernels plus the all-reduces priced by the links.
+  ps::TransformerCost t = c;
+  t.parallel.tensor = 2;
+  const double f = t.duration(ctx, Action::make(OpKind::F, 1, 0, 0));
+  const double shard = affine(ps::LayerPart::Layer, 1, 16, 0).scaled(2.0 / 2).forward;
+  const double one = ps::TransformerCost::ring_allreduce(16.0 * 64 * 2, 2, c.device.link_bandwidth,
+                                                         c.device.link_latency);
+  EXPECT_NEAR(f, shard + 4 * one + over, 1e-12);
+  // The formulas' figures differ: the measured ones replaced them.
+  ps::TransformerCost formulas = c;
+  formulas.measured = nullptr;
+  EXPECT_NE(formulas.duration(ctx, Action::make(OpKind::F, 1, 0, 0)),
+            c.duration(ctx, Action::make(OpKind::F, 1, 0, 0)));
+}
+
+TEST(MeasuredTransformerCost, RefusesAnotherModelADegreeNotMeasuredAndUnitsOffTheGrid) {
+  ps::TransformerCost c{profiled_model(), ps::presets::find_device("a100-80gb"), {}};
+  c.measured = std::make_shared<const ps::LayerProfile>(c.model, "test", affine_samples());
+  ps::TransformerCost other = c;
+  other.model.hidden = 128;
+  std::string m = refusal([&] { other.check(); });
+  EXPECT_NE(m.find("measured on another model: this one has hidden 128 (the profile's 64)"),
+            std::string::npos)
+      << m;
+  other = c;
+  other.model.layers = 40;  // layers, sequence and microbatch size are composed
+  other.model.microbatch_size = 4;
+  EXPECT_NO_THROW(other.check());
+  other = c;
+  other.parallel.tensor = 2;
+  m = refusal([&] { other.check(); });
+  EXPECT_NE(m.find("no samples at tensor degree 2"), std::string::npos) << m;
+  other.parallel.tensor = 1;
+  // A sequence of 32 in 8 slices: 4-token slices, below the grid's 8.
+  const ps::Problem sliced{.ranks = 2, .stages = 2, .microbatches = 2, .slices = 8};
+  const ps::CostContext ctx{sliced, ps::Placement::linear(2), 1};
+  m = refusal([&] { (void)c.duration(ctx, Action::make(OpKind::F, 0, 0, 0)); });
+  EXPECT_NE(m.find("slice length of 4 lies outside"), std::string::npos) << m;
+  other.model.sequence = 64;  // an unsliced unit longer than any measured
+  const ps::Problem whole{.ranks = 2, .stages = 2, .microbatches = 2};
+  m = refusal([&] {
+    (void)other.duration({whole, ps::Placement::linear(2), 1}, Action::make(OpKind::F, 0, 0));
+  });
+  EXPECT_NE(m.find("slice length of 64"), std::string::npos) << m;
 }
 
 }  // namespace test_transformer_cost

@@ -13,13 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/exec/profile.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/schedule/gpipe.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/slice_pipe.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
+#include "pipesched/toy/layer_profile.hpp"
+#include "pipesched/toy/profile.hpp"
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
 namespace test_profile {
@@ -472,5 +476,160 @@ TEST(Profile, TheDefaultScheduleSplitsBackwardsAndRecomputesOneMicrobatchPerStag
 }
 
 }  // namespace
+
+// ---- Per-layer profiles: measured once, composed into any partition ----
+
+TEST(LayerProfile, ToyGptLayersComposeTheBytesOfAnyPartitionExactly) {
+  const ps::toy::GptConfig c{.vocabulary = 32,
+                             .hidden = 16,
+                             .heads = 2,
+                             .ffn = 64,
+                             .sequence = 16,
+                             .blocks = 6,
+                             .microbatch_size = 2};
+  const ps::LayerGrid grid{
+      .tensor = {1, 2}, .microbatch_sizes = {1, 2}, .tokens = {8, 16}, .prefixes = {0, 8}};
+  std::size_t reported = 0;
+  const ps::LayerProfile p = ps::toy::gpt_layer_profile<double>(
+      c, grid, {.repeats = 1, .progress = [&](std::size_t done, std::size_t all) {
+                  EXPECT_EQ(done, ++reported);
+                  EXPECT_EQ(all, grid.points());
+                }});
+  EXPECT_EQ(reported, 16u);
+  ASSERT_EQ(p.samples().size(), 48u);
+  EXPECT_EQ(p.tensor_degrees(), (std::vector<int>{1, 2}));
+  for (const ps::LayerSample& s : p.samples())
+    if (s.part == ps::LayerPart::Layer) {
+      EXPECT_GT(s.figures.forward, 0);
+      EXPECT_GT(s.figures.backward_input, 0);
+      EXPECT_GT(s.figures.backward_weight, 0);
+      EXPECT_GT(s.figures.recompute, 0);
+    }
+  // One shard of two holds less than the whole layer.
+  EXPECT_LT(p.at(ps::LayerPart::Layer, 2, 2, 16, 0).activation_bytes,
+            p.at(ps::LayerPart::Layer, 1, 2, 16, 0).activation_bytes);
+
+  ps::TransformerCost cost{
+      ps::toy::gpt_model_shape(c, sizeof(double)), ps::presets::find_device("a100-80gb"), {}};
+  cost.measured = std::make_shared<const ps::LayerProfile>(p);
+  // Partitions the profile never ran (2, 3 and 4 stages; 6 blocks over 4 is 2, 2, 1, 1), whole
+  // and in two slices: the composed bytes are the toy's own.
+  for (int stages : {2, 3, 4})
+    for (int slices : {1, 2}) {
+      SCOPED_TRACE(std::to_string(stages) + " stages, " + std::to_string(slices) + " slices");
+      std::vector<ps::toy::GptStage<double>> model;
+      for (int s = 0; s < stages; ++s)
+        model.emplace_back(c, s, stages);
+      const ps::ProfiledCost exact = ps::toy::gpt_profiled_cost(model, slices);
+      const ps::Problem problem{
+          .ranks = stages, .stages = stages, .microbatches = 2, .slices = slices};
+      const ps::CostContext ctx{problem, ps::Placement::linear(stages), 1};
+      for (int s = 0; s < stages; ++s)
+        for (int k = 0; k < slices; ++k) {
+          const ps::StageProfile& want = slices == 1 ? exact.stages[s] : exact.slices[s][k];
+          const ps::Action f = ps::Action::make(ps::OpKind::F, s, 0, k);
+          const ps::Action i = ps::Action::make(ps::OpKind::I, s, 0, k);
+          EXPECT_DOUBLE_EQ(cost.memory_delta(ctx, f, false), want.activation_bytes) << s << k;
+          EXPECT_DOUBLE_EQ(cost.memory_delta(ctx, i, false),
+                           -(want.activation_bytes - want.wgrad_bytes))
+              << s << k;
+          EXPECT_GT(cost.duration(ctx, f), cost.device.action_overhead);
+        }
+    }
+}
+
+// ---- The toy GPT as the planner's model, and back ----
+
+TEST(ToyGptModel, AModelTheToyCanBeComesBackAsItsConfigAndOthersAreRefused) {
+  const ps::toy::GptConfig c{.vocabulary = 40,
+                             .hidden = 24,
+                             .heads = 3,
+                             .ffn = 72,
+                             .sequence = 12,
+                             .blocks = 5,
+                             .microbatch_size = 3,
+                             .seed = 9};
+  std::vector<std::string> notes;
+  const ps::toy::GptConfig back = ps::toy::gpt_config_of(
+      ps::toy::gpt_model_shape(c, sizeof(double)), sizeof(double), 9, &notes);
+  EXPECT_EQ(back.vocabulary, c.vocabulary);
+  EXPECT_EQ(back.hidden, c.hidden);
+  EXPECT_EQ(back.heads, c.heads);
+  EXPECT_EQ(back.ffn, c.ffn);
+  EXPECT_EQ(back.sequence, c.sequence);
+  EXPECT_EQ(back.blocks, c.blocks);
+  EXPECT_EQ(back.microbatch_size, c.microbatch_size);
+  EXPECT_EQ(back.seed, c.seed);
+  EXPECT_TRUE(notes.empty());
+  // A datasheet model the toy can be, with what differs noted.
+  ps::ModelShape m = ps::toy::gpt_model_shape(c, 2);
+  m.flash_attention = true;
+  m.dropout = true;
+  (void)ps::toy::gpt_config_of(m, sizeof(double), 1, &notes);
+  ASSERT_EQ(notes.size(), 3u);
+  EXPECT_NE(notes[0].find("keeps its attention probabilities"), std::string::npos);
+  EXPECT_NE(notes[1].find("dropout"), std::string::npos);
+  EXPECT_NE(notes[2].find("2-byte"), std::string::npos);
+  auto refused = [&](ps::ModelShape bad, const std::string& part) {
+    try {
+      (void)ps::toy::gpt_config_of(bad, sizeof(double), 1);
+      ADD_FAILURE() << "no refusal for " << part;
+    } catch (const ps::invalid_problem& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the toy GPT cannot build this model"),
+                std::string::npos);
+    }
+  };
+  ps::ModelShape bad = m;
+  bad.gated_mlp = true;
+  refused(bad, "gated (SwiGLU");
+  bad = m;
+  bad.kv_heads = 1;
+  refused(bad, "1 key/value heads for 3 query heads");
+  bad = m;
+  bad.tied_embeddings = true;
+  refused(bad, "shares the embedding");
+}
+
+TEST(ToyGptModel, StageBlocksCutTheModelAsGivenAndTheSameModelTrainsAlike) {
+  ps::toy::GptConfig c{.vocabulary = 16,
+                       .hidden = 8,
+                       .heads = 2,
+                       .ffn = 16,
+                       .sequence = 6,
+                       .blocks = 6,
+                       .microbatch_size = 2};
+  c.stage_blocks = {3, 2, 1};
+  int first = 0;
+  for (int s = 0; s < 3; ++s) {
+    const ps::toy::GptStage<double> stage(c, s, 3);
+    EXPECT_EQ(static_cast<int>(stage.blocks().size()), c.stage_blocks[static_cast<std::size_t>(s)]);
+    EXPECT_EQ(stage.first_block(), first);
+    first += c.stage_blocks[static_cast<std::size_t>(s)];
+  }
+  // The same weights however the blocks are cut: the stages' parameters, joined, are equal.
+  ps::toy::GptConfig even = c;
+  even.stage_blocks.clear();
+  std::vector<double> cut, whole;
+  for (int s = 0; s < 3; ++s) {
+    ps::toy::GptStage<double> a(c, s, 3), b(even, s, 3);
+    for (const auto& t : a.parameters())
+      cut.insert(cut.end(), t.data.begin(), t.data.end());
+    for (const auto& t : b.parameters())
+      whole.insert(whole.end(), t.data.begin(), t.data.end());
+  }
+  EXPECT_EQ(cut, whole);
+  for (const std::vector<int>& bad :
+       {std::vector<int>{3, 2}, std::vector<int>{3, 3, 1}, std::vector<int>{6, 0, 0}}) {
+    ps::toy::GptConfig b = c;
+    b.stage_blocks = bad;
+    try {
+      (void)ps::toy::GptStage<double>(b, 0, 3);
+      ADD_FAILURE() << "no refusal";
+    } catch (const ps::invalid_problem& e) {
+      EXPECT_NE(std::string(e.what()).find("stage_blocks has"), std::string::npos) << e.what();
+    }
+  }
+}
 
 }  // namespace test_profile

@@ -529,6 +529,12 @@ const std::vector<ps::tuning::Plan>& cluster_plans() {
     if (r.best) out.push_back(*r.best);
     for (const ps::tuning::Baseline& b : r.baselines)
       if (b.plan) out.push_back(*b.plan);
+    // A plan of sliced microbatches for certain (slice-pipe may win above with more chunks and
+    // whole microbatches, its reductions overlapped).
+    c.search.bases = {"slice-pipe"};
+    c.search.slices = {2};
+    const ps::tuning::Result sliced = ps::tune_cluster(c, m, ps::presets::find_device("a100-40gb"));
+    if (sliced.best) out.push_back(*sliced.best);
     return out;
   }();
   return plans;

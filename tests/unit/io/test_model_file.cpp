@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hf_configs.hpp"
 #include "pipesched/analysis/presets.hpp"
+#include "pipesched/io/layer_profile_file.hpp"
 #include "pipesched/io/model_file.hpp"
 
 namespace test_model_file {
@@ -331,5 +334,83 @@ TEST(ModelFile, UnreadableFileNamesThePath) {
 }
 
 }  // namespace
+
+}  // namespace test_model_file
+
+// ---- Layer profile files ----
+
+namespace test_model_file {
+
+namespace {
+
+ps::LayerProfile small_profile() {
+  ps::ModelShape m = ps::presets::find_model("gpt3-1.3b");
+  std::vector<ps::LayerSample> s;
+  double x = 0.001;
+  for (ps::LayerPart part : {ps::LayerPart::First, ps::LayerPart::Layer, ps::LayerPart::Last})
+    for (int t : {128, 256})
+      for (int o : {0, 256}) {
+        x *= 1.37;  // figures no short decimal writes exactly
+        s.push_back({part, {1, 1, t, o}, {x, 2 * x, 3 * x, x / 3, 1e6 * x, 5e5 * x, 1e5 * x}});
+      }
+  return ps::LayerProfile(m, "a \"quoted\" GPU", std::move(s));
+}
+
+std::string profile_error(const std::string& text) {
+  try {
+    (void)ps::read_layer_profile(text, "prof.json");
+  } catch (const ps::parse_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(LayerProfileFile, WrittenAndReadBackIsTheSameProfile) {
+  const ps::LayerProfile p = small_profile();
+  for (bool lines : {true, false}) {
+    const std::string text = ps::layer_profile_json(p, lines);
+    const ps::LayerProfile q = ps::read_layer_profile(text, "prof.json");
+    EXPECT_EQ(q.device(), p.device());
+    EXPECT_EQ(q.model().hidden, p.model().hidden);
+    EXPECT_EQ(q.model().vocabulary, p.model().vocabulary);
+    ASSERT_EQ(q.samples().size(), p.samples().size());
+    for (std::size_t n = 0; n < p.samples().size(); ++n) {
+      EXPECT_EQ(q.samples()[n].part, p.samples()[n].part);
+      EXPECT_EQ(q.samples()[n].at, p.samples()[n].at);
+      EXPECT_EQ(q.samples()[n].figures, p.samples()[n].figures);  // bit for bit
+    }
+    EXPECT_EQ(ps::layer_profile_json(q, lines), text);
+  }
+}
+
+TEST(LayerProfileFile, MalformedFilesAreRefusedWithTheLineAndWhatIsWanted) {
+  const std::string good = ps::layer_profile_json(small_profile());
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    const auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return t.replace(at, from.size(), to);
+  };
+  std::string m = profile_error("{\"format\": \"pipesched-layer-profile\"");
+  EXPECT_NE(m.find("prof.json: line 1"), std::string::npos) << m;
+  m = profile_error(with("\"format\": \"pipesched-layer-profile\"", "\"format\": \"x\""));
+  EXPECT_NE(m.find("a layer profile says \"pipesched-layer-profile\""), std::string::npos) << m;
+  m = profile_error(with("\"part\":\"layer\"", "\"part\":\"block\""));
+  EXPECT_NE(m.find("sample 4"), std::string::npos) << m;
+  EXPECT_NE(m.find("\"first\", \"layer\" or \"last\""), std::string::npos) << m;
+  m = profile_error(with("\"forward\":", "\"forwards\":"));
+  EXPECT_NE(m.find("unknown field \"forwards\""), std::string::npos) << m;
+  m = profile_error(with("\"tokens\":256", "\"tokens\":-3"));
+  EXPECT_NE(m.find("line 7"), std::string::npos) << m;
+  EXPECT_NE(m.find("field \"tokens\" is -3"), std::string::npos) << m;
+  m = profile_error(with("\"prefix\":256", "\"prefix\":512"));
+  EXPECT_NE(m.find("do not fill their grid"), std::string::npos) << m;
+  m = profile_error(with("\"hidden\":2048", "\"hidden\":\"wide\""));
+  EXPECT_NE(m.find("field \"hidden\""), std::string::npos) << m;
+  m = profile_error(with("\"samples\": [", "\"sample\": 1, \"samples\": ["));
+  EXPECT_NE(m.find("unknown field \"sample\""), std::string::npos) << m;
+}
 
 }  // namespace test_model_file

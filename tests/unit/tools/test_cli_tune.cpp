@@ -337,7 +337,8 @@ TEST(CliTune, ClusterOptionsAreCheckedInTheFlagsWords) {
   for (const Case& c : {
            Case{"tune --gpus 8 --ranks 4 --global-batch 8" + model, "not both"},
            Case{"tune --gpus 8 --global-batch 8",
-                "give --model NAME|FILE and --device NAME|FILE or --cluster FILE"},
+                "give --model NAME|FILE (or --profile FILE) and --device NAME|FILE or --cluster "
+                "FILE"},
            Case{"tune --gpus 8 --global-batch 8 --dp 2" + model, "--dp is what --gpus searches"},
            Case{"tune --gpus 8 --global-batch 8 --memory-budget 20GB" + model,
                 "held to its device memory"},
@@ -408,6 +409,137 @@ TEST(CliTune, SimulateCountsDataAndTensorParallelism) {
   EXPECT_GT(json_field(dp.out, "makespan"), json_field(plain.out, "makespan"));
   EXPECT_LT(json_field(tp.out, "makespan"), json_field(plain.out, "makespan"));
   EXPECT_LT(json_field(tp.out, "peak_memory_max"), json_field(plain.out, "peak_memory_max"));
+}
+
+// pipesched profile, then tune and simulate from the profile (--profile FILE).
+
+namespace {
+
+// The toy GPT's layers measured on a small grid (once per test program).
+const std::string& toy_profile() {
+  static const std::string path = [] {
+    const std::string file = (scratch() / "toy_profile.json").string();
+    const CliRun r =
+        run("profile --layers 4 --hidden 16 --heads 4 --vocabulary 32 --sequence 16 --tokens "
+            "4,8,16 --prefixes 0,8,12 --microbatch-sizes 1,2 --tp 1,2 --repeats 1 -o '" +
+            file + "'");
+    EXPECT_EQ(r.code, 0) << r.err;
+    return file;
+  }();
+  return path;
+}
+
+}  // namespace
+
+TEST(CliProfile, ClusterPlansFromAProfileReproduceTheirStepTimes) {
+  const std::string profile = toy_profile();
+  const std::string cluster = write(
+      "sixteen.json",
+      R"({"format": "pipesched-cluster", "base": "a100-80gb", "ranks_per_node": 8, "gpus": 16})");
+  CliRun r = run("tune --gpus 16 --profile '" + profile + "' --cluster '" + cluster +
+                 "' --global-batch 32 --bases 1f1b,zb-h1 --slices 1,2 --microbatch-sizes 1,2 "
+                 "--checkpoint none,selective --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
+  const auto& best = doc.at("best");
+  EXPECT_EQ(best.at("pp").number * best.at("dp").number * best.at("tp").number, 16);
+  EXPECT_LE(best.at("tp").number, 2);  // the profile measured degrees 1 and 2
+  EXPECT_FALSE(best.at("sequence_parallel").boolean);
+  // The plan file carries its profile: read back, it simulates to its step time.
+  const ps::tuning::Plan plan = ps::read_plan(r.out, "tune.json");
+  const auto* cost = std::any_cast<ps::TransformerCost>(&plan.cost);
+  ASSERT_NE(cost, nullptr);
+  ASSERT_NE(cost->measured, nullptr);
+  EXPECT_DOUBLE_EQ(ps::simulate(plan.schedule, *cost).makespan, best.at("step_time_s").number);
+  int reproduced = 0;
+  for (const auto& b : doc.at("baselines").array) {
+    if (b.at("step_time_s").type == ps::test_json::Json::Null) continue;
+    const std::string command = b.at("command").string;
+    SCOPED_TRACE(command);
+    EXPECT_NE(command.find("--profile "), std::string::npos);
+    CliRun s = run(command.substr(std::string("pipesched ").size()) + " --json");
+    ASSERT_EQ(s.code, 0) << s.err;
+    EXPECT_DOUBLE_EQ(json_field(s.out, "makespan"), b.at("step_time_s").number);
+    ++reproduced;
+  }
+  EXPECT_EQ(reproduced, 4);
+  // Asked for a degree the profile has not: one note says so.
+  r = run("tune --gpus 16 --profile '" + profile + "' --cluster '" + cluster +
+          "' --global-batch 32 --bases 1f1b --tp 1,4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("no samples at tensor degree 4 (it measured 1, 2)"), std::string::npos)
+      << r.out;
+}
+
+TEST(CliProfile, WhatTheProfileCannotAnswerIsOneSentenceAndExitTwo) {
+  const std::string profile = toy_profile();
+  const std::string base =
+      "simulate --profile '" + profile + "' --device a100-80gb --ranks 2 --microbatches 4";
+  EXPECT_EQ(run(base + " --schedule 1f1b").code, 0);
+  // 16 tokens in 8 slices: 2-token slices, below the grid's 4.
+  CliRun r = run(base + " --schedule seq-1f1b --slices 8");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("slice length of 2 lies outside the layer profile's grid"),
+            std::string::npos)
+      << r.err;
+  r = run(base + " --schedule 1f1b --sequence 64");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("slice length of 64"), std::string::npos) << r.err;
+  r = run(base + " --schedule 1f1b --model gpt3-1.3b");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("measured on another model"), std::string::npos) << r.err;
+  r = run(base + " --schedule 1f1b --tp 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("tensor degree 4"), std::string::npos) << r.err;
+  r = run(base + " --schedule 1f1b --tp 2 --sp");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("without sequence parallelism"), std::string::npos) << r.err;
+  const std::string bad = write("bad_profile.json", "{\"format\": \"pipesched-layer-profile\"}");
+  r = run("simulate --profile '" + bad +
+          "' --device a100-80gb --schedule 1f1b --ranks 2 "
+          "--microbatches 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--profile: " + bad + ": line 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("field \"model\" is missing"), std::string::npos) << r.err;
+  const std::string huge = (scratch() / "huge_profile.json").string();
+  {
+    std::ofstream f(huge);
+    f << "{\"samples\": [" << std::string(17u << 20, ' ') << "]}";
+  }
+  r = run("simulate --profile '" + huge +
+          "' --device a100-80gb --schedule 1f1b --ranks 2 "
+          "--microbatches 4");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("--profile"), std::string::npos) << r.err;
+  r = run("profile --tokens 0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--tokens"), std::string::npos) << r.err;
+  r = run("profile --heads 3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("does not divide --hidden 64"), std::string::npos) << r.err;
+}
+
+TEST(CliTune, AnOverlappedReductionIsInThePlanAndItsCommand) {
+  CliRun r =
+      run("tune --gpus 8 --gpus-per-node 4 --pp 2 --tp 1 --global-batch 16 --model gpt3-1.3b "
+          "--device a100-40gb --sequence 512 --bases interleaved-1f1b --chunks 2 "
+          "--microbatch-sizes 1 --checkpoint none --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
+  const auto& best = doc.at("best");
+  const std::string command = best.at("command").string;
+  EXPECT_NE(command.find(" --overlap-reduction"), std::string::npos) << command;
+  EXPECT_NE(best.at("schedule_text").string.find("REDUCE_GRAD"), std::string::npos);
+  CliRun s = run(command.substr(std::string("pipesched ").size()) + " --json");
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_DOUBLE_EQ(json_field(s.out, "makespan"), best.at("step_time_s").number);
+  // Without the flag the same schedule ends with the serial all-reduce: a longer step.
+  std::string serial = command.substr(std::string("pipesched ").size());
+  serial.erase(serial.find(" --overlap-reduction"), std::string(" --overlap-reduction").size());
+  CliRun t = run(serial + " --json");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_GT(json_field(t.out, "makespan"), best.at("step_time_s").number);
 }
 
 }  // namespace test_cli_tune

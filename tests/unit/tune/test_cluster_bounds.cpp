@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/tune/tune.hpp"
@@ -87,5 +88,46 @@ TEST(ClusterBounds, DegreesThatFitNoFactorizationSayWhy) {
 }
 
 }  // namespace
+
+// Planned plans overlap the data-parallel reduction where it shortens the step.
+
+TEST(ClusterReduction, PlansOverlapTheReductionWhereItShortensTheStepAndBoundsStayBelow) {
+  ps::tuning::ClusterRequest req = request(8);
+  req.gpus_per_node = 4;
+  req.pipeline = {2};
+  req.tensor = {1};
+  req.search.bases = {"interleaved-1f1b", "1f1b"};
+  req.search.chunks = {2};
+  ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
+  model.sequence = 512;
+  const ps::DeviceSpec device = ps::presets::find_device("a100-40gb");
+  const ps::tuning::Result r = ps::tune_cluster(req, model, device);
+  ASSERT_TRUE(r.best);
+  int overlapped = 0;
+  for (const ps::tuning::Baseline& b : r.baselines) {
+    if (!b.plan) continue;
+    const ps::tuning::Plan& p = *b.plan;
+    SCOPED_TRACE(b.base);
+    const auto& cost = std::any_cast<const ps::TransformerCost&>(p.cost);
+    // The same schedule without the reduction as actions: the serial all-reduce at the end.
+    ps::Schedule serial = p.schedule;
+    for (auto& list : serial.ranks)
+      std::erase_if(list, [](const ps::Action& a) {
+        return a.kind == ps::OpKind::ReduceGrad || a.kind == ps::OpKind::WaitReduceGrad;
+      });
+    const ps::SimulationResult plain = ps::simulate(serial, cost);
+    EXPECT_LE(p.makespan, plain.makespan);
+    EXPECT_DOUBLE_EQ(ps::simulate(p.schedule, cost).makespan, p.makespan);
+    if (p.schedule.has_gradient_reduction()) {
+      ++overlapped;
+      EXPECT_LT(p.makespan, plain.makespan);
+    }
+    // The search's lower bound holds for the overlapped step too.
+    EXPECT_LE(ps::detail::makespan_lower_bound(serial, cost, plain), p.makespan * (1 + 1e-12));
+  }
+  // Two chunks per rank: a rank's later chunk finishes its backward early, and its reduction
+  // runs under the other chunk's backward.
+  EXPECT_GE(overlapped, 1);
+}
 
 }  // namespace test_cluster_bounds

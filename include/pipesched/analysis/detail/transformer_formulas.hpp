@@ -28,6 +28,10 @@ struct Unit {
   double backward_collectives = 0;  // seconds of them in I (and B)
   double gemm_wgrad[4] = {};        // per layer, bytes W of each GEMM frees (sum: wgrad / n)
   double head_wgrad = 0;            // bytes W of the LM head frees (last stage)
+  // Measured times (TransformerCost::measured) of F, I, W and R of the whole unit, kernels
+  // only; used instead of the FLOP-based times when `measured` is set.
+  bool measured = false;
+  double measured_forward = 0, measured_input = 0, measured_weight = 0, measured_recompute = 0;
   double layer_gemm_flops() const { return gemms[0] + gemms[1] + gemms[2] + gemms[3]; }
 };
 

@@ -427,7 +427,8 @@ void bind_context(Context& context, int first, std::size_t blocks, const char* w
 
 // Blocks [first, last) of stage `stage` when `blocks` blocks are split over `stages` stages as
 // evenly as possible, earlier stages taking the remainder. Throws when the split is impossible.
-inline std::pair<int, int> block_range(int blocks, int stage, int stages, const char* model) {
+inline std::pair<int, int> block_range(int blocks, int stage, int stages, const char* model,
+                                       const std::vector<int>& split = {}) {
   if (blocks < 1)
     throw invalid_problem(std::string(model) + ": blocks is " + std::to_string(blocks) +
                           "; a model needs at least 1 block");
@@ -439,6 +440,22 @@ inline std::pair<int, int> block_range(int blocks, int stage, int stages, const 
   if (stage < 0 || stage >= stages)
     throw invalid_problem(std::string(model) + ": stage is " + std::to_string(stage) +
                           "; it must be between 0 and " + std::to_string(stages - 1));
+  if (!split.empty()) {
+    long long sum = 0;
+    for (int n : split)
+      sum += n;
+    if (static_cast<int>(split.size()) != stages || sum != blocks ||
+        *std::min_element(split.begin(), split.end()) < 1)
+      throw invalid_problem(std::string(model) + ": stage_blocks has " +
+                            std::to_string(split.size()) + " entries summing to " +
+                            std::to_string(sum) + "; give one entry per stage (" +
+                            std::to_string(stages) + "), each at least 1, summing to blocks (" +
+                            std::to_string(blocks) + ")");
+    int first = 0;
+    for (int s = 0; s < stage; ++s)
+      first += split[static_cast<std::size_t>(s)];
+    return {first, first + split[static_cast<std::size_t>(stage)]};
+  }
   const int base = blocks / stages;
   const int extra = blocks % stages;
   const int first = stage * base + std::min(stage, extra);

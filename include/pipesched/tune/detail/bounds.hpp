@@ -25,9 +25,12 @@
 namespace pipesched::detail {
 
 //! A lower bound on the step time of any schedule over the same units, placement and cost as
-//! `s` (with or without recomputes): a rank cannot start before the forwards of the stages
-//! ahead of its first stage have run and reached it, and then has its own compute to do (and
-//! its step_tail, where the cost model has one).
+//! `s` (with or without recomputes, with or without the gradient reduction as actions): a rank
+//! cannot start before the forwards of the stages ahead of its first stage have run and reached
+//! it, and then has its own compute to do, and its step_tail, where the cost model has one —
+//! with the reduction as actions (has_reduce_seconds) only what no overlap hides: the tail
+//! without the reduction, plus the shortest reduction of its stages (the one its last weight
+//! gradient starts runs after all of its compute).
 template <class Cost>
 double makespan_lower_bound(const Schedule& s, const Cost& cost, const SimulationResult& sim) {
   const Problem& p = s.problem;
@@ -55,6 +58,14 @@ double makespan_lower_bound(const Schedule& s, const Cost& cost, const Simulatio
       first = std::min(first, ahead[static_cast<std::size_t>(st)]);
     double tail = 0;
     if constexpr (has_step_tail<Cost>) tail = static_cast<double>(cost.step_tail(ctx, r));
+    if constexpr (has_step_tail<Cost> && has_reduce_seconds<Cost>) {
+      CostContext scheduled = ctx;
+      scheduled.scheduled_reduction = true;
+      double shortest = std::numeric_limits<double>::infinity();
+      for (int st : stages)
+        shortest = std::min(shortest, static_cast<double>(cost.reduce_seconds(ctx, r, st)));
+      tail = std::min(tail, static_cast<double>(cost.step_tail(scheduled, r)) + shortest);
+    }
     bound = std::max(bound, first + sim.ranks[static_cast<std::size_t>(r)].busy + tail);
   }
   return bound;

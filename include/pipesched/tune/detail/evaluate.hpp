@@ -24,6 +24,7 @@
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/pass/reduce_gradients.hpp"
 #include "pipesched/policy/assemble.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/cost_factory.hpp"
@@ -332,6 +333,19 @@ class Evaluator {
                          const Built& b, const Schedule& s, const SimulationResult& sim,
                          bool with_schedule = true) const {
     const TuneScenario<Cost>& sc = scenarios_[cfg.scenario];
+    // With data-parallel replicas, each stage's gradient reduction as an action right after its
+    // last weight gradient (add_gradient_reduction) overlaps the rest of the rank's list; where
+    // that shortens the step the plan keeps it (its memory is the same).
+    if constexpr (has_reduce_seconds<Cost>) {
+      bool replicas = sc.data > 1;  // a cluster scenario's, or the cost model's own degree
+      if constexpr (parallel_cost<Cost>) replicas = replicas || b.cost.parallelism().data > 1;
+      if (with_schedule && replicas && !s.has_gradient_reduction()) {
+        const Schedule overlapped = add_gradient_reduction(s);
+        const SimulationResult o = simulate(overlapped, b.cost);
+        if (!o.deadlock && o.makespan < sim.makespan)
+          return make_plan(cfg, index, mode, b, overlapped, o, with_schedule);
+      }
+    }
     tuning::Plan p;
     p.base = std::string(cfg.generator->name);
     p.chunks = cfg.chunks;
