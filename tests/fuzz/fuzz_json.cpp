@@ -1,7 +1,8 @@
-// Fuzz target: the JSON reader, then the run-plan reader on what it read. What parses writes
-// back (json::Writer) to text that parses to the same tree; a parse error's position lies in
-// the input; a plan that reads has a grid of its schedule's ranks and a schedule that survives
-// everything a schedule goes through.
+// Fuzz target: the JSON reader, then the layer-profile and run-plan readers on what it read.
+// What parses writes back (json::Writer) to text that parses to the same tree; a parse error's
+// position lies in the input; a layer profile that reads writes back to the same samples and
+// gives each sample's figures at its point; a plan that reads has a grid of its schedule's
+// ranks and a schedule that survives everything a schedule goes through.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,6 +11,7 @@
 #include "fuzz_harness.hpp"
 #include "pipesched/io/json.hpp"
 #include "pipesched/io/json_read.hpp"
+#include "pipesched/io/layer_profile_file.hpp"
 #include "pipesched/io/plan_file.hpp"
 
 namespace {
@@ -100,6 +102,26 @@ int pipesched_fuzz_json(const std::uint8_t* data, std::size_t size) {
   fuzz::require(fuzz::answers([&] { again = json::parse(text, "written.json"); }),
                 "JSON the writer wrote from a parsed tree does not parse", text);
   fuzz::require(same(v, again), "a JSON tree does not survive write + read", text);
+  // As a layer profile: refused with a pipesched::error, or one that reads back once written
+  // and answers each sample's point with that sample's figures.
+  LayerProfile profile;
+  if (fuzz::answers([&] { profile = read_layer_profile(input, "fuzz.json"); })) {
+    const std::string written = layer_profile_json(profile);
+    LayerProfile back;
+    fuzz::require(fuzz::answers([&] { back = read_layer_profile(written, "written.json"); }),
+                  "a layer profile read does not read back once written", written);
+    fuzz::require(back.samples().size() == profile.samples().size(),
+                  "a layer profile written and read back has other samples", written);
+    for (std::size_t n = 0; n < profile.samples().size(); ++n) {
+      const LayerSample& x = profile.samples()[n];
+      fuzz::require(back.samples()[n].figures == x.figures && back.samples()[n].at == x.at &&
+                        back.samples()[n].part == x.part,
+                    "a layer profile sample changed when written and read back", written);
+      fuzz::require(profile.at(x.part, x.at.tensor, x.at.microbatch_size, x.at.tokens,
+                               x.at.prefix) == x.figures,
+                    "a layer profile does not give a sample's figures at its point");
+    }
+  }
   // As a plan: refused with a pipesched::error, or a plan whose parts agree.
   tuning::Plan plan;
   if (!fuzz::answers([&] { plan = read_plan(input, "fuzz.json"); })) return 0;

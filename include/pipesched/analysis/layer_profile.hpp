@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -190,7 +191,6 @@ class LayerProfile {
   struct Grid {
     std::vector<int> b, t, o;
     std::vector<LayerFigures> values;  // b-major, then t, then o
-    std::vector<bool> seen;
     std::size_t offset(std::size_t i, std::size_t j, std::size_t k) const {
       return (i * t.size() + j) * o.size() + k;
     }
@@ -269,37 +269,40 @@ class LayerProfile {
         std::sort(axis->begin(), axis->end());
         axis->erase(std::unique(axis->begin(), axis->end()), axis->end());
       }
-      const std::size_t cells = g.b.size() * g.t.size() * g.o.size();
-      g.values.resize(cells);
-      g.seen.resize(cells, false);
+      // Each point once, and every combination of the axes' values: checked before the grid is
+      // laid out, so that scattered samples cannot ask for a grid of their axes' product.
+      std::set<std::tuple<int, int, int>> points;
+      for (std::size_t n : list) {
+        const LayerPoint& p = samples_[n].at;
+        if (!points.insert({p.microbatch_size, p.tokens, p.prefix}).second)
+          throw invalid_problem("layer profile sample " + std::to_string(n) + " (" +
+                                describe(samples_[n]) +
+                                ") repeats an earlier sample's part and point; give each once.");
+      }
+      const double cells = double(g.b.size()) * double(g.t.size()) * double(g.o.size());
+      if (cells != double(points.size())) {
+        std::string missing;
+        for (std::size_t i = 0; i < g.b.size() && missing.empty(); ++i)
+          for (std::size_t j = 0; j < g.t.size() && missing.empty(); ++j)
+            for (std::size_t k = 0; k < g.o.size() && missing.empty(); ++k)
+              if (!points.count({g.b[i], g.t[j], g.o[k]}))
+                missing = "microbatch size " + std::to_string(g.b[i]) + ", slice length " +
+                          std::to_string(g.t[j]) + ", prefix " + std::to_string(g.o[k]);
+        throw invalid_problem("the layer profile's \"" + std::string(to_string(key.second)) +
+                              "\" samples at tensor degree " + std::to_string(key.first) +
+                              " do not fill their grid: " + std::to_string(list.size()) + " of " +
+                              format_value(cells) + " points, none at " + missing +
+                              "; measure every combination of the sizes the samples name.");
+      }
+      g.values.resize(points.size());
       auto pos = [](const std::vector<int>& axis, int v) {
         return static_cast<std::size_t>(std::lower_bound(axis.begin(), axis.end(), v) -
                                         axis.begin());
       };
       for (std::size_t n : list) {
         const LayerPoint& p = samples_[n].at;
-        const std::size_t at =
-            g.offset(pos(g.b, p.microbatch_size), pos(g.t, p.tokens), pos(g.o, p.prefix));
-        if (g.seen[at])
-          throw invalid_problem("layer profile sample " + std::to_string(n) + " (" +
-                                describe(samples_[n]) +
-                                ") repeats an earlier sample's part and point; give each once.");
-        g.seen[at] = true;
-        g.values[at] = samples_[n].figures;
-      }
-      if (list.size() != cells) {
-        std::string missing;
-        for (std::size_t i = 0; i < g.b.size() && missing.empty(); ++i)
-          for (std::size_t j = 0; j < g.t.size() && missing.empty(); ++j)
-            for (std::size_t k = 0; k < g.o.size() && missing.empty(); ++k)
-              if (!g.seen[g.offset(i, j, k)])
-                missing = "microbatch size " + std::to_string(g.b[i]) + ", slice length " +
-                          std::to_string(g.t[j]) + ", prefix " + std::to_string(g.o[k]);
-        throw invalid_problem("the layer profile's \"" + std::string(to_string(key.second)) +
-                              "\" samples at tensor degree " + std::to_string(key.first) +
-                              " do not fill their grid: " + std::to_string(list.size()) + " of " +
-                              std::to_string(cells) + " points, none at " + missing +
-                              "; measure every combination of the sizes the samples name.");
+        g.values[g.offset(pos(g.b, p.microbatch_size), pos(g.t, p.tokens), pos(g.o, p.prefix))] =
+            samples_[n].figures;
       }
       grids_.emplace(key, std::move(g));
     }

@@ -944,6 +944,12 @@ TEST(LayerProfile, RefusesSamplesThatAreNotOneGrid) {
   refused(s, "but no \"last\" ones");
   s.assign(ps::LayerProfile::max_samples + 1, affine_samples().front());
   refused(s, "more than the");
+  // Scattered points whose axes' product is astronomically large: refused, not laid out.
+  s.clear();
+  for (ps::LayerPart part : {ps::LayerPart::First, ps::LayerPart::Layer, ps::LayerPart::Last})
+    for (int n = 1; n <= 10000; ++n)
+      s.push_back({part, {1, n, n, n}, affine(part, n, n, n)});
+  refused(s, "10000 of 1000000000000 points");
 }
 
 TEST(MeasuredTransformerCost, StagesAreTheirLayersPlusTheirEndsExtras) {
