@@ -31,12 +31,12 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "pipesched/analysis/shared_compute.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/transformer_cost.hpp"
+#include "pipesched/exec/profile.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/toy/data.hpp"
@@ -99,29 +99,8 @@ double kendall_tau(const std::vector<double>& x, const std::vector<double>& y) {
 double median_latency(const std::vector<ps::StepResult>& steps) {
   std::vector<double> seen;
   for (const ps::StepResult& step : steps) {
-    std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> receives;
-    auto key = [](int stage, int mb, int slice, bool fwd) {
-      return (static_cast<std::uint64_t>(stage) << 40) ^ (static_cast<std::uint64_t>(mb) << 16) ^
-             (static_cast<std::uint64_t>(slice) << 1) ^ (fwd ? 1u : 0u);
-    };
-    for (std::size_t r = 0; r < step.executed.ranks.size(); ++r)
-      for (std::size_t p = 0; p < step.executed.ranks[r].size(); ++p) {
-        const ps::Action& a = step.executed.ranks[r][p];
-        if (a.kind == ps::OpKind::RecvF || a.kind == ps::OpKind::RecvB)
-          receives[key(a.stage, a.microbatch, a.slice, a.kind == ps::OpKind::RecvF)] = {r, p};
-      }
-    for (std::size_t r = 0; r < step.executed.ranks.size(); ++r)
-      for (std::size_t p = 0; p < step.executed.ranks[r].size(); ++p) {
-        const ps::Action& a = step.executed.ranks[r][p];
-        if (a.kind != ps::OpKind::SendF && a.kind != ps::OpKind::SendB) continue;
-        const bool fwd = a.kind == ps::OpKind::SendF;
-        const auto it =
-            receives.find(key(fwd ? a.stage + 1 : a.stage - 1, a.microbatch, a.slice, fwd));
-        if (it == receives.end()) continue;
-        const ps::ActionTiming& send = step.ranks[r].timing[p];
-        const ps::ActionTiming& recv = step.ranks[it->second.first].timing[it->second.second];
-        if (recv.start <= send.start) seen.push_back(std::max(0.0, recv.end - send.start));
-      }
+    const std::vector<double> one = ps::detail::profiling::waiting_latencies(step);
+    seen.insert(seen.end(), one.begin(), one.end());
   }
   return seen.empty() ? 0.0 : median(seen);
 }

@@ -129,6 +129,10 @@ class LayerProfile {
   }
   //! Whether it has samples at tensor degree `t`.
   bool has_tensor(int t) const { return grids_.count({t, LayerPart::Layer}) > 0; }
+  //! Throws invalid_problem, naming the degrees measured, unless it has samples at degree `t`.
+  void check_tensor(int t) const {
+    if (!has_tensor(t)) throw invalid_problem(no_degree(t));
+  }
 
   //! The figures of `part` at tensor degree `tensor` for a unit of `b` sequences of `t` tokens
   //! after a prefix of `o`: the sample there, or the linear interpolation between the grid's

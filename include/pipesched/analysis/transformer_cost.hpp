@@ -255,8 +255,7 @@ struct TransformerCost {
     detail::transformer::check_tensor_degree(model, device, parallel);
     if (measured) {
       measured->check_model(model);
-      if (!measured->has_tensor(parallel.tensor))
-        (void)measured->at(LayerPart::Layer, parallel.tensor, 1, 1, 0);  // throws: the degrees
+      measured->check_tensor(parallel.tensor);
       if (parallel.sequence_parallel)
         throw invalid_problem(
             "a layer profile times the layers as they ran, without sequence parallelism; plan "

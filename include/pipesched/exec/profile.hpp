@@ -118,11 +118,11 @@ inline std::vector<double> byte_changes(const StepResult& step, std::size_t r) {
   return change;
 }
 
-// The least time from a send starting to its receive returning, over the messages whose
-// receive was already waiting when the send started (any other receive returns at once and
-// says nothing of the latency); 0 when no receive waited. Assumes the ranks' timelines share
-// their origin (threads of one process do; MPI processes start after a barrier).
-inline double transfer_estimate(const StepResult& step) {
+// The time from a send starting to its receive returning, for each message whose receive was
+// already waiting when the send started (any other receive returns at once and says nothing of
+// the latency). Assumes the ranks' timelines share their origin (threads of one process do; MPI
+// processes start after a barrier).
+inline std::vector<double> waiting_latencies(const StepResult& step) {
   std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> receives;
   for (std::size_t r = 0; r < step.executed.ranks.size(); ++r) {
     const std::vector<Action>& list = step.executed.ranks[r];
@@ -134,7 +134,7 @@ inline double transfer_estimate(const StepResult& step) {
             r, p};
     }
   }
-  double least = std::numeric_limits<double>::infinity();
+  std::vector<double> seen;
   for (std::size_t r = 0; r < step.executed.ranks.size(); ++r) {
     const std::vector<Action>& list = step.executed.ranks[r];
     for (std::size_t p = 0; p < list.size(); ++p) {
@@ -146,10 +146,16 @@ inline double transfer_estimate(const StepResult& step) {
       if (it == receives.end()) continue;
       const ActionTiming& send = step.ranks[r].timing[p];
       const ActionTiming& recv = step.ranks[it->second.first].timing[it->second.second];
-      if (recv.start <= send.start) least = std::min(least, std::max(0.0, recv.end - send.start));
+      if (recv.start <= send.start) seen.push_back(std::max(0.0, recv.end - send.start));
     }
   }
-  return std::isfinite(least) ? least : 0.0;
+  return seen;
+}
+
+// The least of waiting_latencies; 0 when no receive waited.
+inline double transfer_estimate(const StepResult& step) {
+  const std::vector<double> seen = waiting_latencies(step);
+  return seen.empty() ? 0.0 : *std::min_element(seen.begin(), seen.end());
 }
 
 // Checks that `step` is what a pipeline's step() returned: one run per rank of the executed
