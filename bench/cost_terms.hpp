@@ -1,6 +1,7 @@
 // The cost-model terms a report applies (--terms): the device presets' peer_to_peer,
-// memory_reserve and action_overhead and the model presets' dropout, each switched back to
-// the value that leaves it out, to show what each term does to a report's figures.
+// memory_reserve, action_overhead and per-operator compute figures and the model presets'
+// dropout, each switched back to the value that leaves it out, to show what each term does to
+// a report's figures.
 #pragma once
 
 #include <cstdio>
@@ -20,13 +21,16 @@ struct CostTerms {
   bool reserve = true;   // memory_reserve as the preset says (false: 0)
   bool overhead = true;  // action_overhead as the preset says (false: 0)
   bool dropout = true;   // dropout as the preset says (false: masks kept, as before)
+  // The per-operator compute model as the preset says (docs/cost-model.md; false: no tile or
+  // wave quantisation, every kernel at the flat 0.75 of the peak less its 2 µs, as before).
+  bool operators = true;
 };
 
 // "all", "none", or a comma-separated list of no-p2p, reserve, overhead, dropout (those
 // apply, the rest not); nullopt for anything else.
 inline std::optional<CostTerms> parse_terms(std::string_view text) {
   if (text == "all") return CostTerms{};
-  CostTerms t{false, false, false, false};
+  CostTerms t{false, false, false, false, false};
   if (text == "none") return t;
   while (!text.empty()) {
     const std::size_t comma = text.find(',');
@@ -39,6 +43,8 @@ inline std::optional<CostTerms> parse_terms(std::string_view text) {
       t.overhead = true;
     else if (name == "dropout")
       t.dropout = true;
+    else if (name == "operators")
+      t.operators = true;
     else
       return std::nullopt;
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
@@ -51,6 +57,12 @@ inline DeviceSpec with_terms(DeviceSpec device, const CostTerms& t) {
   if (!t.no_p2p) device.peer_to_peer = true;
   if (!t.reserve) device.memory_reserve = 0;
   if (!t.overhead) device.action_overhead = 0;
+  if (!t.operators) {
+    device.sm_count = 0;
+    device.max_efficiency = 0.75;
+    device.attention_efficiency = 0;
+    device.attention_half_keys = 0;
+  }
   return device;
 }
 
@@ -70,14 +82,16 @@ inline std::string describe(const CostTerms& t) {
   add(t.reserve, "reserve");
   add(t.overhead, "overhead");
   add(t.dropout, "dropout");
+  add(t.operators, "operators");
   return s.empty() ? "none" : s;
 }
 
 // The usage line of --terms.
 inline constexpr const char* terms_usage =
     "  --terms T  cost-model terms applied: all (default), none, or a comma-separated list of\n"
-    "             no-p2p, reserve, overhead, dropout (the presets' peer_to_peer,\n"
-    "             memory_reserve, action_overhead and dropout; the rest left out)\n";
+    "             no-p2p, reserve, overhead, dropout, operators (the presets' peer_to_peer,\n"
+    "             memory_reserve, action_overhead, dropout and per-operator compute\n"
+    "             figures; the rest left out)\n";
 
 // What a report was asked for on its command line.
 struct ReportArgs {

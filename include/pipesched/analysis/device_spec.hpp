@@ -3,9 +3,13 @@
 // device" or "the cluster".
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "pipesched/core/error.hpp"
 #include "pipesched/core/format.hpp"
@@ -14,12 +18,25 @@ namespace pipesched {
 
 //! One accelerator and the links between accelerators, as a cost model sees them.
 //!
-//! GEMM efficiency: a GEMM of F FLOPs runs at peak_flops · efficiency(F), with
-//!   efficiency(F) = max_efficiency · F / (F + half_flops),
-//! so large GEMMs approach max_efficiency of the datasheet peak and a GEMM of half_flops
-//! FLOPs reaches half of that. Its time, F / (peak · efficiency(F)) =
-//! (F + half_flops) / (peak · max_efficiency), is the ideal time plus a fixed per-kernel
-//! overhead: short sequence slices (small GEMMs) run further below peak.
+//! Compute time of one kernel (docs/cost-model.md gives every figure's source):
+//! - A GEMM of M×N×K (2·M·N·K FLOPs) runs as output tiles of gemm_tile_m × gemm_tile_n, one
+//!   per streaming multiprocessor at a time, in waves of sm_count tiles (NVIDIA, "Matrix
+//!   Multiplication Background User's Guide", Sec. 3: tile and wave quantisation). A GEMM of
+//!   fewer tiles than SMs is split along K (split-K) into as many parts as fill the SMs, each
+//!   at least gemm_tile_k deep (one step of the tile's K loop). Its time is
+//!     (2·M·N·K / q + half_flops) / (peak_flops · max_efficiency),
+//!   q = M·N·K / (waves · sm_count · gemm_tile_m · gemm_tile_n · K / splits) the fraction of
+//!   the SMs' tile work that is the GEMM's own. With sm_count 0 there is no quantisation.
+//!   max_efficiency is the fraction of peak_flops the best-shaped large GEMM reaches;
+//!   half_flops is a fixed per-kernel time (launch, prologue and epilogue) in FLOPs at that
+//!   rate, so a GEMM of half_flops FLOPs (q = 1) runs at half of max_efficiency.
+//! - Fused attention (FlashAttention) of F FLOPs, whose queries attend to `keys` keys each
+//!   on average, runs its query tiles of 128 rows over the SMs in waves as a GEMM's output
+//!   tiles, at peak_flops · attention_efficiency · keys / (keys + attention_half_keys) per
+//!   full wave: each query tile's loop over the keys carries a fixed cost worth
+//!   attention_half_keys keys. attention_efficiency 0 = max_efficiency.
+//! - gemm_efficiency_table, when not empty, replaces the GEMM model by measured efficiency
+//!   against FLOPs (see there).
 struct DeviceSpec {
   std::string name;                //!< e.g. "h100"
   double peak_flops = 0;           //!< dense 16-bit tensor-core FLOP/s (datasheet, no sparsity)
@@ -46,14 +63,79 @@ struct DeviceSpec {
   double action_overhead = 0;
   double max_efficiency = 0.75;  //!< fraction of peak_flops large GEMMs reach
   double half_flops = 2e9;       //!< GEMM size (FLOPs) reaching half of max_efficiency
+  //! Streaming multiprocessors (compute units) GEMM tiles spread over; 0 = no tile or wave
+  //! quantisation (every GEMM of F FLOPs runs as efficiency(F) says).
+  int sm_count = 0;
+  int gemm_tile_m = 128;  //!< rows of a GEMM's output tile (along M)
+  int gemm_tile_n = 256;  //!< columns of a GEMM's output tile (along N)
+  int gemm_tile_k = 64;   //!< depth of one step of a tile's K loop; split-K parts are no shorter
+  //! Fraction of peak_flops fused attention reaches on long sequences; 0 = max_efficiency.
+  double attention_efficiency = 0;
+  //! Keys per query at which fused attention runs at half of attention_efficiency (its
+  //! per-tile fixed cost, in keys); 0 = none.
+  double attention_half_keys = 0;
+  //! Measured GEMM efficiency: (FLOPs of one GEMM, fraction of peak_flops it reached) pairs,
+  //! FLOPs strictly increasing. When not empty, a GEMM of F FLOPs runs at the fraction
+  //! interpolated linearly in log F between the two pairs around it (the first or last
+  //! pair's fraction outside them), instead of the quantisation model above.
+  std::vector<std::pair<double, double>> gemm_efficiency_table;
 
-  //! Fraction of peak_flops a GEMM of `flops` FLOPs achieves (see above).
+  //! Fraction of peak_flops a GEMM of `flops` FLOPs achieves without quantisation (see
+  //! above), or as gemm_efficiency_table says when it is not empty.
   double efficiency(double flops) const noexcept {
-    return flops > 0 ? max_efficiency * flops / (flops + half_flops) : 0.0;
+    if (flops <= 0) return 0.0;
+    if (!gemm_efficiency_table.empty()) return table_efficiency(flops);
+    return max_efficiency * flops / (flops + half_flops);
   }
-  //! Time of a GEMM (or fused attention kernel) of `flops` FLOPs; 0 for no work.
+  //! Time of a GEMM of `flops` FLOPs without quantisation (its shape unknown); 0 for no
+  //! work.
   double gemm_time(double flops) const noexcept {
-    return flops > 0 ? (flops + half_flops) / (peak_flops * max_efficiency) : 0.0;
+    if (flops <= 0) return 0.0;
+    if (!gemm_efficiency_table.empty()) return flops / (peak_flops * table_efficiency(flops));
+    return (flops + half_flops) / (peak_flops * max_efficiency);
+  }
+  //! Fraction of the SMs' tile work of an M×N×K GEMM that is its own (tile and wave
+  //! quantisation, split-K below one wave; see above); 1 without sm_count.
+  double gemm_quantisation(double m, double n, double k) const noexcept {
+    if (sm_count <= 0 || m <= 0 || n <= 0 || k <= 0) return 1.0;
+    const double Tm = std::max(1, gemm_tile_m), Tn = std::max(1, gemm_tile_n);
+    const double Tk = std::max(1, gemm_tile_k), S = sm_count;
+    const double tiles = std::ceil(m / Tm) * std::ceil(n / Tn);
+    double splits = 1;
+    if (tiles < S) splits = std::max(1.0, std::min(std::floor(S / tiles), std::floor(k / Tk)));
+    const double waves = std::ceil(tiles * splits / S);
+    return (m * n * k) / (waves * S * Tm * Tn * (k / splits));
+  }
+  //! Time of an M×N×K GEMM (2·M·N·K FLOPs; see above); 0 for no work.
+  double gemm_time(double m, double n, double k) const noexcept {
+    const double flops = 2 * m * n * k;
+    if (!(flops > 0)) return 0.0;
+    if (!gemm_efficiency_table.empty()) return gemm_time(flops);
+    return (flops / gemm_quantisation(m, n, k) + half_flops) / (peak_flops * max_efficiency);
+  }
+  //! Time of a fused attention kernel of `flops` FLOPs over `query_tiles` tiles of 128 query
+  //! rows whose queries attend to `keys` keys on average (see above); 0 for no work.
+  double attention_time(double flops, double keys, double query_tiles) const noexcept {
+    if (!(flops > 0)) return 0.0;
+    const double top = attention_efficiency > 0 ? attention_efficiency : max_efficiency;
+    const double length = keys > 0 ? keys / (keys + attention_half_keys) : 1.0;
+    double q = 1.0;
+    if (sm_count > 0 && query_tiles > 0)
+      q = query_tiles / (std::ceil(query_tiles / sm_count) * sm_count);
+    return (flops / (q * length) + half_flops) / (peak_flops * top);
+  }
+
+  //! gemm_efficiency_table's fraction at `flops` (see there); the table is not empty.
+  double table_efficiency(double flops) const noexcept {
+    const auto& t = gemm_efficiency_table;
+    if (flops <= t.front().first) return t.front().second;
+    if (flops >= t.back().first) return t.back().second;
+    std::size_t i = 1;
+    while (t[i].first < flops)
+      ++i;
+    const double x0 = std::log(t[i - 1].first), x1 = std::log(t[i].first);
+    const double w = (std::log(flops) - x0) / (x1 - x0);
+    return t[i - 1].second + w * (t[i].second - t[i - 1].second);
   }
 
   //! Bytes the model may use: memory_bytes less memory_reserve.
@@ -116,8 +198,8 @@ struct DeviceRange {
 //! 8 to 192 GB) and for toy or future ones two to three orders of magnitude either side;
 //! narrow enough that a figure typed in the wrong unit (989.4 for 989.4 TFLOP/s, 80 for 80 GB,
 //! 2 for 2 µs) is caught, and that every time the simulator derives stays finite.
-inline const DeviceRange (&device_ranges())[11] {
-  static const DeviceRange list[11] = {
+inline const DeviceRange (&device_ranges())[13] {
+  static const DeviceRange list[13] = {
       {"peak_flops",
        &DeviceSpec::peak_flops,
        1e9,
@@ -206,6 +288,22 @@ inline const DeviceRange (&device_ranges())[11] {
        "FLOPs",
        "0 is no small-GEMM penalty; a GEMM of 1e18 FLOPs runs for minutes on any device",
        {{0, ""}, {0, ""}}},
+      {"attention_efficiency",
+       &DeviceSpec::attention_efficiency,
+       0,
+       false,
+       1,
+       "",
+       "0 takes max_efficiency; fused attention reaches 0.5 to 0.75 of peak, never more than all",
+       {{0.01, "a percentage"}, {0, ""}}},
+      {"attention_half_keys",
+       &DeviceSpec::attention_half_keys,
+       0,
+       false,
+       1e7,
+       "keys",
+       "0 is no per-tile cost; 1e7 keys is longer than any sequence trained",
+       {{0, ""}, {0, ""}}},
   };
   return list;
 }
@@ -272,6 +370,33 @@ inline void DeviceSpec::check() const {
     bad("ranks_per_node", std::to_string(ranks_per_node),
         "a node holds from 1 to " + std::to_string(max_ranks_per_node) +
             " ranks (GPUs; the largest NVLink domains hold 72 to 576)");
+  if (sm_count < 0 || sm_count > 100000)
+    bad("sm_count", std::to_string(sm_count),
+        "use 0 (no tile or wave quantisation) or the device's streaming multiprocessors (an "
+        "RTX 4090 has 128, an H100 132), at most 100000");
+  for (auto [key, v] :
+       {std::pair{"gemm_tile_m", gemm_tile_m}, std::pair{"gemm_tile_n", gemm_tile_n},
+        std::pair{"gemm_tile_k", gemm_tile_k}})
+    if (v < 1 || v > 4096)
+      bad(key, std::to_string(v),
+          "give a GEMM tile's size in values, from 1 to 4096 (cuBLAS and CUTLASS tiles are 32 "
+          "to 256)");
+  for (std::size_t i = 0; i < gemm_efficiency_table.size(); ++i) {
+    const auto& [flops, fraction] = gemm_efficiency_table[i];
+    const std::string at = "gemm_efficiency_table[" + std::to_string(i) + "]";
+    if (!(std::isfinite(flops) && flops > 0 && flops <= 1e18))
+      bad("gemm_efficiency_table", at + " FLOPs " + detail::figure_text(flops),
+          "give each pair's GEMM FLOPs above 0 and at most 1e18");
+    if (!(std::isfinite(fraction) && fraction > 0 && fraction <= 1))
+      bad("gemm_efficiency_table", at + " fraction " + detail::figure_text(fraction),
+          "give each pair's efficiency as a fraction of peak_flops above 0 and at most 1");
+    if (i > 0 && !(flops > gemm_efficiency_table[i - 1].first))
+      bad("gemm_efficiency_table", at + " FLOPs " + detail::figure_text(flops),
+          "list the pairs by strictly increasing FLOPs");
+  }
+  if (gemm_efficiency_table.size() > 4096)
+    bad("gemm_efficiency_table", std::to_string(gemm_efficiency_table.size()) + " pairs",
+        "give at most 4096 pairs");
   if (node_ports < 0 || node_ports > max_ranks_per_node)
     bad("node_ports", std::to_string(node_ports),
         "use 0 (one per rank) or a count of network ports from 1 to " +

@@ -34,17 +34,39 @@ namespace detail {
 
 inline constexpr double gib = 1024.0 * 1024.0 * 1024.0;
 
-// Assumptions shared by every device preset (no datasheet gives them):
-// - large GEMMs reach 75 % of the dense peak; a GEMM reaches half of that when its ideal
-//   time is 2 µs, about one kernel launch, so half_flops = peak × 2 µs;
-// - small-message latency 5 µs over NVLink, 10 µs over PCIe or between nodes.
+// Compute figures (DeviceSpec's class comment gives the model; docs/cost-model.md each
+// source):
+// - max_efficiency, the fraction of the dense peak the best-shaped large BF16 GEMM reaches,
+//   is the measured "maximum achievable matmul FLOPS" of S. Bekman, "Machine Learning
+//   Engineering", compute/accelerator/README.md (mamf-finder.py over torch.matmul): H100 SXM
+//   792.1 of 989 TFLOP/s = 0.801, A100 SXM 267.9 of 312 = 0.859. The H200 takes the H100's
+//   (the same GH100 die and clocks; the table's GH200 reaches 0.830). No published figure for
+//   the RTX 4090: 0.75 is an assumption there.
+// - half_flops = peak × 2 µs: a kernel's fixed time (launch, prologue, epilogue) is taken as
+//   2 µs, about one kernel launch (an assumption).
+// - sm_count: the datasheets' / whitepapers' streaming multiprocessors (H100 and H200 SXM 132,
+//   A100 108, RTX 4090 128). The GEMM tile is DeviceSpec's default 128 × 256 × 64, CUTLASS's
+//   default threadblock shape for 16-bit tensor-core GEMMs on Ampere and later
+//   (cutlass/gemm/device/default_gemm_configuration.h, OpClassTensorOp, Sm80: GemmShape<128,
+//   256, 64>), one of the large tiles the NVIDIA guide names most efficient.
+// - attention: FlashAttention-3 forward on an H100, head dimension 128, 16 heads, batch ×
+//   sequence = 16k tokens, non-causal (pytorch/benchmark pull request 2391): 430.3, 517.1,
+//   565.5, 590.2, 614.2 and 620.7 TFLOP/s at 512 to 16384 keys. P · s / (s + c) fits them
+//   within 0.9 % at c = 234 keys and P = 629.6 TFLOP/s; that benchmark's 2048 query tiles run
+//   as 16 waves of 132 (0.970 of them full), so its per-wave rate is 649.2 TFLOP/s, 0.656 of
+//   989.4: attention_efficiency 0.656, attention_half_keys 234 (the H200 the same). A100:
+//   FlashAttention-2's forward reaches up to 73 % of the A100's peak (Dao 2023, "FlashAttention-
+//   2", Sec. 4.1); attention_half_keys 234 is assumed there and on the RTX 4090, whose
+//   attention_efficiency is left at 0 (max_efficiency's 0.75, no published figure).
+// - latencies: small messages take 5 µs over NVLink, 10 µs over PCIe or between nodes
+//   (assumptions).
 // Capacities: the datasheets' "80 GB" etc. are binary sizes (nvidia-smi reports 81920 MiB
 // for an A100 80GB), so they are taken as GiB.
-inline constexpr double max_efficiency = 0.75;
 inline constexpr double half_time = 2e-6;
 inline constexpr double nvlink_latency = 5e-6;
 inline constexpr double pcie_latency = 10e-6;
 inline constexpr double network_latency = 10e-6;
+inline constexpr double attention_half_keys = 234;
 
 inline constexpr double mib = 1024.0 * 1024.0;
 // Memory every device preset reserves (DeviceSpec::memory_reserve), 966 MiB:
@@ -67,9 +89,17 @@ inline constexpr double memory_reserve = 781e6 + 8 * 3 * nccl_connection_buffers
 // idle GPU and its launch is not hidden behind earlier work.
 inline constexpr double action_overhead = 2e-6;
 
+// The compute figures of a preset: max_efficiency, streaming multiprocessors and
+// attention_efficiency (0 = max_efficiency), as the comment above sources them.
+struct Compute {
+  double max_efficiency;
+  int sm_count;
+  double attention_efficiency;
+};
+
 inline DeviceSpec device(std::string name, double peak, double bandwidth, double capacity,
                          double link, double link_latency, int per_node, double node_link,
-                         int node_ports = 0) {
+                         Compute compute, int node_ports = 0) {
   DeviceSpec d;
   d.name = std::move(name);
   d.peak_flops = peak;
@@ -81,8 +111,11 @@ inline DeviceSpec device(std::string name, double peak, double bandwidth, double
   d.node_link_bandwidth = node_link;
   d.node_link_latency = network_latency;
   d.node_ports = node_ports;
-  d.max_efficiency = max_efficiency;
+  d.max_efficiency = compute.max_efficiency;
   d.half_flops = peak * half_time;
+  d.sm_count = compute.sm_count;
+  d.attention_efficiency = compute.attention_efficiency;
+  d.attention_half_keys = attention_half_keys;
   d.memory_reserve = memory_reserve;
   d.action_overhead = action_overhead;
   return d;
@@ -106,8 +139,11 @@ std::string known_names(const std::vector<Preset>& list) {
 }  // namespace detail
 
 namespace detail {
+inline constexpr Compute hopper{0.801, 132, 0.656};
+inline constexpr Compute ampere{0.859, 108, 0.73};
 inline DeviceSpec rtx4090() {
-  DeviceSpec d = device("rtx-4090", 165.2e12, 1008e9, 24 * gib, 31.5e9, pcie_latency, 8, 12.5e9, 1);
+  DeviceSpec d = device("rtx-4090", 165.2e12, 1008e9, 24 * gib, 31.5e9, pcie_latency, 8, 12.5e9,
+                        Compute{0.75, 128, 0.0}, 1);
   d.peer_to_peer = false;
   return d;
 }
@@ -126,27 +162,31 @@ inline const std::vector<DevicePreset>& devices() {
       {"h100",
        "NVIDIA H100 SXM5 80GB: 989 TFLOP/s BF16, 3.35 TB/s, NVLink 450 GB/s/dir, 8 per node, "
        "400 Gb/s IB",
-       device("h100", 989.4e12, 3.35e12, 80 * gib, 450e9, detail::nvlink_latency, 8, 50e9)},
+       device("h100", 989.4e12, 3.35e12, 80 * gib, 450e9, detail::nvlink_latency, 8, 50e9,
+              detail::hopper)},
       // NVIDIA H200 Tensor Core GPU datasheet (SXM): same tensor cores as H100 (BF16 1,979
       // TFLOP/s with sparsity, 989.4 dense); 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s total.
       // HGX H200: 8 GPUs per node, 400 Gb/s InfiniBand per GPU.
       {"h200",
        "NVIDIA H200 SXM 141GB: 989 TFLOP/s BF16, 4.8 TB/s, NVLink 450 GB/s/dir, 8 per node, "
        "400 Gb/s IB",
-       device("h200", 989.4e12, 4.8e12, 141 * gib, 450e9, detail::nvlink_latency, 8, 50e9)},
+       device("h200", 989.4e12, 4.8e12, 141 * gib, 450e9, detail::nvlink_latency, 8, 50e9,
+              detail::hopper)},
       // NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): BF16 tensor 312 TFLOP/s dense
       // (624 with sparsity); 80 GB HBM2e at 2,039 GB/s; NVLink 600 GB/s total, 300 each way.
       // DGX A100: 8 GPUs per node, one 200 Gb/s (25 GB/s) HDR InfiniBand port per GPU.
       {"a100-80gb",
        "NVIDIA A100 SXM4 80GB: 312 TFLOP/s BF16, 2.04 TB/s, NVLink 300 GB/s/dir, 8 per node, "
        "200 Gb/s IB",
-       device("a100-80gb", 312e12, 2039e9, 80 * gib, 300e9, detail::nvlink_latency, 8, 25e9)},
+       device("a100-80gb", 312e12, 2039e9, 80 * gib, 300e9, detail::nvlink_latency, 8, 25e9,
+              detail::ampere)},
       // Same datasheet (SXM4 40GB): 312 TFLOP/s BF16 dense; 40 GB HBM2 at 1,555 GB/s; links
       // as the 80GB part (DGX A100 40GB).
       {"a100-40gb",
        "NVIDIA A100 SXM4 40GB: 312 TFLOP/s BF16, 1.56 TB/s, NVLink 300 GB/s/dir, 8 per node, "
        "200 Gb/s IB",
-       device("a100-40gb", 312e12, 1555e9, 40 * gib, 300e9, detail::nvlink_latency, 8, 25e9)},
+       device("a100-40gb", 312e12, 1555e9, 40 * gib, 300e9, detail::nvlink_latency, 8, 25e9,
+              detail::ampere)},
       // NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): 165.2 TFLOP/s dense
       // FP16 / BF16 tensor with FP32 accumulate (what mixed-precision training uses; 330.3
       // with FP16 accumulate); 24 GB GDDR6X, 384-bit at 21 Gb/s = 1,008 GB/s. No NVLink:

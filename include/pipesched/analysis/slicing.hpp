@@ -133,6 +133,17 @@ class SpanTimer {
   Placement placement_;
 };
 
+//! The tokens slice boundaries go in multiples of when `slices` slices cut `base`'s sequence:
+//! the cost model's slice_granule() where it has one (TransformerCost: a GEMM tile's rows,
+//! so that no slice pays for a partly used tile that its neighbour could have filled) and the
+//! sequence holds that many per slice; else 1.
+template <class C>
+int slice_granule(const C& base, int slices) {
+  int g = 1;
+  if constexpr (requires { base.slice_granule(); }) g = std::max(1, base.slice_granule());
+  return static_cast<long long>(g) * slices <= base.sequence_tokens() ? g : 1;
+}
+
 //! Checks that `lengths` cut `sequence` into slices of at least one token.
 inline void check_lengths(const std::vector<int>& lengths, int sequence, const char* who) {
   if (lengths.empty())
@@ -191,12 +202,14 @@ double slice_forward_time(const C& cost, SliceSpan span) {
 }
 
 //! K slice lengths, summing to `base.sequence_tokens()`, each >= 1, whose forwards take the same
-//! time through the whole model (slice_forward_time) to within the cost of one token: the
-//! first K − 1 slices are cut as long as a target time allows, the last takes the rest, and
-//! the target is the least one at which the rest fits (bisection). A later slice attends to
-//! a longer prefix, so the lengths never increase. `base.slice_lengths` and its layer split
-//! (Parallelism::layers, split) are ignored. Throws
-//! invalid_problem for a bad model or device, K < 1 or K > sequence.
+//! time through the whole model (slice_forward_time) to within the cost of one granule of
+//! tokens (detail::slice_granule: 1, or a GEMM tile's rows when the device quantises GEMMs,
+//! so that the first K − 1 slices are whole tiles): the first K − 1 slices are cut as long
+//! as a target time allows, in whole granules, the last takes the rest, and the target is
+//! the least one at which the rest fits (bisection). A later slice attends to a longer
+//! prefix, so the lengths never increase by more than a granule. `base.slice_lengths` and its layer
+//! split (Parallelism::layers, split) are ignored. Throws invalid_problem for a bad model or
+//! device, K < 1 or K > sequence.
 template <sliceable_cost C>
 std::vector<int> balanced_slices(const C& base, int slices) {
   constexpr const char* who = "balanced_slices";
@@ -209,21 +222,23 @@ std::vector<int> balanced_slices(const C& base, int slices) {
   // The greedy cut for target `target`: each slice but the last as long as the target
   // allows, leaving a token for every slice after it; true when every slice fits.
   std::vector<int> lengths(static_cast<std::size_t>(slices));
+  const int g = detail::slice_granule(base, slices);
   auto cut = [&](double target) {
     int offset = 0;
     for (int k = 0; k + 1 < slices; ++k) {
-      if (forward(offset, 1) > target) return false;     // not even one token fits
-      const int room = seq - offset - (slices - 1 - k);  // the longest this slice may be
-      int lo = 1, hi = room;  // forward(offset, ·) increases with the length
+      if (forward(offset, g) > target) return false;  // not even one granule fits
+      // The longest this slice may be, in granules: a granule for every slice after it.
+      const int room = (seq - offset) / g - (slices - 1 - k);
+      int lo = 1, hi = room;  // forward(offset, ·) does not decrease with the length
       while (lo < hi) {
         const int mid = lo + (hi - lo + 1) / 2;
-        if (forward(offset, mid) <= target)
+        if (forward(offset, mid * g) <= target)
           lo = mid;
         else
           hi = mid - 1;
       }
-      lengths[static_cast<std::size_t>(k)] = lo;
-      offset += lo;
+      lengths[static_cast<std::size_t>(k)] = lo * g;
+      offset += lo * g;
     }
     lengths.back() = seq - offset;
     return forward(offset, seq - offset) <= target;
@@ -401,14 +416,17 @@ std::vector<int> terapipe_slices(const C& base, int slices, int ranks) {
     return grid;
   };
 
-  const int step =
-      std::max(1, std::min((seq + terapipe_grid_steps - 1) / terapipe_grid_steps, seq / slices));
+  // Steps in whole granules (detail::slice_granule): boundaries on a GEMM tile's rows.
+  const int g = detail::slice_granule(base, slices);
+  auto granules = [g](int tokens) { return std::max(g, (tokens + g - 1) / g * g); };
+  const int step = std::min(granules((seq + terapipe_grid_steps - 1) / terapipe_grid_steps),
+                            std::max(g, seq / slices / g * g));
   std::vector<int> grid = known_cuts;
   for (int x = 0; x < seq; x += step)
     grid.push_back(x);
   std::vector<int> cut = detail::terapipe_cut(time, sorted(grid), slices, ranks);
-  for (int fine = step; fine > 1;) {
-    fine = (fine + terapipe_refine_points - 1) / terapipe_refine_points;
+  for (int fine = step; fine > g;) {
+    fine = granules((fine + terapipe_refine_points - 1) / terapipe_refine_points);
     grid = known_cuts;
     for (int b : cut)
       for (int j = -terapipe_refine_points; j <= terapipe_refine_points; ++j)

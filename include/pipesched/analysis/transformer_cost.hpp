@@ -1,5 +1,5 @@
 // TransformerCost: a cost model for decoder-only transformers (GPT and Llama shapes) on a
-// given device. Durations come from FLOP counts per action and a GEMM efficiency curve,
+// given device. Durations come from each action's GEMM shapes and attention FLOPs on the device,
 // memory from activation sizes per layer (Korthikanti et al. 2022), transfer times from the
 // message size and the link between the two ranks.
 //
@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,8 +53,13 @@ namespace pipesched {
 //! FLOPs again); B = I + W; R = F. A W cut into parts (CostContext::wgrad_parts) takes an
 //! even share per part.
 //!
-//! Duration: every GEMM (and the attention kernel) takes DeviceSpec::gemm_time of its FLOPs,
-//! plus one pass of memory traffic, bytes / memory_bandwidth, standing in for the
+//! Duration: every weight GEMM takes DeviceSpec::gemm_time of its shape (tile and wave
+//! quantisation; DeviceSpec's class comment): the forward GEMM of a weight of d input and w
+//! output features (per GPU) is M × N × K = b·t × w × d, its input gradient b·t × d × w, its
+//! weight gradient d × w × b·t; the attention kernel takes DeviceSpec::attention_time of its
+//! FLOPs (twice them backward), whose queries attend to o + (t + 1)/2 keys on average, in
+//! b · a/t_p · ⌈t/128⌉ query tiles (t_p the tensor degree). An action adds
+//! one pass of memory traffic, bytes / memory_bandwidth, standing in for the
 //! elementwise kernels (norms, activation functions, dropout, residual adds) that touch each
 //! stored tensor about once: F and R over the bytes a full F stores, I over the bytes it
 //! frees, W over the bytes it frees, B over all of them (so B = I + W in time too). Every
@@ -581,6 +587,15 @@ struct TransformerCost {
            bytes / (device.node_link_bandwidth * detail::transformer::port_share(device, senders));
   }
 
+  //! Tokens slice boundaries go in multiples of (balanced_slices, terapipe_slices): the
+  //! fewest whose b·t rows fill whole GEMM tiles, gemm_tile_m / gcd(b, gemm_tile_m), when the
+  //! device quantises GEMMs (sm_count > 0, no measured table, no measured layers); else 1.
+  int slice_granule() const noexcept {
+    if (device.sm_count <= 0 || !device.gemm_efficiency_table.empty() || measured) return 1;
+    const int rows = std::max(1, device.gemm_tile_m);
+    return rows / std::gcd(rows, std::max(1, model.microbatch_size));
+  }
+
   //! The node of pipeline rank `rank`'s first GPU (GPU rank · t · d; see Parallelism).
   int node_of(int rank) const noexcept {
     const long long gpu = static_cast<long long>(rank) * parallel.tensor * parallel.data;
@@ -588,11 +603,47 @@ struct TransformerCost {
   }
 
  private:
+  // Everything about one (stage, slice) unit of a microbatch (detail/transformer_formulas.hpp).
+  using Unit = detail::transformer::Unit;
+
+  // The three GEMMs of a weight: forward, input gradient, weight gradient.
+  enum class Pass { Forward, Input, Weight };
+
+  // Seconds of weight GEMM `k` of unit `u` (0..3 a layer's, -1 the LM head) in `pass`, once
+  // (DeviceSpec::gemm_time of its shape; see Unit).
+  double gemm_seconds(const Unit& u, int k, Pass pass) const {
+    const int i = k < 0 ? 4 : k;
+    const double m = u.tokens, n = u.width[i], d = u.depth[i];
+    if (k < 0 && u.head <= 0) return 0.0;
+    switch (pass) {
+      case Pass::Forward:
+        return device.gemm_time(m, n, d);
+      case Pass::Input:
+        return device.gemm_time(m, d, n);
+      case Pass::Weight:
+        return device.gemm_time(d, n, m);
+    }
+    return 0.0;
+  }
+
+  // Seconds of the unit's weight GEMMs in `pass`: its n layers' four and the LM head.
+  double gemms_seconds(const Unit& u, Pass pass) const {
+    double layer = 0;
+    for (int k = 0; k < 4; ++k)
+      layer += gemm_seconds(u, k, pass);
+    return u.n * layer + gemm_seconds(u, -1, pass);
+  }
+
+  // Seconds of the unit's n layers' attention kernels, forward (`factor` 1) or input
+  // gradient (2: twice the FLOPs).
+  double attention_seconds(const Unit& u, double factor) const {
+    return u.n * device.attention_time(factor * u.attention, u.attention_keys, u.attention_tiles);
+  }
+
   // Seconds of the kernels of compute action `a` (not an Overlap): duration less
   // DeviceSpec::action_overhead.
   double compute_seconds(const CostContext& ctx, const Action& a) const {
     const Unit u = unit(ctx, a.stage, a.slice);
-    const DeviceSpec& d = device;
     if (u.measured) {
       const double weight = u.measured_weight;
       switch (a.kind) {
@@ -607,7 +658,7 @@ struct TransformerCost {
           double all = 0, mine = 0;
           for (int p = 0; p < static_cast<int>(parts(ctx)); ++p)
             for_each_gemm_of_part(ctx, u, p, [&](int k) {
-              const double t = d.gemm_time(k < 0 ? u.head : u.gemms[k]);
+              const double t = gemm_seconds(u, k, Pass::Weight);
               all += t;
               if (p == a.part) mine += t;
             });
@@ -619,16 +670,12 @@ struct TransformerCost {
           return 0.0;
       }
     }
-    double gemm = 0;  // the weight GEMMs once (forward, input gradients or weight gradients)
-    for (double g : u.gemms)
-      gemm += d.gemm_time(g);
-    gemm = u.n * gemm + d.gemm_time(u.head);
-    const double bw = d.memory_bandwidth;
-    const double fwd =
-        gemm + u.n * d.gemm_time(u.attention) + u.activation / bw + u.forward_collectives;
-    const double input = gemm + u.n * d.gemm_time(2 * u.attention) + (u.activation - u.wgrad) / bw +
-                         u.backward_collectives;
-    const double weight = gemm + u.wgrad / bw;
+    const double bw = device.memory_bandwidth;
+    const double fwd = gemms_seconds(u, Pass::Forward) + attention_seconds(u, 1) +
+                       u.activation / bw + u.forward_collectives;
+    const double input = gemms_seconds(u, Pass::Input) + attention_seconds(u, 2) +
+                         (u.activation - u.wgrad) / bw + u.backward_collectives;
+    const double weight = gemms_seconds(u, Pass::Weight) + u.wgrad / bw;
     switch (a.kind) {
       case OpKind::F:
       case OpKind::R:
@@ -639,8 +686,7 @@ struct TransformerCost {
         if (wgrad_split == WGradSplit::Even) return weight / parts(ctx);
         double sum = 0;
         for_each_gemm_of_part(ctx, u, a.part, [&](int k) {
-          sum += d.gemm_time(k < 0 ? u.head : u.gemms[k]) +
-                 (k < 0 ? u.head_wgrad : u.gemm_wgrad[k]) / bw;
+          sum += gemm_seconds(u, k, Pass::Weight) + (k < 0 ? u.head_wgrad : u.gemm_wgrad[k]) / bw;
         });
         return sum;
       }
@@ -650,9 +696,6 @@ struct TransformerCost {
         return 0.0;
     }
   }
-
-  // Everything about one (stage, slice) unit of a microbatch (detail/transformer_formulas.hpp).
-  using Unit = detail::transformer::Unit;
 
   static void check_stage(int stages, int stage) {
     if (stage < 0 || stage >= stages)

@@ -70,10 +70,22 @@ inline const std::vector<Field>& fields() {
       {"max_efficiency", &DeviceSpec::max_efficiency, nullptr, nullptr,
        "fraction of peak_flops large GEMMs reach"},
       {"half_flops", &DeviceSpec::half_flops, nullptr, nullptr,
-       "GEMM FLOPs reaching half of max_efficiency"},
+       "a kernel's fixed time, in FLOPs at max_efficiency"},
+      {"sm_count", nullptr, &DeviceSpec::sm_count, nullptr,
+       "streaming multiprocessors, 0 = no tile or wave quantisation"},
+      {"gemm_tile_m", nullptr, &DeviceSpec::gemm_tile_m, nullptr, "rows of a GEMM output tile"},
+      {"gemm_tile_n", nullptr, &DeviceSpec::gemm_tile_n, nullptr, "columns of a GEMM output tile"},
+      {"gemm_tile_k", nullptr, &DeviceSpec::gemm_tile_k, nullptr, "depth of a GEMM tile's K step"},
+      {"attention_efficiency", &DeviceSpec::attention_efficiency, nullptr, nullptr,
+       "fraction of peak_flops fused attention reaches, 0 = max_efficiency"},
+      {"attention_half_keys", &DeviceSpec::attention_half_keys, nullptr, nullptr,
+       "keys per query at which attention runs at half its rate"},
   };
   return list;
 }
+
+//! The key of DeviceSpec::gemm_efficiency_table: an array of [FLOPs, fraction] pairs.
+inline constexpr std::string_view table_key = "gemm_efficiency_table";
 
 //! The fields a file without "base" must give: those whose DeviceSpec default is no device.
 inline const std::vector<std::string>& required() {
@@ -87,7 +99,7 @@ inline std::string known_keys(bool cluster) {
   std::string out = "format, name, description, base";
   for (const Field& f : fields())
     out += std::string(", ") + f.name;
-  return out + (cluster ? ", gpus" : "");
+  return out + ", " + std::string(table_key) + (cluster ? ", gpus" : "");
 }
 
 //! The part of DeviceSpec::check's message after "is out of range; " (what is right).
@@ -126,7 +138,7 @@ inline DeviceFile read_object(const json::Value& doc, const std::string& source,
   }
   for (const json::Value::Member& m : doc.object()) {
     const bool known = m.key == "format" || m.key == "name" || m.key == "description" ||
-                       m.key == "base" || (cluster && m.key == "gpus") ||
+                       m.key == "base" || m.key == table_key || (cluster && m.key == "gpus") ||
                        std::any_of(fields().begin(), fields().end(),
                                    [&](const Field& f) { return m.key == f.name; });
     if (known) continue;
@@ -163,11 +175,31 @@ inline DeviceFile read_object(const json::Value& doc, const std::string& source,
     if (f.whole) out.device.*f.whole = in.whole(f.name, *v, INT_MIN, INT_MAX, f.what);
     if (f.flag) out.device.*f.flag = in.boolean(f.name, *v, f.what);
   }
+  if (const json::Value* t = in.find(table_key)) {
+    const std::string want =
+        "it is an array of at most 4096 [FLOPs, fraction] pairs: a GEMM's FLOPs and the "
+        "fraction of peak_flops it reached, FLOPs increasing ([[1e9, 0.3], [1e12, 0.8]])";
+    if (t->kind() != json::Kind::Array || t->array().size() > 4096)
+      in.mistyped(table_key, *t, want);
+    out.device.gemm_efficiency_table.clear();
+    for (const json::Value& pair : t->array()) {
+      if (pair.kind() != json::Kind::Array || pair.array().size() != 2 ||
+          pair.array()[0].kind() != json::Kind::Number ||
+          pair.array()[1].kind() != json::Kind::Number)
+        in.fail(pair, "an entry of field \"" + std::string(table_key) + "\" is " +
+                          spec_json::shown(pair) + "; " + want);
+      out.device.gemm_efficiency_table.emplace_back(pair.array()[0].number(),
+                                                    pair.array()[1].number());
+    }
+  }
   try {
     out.device.check();
   } catch (const invalid_argument& e) {
     // The field out of range, where the file sets it, or where it comes from when it does not.
     const std::string key = e.field().substr(e.field().find('.') + 1);
+    if (key == table_key)
+      if (const json::Value* at = in.find(key))
+        in.fail(*at, "field \"" + key + "\": " + e.value() + "; " + wanted(e.message().text()));
     const std::string want = wanted(e.message().text());
     if (const json::Value* at = in.find(key))
       in.fail(*at, "field \"" + key + "\" is " + spec_json::shown(*at) + "; " + want);
@@ -232,6 +264,12 @@ inline void write_device(json::Writer& w, const DeviceSpec& device,
     if (f.number) w.value(device.*f.number);
     if (f.whole) w.value(device.*f.whole);
     if (f.flag) w.value(device.*f.flag);
+  }
+  if (!device.gemm_efficiency_table.empty()) {
+    w.key(detail::device_file::table_key).begin_array();
+    for (const auto& [flops, fraction] : device.gemm_efficiency_table)
+      w.begin_array().value(flops).value(fraction).end_array();
+    w.end_array();
   }
   if (gpus > 0) w.field("gpus", gpus);
   w.end_object();

@@ -267,4 +267,114 @@ TEST(Presets, CostTermsComeFromTheDocumentedFigures) {
   }
 }
 
+// Tile and wave quantisation (DeviceSpec::gemm_time): whole tiles, whole waves, split-K below
+// one wave; without sm_count the FLOP curve alone.
+TEST(GemmQuantisation, ChargesWholeTilesAndWholeWaves) {
+  ps::DeviceSpec d = test_device();
+  d.half_flops = 0;
+  d.sm_count = 4;
+  d.gemm_tile_m = 128;
+  d.gemm_tile_n = 128;
+  d.gemm_tile_k = 64;
+  const double rate = d.peak_flops * d.max_efficiency;
+  // 4 tiles of 128 x 128 on 4 SMs: one full wave, nothing lost.
+  EXPECT_DOUBLE_EQ(d.gemm_quantisation(256, 256, 1024), 1.0);
+  EXPECT_DOUBLE_EQ(d.gemm_time(256, 256, 1024), 2.0 * 256 * 256 * 1024 / rate);
+  // 5 tiles: two waves of 4, the second one-quarter used.
+  EXPECT_DOUBLE_EQ(d.gemm_quantisation(640, 128, 1024), 5.0 / 8);
+  // 129 rows pay for two tiles of 128 (tile quantisation), then split-K fills the SMs.
+  EXPECT_DOUBLE_EQ(d.gemm_quantisation(129, 128, 1024), 129.0 / 256);
+  // One tile split along K into 4 parts of 256 (at least gemm_tile_k = 64 deep).
+  EXPECT_DOUBLE_EQ(d.gemm_quantisation(128, 128, 1024), 1.0);
+  // K = 128 leaves 2 parts of 64: half the SMs idle.
+  EXPECT_DOUBLE_EQ(d.gemm_quantisation(128, 128, 128), 0.5);
+  // Without sm_count: the FLOP curve, whatever the shape.
+  d.sm_count = 0;
+  d.half_flops = 1e6;
+  EXPECT_DOUBLE_EQ(d.gemm_time(129, 128, 128), d.gemm_time(2.0 * 129 * 128 * 128));
+}
+
+TEST(GemmQuantisation, MeasuredTableReplacesTheModel) {
+  ps::DeviceSpec d = test_device();
+  d.sm_count = 4;
+  d.gemm_efficiency_table = {{1e6, 0.2}, {1e8, 0.6}};
+  EXPECT_NO_THROW(d.check());
+  EXPECT_DOUBLE_EQ(d.efficiency(1e5), 0.2);  // the end pairs' fraction beyond them
+  EXPECT_DOUBLE_EQ(d.efficiency(1e9), 0.6);
+  EXPECT_NEAR(d.efficiency(1e7), 0.4, 1e-12);  // halfway in log FLOPs
+  EXPECT_NEAR(d.gemm_time(100, 100, 500), 1e7 / (d.peak_flops * 0.4), 1e-15);
+  d.gemm_efficiency_table = {{1e8, 0.2}, {1e6, 0.6}};
+  try {
+    d.check();
+    FAIL() << "a table out of order was taken";
+  } catch (const ps::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("strictly increasing FLOPs"), std::string::npos)
+        << e.what();
+  }
+  d.gemm_efficiency_table = {{1e6, 1.5}};
+  EXPECT_THROW(d.check(), ps::invalid_argument);
+}
+
+// Fused attention: query tiles of 128 in waves, and the per-tile cost in keys.
+TEST(AttentionTime, SlowsOnShortKeyLoopsAndPartWaves) {
+  ps::DeviceSpec d = test_device();
+  d.half_flops = 0;
+  d.attention_efficiency = 0.5;
+  d.attention_half_keys = 100;
+  const double rate = d.peak_flops * 0.5;
+  EXPECT_DOUBLE_EQ(d.attention_time(1e9, 100, 0), 2 * 1e9 / rate);  // half rate at 100 keys
+  EXPECT_DOUBLE_EQ(d.attention_time(1e9, 300, 0), 1e9 / (0.75 * rate));
+  d.sm_count = 4;
+  EXPECT_DOUBLE_EQ(d.attention_time(1e9, 300, 5), 1e9 / (0.75 * (5.0 / 8) * rate));
+  d.attention_efficiency = 0;  // = max_efficiency
+  EXPECT_DOUBLE_EQ(d.attention_time(1e9, 300, 4), 1e9 / (0.75 * d.peak_flops * d.max_efficiency));
+}
+
+// docs/cost-model.md's checks against measurements that set no figure.
+TEST(Presets, ComputeModelAgainstMeasurementsItWasNotFittedTo) {
+  const ps::DeviceSpec rtx = ps::presets::find_device("rtx-4090");
+  auto fraction = [&](double n) { return 2 * n * n * n / rtx.gemm_time(n, n, n) / rtx.peak_flops; };
+  EXPECT_NEAR(fraction(2048), 0.736, 0.0005);
+  EXPECT_NEAR(fraction(512), 0.232, 0.0005);
+  EXPECT_NEAR(fraction(512) / fraction(2048), 0.315, 0.0005);
+  // FlashAttention-3 forward on an H100 (pytorch/benchmark pull request 2391): batch x
+  // sequence 16k, 16 heads of 128, non-causal; TFLOP/s at 512 to 16384 keys.
+  const ps::DeviceSpec h100 = ps::presets::find_device("h100");
+  const double keys[] = {512, 1024, 2048, 4096, 8192, 16384};
+  const double measured[] = {430.32, 517.099, 565.544, 590.233, 614.234, 620.73};
+  double worst = 0;
+  for (int i = 0; i < 6; ++i) {
+    const double s = keys[i], batch = 16384 / s;
+    const double flops = 4 * batch * 16 * s * s * 128;
+    const double tiles = batch * 16 * s / 128;
+    const double tflops = flops / h100.attention_time(flops, s, tiles) / 1e12;
+    worst = std::max(worst, std::fabs(tflops / measured[i] - 1));
+  }
+  EXPECT_LT(worst, 0.035) << "worst error " << worst;
+  EXPECT_GT(worst, 0.0);  // fitted, not looked up
+}
+
+// A unit's GEMMs take their own shapes: a slice of fewer tokens than a tile's rows pays
+// for the tile in its forward and input gradient, not in its weight gradient (whose M and N
+// are the weight's features).
+TEST(GemmQuantisation, SlicesPayForTheirTilesInFAndINotW) {
+  ps::ModelShape m;
+  m.layers = 4;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.sequence = 4096;
+  m.vocabulary = 32000;
+  const ps::DeviceSpec h100 = ps::presets::find_device("h100");
+  auto seconds = [&](int slices, OpKind k) {
+    ps::TransformerCost c{m, h100, {}};
+    const Pipeline p(1, slices);
+    return c.duration(p.ctx(), act(k, 0, 0));
+  };
+  // 64 slices of 64 tokens: half of every 128-row tile idle in F; W's shapes do not change.
+  const double f1 = seconds(1, OpKind::F), f64 = seconds(64, OpKind::F);
+  const double w1 = seconds(1, OpKind::W), w64 = seconds(64, OpKind::W);
+  EXPECT_GT(f64 * 64 / f1, 1.3);
+  EXPECT_LT(w64 * 64 / w1, f64 * 64 / f1);
+}
+
 }  // namespace test_cost_terms

@@ -42,9 +42,13 @@ ps::TransformerCost small_llama(int sequence) {
   return {m, d, {}};
 }
 
+// A preset on a device without tile or wave quantisation (sm_count 0): a forward time that
+// grows smoothly with the slice, on which the cuts' contracts are exact to a token. The
+// presets' own quantised devices are cut in whole tiles (QuantisedSlices below).
 ps::TransformerCost preset(const char* model, const char* device, int sequence) {
   ps::TransformerCost c{ps::presets::find_model(model), ps::presets::find_device(device), {}};
   c.model.sequence = sequence;
+  c.device.sm_count = 0;
   return c;
 }
 
@@ -129,6 +133,7 @@ TEST(BalancedSlices, EqualForwardTimeWithinOneTokenAndShorterLaterSlices) {
         ps::slice_forward_time(c, {0, seq}) - ps::slice_forward_time(c, {0, seq - 1});
     for (int k : {1, 2, 3, 4, 8}) {
       SCOPED_TRACE(nc.name + ", slices " + std::to_string(k));
+      ASSERT_EQ(ps::detail::slice_granule(c, k), 1);
       const std::vector<int> b = ps::balanced_slices(c, k);
       expect_cut(b, seq, k);
       for (std::size_t i = 0; i + 1 < b.size(); ++i)
@@ -148,6 +153,50 @@ TEST(BalancedSlices, EqualForwardTimeWithinOneTokenAndShorterLaterSlices) {
       for (int i = 0; i < k; ++i)
         EXPECT_DOUBLE_EQ(sliced.duration({p, pl, 1}, ps::Action::make(ps::OpKind::F, 0, 0, i)),
                          tb[static_cast<std::size_t>(i)]);
+    }
+  }
+}
+
+void each_cut(int seq, int k, std::vector<int>& cut, const std::function<void()>& visit);
+
+// On a device that quantises GEMMs the cuts go in whole GEMM tiles of tokens (128 at b = 1,
+// 64 at b = 2), every slice but the last; balanced cuts have the least slowest slice among
+// such cuts (against every whole-tile cut of a short sequence), and TeraPipe's beat neither
+// uniform nor balanced on its objective.
+TEST(QuantisedSlices, CutInWholeTilesWithTheLeastSlowestSlice) {
+  for (int b : {1, 2}) {
+    ps::TransformerCost c{
+        ps::presets::find_model("llama2-7b"), ps::presets::find_device("h100"), {}};
+    c.model.sequence = 1024;
+    c.model.microbatch_size = b;
+    const int g = 128 / b;
+    EXPECT_EQ(c.slice_granule(), g);
+    EXPECT_EQ(ps::detail::slice_granule(c, 4), g);
+    EXPECT_EQ(ps::detail::slice_granule(c, 1024 / g + 1), 1);  // too many slices for tiles
+    for (int k : {2, 3, 4}) {
+      SCOPED_TRACE("b " + std::to_string(b) + ", slices " + std::to_string(k));
+      const std::vector<int> cut = ps::balanced_slices(c, k);
+      expect_cut(cut, 1024, k);
+      for (std::size_t i = 0; i + 1 < cut.size(); ++i)
+        EXPECT_EQ(cut[i] % g, 0) << "slice " << i;
+      const std::vector<double> tb = forward_times(c, cut);
+      const double slowest = *std::max_element(tb.begin(), tb.end());
+      // Every cut in whole granules: none has a faster slowest slice.
+      std::vector<int> units;
+      each_cut(1024 / g, k, units, [&] {
+        std::vector<int> lengths;
+        for (int u : units)
+          lengths.push_back(u * g);
+        const std::vector<double> t = forward_times(c, lengths);
+        EXPECT_GE(*std::max_element(t.begin(), t.end()), slowest * (1 - 1e-12));
+      });
+      for (int ranks : {1, 4}) {
+        const std::vector<int> t = ps::terapipe_slices(c, k, ranks);
+        expect_cut(t, 1024, k);
+        const double tera = ps::terapipe_objective(c, t, ranks);
+        EXPECT_LE(tera, ps::terapipe_objective(c, ps::uniform_slices(1024, k), ranks));
+        EXPECT_LE(tera, ps::terapipe_objective(c, cut, ranks));
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 
 #include "pipesched/analysis/device_spec.hpp"
 #include "pipesched/analysis/model_shape.hpp"
@@ -28,6 +29,13 @@ struct Unit {
   double backward_collectives = 0;  // seconds of them in I (and B)
   double gemm_wgrad[4] = {};        // per layer, bytes W of each GEMM frees (sum: wgrad / n)
   double head_wgrad = 0;            // bytes W of the LM head frees (last stage)
+  // GEMM shapes on one GPU: each forward GEMM is tokens × width[k] × depth[k] (M × N × K;
+  // k = 0..3 as gemms, 4 the LM head); its input gradient is tokens × depth × width, its
+  // weight gradient depth × width × tokens.
+  double tokens = 0;                    // b·t, the GEMMs' M
+  double width[5] = {}, depth[5] = {};  // output and input features per GPU
+  double attention_keys = 0;            // keys a query attends to, on average
+  double attention_tiles = 0;           // query tiles of 128 rows: b · a/tp · ⌈t/128⌉
   // Measured times (TransformerCost::measured) of F, I, W and R of the whole unit, kernels
   // only; used instead of the FLOP-based times when `measured` is set.
   bool measured = false;
@@ -127,6 +135,16 @@ inline Unit unit(const ModelShape& model, const DeviceSpec& device, const Parall
   // Σ_{i=o}^{o+t−1} (i + 1) = t·o + t·(t + 1)/2
   u.attention = 2 * 2 * b * h * (t * o + t * (t + 1) / 2) / tp;
   u.head = last ? 2 * bt * h * V / tp : 0.0;
+  u.tokens = bt;
+  const double widths[5] = {q / tp, h, g * f / tp, h, V / tp};
+  const double depths[5] = {h, h / tp, h, f / tp, h};
+  for (int k = 0; k < 5; ++k) {
+    u.width[k] = widths[k];
+    u.depth[k] = depths[k];
+  }
+  // Σ_{i=o}^{o+t−1} (i + 1) / t keys per query.
+  u.attention_keys = t > 0 ? o + (t + 1) / 2 : 0.0;
+  u.attention_tiles = b * (a / tp) * std::ceil(t / 128);
 
   // Replicated: the QKV and MLP GEMM inputs, the two dropout masks (1 byte per value; none
   // without dropout), the two norm inputs; split: Q, K, V, the projection input, the
