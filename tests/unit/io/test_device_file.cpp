@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/io/device_file.hpp"
@@ -42,6 +44,38 @@ void expect_same(const ps::DeviceSpec& a, const ps::DeviceSpec& b) {
   EXPECT_EQ(a.action_overhead, b.action_overhead);
   EXPECT_EQ(a.max_efficiency, b.max_efficiency);
   EXPECT_EQ(a.half_flops, b.half_flops);
+  EXPECT_EQ(a.sm_count, b.sm_count);
+  EXPECT_EQ(a.gemm_tile_m, b.gemm_tile_m);
+  EXPECT_EQ(a.gemm_tile_n, b.gemm_tile_n);
+  EXPECT_EQ(a.gemm_tile_k, b.gemm_tile_k);
+  EXPECT_EQ(a.attention_efficiency, b.attention_efficiency);
+  EXPECT_EQ(a.attention_half_keys, b.attention_half_keys);
+  EXPECT_EQ(a.gemm_efficiency_table, b.gemm_efficiency_table);
+}
+
+// A measured GEMM table in a device file: read, written back the same, and refused with the
+// entry and what is right when it is not pairs by increasing FLOPs.
+TEST(DeviceFile, AMeasuredGemmTableReadsAndWritesBack) {
+  const ps::DeviceFile f = ps::read_device(
+      R"({"base": "rtx-4090", "gemm_efficiency_table": [[5.4e8, 0.28], [3.4e10, 0.96]]})",
+      "mine.json");
+  const std::vector<std::pair<double, double>> want = {{5.4e8, 0.28}, {3.4e10, 0.96}};
+  EXPECT_EQ(f.device.gemm_efficiency_table, want);
+  expect_same(ps::read_device(ps::device_json(f.device), "x.json").device, f.device);
+  auto refused = [](const std::string& text, const std::string& says) {
+    try {
+      ps::read_device(text, "mine.json");
+      ADD_FAILURE() << "taken: " << text;
+    } catch (const ps::parse_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"base": "h100", "gemm_efficiency_table": [[1e9, 0.5], [1e8, 0.6]]})",
+          "strictly increasing FLOPs");
+  refused(R"({"base": "h100", "gemm_efficiency_table": [[1e9]]})", "[FLOPs, fraction] pairs");
+  refused(R"({"base": "h100", "gemm_efficiency_table": [[1e9, 75]]})", "fraction of peak_flops");
+  refused(R"({"base": "h100", "gemm_efficiency_table": 3})", "[FLOPs, fraction] pairs");
+  refused(R"({"base": "h100", "sm_count": -1})", "sm_count");
 }
 
 TEST(DeviceFile, EveryPresetWrittenReadsBackFieldByField) {
