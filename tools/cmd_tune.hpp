@@ -29,10 +29,10 @@ struct CommandContext {
 //! A tune command line, read and checked: what to search, under which cost model, and how to
 //! print it.
 struct TuneCommand {
-  bool cluster = false;  //!< --gpus N: a cluster search (creq), else one pipeline (req)
-  tuning::Request req;   //!< the search (with --gpus, inside each pipeline)
+  bool cluster = false;         //!< --gpus N: a cluster search (creq), else one pipeline (req)
+  tuning::Request req;          //!< the search (with --gpus, inside each pipeline)
   tuning::ClusterRequest creq;  //!< with --gpus: the cluster, its search a copy of req
-  AnyCost cost;          //!< with --gpus its tensor, data and ZeRO degrees are the search's
+  AnyCost cost;                 //!< with --gpus its tensor, data and ZeRO degrees are the search's
   bool transformer = false;
   Units units;
   CommandContext context;  //!< for each plan's `simulate` command

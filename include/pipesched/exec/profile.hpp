@@ -27,11 +27,11 @@
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/concepts.hpp"
 #include "pipesched/exec/executor.hpp"
-#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/exec/training_data.hpp"
 #include "pipesched/schedule/detail/generator_support.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
 namespace pipesched {
 
