@@ -1,5 +1,5 @@
 // The cost-model terms a report applies (--terms): the device presets' peer_to_peer,
-// memory_reserve, action_overhead and per-operator compute figures and the model presets'
+// memory_reserve, action_overhead, per-operator compute and link figures and the model presets'
 // dropout, each switched back to the value that leaves it out, to show what each term does to
 // a report's figures.
 #pragma once
@@ -24,13 +24,17 @@ struct CostTerms {
   // The per-operator compute model as the preset says (docs/cost-model.md; false: no tile or
   // wave quantisation, every kernel at the flat 0.75 of the peak less its 2 µs, as before).
   bool operators = true;
+  // Links by path type as the preset says (docs/cost-model.md, "Links": NCCL's PCIe and
+  // CPU-interconnect figures; false: one socket, no switch, the datasheet's 31.5 GB/s PCIe
+  // 4.0 ×16 for the RTX 4090, as before).
+  bool links = true;
 };
 
 // "all", "none", or a comma-separated list of no-p2p, reserve, overhead, dropout (those
 // apply, the rest not); nullopt for anything else.
 inline std::optional<CostTerms> parse_terms(std::string_view text) {
   if (text == "all") return CostTerms{};
-  CostTerms t{false, false, false, false, false};
+  CostTerms t{false, false, false, false, false, false};
   if (text == "none") return t;
   while (!text.empty()) {
     const std::size_t comma = text.find(',');
@@ -45,6 +49,8 @@ inline std::optional<CostTerms> parse_terms(std::string_view text) {
       t.dropout = true;
     else if (name == "operators")
       t.operators = true;
+    else if (name == "links")
+      t.links = true;
     else
       return std::nullopt;
     text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
@@ -62,6 +68,16 @@ inline DeviceSpec with_terms(DeviceSpec device, const CostTerms& t) {
     device.max_efficiency = 0.75;
     device.attention_efficiency = 0;
     device.attention_half_keys = 0;
+  }
+  if (!t.links) {
+    // The datasheet's PCIe 4.0 ×16 signalling rate, 16 GT/s × 16 × 128/130 / 8, where the
+    // preset takes NCCL's PCIe figure.
+    if (device.link_bandwidth == 24e9) device.link_bandwidth = 31.5e9;
+    device.gpus_per_switch = 0;
+    device.sockets_per_node = 1;
+    device.socket_bandwidth = 0;
+    device.socket_latency = 0;
+    device.host_bandwidth = 0;
   }
   return device;
 }
@@ -83,15 +99,16 @@ inline std::string describe(const CostTerms& t) {
   add(t.overhead, "overhead");
   add(t.dropout, "dropout");
   add(t.operators, "operators");
+  add(t.links, "links");
   return s.empty() ? "none" : s;
 }
 
 // The usage line of --terms.
 inline constexpr const char* terms_usage =
     "  --terms T  cost-model terms applied: all (default), none, or a comma-separated list of\n"
-    "             no-p2p, reserve, overhead, dropout, operators (the presets' peer_to_peer,\n"
-    "             memory_reserve, action_overhead, dropout and per-operator compute\n"
-    "             figures; the rest left out)\n";
+    "             no-p2p, reserve, overhead, dropout, operators, links (the presets'\n"
+    "             peer_to_peer, memory_reserve, action_overhead, dropout, per-operator compute\n"
+    "             and path-typed link figures; the rest left out)\n";
 
 // What a report was asked for on its command line.
 struct ReportArgs {

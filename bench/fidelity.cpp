@@ -25,7 +25,6 @@
 // Usage: fidelity [--repeats N] [--quick]
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -33,66 +32,18 @@
 #include <thread>
 #include <vector>
 
-#include "pipesched/analysis/shared_compute.hpp"
-#include "pipesched/analysis/simulate.hpp"
-#include "pipesched/analysis/transformer_cost.hpp"
+#include "fidelity_common.hpp"
 #include "pipesched/exec/profile.hpp"
-#include "pipesched/pass/checkpoint.hpp"
-#include "pipesched/policy/registry.hpp"
 #include "pipesched/toy/data.hpp"
-#include "pipesched/toy/gpt.hpp"
-#include "pipesched/toy/layer_profile.hpp"
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"
 
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
+using namespace pipesched::bench::fidelity;
+using pipesched::bench::kendall_tau;
+using pipesched::bench::median;
 
 namespace {
-
-struct Config {
-  int size = 0;  // index into the model sizes
-  std::string schedule;
-  int ranks = 2;
-  int chunks = 1;
-  int microbatches = 4;
-  int slices = 1;
-  bool checkpoint = false;
-  std::string label() const {
-    std::string s = schedule + " pp" + std::to_string(ranks);
-    if (chunks > 1) s += " v" + std::to_string(chunks);
-    s += " m" + std::to_string(microbatches);
-    if (slices > 1) s += " k" + std::to_string(slices);
-    if (checkpoint) s += " ckpt";
-    return s;
-  }
-};
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// Kendall's τ-b of two orders: concordant minus discordant pairs over the pairs not tied.
-double kendall_tau(const std::vector<double>& x, const std::vector<double>& y) {
-  double concordant = 0, discordant = 0, tied_x = 0, tied_y = 0;
-  for (std::size_t i = 0; i < x.size(); ++i)
-    for (std::size_t j = i + 1; j < x.size(); ++j) {
-      const double a = x[i] - x[j], b = y[i] - y[j];
-      if (a == 0 && b == 0) continue;
-      if (a == 0) {
-        ++tied_x;
-      } else if (b == 0) {
-        ++tied_y;
-      } else if ((a > 0) == (b > 0)) {
-        ++concordant;
-      } else {
-        ++discordant;
-      }
-    }
-  const double n1 = concordant + discordant + tied_x, n2 = concordant + discordant + tied_y;
-  return n1 > 0 && n2 > 0 ? (concordant - discordant) / std::sqrt(n1 * n2) : 0.0;
-}
 
 // The median time from a send starting to its receive returning, over the messages whose
 // receiver was already waiting: the latency a message between two threads adds.
@@ -107,15 +58,6 @@ double median_latency(const std::vector<ps::StepResult>& steps) {
 
 // This machine's threads as a device: messages are handed over in memory (no copy), taking
 // the measured latency; memory is not the limit here.
-// One layer's F + I + W at (microbatch 2, 64 tokens, no prefix), as the profile times it: the
-// machine's speed now.
-double probe(const toy::GptConfig& c) {
-  const ps::LayerGrid one{.tensor = {1}, .microbatch_sizes = {2}, .tokens = {64}, .prefixes = {0}};
-  const ps::LayerProfile p = toy::gpt_layer_profile<double>(c, one, {.repeats = 3});
-  const ps::LayerFigures f = p.at(ps::LayerPart::Layer, 1, 2, 64, 0);
-  return f.forward + f.backward_input + f.backward_weight;
-}
-
 ps::DeviceSpec threads_device(double latency) {
   ps::DeviceSpec d;
   d.name = "threads";
@@ -149,21 +91,10 @@ int main(int argc, char** argv) {
   if (repeats < 1) repeats = 1;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
-  // The two model sizes: 8 blocks, sequence 64, microbatches of 2 sequences.
-  std::vector<toy::GptConfig> sizes;
-  for (int hidden : {32, 64})
-    sizes.push_back({.vocabulary = 128,
-                     .hidden = hidden,
-                     .heads = 4,
-                     .ffn = 4 * hidden,
-                     .sequence = 64,
-                     .blocks = 8,
-                     .microbatch_size = 2,
-                     .seed = 3});
+  const std::vector<toy::GptConfig> sizes = model_sizes();
 
   // 1. Profile.
-  const ps::LayerGrid grid{
-      .tensor = {1}, .microbatch_sizes = {2}, .tokens = {16, 32, 64}, .prefixes = {0, 16, 32, 48}};
+  const ps::LayerGrid grid = profile_grid();
   std::vector<std::shared_ptr<const ps::LayerProfile>> profiles;
   const auto t0 = std::chrono::steady_clock::now();
   for (const toy::GptConfig& c : sizes)
@@ -191,20 +122,9 @@ int main(int argc, char** argv) {
       grid.points(), profile_seconds, latency * 1e6, cores);
 
   // 2-4. The configurations.
-  std::vector<Config> configs;
-  for (int size = 0; size < 2; ++size)
-    for (int m : {4, 8})
-      for (bool ckpt : {false, true}) {
-        configs.push_back({size, "1f1b", 2, 1, m, 1, ckpt});
-        configs.push_back({size, "gpipe", 2, 1, m, 1, ckpt});
-        configs.push_back({size, "zb-h1", 2, 1, m, 1, ckpt});
-        configs.push_back({size, "interleaved-1f1b", 2, 2, m, 1, ckpt});
-        configs.push_back({size, "seq-1f1b", 2, 1, m, 2, ckpt});
-        configs.push_back({size, "slice-pipe", 2, 1, m, 4, ckpt});
-      }
-  for (int size = 0; size < 2; ++size)
-    for (const char* name : {"1f1b", "zb-h1", "gpipe"})
-      configs.push_back({size, name, 4, 1, 8, 1, false});
+  std::vector<Config> configs = configurations(2);
+  for (const Config& c : configurations(4))
+    configs.push_back(c);
   if (quick) configs.resize(std::min<std::size_t>(configs.size(), 8));
 
   std::printf("%-34s %5s %11s %11s %9s %6s %11s\n", "configuration", "size", "simulated",
@@ -212,26 +132,16 @@ int main(int argc, char** argv) {
   std::vector<double> sim_a, meas_a, sim_b, meas_b, simd_a, simd_b;
   for (const Config& cfg : configs) {
     const toy::GptConfig& c = sizes[static_cast<std::size_t>(cfg.size)];
-    const ps::GeneratorInfo& g = ps::find_generator(cfg.schedule);
-    const ps::Problem problem{.ranks = cfg.ranks,
-                              .stages = cfg.ranks * cfg.chunks,
-                              .microbatches = cfg.microbatches,
-                              .slices = cfg.slices};
-    ps::Schedule s = g.generate(problem, g.default_wgrad);
-    if (cfg.checkpoint) s = ps::checkpoint_full(s);
-    ps::TransformerCost cost{toy::gpt_model_shape(c, sizeof(double)), threads_device(latency), {}};
-    cost.measured = profiles[static_cast<std::size_t>(cfg.size)];
+    const ps::Schedule s = schedule_of(cfg);
+    const auto& profile = profiles[static_cast<std::size_t>(cfg.size)];
     const bool shared = cfg.ranks > cores;
-    const double simulated = shared ? ps::simulate(s, cost, ps::SharedCompute{cores}).makespan
-                                    : ps::simulate(s, cost).makespan;
+    const double simulated = predict(s, c, threads_device(latency), profile, cores);
     std::vector<toy::GptStage<double>> stages;
     for (int st = 0; st < s.problem.stages; ++st)
       stages.emplace_back(c, st, s.problem.stages);
     const auto data = toy::make_gpt_data<double>(c, cfg.microbatches, 5);
     const auto training = toy::training_data(data, cfg.slices);
-    const ps::LayerFigures at =
-        profiles[static_cast<std::size_t>(cfg.size)]->at(ps::LayerPart::Layer, 1, 2, 64, 0);
-    const double profiled = at.forward + at.backward_input + at.backward_weight;
+    const double profiled = profiled_probe(*profile);
     const double before = probe(c);
     ps::inproc::Pipeline<toy::GptStage<double>> pipe(s, stages);
     (void)pipe.step(training);  // warm-up
@@ -247,18 +157,6 @@ int main(int argc, char** argv) {
     (shared ? simd_b : simd_a).push_back(simulated * drift);
     (shared ? meas_b : meas_a).push_back(measured);
   }
-  auto summary = [](const char* what, const std::vector<double>& sim,
-                    const std::vector<double>& meas) {
-    if (sim.empty()) return;
-    std::vector<double> err;
-    for (std::size_t i = 0; i < sim.size(); ++i)
-      err.push_back(std::fabs(meas[i] / sim[i] - 1));
-    std::printf(
-        "%s: %zu configurations; median |meas/sim - 1| %.1f %%, worst %.1f %%, "
-        "Kendall's tau %.3f\n",
-        what, sim.size(), 100 * median(err), 100 * *std::max_element(err.begin(), err.end()),
-        kendall_tau(sim, meas));
-  };
   std::printf("\n");
   summary("at most one busy rank per core", sim_a, meas_a);
   summary("  the same, prediction x drift", simd_a, meas_a);

@@ -3,7 +3,8 @@
 # asks the CUDA runtime what it sees, runs every GPU test with PIPESCHED_REQUIRE_GPU=1 (a test
 # that cannot reach a GPU fails instead of skipping), runs the GPU report (numerics against the
 # host double reference, synthetic layers on cuda-local against the simulator, the toy GPT's
-# step time per plan), and prints what ran, what did not and why, and the report's tables. The
+# step time per plan), runs the link microbenchmark (gpu_links: host copies of every GPU, NCCL
+# between GPUs 0 and 1 where there are two), and prints what ran, what did not and why, and the report's tables. The
 # exit status is 0 only when everything needed passed; the NCCL tests between ranks need a GPU
 # per rank (nccl.np2 two, nccl.np4 four, nccl.np8 eight: the pp2 × dp2 × tp2 ZeRO-1 run) and
 # on a machine with fewer are reported "not run (needs N GPUs)", which is not a failure. Meant to finish in under 10 minutes on a 16-core machine.
@@ -31,7 +32,8 @@
 # Needs: CMake 3.25, nvcc (CUDACXX, the PATH or /usr/local/cuda/bin), Ninja or make, and
 # GoogleTest (the system's, else the sources in $PIPESCHED_GTEST_SOURCE or /usr/src/googletest).
 # The NCCL tests need NCCL (in the CUDA toolkit) and an MPI with mpirun.
-# Writes in DIR: gpu-report.md (the report's tables), gpu-check/junit.xml (ctest's results),
+# Writes in DIR: gpu-report.md (the report's and the links' tables), gpu-check/links.json
+# (with two GPUs: their measured link as a device file), gpu-check/junit.xml (ctest's results),
 # gpu-check/summary.md (the summary printed at the end).
 set -uo pipefail
 
@@ -221,7 +223,9 @@ manifest_value() { sed -n "s/^$2=//p" "$1" 2>/dev/null | head -1; }
 [ -f "$out/report.txt" ] ||
   fatal "configure" "$out/report.txt is missing: the GPU report is not configured there (is the build folder single-configuration, was CUDA found, and, in a full build, PIPESCHED_BUILD_BENCHMARKS on?)"
 gpu_report="$(manifest_value "$out/report.txt" gpu_report)"
-targets=(gpu_report)
+gpu_links="$(manifest_value "$out/report.txt" gpu_links)"
+[ -n "$gpu_links" ] || fatal "configure" "$out/report.txt names no gpu_links (the link microbenchmark): configure the folder again"
+targets=(gpu_report gpu_links)
 cuda_tests=""
 nccl_tests=""
 mpiexec=""
@@ -242,7 +246,7 @@ case "$mpi_found" in *-NOTFOUND) mpi_found="" ;; esac
 [ -f "$out/tests.txt" ] && [ -z "$nccl_tests" ] &&
   problem "NCCL tests" "not built: they need NCCL (the CUDA toolkit's lib folder) and an MPI with mpirun (e.g. Debian's libopenmpi-dev and openmpi-bin); CMake found NCCL '${nccl_found:-nowhere}' and mpiexec '${mpi_found:-nowhere}', so NCCL is not checked"
 # The lists name this folder's programs, or they are another folder's (a copied build folder).
-for program in "$gpu_report" "$cuda_tests" "$nccl_tests"; do
+for program in "$gpu_report" "$gpu_links" "$cuda_tests" "$nccl_tests"; do
   [ -n "$program" ] || continue
   case "$(realpath -m "$program")/" in
     "$(realpath -m "$build")"/*) ;;
@@ -264,7 +268,7 @@ if [ -n "$reuse" ] && [ "$dry_run" -eq 1 ]; then
   else
     grep '^-- pipesched: ' "$out/gpu-only-configure.log"
     differs=""
-    for entry in report.txt:gpu_report tests.txt:cuda_tests tests.txt:nccl_tests tests.txt:mpiexec; do
+    for entry in report.txt:gpu_report report.txt:gpu_links tests.txt:cuda_tests tests.txt:nccl_tests tests.txt:mpiexec; do
       file="${entry%%:*}" key="${entry#*:}"
       here="$(manifest_value "$out/$file" "$key")"
       there="$(manifest_value "$gpu_only/gpu-check/$file" "$key")"
@@ -281,7 +285,7 @@ fi
 
 say "build (${targets[*]}, $jobs jobs)"
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || fatal "build" "the build failed (its output is above)"
-for program in "$gpu_report" "$cuda_tests" "$nccl_tests"; do
+for program in "$gpu_report" "$gpu_links" "$cuda_tests" "$nccl_tests"; do
   [ -z "$program" ] || [ -x "$program" ] || fatal "build" "built, but $program is not there"
 done
 mkdir -p "$out" || fatal "output" "cannot make $out"
@@ -341,6 +345,7 @@ if [ -n "$cuda_tests" ]; then
 fi
 if [ "$dry_run" -eq 1 ]; then
   "$gpu_report" --help >/dev/null || problem "GPU report" "gpu_report --help failed"
+  "$gpu_links" --help >/dev/null || problem "link microbenchmark" "gpu_links --help failed"
   say "GPU report's byte figures, on the host"
   if "$gpu_report" --check-figures; then
     row "GPU report (host side)" "ok: starts; its peak figures match the host models of each precision"
@@ -503,6 +508,17 @@ if [ "$dry_run" -eq 0 ]; then
     0) row "GPU report" "ok: every check passed (tables in $report)" ;;
     1) problem "GPU report" "some checks failed (the FAIL rows in $report)" ;;
     *) problem "GPU report" "did not run (exit $rc: no usable GPU)" ;;
+  esac
+  # The link microbenchmark: host copies of every GPU, and NCCL between GPUs 0 and 1 where
+  # there are two; its tables go into the report too, and, with two GPUs, the measured link
+  # as a device file beside it.
+  say "links"
+  "$gpu_links" --out "$out/links.json" | tee -a "$report"
+  rc=${PIPESTATUS[0]}
+  case $rc in
+    0) row "link microbenchmark" "ok: measured (tables in $report)" ;;
+    1) problem "link microbenchmark" "a CUDA or NCCL call failed (see above)" ;;
+    *) problem "link microbenchmark" "did not run (exit $rc: no usable GPU)" ;;
   esac
 fi
 

@@ -16,6 +16,33 @@
 
 namespace pipesched {
 
+//! The path a message between two GPUs takes (DeviceSpec::path), in the terms of NCCL's
+//! topology model (src/graph/topo.h: its path types LOC, NVL / PIX / PXB, PHB, SYS, NET).
+enum class LinkPath {
+  Local,    //!< the same GPU: no transfer
+  Direct,   //!< peer-to-peer: NVLink / NVSwitch, or PCIe through one switch (NVL, PIX, PXB)
+  Host,     //!< staged through host memory on one socket (PHB; NCCL's SHM transport)
+  Socket,   //!< staged through host memory across the CPU interconnect (SYS)
+  Network,  //!< to another node, through the NICs (NET)
+};
+
+//! The name of `p`: "local", "direct", "host", "socket", "network".
+inline const char* to_string(LinkPath p) noexcept {
+  switch (p) {
+    case LinkPath::Local:
+      return "local";
+    case LinkPath::Direct:
+      return "direct";
+    case LinkPath::Host:
+      return "host";
+    case LinkPath::Socket:
+      return "socket";
+    case LinkPath::Network:
+      return "network";
+  }
+  return "?";
+}
+
 //! One accelerator and the links between accelerators, as a cost model sees them.
 //!
 //! Compute time of one kernel (docs/cost-model.md gives every figure's source):
@@ -55,6 +82,24 @@ struct DeviceSpec {
   //! GeForce cards have no peer-to-peer: each intra-node transfer is staged through host
   //! memory, a device-to-host copy and a host-to-device copy over PCIe.
   bool peer_to_peer = true;
+  //! GPUs behind one PCIe switch, in order (a node's GPUs 0 to k − 1 share the first): they
+  //! copy to each other directly when peer_to_peer, and the messages they stage through host
+  //! memory at once share the switch's uplink, taken as wide as one GPU's link. 0 = no
+  //! switch: each GPU of a node has its own link (NVLink or NVSwitch with peer_to_peer, its
+  //! own PCIe root port without).
+  int gpus_per_switch = 0;
+  //! CPU sockets of a node, its GPUs split evenly over them in order. A message through host
+  //! memory between GPUs of different sockets crosses the CPU interconnect.
+  int sockets_per_node = 1;
+  //! The CPU interconnect between two sockets (UPI, xGMI), B/s per direction, shared by the
+  //! messages that cross it at once; 0 = not a limit.
+  double socket_bandwidth = 0;
+  //! Seconds a message crossing sockets adds; 0 = none.
+  double socket_latency = 0;
+  //! Message bytes per second one socket's host memory stages at once, shared by the
+  //! messages its GPUs stage at the same time; 0 = not a limit (as in NCCL's topology model,
+  //! where the CPU itself is never the narrowest link).
+  double host_bandwidth = 0;
   //! Bytes of memory_bytes the model cannot use: the CUDA context, communication buffers
   //! (NCCL) and the caching allocator's fragmentation. 0 = all of memory_bytes is usable.
   double memory_reserve = 0;
@@ -137,6 +182,51 @@ struct DeviceSpec {
     const double w = (std::log(flops) - x0) / (x1 - x0);
     return t[i - 1].second + w * (t[i].second - t[i - 1].second);
   }
+
+  //! The path a message from GPU `a` to GPU `b` (cluster-wide indices, ranks_per_node to a
+  //! node) takes; see LinkPath.
+  LinkPath path(long long a, long long b) const noexcept {
+    if (a == b) return LinkPath::Local;
+    const long long G = std::max(1, ranks_per_node);
+    if (a / G != b / G) return LinkPath::Network;
+    const long long la = a % G, lb = b % G;
+    const bool one_switch = gpus_per_switch <= 0 || la / gpus_per_switch == lb / gpus_per_switch;
+    if (peer_to_peer && one_switch) return LinkPath::Direct;
+    return socket_of(la) == socket_of(lb) ? LinkPath::Host : LinkPath::Socket;
+  }
+  //! The socket of a node's GPU `local` (0 to ranks_per_node − 1).
+  long long socket_of(long long local) const noexcept {
+    const long long G = std::max(1, ranks_per_node);
+    const long long per = std::max<long long>(1, G / std::max(1, sockets_per_node));
+    return local / per;
+  }
+  //! GPUs of a node on one socket.
+  int gpus_per_socket() const noexcept {
+    return std::max(1, std::max(1, ranks_per_node) / std::max(1, sockets_per_node));
+  }
+
+  //! Seconds of one message of `bytes` on path `p` while `senders` GPUs send the same way at
+  //! once (a pipeline rank's tensor and data-parallel shares):
+  //! - Direct: link_latency + bytes / link_bandwidth.
+  //! - Host, Socket: staged through host memory as NCCL's SHM transport runs it, 2 ·
+  //!   link_latency + (bytes + one 512 KiB slot) / bandwidth (detail::staged_send), at the
+  //!   least of link_bandwidth, the switch uplink's share link_bandwidth / min(senders,
+  //!   gpus_per_switch), host_bandwidth / min(senders, gpus_per_socket()) and, across
+  //!   sockets, socket_bandwidth / min(senders, gpus_per_socket()); socket_latency added.
+  //! - Network: node_link_latency + bytes / (node_link_bandwidth · share), the node's
+  //!   node_ports shared by the senders.
+  //! - Local: 0.
+  double message_seconds(double bytes, LinkPath p, int senders) const noexcept;
+  //! Seconds of an all-reduce of `bytes` over `n` GPUs as NCCL's ring runs it, 2(n − 1)
+  //! steps of bytes / n each, while `rings` such rings run at once, whose members span the
+  //! GPUs from `first` to `last` (the ring's slowest step: the path from `first` to `last`).
+  //! Direct: 2(n − 1)/n · bytes / link_bandwidth + 2(n − 1) · link_latency. Host, Socket:
+  //! each step staged as message_seconds says, the n · rings members staging at once
+  //! sharing a switch's uplink and a socket's host memory, the rings sharing the CPU
+  //! interconnect. Network: the ring time on node_link_bandwidth, the node's ports shared by
+  //! the rings.
+  double allreduce_seconds(double bytes, int n, long long first, long long last,
+                           int rings = 1) const noexcept;
 
   //! Bytes the model may use: memory_bytes less memory_reserve.
   double usable_memory() const noexcept { return memory_bytes - memory_reserve; }
@@ -345,6 +435,35 @@ inline std::string slip_text(const DeviceRange& r, double value) {
 
 using pipesched::check_whole_nodes;
 
+//! Bytes of one staging slot when a message goes through host memory: NCCL's SHM transport
+//! pipelines a message through a host buffer of NCCL_BUFFSIZE = 4 MiB (DEFAULT_BUFFSIZE,
+//! src/init.cc) cut into NCCL_STEPS = 8 slots (src/include/device.h): 512 KiB.
+inline constexpr double host_staging_chunk = 4.0 * 1024 * 1024 / 8;
+
+//! Seconds of sending `bytes` through host memory at `bandwidth`: a device-to-host and a
+//! host-to-device copy, pipelined in host_staging_chunk slots as NCCL's SHM transport runs
+//! them, 2 · latency + (bytes + one slot) / bandwidth (the two copies overlap but for the
+//! first slot, each on its own GPU's link).
+inline double staged_send(double bytes, double bandwidth, double latency) noexcept {
+  return 2 * latency + (bytes + std::min(bytes, host_staging_chunk)) / bandwidth;
+}
+
+//! The bandwidth of a message staged through host memory on `d` (DeviceSpec::message_seconds):
+//! link_bandwidth, shared on a switch's uplink and a socket's host memory by `staging` GPUs
+//! at once and, `crossing` sockets, on the CPU interconnect by `crossers` messages at once.
+inline double staged_bandwidth(const DeviceSpec& d, int staging, int crossers,
+                               bool crossing) noexcept {
+  const int per_socket = d.gpus_per_socket();
+  double bandwidth = d.link_bandwidth;
+  if (d.gpus_per_switch > 0)
+    bandwidth = std::min(bandwidth, d.link_bandwidth / std::min(staging, d.gpus_per_switch));
+  if (d.host_bandwidth > 0)
+    bandwidth = std::min(bandwidth, d.host_bandwidth / std::min(staging, per_socket));
+  if (crossing && d.socket_bandwidth > 0)
+    bandwidth = std::min(bandwidth, d.socket_bandwidth / std::min(crossers, per_socket));
+  return bandwidth;
+}
+
 }  // namespace detail
 
 inline void DeviceSpec::check() const {
@@ -401,6 +520,71 @@ inline void DeviceSpec::check() const {
     bad("node_ports", std::to_string(node_ports),
         "use 0 (one per rank) or a count of network ports from 1 to " +
             std::to_string(max_ranks_per_node));
+  if (gpus_per_switch < 0 || gpus_per_switch > ranks_per_node)
+    bad("gpus_per_switch", std::to_string(gpus_per_switch),
+        "use 0 (no PCIe switch: each GPU has its own link) or the GPUs behind one switch, from "
+        "1 to ranks_per_node (" +
+            std::to_string(ranks_per_node) + ")");
+  if (sockets_per_node < 1 || sockets_per_node > ranks_per_node ||
+      ranks_per_node % sockets_per_node != 0)
+    bad("sockets_per_node", std::to_string(sockets_per_node),
+        "give the CPU sockets of a node, from 1 to ranks_per_node (" +
+            std::to_string(ranks_per_node) +
+            "), dividing it: a node's GPUs split evenly over them");
+  for (auto [key, v] : {std::pair{"socket_bandwidth", socket_bandwidth},
+                        std::pair{"host_bandwidth", host_bandwidth}})
+    if (!(std::isfinite(v) && (v == 0 || (v >= 1e8 && v <= 1e14))))
+      bad(key, detail::figure_text(v),
+          (v > 0 && v * 1e9 >= 1e8 && v * 1e9 <= 1e14
+               ? detail::figure_text(v) + " looks like GB/s: in B/s that is " +
+                     detail::figure_text(v * 1e9) + "; "
+               : std::string()) +
+              "give 0 (not a limit) or a figure in B/s per direction from 1e8 to 1e14 (a CPU "
+              "interconnect or host memory moves 6e9 to 4e11 B/s)");
+  if (!(std::isfinite(socket_latency) && socket_latency >= 0 && socket_latency <= 0.1))
+    bad("socket_latency", detail::figure_text(socket_latency),
+        "give a figure in seconds from 0 to 0.1 (crossing sockets adds about a microsecond)");
+}
+
+inline double DeviceSpec::message_seconds(double bytes, LinkPath p, int senders) const noexcept {
+  if (p == LinkPath::Local || !(bytes > 0)) return 0.0;
+  senders = std::max(1, senders);
+  if (p == LinkPath::Direct) return link_latency + bytes / link_bandwidth;
+  if (p == LinkPath::Network) {
+    const double share =
+        node_ports == 0 || senders <= node_ports ? 1.0 : static_cast<double>(node_ports) / senders;
+    return node_link_latency + bytes / (node_link_bandwidth * share);
+  }
+  const double bandwidth = detail::staged_bandwidth(*this, senders, senders, p == LinkPath::Socket);
+  return detail::staged_send(bytes, bandwidth, link_latency) +
+         (p == LinkPath::Socket ? socket_latency : 0.0);
+}
+
+inline double DeviceSpec::allreduce_seconds(double bytes, int n, long long first, long long last,
+                                            int rings) const noexcept {
+  if (n < 2 || !(bytes > 0)) return 0.0;
+  rings = std::max(1, rings);
+  const LinkPath p = path(first, last);
+  const double steps = 2.0 * (n - 1);
+  switch (p) {
+    case LinkPath::Local:
+    case LinkPath::Direct:
+      return steps / n * bytes / link_bandwidth + steps * link_latency;
+    case LinkPath::Network: {
+      const int senders = std::min(rings, std::max(1, ranks_per_node));
+      const double share = node_ports == 0 || senders <= node_ports
+                               ? 1.0
+                               : static_cast<double>(node_ports) / senders;
+      return steps / n * bytes / (node_link_bandwidth * share) + steps * node_link_latency;
+    }
+    default: {
+      const int staging = static_cast<int>(std::min<long long>(1LL << 30, 1LL * n * rings));
+      const double bandwidth =
+          detail::staged_bandwidth(*this, staging, rings, p == LinkPath::Socket);
+      return steps * (detail::staged_send(bytes / n, bandwidth, link_latency) +
+                      (p == LinkPath::Socket ? socket_latency : 0.0));
+    }
+  }
 }
 
 }  // namespace pipesched

@@ -141,10 +141,22 @@ std::string known_names(const std::vector<Preset>& list) {
 namespace detail {
 inline constexpr Compute hopper{0.801, 132, 0.656};
 inline constexpr Compute ampere{0.859, 108, 0.73};
+// Links of a PCIe server, from NCCL's topology model (src/graph/topo.cc, topo.h), which
+// prices each link by what NCCL gets from it:
+// - a PCIe link at width × per-lane speed / 80 GB/s (ncclTopoAddPci, kvDictPciGen: 120 per
+//   lane for 16 GT/s), so Gen4 ×16 = 24 GB/s, not the 31.5 GB/s of the raw signalling rate;
+// - the CPU interconnect between two sockets by CPU (ncclTopoGetInterCpuBw): AMD_BW 16 GB/s
+//   for AMD EPYC, Intel 10 (Skylake), 22 (Sapphire Rapids), 40 GB/s (Emerald Rapids);
+// - host memory as LOC_BW, never the narrowest link (host_bandwidth 0);
+// - a NIC at its speed / 8 (net.bw = mbps / 8000 GB/s): 100 Gb/s = 12.5 GB/s.
+inline constexpr double pcie4_x16 = 16 * 120 / 80.0 * 1e9;
+inline constexpr double amd_socket_link = 16e9;
 inline DeviceSpec rtx4090() {
-  DeviceSpec d = device("rtx-4090", 165.2e12, 1008e9, 24 * gib, 31.5e9, pcie_latency, 8, 12.5e9,
+  DeviceSpec d = device("rtx-4090", 165.2e12, 1008e9, 24 * gib, pcie4_x16, pcie_latency, 8, 12.5e9,
                         Compute{0.75, 128, 0.0}, 1);
   d.peer_to_peer = false;
+  d.sockets_per_node = 2;
+  d.socket_bandwidth = amd_socket_link;
   return d;
 }
 }  // namespace detail
@@ -190,14 +202,17 @@ inline const std::vector<DevicePreset>& devices() {
       // NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): 165.2 TFLOP/s dense
       // FP16 / BF16 tensor with FP32 accumulate (what mixed-precision training uses; 330.3
       // with FP16 accumulate); 24 GB GDDR6X, 384-bit at 21 Gb/s = 1,008 GB/s. No NVLink:
-      // PCIe 4.0 x16 = 16 GT/s × 16 lanes × 128/130 / 8 = 31.5 GB/s each way (GeForce cards
-      // lack peer-to-peer, peer_to_peer = false: each transfer between two GPUs of a node
-      // goes through host memory, two PCIe copies; TransformerCost's class comment).
-      // Assumption: 8 GPUs per server and one 100 Gb/s (12.5 GB/s) network port per node,
-      // shared by the node's GPUs (node_ports = 1).
+      // PCIe 4.0 x16 at NCCL's 24 GB/s each way (pcie4_x16 above; GeForce cards lack
+      // peer-to-peer, peer_to_peer = false: each transfer between two GPUs of a node goes
+      // through host memory, two PCIe copies; TransformerCost's class comment).
+      // Assumptions: 8 GPUs per server on two AMD EPYC sockets, 4 per socket on their own
+      // root ports (no PCIe switch), the sockets linked at NCCL's AMD_BW, 16 GB/s; one
+      // 100 Gb/s (12.5 GB/s) network port per node, shared by the node's GPUs (node_ports =
+      // 1).
       {"rtx-4090",
-       "NVIDIA GeForce RTX 4090 24GB: 165 TFLOP/s BF16, 1.01 TB/s, PCIe 4.0 x16 31.5 GB/s/dir "
-       "through host memory (no P2P), 8 per node, one 100 Gb/s port per node",
+       "NVIDIA GeForce RTX 4090 24GB: 165 TFLOP/s BF16, 1.01 TB/s, PCIe 4.0 x16 24 GB/s/dir "
+       "through host memory (no P2P), 8 per node on 2 sockets (16 GB/s between), one "
+       "100 Gb/s port per node",
        rtx4090()},
   };
   return list;

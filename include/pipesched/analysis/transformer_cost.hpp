@@ -97,13 +97,18 @@ namespace pipesched {
 //! b·t·v·(h + V) for the LM head; W frees that (an even share per part).
 //!
 //! Transfers: F sends b·t·h·v bytes to the next stage's rank, B / I the same to the previous
-//! stage's rank (SendF / SendB like their producers), taking latency + bytes / bandwidth on
-//! the intra-node link, or on the inter-node link when the two ranks sit on different nodes.
-//! Without DeviceSpec::peer_to_peer an intra-node message goes through host memory as NCCL's
-//! SHM transport sends it (the transport NCCL falls back to without P2P, or with
+//! stage's rank (SendF / SendB like their producers), on the path between the two ranks'
+//! first GPUs (DeviceSpec::path, DeviceSpec::message_seconds): latency + bytes / bandwidth
+//! on a direct link (NVLink, or PCIe peer-to-peer through one switch), or on the inter-node
+//! link when the two ranks sit on different nodes. Without peer-to-peer between the two
+//! GPUs (DeviceSpec::peer_to_peer, gpus_per_switch) a message goes through host memory as
+//! NCCL's SHM transport sends it (the transport NCCL falls back to without P2P, or with
 //! NCCL_P2P_DISABLE=1): a device-to-host and a host-to-device copy, pipelined in slots of
 //! NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB, 2 · latency + (bytes + min(bytes, 512 KiB)) /
-//! bandwidth; intra-node all-reduces (tensor, data parallel) run each ring step that way.
+//! bandwidth, the bandwidth shared on a PCIe switch's uplink, a socket's host memory and,
+//! between sockets, the CPU interconnect by the rank's t · d GPUs sending at once;
+//! intra-node all-reduces (tensor, data parallel) run each ring step that way
+//! (DeviceSpec::allreduce_seconds). docs/cost-model.md, "Links", gives the sources.
 //!
 //! Parallelism (the `parallel` member; defaults: none of it). With tensor parallelism of
 //! degree t every GEMM and the attention run 1/t of their FLOPs on each GPU (Shoeybi et al.
@@ -488,14 +493,9 @@ struct TransformerCost {
   double data_parallel_allreduce(int rank, double bytes) const {
     const int d = parallel.data;
     if (d < 2) return 0.0;
-    const int t = parallel.tensor, G = device.ranks_per_node;
-    const long long first = static_cast<long long>(rank) * t * d;
-    const long long last = first + static_cast<long long>(t) * d - 1;
-    if (first / G == last / G) return detail::transformer::node_allreduce(device, bytes, d);
-    return ring_allreduce(
-        bytes, d,
-        device.node_link_bandwidth * detail::transformer::port_share(device, std::min(t, G)),
-        device.node_link_latency);
+    const int t = parallel.tensor;
+    const long long first = first_gpu(rank);
+    return device.allreduce_seconds(bytes, d, first, first + static_cast<long long>(t) * d - 1, t);
   }
 
   //! Seconds of the optimizer step of `rank` (whole_step; else 0): 28 bytes of memory
@@ -579,12 +579,9 @@ struct TransformerCost {
     if (from_rank == to_rank) return 0.0;
     // Each tensor rank sends its 1/t share over its own link.
     const double bytes = message_bytes(ctx, a.slice) / parallel.tensor;
-    if (node_of(from_rank) == node_of(to_rank))
-      return detail::transformer::link_send(bytes, device.link_bandwidth, device.link_latency,
-                                            !device.peer_to_peer);
     const int senders = std::min(parallel.tensor * parallel.data, device.ranks_per_node);
-    return device.node_link_latency +
-           bytes / (device.node_link_bandwidth * detail::transformer::port_share(device, senders));
+    return device.message_seconds(bytes, device.path(first_gpu(from_rank), first_gpu(to_rank)),
+                                  senders);
   }
 
   //! Tokens slice boundaries go in multiples of (balanced_slices, terapipe_slices): the
@@ -596,10 +593,13 @@ struct TransformerCost {
     return rows / std::gcd(rows, std::max(1, model.microbatch_size));
   }
 
-  //! The node of pipeline rank `rank`'s first GPU (GPU rank · t · d; see Parallelism).
+  //! Pipeline rank `rank`'s first GPU, rank · t · d (see Parallelism).
+  long long first_gpu(int rank) const noexcept {
+    return static_cast<long long>(rank) * parallel.tensor * parallel.data;
+  }
+  //! The node of pipeline rank `rank`'s first GPU.
   int node_of(int rank) const noexcept {
-    const long long gpu = static_cast<long long>(rank) * parallel.tensor * parallel.data;
-    return static_cast<int>(gpu / device.ranks_per_node);
+    return static_cast<int>(first_gpu(rank) / device.ranks_per_node);
   }
 
  private:

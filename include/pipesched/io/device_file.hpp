@@ -63,6 +63,16 @@ inline const std::vector<Field>& fields() {
        "network ports per node, 0 = one per GPU"},
       {"peer_to_peer", nullptr, nullptr, &DeviceSpec::peer_to_peer,
        "GPUs of a node copy to each other directly"},
+      {"gpus_per_switch", nullptr, &DeviceSpec::gpus_per_switch, nullptr,
+       "GPUs behind one PCIe switch, 0 = none"},
+      {"sockets_per_node", nullptr, &DeviceSpec::sockets_per_node, nullptr,
+       "CPU sockets of a node"},
+      {"socket_bandwidth", &DeviceSpec::socket_bandwidth, nullptr, nullptr,
+       "between sockets, B/s per direction, 0 = not a limit"},
+      {"socket_latency", &DeviceSpec::socket_latency, nullptr, nullptr,
+       "added between sockets, seconds"},
+      {"host_bandwidth", &DeviceSpec::host_bandwidth, nullptr, nullptr,
+       "staged through one socket's host memory, B/s, 0 = not a limit"},
       {"memory_reserve", &DeviceSpec::memory_reserve, nullptr, nullptr,
        "bytes of memory the model cannot use"},
       {"action_overhead", &DeviceSpec::action_overhead, nullptr, nullptr,
@@ -222,7 +232,8 @@ inline DeviceFile read(std::string_view text, const std::string& source, bool cl
 //! object with "format": "pipesched-device" (optional), "name" (default: the file's stem),
 //! "description", "base" (a device preset whose figures are the defaults) and the DeviceSpec
 //! fields by their C++ names: numbers in FLOP/s, B/s, bytes and seconds, ranks_per_node and
-//! node_ports whole numbers, peer_to_peer true or false. Without "base" the file gives
+//! node_ports, gpus_per_switch and sockets_per_node whole numbers, peer_to_peer true or
+//! false. Without "base" the file gives
 //! peak_flops, memory_bandwidth, memory_bytes, link_bandwidth and node_link_bandwidth (the
 //! rest default as DeviceSpec does). Throws parse_error naming `source`, line and column for
 //! text that is not JSON, an unknown field (naming the known ones), a mistyped value, an

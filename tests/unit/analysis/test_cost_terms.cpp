@@ -1,6 +1,7 @@
 // TransformerCost's device and model terms: no peer-to-peer (staged through host memory),
-// the memory reserve, the per-action overhead, dropout masks and the usual MFU convention,
-// each changing what it should and nothing else; and the presets' values of them.
+// links by path type (switches, sockets, shared host memory and ports), the memory reserve, the
+// per-action overhead, dropout masks and the usual MFU convention, each changing what it should and
+// nothing else; and the presets' values of them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -139,6 +140,137 @@ TEST(NoPeerToPeer, IntraNodeAllReducesRunEachRingStepThroughHost) {
   expect_rel(dp.gradient_sync_seconds(p.ctx(), 0), 6 * (d.link_latency + step / d.link_bandwidth));
   expect_rel(dh.gradient_sync_seconds(p.ctx(), 0),
              6 * (2 * d.link_latency + (step + std::min(step, chunk)) / d.link_bandwidth));
+}
+
+// Paths by type (DeviceSpec::path): direct within a switch or over NVLink, through host
+// memory without peer-to-peer, across sockets, over the network; each with its own figure.
+TEST(LinkPaths, EachPairOfGpusTakesThePathItsTopologySays) {
+  ps::DeviceSpec d = test_device();
+  d.ranks_per_node = 8;
+  // NVLink / NVSwitch: every pair of a node direct, sockets or not.
+  d.sockets_per_node = 2;
+  EXPECT_EQ(d.path(0, 0), ps::LinkPath::Local);
+  EXPECT_EQ(d.path(0, 7), ps::LinkPath::Direct);
+  EXPECT_EQ(d.path(7, 8), ps::LinkPath::Network);
+  // PCIe switches of 2 with peer-to-peer: direct under one switch, else through the host,
+  // across the sockets from GPU 4 on.
+  d.gpus_per_switch = 2;
+  EXPECT_EQ(d.path(0, 1), ps::LinkPath::Direct);
+  EXPECT_EQ(d.path(1, 2), ps::LinkPath::Host);
+  EXPECT_EQ(d.path(3, 4), ps::LinkPath::Socket);
+  EXPECT_EQ(d.path(12, 13), ps::LinkPath::Direct);  // node 1, its first switch
+  // No peer-to-peer: every pair of a node through the host.
+  d.peer_to_peer = false;
+  EXPECT_EQ(d.path(0, 1), ps::LinkPath::Host);
+  EXPECT_EQ(d.path(0, 5), ps::LinkPath::Socket);
+  EXPECT_STREQ(ps::to_string(ps::LinkPath::Socket), "socket");
+}
+
+TEST(LinkPaths, SharedLinksSplitTheirBandwidthAmongTheirSenders) {
+  ps::DeviceSpec d = test_device();
+  d.ranks_per_node = 8;
+  d.peer_to_peer = false;
+  const double lat = d.link_latency, bw = d.link_bandwidth, b = 4 * chunk;
+  auto staged = [&](double bandwidth) { return 2 * lat + (b + chunk) / bandwidth; };
+  // Without a switch, host limit or second socket: the old staged send, whatever the senders.
+  expect_rel(d.message_seconds(b, ps::LinkPath::Host, 4), staged(bw));
+  // A switch's uplink is shared by its GPUs that stage at once.
+  d.gpus_per_switch = 4;
+  expect_rel(d.message_seconds(b, ps::LinkPath::Host, 1), staged(bw));
+  expect_rel(d.message_seconds(b, ps::LinkPath::Host, 2), staged(bw / 2));
+  expect_rel(d.message_seconds(b, ps::LinkPath::Host, 8), staged(bw / 4));
+  d.gpus_per_switch = 0;
+  // Host memory shared by a socket's staging GPUs (here all 8 on one socket).
+  d.host_bandwidth = 2.5e10;
+  expect_rel(d.message_seconds(b, ps::LinkPath::Host, 2), staged(bw));
+  expect_rel(d.message_seconds(b, ps::LinkPath::Host, 4), staged(2.5e10 / 4));
+  d.host_bandwidth = 0;
+  // The CPU interconnect, shared by the messages crossing it at once, and its latency.
+  d.sockets_per_node = 2;
+  d.socket_bandwidth = 1.6e10;
+  d.socket_latency = 3e-6;
+  expect_rel(d.message_seconds(b, ps::LinkPath::Socket, 1), staged(bw) + 3e-6);
+  expect_rel(d.message_seconds(b, ps::LinkPath::Socket, 2), staged(1.6e10 / 2) + 3e-6);
+  expect_rel(d.message_seconds(b, ps::LinkPath::Host, 2), staged(bw));  // within a socket
+  // The network: the node's ports shared by its senders.
+  d.node_ports = 1;
+  expect_rel(d.message_seconds(b, ps::LinkPath::Network, 2),
+             d.node_link_latency + b / (d.node_link_bandwidth / 2));
+  // A ring across sockets: each of its 2(n − 1) steps staged, the rings sharing the
+  // interconnect, every member's latency.
+  const double ring = 8 * chunk;
+  const double step = ring / 8;
+  expect_rel(d.allreduce_seconds(ring, 8, 0, 7, 2),
+             14 * (2 * lat + (step + std::min(step, chunk)) / (1.6e10 / 2) + 3e-6));
+  expect_rel(d.allreduce_seconds(ring, 4, 0, 3, 1),
+             6 * (2 * lat + (ring / 4 + std::min(ring / 4, chunk)) / bw));
+}
+
+TEST(LinkPaths, APipelineMessageCrossingSocketsPaysTheInterconnect) {
+  ps::DeviceSpec d = test_device();
+  d.ranks_per_node = 4;
+  d.peer_to_peer = false;
+  d.sockets_per_node = 2;
+  d.socket_bandwidth = 2e9;  // a fifth of the PCIe link
+  ps::TransformerCost cost{tiny_gpt(), d, {}};
+  Pipeline st(4, 1);
+  const auto ctx = st.ctx();
+  const double bytes = cost.message_bytes(ctx, 0);
+  const double lat = d.link_latency;
+  // Ranks 0 -> 1 and 2 -> 3 share a socket; 1 -> 2 crosses to the other.
+  expect_rel(cost.transfer_time(ctx, act(OpKind::F, 0)), 2 * lat + 2 * bytes / d.link_bandwidth);
+  expect_rel(cost.transfer_time(ctx, act(OpKind::F, 1)), 2 * lat + 2 * bytes / 2e9);
+  expect_rel(cost.transfer_time(ctx, act(OpKind::B, 2)), 2 * lat + 2 * bytes / 2e9);
+  expect_rel(cost.transfer_time(ctx, act(OpKind::F, 2)), 2 * lat + 2 * bytes / d.link_bandwidth);
+  // The simulated step grows by what the crossing adds, and only where it crosses.
+  ps::TransformerCost one_socket = cost;
+  one_socket.device.sockets_per_node = 1;
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .stages = 4, .microbatches = 4});
+  EXPECT_GT(ps::simulate(s, cost).makespan, ps::simulate(s, one_socket).makespan);
+}
+
+TEST(LinkPaths, TheRtx4090PresetTakesNcclsPcieAndSocketFigures) {
+  const ps::DeviceSpec d = ps::presets::find_device("rtx-4090");
+  // NCCL prices PCIe at width × per-lane speed / 80 GB/s: Gen4 ×16 = 16 × 120 / 80.
+  EXPECT_DOUBLE_EQ(d.link_bandwidth, 24e9);
+  EXPECT_EQ(d.sockets_per_node, 2);
+  EXPECT_DOUBLE_EQ(d.socket_bandwidth, 16e9);  // NCCL's AMD_BW
+  EXPECT_EQ(d.path(0, 3), ps::LinkPath::Host);
+  EXPECT_EQ(d.path(3, 4), ps::LinkPath::Socket);
+  // The NVLink presets keep one direct path inside a node.
+  const ps::DeviceSpec h = ps::presets::find_device("h100");
+  EXPECT_EQ(h.path(0, 7), ps::LinkPath::Direct);
+  EXPECT_EQ(h.sockets_per_node, 1);
+}
+
+TEST(LinkPaths, CheckRefusesATopologyThatIsNotThere) {
+  ps::DeviceSpec d = test_device();
+  d.ranks_per_node = 8;
+  auto message = [](const ps::DeviceSpec& x) {
+    try {
+      x.check();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  d.sockets_per_node = 3;
+  EXPECT_NE(message(d).find("sockets_per_node"), std::string::npos) << message(d);
+  EXPECT_NE(message(d).find("dividing it"), std::string::npos) << message(d);
+  d.sockets_per_node = 2;
+  d.gpus_per_switch = 9;
+  EXPECT_NE(message(d).find("gpus_per_switch"), std::string::npos) << message(d);
+  d.gpus_per_switch = 4;
+  d.socket_bandwidth = 16;  // GB/s typed as B/s
+  EXPECT_NE(message(d).find("looks like GB/s"), std::string::npos) << message(d);
+  d.socket_bandwidth = 16e9;
+  d.host_bandwidth = -1;
+  EXPECT_NE(message(d).find("host_bandwidth"), std::string::npos) << message(d);
+  d.host_bandwidth = 0;
+  d.socket_latency = 2;
+  EXPECT_NE(message(d).find("socket_latency"), std::string::npos) << message(d);
+  d.socket_latency = 1e-6;
+  EXPECT_EQ(message(d), "");
 }
 
 TEST(MemoryReserve, ShrinksEachRanksBudgetByExactlyTheReserve) {

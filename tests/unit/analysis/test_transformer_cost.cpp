@@ -446,7 +446,8 @@ TEST(Presets, DevicesAndModelsFoundByName) {
   EXPECT_EQ(ps::presets::devices().size(), 5u);
   EXPECT_EQ(ps::presets::models().size(), 5u);
   EXPECT_EQ(ps::presets::find_device("H100").name, "h100");
-  EXPECT_DOUBLE_EQ(ps::presets::find_device("rtx-4090").link_bandwidth, 31.5e9);
+  EXPECT_DOUBLE_EQ(ps::presets::find_device("rtx-4090").link_bandwidth,
+                   24e9);  // NCCL's PCIe Gen4 ×16 figure
   EXPECT_EQ(ps::presets::find_model("llama2-34b").key_value_heads(), 8);
   EXPECT_TRUE(ps::presets::find_model("Llama2-7B").gated_mlp);
 }

@@ -52,44 +52,11 @@ struct UnitPlace {
   bool context = false;  // not the last slice: later slices attend to its keys and values
 };
 
-// Bytes of one staging slot when a transfer goes through host memory: NCCL's SHM transport
-// (what NCCL uses between two GPUs of a node without peer-to-peer, or with NCCL_P2P_DISABLE)
-// pipelines a message through a host buffer of NCCL_BUFFSIZE = 4 MiB (DEFAULT_BUFFSIZE,
-// src/init.cc) cut into NCCL_STEPS = 8 slots (src/include/device.h): 512 KiB.
-inline constexpr double host_staging_chunk = 4.0 * 1024 * 1024 / 8;
-
-// Seconds of sending `bytes` to another GPU on a link of `bandwidth` and `latency`: latency +
-// bytes / bandwidth directly (peer-to-peer), or, `staged` through host memory, a device-to-
-// host and a host-to-device copy over PCIe, pipelined in host_staging_chunk slots as NCCL's
-// SHM transport runs them: 2 · latency + (bytes + one slot) / bandwidth (the two copies
-// overlap but for the first slot, each on its own GPU's link).
-inline double link_send(double bytes, double bandwidth, double latency, bool staged) noexcept {
-  if (!staged) return latency + bytes / bandwidth;
-  return 2 * latency + (bytes + std::min(bytes, host_staging_chunk)) / bandwidth;
-}
-
 // Seconds of an all-reduce of `bytes` over `n` GPUs on a link of `bandwidth` and `latency`,
-// as NCCL's ring runs it: 2(n − 1) steps, each a link_send of bytes / n, i.e.
-// 2(n − 1)/n · bytes / bandwidth + 2(n − 1) · latency directly, and, `staged` through host
-// memory, twice the latency and one staging slot more per step.
-inline double ring_allreduce(double bytes, int n, double bandwidth, double latency,
-                             bool staged = false) noexcept {
+// as NCCL's ring runs it: 2(n − 1)/n · bytes / bandwidth + 2(n − 1) · latency.
+inline double ring_allreduce(double bytes, int n, double bandwidth, double latency) noexcept {
   if (n < 2 || bytes <= 0) return 0.0;
-  if (!staged) return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
-  return 2.0 * (n - 1) * link_send(bytes / n, bandwidth, latency, true);
-}
-
-// Seconds of an all-reduce of `bytes` over `n` GPUs of one node of `device` (staged through
-// host memory without peer-to-peer).
-inline double node_allreduce(const DeviceSpec& device, double bytes, int n) noexcept {
-  return ring_allreduce(bytes, n, device.link_bandwidth, device.link_latency, !device.peer_to_peer);
-}
-
-// The share of one port's bandwidth each of `senders` ranks of a node of `device` gets when
-// they all send to other nodes at once.
-inline double port_share(const DeviceSpec& device, int senders) noexcept {
-  if (device.node_ports == 0 || senders <= device.node_ports) return 1.0;
-  return static_cast<double>(device.node_ports) / senders;
+  return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
 }
 
 // Calls `f(k)` for each weight GEMM in W part `part` of a W cut into `parts` under
@@ -180,7 +147,9 @@ inline Unit unit(const ModelShape& model, const DeviceSpec& device, const Parall
 
   if (parallel.tensor > 1) {
     const double bytes = bt * h * v;  // one all-reduce's message (the full activation)
-    const double one = node_allreduce(device, bytes, parallel.tensor);
+    // The tensor group: t GPUs in a row from a multiple of t (its slowest hop is the path
+    // from the first to the last).
+    const double one = device.allreduce_seconds(bytes, parallel.tensor, 0, parallel.tensor - 1);
     const bool first = at.first;
     u.forward_collectives = (2 * u.n + (first ? 1 : 0)) * one;
     u.backward_collectives = (2 * u.n + (last ? 1 : 0)) * one;
