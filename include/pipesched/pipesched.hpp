@@ -53,6 +53,7 @@
 #include "pipesched/exec/fingerprint.hpp"
 #include "pipesched/exec/layer_profiler.hpp"
 #include "pipesched/exec/profile.hpp"
+#include "pipesched/exec/replay.hpp"
 #include "pipesched/exec/stage_variant.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/io/plan_file.hpp"

@@ -40,6 +40,11 @@ void expect_same(const ps::DeviceSpec& a, const ps::DeviceSpec& b) {
   EXPECT_EQ(a.node_link_latency, b.node_link_latency);
   EXPECT_EQ(a.node_ports, b.node_ports);
   EXPECT_EQ(a.peer_to_peer, b.peer_to_peer);
+  EXPECT_EQ(a.gpus_per_switch, b.gpus_per_switch);
+  EXPECT_EQ(a.sockets_per_node, b.sockets_per_node);
+  EXPECT_EQ(a.socket_bandwidth, b.socket_bandwidth);
+  EXPECT_EQ(a.socket_latency, b.socket_latency);
+  EXPECT_EQ(a.host_bandwidth, b.host_bandwidth);
   EXPECT_EQ(a.memory_reserve, b.memory_reserve);
   EXPECT_EQ(a.action_overhead, b.action_overhead);
   EXPECT_EQ(a.max_efficiency, b.max_efficiency);
@@ -95,7 +100,28 @@ TEST(DeviceFile, EveryPresetWrittenReadsBackFieldByField) {
   d.peer_to_peer = false;
   d.memory_reserve = 1.5e9;
   d.action_overhead = 20e-6;
+  d.gpus_per_switch = 4;
+  d.socket_latency = 1.5e-6;
+  d.host_bandwidth = 9e10;
   expect_same(ps::read_device(ps::device_json(d)).device, d);
+}
+
+// A cluster file with a measured link topology: switches, sockets and their links read over a
+// preset, and a topology that is not there refused with the field and what is right.
+TEST(DeviceFile, LinkTopologyReadsAndIsChecked) {
+  const ps::DeviceFile f = ps::read_cluster(
+      R"({"base": "rtx-4090", "gpus_per_switch": 2, "sockets_per_node": 4,
+          "socket_bandwidth": 22e9, "socket_latency": 1e-6, "host_bandwidth": 1e11})",
+      "lab.json");
+  EXPECT_EQ(f.device.gpus_per_switch, 2);
+  EXPECT_EQ(f.device.sockets_per_node, 4);
+  EXPECT_EQ(f.device.path(0, 1), ps::LinkPath::Host);  // no P2P on GeForce, even on one switch
+  EXPECT_EQ(f.device.path(1, 2), ps::LinkPath::Socket);
+  const std::string socket = refusal(R"({"base": "rtx-4090", "sockets_per_node": 3})", true);
+  EXPECT_NE(socket.find("\"sockets_per_node\" is 3"), std::string::npos) << socket;
+  EXPECT_NE(socket.find("dividing it"), std::string::npos) << socket;
+  const std::string slip = refusal(R"({"base": "rtx-4090", "socket_bandwidth": 16})", true);
+  EXPECT_NE(slip.find("looks like GB/s"), std::string::npos) << slip;
 }
 
 TEST(DeviceFile, APresetAsBaseWithFieldsOverridden) {

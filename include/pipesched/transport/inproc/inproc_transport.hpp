@@ -1,7 +1,9 @@
 // The in-process transport: ranks are threads of one process. A send moves the tensor into
-// the receiver's mailbox (no copy); a receive waits on a condition variable (no busy wait).
+// the receiver's mailbox (no copy); a receive polls its mailbox for a short while, yielding its
+// core between polls, then waits on a condition variable.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -10,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -47,6 +50,7 @@ class Transport {
         throw error("rank " + std::to_string(from) + " sent the " + detail::describe_key(key) +
                     " to rank " + std::to_string(to) +
                     " twice; each message is sent once per step.");
+      box.arrivals.fetch_add(1, std::memory_order_release);
     }
     box.ready.notify_all();
   }
@@ -58,6 +62,8 @@ class Transport {
     Mailbox& box = mailbox(rank, "receive on");
     const std::uint64_t k = detail::pack_key(key);
     const auto deadline = detail::deadline_after(timeout);
+    // Until then a missing message is polled for rather than waited on (see poll_window).
+    const auto poll_until = std::chrono::steady_clock::now() + poll_window;
     std::unique_lock lock(box.mutex);
     for (;;) {
       if (box.aborted)
@@ -67,6 +73,16 @@ class Transport {
         Tensor x = std::move(it->second);
         box.messages.erase(it);
         return x;
+      }
+      if (std::chrono::steady_clock::now() < poll_until) {
+        const std::uint64_t seen = box.arrivals.load(std::memory_order_acquire);
+        lock.unlock();
+        while (box.arrivals.load(std::memory_order_acquire) == seen &&
+               !box.aborted_flag.load(std::memory_order_acquire) &&
+               std::chrono::steady_clock::now() < poll_until)
+          std::this_thread::yield();
+        lock.lock();
+        continue;
       }
       if (deadline == detail::no_deadline) {
         // No deadline: nothing but a message or an abort ends the wait, and a plain wait does
@@ -101,6 +117,7 @@ class Transport {
       {
         std::lock_guard lock(b->mutex);
         b->aborted = true;
+        b->aborted_flag.store(true, std::memory_order_release);
       }
       b->ready.notify_all();
     }
@@ -111,6 +128,7 @@ class Transport {
     for (auto& b : boxes_) {
       std::lock_guard lock(b->mutex);
       b->aborted = false;
+      b->aborted_flag.store(false, std::memory_order_release);
       b->messages.clear();
     }
   }
@@ -128,7 +146,17 @@ class Transport {
     std::condition_variable ready;
     std::unordered_map<std::uint64_t, Tensor> messages;
     bool aborted = false;
+    // For polling without the mutex: messages delivered so far, and `aborted`.
+    std::atomic<std::uint64_t> arrivals{0};
+    std::atomic<bool> aborted_flag{false};
   };
+
+  // How long a receive polls for a missing message before it waits on the condition
+  // variable: a waiting thread woken by notify_all starts tens of microseconds after the send
+  // on a shared or virtual machine (the scheduler must wake it, its core may have gone idle),
+  // a polling one as soon as it next runs. Yielding between polls leaves the core to any
+  // thread with work; past the window the receive blocks as before.
+  static constexpr std::chrono::microseconds poll_window{200};
 
   void check_rank(int r, const char* what) const {
     if (r < 0 || r >= ranks())
