@@ -56,20 +56,10 @@ double median_latency(const std::vector<ps::StepResult>& steps) {
   return seen.empty() ? 0.0 : median(seen);
 }
 
-// This machine's threads as a device: messages are handed over in memory (no copy), taking
-// the measured latency; memory is not the limit here.
+// This machine's threads as a device: messages are handed over in memory (no copy: a pointer
+// changes hands, the fastest link a device may have), taking the measured latency.
 ps::DeviceSpec threads_device(double latency) {
-  ps::DeviceSpec d;
-  d.name = "threads";
-  d.peak_flops = 1e12;  // unused: the profile gives every kernel's time
-  d.memory_bandwidth = 1e10;
-  d.memory_bytes = 1e12;
-  d.link_bandwidth = 1e14;  // a pointer changes hands: the fastest link a device may have
-  d.link_latency = latency;
-  d.ranks_per_node = 1024;
-  d.node_link_bandwidth = 1e14;
-  d.node_link_latency = latency;
-  return d;
+  return machine_device("threads", 1024, 1e14, latency);
 }
 
 }  // namespace

@@ -85,6 +85,25 @@ inline std::vector<Config> configurations(int ranks) {
   return configs;
 }
 
+// This machine as a device whose kernels a profile times: `ranks_per_node` ranks on one node,
+// every message on one link of `bandwidth` and `latency`, direct or (`staged`) through host
+// memory; memory is not the limit.
+inline DeviceSpec machine_device(const char* name, int ranks_per_node, double bandwidth,
+                                 double latency, bool staged = false) {
+  DeviceSpec d;
+  d.name = name;
+  d.peak_flops = 1e12;  // unused: the profile gives every kernel's time
+  d.memory_bandwidth = 1e10;
+  d.memory_bytes = 1e12;
+  d.link_bandwidth = bandwidth;
+  d.link_latency = latency;
+  d.peer_to_peer = !staged;
+  d.ranks_per_node = ranks_per_node;
+  d.node_link_bandwidth = bandwidth;
+  d.node_link_latency = latency;
+  return d;
+}
+
 // The schedule of `cfg`.
 inline Schedule schedule_of(const Config& cfg) {
   const GeneratorInfo& g = find_generator(cfg.schedule);

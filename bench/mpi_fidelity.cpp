@@ -38,18 +38,7 @@ namespace {
 // This machine's processes as a device: one node of `ranks`, messages on the measured link
 // (direct or staged through host memory, whichever formula fitted).
 ps::DeviceSpec processes_device(int ranks, const ps::bench::links::Fit& link) {
-  ps::DeviceSpec d;
-  d.name = "mpi-processes";
-  d.peak_flops = 1e12;  // unused: the profile gives every kernel's time
-  d.memory_bandwidth = 1e10;
-  d.memory_bytes = 1e12;
-  d.link_bandwidth = link.bandwidth;
-  d.link_latency = link.latency;
-  d.peer_to_peer = !link.staged;
-  d.ranks_per_node = ranks;
-  d.node_link_bandwidth = link.bandwidth;
-  d.node_link_latency = link.latency;
-  return d;
+  return machine_device("mpi-processes", ranks, link.bandwidth, link.latency, link.staged);
 }
 
 // The slowest process's seconds.

@@ -306,7 +306,7 @@ TEST(Executor, TimelineHasEveryActionInOrder) {
 
 // The executor adds no gap of its own: on every rank, two compute actions with no receive
 // between them follow each other at once, and the step is within reach of the simulator's
-// replay of the times its own actions measured (ps::replay). Synthetic stages that sleep
+// replay of the times its own actions measured (ps::replay). Synthetic stages that sleep 2 ms
 // (no core needed, so 4 ranks on any machine) and the toy GPT's real layers on 2 ranks, under
 // ZB-H1, whose W actions run back to back with other work. The bounds are loose against a
 // shared machine's preemption (bench/executor_overhead measures 1.01-1.02 of the replay and
@@ -346,9 +346,9 @@ Gaps gaps_of(const ps::StepResult& r) {
 
 TEST(TimedExecutor, NoGapOfItsOwnBetweenActionsAndTheStepNearItsReplay) {
   const ps::Schedule s = ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 8});
-  const ps::toy::SyntheticCost cost{.forward = 5e-4,
-                                    .backward_input = 5e-4,
-                                    .backward_weight = 5e-4,
+  const ps::toy::SyntheticCost cost{.forward = 2e-3,
+                                    .backward_input = 2e-3,
+                                    .backward_weight = 2e-3,
                                     .activation_bytes = 1 << 10,
                                     .wgrad_bytes = 1 << 9};
   std::vector<ps::toy::SyntheticStage> stages(4, ps::toy::SyntheticStage(cost));
@@ -365,7 +365,9 @@ TEST(TimedExecutor, NoGapOfItsOwnBetweenActionsAndTheStepNearItsReplay) {
     replayed += ps::replay(s, r).makespan;
   }
   EXPECT_GE(measured / replayed, 1.0 - 1e-9);  // nothing runs faster than its dependencies
-  EXPECT_LT(measured / replayed, 1.15);
+  // (1.01-1.02 in a plain build; hand-offs cost more under ThreadSanitizer, 1.20 on 0.5 ms
+  // actions there, hence 2 ms actions and this bound.)
+  EXPECT_LT(measured / replayed, 1.25);
 
   // The toy GPT's real layers, the case where a gap once hid between weight gradients.
   ps::toy::GptConfig c{.vocabulary = 64,
