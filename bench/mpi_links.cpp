@@ -58,7 +58,7 @@ constexpr const char* usage =
 int main(int argc, char** argv) {
   ps::mpi::Session session(argc, argv);
   const bool root = session.rank() == 0;
-  std::string out_path, base = "h100";
+  std::string out_path, base = "h100", repeats_text = "20", max_bytes_text = "16777216";
   int repeats = 20;
   long long max_bytes = 16 << 20;
   for (int i = 1; i < argc; ++i) {
@@ -69,18 +69,34 @@ int main(int argc, char** argv) {
     } else if (a == "--base" && has_value) {
       base = argv[++i];
     } else if (a == "--repeats" && has_value) {
-      repeats = std::atoi(argv[++i]);
+      repeats_text = argv[++i];
+      char* end = nullptr;
+      const long v = std::strtol(repeats_text.c_str(), &end, 10);
+      repeats = *end == '\0' && v >= 1 && v <= 10000 ? static_cast<int>(v) : 0;
     } else if (a == "--max-bytes" && has_value) {
-      max_bytes = std::atoll(argv[++i]);
+      max_bytes_text = argv[++i];
+      char* end = nullptr;
+      max_bytes = std::strtoll(max_bytes_text.c_str(), &end, 10);
+      if (*end != '\0') max_bytes = 0;
     } else {
       if (root) std::fprintf(stderr, "%s", usage);
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }
-  if (repeats < 1 || repeats > 10000 || max_bytes < 1024 || max_bytes > (1LL << 30)) {
+  if (repeats < 1 || repeats > 10000) {
     if (root)
-      std::fprintf(stderr, "mpi_links: --repeats %d or --max-bytes %lld is out of range\n%s",
-                   repeats, max_bytes, usage);
+      std::fprintf(stderr,
+                   "mpi_links: --repeats is '%s'; give a whole number of ping-pongs per size, 1 "
+                   "to 10000\n%s",
+                   repeats_text.c_str(), usage);
+    return 2;
+  }
+  if (max_bytes < 1024 || max_bytes > (1LL << 30)) {
+    if (root)
+      std::fprintf(stderr,
+                   "mpi_links: --max-bytes is '%s'; give the largest message as a whole number "
+                   "of bytes, 1024 to 1073741824\n%s",
+                   max_bytes_text.c_str(), usage);
     return 2;
   }
   ps::DeviceSpec device;
