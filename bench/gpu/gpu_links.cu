@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../link_fit.hpp"
 #include "pipesched/analysis/device_spec.hpp"
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/io/device_file.hpp"
@@ -58,25 +59,17 @@ std::vector<std::size_t> sizes() {
   return out;
 }
 
-struct Fit {
-  double latency = 0, bandwidth = 0;
-};
+using pipesched::bench::links::Fit;
 
 // Fits L + b / B (`staged`: the Host path's 2 L + (b + min(b, 512 KiB)) / B) through the
-// smallest and the largest size and prints the table.
+// smallest and the largest size (bench/link_fit.hpp) and prints the table.
 Fit fit_and_print(const char* title, const std::vector<std::size_t>& s,
                   const std::vector<double>& t, bool staged = false) {
-  const double slot = ps::detail::host_staging_chunk;
-  auto bytes = [&](double b) { return staged ? b + std::min(b, slot) : b; };
-  Fit f;
-  f.latency = staged ? t.front() / 2 : t.front();
-  f.bandwidth = bytes(static_cast<double>(s.back())) /
-                std::max(t.back() - (staged ? 2 : 1) * f.latency, 1e-12);
+  const Fit f = pipesched::bench::links::fit_through_ends(s, t, staged);
   std::printf("### %s\n\n| bytes | measured µs | %s, µs | ratio |\n|---:|---:|---:|---:|\n", title,
               staged ? "2 L + (bytes + min(bytes, 512 KiB)) / B" : "L + bytes / B");
   for (std::size_t i = 0; i < s.size(); ++i) {
-    const double model =
-        (staged ? 2 : 1) * f.latency + bytes(static_cast<double>(s[i])) / f.bandwidth;
+    const double model = f.seconds(static_cast<double>(s[i]));
     std::printf("| %zu | %.2f | %.2f | %.3f |\n", s[i], t[i] * 1e6, model * 1e6, t[i] / model);
   }
   std::printf("\nL = %.2f µs, B = %.3g B/s\n\n", f.latency * 1e6, f.bandwidth);
@@ -139,7 +132,8 @@ bool nccl_ok(ncclResult_t r, const char* what) {
 
 // GPU 0 -> GPU 1 by ncclSend / ncclRecv; the fit, or latency -1 on failure.
 Fit nccl_pair(int repeats) {
-  Fit bad{-1, 0};
+  Fit bad;
+  bad.latency = -1;
   const int devs[2] = {0, 1};
   ncclComm_t comms[2];
   if (!nccl_ok(ncclCommInitAll(comms, 2, devs), "ncclCommInitAll")) return bad;

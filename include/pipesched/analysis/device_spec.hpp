@@ -435,6 +435,20 @@ inline std::string slip_text(const DeviceRange& r, double value) {
 
 using pipesched::check_whole_nodes;
 
+//! Seconds of an all-reduce of `bytes` over `n` GPUs on a link of `bandwidth` and `latency`,
+//! as NCCL's ring runs it: 2(n − 1)/n · bytes / bandwidth + 2(n − 1) · latency.
+inline double ring_allreduce(double bytes, int n, double bandwidth, double latency) noexcept {
+  if (n < 2 || bytes <= 0) return 0.0;
+  return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
+}
+
+//! The share of one network port's bandwidth each of `senders` GPUs of a node of `d` gets
+//! when they all send to other nodes at once (DeviceSpec::node_ports; 0 = one port each).
+inline double port_share(const DeviceSpec& d, int senders) noexcept {
+  if (d.node_ports == 0 || senders <= d.node_ports) return 1.0;
+  return static_cast<double>(d.node_ports) / senders;
+}
+
 //! Bytes of one staging slot when a message goes through host memory: NCCL's SHM transport
 //! pipelines a message through a host buffer of NCCL_BUFFSIZE = 4 MiB (DEFAULT_BUFFSIZE,
 //! src/init.cc) cut into NCCL_STEPS = 8 slots (src/include/device.h): 512 KiB.
@@ -550,11 +564,8 @@ inline double DeviceSpec::message_seconds(double bytes, LinkPath p, int senders)
   if (p == LinkPath::Local || !(bytes > 0)) return 0.0;
   senders = std::max(1, senders);
   if (p == LinkPath::Direct) return link_latency + bytes / link_bandwidth;
-  if (p == LinkPath::Network) {
-    const double share =
-        node_ports == 0 || senders <= node_ports ? 1.0 : static_cast<double>(node_ports) / senders;
-    return node_link_latency + bytes / (node_link_bandwidth * share);
-  }
+  if (p == LinkPath::Network)
+    return node_link_latency + bytes / (node_link_bandwidth * detail::port_share(*this, senders));
   const double bandwidth = detail::staged_bandwidth(*this, senders, senders, p == LinkPath::Socket);
   return detail::staged_send(bytes, bandwidth, link_latency) +
          (p == LinkPath::Socket ? socket_latency : 0.0);
@@ -569,13 +580,11 @@ inline double DeviceSpec::allreduce_seconds(double bytes, int n, long long first
   switch (p) {
     case LinkPath::Local:
     case LinkPath::Direct:
-      return steps / n * bytes / link_bandwidth + steps * link_latency;
+      return detail::ring_allreduce(bytes, n, link_bandwidth, link_latency);
     case LinkPath::Network: {
       const int senders = std::min(rings, std::max(1, ranks_per_node));
-      const double share = node_ports == 0 || senders <= node_ports
-                               ? 1.0
-                               : static_cast<double>(node_ports) / senders;
-      return steps / n * bytes / (node_link_bandwidth * share) + steps * node_link_latency;
+      return detail::ring_allreduce(
+          bytes, n, node_link_bandwidth * detail::port_share(*this, senders), node_link_latency);
     }
     default: {
       const int staging = static_cast<int>(std::min<long long>(1LL << 30, 1LL * n * rings));

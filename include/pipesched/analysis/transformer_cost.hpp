@@ -518,7 +518,7 @@ struct TransformerCost {
   //! Seconds of an all-reduce of `bytes` over `n` GPUs on a link of `bandwidth` and
   //! `latency`, as NCCL's ring runs it: 2(n − 1)/n · bytes / bandwidth + 2(n − 1) · latency.
   static double ring_allreduce(double bytes, int n, double bandwidth, double latency) noexcept {
-    return detail::transformer::ring_allreduce(bytes, n, bandwidth, latency);
+    return detail::ring_allreduce(bytes, n, bandwidth, latency);
   }
 
   //! Seconds `a` occupies its rank (sends and receives: 0, their time is transfer_time),

@@ -52,13 +52,6 @@ struct UnitPlace {
   bool context = false;  // not the last slice: later slices attend to its keys and values
 };
 
-// Seconds of an all-reduce of `bytes` over `n` GPUs on a link of `bandwidth` and `latency`,
-// as NCCL's ring runs it: 2(n − 1)/n · bytes / bandwidth + 2(n − 1) · latency.
-inline double ring_allreduce(double bytes, int n, double bandwidth, double latency) noexcept {
-  if (n < 2 || bytes <= 0) return 0.0;
-  return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
-}
-
 // Calls `f(k)` for each weight GEMM in W part `part` of a W cut into `parts` under
 // WGradSplit::PerGemm: k = 0..3 for a layer's QKV, projection, MLP in, MLP out, -1 for the
 // LM head (see WGradSplit).
