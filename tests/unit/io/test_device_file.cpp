@@ -124,13 +124,11 @@ TEST(DeviceFile, LinkTopologyReadsAndIsChecked) {
   EXPECT_NE(slip.find("looks like GB/s"), std::string::npos) << slip;
   // Garbage and huge numbers: each refused, naming its field, none read as something else.
   const std::pair<const char*, const char*> bad[] = {
-      {"gpus_per_switch", "1e12"},  {"gpus_per_switch", "-1"},
-      {"sockets_per_node", "0"},    {"sockets_per_node", "\"two\""},
-      {"socket_bandwidth", "1e300"}, {"host_bandwidth", "5e14"},
-      {"socket_latency", "1e30"},   {"socket_latency", "true"}};
+      {"gpus_per_switch", "1e12"},     {"gpus_per_switch", "-1"},     {"sockets_per_node", "0"},
+      {"sockets_per_node", "\"two\""}, {"socket_bandwidth", "1e300"}, {"host_bandwidth", "5e14"},
+      {"socket_latency", "1e30"},      {"socket_latency", "true"}};
   for (const auto& [key, value] : bad) {
-    const std::string text =
-        std::string(R"({"base": "rtx-4090", ")") + key + "\": " + value + "}";
+    const std::string text = std::string(R"({"base": "rtx-4090", ")") + key + "\": " + value + "}";
     const std::string why = refusal(text, true);
     EXPECT_NE(why.find(std::string("\"") + key + "\""), std::string::npos) << text << ": " << why;
   }
