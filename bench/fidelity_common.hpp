@@ -1,12 +1,14 @@
 // What the fidelity benchmarks share (bench/fidelity.cpp on threads, bench/mpi_fidelity.cpp
 // over MPI; docs/benchmarks.md, "Fidelity"): the toy GPT sizes and the profile grid, the
-// configurations, the prediction of one, the machine-speed probe, and the summary statistics.
+// configurations, the prediction of one, profiles of several rounds combined, and the summary
+// statistics.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -117,28 +119,106 @@ inline Schedule schedule_of(const Config& cfg) {
 }
 
 // The simulated step of `s` on `device` with the measured layers `profile` for the toy GPT
-// `c`, the ranks sharing `cores` cores when they are more.
+// `c` (of the profile's value width), the ranks sharing `cores` cores when they are more.
 inline double predict(const Schedule& s, const toy::GptConfig& c, const DeviceSpec& device,
                       const std::shared_ptr<const LayerProfile>& profile, int cores) {
-  TransformerCost cost{toy::gpt_model_shape(c, sizeof(double)), device, {}};
+  TransformerCost cost{toy::gpt_model_shape(c, profile->model().bytes_per_value), device, {}};
   cost.measured = profile;
   return s.rank_count() > cores ? simulate(s, cost, SharedCompute{cores}).makespan
                                 : simulate(s, cost).makespan;
 }
 
-// One layer's F + I + W at (microbatch 2, 64 tokens, no prefix), as the profile times it: the
-// machine's speed now.
-inline double probe(const toy::GptConfig& c) {
-  const LayerGrid one{.tensor = {1}, .microbatch_sizes = {2}, .tokens = {64}, .prefixes = {0}};
-  const LayerProfile p = toy::gpt_layer_profile<double>(c, one, {.repeats = 3});
-  const LayerFigures f = p.at(LayerPart::Layer, 1, 2, 64, 0);
-  return f.forward + f.backward_input + f.backward_weight;
+// Profiles of the same grid measured at different times, figure by figure: each time figure
+// of each sample `pick`ed from its values over the profiles (the fastest, or the median); the
+// bytes, which do not vary, are the first profile's.
+template <class Pick>
+LayerProfile combined(const std::vector<LayerProfile>& rounds, Pick pick) {
+  std::vector<LayerSample> out = rounds.front().samples();
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    auto field = [&](double LayerFigures::*f) {
+      std::vector<double> v;
+      for (const LayerProfile& p : rounds) {
+        const LayerSample& x = p.samples().at(i);
+        if (x.part != out[i].part || !(x.at == out[i].at))
+          throw std::logic_error("combined: the profiles are not of one grid");
+        v.push_back(x.figures.*f);
+      }
+      out[i].figures.*f = pick(v);
+    };
+    field(&LayerFigures::forward);
+    field(&LayerFigures::backward_input);
+    field(&LayerFigures::backward_weight);
+    field(&LayerFigures::recompute);
+  }
+  return LayerProfile(rounds.front().model(), rounds.front().device(), std::move(out));
 }
 
-// That figure in `profile`.
-inline double profiled_probe(const LayerProfile& profile) {
-  const LayerFigures at = profile.at(LayerPart::Layer, 1, 2, 64, 0);
-  return at.forward + at.backward_input + at.backward_weight;
+inline double fastest(const std::vector<double>& v) {
+  return *std::min_element(v.begin(), v.end());
+}
+
+// How far two profiles of the same grid differ: |b / a - 1| of each layer's F + I + W.
+inline std::vector<double> layer_differences(const LayerProfile& a, const LayerProfile& b) {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < a.samples().size(); ++i) {
+    const LayerSample& x = a.samples()[i];
+    const LayerSample& y = b.samples().at(i);
+    if (x.part != LayerPart::Layer) continue;
+    const double tx = x.figures.forward + x.figures.backward_input + x.figures.backward_weight;
+    const double ty = y.figures.forward + y.figures.backward_input + y.figures.backward_weight;
+    out.push_back(std::fabs(ty / tx - 1));
+  }
+  return out;
+}
+
+// Predicted and measured steps of a set of configurations, in one order.
+struct Comparison {
+  std::vector<double> simulated, measured;
+  void add(double sim, double meas) {
+    simulated.push_back(sim);
+    measured.push_back(meas);
+  }
+};
+
+// The profiles of every round, per model size, combined two ways: each figure's fastest and
+// its median over the rounds.
+struct Estimates {
+  std::vector<std::shared_ptr<const LayerProfile>> fastest, median;
+};
+inline Estimates estimates(const std::vector<std::vector<LayerProfile>>& profiled) {
+  Estimates e;
+  for (const std::vector<LayerProfile>& rounds : profiled) {
+    e.fastest.push_back(std::make_shared<const LayerProfile>(combined(rounds, fastest)));
+    e.median.push_back(std::make_shared<const LayerProfile>(
+        combined(rounds, [](const std::vector<double>& v) { return bench::median(v); })));
+  }
+  return e;
+}
+
+// The machine's noise: each round's profiles (every size's) against the first round's.
+inline void print_noise(const std::vector<std::vector<LayerProfile>>& profiled) {
+  for (std::size_t round = 1; round < profiled.front().size(); ++round) {
+    std::vector<double> d;
+    for (const std::vector<LayerProfile>& rounds : profiled)
+      for (double x : layer_differences(rounds[0], rounds[round]))
+        d.push_back(x);
+    std::printf(
+        "noise: the layers profiled in round %zu differ from round 1 by %.1f %% (median), "
+        "%.1f %% (worst) over %zu points\n",
+        round + 1, 100 * bench::median(d), 100 * *std::max_element(d.begin(), d.end()), d.size());
+  }
+}
+
+// The text table of the host benchmarks: its header, and one configuration's row.
+inline void print_header() {
+  std::printf("\n%-34s %5s | %10s %10s %8s | %10s %10s %8s\n", "configuration", "size", "sim fast",
+              "meas fast", "ratio", "sim med", "meas med", "ratio");
+}
+inline void print_row(const Config& cfg, int hidden, double sim_fast, double meas_fast,
+                      double sim_med, double meas_med, bool shared) {
+  std::printf("%-34s %5d | %7.2f ms %7.2f ms %8.3f | %7.2f ms %7.2f ms %8.3f%s\n",
+              cfg.label().c_str(), hidden, sim_fast * 1e3, meas_fast * 1e3, meas_fast / sim_fast,
+              sim_med * 1e3, meas_med * 1e3, meas_med / sim_med, shared ? "  (shared)" : "");
 }
 
 // One line of the summary: the median and worst |measured / simulated − 1| and Kendall's τ.

@@ -4,7 +4,10 @@
 # that cannot reach a GPU fails instead of skipping), runs the GPU report (numerics against the
 # host double reference, synthetic layers on cuda-local against the simulator, the toy GPT's
 # step time per plan), runs the link microbenchmark (gpu_links: host copies of every GPU, NCCL
-# between GPUs 0 and 1 where there are two), and prints what ran, what did not and why, and the report's tables. The
+# between GPUs 0 and 1 where there are two), runs the fidelity benchmark (gpu_fidelity: the toy
+# GPT's layers profiled on the GPU, every configuration's step predicted and measured, on
+# cuda-local, and over NCCL with a GPU per process where there are two GPUs), and prints what
+# ran, what did not and why, and the report's tables. The
 # exit status is 0 only when everything needed passed; the NCCL tests between ranks need a GPU
 # per rank (nccl.np2 two, nccl.np4 four, nccl.np8 eight: the pp2 × dp2 × tp2 ZeRO-1 run) and
 # on a machine with fewer are reported "not run (needs N GPUs)", which is not a failure. Meant to finish in under 10 minutes on a 16-core machine.
@@ -32,7 +35,7 @@
 # Needs: CMake 3.25, nvcc (CUDACXX, the PATH or /usr/local/cuda/bin), Ninja or make, and
 # GoogleTest (the system's, else the sources in $PIPESCHED_GTEST_SOURCE or /usr/src/googletest).
 # The NCCL tests need NCCL (in the CUDA toolkit) and an MPI with mpirun.
-# Writes in DIR: gpu-report.md (the report's and the links' tables), gpu-check/links.json
+# Writes in DIR: gpu-report.md (the report's, the links' and the fidelity tables), gpu-check/links.json
 # (with two GPUs: their measured link as a device file), gpu-check/junit.xml (ctest's results),
 # gpu-check/summary.md (the summary printed at the end).
 set -uo pipefail
@@ -224,8 +227,10 @@ manifest_value() { sed -n "s/^$2=//p" "$1" 2>/dev/null | head -1; }
   fatal "configure" "$out/report.txt is missing: the GPU report is not configured there (is the build folder single-configuration, was CUDA found, and, in a full build, PIPESCHED_BUILD_BENCHMARKS on?)"
 gpu_report="$(manifest_value "$out/report.txt" gpu_report)"
 gpu_links="$(manifest_value "$out/report.txt" gpu_links)"
+gpu_fidelity="$(manifest_value "$out/report.txt" gpu_fidelity)"
 [ -n "$gpu_links" ] || fatal "configure" "$out/report.txt names no gpu_links (the link microbenchmark): configure the folder again"
-targets=(gpu_report gpu_links)
+[ -n "$gpu_fidelity" ] || fatal "configure" "$out/report.txt names no gpu_fidelity (the fidelity benchmark): configure the folder again"
+targets=(gpu_report gpu_links gpu_fidelity)
 cuda_tests=""
 nccl_tests=""
 mpiexec=""
@@ -246,7 +251,7 @@ case "$mpi_found" in *-NOTFOUND) mpi_found="" ;; esac
 [ -f "$out/tests.txt" ] && [ -z "$nccl_tests" ] &&
   problem "NCCL tests" "not built: they need NCCL (the CUDA toolkit's lib folder) and an MPI with mpirun (e.g. Debian's libopenmpi-dev and openmpi-bin); CMake found NCCL '${nccl_found:-nowhere}' and mpiexec '${mpi_found:-nowhere}', so NCCL is not checked"
 # The lists name this folder's programs, or they are another folder's (a copied build folder).
-for program in "$gpu_report" "$gpu_links" "$cuda_tests" "$nccl_tests"; do
+for program in "$gpu_report" "$gpu_links" "$gpu_fidelity" "$cuda_tests" "$nccl_tests"; do
   [ -n "$program" ] || continue
   case "$(realpath -m "$program")/" in
     "$(realpath -m "$build")"/*) ;;
@@ -268,7 +273,7 @@ if [ -n "$reuse" ] && [ "$dry_run" -eq 1 ]; then
   else
     grep '^-- pipesched: ' "$out/gpu-only-configure.log"
     differs=""
-    for entry in report.txt:gpu_report report.txt:gpu_links tests.txt:cuda_tests tests.txt:nccl_tests tests.txt:mpiexec; do
+    for entry in report.txt:gpu_report report.txt:gpu_links report.txt:gpu_fidelity tests.txt:cuda_tests tests.txt:nccl_tests tests.txt:mpiexec; do
       file="${entry%%:*}" key="${entry#*:}"
       here="$(manifest_value "$out/$file" "$key")"
       there="$(manifest_value "$gpu_only/gpu-check/$file" "$key")"
@@ -285,7 +290,7 @@ fi
 
 say "build (${targets[*]}, $jobs jobs)"
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" || fatal "build" "the build failed (its output is above)"
-for program in "$gpu_report" "$gpu_links" "$cuda_tests" "$nccl_tests"; do
+for program in "$gpu_report" "$gpu_links" "$gpu_fidelity" "$cuda_tests" "$nccl_tests"; do
   [ -z "$program" ] || [ -x "$program" ] || fatal "build" "built, but $program is not there"
 done
 mkdir -p "$out" || fatal "output" "cannot make $out"
@@ -346,6 +351,17 @@ fi
 if [ "$dry_run" -eq 1 ]; then
   "$gpu_report" --help >/dev/null || problem "GPU report" "gpu_report --help failed"
   "$gpu_links" --help >/dev/null || problem "link microbenchmark" "gpu_links --help failed"
+  "$gpu_fidelity" --help >/dev/null || problem "fidelity benchmark" "gpu_fidelity --help failed"
+  # Without a GPU the fidelity benchmark must say so and exit 2, not crash or pass.
+  if [ "$probe" -eq 2 ]; then
+    "$gpu_fidelity" --quick --rounds 1 >/dev/null 2>"$out/fidelity-no-gpu.txt"
+    rc=$?
+    if [ "$rc" -eq 2 ] && [ -s "$out/fidelity-no-gpu.txt" ]; then
+      row "fidelity benchmark (no GPU)" "ok: starts, says why it cannot run ($(head -1 "$out/fidelity-no-gpu.txt")), exits 2"
+    else
+      problem "fidelity benchmark (no GPU)" "gpu_fidelity exited $rc without a GPU (expected 2 and a reason)"
+    fi
+  fi
   say "GPU report's byte figures, on the host"
   if "$gpu_report" --check-figures; then
     row "GPU report (host side)" "ok: starts; its peak figures match the host models of each precision"
@@ -520,6 +536,32 @@ if [ "$dry_run" -eq 0 ]; then
     1) problem "link microbenchmark" "a CUDA or NCCL call failed (see above)" ;;
     *) problem "link microbenchmark" "did not run (exit $rc: no usable GPU)" ;;
   esac
+  # The fidelity benchmark: on cuda-local, then over NCCL with a GPU per process (two GPUs and
+  # the link gpu_links measured between them).
+  say "fidelity (cuda-local)"
+  "$gpu_fidelity" | tee -a "$report"
+  rc=${PIPESTATUS[0]}
+  case $rc in
+    0) row "fidelity, cuda-local" "ok: measured (tables in $report)" ;;
+    1) problem "fidelity, cuda-local" "a CUDA call or a step failed (see above)" ;;
+    *) problem "fidelity, cuda-local" "did not run (exit $rc)" ;;
+  esac
+  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" || gpus=0
+  if [ "$gpus" -lt 2 ]; then
+    row "fidelity, NCCL" "not run (needs 2 GPUs; this machine has $gpus)"
+  elif [ -z "$nccl_tests" ] || [ -z "$mpiexec" ]; then
+    row "fidelity, NCCL" "not run (built without NCCL or MPI)"
+  elif [ ! -s "$out/links.json" ]; then
+    problem "fidelity, NCCL" "gpu_links wrote no $out/links.json to predict the messages with"
+  else
+    say "fidelity (NCCL, 2 processes)"
+    env "${mpi_env[@]}" "$mpiexec" -n 2 "$gpu_fidelity" --nccl --links "$out/links.json" | tee -a "$report"
+    rc=${PIPESTATUS[0]}
+    case $rc in
+      0) row "fidelity, NCCL" "ok: measured on 2 GPUs (tables in $report)" ;;
+      *) problem "fidelity, NCCL" "exited $rc (see above)" ;;
+    esac
+  fi
 fi
 
 finish

@@ -33,9 +33,11 @@
 #include "pipesched/toy/cuda/compare.cuh"
 #include "pipesched/toy/cuda/data.cuh"
 #include "pipesched/toy/cuda/gpt.cuh"
+#include "pipesched/toy/cuda/layer_profile.cuh"
 #include "pipesched/toy/cuda/mlp.cuh"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/layer_profile.hpp"
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/profile.hpp"
 #include "pipesched/toy/reference.hpp"
@@ -225,6 +227,57 @@ TEST(CudaToyCommit, AFailedOptimizerIsRolledBackOnEveryGpuRank) {
   const std::vector<double> rolled = run(true, faulty_losses);
   EXPECT_EQ(faulty_losses, clean_losses);
   EXPECT_EQ(rolled, clean);
+}
+
+// ---- the layers profiled on the GPU ---------------------------------------------------------
+
+// gpu::gpt_layer_profile measures the grid the host profile measures: the same samples in the
+// same order, every byte figure the host stages' (the GPU stage holds the host stage's bytes),
+// and every time a GPU time above zero; a tensor-parallel grid is refused with the reason.
+TEST(CudaToyProfile, TheGpuLayerProfileIsTheHostProfilesGridWithTheHostsBytes) {
+  PIPESCHED_NEEDS_GPU();
+  const toy::GptConfig config{.vocabulary = 32,
+                              .hidden = 16,
+                              .heads = 2,
+                              .ffn = 32,
+                              .sequence = 16,
+                              .blocks = 4,
+                              .microbatch_size = 2,
+                              .seed = 5};
+  const ps::LayerGrid grid{
+      .tensor = {1}, .microbatch_sizes = {2}, .tokens = {8, 16}, .prefixes = {0, 8}};
+  ps::CudaDevice device(0);
+  const ps::LayerProfile dev =
+      gpu::gpt_layer_profile<float>(config, grid, device, {.repeats = 2, .device = "GPU 0"});
+  const ps::LayerProfile host = toy::gpt_layer_profile<float>(config, grid, {.repeats = 1});
+  EXPECT_EQ(dev.device(), "GPU 0");
+  EXPECT_EQ(dev.model().bytes_per_value, 4);
+  ASSERT_EQ(dev.samples().size(), grid.points() * 3);
+  ASSERT_EQ(dev.samples().size(), host.samples().size());
+  for (std::size_t i = 0; i < dev.samples().size(); ++i) {
+    const ps::LayerSample& g = dev.samples()[i];
+    const ps::LayerSample& h = host.samples()[i];
+    SCOPED_TRACE("sample " + std::to_string(i));
+    EXPECT_EQ(g.part, h.part);
+    EXPECT_EQ(g.at, h.at);
+    EXPECT_EQ(g.figures.activation_bytes, h.figures.activation_bytes);
+    EXPECT_EQ(g.figures.wgrad_bytes, h.figures.wgrad_bytes);
+    EXPECT_EQ(g.figures.boundary_bytes, h.figures.boundary_bytes);
+    if (g.part == ps::LayerPart::Layer) {
+      EXPECT_GT(g.figures.forward, 0);
+      EXPECT_GT(g.figures.backward_input, 0);
+      EXPECT_GT(g.figures.backward_weight, 0);
+      EXPECT_GT(g.figures.recompute, 0);
+    }
+  }
+  ps::LayerGrid sharded = grid;
+  sharded.tensor = {2};
+  try {
+    (void)gpu::gpt_layer_profile<float>(config, sharded, device);
+    ADD_FAILURE() << "a tensor-parallel grid was not refused";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor degrees"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -149,10 +149,15 @@ inline LayerFigures less(const LayerFigures& a, const LayerFigures& b) {
 //! Returns the profile (see the file comment for how each figure is taken). Throws
 //! invalid_problem for a grid LayerGrid::check refuses, options out of range, `make_stages`
 //! giving other than three stage models, and what `profile` throws.
-template <class MakeStages, class MakeData>
+//!
+//! `measure(stages, data, profile_options)` runs the three stages as one rank under
+//! `profile_options.schedule` and returns `profile_steps`' figures; the overload without it
+//! runs them on this thread's host (`profile`). Give one to time stages on another device (a
+//! GPU's: toy::gpu::gpt_layer_profile runs them on cuda-local).
+template <class MakeStages, class MakeData, class Measure>
 LayerProfile profile_layers(const ModelShape& model, const LayerGrid& grid,
                             MakeStages&& make_stages, MakeData&& make_data,
-                            const LayerProfileOptions& options = {}) {
+                            const LayerProfileOptions& options, Measure&& measure) {
   namespace lp = detail::layer_profiling;
   grid.check();
   if (options.microbatches < 1 || options.repeats < 1 || options.warmup_steps < 0)
@@ -177,7 +182,7 @@ LayerProfile profile_layers(const ModelShape& model, const LayerGrid& grid,
                 "and one layer with the last-stage extras");
           const auto data = make_data(at);
           const int slices = prefix > 0 ? 2 : 1;
-          const ProfiledCost cost = profile(
+          const ProfiledCost cost = measure(
               stages, data,
               ProfileOptions{.schedule = layer_profiling_schedule(slices, options.microbatches),
                              .warmup_steps = options.warmup_steps,
@@ -193,6 +198,18 @@ LayerProfile profile_layers(const ModelShape& model, const LayerGrid& grid,
           if (options.progress) options.progress(++done, grid.points());
         }
   return LayerProfile(model, options.device, std::move(samples));
+}
+
+//! `profile_layers` with the stages run on threads of this host (`profile`).
+template <class MakeStages, class MakeData>
+LayerProfile profile_layers(const ModelShape& model, const LayerGrid& grid,
+                            MakeStages&& make_stages, MakeData&& make_data,
+                            const LayerProfileOptions& options = {}) {
+  return profile_layers(model, grid, std::forward<MakeStages>(make_stages),
+                        std::forward<MakeData>(make_data), options,
+                        [](auto& stages, const auto& data, const ProfileOptions& o) {
+                          return profile(stages, data, o);
+                        });
 }
 
 }  // namespace pipesched

@@ -501,6 +501,42 @@ inline Schedule profiling_schedule(int stages, int microbatches = 0, bool recomp
   return s;
 }
 
+namespace detail::profiling {
+// Throws invalid_problem, naming `who`, for fewer than 1 measured step or a negative number of
+// warm-up steps.
+inline void check_steps(const ProfileOptions& options, const char* who) {
+  if (options.repeats < 1)
+    throw invalid_problem(std::string(who) + ": repeats is " + std::to_string(options.repeats) +
+                          "; measure 1 step or more.");
+  if (options.warmup_steps < 0)
+    throw invalid_problem(std::string(who) + ": warmup_steps is " +
+                          std::to_string(options.warmup_steps) +
+                          "; run 0 or more unmeasured steps first.");
+}
+}  // namespace detail::profiling
+
+//! The figures of a pipeline already built, on any transport (`inproc::Pipeline`,
+//! `cuda_local::Pipeline`, ...: anything whose `step(data)` returns a StepResult):
+//! `options.warmup_steps` steps, then `options.repeats` measured steps, and their
+//! `profiled_cost` figures under `options.cost`, each the median over the repeats; the
+//! measured steps go to `options.measured` when it is set. `options.schedule`,
+//! `microbatches`, `recompute` and `executor` are the pipeline's business and not read here.
+//! Throws invalid_problem for `repeats` < 1 or `warmup_steps` < 0, and what the pipeline and
+//! `profiled_cost` throw.
+template <class Pipe, class Data>
+ProfiledCost profile_steps(Pipe& pipe, const Data& data, const ProfileOptions& options) {
+  detail::profiling::check_steps(options, "profile_steps");
+  for (int i = 0; i < options.warmup_steps; ++i)
+    (void)pipe.step(data);
+  std::vector<ProfiledCost> costs;
+  for (int i = 0; i < options.repeats; ++i) {
+    StepResult step = pipe.step(data);
+    costs.push_back(profiled_cost(step, options.cost));
+    if (options.measured) options.measured->push_back(std::move(step));
+  }
+  return detail::profiling::median_cost(costs);
+}
+
 //! Runs `stages` (one stage model per pipeline stage, indexed by stage) on threads, one per
 //! rank of `options.schedule` (default `profiling_schedule`): `warmup_steps` steps, then
 //! `repeats` measured steps, and returns their `profiled_cost` figures, each the median over
@@ -516,12 +552,7 @@ ProfiledCost profile(std::span<Stage> stages, const TrainingData<typename Stage:
   static_assert(check_stage_model<Stage>());
   if (stages.empty())
     throw invalid_problem("profile: no stage models were given; pass one per pipeline stage.");
-  if (options.repeats < 1)
-    throw invalid_problem("profile: repeats is " + std::to_string(options.repeats) +
-                          "; measure 1 step or more.");
-  if (options.warmup_steps < 0)
-    throw invalid_problem("profile: warmup_steps is " + std::to_string(options.warmup_steps) +
-                          "; run 0 or more unmeasured steps first.");
+  detail::profiling::check_steps(options, "profile");
   if (!data.input || !data.loss)
     throw invalid_problem(std::string("profile: the TrainingData has no ") +
                           (!data.input ? "input" : "loss") +
@@ -541,15 +572,7 @@ ProfiledCost profile(std::span<Stage> stages, const TrainingData<typename Stage:
                           " stage models were given; pass one stage model per stage of the "
                           "schedule, or leave ProfileOptions::schedule empty for the default.");
   inproc::Pipeline<Stage> pipe(schedule, stages, options.executor);
-  for (int i = 0; i < options.warmup_steps; ++i)
-    pipe.step(data);
-  std::vector<ProfiledCost> costs;
-  for (int i = 0; i < options.repeats; ++i) {
-    StepResult step = pipe.step(data);
-    costs.push_back(profiled_cost(step, options.cost));
-    if (options.measured) options.measured->push_back(std::move(step));
-  }
-  return detail::profiling::median_cost(costs);
+  return profile_steps(pipe, data, options);
 }
 
 //! `profile` of a vector of stage models.

@@ -106,6 +106,47 @@ Tensor<T> columns(const Tensor<T>& x, int start, int length) {
   return out;
 }
 
+// The model a grid point's three stages are built from: three blocks, the point's microbatch
+// size, positions for `longest` tokens (the longest prefix plus slice of the grid).
+inline GptConfig layer_point_config(const GptConfig& config, const LayerPoint& at, int longest) {
+  GptConfig c = config;
+  c.blocks = 3;
+  c.stage_blocks.clear();
+  c.microbatch_size = at.microbatch_size;
+  c.sequence = longest;
+  return c;
+}
+
+// A grid point's step data: make_gpt_data's token streams of `microbatches` microbatches cut
+// into the prefix (entry 2m; one token when there is none) and the measured slice (2m + 1).
+template <class T>
+StepData<T> layer_point_data(const GptConfig& config, const LayerPoint& at, int longest,
+                             int microbatches) {
+  GptConfig c = layer_point_config(config, at, longest);
+  c.sequence = at.prefix + at.tokens;
+  const StepData<T> whole = make_gpt_data<T>(c, microbatches, config.seed);
+  StepData<T> data;
+  data.microbatches = 2 * microbatches;
+  data.loss_kind = LossKind::CrossEntropy;
+  for (int m = 0; m < microbatches; ++m)
+    for (int k = 0; k < 2; ++k) {
+      const int start = k == 0 ? 0 : at.prefix;
+      const int length = k == 0 ? std::max(at.prefix, 1) : at.tokens;
+      data.inputs.push_back(columns(whole.inputs[static_cast<std::size_t>(m)], start,
+                                    std::min(length, c.sequence - start)));
+      data.targets.push_back(columns(whole.targets[static_cast<std::size_t>(m)], start,
+                                     std::min(length, c.sequence - start)));
+    }
+  return data;
+}
+
+// The entry of layer_point_data that slice `slice` of microbatch `mb` reads: with a prefix
+// (`sliced`), slice 0 is the prefix and slice 1 the measured tokens; without, the one slice is
+// the measured tokens.
+inline int layer_point_entry(int mb, int slice, bool sliced) {
+  return 2 * mb + (sliced ? slice : 1);
+}
+
 }  // namespace detail
 
 //! Measures the toy GPT's layers (GptStage<T> of `config`'s widths and vocabulary) over `grid`
@@ -126,16 +167,8 @@ LayerProfile gpt_layer_profile(const GptConfig& config, const LayerGrid& grid,
                             " heads and MLP width " + std::to_string(config.ffn) +
                             "; profile degrees that divide both");
   auto groups = std::make_shared<std::vector<std::unique_ptr<detail::OneShardGroup>>>();
-  auto shaped = [&](const LayerPoint& at) {
-    GptConfig c = config;
-    c.blocks = 3;
-    c.stage_blocks.clear();
-    c.microbatch_size = at.microbatch_size;
-    c.sequence = longest;
-    return c;
-  };
   auto make_stages = [&](const LayerPoint& at) {
-    const GptConfig c = shaped(at);
+    const GptConfig c = detail::layer_point_config(config, at, longest);
     std::vector<GptStage<T>> stages;
     for (int s = 0; s < 3; ++s)
       stages.emplace_back(c, s, 3, TensorShard{0, at.tensor});
@@ -150,28 +183,14 @@ LayerProfile gpt_layer_profile(const GptConfig& config, const LayerGrid& grid,
   // points go.
   auto data = std::make_shared<StepData<T>>();
   auto make_data = [&, data](const LayerPoint& at) {
-    GptConfig c = shaped(at);
-    c.sequence = at.prefix + at.tokens;
-    const StepData<T> whole = make_gpt_data<T>(c, options.microbatches, config.seed);
-    *data = StepData<T>{};
-    data->microbatches = 2 * options.microbatches;
-    data->loss_kind = LossKind::CrossEntropy;
-    for (int m = 0; m < options.microbatches; ++m)
-      for (int k = 0; k < 2; ++k) {
-        const int start = k == 0 ? 0 : at.prefix;
-        const int length = k == 0 ? std::max(at.prefix, 1) : at.tokens;
-        data->inputs.push_back(detail::columns(whole.inputs[static_cast<std::size_t>(m)], start,
-                                               std::min(length, c.sequence - start)));
-        data->targets.push_back(detail::columns(whole.targets[static_cast<std::size_t>(m)], start,
-                                                std::min(length, c.sequence - start)));
-      }
+    *data = detail::layer_point_data<T>(config, at, longest, options.microbatches);
     const bool sliced = at.prefix > 0;
     TrainingData<Tensor<T>> d;
     d.input = [data, sliced](int mb, int slice) {
-      return data->input(2 * mb + (sliced ? slice : 1));
+      return data->input(detail::layer_point_entry(mb, slice, sliced));
     };
     d.loss = [data, sliced](const Tensor<T>& out, int mb, int slice, double& loss) {
-      return data->loss_gradient(out, 2 * mb + (sliced ? slice : 1), loss);
+      return data->loss_gradient(out, detail::layer_point_entry(mb, slice, sliced), loss);
     };
     return d;
   };

@@ -3,6 +3,7 @@
 // predicts, and stops cleanly on faults.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -355,15 +356,18 @@ TEST(TimedExecutor, NoGapOfItsOwnBetweenActionsAndTheStepNearItsReplay) {
   ps::inproc::Pipeline<ps::toy::SyntheticStage> pipe(s, stages);
   const auto data = ps::toy::synthetic_training_data();
   (void)pipe.step(data);
-  double measured = 0, replayed = 0;
+  // A gap the executor makes is in every step; one the machine makes (a preemption on a shared
+  // host) is in some: the smallest of three steps' mean gaps is the executor's.
+  double measured = 0, replayed = 0, smallest_gap = 1;
   for (int i = 0; i < 3; ++i) {
     const ps::StepResult r = pipe.step(data);
     const Gaps g = gaps_of(r);
     ASSERT_GT(g.without_receive, 20);
-    EXPECT_LT(g.mean_without_receive, 1e-4) << "step " << i;
+    smallest_gap = std::min(smallest_gap, g.mean_without_receive);
     measured += r.seconds;
     replayed += ps::replay(s, r).makespan;
   }
+  EXPECT_LT(smallest_gap, 1e-4);
   EXPECT_GE(measured / replayed, 1.0 - 1e-9);  // nothing runs faster than its dependencies
   // (1.01-1.02 in a plain build; hand-offs cost more under ThreadSanitizer, 1.20 on 0.5 ms
   // actions there, hence 2 ms actions and this bound.)
@@ -386,11 +390,15 @@ TEST(TimedExecutor, NoGapOfItsOwnBetweenActionsAndTheStepNearItsReplay) {
   const auto batches = ps::toy::make_gpt_data<double>(c, 8, 5);
   const auto training = ps::toy::training_data(batches);
   (void)run.step(training);
-  const ps::StepResult r = run.step(training);
-  const Gaps g = gaps_of(r);
-  ASSERT_GT(g.without_receive, 10);
-  EXPECT_LT(g.mean_without_receive, 1e-4);
-  EXPECT_GE(r.seconds / ps::replay(z, r).makespan, 1.0 - 1e-9);
+  smallest_gap = 1;
+  for (int i = 0; i < 3; ++i) {
+    const ps::StepResult r = run.step(training);
+    const Gaps g = gaps_of(r);
+    ASSERT_GT(g.without_receive, 10);
+    smallest_gap = std::min(smallest_gap, g.mean_without_receive);
+    EXPECT_GE(r.seconds / ps::replay(z, r).makespan, 1.0 - 1e-9);
+  }
+  EXPECT_LT(smallest_gap, 1e-4);
 }
 
 }  // namespace test_executor

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -536,6 +537,72 @@ TEST(LayerProfile, ToyGptLayersComposeTheBytesOfAnyPartitionExactly) {
           EXPECT_GT(cost.duration(ctx, f), cost.device.action_overhead);
         }
     }
+}
+
+// A measure of the caller's own (what gpu::gpt_layer_profile gives to time the stages on a GPU)
+// is called once per grid point with the profiling schedule of that point, and what it returns
+// is the profile: here an in-process pipeline through profile_steps, whose bytes are the
+// default measure's.
+TEST(LayerProfile, ACallersMeasureRunsEachPointsStagesUnderItsProfilingSchedule) {
+  const ps::toy::GptConfig c{.vocabulary = 32,
+                             .hidden = 16,
+                             .heads = 2,
+                             .ffn = 32,
+                             .sequence = 16,
+                             .blocks = 4,
+                             .microbatch_size = 2,
+                             .seed = 5};
+  const ps::LayerGrid grid{
+      .tensor = {1}, .microbatch_sizes = {2}, .tokens = {8, 16}, .prefixes = {0, 8}};
+  const int longest = 16 + 8;
+  namespace td = ps::toy::detail;
+  using Stage = ps::toy::GptStage<double>;
+  auto make_stages = [&](const ps::LayerPoint& at) {
+    std::vector<Stage> v;
+    for (int s = 0; s < 3; ++s)
+      v.emplace_back(td::layer_point_config(c, at, longest), s, 3);
+    return v;
+  };
+  auto data = std::make_shared<ps::toy::StepData<double>>();
+  auto make_data = [&](const ps::LayerPoint& at) {
+    *data = td::layer_point_data<double>(c, at, longest, 2);
+    const bool sliced = at.prefix > 0;
+    ps::TrainingData<ps::toy::Tensor<double>> d;
+    d.input = [data, sliced](int mb, int k) {
+      return data->input(td::layer_point_entry(mb, k, sliced));
+    };
+    d.loss = [data, sliced](const ps::toy::Tensor<double>& y, int mb, int k, double& loss) {
+      return data->loss_gradient(y, td::layer_point_entry(mb, k, sliced), loss);
+    };
+    return d;
+  };
+  int calls = 0;
+  auto measure = [&](std::vector<Stage>& stages, const auto& d, const ps::ProfileOptions& o) {
+    ++calls;
+    EXPECT_TRUE(o.schedule.has_value());
+    EXPECT_EQ(o.schedule->name, "layer-profiling");
+    EXPECT_EQ(o.repeats, 1);
+    ps::inproc::Pipeline<Stage> pipe(*o.schedule, stages);
+    return ps::profile_steps(pipe, d, o);
+  };
+  const ps::LayerProfile mine =
+      ps::profile_layers(ps::toy::gpt_model_shape(c, sizeof(double)), grid, make_stages, make_data,
+                         {.repeats = 1}, measure);
+  EXPECT_EQ(calls, static_cast<int>(grid.points()));
+  const ps::LayerProfile usual = ps::toy::gpt_layer_profile<double>(c, grid, {.repeats = 1});
+  ASSERT_EQ(mine.samples().size(), usual.samples().size());
+  for (std::size_t i = 0; i < mine.samples().size(); ++i) {
+    EXPECT_EQ(mine.samples()[i].at, usual.samples()[i].at);
+    EXPECT_EQ(mine.samples()[i].figures.activation_bytes,
+              usual.samples()[i].figures.activation_bytes);
+    EXPECT_EQ(mine.samples()[i].figures.boundary_bytes, usual.samples()[i].figures.boundary_bytes);
+  }
+  // profile_steps refuses what profile refuses.
+  std::vector<Stage> stages = make_stages({.tensor = 1, .microbatch_size = 2, .tokens = 8});
+  ps::inproc::Pipeline<Stage> pipe(ps::layer_profiling_schedule(1, 2), stages);
+  const auto d = make_data({.tensor = 1, .microbatch_size = 2, .tokens = 8});
+  EXPECT_THROW((void)ps::profile_steps(pipe, d, {.repeats = 0}), ps::invalid_problem);
+  EXPECT_THROW((void)ps::profile_steps(pipe, d, {.warmup_steps = -1}), ps::invalid_problem);
 }
 
 // ---- The toy GPT as the planner's model, and back ----
