@@ -26,8 +26,12 @@
 // Round-to-round, the profiles' layer figures are also compared with each other: how far one
 // measurement of the same layers strays from another on this machine at this time.
 //
-// Usage: fidelity [--rounds N] [--repeats N] [--quick]
+// --loaded profiles the layers while the other cores run the same layers (as the pipeline's
+// other ranks will), instead of with them idle.
+//
+// Usage: fidelity [--rounds N] [--repeats N] [--loaded] [--quick]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -70,7 +74,7 @@ ps::DeviceSpec threads_device(double latency) {
 
 int main(int argc, char** argv) {
   int rounds = 3, repeats = 3;
-  bool quick = false;
+  bool quick = false, loaded = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--repeats" && i + 1 < argc) {
@@ -79,8 +83,10 @@ int main(int argc, char** argv) {
       rounds = std::atoi(argv[++i]);
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--loaded") {
+      loaded = true;
     } else {
-      std::fprintf(stderr, "usage: fidelity [--rounds N] [--repeats N] [--quick]\n");
+      std::fprintf(stderr, "usage: fidelity [--rounds N] [--repeats N] [--loaded] [--quick]\n");
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }
@@ -114,16 +120,31 @@ int main(int argc, char** argv) {
   std::printf(
       "%zu configurations, %d rounds of (profile %zu grid points per size, then every "
       "configuration: 1 warm-up and %d measured steps); message latency between threads "
-      "%.1f us (median); %d cores\n",
-      configs.size(), rounds, grid.points(), repeats, latency * 1e6, cores);
+      "%.1f us (median); %d cores; the layers profiled %s\n",
+      configs.size(), rounds, grid.points(), repeats, latency * 1e6, cores,
+      loaded ? "with the other cores running the same layers (--loaded)"
+             : "with the other cores idle");
 
   // 1 and 3, in rounds: the profiles, then every configuration's steps.
   std::vector<std::vector<ps::LayerProfile>> profiled(sizes.size());
   std::vector<std::vector<double>> steps(configs.size());
   const auto t0 = std::chrono::steady_clock::now();
   for (int round = 0; round < rounds; ++round) {
-    for (std::size_t k = 0; k < sizes.size(); ++k)
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      // --loaded: the other cores run the same layers meanwhile, as the pipeline's other ranks
+      // will when the configurations run.
+      std::atomic<bool> stop{false};
+      std::vector<std::thread> load;
+      for (int t = 1; loaded && t < cores; ++t)
+        load.emplace_back([&, k] {
+          while (!stop)
+            (void)toy::gpt_layer_profile<double>(sizes[k], grid, {.repeats = 1});
+        });
       profiled[k].push_back(toy::gpt_layer_profile<double>(sizes[k], grid, {.repeats = 3}));
+      stop = true;
+      for (std::thread& t : load)
+        t.join();
+    }
     for (std::size_t i = 0; i < configs.size(); ++i) {
       const Config& cfg = configs[i];
       const toy::GptConfig& c = sizes[static_cast<std::size_t>(cfg.size)];
