@@ -4,11 +4,12 @@
 # and the JSON reader (with the run-plan reader on what it reads), each followed by validation,
 # simulation, lowering and a write + re-read round trip; the model-file reader (pipesched's
 # and Hugging Face's), the device and cluster file readers, each followed by a write + re-read
-# and a small simulation; and the checkpoint passes on small generated schedules.
+# and a small simulation; the checkpoint passes on small generated schedules; and the layout
+# reader, with a write + re-read.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]    SECONDS per target (default 60); TARGET: csv, text,
-#                                            action, json, model, device, checkpoint (default:
-#                                            all seven)
+#                                            action, json, model, device, checkpoint, layout
+#                                            (default: all eight)
 #
 # The targets run side by side, as many at once as there are cores (PIPESCHED_FUZZ_JOBS sets
 # another number), each for SECONDS; their summaries print in the order the targets were named.
@@ -23,16 +24,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 [[ "$seconds" =~ ^[0-9]+$ && "$seconds" -gt 0 ]] || {
-  echo "usage: scripts/fuzz.sh [SECONDS] [csv|text|action|json|model|device|checkpoint ...]  (SECONDS: a positive whole number)" >&2
+  echo "usage: scripts/fuzz.sh [SECONDS] [csv|text|action|json|model|device|checkpoint|layout ...]  (SECONDS: a positive whole number)" >&2
   exit 2
 }
 shift $(( $# > 0 ? 1 : 0 ))
 targets=("$@")
-all_targets=(csv text action json model device checkpoint)
+all_targets=(csv text action json model device checkpoint layout)
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 for t in "${targets[@]}"; do
   case "$t" in
-    csv|text|action|json|model|device|checkpoint) ;;
+    csv|text|action|json|model|device|checkpoint|layout) ;;
     *) echo "scripts/fuzz.sh: unknown target '$t'; the targets are ${all_targets[*]}" >&2; exit 2 ;;
   esac
 done

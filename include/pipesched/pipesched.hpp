@@ -41,6 +41,7 @@
 #include "pipesched/io/device_file.hpp"
 #include "pipesched/io/json_read.hpp"
 #include "pipesched/io/layer_profile_file.hpp"
+#include "pipesched/io/layout.hpp"
 #include "pipesched/io/model_file.hpp"
 #include "pipesched/io/svg.hpp"
 #include "pipesched/io/text.hpp"

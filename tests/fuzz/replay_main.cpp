@@ -1,7 +1,8 @@
 // The fuzz targets without libFuzzer: `pipesched_fuzz_replay TARGET FILE|DIR...` runs one
-// target (csv, text, action, json, model, device or checkpoint) on every file named (directories:
-// every file in them), so that the seed corpus and the saved regressions run as ordinary tests with
-// any compiler. A finding aborts, as under libFuzzer; the file being run is printed first.
+// target (csv, text, action, json, model, device, checkpoint or layout) on every file named
+// (directories: every file in them), so that the seed corpus and the saved regressions run as
+// ordinary tests with any compiler. A finding aborts, as under libFuzzer; the file being run is
+// printed first.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +20,7 @@ int pipesched_fuzz_json(const std::uint8_t* data, std::size_t size);
 int pipesched_fuzz_model(const std::uint8_t* data, std::size_t size);
 int pipesched_fuzz_device(const std::uint8_t* data, std::size_t size);
 int pipesched_fuzz_checkpoint(const std::uint8_t* data, std::size_t size);
+int pipesched_fuzz_layout(const std::uint8_t* data, std::size_t size);
 
 int main(int argc, char** argv) {
   using Target = int (*)(const std::uint8_t*, std::size_t);
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[1], "model") == 0) target = pipesched_fuzz_model;
     if (std::strcmp(argv[1], "device") == 0) target = pipesched_fuzz_device;
     if (std::strcmp(argv[1], "checkpoint") == 0) target = pipesched_fuzz_checkpoint;
+    if (std::strcmp(argv[1], "layout") == 0) target = pipesched_fuzz_layout;
   }
   std::vector<std::filesystem::path> files;
   for (int i = 2; i < argc; ++i) {
@@ -44,7 +47,7 @@ int main(int argc, char** argv) {
   }
   if (target == nullptr || files.empty()) {
     std::fprintf(stderr,
-                 "usage: %s csv|text|action|json|model|device|checkpoint FILE|DIR...\n"
+                 "usage: %s csv|text|action|json|model|device|checkpoint|layout FILE|DIR...\n"
                  "runs one fuzz target on each file (directories: each file in them)\n",
                  argv[0]);
     return 2;

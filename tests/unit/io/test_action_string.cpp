@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "pipesched/io/action_string.hpp"
+#include "pipesched/io/layout.hpp"
 
 namespace pipesched::test_action_string {
 namespace {
@@ -230,6 +231,86 @@ TEST(ActionString, FormatRefusesActionsNoStringCanCarry) {
   expect_refused(Action::make(OpKind::W, 0, 0, 0, -1), "part = -1");
   expect_refused(Action::overlap(Action::make(OpKind::F, 0, 0), Action::make(OpKind::B, -4, 0)),
                  "b_stage = -4");
+}
+
+// ---- Layouts: Megatron-core's grammar, read and written ----
+
+TEST(Layout, MegatronsGrammarReadsIntoStagesAndWritesBack) {
+  // Megatron-core's DeepSeek-V3 example with a layer where its MTP unit stands (pipesched's
+  // models have none): 32 stages, for pp 16 × 2 chunks.
+  const Layout l = parse_layout("Et*3|(tt|)*29,t|L");
+  ASSERT_EQ(l.stages.size(), 32u);
+  EXPECT_EQ(l.stages.front(), (LayoutStage{.embedding = true, .layers = 3}));
+  for (std::size_t s = 1; s <= 29; ++s)
+    EXPECT_EQ(l.stages[s], (LayoutStage{.layers = 2})) << s;
+  EXPECT_EQ(l.stages[30], (LayoutStage{.layers = 1}));
+  EXPECT_EQ(l.stages[31], (LayoutStage{.loss = true}));
+  EXPECT_EQ(l.layers(), 62);
+  EXPECT_NO_THROW(l.check(62, 16));
+  // Written back, read again: the same layout, runs of equal stages as groups.
+  EXPECT_EQ(to_string(l), "Et*3|(t*2|)*29t|L");
+  EXPECT_EQ(parse_layout(to_string(l)), l);
+  // Commas and a trailing '|' are for the eye; nested groups unroll.
+  EXPECT_EQ(parse_layout("E,t|t,L|"), parse_layout("Et|tL"));
+  EXPECT_EQ(parse_layout("E((t|)*2)*2tL").stages.size(), 5u);
+  for (const char* text : {"EtL", "Et|tL", "Et*4|t*4|t*4|t*4L", "E|(t*2|)*3L"}) {
+    SCOPED_TRACE(text);
+    const Layout x = parse_layout(text);
+    EXPECT_EQ(parse_layout(to_string(x)), x);
+  }
+}
+
+TEST(Layout, BadLayoutsAreRefusedInOneSentenceSayingWhatIsWrong) {
+  auto refused = [](const char* text, const char* says) {
+    try {
+      (void)parse_layout(text);
+      ADD_FAILURE() << "'" << text << "' was read";
+    } catch (const invalid_problem& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(says), std::string::npos) << text << ": " << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  };
+  refused("Et*3|x|L", "'x' is not part of a layout");
+  refused("Et|m|L", "multi-token-prediction");
+  refused("Et||tL", "stage 1 is empty");
+  refused("t|EtL", "E can only open the first stage");
+  refused("tE|tL", "after other units");
+  refused("Et|L|t", "L must end the last stage");
+  refused("EtLL", "L stands twice");
+  refused("EtLt", "a layer follows L");
+  refused("t|tL", "E is missing");
+  refused("Et|t", "L is missing");
+  refused("Et*|L", "'*' needs a count");
+  refused("Et*0|L", "a count of 0");
+  refused("E(t|L", "'(' is not closed");
+  refused("Et)|L", "')' closes no '('");
+  refused("E(t|)L", "a group needs its count");
+  refused("*2EtL", "'*' follows no unit");
+  refused("E|t|*3L", "'|' cannot repeat");
+  // A control byte in the text is shown as \xNN: the sentence stays one line, whole.
+  refused("Et|\nL", "'\\x0a' is not part of a layout");
+  try {
+    (void)parse_layout(std::string_view("Et\0|L", 6));
+    ADD_FAILURE() << "a NUL byte was read";
+  } catch (const invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("\\x00"), std::string::npos) << e.what();
+  }
+  // Nothing huge is built: the expansion is bounded before it is made.
+  refused("E(((t*4096)*4096)*4096)L", "expands to more than");
+  refused("Et*99999999999999999999L", "a count is above");
+  refused(std::string(70, '(').append("t)").c_str(), "nest more than 64 deep");
+  // A layout against its model and ranks.
+  const Layout l = parse_layout("Et*2|t*2|t*2|t*2L");
+  EXPECT_NO_THROW(l.check(8, 4));
+  EXPECT_NO_THROW(l.check(8, 2));  // 2 chunks per rank
+  EXPECT_THROW(l.check(9, 4), invalid_problem);
+  EXPECT_THROW(l.check(8, 3), invalid_problem);
+  try {
+    l.check(8, 3);
+  } catch (const invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("4 stages on 3 ranks"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
