@@ -149,9 +149,7 @@ int main(int argc, char** argv) {
       const Config& cfg = configs[i];
       const toy::GptConfig& c = sizes[static_cast<std::size_t>(cfg.size)];
       const ps::Schedule s = schedule_of(cfg);
-      std::vector<toy::GptStage<double>> stages;
-      for (int st = 0; st < s.problem.stages; ++st)
-        stages.emplace_back(c, st, s.problem.stages);
+      std::vector<toy::GptStage<double>> stages = gpt_stages(s, c);
       const auto data = toy::make_gpt_data<double>(c, cfg.microbatches, 5);
       const auto training = toy::training_data(data, cfg.slices);
       ps::inproc::Pipeline<toy::GptStage<double>> pipe(s, stages);

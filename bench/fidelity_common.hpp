@@ -118,6 +118,14 @@ inline Schedule schedule_of(const Config& cfg) {
   return s;
 }
 
+// The host toy GPT `c` cut into the stages of `s`, one model per stage.
+inline std::vector<toy::GptStage<double>> gpt_stages(const Schedule& s, const toy::GptConfig& c) {
+  std::vector<toy::GptStage<double>> stages;
+  for (int st = 0; st < s.problem.stages; ++st)
+    stages.emplace_back(c, st, s.problem.stages);
+  return stages;
+}
+
 // The simulated step of `s` on `device` with the measured layers `profile` for the toy GPT
 // `c` (of the profile's value width), the ranks sharing `cores` cores when they are more.
 inline double predict(const Schedule& s, const toy::GptConfig& c, const DeviceSpec& device,
