@@ -243,6 +243,11 @@ struct Prepared {
   SlicingChoice slicing;
   CheckpointChoice checkpoint;
   bool from_file = false;  //!< read from a FILE (taken as it is), not generated
+  //! The layout simulated, as text (io/layout.hpp), when --layout or --layers gave one or
+  //! --layout auto searched it; empty otherwise.
+  std::string layout;
+  int layouts_tried = 0;   //!< --layout auto: layouts built and simulated
+  double even_step = 0.0;  //!< --layout auto: the even split's step (infinity: no plan)
 };
 
 //! The shared pipeline: the cost model, the schedule (generated within max_actions, or read

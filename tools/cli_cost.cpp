@@ -20,6 +20,7 @@
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/io/device_file.hpp"
 #include "pipesched/io/layer_profile_file.hpp"
+#include "pipesched/io/layout.hpp"
 #include "pipesched/io/model_file.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
@@ -62,7 +63,14 @@ const std::vector<OptionSpec> cost_options = {
     {"--zero", true,
      "ZeRO stage with --dp: 0 (default), 1 (optimizer state sharded), 2 (+ gradients)", "Z"},
     {"--layers", true,
-     "layers of each stage of the model, e.g. 6,6,6,6 (default: as even as possible)", "LIST"},
+     "layers of each stage of the model, e.g. 6,6,6,6; the first and last stage may hold 0 "
+     "(default: as even as possible)",
+     "LIST"},
+    {"--layout", true,
+     "the model's units on each stage in Megatron-core's layout grammar, e.g. "
+     "'Et*3|(t*4|)*6,t*3L' (docs/formats.md), or 'auto': the layers per stage whose plan "
+     "simulates fastest, searched",
+     "TEXT|auto"},
     {"--gpus-per-node", true, "GPUs of a node, 1 to 1024 (default: the device's)", "G"},
     {"--whole-step", false,
      "also the optimizer step (time) and each rank's largest temporary buffer (memory)"},
@@ -186,7 +194,7 @@ AnyCost get_cost(const Args& a) {
         "(TransformerCost), not both");
   if (!transformer) {
     for (const char* o : {"--sequence", "--microbatch-size", "--tp", "--sp", "--dp", "--zero",
-                          "--layers", "--gpus-per-node", "--whole-step"})
+                          "--layers", "--layout", "--gpus-per-node", "--whole-step"})
       if (a.has(o))
         throw usage_error(std::string(o) +
                           " describes a transformer on a device; it needs --model and --device");
@@ -237,8 +245,26 @@ AnyCost get_cost(const Args& a) {
         throw usage_error("--zero " + a.get("--zero") +
                           " shards over data-parallel replicas; give --dp 2 or more too");
     }
+    if (a.has("--layers") && a.has("--layout"))
+      throw usage_error("give --layers (counts) or --layout (a layout), not both");
     if (a.has("--layers"))
-      c.parallel.layers = parse_int_list("--layers", a.get("--layers"), 1, 1 << 20);
+      c.parallel.layers = parse_int_list("--layers", a.get("--layers"), 0, 1 << 20);
+    if (a.has("--layout") && a.get("--layout") != "auto") {
+      Layout layout;
+      try {
+        layout = parse_layout(a.get("--layout"));
+      } catch (const invalid_problem& e) {
+        // The reader's sentence names the layout ("layout \"...\": ..."); the option says it.
+        std::string why = e.what();
+        if (why.starts_with("layout ")) why.erase(0, 7);
+        throw usage_error("--layout " + why + " (or give --layout auto)");
+      }
+      if (layout.layers() != m.layers)
+        throw usage_error("--layout: its stages hold " + std::to_string(layout.layers()) +
+                          " transformer layers but the model has " + std::to_string(m.layers) +
+                          "; give every layer a stage, once");
+      c.parallel.layers = layout.stage_layers();
+    }
     c.parallel.whole_step = a.has("--whole-step");
     c.check();
     return c;

@@ -12,11 +12,13 @@
 #include <exception>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <utility>
 
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/validate.hpp"
+#include "pipesched/io/layout.hpp"
 #include "pipesched/io/text.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
@@ -25,6 +27,7 @@
 #include "pipesched/policy/assemble.hpp"
 #include "pipesched/policy/order.hpp"
 #include "pipesched/policy/registry.hpp"
+#include "pipesched/tune/layout_search.hpp"
 
 namespace pipesched::cli {
 
@@ -478,6 +481,65 @@ Schedule apply_budget_options(Schedule s, const Args& a, AnyCost& cost, Checkpoi
   }
 }
 
+// --layout TEXT or --layers: checks the stage count against the schedule's. --layout auto:
+// searches the layers per stage (tune/layout_search.hpp), each layout's plan built and
+// simulated as this command builds and simulates it, and keeps the fastest.
+void choose_layout(Prepared& out, const Args& a) {
+  TransformerCost& cost = std::get<TransformerCost>(out.cost);
+  const Schedule& s = out.schedule;
+  const int replicas = s.problem.replicas > 1 ? s.problem.replicas : 1;
+  const int S = s.problem.stages / replicas;
+  const std::string option = a.has("--layers") ? "--layers" : "--layout";
+  if (a.has("--layout") && a.get("--layout") == "auto") {
+    if (cost.model.layers < S)
+      throw usage_error("--layout auto: the model's " + std::to_string(cost.model.layers) +
+                        " layers are fewer than the schedule's " + std::to_string(S) +
+                        " stages; use fewer ranks or chunks");
+    Step step("searching the layout (--layout auto)");
+    std::string first_refusal;  // why the first layout without a plan had none
+    auto evaluate = [&](const std::vector<int>& layers) {
+      AnyCost c = out.cost;
+      std::get<TransformerCost>(c).parallel.layers = layers;
+      CheckpointChoice choice = out.checkpoint;
+      try {
+        const Schedule built = apply_budget_options(s, a, c, choice, out.wgrad, !out.from_file);
+        const SimulationResult r = simulate_schedule(built, c);
+        return r.deadlock ? std::numeric_limits<double>::infinity() : r.makespan;
+      } catch (const usage_error& e) {
+        if (first_refusal.empty()) first_refusal = e.what();
+        return std::numeric_limits<double>::infinity();  // this layout's plan cannot be built
+      }
+    };
+    LayoutSearchResult found;
+    try {
+      found = search_layout(cost, s.problem, s.placement, evaluate);
+    } catch (const invalid_problem& e) {
+      throw usage_error("--layout auto: " + e.message());
+    }
+    if (!std::isfinite(found.step))
+      throw usage_error(
+          "--layout auto: none of the " + std::to_string(found.evaluations) +
+          " layouts tried gives a plan; the first could not be built: " + first_refusal);
+    cost.parallel.layers = found.layers;
+    out.layouts_tried = found.evaluations;
+    out.even_step = found.even_step;
+  } else if (static_cast<int>(cost.parallel.layers.size()) != S) {
+    const int chunks = s.problem.stages / std::max(1, s.problem.ranks);
+    throw usage_error(
+        option + " gives " + std::to_string(cost.parallel.layers.size()) +
+        " stages but schedule '" + s.name + "' has " + std::to_string(S) +
+        (replicas > 1 ? " per model replica" : "") + " (" + std::to_string(s.problem.ranks) +
+        " ranks x " + std::to_string(chunks) + (chunks == 1 ? " chunk" : " chunks") +
+        (replicas > 1 ? " / " + std::to_string(replicas) + " replicas" : "") + "); give " +
+        std::to_string(S) + (a.has("--layers") ? " layer counts" : " stages"));
+  }
+  try {
+    out.layout = to_string(Layout::of_stage_layers(cost.parallel.layers));
+  } catch (const invalid_problem& e) {
+    throw usage_error(option + ": " + e.message());
+  }
+}
+
 }  // namespace
 
 const std::vector<OptionSpec> checkpoint_options = {
@@ -535,6 +597,7 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
         is_transformer(out.cost) ? std::get<TransformerCost>(out.cost).model.layers : 0);
   }
   out.slicing = apply_slicing_options(out.cost, a, out.schedule);
+  if (a.has("--layout") || a.has("--layers")) choose_layout(out, a);
   out.schedule = apply_budget_options(std::move(out.schedule), a, out.cost, out.checkpoint,
                                       out.wgrad, !out.from_file);
   if (a.has("--overlap-reduction")) out.schedule = add_gradient_reduction(out.schedule);

@@ -1,6 +1,7 @@
 // pipesched simulate: time and memory of a schedule under a cost model, as a table in the cost
 // model's units (seconds and bytes, or abstract units and microbatches) or as one JSON object.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -35,6 +36,11 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
   w.field("placement", s.placement.describe())
       .field("actions", s.action_count())
       .field("checkpoint", std::string(p.checkpoint.policy->name));
+  if (!p.layout.empty()) {
+    w.field("layout", p.layout);
+    if (p.layouts_tried > 0)
+      w.field("layouts_tried", p.layouts_tried).field("even_split_makespan", p.even_step);
+  }
   // One number for a budget shared by every rank; the smallest when ranks differ ('device'),
   // each rank's own in "ranks".
   double least_budget = p.checkpoint.budget.all;
@@ -98,6 +104,12 @@ void print_table(const Prepared& p, const SimulationResult& r) {
   }
   std::printf("makespan %s, bubble %.2f%%, max peak memory %s\n", time(r.makespan).c_str(),
               100 * r.bubble_ratio, memory(r.peak_memory_max).c_str());
+  if (!p.layout.empty() && p.layouts_tried > 0)
+    std::printf("layout %s (auto: the fastest of %d layouts tried; the even split: %s)\n",
+                p.layout.c_str(), p.layouts_tried,
+                std::isfinite(p.even_step) ? time(p.even_step).c_str() : "no plan");
+  else if (!p.layout.empty())
+    std::printf("layout %s\n", p.layout.c_str());
   const CheckpointChoice& choice = p.checkpoint;
   if (choice.policy->recomputes || choice.budgeted) {
     std::string budget = "no memory budget";

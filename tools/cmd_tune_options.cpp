@@ -385,7 +385,7 @@ std::vector<OptionSpec> tune_option_specs() {
        "show progress and the time left on standard error (default: when it is a terminal)"},
   };
   for (const auto& c : cost_options) {
-    if (c.name == "--microbatch-size" || c.name == "--zero") continue;
+    if (c.name == "--microbatch-size" || c.name == "--zero" || c.name == "--layout") continue;
     if (c.name == "--tp") {
       specs.push_back({"--tp", true,
                        "tensor-parallel degree: with --gpus the degrees tried (default: every "

@@ -34,6 +34,7 @@
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/analysis/validate.hpp"
 
+#include "pipesched/tune/layout_search.hpp"
 #include "pipesched/tune/tune.hpp"
 
 #include "pipesched/io/action_string.hpp"

@@ -26,9 +26,12 @@
 #include "../unit/exec/exec_support.hpp"
 #include "mpi_support.hpp"
 #include "mpi_test_main.hpp"
+#include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/slice_pipe.hpp"
@@ -40,6 +43,7 @@
 #include "pipesched/transport/inproc/inproc_pipeline.hpp"
 #include "pipesched/transport/mpi/mpi_groups.hpp"
 #include "pipesched/transport/mpi/mpi_pipeline.hpp"
+#include "pipesched/tune/layout_search.hpp"
 
 namespace ps = pipesched;
 namespace toy = pipesched::toy;
@@ -56,8 +60,14 @@ using namespace mpi_test;
 // process's stages. `exact` asks for bit equality with the in-process run.
 template <class T>
 void expect_same_as_inproc(const ps::Schedule& s, ps::ExecutorOptions options = {},
-                           bool exact = true) {
-  const toy::GptConfig config = config_for(s.problem.stages);
+                           bool exact = true, const std::vector<int>& layout = {}) {
+  toy::GptConfig config = config_for(s.problem.stages);
+  if (!layout.empty()) {  // the blocks of each stage, as a layout gives them
+    config.stage_blocks = layout;
+    config.blocks = 0;
+    for (int n : layout)
+      config.blocks += n;
+  }
   const auto data = toy::make_gpt_data<T>(config, s.problem.microbatches, 11);
   auto ref = make_stages<T>(config, s.problem.stages);
   auto threads = make_stages<T>(config, s.problem.stages);
@@ -125,6 +135,37 @@ TYPED_TEST(MpiNumerics, Interleaved) {
 
 TYPED_TEST(MpiNumerics, ZeroBubbleH1) {
   expect_same_as_inproc<TypeParam>(generated("zb-h1", world_size(), 2 * world_size()));
+}
+
+// The layout the automatic search finds for GPT-3 1.3B (24 layers) on `P` RTX 4090s under
+// ZB-V within 1F1B's memory: the toy GPT runs it with 24 blocks.
+std::vector<int> searched_layout(int P) {
+  const ps::TransformerCost cost{
+      ps::presets::find_model("gpt3-1.3b"), ps::presets::find_device("rtx-4090"), {}};
+  ps::MemoryBudget budget;
+  budget.all = ps::simulate(generated("1f1b", P, 2 * P), cost).peak_memory_max;
+  const ps::GeneratorInfo& g = ps::find_generator("zb-v");
+  return ps::search_plan_layout(g, {.ranks = P, .microbatches = 2 * P}, cost, budget,
+                                {.wgrad = g.default_wgrad}, ps::find_checkpoint("none"))
+      .layers;
+}
+
+// Layouts: the embedding alone on the first stage and the head alone on the last (Megatron's
+// "E|...|L"), under 1F1B and ZB-V; and the layout the automatic search finds.
+TYPED_TEST(MpiNumerics, LayoutsWithStagesOfNoBlockAndASearchedOne) {
+  const int P = world_size();
+  std::vector<int> linear(static_cast<std::size_t>(P), 2);
+  if (P > 1) linear.front() = 0;
+  if (P > 2) linear.back() = 0;
+  expect_same_as_inproc<TypeParam>(generated("1f1b", P, 2 * P), {}, true, linear);
+  std::vector<int> v(static_cast<std::size_t>(2 * P), 1);
+  v.front() = 0;
+  v.back() = 0;
+  v[1] = 3;
+  expect_same_as_inproc<TypeParam>(generated("zb-v", P, 2 * P), {}, true, v);
+  const std::vector<int> searched = searched_layout(P);
+  ASSERT_EQ(searched.size(), static_cast<std::size_t>(2 * P));
+  expect_same_as_inproc<TypeParam>(generated("zb-v", P, 2 * P), {}, true, searched);
 }
 
 // The baselines: Zero Bubble over looped chunks, and the V-shapes of controllable memory.

@@ -142,6 +142,16 @@ class CostRef {
         }),
         transfer_([](const void* m, const CostContext& ctx, const Action& a) {
           return static_cast<double>(static_cast<const C*>(m)->transfer_time(ctx, a));
+        }),
+        even_([](const void* m, void* fn, void (*call)(void*, const CostRef&)) {
+          if constexpr (requires(const C& c) {
+                          { c.evenly_layered() } -> std::convertible_to<C>;
+                        }) {
+            const C even = static_cast<const C*>(m)->evenly_layered();
+            call(fn, CostRef(even));
+          } else {
+            call(fn, CostRef(*static_cast<const C*>(m)));
+          }
         }) {}
 
   //! The model's `duration(ctx, a)`.
@@ -159,12 +169,24 @@ class CostRef {
   //! The unit the model it refers to measures memory in.
   MemoryUnit memory_unit() const noexcept { return unit_; }
 
+  //! Calls `f(even)` with a view of the model with its layers split evenly over whatever
+  //! stages a problem has (its `evenly_layered()`, analysis/cost_capabilities.hpp: layered_cost),
+  //! or of the model itself where it splits no layers; `even` lives for the call only. For
+  //! what must not depend on one schedule's layer split (V-Half's memory target, 1F1B's peak).
+  template <class F>
+  void with_evenly_layered(F&& f) const {
+    even_(model_, std::addressof(f), [](void* fn, const CostRef& even) {
+      (*static_cast<std::remove_reference_t<F>*>(fn))(even);
+    });
+  }
+
  private:
   const void* model_;
   MemoryUnit unit_;
   double (*duration_)(const void*, const CostContext&, const Action&);
   double (*memory_)(const void*, const CostContext&, const Action&, bool);
   double (*transfer_)(const void*, const CostContext&, const Action&);
+  void (*even_)(const void*, void*, void (*)(void*, const CostRef&));
 };
 
 }  // namespace pipesched

@@ -46,7 +46,10 @@ struct Parallelism {
   //! replicas (Megatron-LM's distributed optimizer), 2 gradients sharded too.
   int zero = 0;
   //! Layers of each model stage (one replica's stages, in order); empty = as `split` says.
-  //! Megatron-LM's --decoder-first/last-pipeline-num-layers give the same freedom.
+  //! Megatron-LM's --decoder-first/last-pipeline-num-layers and its layouts give the same
+  //! freedom (io/layout.hpp reads and writes one). The first stage, which also holds the
+  //! embedding, and the last, which also holds the LM head and the loss, may hold no layer;
+  //! every other stage holds at least one.
   std::vector<int> layers;
   //! How layers go to stages when `layers` is empty.
   LayerSplit split = LayerSplit::Even;
@@ -65,12 +68,17 @@ struct Parallelism {
     if (data < 1) bad("data", data, "use 1 (one pipeline) or more");
     if (zero < 0 || zero > 2)
       bad("zero", zero, "use 0 (none), 1 (optimizer state) or 2 (+ gradients)");
-    for (std::size_t i = 0; i < layers.size(); ++i)
-      if (layers[i] < 1)
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const bool end = layers.size() > 1 && (i == 0 || i + 1 == layers.size());
+      if (layers[i] < (end ? 0 : 1))
         throw invalid_argument(
             pipesched::field("Parallelism.layers[" + std::to_string(i) + "]", layers[i]) +
-                " is out of range; every stage needs at least one layer.",
+                " is out of range; " +
+                (end ? std::string("a stage holds 0 or more layers.")
+                     : std::string("every stage but the first (which holds the embedding) and "
+                                   "the last (the LM head and loss) needs at least one layer.")),
             "Parallelism.layers", std::to_string(layers[i]));
+    }
   }
 };
 

@@ -751,9 +751,12 @@ struct TransformerCost {
     if (at.last) m += measured->at(LayerPart::Last, tp, b, t, o);
     // A checkpointed stage keeps its input once: what a layer keeps beyond the stage's input
     // (b·t·h·v; a slice's keys and values) counts per layer, the input itself once.
+    // A stage of no layers (an end holding only the embedding, or the head and loss) keeps
+    // what its end's extras say.
     const double input = b * t * model.hidden * model.bytes_per_value;
-    m.boundary_bytes += -(at.layers - 1) * layer.boundary_bytes +
-                        (at.layers - 1) * std::max(0.0, layer.boundary_bytes - input);
+    if (at.layers > 0)
+      m.boundary_bytes += -(at.layers - 1) * layer.boundary_bytes +
+                          (at.layers - 1) * std::max(0.0, layer.boundary_bytes - input);
     const double scale = u.wgrad > 0 ? m.wgrad_bytes / u.wgrad : 0.0;
     for (double& w : u.gemm_wgrad)
       w *= scale;

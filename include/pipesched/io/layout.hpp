@@ -51,6 +51,38 @@ struct Layout {
     return n;
   }
 
+  //! The transformer layers of each stage, in stage order: what Parallelism::layers holds.
+  std::vector<int> stage_layers() const {
+    std::vector<int> out;
+    out.reserve(stages.size());
+    for (const LayoutStage& s : stages)
+      out.push_back(s.layers);
+    return out;
+  }
+
+  //! The layout of a model whose stages hold `layers` transformer layers each (in stage
+  //! order): the embedding opens the first stage, the output layer and the loss end the last.
+  //! Throws invalid_problem for no stage, more than max_stages, a negative count, or a stage
+  //! other than the ends with no layer (it would be empty).
+  static Layout of_stage_layers(const std::vector<int>& layers) {
+    if (layers.empty() || layers.size() > max_stages)
+      throw invalid_problem("layout: " + std::to_string(layers.size()) + " stages; give 1 to " +
+                            std::to_string(max_stages));
+    Layout out;
+    out.stages.resize(layers.size());
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const bool end = i == 0 || i + 1 == layers.size();
+      if (layers[i] < (end ? 0 : 1))
+        throw invalid_problem(
+            "layout: stage " + std::to_string(i) + " holds " + std::to_string(layers[i]) +
+            " layers; " + (end ? "give 0 or more" : "a stage between the ends needs 1 or more"));
+      out.stages[i].layers = layers[i];
+    }
+    out.stages.front().embedding = true;
+    out.stages.back().loss = true;
+    return out;
+  }
+
   //! Throws invalid_problem with one sentence unless the layout fits a model of
   //! `model_layers` transformer layers on `ranks` pipeline ranks: its layers add up to the
   //! model's, and its stage count is a whole number of chunks per rank (ranks × chunks).

@@ -21,8 +21,9 @@
 namespace pipesched::schedule {
 namespace detail {
 
-//! ZB-V within `share(p)` / p of 1F1B's rank-0 peak under `cost` (1F1B's rank 0 holds p
-//! microbatches, so the cap is share(p) microbatches' activations), and within `budget`.
+//! ZB-V within `share(p)` / p of 1F1B's rank-0 peak under `cost` with its layers split evenly
+//! (1F1B's rank 0 holds p microbatches, so the cap is share(p) microbatches' activations), and
+//! within `budget`.
 inline Schedule controllable_v(const char* generator, Problem p, WGradMode wgrad, CostRef cost,
                                const MemoryBudget* budget, int (*share)(int)) {
   detail::check_problem(p, generator);
@@ -34,8 +35,13 @@ inline Schedule controllable_v(const char* generator, Problem p, WGradMode wgrad
                           std::to_string(2 * p.ranks) + " or 0.");
   detail::require_whole_sequences(p, generator);
   const Problem linear{.ranks = p.ranks, .stages = p.ranks, .microbatches = p.microbatches};
-  const SimulationResult one = simulate(one_f_one_b(linear), cost);
-  const double peak = one.ranks.empty() ? 0.0 : one.ranks.front().peak_memory;
+  // 1F1B's own peak: its layers split evenly over its p stages, whatever layers per stage the
+  // V is given (Parallelism::layers lists the V's 2p stages).
+  double peak = 0.0;
+  cost.with_evenly_layered([&](const CostRef& even) {
+    const SimulationResult one = simulate(one_f_one_b(linear), even);
+    peak = one.ranks.empty() ? 0.0 : one.ranks.front().peak_memory;
+  });
   MemoryBudget cap;
   cap.all = peak * std::min(1.0, static_cast<double>(share(p.ranks)) / p.ranks);
   if (budget)

@@ -337,18 +337,21 @@ class GptStageModel {
                  ? blocks_[i].forward(in, stash.blocks[i], context->blocks[i], slice, offset)
                  : blocks_[i].forward(in, stash.blocks[i]);
     };
-    std::size_t next = 1;  // the first block left to run
+    // `y` holds the activation once a layer has run; before that the input is `x` (an end
+    // stage of a layout may hold no block: the embedding alone, or the head alone).
     Tensor<T> y;
+    bool ran = false;
     if constexpr (Embedding)
       if (embedding_) {
         y = embedding_->forward(x, stash.embedding, offset);
-        next = 0;
+        ran = true;
       }
-    if (next == 1) y = block(0, x);
-    for (std::size_t i = next; i < blocks_.size(); ++i)
-      y = block(i, y);
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      y = block(i, ran ? y : x);
+      ran = true;
+    }
     if constexpr (Head)
-      if (head_) y = head_->forward(y, stash.head);
+      if (head_) y = head_->forward(ran ? y : x, stash.head);
     stash.phase = StashPhase::Forwarded;
     stash.first_block = first_;
     stash.slice = slice;
@@ -362,18 +365,20 @@ class GptStageModel {
                  ? blocks_[i].backward_input(g, stash.blocks[i], context->blocks[i], slice, offset)
                  : blocks_[i].backward_input(g, stash.blocks[i]);
     };
-    std::size_t next = blocks_.size() - 1;  // blocks [0, next) are left to run, last first
+    // `dx` holds the gradient once a layer has run; before that it is `dy` (as forward).
     Tensor<T> dx;
+    bool ran = false;
     if constexpr (Head)
       if (head_) {
         dx = head_->backward_input(dy, stash.head);
-        next = blocks_.size();
+        ran = true;
       }
-    if (next != blocks_.size()) dx = block(next, dy);
-    for (std::size_t i = next; i-- > 0;)
-      dx = block(i, dx);
+    for (std::size_t i = blocks_.size(); i-- > 0;) {
+      dx = block(i, ran ? dx : dy);
+      ran = true;
+    }
     if constexpr (Embedding)
-      if (embedding_) dx = embedding_->backward_input(dx, stash.embedding);
+      if (embedding_) dx = embedding_->backward_input(ran ? dx : dy, stash.embedding);
     stash.phase = StashPhase::InputDone;
     return dx;
   }

@@ -650,7 +650,7 @@ TEST(TransformerCostParallel, LayerSplitIsTheOneGiven) {
   };
   refused({3, 4}, "one layer count per stage");
   refused({2, 2, 2}, "sum to 6 layers");
-  refused({0, 3, 4}, "at least one layer");
+  refused({3, 0, 4}, "at least one layer");
 }
 
 TEST(TransformerCostParallel, TensorDegreeMustDivideTheModelAndTheNode) {

@@ -10,16 +10,22 @@
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/profiled_cost.hpp"
-#include "pipesched/transport/inproc/inproc_pipeline.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/io/csv.hpp"
+#include "pipesched/io/layout.hpp"
+#include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/reference.hpp"
+#include "pipesched/transport/inproc/inproc_pipeline.hpp"
+#include "pipesched/tune/layout_search.hpp"
 
 #include "exec_support.hpp"
 
@@ -190,6 +196,44 @@ TYPED_TEST(ToyNumerics, MlpThroughEveryScheduleFamily) {
     const auto data = toy::make_mlp_data<TypeParam>(config, s.problem.microbatches, 11);
     expect_matches_sequential<toy::MlpStage<TypeParam>>(s, config, data);
   });
+}
+
+// A layout cuts the toy GPT as it says, an end stage with no block included (the embedding
+// alone, the head alone), and trains as the sequential model does: hand-written layouts under
+// 1F1B and ZB-V, and the one the automatic search finds for GPT-3 1.3B (24 layers) under ZB-V
+// within 1F1B's memory, run with 24 blocks.
+TYPED_TEST(ToyNumerics, GptThroughLayouts) {
+  const ps::TransformerCost cost{
+      ps::presets::find_model("gpt3-1.3b"), ps::presets::find_device("rtx-4090"), {}};
+  for (int p : {2, 4}) {
+    const ps::GeneratorInfo& one = ps::find_generator("1f1b");
+    const ps::GeneratorInfo& v = ps::find_generator("zb-v");
+    const ps::Problem problem{.ranks = p, .microbatches = 2 * p};
+    ps::MemoryBudget budget;
+    budget.all = ps::simulate(one.generate(problem, ps::WGradMode::Fused), cost).peak_memory_max;
+    const ps::LayoutSearchResult found = ps::search_plan_layout(
+        v, problem, cost, budget, {.wgrad = v.default_wgrad}, ps::find_checkpoint("none"));
+    ASSERT_TRUE(std::isfinite(found.step));
+    std::vector<int> linear(static_cast<std::size_t>(p), 3);
+    linear.front() = 0;
+    linear.back() = p > 2 ? 0 : 3;
+    std::vector<int> vee(static_cast<std::size_t>(2 * p), 2);
+    vee.front() = 0;
+    vee.back() = 0;
+    for (const auto& [g, layout] :
+         {std::pair{&one, linear}, std::pair{&v, vee}, std::pair{&v, found.layers}}) {
+      SCOPED_TRACE(std::string(g->name) + " p=" + std::to_string(p) + " layout " +
+                   ps::to_string(ps::Layout::of_stage_layers(layout)));
+      toy::GptConfig config{.blocks = 0, .stage_blocks = layout};
+      for (int n : layout)
+        config.blocks += n;
+      const ps::Schedule s = g->generate(problem, g->default_wgrad);
+      const toy::GptStage<TypeParam> first(config, 0, s.problem.stages);
+      EXPECT_EQ(first.blocks().size(), static_cast<std::size_t>(layout.front()));
+      const auto data = toy::make_gpt_data<TypeParam>(config, s.problem.microbatches, 5);
+      expect_matches_sequential<toy::GptStage<TypeParam>>(s, config, data);
+    }
+  }
 }
 
 TYPED_TEST(ToyNumerics, GptThroughPyTorchDualPipeVFile) {

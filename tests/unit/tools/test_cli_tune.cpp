@@ -353,7 +353,7 @@ TEST(CliTune, ClusterOptionsAreCheckedInTheFlagsWords) {
            Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --sp" + model,
                 "give --tp 2 or more"},
            Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --layers 6,6,6" + model,
-                "--layers has 3 entries"},
+                "--layers gives 3 stages but schedule '1f1b' has 4"},
            Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --layers 6,6,6,5" + model,
                 "--layers sum to 23 layers"},
            Case{"simulate --schedule 1f1b --ranks 4 --microbatches 8 --tp 3" + model,

@@ -4,11 +4,20 @@
 // needs is refused with a sentence that names the capability.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "pipesched/analysis/cost_capabilities.hpp"
 #include "pipesched/analysis/presets.hpp"
+#include "pipesched/analysis/simulate.hpp"
+#include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
+#include "pipesched/io/layout.hpp"
+#include "pipesched/policy/checkpoint_registry.hpp"
+#include "pipesched/schedule/zero_bubble_v.hpp"
+#include "pipesched/tune/layout_search.hpp"
 #include "pipesched/tune/tune.hpp"
 
 namespace test_cost_capabilities {
@@ -189,6 +198,148 @@ TEST(CostCapabilities, ALayeredCostRefusesMoreStagesThanLayers) {
   EXPECT_FALSE(r.best.has_value());
   ASSERT_FALSE(r.notes.empty());
   EXPECT_NE(r.notes.front().reason.find("24"), std::string::npos) << r.notes.front().reason;
+}
+
+// The plan of `order` on `cost` within `budget` bytes per rank (the order fitted where that
+// helps, no recompute), simulated.
+ps::SimulationResult planned(const char* order, const ps::TransformerCost& cost, int ranks,
+                             int microbatches, double budget) {
+  const ps::GeneratorInfo& g = ps::find_generator(order);
+  ps::MemoryBudget b;
+  if (budget > 0) b.all = budget;
+  const auto plan = ps::assemble_plan(g, {.ranks = ranks, .microbatches = microbatches}, cost, b,
+                                      {.wgrad = g.default_wgrad}, ps::find_checkpoint("none"));
+  return ps::simulate(plan.schedule, plan.cost);
+}
+
+// The automatic layout balances the ranks' work, the ends included, under the budget the plan
+// is built for: ZB-V within 1F1B's peak memory, which loses to 1F1B on Llama 2 13B over 8 ranks
+// with the even split (rank 0 holds the first stage and the last, with the LM head), beats it
+// with the layout found; the layout's step is its plan's, and the search is deterministic.
+TEST(LayoutSearch, ZbvWithinOneFOneBsMemoryBeatsOneFOneBWithTheLayoutFound) {
+  ps::TransformerCost cost{
+      ps::presets::find_model("llama2-13b"), ps::presets::find_device("rtx-4090"), {}};
+  const int P = 8, M = 32;
+  const ps::SimulationResult one = planned("1f1b", cost, P, M, 0);
+  const double budget = one.peak_memory_max;
+  const ps::SimulationResult even = planned("zb-v", cost, P, M, budget);
+  ASSERT_FALSE(even.deadlock);
+  EXPECT_GT(even.makespan, 0.99 * one.makespan);  // no better than 1F1B evenly split
+
+  const ps::GeneratorInfo& g = ps::find_generator("zb-v");
+  ps::MemoryBudget b;
+  b.all = budget;
+  const ps::LayoutSearchResult found =
+      ps::search_plan_layout(g, {.ranks = P, .microbatches = M}, cost, b,
+                             {.wgrad = g.default_wgrad}, ps::find_checkpoint("none"));
+  ASSERT_EQ(found.layers.size(), 2u * P);
+  int sum = 0;
+  for (int n : found.layers)
+    sum += n;
+  EXPECT_EQ(sum, 40);
+  EXPECT_NEAR(found.even_step, even.makespan, 1e-9 * even.makespan);
+  EXPECT_GT(found.evaluations, 7);
+  EXPECT_LE(found.evaluations, ps::LayoutSearchOptions{}.max_evaluations);
+
+  ps::TransformerCost laid = cost;
+  laid.parallel.layers = found.layers;
+  const ps::SimulationResult best = planned("zb-v", laid, P, M, budget);
+  EXPECT_DOUBLE_EQ(best.makespan, found.step);
+  EXPECT_LE(best.peak_memory_max, budget);
+  EXPECT_LT(best.makespan, 0.96 * one.makespan)
+      << ps::to_string(ps::Layout::of_stage_layers(found.layers));
+
+  const ps::LayoutSearchResult again =
+      ps::search_plan_layout(g, {.ranks = P, .microbatches = M}, cost, b,
+                             {.wgrad = g.default_wgrad}, ps::find_checkpoint("none"));
+  EXPECT_EQ(again.layers, found.layers);
+  EXPECT_EQ(again.evaluations, found.evaluations);
+
+  // Fewer evaluations allowed, fewer made; none is refused by name.
+  const ps::LayoutSearchResult short_search = ps::search_plan_layout(
+      g, {.ranks = P, .microbatches = M}, cost, b, {.wgrad = g.default_wgrad},
+      ps::find_checkpoint("none"), {.max_evaluations = 3});
+  EXPECT_EQ(short_search.evaluations, 3);
+  EXPECT_LE(short_search.step, short_search.even_step);
+  try {
+    (void)ps::search_plan_layout(g, {.ranks = P, .microbatches = M}, cost, b,
+                                 {.wgrad = g.default_wgrad}, ps::find_checkpoint("none"),
+                                 {.max_evaluations = 0});
+    ADD_FAILURE() << "accepted max_evaluations = 0";
+  } catch (const ps::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_evaluations"), std::string::npos) << e.what();
+  }
+}
+
+// An end of the pipeline may hold no layer (Megatron's "E|...|L" layouts): the first stage then
+// holds only the embedding (a lookup: no compute beyond an action's overhead, no activations
+// kept), the last only the LM head and loss; a stage between them may not be empty.
+TEST(LayoutSearch, AnEndStageMayHoldNoLayerAndAMiddleOneMust) {
+  ps::TransformerCost cost{ps::presets::find_model("gpt3-1.3b"),  // 24 layers
+                           ps::presets::find_device("a100-80gb"),
+                           {}};
+  const ps::Layout layout = ps::parse_layout("E|t*12|t*12|L");
+  cost.parallel.layers = layout.stage_layers();
+  EXPECT_EQ(cost.parallel.layers, (std::vector<int>{0, 12, 12, 0}));
+  EXPECT_EQ(ps::to_string(ps::Layout::of_stage_layers(cost.parallel.layers)), "E|(t*12|)*2L");
+  const ps::Problem p{.ranks = 4, .stages = 4, .microbatches = 4};
+  const ps::Placement placement = ps::Placement::linear(4);
+  const ps::CostContext ctx{p, placement, 1};
+  const auto f = [&](int stage) {
+    return cost.duration(ctx, ps::Action::make(ps::OpKind::F, stage, 0));
+  };
+  EXPECT_DOUBLE_EQ(f(0), cost.device.action_overhead);
+  EXPECT_EQ(cost.memory_delta(ctx, ps::Action::make(ps::OpKind::F, 0, 0), false), 0.0);
+  EXPECT_GT(f(3), cost.device.action_overhead);  // the LM head
+  EXPECT_LT(f(3), f(1) / 4);
+  EXPECT_GT(cost.memory_delta(ctx, ps::Action::make(ps::OpKind::F, 3, 0), false), 0.0);
+  const ps::Schedule s = ps::find_generator("1f1b").generate(p, ps::WGradMode::Fused);
+  EXPECT_FALSE(ps::simulate(s, cost).deadlock);
+
+  cost.parallel.layers = {12, 0, 12, 0};
+  try {
+    (void)f(1);
+    ADD_FAILURE() << "accepted an empty middle stage";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("Parallelism.layers[1]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at least one layer"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)ps::Layout::of_stage_layers({3, 0, 3}), ps::invalid_problem);
+  EXPECT_THROW((void)ps::Layout::of_stage_layers({}), ps::invalid_problem);
+  EXPECT_EQ(ps::Layout::of_stage_layers({5}).stages.front(),
+            (ps::LayoutStage{.embedding = true, .layers = 5, .loss = true}));
+}
+
+// V-Half holds each rank to about half of 1F1B's rank-0 peak. 1F1B runs its own, even split:
+// a layout given to the V (2p stages) does not change the target, and is not refused for having
+// 2p entries where 1F1B has p stages.
+TEST(LayoutSearch, VHalfsMemoryTargetIsOneFOneBsWithItsOwnEvenSplit) {
+  ps::TransformerCost cost{ps::presets::find_model("gpt3-1.3b"),  // 24 layers
+                           ps::presets::find_device("rtx-4090"),
+                           {}};
+  const ps::Problem p{.ranks = 4, .microbatches = 16};
+  const ps::GeneratorInfo& g = ps::find_generator("v-half");
+  const ps::Schedule even = g.generate_with_cost(p, ps::WGradMode::Split, ps::CostRef(cost));
+  ps::TransformerCost laid = cost;
+  laid.parallel.layers = {2, 3, 3, 4, 4, 3, 3, 2};
+  const ps::Schedule s = g.generate_with_cost(p, ps::WGradMode::Split, ps::CostRef(laid));
+  // Half of 1F1B's 4 microbatches on rank 0 (of 6 layers each) plus one: 3 microbatches' worth.
+  const ps::SimulationResult one = ps::simulate(
+      ps::find_generator("1f1b").generate({.ranks = 4, .microbatches = 16}, ps::WGradMode::Fused),
+      cost);
+  const double cap = one.ranks.front().peak_memory * std::min(1.0, 3.0 / 4);
+  for (const ps::Schedule* x : {&even, &s}) {
+    const ps::SimulationResult r = ps::simulate(*x, x == &s ? laid : cost);
+    EXPECT_FALSE(r.deadlock);
+    for (const auto& rank : r.ranks)
+      EXPECT_LE(rank.peak_memory, cap * (1 + 1e-12));
+  }
+  // Exactly ZB-V under the layout within that cap.
+  ps::MemoryBudget within;
+  within.all = cap;
+  const ps::Schedule expected =
+      ps::schedule::zero_bubble_v_within(p, ps::WGradMode::Split, ps::CostRef(laid), within);
+  EXPECT_EQ(s.ranks, expected.ranks);
 }
 
 }  // namespace

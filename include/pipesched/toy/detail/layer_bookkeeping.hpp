@@ -432,24 +432,30 @@ inline std::pair<int, int> block_range(int blocks, int stage, int stages, const 
   if (blocks < 1)
     throw invalid_problem(std::string(model) + ": blocks is " + std::to_string(blocks) +
                           "; a model needs at least 1 block");
-  if (stages < 1 || stages > blocks)
+  if (stages < 1 || (split.empty() && stages > blocks))
     throw invalid_problem(std::string(model) + ": stages is " + std::to_string(stages) + "; with " +
                           std::to_string(blocks) + " blocks it must be between 1 and " +
                           std::to_string(blocks) +
-                          " (every stage needs a block; raise blocks for more stages)");
+                          " (every stage needs a block; raise blocks for more stages, or give "
+                          "stage_blocks with no block on the first or last stage)");
   if (stage < 0 || stage >= stages)
     throw invalid_problem(std::string(model) + ": stage is " + std::to_string(stage) +
                           "; it must be between 0 and " + std::to_string(stages - 1));
   if (!split.empty()) {
     long long sum = 0;
-    for (int n : split)
-      sum += n;
-    if (static_cast<int>(split.size()) != stages || sum != blocks ||
-        *std::min_element(split.begin(), split.end()) < 1)
+    bool empty_middle = false;  // only the ends (embedding, head) may hold no block
+    for (std::size_t i = 0; i < split.size(); ++i) {
+      sum += split[i];
+      const bool end = split.size() > 1 && (i == 0 || i + 1 == split.size());
+      empty_middle = empty_middle || split[i] < (end ? 0 : 1);
+    }
+    if (static_cast<int>(split.size()) != stages || sum != blocks || empty_middle)
       throw invalid_problem(std::string(model) + ": stage_blocks has " +
                             std::to_string(split.size()) + " entries summing to " +
                             std::to_string(sum) + "; give one entry per stage (" +
-                            std::to_string(stages) + "), each at least 1, summing to blocks (" +
+                            std::to_string(stages) +
+                            "), each at least 1 (0 allowed on the first and the last), summing "
+                            "to blocks (" +
                             std::to_string(blocks) + ")");
     int first = 0;
     for (int s = 0; s < stage; ++s)
