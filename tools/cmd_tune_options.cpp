@@ -208,6 +208,17 @@ void parse_model_options(const Args& a, TuneCommand& c) {
       throw usage_error("--slicing " + a.get("--slicing") +
                         " weighs slices by their attention cost, which only --model/--device know");
   }
+  // --layout auto: the best plans' layouts searched (three of them); a layout's text fixes
+  // one pipeline's layers (the cost model holds them, as --layers).
+  if (a.has("--layout")) {
+    if (a.get("--layout") == "auto")
+      req.layout_search = 3;
+    else if (c.cluster)
+      throw usage_error(
+          "--layout " + a.get("--layout") +
+          " gives the layers of one pipeline, and --gpus searches pipelines of many sizes; "
+          "give --layout auto (each best plan's layout searched), or --ranks P");
+  }
 }
 
 //! --memory-budget into `c.req`; the text as given ("" without one, or for 'device').
@@ -385,7 +396,15 @@ std::vector<OptionSpec> tune_option_specs() {
        "show progress and the time left on standard error (default: when it is a terminal)"},
   };
   for (const auto& c : cost_options) {
-    if (c.name == "--microbatch-size" || c.name == "--zero" || c.name == "--layout") continue;
+    if (c.name == "--microbatch-size" || c.name == "--zero") continue;
+    if (c.name == "--layout") {
+      specs.push_back({"--layout", true,
+                       "'auto': also search the layers per stage of the three best plans, each "
+                       "layout that beats its plan a plan of its own; or a layout's text (with "
+                       "--ranks), as --layers",
+                       "auto|TEXT"});
+      continue;
+    }
     if (c.name == "--tp") {
       specs.push_back({"--tp", true,
                        "tensor-parallel degree: with --gpus the degrees tried (default: every "

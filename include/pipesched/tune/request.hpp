@@ -95,6 +95,16 @@ struct Request {
   //! Evaluated candidates tuning::Result::evaluated keeps, the first in grid order (the Pareto
   //! frontier of those that fit is kept whatever the limit); 0 keeps only the frontier.
   int evaluated_limit = 20000;
+  //! After the search, the configurations of this many of the best plans (distinct
+  //! configurations, best first) are searched again for the layers per stage their plan runs
+  //! fastest on (search_layout, tune/layout_search.hpp), each layout tried built and simulated
+  //! in the plan's checkpoint mode within its budget; each layout found becomes a
+  //! configuration of its own, evaluated as every other. 0 = none. Needs a cost model whose
+  //! layers per stage can be set (layout_cost: TransformerCost) and whose layers the request
+  //! does not fix.
+  int layout_search = 0;
+  //! Layouts each layout search builds and simulates at most (LayoutSearchOptions).
+  int layout_evaluations = 150;
 
   //! Throws invalid_problem naming the first field out of range.
   void check() const {
@@ -168,6 +178,12 @@ struct Request {
     }
     if (threads < 0)
       bad("threads", std::to_string(threads), "use 0 (one per core) or a positive count");
+    if (layout_search < 0 || layout_search > 64)
+      bad("layout_search", std::to_string(layout_search),
+          "search the layouts of 0 (none) to 64 of the best plans");
+    if (layout_evaluations < 1 || layout_evaluations > 100000)
+      bad("layout_evaluations", std::to_string(layout_evaluations),
+          "give 1 to 100,000 layouts to try per search");
     if (!(time_limit >= 0) || !std::isfinite(time_limit))
       bad("time_limit", std::to_string(time_limit),
           "use 0 (no limit) or a positive number of seconds");

@@ -15,6 +15,7 @@
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/io/layout.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/schedule/zero_bubble_v.hpp"
 #include "pipesched/tune/layout_search.hpp"
@@ -340,6 +341,48 @@ TEST(LayoutSearch, VHalfsMemoryTargetIsOneFOneBsWithItsOwnEvenSplit) {
   const ps::Schedule expected =
       ps::schedule::zero_bubble_v_within(p, ps::WGradMode::Split, ps::CostRef(laid), within);
   EXPECT_EQ(s.ranks, expected.ranks);
+}
+
+// The planner searches layouts (tuning::Request::layout_search): ZB-V on Llama-2 13B over 8
+// RTX 4090s within 1F1B's memory plans faster on the layout it finds than on its even split;
+// the plan says its layers per stage, and its cost model reproduces its step.
+TEST(LayoutSearch, TheTunerSearchesTheBestPlansLayouts) {
+  const ps::ModelShape model = ps::presets::find_model("llama2-13b");
+  const ps::DeviceSpec device = ps::presets::find_device("rtx-4090");
+  const ps::TransformerCost cost{model, device, {}};
+  ps::tuning::Request req{.ranks = 8, .global_batch = 32};
+  req.bases = {"zb-v"};
+  req.microbatch_sizes = {1};
+  req.checkpoints = {ps::CheckpointMode::None};
+  req.threads = 2;
+  ps::MemoryBudget budget;
+  budget.all = planned("1f1b", cost, 8, 32, 0).peak_memory_max;
+  req.budget = budget;
+  const ps::tuning::Result plain = ps::tune(req, model, device);
+  req.layout_search = 2;
+  const ps::tuning::Result laid = ps::tune(req, model, device);
+  ASSERT_TRUE(plain.best.has_value());
+  ASSERT_TRUE(laid.best.has_value());
+  EXPECT_LT(laid.best->makespan, 0.96 * plain.best->makespan);
+  EXPECT_NE(laid.best->layers_per_stage, plain.best->layers_per_stage);
+  EXPECT_GT(laid.candidates_total, plain.candidates_total);
+  const ps::TransformerCost& planned_cost = ps::cost_of<ps::TransformerCost>(*laid.best);
+  EXPECT_EQ(planned_cost.parallel.layers, laid.best->layers_per_stage);
+  EXPECT_DOUBLE_EQ(ps::simulate(laid.best->schedule, planned_cost).makespan, laid.best->makespan);
+  for (double peak : laid.best->peak_per_rank)
+    EXPECT_LE(peak, budget.all * (1 + 1e-9));
+
+  // A cost model whose layers cannot be set is refused by name, before any search.
+  ps::tuning::Request uniform{.ranks = 4, .global_batch = 8};
+  uniform.layout_search = 1;
+  try {
+    (void)ps::tune(uniform, ps::UniformCost{});
+    ADD_FAILURE() << "a UniformCost searched layouts";
+  } catch (const ps::invalid_problem& e) {
+    EXPECT_NE(std::string(e.what()).find("layout_cost"), std::string::npos) << e.what();
+  }
+  uniform.layout_search = 65;
+  EXPECT_THROW((void)ps::tune(uniform, ps::UniformCost{}), ps::invalid_argument);
 }
 
 }  // namespace

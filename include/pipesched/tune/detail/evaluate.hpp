@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -114,6 +115,43 @@ class Evaluator {
     });
   }
 
+  //! The step of the configuration at grid position `index` in checkpoint `mode` with its
+  //! cost model's layers per stage set to `layers` (the layout phase's measure): built,
+  //! checkpointed and simulated as phases one and two do; infinity where it deadlocks, is over
+  //! its budget or cannot be built.
+  double layout_step(std::size_t index, CheckpointMode mode,
+                     const std::vector<int>& layers) const requires requires(Cost& c) {
+    c.parallel.layers = layers;
+  }
+  {
+    const double none = std::numeric_limits<double>::infinity();
+    const TuneConfig<Cost>& cfg = grid_.configs[index];
+    try {
+      Cost cost = grid_.cost_of(cfg, request_.slicing);
+      cost.parallel.layers = layers;
+      const Built b = build(cfg, std::move(cost));
+      Schedule s;
+      if (mode == CheckpointMode::None)
+        s = b.base;
+      else if (mode == CheckpointMode::Full || mode == CheckpointMode::FullEarly)
+        s = checkpoint_full(b.base, mode == CheckpointMode::FullEarly ? RecomputeTiming::Early
+                                                                      : RecomputeTiming::Late);
+      else if (is_selective(mode))
+        s = checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode), stop_);
+      else
+        s = checkpoint_mario(b.base, b.cost, b.budget, request_.mario, stop_);
+      const SimulationResult sim = simulate(s, b.cost);
+      if (sim.deadlock || !fits_budget(peaks_of(sim), b.budget)) return none;
+      return sim.makespan;
+    } catch (const same_as_own&) {
+      return none;
+    } catch (const invalid_problem&) {
+      return none;
+    } catch (const invalid_schedule&) {
+      return none;
+    }
+  }
+
   //! The program's own policy `j` on the configuration at grid position `index` (one that
   //! phase one built): pruned by its lower bound, or applied, simulated and settled.
   void phase_policy(std::size_t index, std::size_t j) {
@@ -188,7 +226,10 @@ class Evaluator {
   //! configuration without a budget. Built again where phase two needs it: keeping every
   //! configuration's schedule would hold the whole grid in memory.
   Built build(const TuneConfig<Cost>& cfg) const {
-    const Cost cost = grid_.cost_of(cfg, request_.slicing);
+    return build(cfg, grid_.cost_of(cfg, request_.slicing));
+  }
+  //! build(cfg) under `cost` in place of the grid's.
+  Built build(const TuneConfig<Cost>& cfg, const Cost cost) const {
     const Problem problem{.ranks = cfg.ranks,
                           .stages = cfg.ranks * cfg.chunks,
                           .microbatches = cfg.microbatches,

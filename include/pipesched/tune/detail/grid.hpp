@@ -69,6 +69,7 @@ struct TuneConfig {
   bool fine = false;
   bool fitted = false;    //!< base from the order's memory-bounded generator
   std::string cluster;    //!< "pp 4 x dp 2 x tp 2, " in a cluster search, else empty
+  bool layout_searched = false;  //!< its cost model's layers per stage from a layout search
   double work_bound = 0;  //!< average_work_bound
   double lower_bound = 0;
   bool refused = false;
@@ -83,6 +84,7 @@ struct TuneConfig {
     if (slices > 1) s += ", " + std::to_string(slices) + " slices";
     if (fine) s += ", fine W";
     if (fitted) s += ", fitted to the budget";
+    if (layout_searched) s += ", layout searched";
     return s;
   }
 };

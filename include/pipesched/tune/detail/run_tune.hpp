@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "pipesched/tune/detail/grid.hpp"
 #include "pipesched/tune/detail/scoreboard.hpp"
 #include "pipesched/tune/detail/search_space.hpp"
+#include "pipesched/tune/layout_search.hpp"
 #include "pipesched/tune/request.hpp"
 #include "pipesched/tune/result.hpp"
 
@@ -63,8 +66,80 @@ void check_capabilities(const tuning::Request& request) {
           "weight GEMMs (it is no per_gemm_wgrad_cost: weight_gemms and wgrad_split); give a "
           "number of parts.");
   }
+  if constexpr (!layout_cost<Cost>) {
+    if (request.layout_search > 0)
+      throw invalid_problem(
+          field("tuning::Request.layout_search", request.layout_search) +
+          " searches the layers per stage, and this cost model cannot set them (it is no "
+          "layout_cost: layered, with Parallelism::layers); use 0, or a cost model with that "
+          "capability such as TransformerCost.");
+  }
   (void)request;
   (void)sliced;
+}
+
+//! The layout phase (tuning::Request::layout_search): the configurations of the best plans
+//! kept, each searched again for the layers per stage its plan (in its checkpoint mode, within
+//! its budget) runs fastest on; each layout that beats its plan becomes a configuration of its
+//! own ("layout searched"), evaluated by phases one and two as every other.
+template <class Cost, class Stop>
+void layout_phase(const tuning::Request& request, const SearchSpace& space, TuneGrid<Cost>& grid,
+                  Scoreboard& board, Evaluator<Cost>& evaluator, int threads, Stop&& stop) {
+  const std::vector<Scoreboard::Kept> picks = board.best_configurations(request.layout_search);
+  std::vector<std::optional<std::vector<int>>> found(picks.size());
+  parallel_for(
+      picks.size(), threads,
+      [&](std::size_t n) {
+        const Scoreboard::Kept& pick = picks[n];
+        const TuneConfig<Cost>& cfg = grid.configs[pick.order];
+        try {
+          const Cost cost = grid.cost_of(cfg, request.slicing);
+          if (!cost.parallel.layers.empty()) return;  // the request gives the layers
+          const Problem p{.ranks = cfg.ranks,
+                          .stages = cfg.ranks * cfg.chunks,
+                          .microbatches = cfg.microbatches,
+                          .slices = cfg.slices};
+          const Schedule shape = cfg.generator->generate(
+              p, cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad);
+          const LayoutSearchResult r =
+              search_layout(cost, shape.problem, shape.placement,
+                            [&](const std::vector<int>& layers) {
+                              return evaluator.layout_step(pick.order, pick.mode, layers);
+                            },
+                            {.max_evaluations = request.layout_evaluations});
+          if (r.step < pick.makespan * (1 - 1e-9)) found[n] = r.layers;
+        } catch (const invalid_problem&) {
+          // a configuration whose layers cannot be searched keeps its plan
+        }
+      },
+      stop);
+  std::vector<std::size_t> added;
+  for (std::size_t n = 0; n < picks.size(); ++n) {
+    if (!found[n]) continue;
+    TuneConfig<Cost> cfg = grid.configs[picks[n].order];
+    Cost cost = *grid.costs[cfg.cost];
+    cost.parallel.layers = *found[n];
+    grid.costs.emplace_back(std::move(cost));
+    grid.cost_refusal.emplace_back();
+    cfg.cost = grid.costs.size() - 1;
+    cfg.layout_searched = true;
+    cfg.refused = cfg.base_fits = cfg.full_fits = false;
+    cfg.work_bound = cfg.lower_bound = 0;
+    grid.configs.push_back(std::move(cfg));
+    added.push_back(grid.configs.size() - 1);
+  }
+  if (added.empty()) return;
+  board.add_candidates(static_cast<int>(added.size()) * space.modes);
+  parallel_for(
+      added.size(), threads, [&](std::size_t n) { evaluator.phase_one(added[n]); }, stop);
+  std::vector<std::size_t> again;
+  for (std::size_t i : added)
+    if (!grid.configs[i].refused && !grid.configs[i].base_fits && grid.configs[i].full_fits)
+      again.push_back(i);
+  const auto tasks = recompute_tasks(again, space);
+  parallel_for(
+      tasks.size(), threads,
+      [&](std::size_t n) { evaluator.phase_two(tasks[n].first, tasks[n].second); }, stop);
 }
 
 //! The configurations of `request` over each scenario, phase one (base, none, full) and then
@@ -126,6 +201,10 @@ tuning::Result run_tune(const tuning::Request& request,
       own.size(), threads,
       [&](std::size_t n) { evaluator.phase_policy(own[n].first, own[n].second); }, stop);
 
+  if constexpr (layout_cost<Cost>) {
+    if (request.layout_search > 0 && !stop())
+      layout_phase(request, space, grid, board, evaluator, threads, stop);
+  }
   tuning::Result r =
       board.finish(cut.load(), std::chrono::duration<double>(Clock::now() - started).count());
   r.interrupted = r.cut && request.stop_flag && request.stop_flag->load();

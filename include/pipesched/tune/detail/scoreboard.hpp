@@ -102,6 +102,38 @@ class Scoreboard {
     settle_locked(1, Settled::Kept);
   }
 
+  //! `n` more candidates in the search (the layout phase's configurations).
+  void add_candidates(int n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    result_.candidates_total += n;
+  }
+
+  //! A kept plan's configuration (grid position), checkpoint mode and step.
+  struct Kept {
+    std::size_t order = 0;
+    CheckpointMode mode = CheckpointMode::None;
+    double makespan = 0;
+  };
+  //! The configurations of up to `k` of the best plans kept, best first, one per
+  //! configuration; plans of a program's own policy left out.
+  std::vector<Kept> best_configurations(int k) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<const tuning::Plan*> plans;
+    for (const tuning::Baseline& b : result_.baselines)
+      if (b.plan && b.plan->checkpoint_policy.empty()) plans.push_back(&*b.plan);
+    std::stable_sort(plans.begin(), plans.end(), [](const tuning::Plan* a, const tuning::Plan* b) {
+      return better_plan(*a, *b);
+    });
+    std::vector<Kept> out;
+    for (const tuning::Plan* p : plans) {
+      if (static_cast<int>(out.size()) >= k) break;
+      const bool seen =
+          std::any_of(out.begin(), out.end(), [&](const Kept& o) { return o.order == p->order; });
+      if (!seen) out.push_back({p->order, p->checkpoint, p->makespan});
+    }
+    return out;
+  }
+
   //! Records an evaluated candidate over the budget (`p.fits` false) and counts it settled.
   void over_budget(tuning::Point&& p) {
     std::lock_guard<std::mutex> lock(mutex_);
