@@ -51,7 +51,7 @@ concept layout_cost = layered_cost<C> && std::copyable<C> && requires(C& c) {
 struct LayoutSearchOptions {
   //! Layouts built and simulated at most, the seeds included (each is one call of the
   //! caller's `evaluate`). 1 to 100,000.
-  int max_evaluations = 600;
+  int max_evaluations = 2000;
 
   //! Throws invalid_argument naming the field when it is out of range.
   void check() const {
