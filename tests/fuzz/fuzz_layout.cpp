@@ -1,6 +1,6 @@
 // Fuzz target: the layout reader. What reads writes back to text that reads to the same layout,
-// within the bounds a layout keeps; what does not read gives one sentence (invalid_problem),
-// with no line break and no NUL byte.
+// within the bounds a layout keeps, and its layers per stage make the same layout again; what
+// does not read gives one sentence (invalid_problem), with no line break and no NUL byte.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -34,6 +34,11 @@ int pipesched_fuzz_layout(const std::uint8_t* data, std::size_t size) {
                 "a written layout does not read", written);
   fuzz::require(again == l, "a layout does not survive write + read", written);
   fuzz::require(to_string(again) == written, "the layout text is not stable", written);
+  // The layers per stage (what a cost model and the toy GPT take) give the layout back.
+  Layout counted;
+  fuzz::require(fuzz::answers([&] { counted = Layout::of_stage_layers(l.stage_layers()); }),
+                "a layout's layers per stage do not make a layout", written);
+  fuzz::require(counted == l, "a layout does not survive its layers per stage", written);
   return 0;
 }
 
