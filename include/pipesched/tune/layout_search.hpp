@@ -22,6 +22,7 @@
 #include <concepts>
 #include <cstddef>
 #include <limits>
+#include <map>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -132,10 +133,9 @@ LayoutSearchResult search_layout(const Cost& cost, const Problem& p, const Place
 
   LayoutSearchResult out;
   out.even = even;
-  std::vector<std::pair<std::vector<int>, double>> seen;
+  std::map<std::vector<int>, double> seen;  // each layout tried, and its step
   auto step_of = [&](const std::vector<int>& layers) -> std::pair<double, bool> {
-    for (const auto& [l, s] : seen)
-      if (l == layers) return {s, false};
+    if (const auto at = seen.find(layers); at != seen.end()) return {at->second, false};
     if (out.evaluations >= options.max_evaluations)
       return {std::numeric_limits<double>::infinity(), false};
     double s = std::numeric_limits<double>::infinity();
@@ -146,7 +146,7 @@ LayoutSearchResult search_layout(const Cost& cost, const Problem& p, const Place
     }
     if (!(s == s)) s = std::numeric_limits<double>::infinity();
     ++out.evaluations;
-    seen.emplace_back(layers, s);
+    seen.emplace(layers, s);
     if (s < out.step) {
       out.step = s;
       out.layers = layers;

@@ -108,11 +108,7 @@ class Evaluator {
       board_.settle(1, Settled::Pruned);
       return;
     }
-    settle_checkpointed(index, mode, {}, [&](const Built& b) {
-      return is_selective(mode)
-                 ? checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode), stop_)
-                 : checkpoint_mario(b.base, b.cost, b.budget, request_.mario, stop_);
-    });
+    settle_checkpointed(index, mode, {}, [&](const Built& b) { return checkpointed(b, mode); });
   }
 
   //! The step of the configuration at grid position `index` in checkpoint `mode` with its
@@ -130,16 +126,7 @@ class Evaluator {
       Cost cost = grid_.cost_of(cfg, request_.slicing);
       cost.parallel.layers = layers;
       const Built b = build(cfg, std::move(cost));
-      Schedule s;
-      if (mode == CheckpointMode::None)
-        s = b.base;
-      else if (mode == CheckpointMode::Full || mode == CheckpointMode::FullEarly)
-        s = checkpoint_full(b.base, mode == CheckpointMode::FullEarly ? RecomputeTiming::Early
-                                                                      : RecomputeTiming::Late);
-      else if (is_selective(mode))
-        s = checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode), stop_);
-      else
-        s = checkpoint_mario(b.base, b.cost, b.budget, request_.mario, stop_);
+      const Schedule s = mode == CheckpointMode::None ? b.base : checkpointed(b, mode);
       const SimulationResult sim = simulate(s, b.cost);
       if (sim.deadlock || !fits_budget(peaks_of(sim), b.budget)) return none;
       return sim.makespan;
@@ -181,6 +168,15 @@ class Evaluator {
     MemoryBudget budget;
     Schedule base;
   };
+
+  //! A built base checkpointed in `mode` (full, selective or Mario, late or early) as the
+  //! search's passes checkpoint it.
+  Schedule checkpointed(const Built& b, CheckpointMode mode) const {
+    if (is_full(mode)) return checkpoint_full(b.base, timing_of(mode));
+    if (is_selective(mode))
+      return checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode), stop_);
+    return checkpoint_mario(b.base, b.cost, b.budget, request_.mario, stop_);
+  }
 
   //! One checkpointed candidate of the configuration at `index`: its base built again,
   //! checkpointed by `apply(built)` (a built-in `mode`, or the program's policy `policy` with

@@ -67,10 +67,10 @@ struct TuneConfig {
   int microbatches = 1;
   int slices = 1;
   bool fine = false;
-  bool fitted = false;    //!< base from the order's memory-bounded generator
-  std::string cluster;    //!< "pp 4 x dp 2 x tp 2, " in a cluster search, else empty
+  bool fitted = false;           //!< base from the order's memory-bounded generator
+  std::string cluster;           //!< "pp 4 x dp 2 x tp 2, " in a cluster search, else empty
   bool layout_searched = false;  //!< its cost model's layers per stage from a layout search
-  double work_bound = 0;  //!< average_work_bound
+  double work_bound = 0;         //!< average_work_bound
   double lower_bound = 0;
   bool refused = false;
   bool base_fits = false;

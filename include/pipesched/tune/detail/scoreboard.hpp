@@ -250,9 +250,9 @@ class Scoreboard {
   std::mutex mutex_;
   tuning::Result result_;
   std::vector<std::optional<tuning::Plan>> best_full_;  // full checkpointing as fallback, per base
-  std::size_t limit_ = 0;                           // evaluated points kept
-  std::vector<tuning::Point> points_;               // the earliest evaluated points
-  std::vector<tuning::Point> frontier_;             // the frontier of all that fit
+  std::size_t limit_ = 0;                               // evaluated points kept
+  std::vector<tuning::Point> points_;                   // the earliest evaluated points
+  std::vector<tuning::Point> frontier_;                 // the frontier of all that fit
 };
 
 }  // namespace pipesched::detail
