@@ -292,7 +292,8 @@ struct ActionEstimate {
 //! The bound for `stages` stages, `microbatches`, `slices`, a backward `w`, recomputes when
 //! `checkpointed`, and sends and receives when `comm`.
 ActionEstimate estimate_actions(double stages, double microbatches, double slices,
-                                const WGradChoice& w, bool checkpointed, bool comm);
+                                const WGradChoice& w, bool checkpointed, bool comm,
+                                bool offloaded = false);
 
 // ---------------------------------------------------------------------------------------
 // The subcommands, one source file each: `argv` is what follows the subcommand's name; the

@@ -180,7 +180,7 @@ Schedule generated_schedule(const Args& a, const CheckpointInfo& checkpoint, boo
   const int counted_chunks = g.chunks_vary ? chunks : g.default_chunks;
   const ActionEstimate e =
       estimate_actions(static_cast<double>(p.ranks) * counted_chunks, p.microbatches, p.slices,
-                       counted, checkpoint.recomputes, comm);
+                       counted, checkpoint.recomputes, comm, a.has("--offload"));
   std::string sizes =
       "--ranks " + std::to_string(p.ranks) + ", --microbatches " + std::to_string(p.microbatches);
   std::string fewer = "--ranks or --microbatches";
@@ -211,7 +211,8 @@ Schedule generated_schedule(const Args& a, const CheckpointInfo& checkpoint, boo
 }  // namespace
 
 ActionEstimate estimate_actions(double stages, double microbatches, double slices,
-                                const WGradChoice& w, bool checkpointed, bool comm) {
+                                const WGradChoice& w, bool checkpointed, bool comm,
+                                bool offloaded) {
   ActionEstimate e;
   e.units = stages * microbatches * slices;
   e.per_unit = 1;
@@ -229,6 +230,10 @@ ActionEstimate estimate_actions(double stages, double microbatches, double slice
   if (checkpointed) {
     e.per_unit += 1;
     e.breakdown += ", R";
+  }
+  if (offloaded) {
+    e.per_unit += 2;
+    e.breakdown += ", OFFLOAD, RELOAD";
   }
   if (comm) {
     // At most one activation and one gradient cross ranks per unit: a send, its wait and a
@@ -446,12 +451,37 @@ Schedule apply_budget_options(Schedule s, const Args& a, AnyCost& cost, Checkpoi
         "schedule with one (" +
         memory_knob_orders() + ", slice-pipe without --warmup)");
   const bool cost_aware = g && g->generate_with_cost && !a.has("--warmup");
+  const bool offload = a.has("--offload");
+  if (offload && !choice.budget.limited())
+    throw usage_error(
+        "--offload moves to host memory what --memory-budget asks: give a budget (an amount, or "
+        "device)");
+  if (offload && choice.policy->mode == CheckpointMode::Mario)
+    throw usage_error(
+        "--offload places offloads before checkpointing, and --checkpoint mario reorders "
+        "forwards around its recomputes without them; use --checkpoint none, full or selective "
+        "with --offload, or mario without it");
+  if (offload && s.problem.slices > 1)
+    throw usage_error(
+        "--offload moves whole microbatches' activations, and the schedule cuts "
+        "microbatches into " +
+        std::to_string(s.problem.slices) +
+        " slices (a slice's keys and values stay with its microbatch); use "
+        "--slices 1 with --offload");
   if (!choice.policy->recomputes && !choice.budgeted && !wgrad.fine && !cost_aware) return s;
   try {
     if (!g) {
-      Step step("checkpointing (--checkpoint " + std::string(choice.policy->name) + ")");
+      Step step(std::string(offload ? "offloading and " : "") + "checkpointing (--checkpoint " +
+                std::string(choice.policy->name) + ")");
       return std::visit(
-          [&](const auto& c) { return choice.policy->apply(s, CostRef(c), choice.budget); }, cost);
+          [&](const auto& c) {
+            auto checkpoint = [&](const Schedule& x) {
+              return choice.policy->apply(x, CostRef(c), choice.budget);
+            };
+            if (!offload) return checkpoint(s);
+            return offload_where_faster(s, c, choice.budget, OffloadOptions{}, checkpoint);
+          },
+          cost);
     }
     PlanRecipe recipe{.wgrad = wgrad.mode,
                       .fine_wgrad = wgrad.fine,
@@ -460,9 +490,11 @@ Schedule apply_budget_options(Schedule s, const Args& a, AnyCost& cost, Checkpoi
                              : a.has("--no-fit") ? FitOrder::Own
                                                  : FitOrder::Auto};
     if (a.has("--warmup")) recipe.warmup = parse_int("--warmup", a.get("--warmup"), 1, 1 << 24);
+    recipe.offload = offload;
     Step step("building the plan (" + std::string(g->name) +
               (knob ? ", fitted to the budget where that helps" : "") +
-              (wgrad.fine ? ", weight-gradient parts placed" : "") + ", --checkpoint " +
+              (wgrad.fine ? ", weight-gradient parts placed" : "") +
+              (offload ? ", offloaded" : "") + ", --checkpoint " +
               std::string(choice.policy->name) + ")");
     // The schedule generated already is the order's own where no cost reaches the generator.
     const Schedule* own = cost_aware ? nullptr : &s;
@@ -558,6 +590,10 @@ const std::vector<OptionSpec> checkpoint_options = {
          "own schedule cannot meet the budget)"},
     {"--no-fit", false,
      "keep the schedule's own order under the budget (checkpointing alone fits it)"},
+    {"--offload", false,
+     "move activations to host memory where --memory-budget asks, before checkpointing: each "
+     "copy on the GPU's host link while the rank computes (not with --checkpoint mario or "
+     "--slices)"},
 };
 
 Prepared prepare(const Args& a, const PrepareOptions& options) {

@@ -16,20 +16,21 @@ int cmd_convert(const std::vector<std::string>& argv) {
        "what its runtime cannot run, see validate --format pytorch; writes B for BW) or text",
        "csv|pytorch|text"}};
   if (wants_help(argv)) {
-    std::cout << help_text("pipesched convert IN OUT [--format csv|pytorch|text]",
-                           "Converts a schedule between PyTorch's CSV and pipesched's text form.\n"
-                           "The input form is detected; the output form follows OUT's extension\n"
-                           "(.csv → CSV, anything else → text; '-' writes text to standard "
-                           "output)\nunless --format says otherwise. A file read with CRLF line "
-                           "ends (CSV or text) is\nwritten with them, and a full backward "
-                           "read as BW is written BW, except with\n--format pytorch, which "
-                           "writes B (PyTorch 2.15 refuses BW). With --format pytorch a\n"
-                           "schedule PyTorch's runtime cannot run (slices, W parts, recomputes, "
-                           "the last\nstage's forwards out of microbatch order, ...; see "
-                           "pipesched validate --help) is\nrefused (exit 1) with the rank, "
-                           "position and rule, and so is one the validator\nrefuses (pipesched "
-                           "validate says why); nothing is written then.",
-                           specs);
+    std::cout << help_text(
+        "pipesched convert IN OUT [--format csv|pytorch|text]",
+        "Converts a schedule between PyTorch's CSV and pipesched's text form.\n"
+        "The input form is detected; the output form follows OUT's extension\n"
+        "(.csv → CSV, anything else → text; '-' writes text to standard "
+        "output)\nunless --format says otherwise. A file read with CRLF line "
+        "ends (CSV or text) is\nwritten with them, and a full backward "
+        "read as BW is written BW, except with\n--format pytorch, which "
+        "writes B (PyTorch 2.15 refuses BW). With --format pytorch a\n"
+        "schedule PyTorch's runtime cannot run (slices, W parts, recomputes, offloads, "
+        "the last\nstage's forwards out of microbatch order, ...; see "
+        "pipesched validate --help) is\nrefused (exit 1) with the rank, "
+        "position and rule, and so is one the validator\nrefuses (pipesched "
+        "validate says why); nothing is written then.",
+        specs);
     return exit_ok;
   }
   const Args a = parse_args("convert", argv, specs, 2);

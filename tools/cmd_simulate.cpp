@@ -46,9 +46,11 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
   double least_budget = p.checkpoint.budget.all;
   for (int i = 0; i < s.rank_count(); ++i)
     least_budget = std::min(least_budget, p.checkpoint.budget.of(i));
-  w.field("memory_budget", least_budget)
-      .field("recomputes", static_cast<int>(s.count(OpKind::R)))
-      .field("time_unit", units.time)
+  w.field("memory_budget", least_budget).field("recomputes", static_cast<int>(s.count(OpKind::R)));
+  if (s.count(OpKind::Offload) > 0)
+    w.field("offloads", static_cast<int>(s.count(OpKind::Offload)))
+        .field("peak_host_memory_max", r.peak_host_memory_max);
+  w.field("time_unit", units.time)
       .field("memory_unit", units.memory)
       .field("deadlock", r.deadlock)
       .field("makespan", r.makespan)
@@ -120,6 +122,10 @@ void print_table(const Prepared& p, const SimulationResult& r) {
     std::printf("checkpoint %s, %s, %d recomputes\n", std::string(choice.policy->name).c_str(),
                 budget.c_str(), static_cast<int>(s.count(OpKind::R)));
   }
+  if (s.count(OpKind::Offload) > 0)
+    std::printf("offload %d unit%s to host memory, max peak host memory %s\n",
+                static_cast<int>(s.count(OpKind::Offload)),
+                s.count(OpKind::Offload) == 1 ? "" : "s", memory(r.peak_host_memory_max).c_str());
   const bool per_rank_budget = !choice.budget.per_rank.empty();
   std::printf("%6s %16s %16s %18s", "rank", "busy", "idle", "peak memory");
   if (per_rank_budget) std::printf(" %18s", "memory budget");
@@ -167,7 +173,10 @@ int cmd_simulate(const std::vector<std::string>& argv) {
             "TransformerCost --slicing sets their lengths: uniform (default), balanced (equal\n"
             "forward time: later slices, which attend to a longer prefix, get fewer tokens) or\n"
             "terapipe (TeraPipe's optimum for P ranks). --wgrad fine places the weight-gradient\n"
-            "parts under the same cost and budget.\n"
+            "parts under the same cost and budget. --offload moves activations to host memory\n"
+            "where the budget asks, before checkpointing recomputes what is left: the copies run\n"
+            "on the GPU's host link (the device's host_link_bandwidth; UniformCost: --cost copy)\n"
+            "while the rank computes.\n"
             "A schedule may hold at most " +
             grouped(max_actions) +
             " actions (recomputes and W parts included); the\n"

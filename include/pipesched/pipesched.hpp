@@ -23,6 +23,7 @@
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/pass/offload.hpp"
 
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/layer_profile.hpp"

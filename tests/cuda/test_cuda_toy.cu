@@ -27,6 +27,7 @@
 #include "pipesched/exec/executor.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/pass/offload.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
 #include "pipesched/schedule/slice_pipe.hpp"
 #include "pipesched/schedule/zero_bubble_h1.hpp"
@@ -407,6 +408,27 @@ TYPED_TEST(CudaToy, GptMarioUnderSixtyPercentOfOneFOneB) {
   for (int rank = 0; rank < s.rank_count(); ++rank)
     EXPECT_LE(ps::simulate(s, cost).ranks[rank].peak_memory, budget.all) << "rank " << rank;
   expect_gpt_matches<TypeParam>(s, whole_config, cost);
+}
+
+// Activations offloaded to pinned host memory on the copy stream and reloaded before their
+// backward, within half of each rank's peak (one unit's at least): 1F1B and ZB-H1 train as the
+// host reference does, and each rank's device and host bytes are the simulator's.
+TYPED_TEST(CudaToy, GptOffloadedUnder1F1BAndZbH1) {
+  PIPESCHED_NEEDS_GPU();
+  for (const ps::Schedule& base : {ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8}),
+                                   ps::schedule::zero_bubble_h1({.ranks = 4, .microbatches = 8})}) {
+    SCOPED_TRACE(base.name);
+    const auto host = make_stages<toy::GptStage<TypeParam>>(whole_config, base.problem.stages);
+    const ps::ProfiledCost cost = toy::gpt_profiled_cost(host);
+    const ps::SimulationResult own = ps::simulate(base, cost);
+    ps::MemoryBudget budget;
+    for (int r = 0; r < base.rank_count(); ++r)
+      budget.per_rank.push_back(
+          std::max(0.5 * own.ranks[r].peak_memory, cost.stages[r].activation_bytes));
+    const ps::Schedule s = ps::apply_offload(base, cost, budget);
+    EXPECT_GT(s.count(ps::OpKind::Offload), 0u);
+    expect_gpt_matches<TypeParam>(s, whole_config, cost);
+  }
 }
 
 TYPED_TEST(CudaToy, GptSlicePipeTwoSlices) {

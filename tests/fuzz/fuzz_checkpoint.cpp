@@ -1,11 +1,11 @@
 // Fuzz target: the checkpoint passes (apply_checkpoint in every mode, checkpoint_mario with its
-// knobs) on small generated schedules. The input's first bytes choose the schedule (built-in
-// generator, 1-4 ranks, 1-8 microbatches, 1-3 chunks, 1-2 slices, fused or split backward),
-// UniformCost's figures and the mode; the rest is a memory budget's text as --memory-budget
-// reads it (parse_memory_budget; empty: a byte sets it). A refusal (pipesched::error) is an
-// answer; what comes out validates, simulates without deadlock within the budget on every
-// rank, recomputes nothing where nothing is needed, and survives everything a schedule goes
-// through (fuzz_harness.hpp).
+// knobs), after offloading (apply_offload) where a bit asks, on small generated schedules. The
+// input's first bytes choose the schedule (built-in generator, 1-4 ranks, 1-8 microbatches, 1-3
+// chunks, 1-2 slices, fused or split backward), UniformCost's figures and the mode; the rest is a
+// memory budget's text as --memory-budget reads it (parse_memory_budget; empty: a byte sets it). A
+// refusal (pipesched::error) is an answer; what comes out validates, simulates without deadlock
+// within the budget on every rank, recomputes nothing where nothing is needed, and survives
+// everything a schedule goes through (fuzz_harness.hpp).
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -20,6 +20,7 @@
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/pass/offload.hpp"
 #include "pipesched/policy/registry.hpp"
 
 namespace {
@@ -95,7 +96,16 @@ int pipesched_fuzz_checkpoint(const std::uint8_t* data, std::size_t size) {
   knobs.passes = 1 + (byte(9) >> 3) % 3;
   knobs.max_prepose = (byte(9) >> 5) % 4 - 1;
   const bool own_knobs = mode == CheckpointMode::Mario && (byte(9) & 7) != 0;
+  // Offloading first (byte 1's bit 4), as assemble_plan does with PlanRecipe::offload: not with
+  // Mario, nor with slices (apply_offload refuses those).
+  const bool offload = (byte(1) & 16) != 0 && mode != CheckpointMode::Mario;
+  cost.copy = (byte(1) >> 5) % 4;
   if (!fuzz::answers([&] {
+        if (offload) {
+          out = without_offload_of_recomputed(
+              apply_checkpoint(apply_offload(s, cost, budget), mode, cost, budget));
+          return;
+        }
         out = own_knobs ? checkpoint_mario(s, cost, budget, knobs)
                         : apply_checkpoint(s, mode, cost, budget);
       }))
@@ -117,8 +127,10 @@ int pipesched_fuzz_checkpoint(const std::uint8_t* data, std::size_t size) {
                         std::to_string(limit) + "\n" + form);
     }
   const int n = recomputes(out);
-  if (mode == CheckpointMode::None)
+  if (mode == CheckpointMode::None && !offload)
     fuzz::require(out == s, "checkpointing 'none' changed the schedule", form);
+  if (!budget.limited())
+    fuzz::require(out.count(OpKind::Offload) == 0, "offloading under no budget", form);
   if (!budget.limited() &&
       (mode == CheckpointMode::Selective || mode == CheckpointMode::SelectiveEarly ||
        mode == CheckpointMode::Mario))

@@ -31,6 +31,7 @@
 #include "pipesched/analysis/transformer_cost.hpp"
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/pass/offload.hpp"
 #include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
@@ -105,6 +106,7 @@ void expect_same_as_inproc(const ps::Schedule& s, ps::ExecutorOptions options = 
       EXPECT_EQ(b.ranks[r].timing.size(), b.executed.ranks[r].size());
       if (!options.fill_waits) {
         EXPECT_EQ(b.ranks[r].peak_bytes, predicted.ranks[r].peak_memory) << "rank " << r;
+        EXPECT_EQ(b.ranks[r].peak_host_bytes, predicted.ranks[r].peak_host_memory) << "rank " << r;
       }
     }
     EXPECT_EQ(mpi.transport().pending(), 0u);
@@ -166,6 +168,29 @@ TYPED_TEST(MpiNumerics, LayoutsWithStagesOfNoBlockAndASearchedOne) {
   const std::vector<int> searched = searched_layout(P);
   ASSERT_EQ(searched.size(), static_cast<std::size_t>(2 * P));
   expect_same_as_inproc<TypeParam>(generated("zb-v", P, 2 * P), {}, true, searched);
+}
+
+// Activations offloaded to host memory where half of each rank's peak (at least one unit's)
+// asks, under 1F1B and ZB-H1: device and host bytes as the simulator predicts them.
+TYPED_TEST(MpiNumerics, ActivationsOffloadedUnder1F1BAndZbH1) {
+  const int P = world_size();
+  for (const char* name : {"1f1b", "zb-h1"}) {
+    SCOPED_TRACE(name);
+    const ps::Schedule base = generated(name, P, 2 * P);
+    const toy::GptConfig config = config_for(base.problem.stages);
+    const auto stages = make_stages<double>(config, base.problem.stages);
+    const ps::ProfiledCost cost = toy::gpt_profiled_cost(stages);
+    const ps::SimulationResult own = ps::simulate(base, cost);
+    ps::MemoryBudget budget;
+    for (int r = 0; r < P; ++r)
+      budget.per_rank.push_back(
+          std::max(0.5 * own.ranks[r].peak_memory, cost.stages[r].activation_bytes));
+    const ps::Schedule s = ps::apply_offload(base, cost, budget);
+    if (P > 1) {
+      EXPECT_GT(s.count(ps::OpKind::Offload), 0u);
+    }
+    expect_same_as_inproc<TypeParam>(s);
+  }
 }
 
 // The baselines: Zero Bubble over looped chunks, and the V-shapes of controllable memory.

@@ -75,6 +75,24 @@ double reduce_seconds_of(const C& cost, const CostContext& ctx, int rank, int st
     return 0.0;
 }
 
+//! A cost model that times the copies of activations between device and host memory:
+//! `host_copy_seconds(ctx, a)` is how long the copy of OFFLOAD (to host memory) or RELOAD (back)
+//! `a` holds the rank's host link in that direction. Optional: without it a copy takes no time.
+template <class C>
+concept has_host_copy = requires(const C& c, const CostContext& ctx, const Action& a) {
+  { c.host_copy_seconds(ctx, a) } -> std::convertible_to<double>;
+};
+
+//! Seconds `cost` gives the host copy of OFFLOAD or RELOAD `a` (its `host_copy_seconds`), or 0
+//! for a cost without the hook.
+template <class C>
+double host_copy_seconds_of(const C& cost, const CostContext& ctx, const Action& a) {
+  if constexpr (has_host_copy<C>)
+    return static_cast<double>(cost.host_copy_seconds(ctx, a));
+  else
+    return 0.0;
+}
+
 //! What an action does to its rank's memory: `grow` is held from its start, `shrink` (<= 0)
 //! released at its end. The rule every replay of a schedule counts memory by (the simulator,
 //! the checkpointing passes, the weight-gradient filler, the list-scheduling engine).
@@ -86,9 +104,10 @@ struct MemoryEffect {
 };
 
 //! The memory effect of `a` under `cost`: for a compute action its memory_delta (growth when
-//! positive, release when negative), for an Overlap that of each half, nothing for other
-//! actions (communication, idle, whole-stage actions). `checkpointed(x)` says whether the unit
-//! of compute action `x` is recomputed in the schedule (an R exists for it).
+//! positive, release when negative), for an Overlap that of each half; an OFFLOAD releases what
+//! its unit's forward took and a RELOAD takes it again (its start); nothing for other actions
+//! (communication, idle, whole-stage actions). `checkpointed(x)` says whether the unit of
+//! compute action `x` is recomputed in the schedule (an R exists for it).
 template <class Cost, class Checkpointed>
 MemoryEffect memory_effect(const Cost& cost, const CostContext& ctx, const Action& a,
                            Checkpointed&& checkpointed) {
@@ -102,6 +121,10 @@ MemoryEffect memory_effect(const Cost& cost, const CostContext& ctx, const Actio
     one(a.backward_half());
   } else if (is_compute(a.kind)) {
     one(a);
+  } else if (is_offload_action(a.kind)) {
+    const Action f = Action::make(OpKind::F, a.stage, a.microbatch, a.slice);
+    const double bytes = static_cast<double>(cost.memory_delta(ctx, f, checkpointed(f)));
+    (a.kind == OpKind::Offload ? e.shrink : e.grow) += a.kind == OpKind::Offload ? -bytes : bytes;
   }
   return e;
 }
@@ -143,6 +166,9 @@ class CostRef {
         transfer_([](const void* m, const CostContext& ctx, const Action& a) {
           return static_cast<double>(static_cast<const C*>(m)->transfer_time(ctx, a));
         }),
+        copy_([](const void* m, const CostContext& ctx, const Action& a) {
+          return host_copy_seconds_of(*static_cast<const C*>(m), ctx, a);
+        }),
         even_([](const void* m, void* fn, void (*call)(void*, const CostRef&)) {
           if constexpr (requires(const C& c) {
                           { c.evenly_layered() } -> std::convertible_to<C>;
@@ -166,6 +192,10 @@ class CostRef {
   double transfer_time(const CostContext& ctx, const Action& a) const {
     return transfer_(model_, ctx, a);
   }
+  //! The model's `host_copy_seconds(ctx, a)` (0 for a model without it).
+  double host_copy_seconds(const CostContext& ctx, const Action& a) const {
+    return copy_(model_, ctx, a);
+  }
   //! The unit the model it refers to measures memory in.
   MemoryUnit memory_unit() const noexcept { return unit_; }
 
@@ -186,6 +216,7 @@ class CostRef {
   double (*duration_)(const void*, const CostContext&, const Action&);
   double (*memory_)(const void*, const CostContext&, const Action&, bool);
   double (*transfer_)(const void*, const CostContext&, const Action&);
+  double (*copy_)(const void*, const CostContext&, const Action&);
   void (*even_)(const void*, void*, void (*)(void*, const CostRef&));
 };
 

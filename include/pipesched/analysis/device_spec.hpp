@@ -100,6 +100,10 @@ struct DeviceSpec {
   //! messages its GPUs stage at the same time; 0 = not a limit (as in NCCL's topology model,
   //! where the CPU itself is never the narrowest link).
   double host_bandwidth = 0;
+  //! One GPU's link to host memory (its PCIe link), B/s per direction: what copies of
+  //! offloaded activations take (host_copy_seconds). 0 = not known: a schedule that offloads is
+  //! refused.
+  double host_link_bandwidth = 0;
   //! Bytes of memory_bytes the model cannot use: the CUDA context, communication buffers
   //! (NCCL) and the caching allocator's fragmentation. 0 = all of memory_bytes is usable.
   double memory_reserve = 0;
@@ -227,6 +231,15 @@ struct DeviceSpec {
   //! the rings.
   double allreduce_seconds(double bytes, int n, long long first, long long last,
                            int rings = 1) const noexcept;
+
+  //! Seconds of one GPU's copy of `bytes` between its memory and host memory (one direction)
+  //! while `copiers` GPUs of its node copy the same way at once (a pipeline rank's tensor and
+  //! data-parallel shares): bytes / bandwidth at the least of host_link_bandwidth, a switch
+  //! uplink's share host_link_bandwidth / min(copiers, gpus_per_switch) and host memory's
+  //! share host_bandwidth / min(copiers, gpus_per_socket()); the GPU's link_latency when its
+  //! GPUs stage through host memory (no peer-to-peer: link_latency is that of PCIe), none
+  //! otherwise. 0 for no bytes. Throws invalid_argument when host_link_bandwidth is 0.
+  double host_copy_seconds(double bytes, int copiers) const;
 
   //! Bytes the model may use: memory_bytes less memory_reserve.
   double usable_memory() const noexcept { return memory_bytes - memory_reserve; }
@@ -546,18 +559,42 @@ inline void DeviceSpec::check() const {
             std::to_string(ranks_per_node) +
             "), dividing it: a node's GPUs split evenly over them");
   for (auto [key, v] : {std::pair{"socket_bandwidth", socket_bandwidth},
-                        std::pair{"host_bandwidth", host_bandwidth}})
+                        std::pair{"host_bandwidth", host_bandwidth},
+                        std::pair{"host_link_bandwidth", host_link_bandwidth}})
     if (!(std::isfinite(v) && (v == 0 || (v >= 1e8 && v <= 1e14))))
       bad(key, detail::figure_text(v),
           (v > 0 && v * 1e9 >= 1e8 && v * 1e9 <= 1e14
                ? detail::figure_text(v) + " looks like GB/s: in B/s that is " +
                      detail::figure_text(v * 1e9) + "; "
                : std::string()) +
-              "give 0 (not a limit) or a figure in B/s per direction from 1e8 to 1e14 (a CPU "
-              "interconnect or host memory moves 6e9 to 4e11 B/s)");
+              std::string(key == std::string_view("host_link_bandwidth")
+                              ? "give 0 (not known) or a figure in B/s per direction from 1e8 to "
+                                "1e14 (PCIe 4.0 x16 moves 2.4e10 B/s, PCIe 5.0 x16 4.8e10)"
+                              : "give 0 (not a limit) or a figure in B/s per direction from 1e8 "
+                                "to 1e14 (a CPU interconnect or host memory moves 6e9 to 4e11 "
+                                "B/s)"));
   if (!(std::isfinite(socket_latency) && socket_latency >= 0 && socket_latency <= 0.1))
     bad("socket_latency", detail::figure_text(socket_latency),
         "give a figure in seconds from 0 to 0.1 (crossing sockets adds about a microsecond)");
+}
+
+inline double DeviceSpec::host_copy_seconds(double bytes, int copiers) const {
+  if (!(bytes > 0)) return 0.0;
+  if (!(host_link_bandwidth > 0))
+    throw invalid_argument(
+        "device '" + name +
+            "' gives no host_link_bandwidth, the bandwidth of a GPU's link to host "
+            "memory, so a copy of offloaded activations cannot be timed; set it "
+            "(B/s per direction, 2.4e10 for PCIe 4.0 x16) in the device file, or "
+            "plan without offloading.",
+        "DeviceSpec.host_link_bandwidth", "0");
+  copiers = std::max(1, copiers);
+  double bandwidth = host_link_bandwidth;
+  if (gpus_per_switch > 0)
+    bandwidth = std::min(bandwidth, host_link_bandwidth / std::min(copiers, gpus_per_switch));
+  if (host_bandwidth > 0)
+    bandwidth = std::min(bandwidth, host_bandwidth / std::min(copiers, gpus_per_socket()));
+  return (peer_to_peer ? 0.0 : link_latency) + bytes / bandwidth;
 }
 
 inline double DeviceSpec::message_seconds(double bytes, LinkPath p, int senders) const noexcept {

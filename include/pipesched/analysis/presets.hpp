@@ -150,6 +150,15 @@ inline constexpr Compute ampere{0.859, 108, 0.73};
 // - host memory as LOC_BW, never the narrowest link (host_bandwidth 0);
 // - a NIC at its speed / 8 (net.bw = mbps / 8000 GB/s): 100 Gb/s = 12.5 GB/s.
 inline constexpr double pcie4_x16 = 16 * 120 / 80.0 * 1e9;
+// A GPU's own link to host memory (DeviceSpec::host_link_bandwidth), priced the same way:
+// PCIe 5.0 (32 GT/s, kvDictPciGen 240 per lane) ×16 = 48 GB/s on H100 and H200 SXM (their
+// datasheets: PCIe Gen5 128 GB/s, both directions), PCIe 4.0 ×16 = 24 GB/s on A100 SXM4 and
+// RTX 4090.
+inline constexpr double pcie5_x16 = 16 * 240 / 80.0 * 1e9;
+inline DeviceSpec with_host_link(DeviceSpec d, double bandwidth) {
+  d.host_link_bandwidth = bandwidth;
+  return d;
+}
 inline constexpr double amd_socket_link = 16e9;
 inline DeviceSpec rtx4090() {
   DeviceSpec d = device("rtx-4090", 165.2e12, 1008e9, 24 * gib, pcie4_x16, pcie_latency, 8, 12.5e9,
@@ -157,6 +166,7 @@ inline DeviceSpec rtx4090() {
   d.peer_to_peer = false;
   d.sockets_per_node = 2;
   d.socket_bandwidth = amd_socket_link;
+  d.host_link_bandwidth = pcie4_x16;
   return d;
 }
 }  // namespace detail
@@ -174,31 +184,35 @@ inline const std::vector<DevicePreset>& devices() {
       {"h100",
        "NVIDIA H100 SXM5 80GB: 989 TFLOP/s BF16, 3.35 TB/s, NVLink 450 GB/s/dir, 8 per node, "
        "400 Gb/s IB",
-       device("h100", 989.4e12, 3.35e12, 80 * gib, 450e9, detail::nvlink_latency, 8, 50e9,
-              detail::hopper)},
+       detail::with_host_link(device("h100", 989.4e12, 3.35e12, 80 * gib, 450e9,
+                                     detail::nvlink_latency, 8, 50e9, detail::hopper),
+                              detail::pcie5_x16)},
       // NVIDIA H200 Tensor Core GPU datasheet (SXM): same tensor cores as H100 (BF16 1,979
       // TFLOP/s with sparsity, 989.4 dense); 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s total.
       // HGX H200: 8 GPUs per node, 400 Gb/s InfiniBand per GPU.
       {"h200",
        "NVIDIA H200 SXM 141GB: 989 TFLOP/s BF16, 4.8 TB/s, NVLink 450 GB/s/dir, 8 per node, "
        "400 Gb/s IB",
-       device("h200", 989.4e12, 4.8e12, 141 * gib, 450e9, detail::nvlink_latency, 8, 50e9,
-              detail::hopper)},
+       detail::with_host_link(device("h200", 989.4e12, 4.8e12, 141 * gib, 450e9,
+                                     detail::nvlink_latency, 8, 50e9, detail::hopper),
+                              detail::pcie5_x16)},
       // NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB): BF16 tensor 312 TFLOP/s dense
       // (624 with sparsity); 80 GB HBM2e at 2,039 GB/s; NVLink 600 GB/s total, 300 each way.
       // DGX A100: 8 GPUs per node, one 200 Gb/s (25 GB/s) HDR InfiniBand port per GPU.
       {"a100-80gb",
        "NVIDIA A100 SXM4 80GB: 312 TFLOP/s BF16, 2.04 TB/s, NVLink 300 GB/s/dir, 8 per node, "
        "200 Gb/s IB",
-       device("a100-80gb", 312e12, 2039e9, 80 * gib, 300e9, detail::nvlink_latency, 8, 25e9,
-              detail::ampere)},
+       detail::with_host_link(device("a100-80gb", 312e12, 2039e9, 80 * gib, 300e9,
+                                     detail::nvlink_latency, 8, 25e9, detail::ampere),
+                              detail::pcie4_x16)},
       // Same datasheet (SXM4 40GB): 312 TFLOP/s BF16 dense; 40 GB HBM2 at 1,555 GB/s; links
       // as the 80GB part (DGX A100 40GB).
       {"a100-40gb",
        "NVIDIA A100 SXM4 40GB: 312 TFLOP/s BF16, 1.56 TB/s, NVLink 300 GB/s/dir, 8 per node, "
        "200 Gb/s IB",
-       device("a100-40gb", 312e12, 1555e9, 40 * gib, 300e9, detail::nvlink_latency, 8, 25e9,
-              detail::ampere)},
+       detail::with_host_link(device("a100-40gb", 312e12, 1555e9, 40 * gib, 300e9,
+                                     detail::nvlink_latency, 8, 25e9, detail::ampere),
+                              detail::pcie4_x16)},
       // NVIDIA Ada Lovelace architecture whitepaper (GeForce RTX 4090): 165.2 TFLOP/s dense
       // FP16 / BF16 tensor with FP32 accumulate (what mixed-precision training uses; 330.3
       // with FP16 accumulate); 24 GB GDDR6X, 384-bit at 21 Gb/s = 1,008 GB/s. No NVLink:

@@ -45,6 +45,9 @@ struct ProfiledCost {
   static constexpr MemoryUnit memory_unit = MemoryUnit::Bytes;
   std::vector<StageProfile> stages;  //!< indexed by stage
   double transfer = 0;               //!< time for one message between ranks
+  //! Bytes per second one copy of offloaded activations moves between device and host memory
+  //! (one way); 0 = copies take no time.
+  double host_link_bandwidth = 0;
   //! Optional per-slice figures: `slices[stage][k]` describes slice k of a microbatch on that
   //! stage, not divided by the slice count (a later slice's attention reads a longer prefix,
   //! so slices differ). Used for a stage when it holds one entry per slice of the problem;
@@ -118,6 +121,14 @@ struct ProfiledCost {
 
   //! `transfer`, for every message.
   double transfer_time(const CostContext&, const Action&) const { return transfer; }
+
+  //! An OFFLOAD's or RELOAD's copy: its unit's activation bytes over host_link_bandwidth (0
+  //! without one); 0 for any other action.
+  double host_copy_seconds(const CostContext& ctx, const Action& a) const {
+    if (!is_offload_action(a.kind) || !(host_link_bandwidth > 0)) return 0.0;
+    return memory_delta(ctx, Action::make(OpKind::F, a.stage, a.microbatch, a.slice), false) /
+           host_link_bandwidth;
+  }
 
   //! The stage's `gradient_reduction` seconds: how long the reduction its REDUCE_GRAD starts
   //! holds the rank's data-parallel link (`has_reduce_seconds`).

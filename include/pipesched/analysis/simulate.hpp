@@ -16,6 +16,13 @@
 // A cost model with a `step_tail(ctx, rank)` (TransformerCost: the optimizer step and, when the
 // schedule holds no REDUCE_GRAD, the gradient all-reduce over data-parallel replicas) adds that
 // time after each rank's last action, so the makespan is the step time.
+// An OFFLOAD's copy of its unit's activations to host memory starts when the unit's forward
+// ends, on the rank's host link to host memory (once that is free: a rank's copies in one
+// direction run one after another) for the cost's `host_copy_seconds(ctx, a)` (0 for a cost
+// without the hook); the OFFLOAD itself starts once that copy has ended (the rank waits for it
+// there) and frees the activations. A RELOAD takes the memory again where it stands and starts
+// the copy back on the link from host memory, without occupying the rank; the unit's backward
+// starts no earlier than that copy's end.
 // Makespan is the last end; bubble ratio = 1 − Σ busy / (ranks × makespan). Memory: the running sum
 // of memory deltas along each rank's list (a forward's activations count from its start, a backward
 // frees at its end); the per-rank peak is its maximum.
@@ -51,6 +58,11 @@ struct RankSummary {
   double busy = 0;         //!< time spent computing (and in the rank's share of transfers)
   double idle = 0;         //!< makespan − busy
   double peak_memory = 0;  //!< largest held memory along the list
+  //! Largest memory held in host memory for the rank along the list (offloaded activations,
+  //! from each OFFLOAD to its RELOAD); not part of peak_memory.
+  double peak_host_memory = 0;
+  //! Time the rank's host link spent copying activations, both directions together.
+  double host_copy_seconds = 0;
   //! When the rank's last action (or its last gradient reduction) ends, its step tail included.
   double end = 0;
   std::vector<MemoryPoint> memory;  //!< the memory curve, in time order
@@ -64,6 +76,7 @@ struct SimulationResult {
   //! The idle share of ranks × makespan: 1 − Σ busy / (ranks · makespan).
   double bubble_ratio = 0;
   double peak_memory_max = 0;      //!< max over ranks of peak_memory
+  double peak_host_memory_max = 0;  //!< max over ranks of peak_host_memory
   std::vector<RankSummary> ranks;  //!< each rank's figures, by rank
   //! timing[r][i] for the action at rank r, position i (idle slots: start = end).
   std::vector<std::vector<ActionTiming>> timing;
@@ -73,6 +86,10 @@ namespace detail {
 
 inline bool is_checkpointed(const DependencyGraph& g, const Action& a) {
   return g.recompute_of(a.stage, a.microbatch, a.slice) != DependencyGraph::none;
+}
+
+inline bool is_offloaded(const DependencyGraph& g, const Action& a) {
+  return g.offload_of(a.stage, a.microbatch, a.slice) != DependencyGraph::none;
 }
 
 }  // namespace detail
@@ -89,7 +106,12 @@ class SimRecorder {
   //! A recorder of `s` (whose graph is `g`) under `cost`. Throws invalid_schedule if `s`
   //! breaks a structural rule the simulation cannot proceed without.
   SimRecorder(const Schedule& s, const DependencyGraph& g, const Cost& cost)
-      : s_(s), g_(g), cost_(cost), ctx_(context(s)), end_(g.size(), 0.0) {
+      : s_(s),
+        g_(g),
+        cost_(cost),
+        ctx_(context(s)),
+        end_(g.size(), 0.0),
+        copy_end_(g.size(), -1.0) {
     if (!g.issues().empty())
       throw invalid_schedule("cannot simulate schedule '" + s.name +
                              "': " + g.issues().front().message);
@@ -102,6 +124,9 @@ class SimRecorder {
     held_.assign(nranks, 0.0);
     last_pos_.assign(nranks, -1);
     link_free_.assign(nranks, 0.0);
+    to_host_free_.assign(nranks, 0.0);
+    from_host_free_.assign(nranks, 0.0);
+    host_held_.assign(nranks, 0.0);
     reduced_at_.assign(static_cast<std::size_t>(std::max(s.problem.stages, 0)), 0.0);
   }
 
@@ -135,6 +160,7 @@ class SimRecorder {
     }
     if (a.kind == OpKind::WaitReduceGrad && a.stage >= 0)
       start = std::max(start, reduction_end(a.stage));
+    if (a.kind == OpKind::Offload) start = std::max(start, offload_copy_end(id));
     return start;
   }
 
@@ -151,6 +177,16 @@ class SimRecorder {
       reduction_end(a.stage) = link_free_[r];
     }
     free_at_[r] = end;
+    if (a.kind == OpKind::Reload) {
+      // On the link from host memory, once the offload's copy is in and the link is free; the
+      // backward waits for its end (end_), the rank does not.
+      const int off = g_.offload_of(a.stage, a.microbatch, a.slice);
+      const double copy = host_copy_seconds_of(cost_, ctx_, a);
+      const double from = std::max({start, from_host_free_[r], off >= 0 ? end_[off] : 0.0});
+      from_host_free_[r] = from + copy;
+      end_[id] = copy_end_[id] = from + copy;
+      res_.ranks[r].host_copy_seconds += copy;
+    }
     // Idle slots between the previous action and this one take no time.
     for (int p = last_pos_[r] + 1; p < ref.position; ++p)
       res_.timing[r][p] = {start, start};
@@ -168,6 +204,12 @@ class SimRecorder {
     if (mem.shrink != 0) {
       held_[r] += mem.shrink;
       rs.memory.push_back({end, held_[r]});
+    }
+    if (a.kind == OpKind::Offload) {
+      host_held_[r] -= mem.shrink;
+      rs.peak_host_memory = std::max(rs.peak_host_memory, host_held_[r]);
+    } else if (a.kind == OpKind::Reload) {
+      host_held_[r] -= mem.grow;
     }
     rs.end = std::max({rs.end, end, link_free_[r]});  // reduced gradients end the step
   }
@@ -195,6 +237,7 @@ class SimRecorder {
     for (int r = 0; r < nranks; ++r) {
       res.ranks[r].idle = res.makespan - res.ranks[r].busy;
       res.peak_memory_max = std::max(res.peak_memory_max, res.ranks[r].peak_memory);
+      res.peak_host_memory_max = std::max(res.peak_host_memory_max, res.ranks[r].peak_host_memory);
     }
     res.bubble_ratio = res.makespan > 0 ? 1.0 - busy / (nranks * res.makespan) : 0.0;
     return res;
@@ -208,6 +251,22 @@ class SimRecorder {
         if (a.kind == OpKind::W && a.part >= parts)
           parts = a.part == INT_MAX ? INT_MAX : a.part + 1;
     return CostContext{s.problem, s.placement, parts, s.has_gradient_reduction()};
+  }
+
+  // When the copy of OFFLOAD `id`'s activations to host memory ends: from its forward's end, or
+  // once the rank's link to host memory frees (computed once, when first asked: the OFFLOAD's
+  // dependencies, its forward included, have ended by then).
+  double offload_copy_end(int id) {
+    double& end = copy_end_[static_cast<std::size_t>(id)];
+    if (end >= 0) return end;
+    const Action& a = g_.action(id);
+    const int r = g_.ref(id).rank;
+    const int f = g_.forward_of(a.stage, a.microbatch, a.slice);
+    const double copy = host_copy_seconds_of(cost_, ctx_, a);
+    const double from = std::max(to_host_free_[r], f >= 0 ? end_[f] : 0.0);
+    to_host_free_[r] = end = from + copy;
+    res_.ranks[r].host_copy_seconds += copy;
+    return end;
   }
 
   double& reduction_end(int stage) {
@@ -226,6 +285,10 @@ class SimRecorder {
   std::vector<double> held_;        // each rank's held memory
   std::vector<int> last_pos_;       // each rank's last recorded position, to time idle slots
   std::vector<double> link_free_;   // when each rank's data-parallel link frees
+  std::vector<double> copy_end_;    // an OFFLOAD's or RELOAD's host copy's end, by flat index
+  std::vector<double> to_host_free_;    // when each rank's link to host memory frees
+  std::vector<double> from_host_free_;  // when each rank's link from host memory frees
+  std::vector<double> host_held_;       // each rank's activations in host memory
   std::vector<double> reduced_at_;  // when each stage's gradient reduction ends
 };
 

@@ -558,6 +558,19 @@ struct TransformerCost {
     }
   }
 
+  //! Seconds the copy of OFFLOAD or RELOAD `a` holds its GPU's link to host memory: the
+  //! activations its unit's forward keeps (memory_delta of the F, not checkpointed) at
+  //! DeviceSpec::host_copy_seconds, every GPU of the pipeline rank (t · d of them, at most a
+  //! node's) copying at once; 0 for every other kind. Throws invalid_argument when the device
+  //! gives no host_link_bandwidth.
+  double host_copy_seconds(const CostContext& ctx, const Action& a) const {
+    if (!is_offload_action(a.kind)) return 0.0;
+    const double bytes =
+        memory_delta(ctx, Action::make(OpKind::F, a.stage, a.microbatch, a.slice), false);
+    return device.host_copy_seconds(
+        bytes, std::min(parallel.tensor * parallel.data, device.ranks_per_node));
+  }
+
   //! Seconds from the end of producer `a` (F / SendF forward, B / I / SendB backward) until
   //! its output is usable on the neighbouring stage's rank; 0 when that stage is on the same
   //! rank or does not exist, and for every other kind.

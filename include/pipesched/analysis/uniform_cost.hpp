@@ -21,6 +21,9 @@ struct UniformCost {
   double comm = 0.0;       //!< time for one message between ranks
   double boundary = 0.05;  //!< share of a unit's activations a checkpointed forward keeps
   double w_memory = 0.0;   //!< share of a unit's activations kept from I until its W
+  //! Time to copy one microbatch's activations of one rank's share between device and host
+  //! memory, one way (an OFFLOAD's or RELOAD's copy takes its unit's share).
+  double copy = 1.0;
 
   //! Throws invalid_problem naming the first parameter out of range.
   void check() const {
@@ -35,6 +38,7 @@ struct UniformCost {
     if (!(comm >= 0)) bad("comm", comm, "need comm >= 0");
     if (!(boundary >= 0 && boundary <= 1)) bad("boundary", boundary, "need 0 <= boundary <= 1");
     if (!(w_memory >= 0 && w_memory <= 1)) bad("w_memory", w_memory, "need 0 <= w_memory <= 1");
+    if (!(copy >= 0)) bad("copy", copy, "need copy >= 0");
   }
 
   //! Share of a rank's work one (stage, slice) unit carries: 1 / (chunks · slices), counting
@@ -88,6 +92,11 @@ struct UniformCost {
 
   //! `comm`, for every message.
   double transfer_time(const CostContext&, const Action&) const { return comm; }
+
+  //! `copy` times the unit's share for an OFFLOAD's or RELOAD's copy; 0 for any other action.
+  double host_copy_seconds(const CostContext& ctx, const Action& a) const {
+    return is_offload_action(a.kind) ? copy * unit_share(ctx) : 0.0;
+  }
 
  private:
   static double parts(const CostContext& ctx) { return ctx.wgrad_parts > 0 ? ctx.wgrad_parts : 1; }

@@ -18,7 +18,7 @@ namespace pipesched {
 //! One broken rule. `rank`/`position` locate the action (-1 when the violation is about
 //! something absent, e.g. a missing backward); `rule` is a short stable identifier:
 //! `shape`, `index-range`, `placement`, `duplicate`, `missing`, `order`, `missing-receive`,
-//! `unmatched-comm`, `missing-wait`, `channel-order`, `reduce-grad`, `deadlock`.
+//! `unmatched-comm`, `missing-wait`, `channel-order`, `reduce-grad`, `offload`, `deadlock`.
 struct Violation {
   int rank = -1;        //!< the rank whose list holds the action, or -1
   int position = -1;    //!< its index in that list, or -1

@@ -19,29 +19,35 @@ namespace pipesched {
 //! `Unshard`/`Reshard` (FSDP: gather and release a stage's sharded parameters) and
 //! `ReduceGrad`/`WaitReduceGrad` (start and finish the data-parallel gradient reduction of a
 //! stage) act on a whole stage and have no microbatch. pipesched schedules them as written and
-//! gives them no dependency; see docs/formats.md.
+//! gives them no dependency; see docs/formats.md. `Offload` and `Reload` (pipesched's own, like
+//! R) move a unit's activations to host memory and back: an OFFLOAD waits for the copy of its
+//! forward's activations to host memory (started when the forward ended, on the rank's host
+//! link) and frees them on the device; a RELOAD takes the device memory again and starts the
+//! copy back, which its backward waits for.
 enum class OpKind : std::uint8_t {
-  F,              //!< forward
-  B,              //!< full backward: input and weight gradients
-  I,              //!< backward for the input gradient only
-  W,              //!< backward for the weight gradient only (or one part of it)
-  R,              //!< recompute of a checkpointed forward
-  SendF,          //!< send a forward activation to the next stage
-  RecvF,          //!< receive a forward activation from the previous stage
-  SendB,          //!< send an input gradient to the previous stage
-  RecvB,          //!< receive an input gradient from the next stage
-  Overlap,        //!< one forward and one full backward run together (DualPipe)
-  Idle,           //!< an explicit empty slot
-  WaitSendF,      //!< complete an earlier SendF of the same unit
-  WaitSendB,      //!< complete an earlier SendB of the same unit
-  Unshard,        //!< FSDP: gather a stage's sharded parameters
-  Reshard,        //!< FSDP: release them
-  ReduceGrad,     //!< start the data-parallel gradient reduction of a stage
-  WaitReduceGrad  //!< finish it
+  F,               //!< forward
+  B,               //!< full backward: input and weight gradients
+  I,               //!< backward for the input gradient only
+  W,               //!< backward for the weight gradient only (or one part of it)
+  R,               //!< recompute of a checkpointed forward
+  SendF,           //!< send a forward activation to the next stage
+  RecvF,           //!< receive a forward activation from the previous stage
+  SendB,           //!< send an input gradient to the previous stage
+  RecvB,           //!< receive an input gradient from the next stage
+  Overlap,         //!< one forward and one full backward run together (DualPipe)
+  Idle,            //!< an explicit empty slot
+  WaitSendF,       //!< complete an earlier SendF of the same unit
+  WaitSendB,       //!< complete an earlier SendB of the same unit
+  Unshard,         //!< FSDP: gather a stage's sharded parameters
+  Reshard,         //!< FSDP: release them
+  ReduceGrad,      //!< start the data-parallel gradient reduction of a stage
+  WaitReduceGrad,  //!< finish it
+  Offload,         //!< wait for a forward's activations to reach host memory, free them
+  Reload           //!< take the device memory again and copy them back for the backward
 };
 
-//! The number of OpKind values (`WaitReduceGrad` is the last, 16).
-inline constexpr int op_kind_count = 17;
+//! The number of OpKind values (`Reload` is the last, 18).
+inline constexpr int op_kind_count = 19;
 
 //! Short name of a kind as used in action strings (`F`, `B`, `SEND_F`, `OVERLAP_F_B`, ...).
 constexpr std::string_view to_string(OpKind k) noexcept {
@@ -80,6 +86,10 @@ constexpr std::string_view to_string(OpKind k) noexcept {
       return "REDUCE_GRAD";
     case OpKind::WaitReduceGrad:
       return "WAIT_REDUCE_GRAD";
+    case OpKind::Offload:
+      return "OFFLOAD";
+    case OpKind::Reload:
+      return "RELOAD";
   }
   return "?";
 }
@@ -110,6 +120,10 @@ constexpr OpKind send_of_wait(OpKind k) noexcept {
 //! The wait that completes a SendF / SendB (WaitSendF / WaitSendB); `k` itself otherwise.
 constexpr OpKind wait_of_send(OpKind k) noexcept {
   return k == OpKind::SendF ? OpKind::WaitSendF : k == OpKind::SendB ? OpKind::WaitSendB : k;
+}
+//! True for Offload and Reload: a copy of a unit's activations to host memory or back.
+constexpr bool is_offload_action(OpKind k) noexcept {
+  return k == OpKind::Offload || k == OpKind::Reload;
 }
 //! True for the kinds that propagate a gradient to the previous stage (B and I).
 constexpr bool is_input_backward(OpKind k) noexcept {

@@ -12,6 +12,9 @@
 //   W(s,m,k)    after I(s,m,k)                     (every part of it)
 //   R(s,m,k)    after F(s,m,k); a late one (RL) also after B/I(s+1,m,k) and B/I(s,m,k+1),
 //               the inputs of its backward
+//   OFFLOAD(s,m,k)  after F(s,m,k)             (its copy to host memory starts when F ends)
+//   RELOAD(s,m,k)   after OFFLOAD(s,m,k)
+//   B/I(s,m,k)  also after RELOAD(s,m,k) when the unit is offloaded (its copy back has ended)
 //
 // The rules that cross stages are also the messages between stages (for_each_message): F(s)
 // sends its output to s+1, B or I(s) its input gradient to s-1, and every consumer of a rule on
@@ -39,6 +42,8 @@ enum class Role : std::uint8_t {
   WeightGrad,     //!< W (any part)
   Recompute,      //!< R that may run as soon as its forward has (RecomputeTiming::Early)
   LateRecompute,  //!< RL: R that waits for its backward's inputs too
+  Offload,        //!< OFFLOAD: a forward's activations to host memory
+  Reload,         //!< RELOAD: and back, before the backward
 };
 
 //! One rule: an action of role `consumer` on (s, m, k) waits for the action of role `producer`
@@ -68,6 +73,9 @@ inline constexpr DependencyRule dependency_rules[] = {
     {Role::LateRecompute, Role::Forward, 0, 0},    // the same
     {Role::LateRecompute, Role::Backward, +1, 0},  // and the inputs of its backward
     {Role::LateRecompute, Role::Backward, 0, +1},
+    {Role::Offload, Role::Forward, 0, 0},  // the forward whose activations it copies
+    {Role::Reload, Role::Offload, 0, 0},   // its offload
+    {Role::Backward, Role::Reload, 0, 0},  // its reload, when offloaded
 };
 
 //! The role of a compute action that is not an Overlap (whose halves have roles of their own);
@@ -86,6 +94,12 @@ constexpr bool role_of(const Action& a, Role& role) noexcept {
       return true;
     case OpKind::R:
       role = a.late ? Role::LateRecompute : Role::Recompute;
+      return true;
+    case OpKind::Offload:
+      role = Role::Offload;
+      return true;
+    case OpKind::Reload:
+      role = Role::Reload;
       return true;
     default:
       return false;
@@ -122,8 +136,9 @@ constexpr bool produces(Role producer_role, Role actual) {
 }  // namespace detail
 
 //! Calls `f(Dependency)` for every action `a` waits for (a compute action other than an
-//! Overlap; nothing for others). A Recompute dependency is named whether or not the unit has
-//! one: a reader that knows no R for the unit skips it.
+//! Overlap, an OFFLOAD or a RELOAD; nothing for others). A Recompute or Reload dependency is
+//! named whether or not the unit has one: a reader that knows no R (RELOAD) for the unit skips
+//! it.
 template <class F>
 void for_each_dependency(const Problem& p, const Action& a, F&& f) {
   Role role{};

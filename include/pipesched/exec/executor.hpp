@@ -15,6 +15,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -153,6 +154,7 @@ class Executor {
     resolve_times(start, run);
     run.loss = units_.loss();
     run.peak_bytes = units_.peak();
+    run.peak_host_bytes = units_.host_peak();
     run.memory = std::move(memory_);
     run.end = list.empty() ? 0.0 : run.timing.back().end;
     for (const auto& t : run.timing)
@@ -230,6 +232,17 @@ class Executor {
                 "its size, but the stage model needs input_bytes(...) to checkpoint: add "
                 "`std::size_t input_bytes(const tensor_type&) const` to the stage model (or a "
                 "`bytes()` member to its tensor type), or run a schedule without R.");
+    }
+    if constexpr (!std::is_same_v<Device, HostDevice> && !detail::offloads_stash<Stage>) {
+      // On a device of its own a stash moved to the host pool must leave that device's memory.
+      for (const auto& list : schedule.ranks)
+        for (const Action& a : list)
+          if (a.kind == OpKind::Offload)
+            throw invalid_problem(
+                "Executor: schedule '" + schedule.name + "' offloads " + to_string(a) +
+                " to host memory, but the stage model cannot move a stash there from its "
+                "device: add `void offload(stash_type&)` and `void reload(stash_type&)` to it "
+                "(gpu::GptStage has them), or run a schedule without OFFLOAD.");
     }
     detail::check_receive_timeout("Executor", options.receive_timeout);
     if (!(options.memory_budget_bytes >= 0))
@@ -415,6 +428,12 @@ class Executor {
       case OpKind::WaitSendB:
       case OpKind::Unshard:
       case OpKind::Reshard:
+        return;
+      case OpKind::Offload:
+        units_.offload(a);
+        return;
+      case OpKind::Reload:
+        units_.reload(a);
         return;
     }
   }

@@ -79,6 +79,9 @@ struct RankRun {
   int rank = 0;                      //!< the rank these figures are of
   double loss = 0;                   //!< loss contributions computed on this rank
   double peak_bytes = 0;             //!< largest sum of live stash bytes
+  //! Largest sum of the stash bytes offloaded to host memory (OFFLOAD to RELOAD), apart from
+  //! peak_bytes.
+  double peak_host_bytes = 0;
   double end = 0;                    //!< when the rank's last action ended
   std::vector<ActionTiming> timing;  //!< per position of the executed (lowered) list
   std::vector<MemoryPoint> memory;   //!< held stash bytes after each change

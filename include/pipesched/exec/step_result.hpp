@@ -52,10 +52,12 @@ struct StepResult {
           rs.busy += r.timing[i][p].end - r.timing[i][p].start;
       }
       rs.peak_memory = run.peak_bytes;
+      rs.peak_host_memory = run.peak_host_bytes;
       rs.memory = run.memory;
       rs.end = run.end;
       r.makespan = std::max(r.makespan, run.end);
       r.peak_memory_max = std::max(r.peak_memory_max, run.peak_bytes);
+      r.peak_host_memory_max = std::max(r.peak_host_memory_max, run.peak_host_bytes);
       busy += rs.busy;
     }
     for (auto& rs : r.ranks)

@@ -157,7 +157,7 @@ class ActionReader {
     std::string_view word = s_.substr(start, pos_ - start);
     static constexpr std::string_view expected =
         "expected one of F, B, BW, I, W, R, RL, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, "
-        "WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD";
+        "WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD, OFFLOAD, RELOAD";
     if (word.empty()) {
       fail(start, "expected a kind after stage " + std::to_string(stage) + " but found " +
                       found_at(s_, start, end_) + "; " + std::string(expected));
@@ -185,6 +185,8 @@ class ActionReader {
         {"RESHARD", OpKind::Reshard},
         {"REDUCE_GRAD", OpKind::ReduceGrad},
         {"WAIT_REDUCE_GRAD", OpKind::WaitReduceGrad},
+        {"OFFLOAD", OpKind::Offload},
+        {"RELOAD", OpKind::Reload},
     };
     for (const Entry& e : table)
       if (e.word == word) return e.kind;

@@ -424,7 +424,8 @@ inline std::string to_csv(const Schedule& s) {
 //! Throws invalid_schedule when PyTorch's runtime (2.15) cannot run `s` as pipesched does:
 //! - an extension it misreads or refuses: a slice suffix (PyTorch reads `2F0.1` as `2F0`, the
 //!   whole microbatch), a weight-gradient part (`2W0:1` is read as `2W0`, so the whole W would
-//!   run once per part) or a recompute (`2R0`, a kind PyTorch's reader refuses);
+//!   run once per part), a recompute (`2R0`, a kind PyTorch's reader refuses) or an offload
+//!   (`2OFFLOAD0`, `2RELOAD0`, likewise);
 //! - several model replicas (Chimera), which PyTorch would run as one model;
 //! - the last stage's forwards out of microbatch order: PyTorch keeps each loss in the order
 //!   the last stage's forwards run and gives microbatch k's backward the loss at index k;
@@ -477,6 +478,12 @@ inline void check_pytorch_runnable(const Schedule& s, bool as_written = false) {
                                "do not have (its reader refuses the kind R); write the schedule "
                                "without pipesched's checkpointing (--checkpoint none) and "
                                "checkpoint inside the stage modules instead.");
+      if (is_offload_action(a.kind))
+        throw invalid_schedule(at() +
+                               "moves a unit's activations between device and host memory, an "
+                               "action PyTorch's schedules do not have (its reader refuses the "
+                               "kind); write the schedule without --offload and offload inside "
+                               "the stage modules instead.");
       if (a.slice != 0 || (a.kind == OpKind::Overlap && a.b_slice != 0))
         throw invalid_schedule(
             at() +

@@ -73,6 +73,8 @@ inline const std::vector<Field>& fields() {
        "added between sockets, seconds"},
       {"host_bandwidth", &DeviceSpec::host_bandwidth, nullptr, nullptr,
        "staged through one socket's host memory, B/s, 0 = not a limit"},
+      {"host_link_bandwidth", &DeviceSpec::host_link_bandwidth, nullptr, nullptr,
+       "one GPU's link to host memory, B/s per direction, 0 = not known"},
       {"memory_reserve", &DeviceSpec::memory_reserve, nullptr, nullptr,
        "bytes of memory the model cannot use"},
       {"action_overhead", &DeviceSpec::action_overhead, nullptr, nullptr,

@@ -117,6 +117,7 @@ class PlanReader {
                                     : problem.chunks();
     p.layers_per_stage = layers(p.schedule);
     p.recomputes = static_cast<int>(p.schedule.count(OpKind::R));
+    p.offloads = static_cast<int>(p.schedule.count(OpKind::Offload));
     if (const json::Value* policy = plan_.find("checkpoint_policy")) {
       if (policy->kind() != json::Kind::String || policy->string().empty())
         mistyped("checkpoint_policy", *policy,
@@ -695,7 +696,7 @@ inline void write_cost_model(json::Writer& w, const std::any& cost) {
 //! "warmup", "layers_per_stage"; "step_time_s", "peak_memory_bytes", "mfu" and "mfu_usual"
 //! (null unless the plan's memory is in bytes); `command` as "command" when not empty; the
 //! figures in the cost model's units ("makespan", "throughput", "bubble_ratio", "recomputes",
-//! "fine_wgrad", "fitted", "peak_memory" per rank); "cost_model" where the plan holds a
+//! "offloads", "fine_wgrad", "fitted", "peak_memory" per rank); "cost_model" where the plan holds a
 //! TransformerCost or a UniformCost; and the schedule in the text form, "schedule_text".
 inline void write_plan(json::Writer& w, const tuning::Plan& p, std::string_view command = {}) {
   const bool bytes = p.memory_unit == MemoryUnit::Bytes;
@@ -732,6 +733,7 @@ inline void write_plan(json::Writer& w, const tuning::Plan& p, std::string_view 
       .field("throughput", p.throughput)
       .field("bubble_ratio", p.bubble_ratio)
       .field("recomputes", p.recomputes)
+      .field("offloads", p.offloads)
       .field("fine_wgrad", p.fine_wgrad)
       .field("fitted", p.fitted)
       .key("peak_memory")

@@ -107,8 +107,10 @@ inline Schedule without_recompute(const Schedule& s) {
 }
 
 //! One rank's `list` with a recompute of every unit u with `checkpointed[u]` right before its
-//! backward (B, I or the backward half of an Overlap): RL when `timing` is Late, R when Early.
-//! With `from`, the position in `list` of each action of the result (-1 for a recompute).
+//! backward (B, I or the backward half of an Overlap): RL when `timing` is Late, R when Early;
+//! the OFFLOAD and RELOAD of such a unit are dropped (a unit recomputes or offloads its
+//! activations). With `from`, the position in `list` of each action of the result (-1 for a
+//! recompute).
 inline std::vector<Action> list_with_recompute(const std::vector<Action>& list,
                                                const UnitIndex& unit,
                                                const std::vector<char>& checkpointed,
@@ -127,6 +129,7 @@ inline std::vector<Action> list_with_recompute(const std::vector<Action>& list,
   }
   for (std::size_t i = 0; i < list.size(); ++i) {
     const Action& a = list[i];
+    if (is_offload_action(a.kind) && checkpointed[unit(a)]) continue;
     if (is_input_backward(a.kind) && checkpointed[unit(a)]) {
       next.push_back(recompute(a.stage, a.microbatch, a.slice));
       if (from) from->push_back(-1);
@@ -142,7 +145,8 @@ inline std::vector<Action> list_with_recompute(const std::vector<Action>& list,
 }
 
 //! Inserts a recompute of every unit u with `checkpointed[u]` right before its backward (B, I
-//! or the backward half of an Overlap): RL when `timing` is Late, R when Early.
+//! or the backward half of an Overlap): RL when `timing` is Late, R when Early; drops such a
+//! unit's OFFLOAD and RELOAD.
 inline Schedule insert_recompute_before_backward(const Schedule& s,
                                                  const std::vector<char>& checkpointed,
                                                  RecomputeTiming timing = RecomputeTiming::Late) {
@@ -218,7 +222,9 @@ inline Schedule checkpoint_full(const Schedule& s, RecomputeTiming timing = Reco
 
 //! Conventional selective checkpointing: for each rank, walk its list with R right before
 //! each backward and, wherever the held memory exceeds the rank's budget, checkpoint the live
-//! unit whose backward comes last (it would stay resident longest), until the rank fits.
+//! unit whose backward comes last (it would stay resident longest), until the rank fits. A unit
+//! the schedule offloads (OFFLOAD, pass/offload.hpp) is checkpointed only where no other live
+//! unit is left to checkpoint; it then keeps no offload (a unit recomputes or offloads).
 //! Throws invalid_problem naming the rank, its budget and the least it needs when even
 //! checkpointing every unit does not fit. Returns the units chosen through `chosen`. The
 //! recompute is RL (Late, the default) or R (Early), as for checkpoint_full; the units chosen
@@ -238,16 +244,25 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
   std::vector<char> ckpt(unit.size(), 0);
   const CostContext ctx{base.problem, base.placement, 1};
   std::vector<int> fwd_at(unit.size(), -1), bwd_at(unit.size(), -1), from;
+  // Units the schedule offloads (pass/offload.hpp) are candidates after the others.
+  std::vector<char> offloaded(unit.size(), 0);
+  for (const auto& list : base.ranks)
+    for (const Action& a : list)
+      if (a.kind == OpKind::Offload && a.stage >= 0 && a.stage < base.problem.stages &&
+          a.microbatch >= 0 && a.microbatch < base.problem.microbatches && a.slice >= 0 &&
+          a.slice < base.problem.slices)
+        offloaded[unit(a)] = 1;
   for (int r = 0; r < base.rank_count(); ++r) {
     const double limit = budget.of(r);
     if (!std::isfinite(limit)) continue;
     const auto& list = base.ranks[static_cast<std::size_t>(r)];
     // Position of each unit's forward and backward on this rank, to find the live units at a
     // point, and the units met on it (in increasing index: ties go to the lowest).
-    std::vector<std::size_t> on_rank;
+    std::vector<std::size_t> on_rank, kept;
     for (std::size_t u : detail::units_of_list(list, unit, on_rank)) {
       fwd_at[u] = -1;
       bwd_at[u] = -1;
+      if (!offloaded[u]) kept.push_back(u);
     }
     detail::unit_positions(list, unit, fwd_at, bwd_at);
     for (;;) {
@@ -265,9 +280,11 @@ Schedule checkpoint_selective(const Schedule& s, const Cost& cost, const MemoryB
           at.kind == OpKind::R ? bwd_at[unit(at)] : from[static_cast<std::size_t>(where)];
       // Live units at that point: forward at or before it, backward after it (a unit whose
       // R is the peak counts too: checkpointing another live unit lowers the peak).
-      const int best =
-          detail::pick_live_unit(on_rank, ckpt, fwd_at, bwd_at, base_pos, at.kind == OpKind::R,
-                                 detail::PickRule::LatestBackward);
+      int best = detail::pick_live_unit(kept, ckpt, fwd_at, bwd_at, base_pos, at.kind == OpKind::R,
+                                        detail::PickRule::LatestBackward);
+      if (best < 0 && kept.size() < on_rank.size())
+        best = detail::pick_live_unit(on_rank, ckpt, fwd_at, bwd_at, base_pos, at.kind == OpKind::R,
+                                      detail::PickRule::LatestBackward);
       if (best < 0) {
         std::vector<char> all(unit.size(), 1);
         const std::vector<Action> full = detail::list_with_recompute(list, unit, all);

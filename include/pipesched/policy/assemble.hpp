@@ -8,7 +8,11 @@
 //      to the budget;
 //   2. place the weight-gradient parts in the waits (MEPipe's fine W) within the budget, or
 //      for speed alone when no placement fits it (checkpointing brings the memory down);
-//   3. checkpoint: recompute what the budget requires (the checkpoint policy).
+//   3. offload, when the recipe asks: move to host memory what the budget requires, the copies
+//      on the host link while the rank computes (pass/offload.hpp);
+//   4. checkpoint: recompute what the budget still requires (the checkpoint policy; a unit it
+//      recomputes is not offloaded). With offloading, steps 3 and 4 are kept only where they
+//      give a shorter simulated step than step 4 alone (offload_where_faster).
 #pragma once
 
 #include <algorithm>
@@ -27,6 +31,7 @@
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
+#include "pipesched/pass/offload.hpp"
 #include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/policy/registry.hpp"
 
@@ -59,6 +64,12 @@ struct PlanRecipe {
   //! With a positive count, each rank's budget is also at most that many microbatches'
   //! activations (checkpoint::SelectiveWithin<N>).
   int held_microbatches = 0;
+  //! Offload activations to host memory where the budget asks, before checkpointing
+  //! (apply_offload with `offload_options`), where that gives a shorter simulated step than
+  //! checkpointing alone (offload_where_faster); the cost model times the copies
+  //! (has_host_copy).
+  bool offload = false;
+  OffloadOptions offload_options = {};  //!< how, with `offload`
 };
 
 //! A plan's schedule with the cost model and per-rank budget it was assembled under.
@@ -115,6 +126,7 @@ inline void check_recipe(const GeneratorInfo& order, const MemoryBudget& budget,
   if (recipe.warmup > 0 && !order.generate_with_warmup)
     throw invalid_problem(who + field("PlanRecipe.warmup", recipe.warmup) +
                           " sets a warm-up this order does not have; give 0.");
+  if (recipe.offload) recipe.offload_options.check();
   if (recipe.held_microbatches < 0)
     throw invalid_problem(who + field("PlanRecipe.held_microbatches", recipe.held_microbatches) +
                           " is out of range; give 1 or more microbatches, or 0 for no bound.");
@@ -212,8 +224,15 @@ requires std::is_invocable_r_v<Schedule, Checkpoint&, const Schedule&, const Cos
     budget = detail::held_microbatches_budget(*own, cost, recipe.held_microbatches, budget);
   auto build = [&](bool fit) {
     AssembledPlan<Cost> a = assemble_base(order, p, cost, budget, recipe, fit, own);
-    a.schedule =
-        checkpoint(std::as_const(a.schedule), std::as_const(a.cost), std::as_const(a.budget));
+    if (!recipe.offload) {
+      a.schedule =
+          checkpoint(std::as_const(a.schedule), std::as_const(a.cost), std::as_const(a.budget));
+      return a;
+    }
+    a.schedule = offload_where_faster(
+        a.schedule, a.cost, a.budget, recipe.offload_options, [&](const Schedule& s) {
+          return checkpoint(s, std::as_const(a.cost), std::as_const(a.budget));
+        });
     return a;
   };
   if (detail::fits_order_first(order, budget, recipe, recomputes)) return build(true);
@@ -238,6 +257,12 @@ template <cost_model Cost>
 AssembledPlan<Cost> assemble_plan(const GeneratorInfo& order, const Problem& p, const Cost& cost,
                                   const MemoryBudget& budget, const PlanRecipe& recipe,
                                   const CheckpointInfo& policy, const Schedule* own = nullptr) {
+  if (recipe.offload && policy.mode == CheckpointMode::Mario)
+    throw invalid_problem(
+        "assemble_plan: " + field("PlanRecipe.offload", true) +
+        " offloads before checkpointing, and the mario policy reorders forwards around its "
+        "recomputes without placing offloads; offload with the none, full or selective policy, "
+        "or use mario without offloading.");
   return assemble_plan(
       order, p, cost, budget, recipe, policy.recomputes,
       [&](const Schedule& s, const Cost& c, const MemoryBudget& b) {

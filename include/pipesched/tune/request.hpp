@@ -79,6 +79,12 @@ struct Request {
   //! has), as MEPipe cuts them.
   bool fine_wgrad = false;
   int wgrad_parts = 4;  //!< parts of each weight gradient with fine_wgrad (0: one per GEMM)
+  //! Also try each configuration of whole microbatches with its activations offloaded to host
+  //! memory where its budget asks (apply_offload, pass/offload.hpp), before each checkpoint
+  //! mode but Mario recomputes what is still over: offload and recompute planned together.
+  //! The cost model times the copies (has_host_copy: TransformerCost from its device's
+  //! host_link_bandwidth).
+  bool offload = false;
   //! Threads searching at once; 0 = one per core (std::thread::hardware_concurrency).
   int threads = 0;
   //! The threads the search runs on: `threads`, or one per core (at least 1) for 0.

@@ -43,6 +43,7 @@ struct Plan {
   std::vector<double> peak_per_rank;    //!< simulated peak activation memory of each rank
   std::vector<double> budget_per_rank;  //!< the budget each rank was held to (inf: none)
   int recomputes = 0;                   //!< R actions in the schedule
+  int offloads = 0;                     //!< OFFLOAD actions in the schedule
   int slices = 1;                       //!< slices per microbatch
   bool fine_wgrad = false;              //!< weight gradients cut into parts, placed in waits
   //! The base schedule was fitted to the budget by its order's memory knob
@@ -138,6 +139,7 @@ struct Point {
   int data = 1;                //!< data-parallel replicas
   int tensor = 1;              //!< tensor-parallel degree
   int recomputes = 0;          //!< R actions in the schedule
+  int offloads = 0;            //!< OFFLOAD actions in the schedule
   double makespan = 0;         //!< simulated step time (time unit)
   double peak_memory = 0;      //!< as tuning::Plan::peak_memory
   double activation_peak = 0;  //!< largest rank's activation peak
@@ -163,6 +165,7 @@ inline tuning::Point point_of(const tuning::Plan& p, bool fits = true) {
   t.data = p.data;
   t.tensor = p.tensor;
   t.recomputes = p.recomputes;
+  t.offloads = p.offloads;
   t.makespan = p.makespan;
   t.peak_memory = p.peak_memory;
   for (double v : p.peak_per_rank)
@@ -191,6 +194,8 @@ inline std::string describe(const tuning::Point& p) {
   s += ", " + p.checkpoint;
   if (p.recomputes > 0 || p.checkpoint != "none")
     s += " (" + std::to_string(p.recomputes) + (p.recomputes == 1 ? " recompute)" : " recomputes)");
+  if (p.offloads > 0)
+    s += ", " + std::to_string(p.offloads) + (p.offloads == 1 ? " offload" : " offloads");
   return s;
 }
 

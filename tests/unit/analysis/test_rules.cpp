@@ -133,7 +133,8 @@ TEST(Rules, DependentsAreTheInverseOfDependencies) {
     Case c = random_case(rng);
     const ps::Problem& p = c.lp.problem;
     std::set<std::pair<Unit, Unit>> forward, backward;  // (consumer, producer)
-    const ps::OpKind kinds[] = {ps::OpKind::F, ps::OpKind::I, ps::OpKind::W, ps::OpKind::R};
+    const ps::OpKind kinds[] = {ps::OpKind::F, ps::OpKind::I,       ps::OpKind::W,
+                                ps::OpKind::R, ps::OpKind::Offload, ps::OpKind::Reload};
     for (int s = 0; s < p.stages; ++s)
       for (int m = 0; m < p.microbatches; ++m)
         for (int k = 0; k < p.slices; ++k)

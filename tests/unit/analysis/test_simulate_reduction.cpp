@@ -1,7 +1,10 @@
-// Simulator: data-parallel gradient reductions as actions. A REDUCE_GRAD is a transfer on its
-// rank's data-parallel link that overlaps the rest of the list; its WAIT_REDUCE_GRAD waits for
-// it; a rank's reductions serialize; a cost without `reduce_seconds` charges nothing; and
-// TransformerCost's per-stage reductions never make a step slower than its step_tail.
+// Simulator: transfers beside the rank's compute. Data-parallel gradient reductions as actions:
+// a REDUCE_GRAD is a transfer on its rank's data-parallel link that overlaps the rest of the
+// list; its WAIT_REDUCE_GRAD waits for it; a rank's reductions serialize; a cost without
+// `reduce_seconds` charges nothing; and TransformerCost's per-stage reductions never make a
+// step slower than its step_tail. Copies of offloaded activations: an OFFLOAD waits for the copy
+// its forward started on the link to host memory, a RELOAD's copy back runs on the other
+// direction while the rank computes, and the backward waits for it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -233,6 +236,103 @@ TEST(SimulateReduction, TransformerCostActionsAreNoSlowerThanTheStepTail) {
       else  // one stage per rank: its reduction starts at the list's end, as step_tail's
         EXPECT_NEAR(actions.makespan, tail.makespan, 1e-9 * tail.makespan);
     }
+  }
+}
+
+namespace {
+
+Action off(int m) {
+  return Action::make(OpKind::Offload, 0, m);
+}
+Action back(int m) {
+  return Action::make(OpKind::Reload, 0, m);
+}
+Action one(OpKind k, int m) {
+  return Action::make(k, 0, m);
+}
+
+// One rank, one stage: F takes 1, B 2, a copy `copy` (UniformCost's unit share is 1).
+ps::Schedule one_rank(std::vector<Action> list, int microbatches) {
+  ps::Schedule s;
+  s.name = "offloading";
+  s.problem = {.ranks = 1, .stages = 1, .microbatches = microbatches};
+  s.placement = ps::Placement::linear(1);
+  s.ranks = {std::move(list)};
+  return s;
+}
+
+}  // namespace
+
+TEST(SimulateOffload, TheRankWaitsAtTheOffloadAndTheBackwardForTheReload) {
+  const ps::Schedule s = one_rank(
+      {one(OpKind::F, 0), off(0), one(OpKind::F, 1), one(OpKind::B, 1), back(0), one(OpKind::B, 0)},
+      2);
+  ps::validate(s);
+  const ps::SimulationResult r = ps::simulate(s, ps::UniformCost{.copy = 3});
+  // F0 0-1; its copy 1-4, so OFFLOAD0 at 4; F1 4-5; B1 5-7; RELOAD0 at 7, its copy 7-10; B0
+  // 10-12.
+  EXPECT_NEAR(r.timing[0][1].start, 4, eps);
+  EXPECT_NEAR(r.timing[0][2].start, 4, eps);
+  EXPECT_NEAR(r.timing[0][4].start, 7, eps);
+  EXPECT_NEAR(r.timing[0][5].start, 10, eps);
+  EXPECT_NEAR(r.makespan, 12, eps);
+  EXPECT_NEAR(r.ranks[0].busy, 6, eps);  // copies do not occupy the rank
+  EXPECT_NEAR(r.ranks[0].host_copy_seconds, 6, eps);
+  // One microbatch's activations at a time on the device (two without the offload), one in
+  // host memory.
+  EXPECT_NEAR(r.ranks[0].peak_memory, 1, eps);
+  EXPECT_NEAR(r.ranks[0].peak_host_memory, 1, eps);
+  EXPECT_NEAR(r.peak_host_memory_max, 1, eps);
+  const ps::Schedule kept =
+      one_rank({one(OpKind::F, 0), one(OpKind::F, 1), one(OpKind::B, 1), one(OpKind::B, 0)}, 2);
+  EXPECT_NEAR(ps::simulate(kept, ps::UniformCost{}).peak_memory_max, 2, eps);
+  EXPECT_NEAR(ps::simulate(kept, ps::UniformCost{}).peak_host_memory_max, 0, eps);
+  // Copies of no time: the compute's step; the rank waits at the OFFLOAD for what is left of
+  // its copy (F0 ended at 1, the copy at 2), the backward for its RELOAD's (5 to 6).
+  EXPECT_NEAR(ps::simulate(s, ps::UniformCost{.copy = 0}).makespan, 6, eps);
+  EXPECT_NEAR(ps::simulate(s, ps::UniformCost{.copy = 1}).makespan, 8, eps);
+}
+
+TEST(SimulateOffload, CopiesOfOneDirectionRunOneAfterAnother) {
+  const ps::Schedule s = one_rank({one(OpKind::F, 0), one(OpKind::F, 1), off(0), off(1), back(1),
+                                   back(0), one(OpKind::B, 1), one(OpKind::B, 0)},
+                                  2);
+  ps::validate(s);
+  const ps::SimulationResult r = ps::simulate(s, ps::UniformCost{.copy = 3});
+  // Copies to host: 1-4 and 4-7 (F1 ended at 2, the link was busy); OFFLOAD1 at 7. Copies
+  // back, both posted at 7: 7-10 and 10-13; B1 10-12, B0 13-15.
+  EXPECT_NEAR(r.timing[0][2].start, 4, eps);
+  EXPECT_NEAR(r.timing[0][3].start, 7, eps);
+  EXPECT_NEAR(r.timing[0][6].start, 10, eps);
+  EXPECT_NEAR(r.timing[0][7].start, 13, eps);
+  EXPECT_NEAR(r.makespan, 15, eps);
+  EXPECT_NEAR(r.ranks[0].peak_host_memory, 2, eps);
+}
+
+TEST(SimulateOffload, CostsTimeTheCopiesFromTheirBytes) {
+  const ps::Schedule s = one_rank({one(OpKind::F, 0), off(0), back(0), one(OpKind::B, 0)}, 1);
+  ps::ProfiledCost p;
+  p.stages = {{.forward = 1, .backward_input = 1, .backward_weight = 1, .activation_bytes = 6e9}};
+  EXPECT_NEAR(ps::simulate(s, p).makespan, 3, eps);  // no bandwidth: copies take no time
+  p.host_link_bandwidth = 2e9;
+  EXPECT_NEAR(ps::simulate(s, p).makespan, 3 + 3 + 3, eps);
+  // TransformerCost: the unit's activations over the GPU's PCIe link (H100: PCIe 5.0 x16 at
+  // NCCL's 48 GB/s; peer-to-peer, so no staging latency).
+  ps::TransformerCost c{ps::presets::find_model("gpt3-1.3b"), ps::presets::find_device("h100"), {}};
+  const ps::Problem problem{.ranks = 1, .microbatches = 1};
+  const ps::Placement pl = ps::Placement::linear(1);
+  const ps::CostContext ctx{problem, pl, 1};
+  const double bytes = c.memory_delta(ctx, one(OpKind::F, 0), false);
+  EXPECT_GT(bytes, 0);
+  EXPECT_DOUBLE_EQ(c.host_copy_seconds(ctx, off(0)), bytes / 48e9);
+  EXPECT_DOUBLE_EQ(c.host_copy_seconds(ctx, one(OpKind::F, 0)), 0.0);
+  c.device.host_link_bandwidth = 0;
+  try {
+    (void)c.host_copy_seconds(ctx, back(0));
+    ADD_FAILURE() << "a copy was timed without a host link";
+  } catch (const ps::invalid_argument& e) {
+    EXPECT_EQ(e.field(), "DeviceSpec.host_link_bandwidth");
+    EXPECT_NE(std::string(e.what()).find("gives no host_link_bandwidth"), std::string::npos);
   }
 }
 

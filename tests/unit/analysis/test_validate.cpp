@@ -83,6 +83,39 @@ TEST(Validate, AcceptsWeightGradientParts) {
   expect_rule(s, "duplicate", "W part 1 of 1F1 appears 2 times");
 }
 
+// OFFLOAD and RELOAD: each offloaded unit is reloaded once, after its offload and before its
+// backward; a unit is not both recomputed and offloaded; offloading is of whole microbatches.
+TEST(Validate, OffloadsAreReloadedBeforeTheirBackward) {
+  const Action off = Action::make(OpKind::Offload, 0, 0), back = Action::make(OpKind::Reload, 0, 0);
+  ps::Schedule s = two_rank_1f1b();
+  s.ranks[0] = {F(0, 0), off, F(0, 1), back, B(0, 0), B(0, 1)};
+  EXPECT_TRUE(ps::check(s).ok()) << ps::check(s).summary();
+
+  s.ranks[0] = {F(0, 0), off, F(0, 1), B(0, 0), B(0, 1)};
+  expect_rule(s, "missing", "no 0RELOAD0 brings them back");
+  s.ranks[0] = {F(0, 0), F(0, 1), back, B(0, 0), B(0, 1)};
+  expect_rule(s, "missing", "no 0OFFLOAD0 moved to host memory");
+  s.ranks[0] = {F(0, 0), off, F(0, 1), B(0, 0), back, B(0, 1)};
+  expect_rule(s, "order", "0B0 at rank 0 position 3 needs 0RELOAD0");
+  s.ranks[0] = {off, F(0, 0), F(0, 1), back, B(0, 0), B(0, 1)};
+  expect_rule(s, "order", "0OFFLOAD0 at rank 0 position 0 needs 0F0");
+  s.ranks[0] = {F(0, 0), off, off, F(0, 1), back, B(0, 0), B(0, 1)};
+  expect_rule(s, "duplicate", "0OFFLOAD0 appears 2 times");
+  s.ranks[0] = {F(0, 0), off, F(0, 1), back, R(0, 0), B(0, 0), B(0, 1)};
+  expect_rule(s, "offload", "also recomputed");
+  s.ranks[1] = {F(1, 0), Action::make(OpKind::Offload, 0, 1), B(1, 0), F(1, 1), B(1, 1)};
+  s.ranks[0] = {F(0, 0), off, F(0, 1), back, B(0, 0), B(0, 1)};
+  expect_rule(s, "placement", "puts on rank 0");
+
+  ps::Schedule sliced;
+  sliced.name = "sliced";
+  sliced.problem = {.ranks = 1, .stages = 1, .microbatches = 1, .slices = 2};
+  sliced.placement = ps::Placement::linear(1);
+  sliced.ranks = {{F(0, 0, 0), F(0, 0, 1), Action::make(OpKind::Offload, 0, 0, 1),
+                   Action::make(OpKind::Reload, 0, 0, 1), B(0, 0, 1), B(0, 0, 0)}};
+  expect_rule(sliced, "offload", "offloading is of whole microbatches");
+}
+
 TEST(Validate, MissingBackward) {
   ps::Schedule s = two_rank_1f1b();
   s.ranks[0].pop_back();

@@ -55,6 +55,10 @@ std::vector<Spelled> spelled_actions() {
       {Action::make(OpKind::Reshard, 12, 0), "12RESHARD"},
       {Action::make(OpKind::ReduceGrad, 0, 0), "0REDUCE_GRAD"},
       {Action::make(OpKind::WaitReduceGrad, 2, 0), "2WAIT_REDUCE_GRAD"},
+      // pipesched's offload: a unit's activations to host memory and back.
+      {Action::make(OpKind::Offload, 2, 0), "2OFFLOAD0"},
+      {Action::make(OpKind::Reload, 11, 7), "11RELOAD7"},
+      {Action::make(OpKind::Offload, 1, 3, 2), "1OFFLOAD3.2"},
   };
 }
 

@@ -36,6 +36,27 @@ std::string refusal(const ps::Schedule& s, bool as_written = false) {
 
 }  // namespace
 
+TEST(PyTorchRunnable, OffloadsAreRefused) {
+  ps::Schedule s;
+  s.name = "offloading";
+  s.problem = {.ranks = 1, .stages = 1, .microbatches = 2};
+  s.placement = ps::Placement::linear(1);
+  using ps::Action;
+  using ps::OpKind;
+  s.ranks = {{Action::make(OpKind::F, 0, 0), Action::make(OpKind::Offload, 0, 0),
+              Action::make(OpKind::F, 0, 1), Action::make(OpKind::B, 0, 1),
+              Action::make(OpKind::Reload, 0, 0), Action::make(OpKind::B, 0, 0)}};
+  ps::validate(s);
+  try {
+    ps::check_pytorch_runnable(s);
+    ADD_FAILURE() << "an OFFLOAD was accepted";
+  } catch (const ps::invalid_schedule& e) {
+    EXPECT_NE(std::string(e.what()).find("0OFFLOAD0 (rank 0 position 1)"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("without --offload"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PyTorchRunnable, LastStageForwardsRunInMicrobatchOrder) {
   // Valid for pipesched: rank 1 (the last stage) may run microbatch 1 first. PyTorch would give
   // microbatch 0's backward the loss of microbatch 1.

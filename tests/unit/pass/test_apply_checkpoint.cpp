@@ -2,6 +2,7 @@
 // each mode dispatched to its pass with the budget held, device budgets from TransformerCost.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -12,6 +13,9 @@
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
+#include "pipesched/pass/offload.hpp"
+#include "pipesched/policy/assemble.hpp"
+#include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/policy/registry.hpp"
 
 namespace pipesched::test_apply_checkpoint {
@@ -340,5 +344,114 @@ TEST(DeviceMemoryBudget, RefusesADeviceTheWeightsAloneFill) {
       {"rank 0", "weights, gradients and optimizer state", "rtx-4090", "more ranks"});
 }
 
+// ---------------------------------------------------------------------------------------
+// apply_offload, and offloading before checkpointing in assemble_plan
+
+std::size_t offloads(const Schedule& s) {
+  return s.count(OpKind::Offload);
+}
+
+Schedule generate_order(const char* name, const Problem& p) {
+  const GeneratorInfo& g = find_generator(name);
+  return g.generate(p, g.default_wgrad);
+}
+
+// 1F1B on 4 ranks holds up to 4 microbatches' activations; within 2, rank 0 offloads its
+// later forwards while it waits for the backwards of earlier ones. With copies half as long as
+// a forward, they hide behind the compute: the step is 1F1B's, where recomputing costs time.
+TEST(Offload, FitsTheBudgetByCopiesThatHideBehindCompute) {
+  const Schedule s = generate_order("1f1b", Problem{.ranks = 4, .microbatches = 8});
+  const UniformCost cost{.f = 1, .b = 2, .w = 1, .copy = 0.5};
+  const MemoryBudget two{.all = 2};
+  const Schedule off = apply_offload(s, cost, two);
+  EXPECT_NO_THROW(validate(off));
+  EXPECT_EQ(off.name, "1f1b+offload");
+  EXPECT_GT(offloads(off), 0u);
+  EXPECT_EQ(off.count(OpKind::R), 0u);
+  EXPECT_EQ(off.count(OpKind::Reload), offloads(off));
+  const SimulationResult r = simulate(off, cost);
+  for (int k = 0; k < 4; ++k)
+    EXPECT_LE(r.ranks[k].peak_memory, 2 + 1e-9) << "rank " << k;
+  EXPECT_GT(r.ranks[0].peak_host_memory, 0);
+  EXPECT_EQ(r.ranks[3].peak_host_memory, 0);  // the last rank holds one microbatch anyway
+  EXPECT_DOUBLE_EQ(r.makespan, simulate(s, cost).makespan);
+  const Schedule sel = apply_checkpoint(s, CheckpointMode::Selective, cost, two);
+  EXPECT_GT(simulate(sel, cost).makespan, r.makespan);
+  // Offloading once per rank leaves rank 0 over the budget: checkpointing takes the rest.
+  const Schedule once = apply_offload(s, cost, two, {.max_per_rank = 1});
+  for (const auto& list : once.ranks)
+    EXPECT_LE(std::count_if(list.begin(), list.end(),
+                            [](const Action& a) { return a.kind == OpKind::Offload; }),
+              1);
+  EXPECT_GT(simulate(once, cost).ranks[0].peak_memory, 2);
+  const Schedule both = checkpoint_selective(once, cost, two);
+  EXPECT_NO_THROW(validate(both));  // an offloaded unit is never also recomputed
+  EXPECT_GT(both.count(OpKind::R), 0u);
+  EXPECT_EQ(offloads(both), offloads(once));
+  EXPECT_LE(simulate(both, cost).peak_memory_max, 2 + 1e-9);
+  // An unlimited budget asks for nothing.
+  EXPECT_EQ(offloads(apply_offload(s, cost, MemoryBudget{})), 0u);
+  // Copies as long as a recompute: weighed against recomputing, some units are left to
+  // checkpointing; unweighed, everything the budget asks is offloaded.
+  const UniformCost slow{.f = 1, .b = 2, .w = 1, .copy = 1};
+  const Schedule weighed = apply_offload(s, slow, two);
+  const Schedule all = apply_offload(s, slow, two, {.weigh_recompute = false});
+  EXPECT_LT(offloads(weighed), offloads(all));
+  EXPECT_NO_THROW(validate(all));
+  EXPECT_LE(simulate(all, slow).peak_memory_max, 2 + 1e-9);
+}
+
+// ZB-H1 within 2.5 microbatches: offloading (copies as long as a forward) and recomputing what
+// is left gives a shorter step than recomputing alone; within 2 the offloads would not pay,
+// and assemble_plan keeps the plan without them.
+TEST(Offload, AssemblePlanOffloadsThenCheckpointsWherePays) {
+  const GeneratorInfo& g = find_generator("zb-h1");
+  const Problem p{.ranks = 4, .microbatches = 8};
+  const UniformCost cost{.f = 1, .b = 2, .w = 1, .copy = 1};
+  const MemoryBudget budget{.all = 2.5};
+  PlanRecipe recipe{.wgrad = g.default_wgrad};
+  const Schedule recompute_only =
+      assemble_plan(g, p, cost, budget, recipe, find_checkpoint("selective")).schedule;
+  recipe.offload = true;
+  const Schedule mixed =
+      assemble_plan(g, p, cost, budget, recipe, find_checkpoint("selective")).schedule;
+  EXPECT_NO_THROW(validate(mixed));
+  EXPECT_GT(offloads(mixed), 0u);
+  EXPECT_GT(mixed.count(OpKind::R), 0u);
+  const SimulationResult a = simulate(recompute_only, cost), b = simulate(mixed, cost);
+  EXPECT_LE(b.peak_memory_max, 2.5 + 1e-9);
+  EXPECT_LT(b.makespan, a.makespan);
+  const MemoryBudget two{.all = 2};
+  PlanRecipe plain{.wgrad = g.default_wgrad};
+  EXPECT_EQ(assemble_plan(g, p, cost, two, recipe, find_checkpoint("selective")).schedule,
+            assemble_plan(g, p, cost, two, plain, find_checkpoint("selective")).schedule);
+  // Full checkpointing recomputes every unit: nothing is left offloaded.
+  const Schedule full = assemble_plan(g, p, cost, budget, recipe, find_checkpoint("full")).schedule;
+  EXPECT_NO_THROW(validate(full));
+  EXPECT_EQ(offloads(full), 0u);
+  expect_invalid_problem(
+      [&] { assemble_plan(g, p, cost, budget, recipe, find_checkpoint("mario")); },
+      {"PlanRecipe.offload", "mario"});
+  recipe.offload_options.prefetch = -1;
+  expect_invalid_problem(
+      [&] { assemble_plan(g, p, cost, budget, recipe, find_checkpoint("selective")); },
+      {"OffloadOptions.prefetch = -1", "out of range"});
+}
+
+TEST(Offload, RefusesWhatItCannotOffload) {
+  const UniformCost cost{.copy = 0};
+  const MemoryBudget one{.all = 1};
+  const Schedule s = generate_order("1f1b", Problem{.ranks = 2, .microbatches = 4});
+  expect_invalid_problem([&] { apply_offload(s, cost, one, {.max_per_rank = -1}); },
+                         {"OffloadOptions.max_per_rank = -1"});
+  const Schedule off = apply_offload(s, cost, one);
+  ASSERT_GT(offloads(off), 0u);
+  expect_invalid_problem([&] { apply_offload(off, cost, one); }, {"already offloads"});
+  const GeneratorInfo& sp = find_generator("slice-pipe");
+  const Schedule sliced =
+      sp.generate({.ranks = 2, .microbatches = 2, .slices = 2}, sp.default_wgrad);
+  expect_invalid_problem([&] { apply_offload(sliced, cost, one); },
+                         {"2 slices", "whole microbatches"});
+}
 }  // namespace
 }  // namespace pipesched::test_apply_checkpoint

@@ -516,6 +516,32 @@ TEST(Tune, SearchesSlicesAndFineWeightGradientsToo) {
   EXPECT_THROW(ps::tune(req, ps::UniformCost{}), ps::invalid_problem);
 }
 
+// Offload and recompute planned together: within 2 microbatches of activations, with copies
+// half a forward long, the plan that offloads is faster than the best that only recomputes
+// (the same search without offloading), and its step, schedule and command agree.
+TEST(Tune, OffloadsWhereTheCopiesPayAndRecomputesTheRest) {
+  ps::tuning::Request req = uniform_request(4, 8, 2.0);
+  req.bases = {"1f1b", "zb-h1"};
+  req.checkpoints = {CheckpointMode::None, CheckpointMode::Selective, CheckpointMode::Mario};
+  const ps::UniformCost cost{.f = 1, .b = 2, .w = 1, .copy = 0.5};
+  const ps::tuning::Result without = ps::tune(req, cost);
+  req.offload = true;
+  ps::tuning::Result with = ps::tune(req, cost);
+  ASSERT_TRUE(without.best && with.best);
+  EXPECT_EQ(without.best->offloads, 0);
+  EXPECT_GT(with.best->offloads, 0) << ps::describe(*with.best);
+  EXPECT_LT(with.best->makespan, without.best->makespan);
+  EXPECT_NE(ps::describe(*with.best).find(" offloads"), std::string::npos);
+  EXPECT_TRUE(ps::check(with.best->schedule).ok());
+  const ps::SimulationResult sim = ps::simulate(with.best->schedule, cost);
+  EXPECT_DOUBLE_EQ(sim.makespan, with.best->makespan);
+  for (double peak : with.best->peak_per_rank)
+    EXPECT_LE(peak, 2.0 + eps);
+  // No plan pairs Mario with offloads.
+  for (const ps::tuning::Plan* p : plans_of(with))
+    EXPECT_FALSE(p->checkpoint == CheckpointMode::Mario && p->offloads > 0) << ps::describe(*p);
+}
+
 // ---------------------------------------------------------------------------------------
 // The cluster search: pipeline x data x tensor parallelism, layer splits, in parallel.
 

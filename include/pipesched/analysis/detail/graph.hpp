@@ -75,6 +75,8 @@ class DependencyGraph {
   int forward_of(int s, int m, int k) const { return lookup(f_, s, m, k); }
   int input_backward_of(int s, int m, int k) const { return lookup(bi_, s, m, k); }
   int recompute_of(int s, int m, int k) const { return lookup(r_, s, m, k); }
+  int offload_of(int s, int m, int k) const { return lookup(o_, s, m, k); }
+  int reload_of(int s, int m, int k) const { return lookup(rl_, s, m, k); }
 
   //! True when (s, m, k) is inside the problem.
   bool in_range(int s, int m, int k) const {
@@ -93,7 +95,7 @@ class DependencyGraph {
     const int nranks = s.rank_count();
     // Sized by the actions, not by stages × microbatches × slices (see unit_table.hpp).
     const std::size_t actions = s.action_count();
-    for (UnitTable<int>* t : {&f_, &bi_, &r_, &send_f_, &recv_f_, &send_b_, &recv_b_})
+    for (UnitTable<int>* t : {&f_, &bi_, &r_, &o_, &rl_, &send_f_, &recv_f_, &send_b_, &recv_b_})
       *t = UnitTable<int>(p, actions, none);
     flat_of_.assign(nranks, {});
     rank_order_.assign(nranks, {});
@@ -124,6 +126,12 @@ class DependencyGraph {
             break;
           case OpKind::R:
             record(r_, a.stage, a.microbatch, a.slice);
+            break;
+          case OpKind::Offload:
+            record(o_, a.stage, a.microbatch, a.slice);
+            break;
+          case OpKind::Reload:
+            record(rl_, a.stage, a.microbatch, a.slice);
             break;
           case OpKind::SendF:
             record(send_f_, a.stage, a.microbatch, a.slice);
@@ -259,6 +267,10 @@ class DependencyGraph {
       case OpKind::R:
         return "a recompute R runs after its forward and before its backward; a late one (RL) "
                "also after its backward's inputs (the next stage's and the next slice's backward).";
+      case OpKind::Offload:
+      case OpKind::Reload:
+        return "an OFFLOAD runs after its forward, its RELOAD after it, and its backward after "
+               "the RELOAD.";
       default:
         return "a send runs after the action that produces what it sends.";
     }
@@ -271,10 +283,16 @@ class DependencyGraph {
     if (!in_range(s, m, k)) return;
     for_each_dependency(schedule_->problem, a, [&](const Dependency& d) {
       const bool backward = d.role == Role::Backward;
-      const UnitTable<int>& table = d.role == Role::Forward ? f_ : backward ? bi_ : r_;
+      const UnitTable<int>& table = d.role == Role::Forward   ? f_
+                                    : backward                ? bi_
+                                    : d.role == Role::Offload ? o_
+                                    : d.role == Role::Reload  ? rl_
+                                                              : r_;
       // The producer as messages name it: B for an input gradient (B or I), I for a W's.
       const OpKind named = d.role == Role::Forward     ? OpKind::F
                            : d.role == Role::Recompute ? OpKind::R
+                           : d.role == Role::Offload   ? OpKind::Offload
+                           : d.role == Role::Reload    ? OpKind::Reload
                            : a.kind == OpKind::W       ? OpKind::I
                                                        : OpKind::B;
       std::optional<StageMessage> through;  // the message a receive on this rank must bring
@@ -350,7 +368,7 @@ class DependencyGraph {
   std::vector<ActionRef> refs_;
   std::vector<std::vector<int>> flat_of_;
   std::vector<std::vector<int>> rank_order_;
-  UnitTable<int> f_, bi_, r_, send_f_, recv_f_, send_b_, recv_b_;
+  UnitTable<int> f_, bi_, r_, o_, rl_, send_f_, recv_f_, send_b_, recv_b_;
   std::vector<int> dep_begin_, dep_list_, out_begin_, out_list_;
   std::vector<GraphIssue> issues_;
   std::uint64_t issues_omitted_ = 0;

@@ -24,6 +24,7 @@ inline std::string stage_count_text(int stages) {
 struct UnitSeen {
   int f = 0, b = 0, i = 0, r = 0;
   int r_late = 0;            //!< of the r recomputes, the late ones (`RL`)
+  int offload = 0, reload = 0;  //!< OFFLOAD and RELOAD actions of the unit
   std::vector<int> w_parts;  //!< the part index of every W of the unit, in list order
   friend bool operator==(const UnitSeen&, const UnitSeen&) = default;
 };
@@ -121,6 +122,39 @@ void unit_rules(const Schedule& s, UnitKey key, const UnitSeen& u, Emit&& emit) 
                                 std::to_string(u.r_late) + " " + to_string(late) + ")";
       return what + " appears " + std::to_string(u.r) +
              " times; a checkpointed forward is recomputed at most once (R or RL, not both).";
+    });
+  if (u.offload > 1 || u.reload > 1)
+    emit("duplicate", [&] {
+      const bool off = u.offload > 1;
+      return unit(off ? OpKind::Offload : OpKind::Reload) + " appears " +
+             std::to_string(off ? u.offload : u.reload) +
+             " times; a unit's activations are offloaded at most once, and reloaded once.";
+    });
+  if (u.offload > 0 && u.reload == 0)
+    emit("missing", [&] {
+      return unit(OpKind::Offload) + " moves the activations of " + unit(OpKind::F) +
+             " to host memory, but no " + unit(OpKind::Reload) +
+             " brings them back for its backward; put one before the backward.";
+    });
+  if (u.reload > 0 && u.offload == 0)
+    emit("missing", [&] {
+      return unit(OpKind::Reload) + " brings back activations that no " + unit(OpKind::Offload) +
+             " moved to host memory; offload them after " + unit(OpKind::F) +
+             ", or remove the RELOAD.";
+    });
+  if (u.offload > 0 && u.r > 0)
+    emit("offload", [&] {
+      return unit(OpKind::Offload) + " offloads a unit that is also recomputed (" +
+             unit(OpKind::R) +
+             "); a unit keeps its activations, recomputes them or offloads them, one of the "
+             "three.";
+    });
+  if (u.offload > 0 && p.slices > 1)
+    emit("offload", [&] {
+      return unit(OpKind::Offload) +
+             " offloads one slice of a microbatch; offloading is of whole microbatches (a "
+             "slice's keys and values stay in its microbatch's context for the later slices), "
+             "so write the schedule without slices or without OFFLOAD.";
     });
 }
 
@@ -290,6 +324,12 @@ inline void count_unit_action(UnitSeen& u, const Action& a) {
       break;
     case OpKind::W:
       u.w_parts.push_back(a.part);
+      break;
+    case OpKind::Offload:
+      ++u.offload;
+      break;
+    case OpKind::Reload:
+      ++u.reload;
       break;
     default:
       break;

@@ -58,7 +58,8 @@ class DeviceTensor {
       : shape_(std::move(o.shape_)),
         data_(std::exchange(o.data_, nullptr)),
         size_(std::exchange(o.size_, 0)),
-        stream_(o.stream_) {}
+        stream_(o.stream_),
+        offloaded_(std::exchange(o.offloaded_, false)) {}
   //! Frees this tensor's memory (in its stream's order) and takes `o`'s; `o` is left empty.
   DeviceTensor& operator=(DeviceTensor&& o) noexcept {
     if (this != &o) {
@@ -67,6 +68,7 @@ class DeviceTensor {
       data_ = std::exchange(o.data_, nullptr);
       size_ = std::exchange(o.size_, 0);
       stream_ = o.stream_;
+      offloaded_ = std::exchange(o.offloaded_, false);
     }
     return *this;
   }
@@ -109,6 +111,36 @@ class DeviceTensor {
   //! True when the tensor has no elements.
   bool empty() const noexcept { return size_ == 0; }
 
+  //! Queues a copy of the elements into `to` (pinned host memory of at least bytes()) on
+  //! `copy`, which must already see them (ordered after their last writer), and frees the device
+  //! memory in `copy`'s order: the tensor keeps its extents and holds no memory (empty(), and
+  //! offloaded()) until `reload`. Nothing for an empty tensor.
+  void offload(void* to, cudaStream_t copy) {
+    if (size_ == 0) return;
+    PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(to, data_, bytes(), cudaMemcpyDeviceToHost, copy));
+    PIPESCHED_CUDA_CHECK(cudaFreeAsync(data_, copy));
+    data_ = nullptr;
+    size_ = 0;
+    offloaded_ = true;
+  }
+  //! Takes device memory again on `copy` and queues the copy of the elements back from `from`
+  //! (what offload wrote, which must stay until that copy has run); the tensor then belongs to
+  //! `stream`, which the caller orders after `copy` before it reads the tensor. Nothing for a
+  //! tensor not offloaded.
+  void reload(const void* from, cudaStream_t copy, cudaStream_t stream) {
+    if (!offloaded_) return;
+    offloaded_ = false;
+    size_ = element_count(shape_);
+    PIPESCHED_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&data_), bytes(), copy));
+    PIPESCHED_CUDA_CHECK(cudaMemcpyAsync(data_, from, bytes(), cudaMemcpyHostToDevice, copy));
+    stream_ = stream;
+  }
+  //! True between offload and reload: the elements are in host memory.
+  bool offloaded() const noexcept { return offloaded_; }
+  //! Bytes the elements take wherever they are (bytes() while on the device, the same in host
+  //! memory while offloaded).
+  std::size_t element_bytes() const noexcept { return element_count(shape_) * sizeof(T); }
+
   //! The stream that owns the tensor: its memory is freed in that stream's order.
   cudaStream_t stream() const noexcept { return stream_; }
   //! Hands the tensor to `stream`; the caller has ordered `stream` after every earlier use.
@@ -135,6 +167,43 @@ class DeviceTensor {
   T* data_ = nullptr;
   std::size_t size_ = 0;
   cudaStream_t stream_ = nullptr;
+  bool offloaded_ = false;  // the elements are in host memory (offload, until reload)
+};
+
+//! Page-locked host memory (cudaMallocHost), which copies to and from the device reach at the
+//! link's speed and which asynchronous copies need: where offloaded activations wait.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  //! `bytes` of page-locked host memory; throws cuda_error when the runtime cannot pin them.
+  explicit PinnedBuffer(std::size_t bytes) : bytes_(bytes) {
+    if (bytes_ > 0) PIPESCHED_CUDA_CHECK(cudaMallocHost(&data_, bytes_));
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  //! Takes `o`'s memory; `o` is left empty.
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  //! Frees this buffer's memory and takes `o`'s.
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      if (data_) cudaFreeHost(data_);
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  ~PinnedBuffer() {
+    if (data_) cudaFreeHost(data_);
+  }
+  //! The memory (null when empty).
+  void* data() const noexcept { return data_; }
+  //! Its size in bytes.
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
 };
 
 //! DeviceTensor crosses processes as its extents and its elements; `make` allocates on the

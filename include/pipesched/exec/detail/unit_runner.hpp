@@ -2,7 +2,10 @@
 // stage models and keeps what units hold between actions — stashes, the kept inputs of
 // checkpointed units, slice contexts, tensors waiting for their consumer or their send — with
 // the rank's held bytes and the byte figures measured per (stage, slice), from which a fill's
-// effect on the memory budget is projected. The executor (exec/executor.hpp) owns the list,
+// effect on the memory budget is projected. An OFFLOAD moves a unit's stash to a pool of its
+// own, host memory, whose bytes are counted apart from the device's (a stage model that can
+// copy its stash to host memory and back, `offloads_stash`, does so there); its RELOAD moves
+// it back. The executor (exec/executor.hpp) owns the list,
 // the transport, the timeline and failure naming.
 #pragma once
 
@@ -41,6 +44,15 @@ concept reports_input_bytes = requires(const S& s, const typename S::tensor_type
 template <class T>
 concept reports_bytes = requires(const T& x) {
   { x.bytes() } -> std::convertible_to<std::size_t>;
+};
+
+//! A stage model that moves a stash's device buffers to host memory and back (a CUDA stage
+//! model: pinned host memory, a copy stream). `offload` may return before the copy ends: the
+//! model keeps the stash usable for `reload`, and `reload` before the backward that reads it.
+template <class S>
+concept offloads_stash = requires(S& s, typename S::stash_type& stash) {
+  s.offload(stash);
+  s.reload(stash);
 };
 
 //! The slice context of a stage model, or an empty stand-in for a model without one.
@@ -106,18 +118,18 @@ class UnitRunner {
   void begin(const TrainingData<tensor_type>& data) {
     clear();
     data_ = &data;
-    loss_ = held_ = peak_ = 0;
+    loss_ = held_ = peak_ = host_held_ = host_peak_ = 0;
     changed_ = false;
   }
   //! Ends the step; throws when the schedule left something unconsumed (not an action's
   //! fault: the caller names the position after the list). `posted` counts receives posted
   //! but never taken.
   void end(std::size_t posted, std::size_t list_size) {
-    if (!stashes_.empty() || !inputs.empty() || !grads.empty() || !outbox.empty() ||
-        !contexts_.empty() || posted != 0)
+    if (!stashes_.empty() || !offloaded_.empty() || !inputs.empty() || !grads.empty() ||
+        !outbox.empty() || !contexts_.empty() || posted != 0)
       throw execution_error(
           "rank " + std::to_string(rank_) + " ended the step with " +
-              std::to_string(stashes_.size()) + " stashes, " +
+              std::to_string(stashes_.size() + offloaded_.size()) + " stashes, " +
               std::to_string(inputs.size() + grads.size() + outbox.size() + posted) +
               " tensors and " + std::to_string(contexts_.size()) +
               " slice contexts left over; the schedule does not consume what "
@@ -128,6 +140,7 @@ class UnitRunner {
   //! Drops everything held (a failed step's leftovers).
   void clear() {
     stashes_.clear();
+    offloaded_.clear();
     contexts_.clear();
     inputs.clear();
     grads.clear();
@@ -137,6 +150,46 @@ class UnitRunner {
   double loss() const noexcept { return loss_; }  //!< loss contributions this step
   double held() const noexcept { return held_; }  //!< bytes held now
   double peak() const noexcept { return peak_; }  //!< largest bytes held this step
+  //! Largest stash bytes offloaded to host memory at once this step.
+  double host_peak() const noexcept { return host_peak_; }
+
+  //! OFFLOAD `a`: its unit's stash leaves the device for the host pool (its bytes with it).
+  void offload(const Action& a) {
+    const std::uint64_t key = unit_key(a.stage, a.microbatch, a.slice);
+    auto it = stashes_.find(key);
+    if (it == stashes_.end())
+      throw error("no stash for " + to_string(a) +
+                  "; its forward has not run on this rank (or its backward already has), and "
+                  "an OFFLOAD comes between them.");
+    if (it->second.boundary || it->second.input_done)
+      throw error(to_string(a) +
+                  (it->second.boundary ? " offloads a checkpointed unit"
+                                       : " offloads a unit whose backward ran") +
+                  "; an OFFLOAD moves a kept forward's activations, between the forward and "
+                  "its backward.");
+    Held h = std::move(it->second);
+    stashes_.erase(it);
+    if constexpr (offloads_stash<Stage>) model(a.stage).offload(h.stash);
+    adjust(-h.bytes);
+    host_held_ += h.bytes;
+    host_peak_ = std::max(host_peak_, host_held_);
+    offloaded_.insert_or_assign(key, std::move(h));
+  }
+
+  //! RELOAD `a`: the unit's stash comes back from the host pool for its backward.
+  void reload(const Action& a) {
+    const std::uint64_t key = unit_key(a.stage, a.microbatch, a.slice);
+    auto it = offloaded_.find(key);
+    if (it == offloaded_.end())
+      throw error("nothing of " + to_string(a) +
+                  " is in host memory; a RELOAD follows the OFFLOAD of its unit.");
+    Held h = std::move(it->second);
+    offloaded_.erase(it);
+    if constexpr (offloads_stash<Stage>) model(a.stage).reload(h.stash);
+    host_held_ -= h.bytes;
+    adjust(h.bytes);
+    stashes_.insert_or_assign(key, std::move(h));
+  }
   //! True once when held bytes changed since the last call.
   bool take_changed() noexcept { return std::exchange(changed_, false); }
 
@@ -205,7 +258,7 @@ class UnitRunner {
     std::unordered_map<std::uint64_t, double> unit;  // projected bytes of the units touched
     for (std::size_t j = i + 1; j < p; ++j) {
       const Action& x = list[j];
-      if (ran_early[j] || !is_compute(x.kind)) continue;
+      if (ran_early[j] || !(is_compute(x.kind) || is_offload_action(x.kind))) continue;
       double grow = 0, shrink = 0;
       const bool known = x.kind == OpKind::Overlap
                              ? project(unit, x.forward_half(), grow, shrink) &&
@@ -323,6 +376,15 @@ class UnitRunner {
         // A part frees a share not measured per part: count none until the unit is done.
         after = parts_of(key) == 1 ? 0 : b;
         break;
+      case OpKind::Offload:
+        after = 0;
+        break;
+      case OpKind::Reload: {
+        auto h = offloaded_.find(key);
+        after = h != offloaded_.end() ? h->second.bytes : f.full;
+        if (after < 0) return false;
+        break;
+      }
       default:
         break;
     }
@@ -469,8 +531,13 @@ class UnitRunner {
 
   Held& ready_stash(const Action& a, std::uint64_t key) {
     auto it = stashes_.find(key);
-    if (it == stashes_.end())
+    if (it == stashes_.end()) {
+      if (offloaded_.contains(key))
+        throw error("the activations of " + to_string(a) +
+                    " are in host memory: its unit was offloaded and its RELOAD has not run; put "
+                    "the RELOAD before the backward.");
       throw error("no stash for " + to_string(a) + "; its forward has not run on this rank.");
+    }
     if (it->second.boundary)
       throw error("the activations of " + to_string(a) +
                   " were dropped at its checkpointed forward and its recompute R has not run; "
@@ -542,8 +609,9 @@ class UnitRunner {
   std::vector<UnitFigures> seen_;                   // by (stage, slice)
   const TrainingData<tensor_type>* data_ = nullptr;
   std::unordered_map<std::uint64_t, Held> stashes_;
+  std::unordered_map<std::uint64_t, Held> offloaded_;        // the host pool: offloaded stashes
   std::unordered_map<std::uint64_t, HeldContext> contexts_;  // by (stage, microbatch)
-  double loss_ = 0, held_ = 0, peak_ = 0;
+  double loss_ = 0, held_ = 0, peak_ = 0, host_held_ = 0, host_peak_ = 0;
   bool changed_ = false;
 };
 

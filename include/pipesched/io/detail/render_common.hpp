@@ -70,7 +70,8 @@ using pipesched::format_time;
 
 //! The one-letter name of a kind in the text grid and the SVG legend: F, B, I, W, R, O for
 //! Overlap, '>' for a send or its wait, '<' for a receive, '*' for an action on a whole stage
-//! (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD), '.' for idle.
+//! (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD), 'v' for an OFFLOAD (to host memory), '^'
+//! for a RELOAD, '.' for idle.
 constexpr char kind_letter(OpKind k) noexcept {
   switch (k) {
     case OpKind::F:
@@ -98,6 +99,10 @@ constexpr char kind_letter(OpKind k) noexcept {
     case OpKind::ReduceGrad:
     case OpKind::WaitReduceGrad:
       return '*';
+    case OpKind::Offload:
+      return 'v';
+    case OpKind::Reload:
+      return '^';
     case OpKind::Idle:
       return '.';
   }

@@ -291,7 +291,7 @@ class Engine {
           for (int kind = 0; kind < kinds_; ++kind) {
             std::uint8_t inputs = 0;
             for_each_dependency(p_, action_of(id_of(kind, s, m, k)), [&](const Dependency& d) {
-              if (d.role != Role::Recompute) ++inputs;
+              if (d.role != Role::Recompute && d.role != Role::Reload) ++inputs;
             });
             waiting_[id_of(kind, s, m, k)] = inputs;
           }

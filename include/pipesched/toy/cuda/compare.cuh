@@ -95,9 +95,11 @@ std::vector<StepComparison> compare_with_reference(const Schedule& schedule, con
     c.parameters = max_relative_error(flat_values(piped, false),
                                       std::vector<double>(ref_params.begin(), ref_params.end()));
     for (int rank = 0; rank < schedule.rank_count(); ++rank)
-      c.peaks_match =
-          c.peaks_match && r.ranks[static_cast<std::size_t>(rank)].peak_bytes ==
-                               predicted.ranks[static_cast<std::size_t>(rank)].peak_memory;
+      c.peaks_match = c.peaks_match &&
+                      r.ranks[static_cast<std::size_t>(rank)].peak_bytes ==
+                          predicted.ranks[static_cast<std::size_t>(rank)].peak_memory &&
+                      r.ranks[static_cast<std::size_t>(rank)].peak_host_bytes ==
+                          predicted.ranks[static_cast<std::size_t>(rank)].peak_host_memory;
     c.seconds = r.seconds;
     c.simulated = predicted.makespan;
     out.push_back(c);

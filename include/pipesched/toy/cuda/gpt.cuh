@@ -53,6 +53,9 @@ class GptStage {
     int first_block = -1;  //!< the filling stage's first block, to catch a stash of another stage
     int slice = -1;        //!< the slice a sliced forward ran; -1 for a whole sequence
     std::vector<char> parts_done;  //!< weight parts run so far, when the weight pass is cut
+    //! Between offload and reload: the pinned host memory its device tensors went to, in
+    //! for_each_tensor's order.
+    std::vector<PinnedBuffer> host;
   };
   using stash_type = Stash;  //!< what a forward keeps for the backward
 
@@ -122,6 +125,38 @@ class GptStage {
       blocks_[i].backward_weight(stash.blocks[i]);
     if (embedding_) embedding_->backward_weight(stash.embedding);
     stash = Stash{};
+  }
+
+  //! OFFLOAD (the executor's offloads_stash): queues the copies of the forward's stash to pinned
+  //! host memory on the stage's copy stream, after the work queued on the compute stream, and
+  //! frees its device memory in the copy stream's order (the memory pool hands it out again
+  //! once the copies have run). The compute stream goes on at once.
+  void offload(Stash& stash) {
+    check_stash(stash, toy::detail::StashPhase::Forwarded, "offload", stash.slice);
+    if (!stash.host.empty())
+      throw invalid_problem(
+          "gpu::GptStage::offload: the stash is offloaded already; reload it before offloading "
+          "it again.");
+    engine_->copy_after_compute();
+    for_each_tensor(stash, [&](DeviceTensor<T>& t) {
+      if (t.empty()) return;
+      stash.host.push_back(engine_->pinned(t.bytes()));
+      t.offload(stash.host.back().data(), engine_->copy_stream());
+    });
+  }
+  //! RELOAD: takes device memory for the stash again and queues the copies back on the copy
+  //! stream; the compute stream's later work (the backward) waits for them.
+  void reload(Stash& stash) {
+    std::size_t i = 0;
+    for_each_tensor(stash, [&](DeviceTensor<T>& t) {
+      if (!t.offloaded()) return;
+      if (i >= stash.host.size())
+        throw invalid_problem("gpu::GptStage::reload: the stash was not offloaded by this stage.");
+      t.reload(stash.host[i++].data(), engine_->copy_stream(), engine_->stream());
+    });
+    engine_->compute_after_copy();
+    engine_->retire(std::move(stash.host));
+    stash.host.clear();
   }
 
   //! Pieces the weight gradient falls into (as the host stage's: head, four per block from the
@@ -239,6 +274,21 @@ class GptStage {
   const CudaDevice& device() const noexcept { return engine_->device(); }
 
  private:
+  // Every device tensor `stash` holds (the embedding's, each block's, the head's), in one order.
+  template <class Fn>
+  static void for_each_tensor(Stash& stash, Fn&& fn) {
+    fn(stash.embedding.ids);
+    fn(stash.embedding.dy);
+    for (auto& b : stash.blocks)
+      for (DeviceTensor<T>* t :
+           {&b.xhat1, &b.rstd1, &b.q, &b.kv, &b.probs, &b.attn, &b.xhat2, &b.rstd2, &b.pre, &b.act,
+            &b.dy, &b.dpre, &b.dy1, &b.dqkv, &b.dn2, &b.dn1})
+        fn(*t);
+    fn(stash.head.xhat);
+    fn(stash.head.rstd);
+    fn(stash.head.dlogits);
+  }
+
   template <class Fn>
   void for_each_parameters(Fn&& fn) {
     if (embedding_) fn(embedding_->parameters());

@@ -45,8 +45,8 @@ namespace detail {
 
 // A RankRun as doubles, to gather every rank's measurements on every process.
 inline void append(std::vector<double>& out, const RankRun& run) {
-  out.insert(out.end(), {double(run.rank), run.loss, run.peak_bytes, run.end, double(run.filled),
-                         double(run.timing.size()), double(run.memory.size())});
+  out.insert(out.end(), {double(run.rank), run.loss, run.peak_bytes, run.peak_host_bytes, run.end,
+                         double(run.filled), double(run.timing.size()), double(run.memory.size())});
   for (const ActionTiming& t : run.timing)
     out.insert(out.end(), {t.start, t.end});
   for (const MemoryPoint& m : run.memory)
@@ -58,11 +58,12 @@ inline RankRun read_run(const double*& p) {
   run.rank = static_cast<int>(p[0]);
   run.loss = p[1];
   run.peak_bytes = p[2];
-  run.end = p[3];
-  run.filled = static_cast<int>(p[4]);
-  const auto timings = static_cast<std::size_t>(p[5]);
-  const auto points = static_cast<std::size_t>(p[6]);
-  p += 7;
+  run.peak_host_bytes = p[3];
+  run.end = p[4];
+  run.filled = static_cast<int>(p[5]);
+  const auto timings = static_cast<std::size_t>(p[6]);
+  const auto points = static_cast<std::size_t>(p[7]);
+  p += 8;
   run.timing.resize(timings);
   for (ActionTiming& t : run.timing) {
     t = {p[0], p[1]};

@@ -103,6 +103,10 @@ class Evaluator {
   //! early or Mario): pruned by its lower bound, or checkpointed, simulated and settled.
   void phase_two(std::size_t index, CheckpointMode mode) {
     const TuneConfig<Cost>& cfg = grid_.configs[index];
+    if (mode == CheckpointMode::Mario && cfg.offloaded) {
+      board_.settle(1, Settled::Pruned);  // Mario places no offloads: its own configuration's
+      return;
+    }
     if (mode == CheckpointMode::Mario && !mario_applies(index)) return;
     if (cannot_beat(cfg.lower_bound, board_.rival(cfg.generator, mode))) {
       board_.settle(1, Settled::Pruned);
@@ -171,8 +175,10 @@ class Evaluator {
 
   //! A built base checkpointed in `mode` (full, selective or Mario, late or early) as the
   //! search's passes checkpoint it.
+  //! An offloaded base keeps the offloads of the units the mode does not recompute.
   Schedule checkpointed(const Built& b, CheckpointMode mode) const {
-    if (is_full(mode)) return checkpoint_full(b.base, timing_of(mode));
+    if (is_full(mode))
+      return without_offload_of_recomputed(checkpoint_full(b.base, timing_of(mode)));
     if (is_selective(mode))
       return checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode), stop_);
     return checkpoint_mario(b.base, b.cost, b.budget, request_.mario, stop_);
@@ -258,8 +264,15 @@ class Evaluator {
     // cannot fit, checkpointing brings down below). Neither dominates: a fitted base may
     // need no recompute, the order's own may leave Mario more bubble to hide recomputes in.
     if (cfg.fitted && !budget.limited()) throw same_as_own{};
+    if (cfg.offloaded && !budget.limited()) throw same_as_own{};
     AssembledPlan<Cost> a =
         assemble_base(*cfg.generator, problem, cost, budget, recipe, cfg.fitted, &own);
+    if (cfg.offloaded) {
+      // Offloaded where the budget asks (assemble_plan's step 3); a base within its budget
+      // offloads nothing and is its configuration without offloading.
+      a.schedule = apply_offload(a.schedule, a.cost, a.budget);
+      if (a.schedule.count(OpKind::Offload) == 0) throw same_as_own{};
+    }
     return Built{std::move(a.cost), std::move(a.budget), std::move(a.schedule)};
   }
 
@@ -295,7 +308,7 @@ class Evaluator {
     const bool need_full =
         space_.want_full || space_.want_full_early || space_.fallback_full || !cfg.base_fits;
     if (need_full) {
-      const Schedule full = checkpoint_full(b.base);
+      const Schedule full = without_offload_of_recomputed(checkpoint_full(b.base));
       if (stop_.stop_requested()) return false;
       const SimulationResult full_sim = simulate(full, b.cost);
       cfg.full_fits = !full_sim.deadlock && fits_budget(peaks_of(full_sim), b.budget);
@@ -312,7 +325,8 @@ class Evaluator {
     // The early recompute holds what the late one holds (the same list, the same units).
     if (space_.want_full_early) {
       if (cfg.full_fits) {
-        const Schedule early = checkpoint_full(b.base, RecomputeTiming::Early);
+        const Schedule early =
+            without_offload_of_recomputed(checkpoint_full(b.base, RecomputeTiming::Early));
         if (stop_.stop_requested()) return false;
         board_.keep(
             make_plan(cfg, index, CheckpointMode::FullEarly, b, early, simulate(early, b.cost)),
@@ -333,6 +347,10 @@ class Evaluator {
       for (CheckpointMode m :
            {CheckpointMode::Selective, CheckpointMode::SelectiveEarly, CheckpointMode::Mario}) {
         if (!space_.named(m)) continue;
+        if (m == CheckpointMode::Mario && cfg.offloaded) {
+          board_.settle(1, Settled::Pruned);
+          continue;
+        }
         if (m == CheckpointMode::Mario && !mario_applies(index)) continue;
         tuning::Plan p = make_plan(cfg, index, m, b, b.base, sim);
         p.schedule.name += std::string("+") + to_string(m);
@@ -403,6 +421,7 @@ class Evaluator {
     for (int r = 0; r < cfg.ranks; ++r)
       p.budget_per_rank.push_back(b.budget.of(r));
     p.recomputes = static_cast<int>(s.count(OpKind::R));
+    p.offloads = static_cast<int>(s.count(OpKind::Offload));
     p.slices = cfg.slices;
     p.fine_wgrad = cfg.fine;
     p.fitted = cfg.fitted;

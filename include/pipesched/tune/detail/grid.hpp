@@ -68,6 +68,7 @@ struct TuneConfig {
   int slices = 1;
   bool fine = false;
   bool fitted = false;           //!< base from the order's memory-bounded generator
+  bool offloaded = false;        //!< activations offloaded where the budget asks (apply_offload)
   std::string cluster;           //!< "pp 4 x dp 2 x tp 2, " in a cluster search, else empty
   bool layout_searched = false;  //!< its cost model's layers per stage from a layout search
   double work_bound = 0;         //!< average_work_bound
@@ -84,6 +85,7 @@ struct TuneConfig {
     if (slices > 1) s += ", " + std::to_string(slices) + " slices";
     if (fine) s += ", fine W";
     if (fitted) s += ", fitted to the budget";
+    if (offloaded) s += ", offloaded";
     if (layout_searched) s += ", layout searched";
     return s;
   }
@@ -167,7 +169,7 @@ void cut_slices(TuneGrid<Cost>& grid, SlicingMode slicing, int threads, Stop&& s
 }
 
 //! Appends the configurations of base `g` in scenario `si` at microbatch size `b` (cost model
-//! `ci`): chunks, then slices, then fine W, then fitted, innermost last.
+//! `ci`): chunks, then slices, then fine W, then fitted, then offloaded, innermost last.
 template <class Cost>
 void add_configs(TuneGrid<Cost>& grid, const tuning::Request& request, const TuneScenario<Cost>& sc,
                  std::size_t si, std::size_t ci, int b, const GeneratorInfo* g,
@@ -184,23 +186,26 @@ void add_configs(TuneGrid<Cost>& grid, const tuning::Request& request, const Tun
     if (grid.costs[ci] && same_layers_as_even(*grid.costs[ci], sc.ranks * c)) continue;
     for (int k : ks)
       for (bool fine : fines)
-        for (bool fitted : fitting) {
-          TuneConfig<Cost> cfg;
-          cfg.scenario = si;
-          cfg.cost = ci;
-          cfg.generator = g;
-          cfg.ranks = sc.ranks;
-          cfg.chunks = c;
-          cfg.microbatch_size = b;
-          cfg.microbatches = sc.global_batch / b;
-          cfg.slices = k;
-          cfg.fine = fine;
-          cfg.fitted = fitted;
-          if (sc.cluster)
-            cfg.cluster = "pp " + std::to_string(sc.ranks) + " x dp " + std::to_string(sc.data) +
-                          " x tp " + std::to_string(sc.tensor) + ", ";
-          grid.configs.push_back(std::move(cfg));
-        }
+        for (bool fitted : fitting)
+          for (bool offloaded : {false, true}) {
+            if (offloaded && (!request.offload || k > 1)) continue;  // whole microbatches only
+            TuneConfig<Cost> cfg;
+            cfg.scenario = si;
+            cfg.cost = ci;
+            cfg.generator = g;
+            cfg.ranks = sc.ranks;
+            cfg.chunks = c;
+            cfg.microbatch_size = b;
+            cfg.microbatches = sc.global_batch / b;
+            cfg.slices = k;
+            cfg.fine = fine;
+            cfg.fitted = fitted;
+            cfg.offloaded = offloaded;
+            if (sc.cluster)
+              cfg.cluster = "pp " + std::to_string(sc.ranks) + " x dp " + std::to_string(sc.data) +
+                            " x tp " + std::to_string(sc.tensor) + ", ";
+            grid.configs.push_back(std::move(cfg));
+          }
   }
 }
 

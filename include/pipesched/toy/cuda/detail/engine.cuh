@@ -7,8 +7,11 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <deque>
 #include <initializer_list>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -28,6 +31,7 @@ class Engine {
  public:
   explicit Engine(CudaDevice device) : device_(std::move(device)) {
     device_.activate();
+    copy_.emplace();
     PIPESCHED_CUDA_CHECK(cublasCreate(&blas_));
     try {
       PIPESCHED_CUDA_CHECK(cublasSetStream(blas_, device_.compute()));
@@ -41,16 +45,66 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
   ~Engine() {
+    // The copies still queued read or write pinned buffers this engine frees.
+    if (copy_) cudaStreamSynchronize(*copy_);
     if (blas_ != nullptr) cublasDestroy(blas_);
   }
 
   cudaStream_t stream() const noexcept { return device_.compute(); }
+  //! The stream copies of offloaded activations run on, beside the compute stream.
+  cudaStream_t copy_stream() const noexcept { return *copy_; }
+  //! Orders the copy stream after the work queued on the compute stream so far.
+  void copy_after_compute() {
+    PIPESCHED_CUDA_CHECK(cudaEventRecord(to_copy_, stream()));
+    PIPESCHED_CUDA_CHECK(cudaStreamWaitEvent(*copy_, to_copy_, 0));
+  }
+  //! Orders the compute stream after the work queued on the copy stream so far.
+  void compute_after_copy() {
+    PIPESCHED_CUDA_CHECK(cudaEventRecord(to_compute_, *copy_));
+    PIPESCHED_CUDA_CHECK(cudaStreamWaitEvent(stream(), to_compute_, 0));
+  }
+  //! Pinned host memory of `bytes`: a buffer whose copies have run, or a new one.
+  PinnedBuffer pinned(std::size_t bytes) {
+    reap();
+    auto it = free_.find(bytes);
+    if (it == free_.end()) return PinnedBuffer(bytes);
+    PinnedBuffer b = std::move(it->second);
+    free_.erase(it);
+    return b;
+  }
+  //! Takes `buffers` back once the copy stream's work queued so far (the copies back that read
+  //! them) has run; pinned() hands them out again from then on.
+  void retire(std::vector<PinnedBuffer> buffers) {
+    if (buffers.empty()) return;
+    Retired r{std::make_unique<CudaEvent>(), std::move(buffers)};
+    PIPESCHED_CUDA_CHECK(cudaEventRecord(*r.done, *copy_));
+    retired_.push_back(std::move(r));
+  }
   cublasHandle_t blas() const noexcept { return blas_; }
   const CudaDevice& device() const noexcept { return device_; }
 
  private:
+  // Moves the buffers whose copies have run to the free list.
+  void reap() {
+    while (!retired_.empty() && cudaEventQuery(*retired_.front().done) == cudaSuccess) {
+      for (PinnedBuffer& b : retired_.front().buffers)
+        free_.emplace(b.bytes(), std::move(b));
+      retired_.pop_front();
+    }
+    (void)cudaGetLastError();  // a query of an unfinished event leaves cudaErrorNotReady
+  }
+
+  struct Retired {
+    std::unique_ptr<CudaEvent> done;  // recorded on the copy stream after the copies back
+    std::vector<PinnedBuffer> buffers;
+  };
+
   CudaDevice device_;
   cublasHandle_t blas_ = nullptr;
+  std::optional<CudaStream> copy_;
+  CudaEvent to_copy_, to_compute_;
+  std::deque<Retired> retired_;
+  std::multimap<std::size_t, PinnedBuffer> free_;
 };
 
 using EnginePtr = std::shared_ptr<Engine>;
