@@ -24,6 +24,7 @@
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/pass/reduce_gradients.hpp"
+#include "pipesched/pass/vocabulary.hpp"
 #include "pipesched/policy/assemble.hpp"
 #include "pipesched/policy/order.hpp"
 #include "pipesched/policy/registry.hpp"
@@ -491,10 +492,12 @@ Schedule apply_budget_options(Schedule s, const Args& a, AnyCost& cost, Checkpoi
                                                  : FitOrder::Auto};
     if (a.has("--warmup")) recipe.warmup = parse_int("--warmup", a.get("--warmup"), 1, 1 << 24);
     recipe.offload = offload;
+    recipe.vocabulary = a.has("--vocab-parallel");
     Step step("building the plan (" + std::string(g->name) +
               (knob ? ", fitted to the budget where that helps" : "") +
               (wgrad.fine ? ", weight-gradient parts placed" : "") +
-              (offload ? ", offloaded" : "") + ", --checkpoint " +
+              (offload ? ", offloaded" : "") +
+              (recipe.vocabulary ? ", vocabulary passes added" : "") + ", --checkpoint " +
               std::string(choice.policy->name) + ")");
     // The schedule generated already is the order's own where no cost reaches the generator.
     const Schedule* own = cost_aware ? nullptr : &s;
@@ -510,6 +513,21 @@ Schedule apply_budget_options(Schedule s, const Args& a, AnyCost& cost, Checkpoi
     return out;
   } catch (const invalid_problem& e) {
     throw usage_error(e.message());
+  }
+}
+
+// `s` with vocabulary passes where --vocab-parallel asks (pass/vocabulary.hpp), under `cost`
+// (whose output layer prepare() split by vocabulary), placed within `budget` where a lag can
+// be; `s` itself otherwise.
+Schedule with_vocabulary_passes(Schedule s, const Args& a, const AnyCost& cost,
+                                const MemoryBudget& budget) {
+  if (!a.has("--vocab-parallel") || s.has_vocabulary()) return s;  // assemble_plan added them
+  Step step("adding vocabulary passes (--vocab-parallel)");
+  try {
+    const VocabularyOptions options{.budget = budget};
+    return std::visit([&](const auto& c) { return add_vocabulary_passes(s, c, options); }, cost);
+  } catch (const invalid_problem& e) {
+    throw usage_error("--vocab-parallel: " + e.message());
   }
 }
 
@@ -534,7 +552,8 @@ void choose_layout(Prepared& out, const Args& a) {
       std::get<TransformerCost>(c).parallel.layers = layers;
       CheckpointChoice choice = out.checkpoint;
       try {
-        const Schedule built = apply_budget_options(s, a, c, choice, out.wgrad, !out.from_file);
+        const Schedule built = with_vocabulary_passes(
+            apply_budget_options(s, a, c, choice, out.wgrad, !out.from_file), a, c, choice.budget);
         const SimulationResult r = simulate_schedule(built, c);
         return r.deadlock ? std::numeric_limits<double>::infinity() : r.makespan;
       } catch (const usage_error& e) {
@@ -594,11 +613,18 @@ const std::vector<OptionSpec> checkpoint_options = {
      "move activations to host memory where --memory-budget asks, before checkpointing: each "
      "copy on the GPU's host link while the rank computes (not with --checkpoint mario or "
      "--slices)"},
+    {"--vocab-parallel", false,
+     "split the output layer (LM head, softmax, loss) by vocabulary over every rank, run as "
+     "vocabulary passes (VOCAB_F, VOCAB_B) in each rank's list (one replica; not in PyTorch's "
+     "format)"},
 };
 
 Prepared prepare(const Args& a, const PrepareOptions& options) {
   Prepared out;
   out.cost = get_cost(a);
+  // The cost splits the head too; a schedule FILE with passes keeps them, one without gets them.
+  if (a.has("--vocab-parallel") && is_transformer(out.cost))
+    std::get<TransformerCost>(out.cost).parallel.vocabulary = true;
   out.checkpoint.policy = &checked_checkpoint(a);
   const bool checkpointed = out.checkpoint.policy->recomputes;
 
@@ -636,6 +662,8 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
   if (a.has("--layout") || a.has("--layers")) choose_layout(out, a);
   out.schedule = apply_budget_options(std::move(out.schedule), a, out.cost, out.checkpoint,
                                       out.wgrad, !out.from_file);
+  out.schedule =
+      with_vocabulary_passes(std::move(out.schedule), a, out.cost, out.checkpoint.budget);
   if (a.has("--overlap-reduction")) out.schedule = add_gradient_reduction(out.schedule);
   if (options.lower_comm) {
     Step step("lowering to sends and receives");

@@ -24,6 +24,7 @@
 #include "pipesched/pass/lower_communication.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/pass/offload.hpp"
+#include "pipesched/pass/vocabulary.hpp"
 
 #include "pipesched/analysis/cost_model.hpp"
 #include "pipesched/analysis/layer_profile.hpp"

@@ -1,5 +1,6 @@
 // Fuzz target: the checkpoint passes (apply_checkpoint in every mode, checkpoint_mario with its
-// knobs), after offloading (apply_offload) where a bit asks, on small generated schedules. The
+// knobs), after offloading (apply_offload) where a bit asks, then with vocabulary passes
+// (add_vocabulary_passes) where another does, on small generated schedules. The
 // input's first bytes choose the schedule (built-in generator, 1-4 ranks, 1-8 microbatches, 1-3
 // chunks, 1-2 slices, fused or split backward), UniformCost's figures and the mode; the rest is a
 // memory budget's text as --memory-budget reads it (parse_memory_budget; empty: a byte sets it). A
@@ -21,6 +22,7 @@
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/pass/offload.hpp"
+#include "pipesched/pass/vocabulary.hpp"
 #include "pipesched/policy/registry.hpp"
 
 namespace {
@@ -137,6 +139,29 @@ int pipesched_fuzz_checkpoint(const std::uint8_t* data, std::size_t size) {
     fuzz::require(n == recomputes(s), "a budget-driven pass recomputes under no budget", form);
   if (mode == CheckpointMode::Full || mode == CheckpointMode::FullEarly)
     fuzz::require(n > 0, "full checkpointing recomputes nothing", form);
+  // Vocabulary passes last (byte 2's top bit), as assemble_plan adds them: a placement that
+  // validates, simulates without deadlock and runs one VOCAB_F and one VOCAB_B of every shard
+  // for every microbatch and slice.
+  if ((byte(2) & 128) != 0) {
+    cost.vf = (byte(6) >> 5) % 3 / 2.0;
+    cost.comm = (byte(9) >> 7) / 4.0;
+    Schedule v;
+    if (fuzz::answers([&] { v = add_vocabulary_passes(out, cost); })) {
+      const std::string vform = to_text(v);
+      const ValidationReport vrep = check(v);
+      fuzz::require(vrep.ok(), "vocabulary passes were placed where they break a rule",
+                    vrep.summary() + "\n" + vform);
+      const std::size_t units = static_cast<std::size_t>(p.ranks) *
+                                static_cast<std::size_t>(p.microbatches) *
+                                static_cast<std::size_t>(v.problem.slices);
+      fuzz::require(v.count(OpKind::VocabF) == units && v.count(OpKind::VocabB) == units,
+                    "a shard misses a vocabulary pass", vform);
+      const SimulationResult vsim = simulate(v, cost);
+      fuzz::require(!vsim.deadlock, "a schedule with vocabulary passes deadlocks",
+                    vsim.deadlock_report + vform);
+      out = v;
+    }
+  }
   fuzz::exercise(out);
   return 0;
 }

@@ -93,6 +93,24 @@ double host_copy_seconds_of(const C& cost, const CostContext& ctx, const Action&
     return 0.0;
 }
 
+//! A cost model that prices the vocabulary passes of vocabulary parallelism (VOCAB_F,
+//! VOCAB_B; pass/vocabulary.hpp):
+//! - `vocabulary_seconds(ctx, a)`: the time pass `a` occupies its rank;
+//! - `vocabulary_bytes(ctx, a)`: the bytes the shard's VOCAB_F of `a`'s microbatch and slice
+//!   holds from its start until its VOCAB_B ends (the same figure for either kind);
+//! - `vocabulary_transfer_seconds(ctx, a)`: for a VOCAB_F, the time from the end of the last
+//!   stage's forward until that forward's output is on the shard's rank (the broadcast; 0 on
+//!   the same rank); for a VOCAB_B, the time from the end of the last VOCAB_F of its
+//!   microbatch and slice on any rank until their reduction is done, which every VOCAB_B and
+//!   the last stage's backward of that microbatch and slice wait for.
+//! Optional: the simulator refuses a schedule with vocabulary passes under a model without it.
+template <class C>
+concept has_vocabulary_cost = requires(const C& c, const CostContext& ctx, const Action& a) {
+  { c.vocabulary_seconds(ctx, a) } -> std::convertible_to<double>;
+  { c.vocabulary_bytes(ctx, a) } -> std::convertible_to<double>;
+  { c.vocabulary_transfer_seconds(ctx, a) } -> std::convertible_to<double>;
+};
+
 //! What an action does to its rank's memory: `grow` is held from its start, `shrink` (<= 0)
 //! released at its end. The rule every replay of a schedule counts memory by (the simulator,
 //! the checkpointing passes, the weight-gradient filler, the list-scheduling engine).
@@ -105,7 +123,9 @@ struct MemoryEffect {
 
 //! The memory effect of `a` under `cost`: for a compute action its memory_delta (growth when
 //! positive, release when negative), for an Overlap that of each half; an OFFLOAD releases what
-//! its unit's forward took and a RELOAD takes it again (its start); nothing for other actions
+//! its unit's forward took and a RELOAD takes it again (its start); a VOCAB_F takes its
+//! `vocabulary_bytes` and its VOCAB_B releases them (its end; nothing under a model without
+//! has_vocabulary_cost, which the simulator refuses); nothing for other actions
 //! (communication, idle, whole-stage actions). `checkpointed(x)` says whether the unit of
 //! compute action `x` is recomputed in the schedule (an R exists for it).
 template <class Cost, class Checkpointed>
@@ -125,6 +145,11 @@ MemoryEffect memory_effect(const Cost& cost, const CostContext& ctx, const Actio
     const Action f = Action::make(OpKind::F, a.stage, a.microbatch, a.slice);
     const double bytes = static_cast<double>(cost.memory_delta(ctx, f, checkpointed(f)));
     (a.kind == OpKind::Offload ? e.shrink : e.grow) += a.kind == OpKind::Offload ? -bytes : bytes;
+  } else if (is_vocabulary(a.kind)) {
+    if constexpr (has_vocabulary_cost<Cost>) {
+      const double bytes = static_cast<double>(cost.vocabulary_bytes(ctx, a));
+      (a.kind == OpKind::VocabF ? e.grow : e.shrink) += a.kind == OpKind::VocabF ? bytes : -bytes;
+    }
   }
   return e;
 }
@@ -148,7 +173,10 @@ constexpr MemoryUnit memory_unit_of(const C& cost) noexcept {
 
 //! Any cost model, by reference: a non-owning view that is itself a cost_model, for code that
 //! takes a cost at run time (the registry's memory-bounded generators) without being a template
-//! over its type. The model it refers to must outlive it. Each call is one indirect call.
+//! over its type. It has every optional hook the simulator asks for (has_host_copy,
+//! has_vocabulary_cost), answering 0 where the model lacks one (`prices_vocabulary()` says
+//! whether it prices vocabulary passes). The model it refers to must outlive it. Each call is one
+//! indirect call.
 class CostRef {
  public:
   //! A view of `cost`, which must outlive it.
@@ -168,6 +196,18 @@ class CostRef {
         }),
         copy_([](const void* m, const CostContext& ctx, const Action& a) {
           return host_copy_seconds_of(*static_cast<const C*>(m), ctx, a);
+        }),
+        vocabulary_(has_vocabulary_cost<C>),
+        vocab_([](const void* m, const CostContext& ctx, const Action& a, int what) -> double {
+          if constexpr (has_vocabulary_cost<C>) {
+            const C& c = *static_cast<const C*>(m);
+            return static_cast<double>(what == 0   ? c.vocabulary_seconds(ctx, a)
+                                       : what == 1 ? c.vocabulary_bytes(ctx, a)
+                                                   : c.vocabulary_transfer_seconds(ctx, a));
+          } else {
+            (void)m, (void)ctx, (void)a, (void)what;
+            return 0.0;
+          }
         }),
         even_([](const void* m, void* fn, void (*call)(void*, const CostRef&)) {
           if constexpr (requires(const C& c) {
@@ -198,6 +238,21 @@ class CostRef {
   }
   //! The unit the model it refers to measures memory in.
   MemoryUnit memory_unit() const noexcept { return unit_; }
+  //! True when the model it refers to prices vocabulary passes (has_vocabulary_cost); the
+  //! three calls below give 0 where it does not.
+  bool prices_vocabulary() const noexcept { return vocabulary_; }
+  //! The model's `vocabulary_seconds(ctx, a)`.
+  double vocabulary_seconds(const CostContext& ctx, const Action& a) const {
+    return vocab_(model_, ctx, a, 0);
+  }
+  //! The model's `vocabulary_bytes(ctx, a)`.
+  double vocabulary_bytes(const CostContext& ctx, const Action& a) const {
+    return vocab_(model_, ctx, a, 1);
+  }
+  //! The model's `vocabulary_transfer_seconds(ctx, a)`.
+  double vocabulary_transfer_seconds(const CostContext& ctx, const Action& a) const {
+    return vocab_(model_, ctx, a, 2);
+  }
 
   //! Calls `f(even)` with a view of the model with its layers split evenly over whatever
   //! stages a problem has (its `evenly_layered()`, analysis/cost_capabilities.hpp: layered_cost),
@@ -217,6 +272,8 @@ class CostRef {
   double (*memory_)(const void*, const CostContext&, const Action&, bool);
   double (*transfer_)(const void*, const CostContext&, const Action&);
   double (*copy_)(const void*, const CostContext&, const Action&);
+  bool vocabulary_;
+  double (*vocab_)(const void*, const CostContext&, const Action&, int);
   void (*even_)(const void*, void*, void (*)(void*, const CostRef&));
 };
 

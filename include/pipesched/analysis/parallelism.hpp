@@ -53,6 +53,11 @@ struct Parallelism {
   std::vector<int> layers;
   //! How layers go to stages when `layers` is empty.
   LayerSplit split = LayerSplit::Even;
+  //! Vocabulary parallelism (Yeung et al., MLSys '25): the output layer (LM head, softmax and
+  //! loss) split by vocabulary into one shard per pipeline rank, run in vocabulary passes
+  //! (VOCAB_F, VOCAB_B; pass/vocabulary.hpp) instead of on the last stage. The input embedding
+  //! stays on the first stage.
+  bool vocabulary = false;
   //! Model the whole training step: also the optimizer step after the gradient all-reduce
   //! (time) and the largest temporary buffer of an action (memory, see workspace_bytes).
   bool whole_step = false;

@@ -23,6 +23,13 @@
 // there) and frees the activations. A RELOAD takes the memory again where it stands and starts
 // the copy back on the link from host memory, without occupying the rank; the unit's backward
 // starts no earlier than that copy's end.
+// A VOCAB_F (vocabulary parallelism) starts once the last stage's forward of its microbatch
+// and slice has ended and its output reached the shard's rank (the cost's
+// `vocabulary_transfer_seconds` of the VOCAB_F: the broadcast); the reduction of a
+// microbatch's vocabulary passes ends `vocabulary_transfer_seconds` of a VOCAB_B after the
+// last of its VOCAB_Fs on any rank, and every VOCAB_B and the last stage's backward of that
+// microbatch and slice start no earlier. Only the passes occupy their ranks; the broadcast
+// and the reduction run beside them.
 // Makespan is the last end; bubble ratio = 1 − Σ busy / (ranks × makespan). Memory: the running sum
 // of memory deltas along each rank's list (a forward's activations count from its start, a backward
 // frees at its end); the per-rank peak is its maximum.
@@ -115,6 +122,7 @@ class SimRecorder {
     if (!g.issues().empty())
       throw invalid_schedule("cannot simulate schedule '" + s.name +
                              "': " + g.issues().front().message);
+    if (g.vocabulary()) check_vocabulary_cost();
     const int nranks = s.rank_count();
     res_.ranks.assign(nranks, {});
     res_.timing.resize(nranks);
@@ -136,6 +144,12 @@ class SimRecorder {
       return static_cast<double>(cost_.duration(ctx_, a.forward_half())) +
              static_cast<double>(cost_.duration(ctx_, a.backward_half()));
     if (a.kind == OpKind::Idle) return 0.0;
+    if (is_vocabulary(a.kind)) {
+      if constexpr (has_vocabulary_cost<Cost>)
+        return static_cast<double>(cost_.vocabulary_seconds(ctx_, a));
+      else
+        return 0.0;  // refused in the constructor
+    }
     return cost_.duration(ctx_, a);
   }
 
@@ -150,7 +164,14 @@ class SimRecorder {
     for (int d : g_.deps(id)) {
       const ActionRef& dref = g_.ref(d);
       double ready = end_[d];
-      if (is_wait_send(a.kind)) {
+      const Action& da = g_.action(d);
+      if (da.kind == OpKind::VocabF && a.kind != OpKind::VocabF) {
+        // The reduction of the microbatch's vocabulary passes, after the last VOCAB_F.
+        ready +=
+            vocabulary_transfer(Action::make(OpKind::VocabB, da.stage, da.microbatch, da.slice));
+      } else if (a.kind == OpKind::VocabF) {
+        ready += vocabulary_transfer(a);  // the last stage's output, broadcast to the shard
+      } else if (is_wait_send(a.kind)) {
         // Delivered: the send's end plus the transfer; the peer's receive only needs posting.
         if (dref.rank == r) ready += cost_.transfer_time(ctx_, g_.action(d));
       } else if (dref.rank != r) {
@@ -251,6 +272,37 @@ class SimRecorder {
         if (a.kind == OpKind::W && a.part >= parts)
           parts = a.part == INT_MAX ? INT_MAX : a.part + 1;
     return CostContext{s.problem, s.placement, parts, s.has_gradient_reduction()};
+  }
+
+  // The cost's vocabulary_transfer_seconds of `a` (refused in the constructor without it).
+  double vocabulary_transfer(const Action& a) const {
+    if constexpr (has_vocabulary_cost<Cost>)
+      return static_cast<double>(cost_.vocabulary_transfer_seconds(ctx_, a));
+    else
+      return 0.0;
+  }
+
+  // Throws invalid_schedule when the cost cannot price the schedule's vocabulary passes, or
+  // keeps the output layer on the last stage (so the schedule would compute it twice).
+  void check_vocabulary_cost() const {
+    auto refuse = [&](const std::string& why) {
+      throw invalid_schedule("cannot simulate schedule '" + s_.name +
+                             "': it has vocabulary passes (VOCAB_F, VOCAB_B), but " + why);
+    };
+    bool prices = has_vocabulary_cost<Cost>;
+    if constexpr (requires { cost_.prices_vocabulary(); }) prices = cost_.prices_vocabulary();
+    if (!prices)
+      refuse(
+          "the cost model does not price them; use one with vocabulary_seconds, "
+          "vocabulary_bytes and vocabulary_transfer_seconds (UniformCost, or TransformerCost "
+          "with Parallelism::vocabulary).");
+    if constexpr (requires { cost_.vocabulary_parallel(); }) {
+      if (!cost_.vocabulary_parallel())
+        refuse(
+            "the cost model keeps the output layer on the last stage, which would compute it "
+            "twice; split it by vocabulary in the cost too (TransformerCost: "
+            "Parallelism::vocabulary = true, --vocab-parallel).");
+    }
   }
 
   // When the copy of OFFLOAD `id`'s activations to host memory ends: from its forward's end, or

@@ -152,6 +152,23 @@ namespace pipesched {
 //! when the schedule holds no REDUCE_GRAD, CostContext::scheduled_reduction), so the makespan
 //! is the step time.
 //!
+//! Vocabulary parallelism (Parallelism::vocabulary; Yeung et al., MLSys '25): the last stage
+//! holds no LM head or loss (neither their FLOPs, nor the logits, nor their weights); each of
+//! the p pipeline ranks holds a shard of V/p vocabulary entries of the LM head (1/t of it per
+//! GPU) and runs it in vocabulary passes, for one slice of b·t tokens and V_s = V/(p·t) entries:
+//!   VOCAB_F  the logits shard X·W_j (GEMM b·t × V_s × h), its softmax statistics, and its
+//!            share of the input gradient, exp(Y − max)·W_jᵀ (GEMM b·t × h × V_s), plus one
+//!            pass over the 32-bit logits (b·t·4·V_s bytes) at memory_bandwidth;
+//!   VOCAB_B  the shard's weight gradient Xᵀ·dY (GEMM h × V_s × b·t) plus one pass over what
+//!            it frees;
+//! each with DeviceSpec::action_overhead. A VOCAB_F holds the 32-bit logits shard and the
+//! broadcast input X (b·t·h·v) until its VOCAB_B. The last stage's output reaches a shard's
+//! rank as a message between the two ranks does (the broadcast's time per receiver); the
+//! reduction of the statistics (max, sum of exponentials, target logit: 3 32-bit values per
+//! token) and of the input-gradient shares (b·t·h·v) over the p ranks takes NCCL's ring
+//! all-reduce time over the ranks' first GPUs, the t · d tensor and data-parallel groups'
+//! rings at once.
+//!
 //! Workspace (with whole_step): the largest temporary an action holds beyond what the
 //! schedule stores, counted once per rank on top of its static bytes: the gradients of one
 //! layer's stored tensors while that layer's backward runs (one layer's activation bytes of
@@ -254,7 +271,7 @@ struct TransformerCost {
   int weight_gemms(const CostContext& ctx, int stage) const {
     check(ctx);
     const bool last = model_stage(ctx, stage) == model_stage_count(ctx) - 1;
-    return 4 * layers_of(ctx, stage) + (last ? 1 : 0);
+    return 4 * layers_of(ctx, stage) + (last && !parallel.vocabulary ? 1 : 0);
   }
 
   //! Checks the model, the device and the parallelism; throws invalid_problem naming the
@@ -280,6 +297,11 @@ struct TransformerCost {
     check();
     detail::transformer::check_problem_fit(model, parallel, slice_lengths, model_stage_count(ctx),
                                            ctx.problem.slices);
+    if (parallel.vocabulary && ctx.problem.replicas > 1)
+      throw invalid_problem(
+          "vocabulary parallelism (Parallelism::vocabulary) splits the output layer of one "
+          "pipeline over its ranks; a problem of " +
+          std::to_string(ctx.problem.replicas) + " replicas cannot use it.");
   }
 
   //! Stages of the problem (the placement's, else the problem's, else one per rank).
@@ -311,7 +333,7 @@ struct TransformerCost {
     if (!parallel.layers.empty()) return parallel.layers[static_cast<std::size_t>(ms)];
     const int L = model.layers;
     if (parallel.split == LayerSplit::Balanced && S > 1) {
-      const double e = head_layers();
+      const double e = parallel.vocabulary ? 0.0 : head_layers();
       const long ideal = std::lround((L + e) / S - e);
       const int last = static_cast<int>(std::clamp<long>(ideal, 1, L - (S - 1)));
       if (ms == S - 1) return last;
@@ -418,15 +440,21 @@ struct TransformerCost {
     const int ms = model_stage(ctx, stage);
     double p = layers_of(ctx, stage) * model.layer_parameters();
     if (ms == 0) p += model.embedding_parameters();
-    if (ms == S - 1 && !(model.tied_embeddings && S == 1)) p += model.embedding_parameters();
+    if (ms == S - 1 && !parallel.vocabulary && !(model.tied_embeddings && S == 1))
+      p += model.embedding_parameters();
     return p;
   }
 
-  //! Parameters each GPU of `rank` holds: its stages' weights over the tensor group.
+  //! True when the output layer is split by vocabulary (Parallelism::vocabulary): a schedule
+  //! simulated under this model must hold vocabulary passes, and one with them needs it.
+  bool vocabulary_parallel() const noexcept { return parallel.vocabulary; }
+
+  //! Parameters each GPU of `rank` holds: its stages' weights (and with vocabulary
+  //! parallelism its shard of the LM head) over the tensor group.
   double rank_parameters(const CostContext& ctx, int rank) const {
     check(ctx);
     check_rank(ctx, rank);
-    double p = 0;
+    double p = parallel.vocabulary ? model.embedding_parameters() / ctx.problem.ranks : 0.0;
     const int S = stage_count(ctx);
     for (int s = 0; s < S; ++s)
       if (rank_of(ctx, s) == rank) p += stage_parameters(ctx, s);
@@ -571,6 +599,46 @@ struct TransformerCost {
         bytes, std::min(parallel.tensor * parallel.data, device.ranks_per_node));
   }
 
+  //! Seconds VOCAB_F or VOCAB_B `a` occupies its rank (see the class comment); 0 for every
+  //! other kind.
+  double vocabulary_seconds(const CostContext& ctx, const Action& a) const {
+    if (!is_vocabulary(a.kind)) return 0.0;
+    const VocabularyShard v = vocabulary_shard(ctx, a);
+    const double bw = device.memory_bandwidth;
+    if (a.kind == OpKind::VocabF)
+      return device.gemm_time(v.tokens, v.entries, model.hidden) +
+             device.gemm_time(v.tokens, model.hidden, v.entries) + v.logits / bw +
+             device.action_overhead;
+    return device.gemm_time(model.hidden, v.entries, v.tokens) + (v.logits + v.input) / bw +
+           device.action_overhead;
+  }
+
+  //! Bytes a VOCAB_F holds until its VOCAB_B: the 32-bit logits shard and the broadcast input.
+  double vocabulary_bytes(const CostContext& ctx, const Action& a) const {
+    const VocabularyShard v = vocabulary_shard(ctx, a);
+    return v.logits + v.input;
+  }
+
+  //! For a VOCAB_F, the broadcast of the last stage's output to the shard's rank (a message's
+  //! time between the two ranks, 0 on the same rank); for a VOCAB_B, the reduction of the
+  //! microbatch's statistics and input-gradient shares over the pipeline ranks (see the
+  //! class comment).
+  double vocabulary_transfer_seconds(const CostContext& ctx, const Action& a) const {
+    const VocabularyShard v = vocabulary_shard(ctx, a);
+    const int p = ctx.problem.ranks;
+    const int t = parallel.tensor;
+    if (a.kind == OpKind::VocabF) {
+      const int from = rank_of(ctx, stage_count(ctx) - 1);
+      if (from == a.stage) return 0.0;
+      const int senders = std::min(t * parallel.data, device.ranks_per_node);
+      return device.message_seconds(v.input / t, device.path(first_gpu(from), first_gpu(a.stage)),
+                                    senders);
+    }
+    if (p < 2) return 0.0;
+    return device.allreduce_seconds((v.input + 3.0 * 4.0 * v.tokens) / t, p, first_gpu(0),
+                                    first_gpu(p - 1), t * parallel.data);
+  }
+
   //! Seconds from the end of producer `a` (F / SendF forward, B / I / SendB backward) until
   //! its output is usable on the neighbouring stage's rank; 0 when that stage is on the same
   //! rank or does not exist, and for every other kind.
@@ -618,6 +686,30 @@ struct TransformerCost {
  private:
   // Everything about one (stage, slice) unit of a microbatch (detail/transformer_formulas.hpp).
   using Unit = detail::transformer::Unit;
+
+  // One vocabulary shard's work for one slice: its tokens b·t, its entries per GPU V/(p·t),
+  // the 32-bit logits of them and the 16-bit input X the pass keeps.
+  struct VocabularyShard {
+    double tokens = 0, entries = 0, logits = 0, input = 0;
+  };
+  VocabularyShard vocabulary_shard(const CostContext& ctx, const Action& a) const {
+    check(ctx);
+    if (!parallel.vocabulary)
+      throw invalid_schedule(
+          "TransformerCost: " + to_string(a) +
+          " is a vocabulary pass, but this cost model keeps the output layer on the last "
+          "stage; set Parallelism::vocabulary (--vocab-parallel) to split it by vocabulary.");
+    if (a.stage < 0 || a.stage >= ctx.problem.ranks)
+      throw invalid_schedule("TransformerCost: vocabulary shard " + std::to_string(a.stage) +
+                             " is out of range; shards run 0 to " +
+                             std::to_string(ctx.problem.ranks - 1) + ", one per rank.");
+    VocabularyShard v;
+    v.tokens = static_cast<double>(model.microbatch_size) * slice_span(ctx, a.slice).length;
+    v.entries = static_cast<double>(model.vocabulary) / ctx.problem.ranks / parallel.tensor;
+    v.logits = 4.0 * v.tokens * v.entries;
+    v.input = v.tokens * model.hidden * model.bytes_per_value;
+    return v;
+  }
 
   // The three GEMMs of a weight: forward, input gradient, weight gradient.
   enum class Pass { Forward, Input, Weight };
@@ -744,7 +836,7 @@ struct TransformerCost {
     const int S = model_stage_count(ctx);
     detail::transformer::UnitPlace at;
     at.span = slice_span(ctx, slice);
-    at.last = model_stage(ctx, stage) == S - 1;
+    at.last = model_stage(ctx, stage) == S - 1 && !parallel.vocabulary;
     at.layers = layers_of(ctx, stage);
     at.first = model_stage(ctx, stage) == 0;
     at.context = slice < ctx.problem.slices - 1;
@@ -789,5 +881,6 @@ struct TransformerCost {
 };
 
 static_assert(cost_model<TransformerCost>);
+static_assert(has_vocabulary_cost<TransformerCost>);
 
 }  // namespace pipesched

@@ -24,6 +24,13 @@ struct UniformCost {
   //! Time to copy one microbatch's activations of one rank's share between device and host
   //! memory, one way (an OFFLOAD's or RELOAD's copy takes its unit's share).
   double copy = 1.0;
+  //! @{
+  //! Vocabulary passes (vocabulary parallelism, pass/vocabulary.hpp), for one shard and one
+  //! microbatch, each slice taking 1/K: the time of a VOCAB_F (`vf`) and of a VOCAB_B (`vb`),
+  //! and the memory a VOCAB_F holds until its VOCAB_B (`vmem`, in the same units as the
+  //! activations). The broadcast and the reduction take `comm` each.
+  double vf = 0.25, vb = 0.25, vmem = 0.25;
+  //! @}
 
   //! Throws invalid_problem naming the first parameter out of range.
   void check() const {
@@ -39,6 +46,9 @@ struct UniformCost {
     if (!(boundary >= 0 && boundary <= 1)) bad("boundary", boundary, "need 0 <= boundary <= 1");
     if (!(w_memory >= 0 && w_memory <= 1)) bad("w_memory", w_memory, "need 0 <= w_memory <= 1");
     if (!(copy >= 0)) bad("copy", copy, "need copy >= 0");
+    if (!(vf >= 0)) bad("vf", vf, "need vf >= 0");
+    if (!(vb >= 0)) bad("vb", vb, "need vb >= 0");
+    if (!(vmem >= 0)) bad("vmem", vmem, "need vmem >= 0");
   }
 
   //! Share of a rank's work one (stage, slice) unit carries: 1 / (chunks · slices), counting
@@ -93,6 +103,25 @@ struct UniformCost {
   //! `comm`, for every message.
   double transfer_time(const CostContext&, const Action&) const { return comm; }
 
+  //! `vf` or `vb` over the slices for a VOCAB_F or VOCAB_B; 0 for any other action.
+  double vocabulary_seconds(const CostContext& ctx, const Action& a) const {
+    const double k = ctx.problem.slices > 0 ? ctx.problem.slices : 1;
+    return a.kind == OpKind::VocabF ? vf / k : a.kind == OpKind::VocabB ? vb / k : 0.0;
+  }
+  //! `vmem` over the slices.
+  double vocabulary_bytes(const CostContext& ctx, const Action&) const {
+    return vmem / (ctx.problem.slices > 0 ? ctx.problem.slices : 1);
+  }
+  //! `comm` for the broadcast to a VOCAB_F on another rank than the last stage's, and for the
+  //! reduction over more than one rank; 0 otherwise.
+  double vocabulary_transfer_seconds(const CostContext& ctx, const Action& a) const {
+    if (a.kind == OpKind::VocabF) {
+      const int last = ctx.placement.stages() > 0 ? ctx.placement.stages() - 1 : -1;
+      return last >= 0 && ctx.placement.rank_of(last) == a.stage ? 0.0 : comm;
+    }
+    return ctx.problem.ranks > 1 ? comm : 0.0;
+  }
+
   //! `copy` times the unit's share for an OFFLOAD's or RELOAD's copy; 0 for any other action.
   double host_copy_seconds(const CostContext& ctx, const Action& a) const {
     return is_offload_action(a.kind) ? copy * unit_share(ctx) : 0.0;
@@ -103,5 +132,6 @@ struct UniformCost {
 };
 
 static_assert(cost_model<UniformCost>);
+static_assert(has_vocabulary_cost<UniformCost>);
 
 }  // namespace pipesched

@@ -23,7 +23,10 @@ namespace pipesched {
 //! R) move a unit's activations to host memory and back: an OFFLOAD waits for the copy of its
 //! forward's activations to host memory (started when the forward ended, on the rank's host
 //! link) and frees them on the device; a RELOAD takes the device memory again and starts the
-//! copy back, which its backward waits for.
+//! copy back, which its backward waits for. `VocabF` and `VocabB` (pipesched's own) are the
+//! vocabulary passes of vocabulary parallelism: the output layer (LM head, softmax and loss)
+//! split by vocabulary over every rank, one shard each. Their `stage` field names the shard,
+//! which rank `stage` holds; see core/rules.hpp for what they wait for.
 enum class OpKind : std::uint8_t {
   F,               //!< forward
   B,               //!< full backward: input and weight gradients
@@ -43,11 +46,13 @@ enum class OpKind : std::uint8_t {
   ReduceGrad,      //!< start the data-parallel gradient reduction of a stage
   WaitReduceGrad,  //!< finish it
   Offload,         //!< wait for a forward's activations to reach host memory, free them
-  Reload           //!< take the device memory again and copy them back for the backward
+  Reload,          //!< take the device memory again and copy them back for the backward
+  VocabF,          //!< vocabulary forward: a shard's logits, softmax statistics, gradient share
+  VocabB           //!< vocabulary backward: the shard's weight gradient
 };
 
-//! The number of OpKind values (`Reload` is the last, 18).
-inline constexpr int op_kind_count = 19;
+//! The number of OpKind values (`VocabB` is the last, 20).
+inline constexpr int op_kind_count = 21;
 
 //! Short name of a kind as used in action strings (`F`, `B`, `SEND_F`, `OVERLAP_F_B`, ...).
 constexpr std::string_view to_string(OpKind k) noexcept {
@@ -90,6 +95,10 @@ constexpr std::string_view to_string(OpKind k) noexcept {
       return "OFFLOAD";
     case OpKind::Reload:
       return "RELOAD";
+    case OpKind::VocabF:
+      return "VOCAB_F";
+    case OpKind::VocabB:
+      return "VOCAB_B";
   }
   return "?";
 }
@@ -124,6 +133,10 @@ constexpr OpKind wait_of_send(OpKind k) noexcept {
 //! True for Offload and Reload: a copy of a unit's activations to host memory or back.
 constexpr bool is_offload_action(OpKind k) noexcept {
   return k == OpKind::Offload || k == OpKind::Reload;
+}
+//! True for VocabF and VocabB: a pass of the output layer over one vocabulary shard.
+constexpr bool is_vocabulary(OpKind k) noexcept {
+  return k == OpKind::VocabF || k == OpKind::VocabB;
 }
 //! True for the kinds that propagate a gradient to the previous stage (B and I).
 constexpr bool is_input_backward(OpKind k) noexcept {

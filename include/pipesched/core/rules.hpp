@@ -16,6 +16,17 @@
 //   RELOAD(s,m,k)   after OFFLOAD(s,m,k)
 //   B/I(s,m,k)  also after RELOAD(s,m,k) when the unit is offloaded (its copy back has ended)
 //
+// Vocabulary passes (vocabulary parallelism, one replica; pass/vocabulary.hpp): the output
+// layer is split by vocabulary into one shard per rank, shard j on rank j, and L is the last
+// stage:
+//   VOCAB_F(j,m,k)  after F(L,m,k)                  (the last stage's output, broadcast)
+//   VOCAB_B(j,m,k)  after VOCAB_F(i,m,k) of every shard i   (their reduction: the softmax
+//                                                   statistics every shard's gradient needs)
+//   B/I(L,m,k)      after VOCAB_F(i,m,k) of every shard i, in a schedule with vocabulary passes
+//                   (its output gradient is that reduction's sum)
+// These are collectives, not messages between neighbouring stages: they are never lowered to
+// sends and receives, and the graph (analysis/detail/graph.hpp) adds them as direct edges.
+//
 // The rules that cross stages are also the messages between stages (for_each_message): F(s)
 // sends its output to s+1, B or I(s) its input gradient to s-1, and every consumer of a rule on
 // another stage receives it, a late recompute included (RL(s) needs the gradient of s+1 before
@@ -34,6 +45,10 @@
 #include "pipesched/core/problem.hpp"
 
 namespace pipesched {
+
+//! The most ranks a schedule with vocabulary passes may have: every VOCAB_B and last-stage
+//! backward waits for every rank's VOCAB_F, ranks² dependencies per microbatch and slice.
+inline constexpr int max_vocabulary_ranks = 4096;
 
 //! The part a compute action plays in the dependency rules.
 enum class Role : std::uint8_t {

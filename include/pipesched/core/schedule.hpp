@@ -62,6 +62,15 @@ struct Schedule {
     return false;
   }
 
+  //! True when some rank's list holds a vocabulary pass (VOCAB_F or VOCAB_B): the output layer
+  //! runs split by vocabulary over the ranks (pass/vocabulary.hpp).
+  bool has_vocabulary() const noexcept {
+    for (const auto& list : ranks)
+      for (const Action& a : list)
+        if (is_vocabulary(a.kind)) return true;
+    return false;
+  }
+
   //! True when some action splits the backward (I or W).
   bool has_split_backward() const noexcept {
     for (const auto& list : ranks)

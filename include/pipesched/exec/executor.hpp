@@ -222,28 +222,31 @@ class Executor {
     if (!rep.ok())
       throw invalid_schedule("Executor: schedule '" + schedule.name + "' is invalid:\n" +
                              rep.summary());
-    if constexpr (!can_checkpoint) {
-      for (const auto& list : schedule.ranks)
-        for (const Action& a : list)
-          if (a.kind == OpKind::R)
-            throw invalid_problem(
-                "Executor: schedule '" + schedule.name + "' recomputes " + to_string(a) +
-                ", so a checkpointed unit keeps its input until then and the executor must know "
-                "its size, but the stage model needs input_bytes(...) to checkpoint: add "
-                "`std::size_t input_bytes(const tensor_type&) const` to the stage model (or a "
-                "`bytes()` member to its tensor type), or run a schedule without R.");
-    }
-    if constexpr (!std::is_same_v<Device, HostDevice> && !detail::offloads_stash<Stage>) {
-      // On a device of its own a stash moved to the host pool must leave that device's memory.
-      for (const auto& list : schedule.ranks)
-        for (const Action& a : list)
-          if (a.kind == OpKind::Offload)
-            throw invalid_problem(
-                "Executor: schedule '" + schedule.name + "' offloads " + to_string(a) +
-                " to host memory, but the stage model cannot move a stash there from its "
-                "device: add `void offload(stash_type&)` and `void reload(stash_type&)` to it "
-                "(gpu::GptStage has them), or run a schedule without OFFLOAD.");
-    }
+    // One walk refuses the kinds this stage model or this executor cannot run.
+    for (const auto& list : schedule.ranks)
+      for (const Action& a : list) {
+        if (a.kind == OpKind::R && !can_checkpoint)
+          throw invalid_problem(
+              "Executor: schedule '" + schedule.name + "' recomputes " + to_string(a) +
+              ", so a checkpointed unit keeps its input until then and the executor must know "
+              "its size, but the stage model needs input_bytes(...) to checkpoint: add "
+              "`std::size_t input_bytes(const tensor_type&) const` to the stage model (or a "
+              "`bytes()` member to its tensor type), or run a schedule without R.");
+        // On a device of its own a stash moved to the host pool must leave that device's memory.
+        if (a.kind == OpKind::Offload && !std::is_same_v<Device, HostDevice> &&
+            !detail::offloads_stash<Stage>)
+          throw invalid_problem(
+              "Executor: schedule '" + schedule.name + "' offloads " + to_string(a) +
+              " to host memory, but the stage model cannot move a stash there from its "
+              "device: add `void offload(stash_type&)` and `void reload(stash_type&)` to it "
+              "(gpu::GptStage has them), or run a schedule without OFFLOAD.");
+        if (is_vocabulary(a.kind))
+          throw invalid_problem(
+              "Executor: schedule '" + schedule.name + "' runs " + to_string(a) +
+              ", a vocabulary pass of the output layer split over the ranks, which the executor "
+              "does not run yet; simulate it, or run the schedule without vocabulary passes "
+              "(the output layer on the last stage).");
+      }
     detail::check_receive_timeout("Executor", options.receive_timeout);
     if (!(options.memory_budget_bytes >= 0))
       throw invalid_problem("Executor: memory_budget_bytes is " +
@@ -434,6 +437,9 @@ class Executor {
         return;
       case OpKind::Reload:
         units_.reload(a);
+        return;
+      case OpKind::VocabF:  // refused at construction
+      case OpKind::VocabB:
         return;
     }
   }

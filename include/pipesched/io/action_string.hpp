@@ -157,7 +157,8 @@ class ActionReader {
     std::string_view word = s_.substr(start, pos_ - start);
     static constexpr std::string_view expected =
         "expected one of F, B, BW, I, W, R, RL, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, "
-        "WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD, OFFLOAD, RELOAD";
+        "WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD, OFFLOAD, RELOAD, VOCAB_F, "
+        "VOCAB_B";
     if (word.empty()) {
       fail(start, "expected a kind after stage " + std::to_string(stage) + " but found " +
                       found_at(s_, start, end_) + "; " + std::string(expected));
@@ -187,6 +188,8 @@ class ActionReader {
         {"WAIT_REDUCE_GRAD", OpKind::WaitReduceGrad},
         {"OFFLOAD", OpKind::Offload},
         {"RELOAD", OpKind::Reload},
+        {"VOCAB_F", OpKind::VocabF},
+        {"VOCAB_B", OpKind::VocabB},
     };
     for (const Entry& e : table)
       if (e.word == word) return e.kind;

@@ -303,7 +303,9 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
   }
   int max_stage = -1, max_microbatch = -1, max_slice = -1;
   std::vector<int> first_row_of_stage;
-  auto note = [&](int stage, int microbatch, int slice, int row, int line, int column) {
+  // A vocabulary pass names a shard (a rank), not a stage: it says nothing of the placement.
+  auto note = [&](int stage, int microbatch, int slice, int row, int line, int column,
+                  bool shard = false) {
     auto too_many = [&](const char* what, int value) {
       throw parse_error(where(name, line, column) + what + " " + std::to_string(value) +
                             " is beyond what pipesched reads (indices below " +
@@ -313,9 +315,10 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
     if (stage >= max_io_count) too_many("stage", stage);
     if (microbatch >= max_io_count) too_many("microbatch", microbatch);
     if (slice >= max_io_count) too_many("slice", slice);
-    max_stage = std::max(max_stage, stage);
     max_microbatch = std::max(max_microbatch, microbatch);
     max_slice = std::max(max_slice, slice);
+    if (shard) return;
+    max_stage = std::max(max_stage, stage);
     if (static_cast<int>(first_row_of_stage.size()) <= stage)
       first_row_of_stage.resize(static_cast<std::size_t>(stage) + 1, -1);
     if (first_row_of_stage[stage] < 0) first_row_of_stage[stage] = row;
@@ -329,7 +332,7 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
         continue;
       }
       Action a = parse_action_at(cell.text, name, line.number, cell.column);
-      note(a.stage, a.microbatch, a.slice, row, line.number, cell.column);
+      note(a.stage, a.microbatch, a.slice, row, line.number, cell.column, is_vocabulary(a.kind));
       if (a.kind == OpKind::Overlap)
         note(a.b_stage, a.b_microbatch, a.b_slice, row, line.number, cell.column);
       list.push_back(a);
@@ -376,7 +379,8 @@ inline Schedule read_csv_content(std::string_view content, std::string name) {
 //! Reads PyTorch's schedule CSV: row r is rank r's actions in order, an empty cell is an
 //! idle slot. The problem and placement are inferred: ranks = rows; stages, microbatches and
 //! slices = the largest index used + 1 (both halves of an overlap count); stage s belongs
-//! to the first row where an action of s appears, or to rank s mod ranks when none does.
+//! to the first row where an action of s appears, or to rank s mod ranks when none does (a
+//! vocabulary pass names a shard, not a stage, and counts for neither).
 //! A stage that also appears in other rows is read as written (validation reports it).
 //! Accepts `\n` and `\r\n` line endings and remembers in `crlf` whether the first line ended
 //! in `\r\n`. Throws parse_error naming the line, the column of
@@ -424,8 +428,8 @@ inline std::string to_csv(const Schedule& s) {
 //! Throws invalid_schedule when PyTorch's runtime (2.15) cannot run `s` as pipesched does:
 //! - an extension it misreads or refuses: a slice suffix (PyTorch reads `2F0.1` as `2F0`, the
 //!   whole microbatch), a weight-gradient part (`2W0:1` is read as `2W0`, so the whole W would
-//!   run once per part), a recompute (`2R0`, a kind PyTorch's reader refuses) or an offload
-//!   (`2OFFLOAD0`, `2RELOAD0`, likewise);
+//!   run once per part), a recompute (`2R0`, a kind PyTorch's reader refuses), an offload
+//!   (`2OFFLOAD0`, `2RELOAD0`, likewise) or a vocabulary pass (`2VOCAB_F0`, `2VOCAB_B0`);
 //! - several model replicas (Chimera), which PyTorch would run as one model;
 //! - the last stage's forwards out of microbatch order: PyTorch keeps each loss in the order
 //!   the last stage's forwards run and gives microbatch k's backward the loss at index k;
@@ -484,6 +488,12 @@ inline void check_pytorch_runnable(const Schedule& s, bool as_written = false) {
                                "action PyTorch's schedules do not have (its reader refuses the "
                                "kind); write the schedule without --offload and offload inside "
                                "the stage modules instead.");
+      if (is_vocabulary(a.kind))
+        throw invalid_schedule(at() +
+                               "is a vocabulary pass of the output layer split over the ranks, "
+                               "an action PyTorch's schedules do not have (its reader refuses the "
+                               "kind); write the schedule without --vocab-parallel, with the "
+                               "output layer on the last stage.");
       if (a.slice != 0 || (a.kind == OpKind::Overlap && a.b_slice != 0))
         throw invalid_schedule(
             at() +

@@ -12,12 +12,17 @@
 //      on the host link while the rank computes (pass/offload.hpp);
 //   4. checkpoint: recompute what the budget still requires (the checkpoint policy; a unit it
 //      recomputes is not offloaded). With offloading, steps 3 and 4 are kept only where they
-//      give a shorter simulated step than step 4 alone (offload_where_faster).
+//      give a shorter simulated step than step 4 alone (offload_where_faster);
+//   5. with vocabulary parallelism, add the vocabulary passes (pass/vocabulary.hpp) within the
+//      budget; where they take a rank over it, steps 1-4 run again under a budget smaller by
+//      what they took there (twice at most). Under a budget each lag of the passes (0, 1, 2
+//      more microbatches held) is planned so, and the shortest step kept.
 #pragma once
 
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -32,6 +37,7 @@
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/pass/fill_weight_gradients.hpp"
 #include "pipesched/pass/offload.hpp"
+#include "pipesched/pass/vocabulary.hpp"
 #include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/policy/registry.hpp"
 
@@ -70,6 +76,12 @@ struct PlanRecipe {
   //! (has_host_copy).
   bool offload = false;
   OffloadOptions offload_options = {};  //!< how, with `offload`
+  //! Split the output layer by vocabulary over the ranks and add the vocabulary passes last
+  //! (add_vocabulary_passes with `vocabulary_options`, within the plan's budget). The cost
+  //! model prices them and splits its head too (has_vocabulary_cost; TransformerCost with
+  //! Parallelism::vocabulary).
+  bool vocabulary = false;
+  VocabularyOptions vocabulary_options = {};  //!< how, with `vocabulary` (its budget: the plan's)
 };
 
 //! A plan's schedule with the cost model and per-rank budget it was assembled under.
@@ -127,6 +139,7 @@ inline void check_recipe(const GeneratorInfo& order, const MemoryBudget& budget,
     throw invalid_problem(who + field("PlanRecipe.warmup", recipe.warmup) +
                           " sets a warm-up this order does not have; give 0.");
   if (recipe.offload) recipe.offload_options.check();
+  if (recipe.vocabulary) recipe.vocabulary_options.check();
   if (recipe.held_microbatches < 0)
     throw invalid_problem(who + field("PlanRecipe.held_microbatches", recipe.held_microbatches) +
                           " is out of range; give 1 or more microbatches, or 0 for no bound.");
@@ -199,6 +212,93 @@ AssembledPlan<Cost> assemble_base(const GeneratorInfo& order, const Problem& p, 
   return out;
 }
 
+namespace detail {
+
+// Step 5 of assemble_plan (the top of this header) for one lag of the passes: `build(b)`
+// assembles steps 1-4 under budget b; the passes go in within `budget`, and where they take a
+// rank over it the plan is built again under a budget smaller by that excess, twice at most.
+template <cost_model Cost, class Build>
+AssembledPlan<Cost> assemble_vocabulary_lag(const GeneratorInfo& order, const Problem& p,
+                                            const MemoryBudget& budget,
+                                            const VocabularyOptions& options, Build& build) {
+  MemoryBudget within = budget;
+  for (int round = 0;; ++round) {
+    std::optional<AssembledPlan<Cost>> built;
+    try {
+      built.emplace(build(within));
+    } catch (const invalid_problem& e) {
+      if (round == 0) throw;
+      throw invalid_problem(
+          "with its vocabulary passes, which hold memory of their own, the plan "
+          "of order '" +
+          std::string(order.name) + "' does not fit the budget: " + e.message());
+    }
+    AssembledPlan<Cost>& a = *built;
+    VocabularyOptions placed = options;
+    placed.budget = budget;
+    a.schedule = add_vocabulary_passes(a.schedule, a.cost, placed);
+    if (round > 0) a.budget = budget;  // the budget asked for, not the one planned within
+    if (!budget.limited()) return std::move(a);
+    const SimulationResult r = simulate(a.schedule, a.cost);
+    bool over = false;
+    MemoryBudget next;
+    next.per_rank.resize(static_cast<std::size_t>(p.ranks));
+    for (int i = 0; i < p.ranks; ++i) {
+      const double excess = r.ranks[static_cast<std::size_t>(i)].peak_memory - budget.of(i);
+      over = over || excess > 0;
+      next.per_rank[static_cast<std::size_t>(i)] = within.of(i) - std::max(0.0, excess);
+    }
+    if (!over) return std::move(a);
+    if (round == 2)
+      throw invalid_problem("with its vocabulary passes the plan of order '" +
+                            std::string(order.name) +
+                            "' stays over its budget after two tries under a budget reduced by "
+                            "what they hold; give a larger budget, or checkpoint.");
+    within = std::move(next);
+  }
+}
+
+// Step 5 of assemble_plan: the passes at the recipe's lag, or (lag -1) at each of lags 0, 1
+// and 2, the plan made room for within the budget, keeping the shortest simulated step.
+template <cost_model Cost, class Build>
+AssembledPlan<Cost> assemble_with_vocabulary(const GeneratorInfo& order, const Problem& p,
+                                             const Cost& cost, const MemoryBudget& budget,
+                                             const PlanRecipe& recipe, Build&& build) {
+  if constexpr (requires { cost.vocabulary_parallel(); }) {
+    if (!cost.vocabulary_parallel())
+      throw invalid_problem("assemble_plan: order '" + std::string(order.name) +
+                            "': " + field("PlanRecipe.vocabulary", true) +
+                            " adds vocabulary passes, but the cost model keeps the output "
+                            "layer on the last stage; split it there too (TransformerCost: "
+                            "Parallelism::vocabulary = true).");
+  }
+  recipe.vocabulary_options.check();
+  if (recipe.vocabulary_options.lag >= 0 || !budget.limited())
+    return assemble_vocabulary_lag<Cost>(order, p, budget, recipe.vocabulary_options, build);
+  // Under a budget a lag holds more: each is planned to make its own room.
+  std::optional<AssembledPlan<Cost>> best;
+  double best_step = 0;
+  std::optional<invalid_problem> first_refusal;
+  for (int lag = 0; lag <= 2; ++lag) {
+    VocabularyOptions options = recipe.vocabulary_options;
+    options.lag = lag;
+    try {
+      AssembledPlan<Cost> a = assemble_vocabulary_lag<Cost>(order, p, budget, options, build);
+      const double step = simulate(a.schedule, a.cost).makespan;
+      if (!best || step < best_step) {
+        best.emplace(std::move(a));
+        best_step = step;
+      }
+    } catch (const invalid_problem& e) {
+      if (!first_refusal) first_refusal = e;
+    }
+  }
+  if (!best) throw *first_refusal;
+  return std::move(*best);
+}
+
+}  // namespace detail
+
 //! The plan of `order` for `p` under `cost` and a per-rank `budget`, in the one fixed order
 //! (generate, place W parts, checkpoint; see the top of this header): `checkpoint(schedule,
 //! cost, budget)` is the checkpoint step and `recomputes` whether it may recompute (FitOrder::Auto
@@ -214,6 +314,20 @@ requires std::is_invocable_r_v<Schedule, Checkpoint&, const Schedule&, const Cos
                                       const Cost& cost, MemoryBudget budget,
                                       const PlanRecipe& recipe, bool recomputes,
                                       Checkpoint&& checkpoint, const Schedule* own = nullptr) {
+  if (recipe.vocabulary) {
+    if constexpr (has_vocabulary_cost<Cost>) {
+      return detail::assemble_with_vocabulary(
+          order, p, cost, budget, recipe, [&](const MemoryBudget& b) {
+            PlanRecipe without = recipe;
+            without.vocabulary = false;
+            return assemble_plan(order, p, cost, b, without, recomputes, checkpoint, own);
+          });
+    } else {
+      throw invalid_problem("assemble_plan: " + field("PlanRecipe.vocabulary", true) +
+                            " needs a cost model that prices vocabulary passes "
+                            "(has_vocabulary_cost: UniformCost, TransformerCost).");
+    }
+  }
   detail::check_recipe(order, budget, recipe);
   Schedule built_own;
   if (!own && (recipe.held_microbatches > 0 || recipe.fit != FitOrder::Fitted)) {

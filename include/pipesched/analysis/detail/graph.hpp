@@ -13,7 +13,9 @@
 // A WAIT_SEND completes its send: it depends on the send (same rank, earlier) and on the
 // peer having posted the matching receive (a send completes only once it can be delivered).
 // Actions on a whole stage (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD) depend on
-// nothing but their place in their rank's list.
+// nothing but their place in their rank's list. The vocabulary passes' collectives (the
+// broadcast of the last stage's output to every VOCAB_F, the reduction every VOCAB_B and the
+// last stage's backward wait for) are direct edges, with or without communication actions.
 #pragma once
 
 #include <cstddef>
@@ -77,6 +79,11 @@ class DependencyGraph {
   int recompute_of(int s, int m, int k) const { return lookup(r_, s, m, k); }
   int offload_of(int s, int m, int k) const { return lookup(o_, s, m, k); }
   int reload_of(int s, int m, int k) const { return lookup(rl_, s, m, k); }
+  //! VOCAB_F / VOCAB_B of shard `j` (flat index or none).
+  int vocabulary_forward_of(int j, int m, int k) const { return lookup(vf_, j, m, k); }
+  int vocabulary_backward_of(int j, int m, int k) const { return lookup(vb_, j, m, k); }
+  //! True when the schedule holds vocabulary passes.
+  bool vocabulary() const noexcept { return vocabulary_; }
 
   //! True when (s, m, k) is inside the problem.
   bool in_range(int s, int m, int k) const {
@@ -95,7 +102,8 @@ class DependencyGraph {
     const int nranks = s.rank_count();
     // Sized by the actions, not by stages × microbatches × slices (see unit_table.hpp).
     const std::size_t actions = s.action_count();
-    for (UnitTable<int>* t : {&f_, &bi_, &r_, &o_, &rl_, &send_f_, &recv_f_, &send_b_, &recv_b_})
+    for (UnitTable<int>* t :
+         {&f_, &bi_, &r_, &o_, &rl_, &vf_, &vb_, &send_f_, &recv_f_, &send_b_, &recv_b_})
       *t = UnitTable<int>(p, actions, none);
     flat_of_.assign(nranks, {});
     rank_order_.assign(nranks, {});
@@ -133,6 +141,14 @@ class DependencyGraph {
           case OpKind::Reload:
             record(rl_, a.stage, a.microbatch, a.slice);
             break;
+          case OpKind::VocabF:
+            record(vf_, a.stage, a.microbatch, a.slice);
+            vocabulary_ = true;
+            break;
+          case OpKind::VocabB:
+            record(vb_, a.stage, a.microbatch, a.slice);
+            vocabulary_ = true;
+            break;
           case OpKind::SendF:
             record(send_f_, a.stage, a.microbatch, a.slice);
             break;
@@ -157,6 +173,18 @@ class DependencyGraph {
 
     // Pass 2: dependency edges.
     const bool explicit_comm = s.has_comm();
+    vocabulary_edges_ = vocabulary_ && p.replicas == 1 && p.ranks <= max_vocabulary_ranks;
+    if (vocabulary_ && !vocabulary_edges_)
+      add_issue({{},
+                 "vocabulary",
+                 p.replicas != 1
+                     ? "the schedule has vocabulary passes (VOCAB_F, VOCAB_B) over " +
+                           std::to_string(p.replicas) +
+                           " replicas; vocabulary parallelism splits the output layer of one "
+                           "pipeline over its ranks, so use one replica."
+                     : "the schedule has vocabulary passes over " + std::to_string(p.ranks) +
+                           " ranks; vocabulary parallelism is supported up to " +
+                           std::to_string(max_vocabulary_ranks) + " ranks."});
     dep_begin_.assign(refs_.size() + 1, 0);
     std::vector<int> deps;
     for (int id = 0; id < size(); ++id) {
@@ -166,10 +194,12 @@ class DependencyGraph {
       if (a.kind == OpKind::Overlap) {
         add_compute_deps(id, a.forward_half(), explicit_comm, deps);
         add_compute_deps(id, a.backward_half(), explicit_comm, deps);
+        add_vocabulary_deps(id, a.backward_half(), deps);
       } else if (is_comm(a.kind) || is_wait_send(a.kind)) {
         add_comm_deps(id, a, deps);
       } else {
         add_compute_deps(id, a, explicit_comm, deps);
+        add_vocabulary_deps(id, a, deps);
       }
       for (int d : deps) {
         bool seen = false;
@@ -211,7 +241,8 @@ class DependencyGraph {
                    to_string(consumer) + " at rank " + std::to_string(me.rank) + " position " +
                        std::to_string(me.position) + " needs " + to_string(wanted) +
                        ", which comes later on the same rank (position " +
-                       std::to_string(them.position) + "); " + rule_text(consumer.kind)});
+                       std::to_string(them.position) + "); " +
+                       rule_text(consumer.kind, wanted.kind)});
       else
         out.push_back(dep);
       return;
@@ -254,7 +285,10 @@ class DependencyGraph {
       ++issues_omitted_;
   }
 
-  static std::string rule_text(OpKind k) {
+  static std::string rule_text(OpKind k, OpKind wanted = OpKind::Idle) {
+    if (wanted == OpKind::VocabF || is_vocabulary(k))
+      return "a VOCAB_F runs after the last stage's forward of its microbatch, and every VOCAB_B "
+             "and the last stage's backward after the VOCAB_F of every shard.";
     switch (k) {
       case OpKind::F:
         return "a forward runs after the previous stage's and the previous slice's forward.";
@@ -300,6 +334,26 @@ class DependencyGraph {
       need(id, lookup(table, d.stage, d.microbatch, d.slice), a,
            Action::make(named, d.stage, d.microbatch, d.slice), through, out);
     });
+  }
+
+  // The vocabulary rules (core/rules.hpp): a VOCAB_F waits for the last stage's forward, a
+  // VOCAB_B and the last stage's B or I for every shard's VOCAB_F. Direct edges (collectives).
+  void add_vocabulary_deps(int id, const Action& a, std::vector<int>& out) {
+    if (!vocabulary_edges_) return;
+    const Problem& p = schedule_->problem;
+    const int m = a.microbatch, k = a.slice;
+    if (a.kind == OpKind::VocabF) {
+      if (!in_range(a.stage, m, k) || a.stage >= p.ranks) return;
+      const int last = p.stages - 1;
+      need(id, lookup(f_, last, m, k), a, Action::make(OpKind::F, last, m, k), std::nullopt, out);
+      return;
+    }
+    const bool waits =
+        a.kind == OpKind::VocabB || (is_input_backward(a.kind) && a.stage == p.stages - 1);
+    if (!waits || !in_range(a.stage, m, k)) return;
+    if (a.kind == OpKind::VocabB && a.stage >= p.ranks) return;
+    for (int j = 0; j < p.ranks; ++j)
+      need(id, lookup(vf_, j, m, k), a, Action::make(OpKind::VocabF, j, m, k), std::nullopt, out);
   }
 
   // Sends depend on their producer (same rank, earlier); receives on the matching send.
@@ -368,7 +422,9 @@ class DependencyGraph {
   std::vector<ActionRef> refs_;
   std::vector<std::vector<int>> flat_of_;
   std::vector<std::vector<int>> rank_order_;
-  UnitTable<int> f_, bi_, r_, o_, rl_, send_f_, recv_f_, send_b_, recv_b_;
+  UnitTable<int> f_, bi_, r_, o_, rl_, vf_, vb_, send_f_, recv_f_, send_b_, recv_b_;
+  bool vocabulary_ = false;        // the schedule holds VOCAB_F or VOCAB_B
+  bool vocabulary_edges_ = false;  // and their rules apply (one replica, few enough ranks)
   std::vector<int> dep_begin_, dep_list_, out_begin_, out_list_;
   std::vector<GraphIssue> issues_;
   std::uint64_t issues_omitted_ = 0;

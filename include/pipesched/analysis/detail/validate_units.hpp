@@ -11,6 +11,7 @@
 #include "pipesched/analysis/detail/unit_table.hpp"
 #include "pipesched/analysis/validation_report.hpp"
 #include "pipesched/core/action.hpp"
+#include "pipesched/core/rules.hpp"
 #include "pipesched/core/schedule.hpp"
 
 namespace pipesched::detail {
@@ -25,14 +26,41 @@ struct UnitSeen {
   int f = 0, b = 0, i = 0, r = 0;
   int r_late = 0;            //!< of the r recomputes, the late ones (`RL`)
   int offload = 0, reload = 0;  //!< OFFLOAD and RELOAD actions of the unit
+  //! VOCAB_F and VOCAB_B of shard `stage` (counted under the shard's index; shard j < ranks)
+  int vocab_f = 0, vocab_b = 0;
   std::vector<int> w_parts;  //!< the part index of every W of the unit, in list order
   friend bool operator==(const UnitSeen&, const UnitSeen&) = default;
 };
 
-// The exactly-once rules for one unit; `emit(rule, make_message)` is called per violation
-// (make_message builds the text only when the report keeps it).
+// The exactly-once rules of the vocabulary passes of shard key.stage (a rank) for microbatch
+// key.microbatch and slice key.slice, in a schedule with vocabulary passes.
 template <class Emit>
-void unit_rules(const Schedule& s, UnitKey key, const UnitSeen& u, Emit&& emit) {
+void vocabulary_rules(UnitKey key, const UnitSeen& u, Emit&& emit) {
+  const int j = key.stage, mb = key.microbatch, sl = key.slice;
+  auto pass = [&](OpKind k) { return to_string(Action::make(k, j, mb, sl)); };
+  for (const OpKind k : {OpKind::VocabF, OpKind::VocabB}) {
+    const int n = k == OpKind::VocabF ? u.vocab_f : u.vocab_b;
+    if (n == 0)
+      emit("missing", [&, k] {
+        return "rank " + std::to_string(j) + " never runs " + pass(k) +
+               "; with vocabulary passes every rank runs one VOCAB_F and one VOCAB_B of its "
+               "shard for every microbatch (and slice).";
+      });
+    if (n > 1)
+      emit("duplicate", [&, k, n] {
+        return pass(k) + " appears " + std::to_string(n) +
+               " times; every shard runs each vocabulary pass of a microbatch once.";
+      });
+  }
+}
+
+// The exactly-once rules for one unit; `emit(rule, make_message)` is called per violation
+// (make_message builds the text only when the report keeps it). `vocabulary`: the schedule
+// holds vocabulary passes, whose shard key.stage (when a rank) is checked too.
+template <class Emit>
+void unit_rules(const Schedule& s, UnitKey key, const UnitSeen& u, Emit&& emit,
+                bool vocabulary = false) {
+  if (vocabulary && key.stage < s.problem.ranks) vocabulary_rules(key, u, emit);
   const Problem& p = s.problem;
   const int st = key.stage, mb = key.microbatch, sl = key.slice;
   const int owner = s.placement.rank_of(st);
@@ -306,6 +334,47 @@ inline void check_comm_action(const Schedule& s, ValidationReport& rep, int r, i
     });
 }
 
+// The checks of vocabulary pass `a` at rank `r` position `i`: one replica, a shard that is a
+// rank, on that rank, a microbatch and slice in range. False when it is not to be counted.
+inline bool check_vocabulary_action(const Schedule& s, ValidationReport& rep, int r, int i,
+                                    const Action& a) {
+  const Problem& p = s.problem;
+  if (p.replicas != 1) {
+    add_violation(rep, r, i, a, "vocabulary", [&] {
+      return to_string(a) + " at " + where(r, i) + " is a vocabulary pass in a schedule of " +
+             std::to_string(p.replicas) +
+             " replicas; vocabulary parallelism splits the output layer of one pipeline over "
+             "its ranks, so use one replica.";
+    });
+    return false;
+  }
+  if (a.stage < 0 || a.stage >= p.ranks || a.microbatch < 0 || a.microbatch >= p.microbatches ||
+      a.slice < 0 || a.slice >= p.slices) {
+    add_violation(rep, r, i, a, "index-range", [&] {
+      return to_string(a) + " at " + where(r, i) + " is out of range: vocabulary shards run 0.." +
+             std::to_string(p.ranks - 1) + " (one per rank), microbatches 0.." +
+             std::to_string(p.microbatches - 1) + ", slices 0.." + std::to_string(p.slices - 1) +
+             ".";
+    });
+    return false;
+  }
+  if (p.ranks > max_vocabulary_ranks) {
+    add_violation(rep, r, i, a, "vocabulary", [&] {
+      return to_string(a) + " at " + where(r, i) + " is a vocabulary pass over " +
+             std::to_string(p.ranks) + " ranks; vocabulary parallelism is supported up to " +
+             std::to_string(max_vocabulary_ranks) + " ranks.";
+    });
+    return false;
+  }
+  if (a.stage != r)
+    add_violation(rep, r, i, a, "placement", [&] {
+      return to_string(a) + " at " + where(r, i) + " runs vocabulary shard " +
+             std::to_string(a.stage) + ", which rank " + std::to_string(a.stage) +
+             " holds; shard j of the output layer lives on rank j and its passes run there.";
+    });
+  return true;
+}
+
 // Counts compute action `a` in `u`, the unit it names.
 inline void count_unit_action(UnitSeen& u, const Action& a) {
   switch (a.kind) {
@@ -330,6 +399,12 @@ inline void count_unit_action(UnitSeen& u, const Action& a) {
       break;
     case OpKind::Reload:
       ++u.reload;
+      break;
+    case OpKind::VocabF:
+      ++u.vocab_f;
+      break;
+    case OpKind::VocabB:
+      ++u.vocab_b;
       break;
     default:
       break;
@@ -364,6 +439,11 @@ inline void check_actions(const Schedule& s, ValidationReport& rep, UnitTable<Un
         check_stage_action(s, rep, r, i, a);
         continue;
       }
+      if (is_vocabulary(a.kind)) {
+        if (check_vocabulary_action(s, rep, r, i, a))
+          count_unit_action(seen.at(a.stage, a.microbatch, a.slice), a);
+        continue;
+      }
       if (!check_unit_of(s, rep, r, i, a, a.stage, a.microbatch, a.slice)) continue;
       count_unit_action(seen.at(a.stage, a.microbatch, a.slice), a);
     }
@@ -378,11 +458,16 @@ inline void check_exactly_once(const Schedule& s, const UnitTable<UnitSeen>& see
   // of the problem stops once the report is full; the rest is counted without a walk: a unit
   // no action names misses its forward and its backward (two violations), and the units some
   // action names are visited directly.
+  const bool vocabulary = s.has_vocabulary() && p.replicas == 1;
   auto keep = [&](UnitKey k, const UnitSeen& u) {
-    unit_rules(s, k, u, [&](const char* rule, auto make_message) {
-      add_violation(rep, s.placement.rank_of(k.stage), -1,
-                    Action::make(OpKind::F, k.stage, k.microbatch, k.slice), rule, make_message);
-    });
+    unit_rules(
+        s, k, u,
+        [&](const char* rule, auto make_message) {
+          add_violation(rep, s.placement.rank_of(k.stage), -1,
+                        Action::make(OpKind::F, k.stage, k.microbatch, k.slice), rule,
+                        make_message);
+        },
+        vocabulary);
   };
   UnitKey stop{p.stages, 0, 0};  // the first unit not walked
   std::uint64_t walked = 0;
@@ -402,7 +487,8 @@ inline void check_exactly_once(const Schedule& s, const UnitTable<UnitSeen>& see
   seen.for_each_stored([&](UnitKey k, const UnitSeen& u) {
     if (k < stop) return;
     ++named_after;
-    unit_rules(s, k, u, [&](const char*, auto) { rep.add({}); });
+    unit_rules(
+        s, k, u, [&](const char*, auto) { rep.add({}); }, vocabulary);
   });
   const std::uint64_t after = step_unit_count(p) - walked;
   const std::uint64_t absent = after - std::min(after, named_after);

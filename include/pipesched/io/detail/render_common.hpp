@@ -71,7 +71,8 @@ using pipesched::format_time;
 //! The one-letter name of a kind in the text grid and the SVG legend: F, B, I, W, R, O for
 //! Overlap, '>' for a send or its wait, '<' for a receive, '*' for an action on a whole stage
 //! (UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD), 'v' for an OFFLOAD (to host memory), '^'
-//! for a RELOAD, '.' for idle.
+//! for a RELOAD, 'S' for a VOCAB_F and 'T' for a VOCAB_B (the vocabulary passes' names in
+//! Yeung et al.), '.' for idle.
 constexpr char kind_letter(OpKind k) noexcept {
   switch (k) {
     case OpKind::F:
@@ -103,6 +104,10 @@ constexpr char kind_letter(OpKind k) noexcept {
       return 'v';
     case OpKind::Reload:
       return '^';
+    case OpKind::VocabF:
+      return 'S';
+    case OpKind::VocabB:
+      return 'T';
     case OpKind::Idle:
       return '.';
   }
