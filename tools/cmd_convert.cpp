@@ -25,11 +25,11 @@ int cmd_convert(const std::vector<std::string>& argv) {
         "ends (CSV or text) is\nwritten with them, and a full backward "
         "read as BW is written BW, except with\n--format pytorch, which "
         "writes B (PyTorch 2.15 refuses BW). With --format pytorch a\n"
-        "schedule PyTorch's runtime cannot run (slices, W parts, recomputes, offloads, "
-        "the last\nstage's forwards out of microbatch order, ...; see "
-        "pipesched validate --help) is\nrefused (exit 1) with the rank, "
-        "position and rule, and so is one the validator\nrefuses (pipesched "
-        "validate says why); nothing is written then.",
+        "schedule PyTorch's runtime cannot run (slices, W parts, recomputes, offloads,\n"
+        "vocabulary passes, the last stage's forwards out of microbatch order, ...; see\n"
+        "pipesched validate --help) is refused (exit 1) with the rank, position and rule,\n"
+        "and so is one the validator refuses (pipesched validate says why); nothing is\n"
+        "written then.",
         specs);
     return exit_ok;
   }

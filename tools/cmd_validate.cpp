@@ -13,7 +13,8 @@ int cmd_validate(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs = {
       {"--format", true,
        "also check that PyTorch 2.15's runtime can run the file as it stands: no slices, W "
-       "parts, recomputes, offloads, replicas or BW spelling, the last stage's forwards in "
+       "parts, recomputes, offloads, vocabulary passes, replicas or BW spelling, the last stage's "
+       "forwards in "
        "microbatch "
        "order and, with communication, a WAIT_SEND for every send and no idle slots",
        "pytorch"}};

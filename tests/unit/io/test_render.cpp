@@ -342,6 +342,30 @@ TEST(RenderSvg, KindsSlicesAndLegend) {
   }
 }
 
+// Vocabulary passes have colours and legend entries of their own.
+TEST(RenderSvg, VocabularyPassesHaveColoursOfTheirOwn) {
+  Schedule s;
+  s.name = "vocab";
+  s.problem = {.ranks = 2, .stages = 2, .microbatches = 1};
+  s.placement = Placement::linear(2);
+  auto act = [](OpKind k, int stage) { return Action::make(k, stage, 0); };
+  s.ranks = {
+      {act(OpKind::F, 0), act(OpKind::VocabF, 0), act(OpKind::VocabB, 0), act(OpKind::B, 0)},
+      {act(OpKind::F, 1), act(OpKind::VocabF, 1), act(OpKind::B, 1), act(OpKind::VocabB, 1)}};
+  ASSERT_TRUE(check(s).ok()) << check(s).summary();
+  const std::vector<XmlElement> els = parse_xml(render_svg(s, simulate(s)));
+  std::set<std::string> fills;
+  for (OpKind k : {OpKind::F, OpKind::B, OpKind::VocabF, OpKind::VocabB}) {
+    const std::vector<XmlElement> of_kind = with_class(els, "rect", std::string(to_string(k)));
+    ASSERT_FALSE(of_kind.empty()) << to_string(k);
+    fills.insert(of_kind[0].attrs.at("fill"));
+  }
+  EXPECT_EQ(fills.size(), 4u) << "each kind has its own colour";
+  const std::string legend = all_text(with_class(els, "text", "legend"));
+  for (const char* want : {"S vocabulary forward", "T vocabulary backward"})
+    EXPECT_NE(legend.find(want), std::string::npos) << want;
+}
+
 TEST(RenderSvg, LaterChunksAreLighterAndOverlapIsTwoTone) {
   {
     Schedule s = find_generator("interleaved-1f1b")

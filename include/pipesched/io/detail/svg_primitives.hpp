@@ -63,6 +63,10 @@ inline Rgb kind_colour(OpKind k) {
     case OpKind::RecvF:
     case OpKind::RecvB:
       return {110, 110, 110};  // grey
+    case OpKind::VocabF:
+      return {196, 58, 122};  // magenta
+    case OpKind::VocabB:
+      return {226, 140, 180};  // pink
     default:
       return {200, 200, 200};
   }
