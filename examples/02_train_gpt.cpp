@@ -3,6 +3,10 @@
 // the default) or on MPI processes (--transport mpi, started as `mpirun -np P`). Every step
 // is checked against the sequential (unpipelined) reference; rank 0 prints the summary.
 //
+// With --vocab-parallel the LM head and loss are split by vocabulary over the ranks (vocabulary
+// parallelism): the last stage ends at the final LayerNorm, each rank holds a shard of the head
+// (toy::GptVocabularyShard), and the schedule's VOCAB_F / VOCAB_B passes run them.
+//
 // With --data-parallel D the MPI job runs D replicas of the pipeline, each on its share of the
 // global batch, their gradients averaged by the schedule's REDUCE_GRAD actions.
 //
@@ -15,6 +19,7 @@
 //
 //   example_02_train_gpt --schedule zb-h1 --ranks 4 --microbatches 8
 //   mpirun -np 4 example_02_train_gpt --transport mpi --schedule slice-pipe --slices 4
+//   example_02_train_gpt --schedule zb-v --vocab-parallel
 //   mpirun -np 4 example_02_train_gpt --transport mpi --data-parallel 2 --schedule zb-h1
 //   pipesched profile --layers 8 --hidden 16 --heads 2 --vocabulary 32 --sequence 16
 //       -o prof.json
@@ -27,7 +32,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,6 +42,7 @@
 #include <unistd.h>
 
 #include "pipesched/pass/mario.hpp"
+#include "pipesched/pass/vocabulary.hpp"
 #include "pipesched/pipesched.hpp"
 #include "pipesched/toy/data.hpp"
 #include "pipesched/toy/gpt.hpp"
@@ -62,6 +70,7 @@ struct Options {
   int slices = 1;
   int steps = 3;
   int data = 1;                    // data-parallel replicas (MPI)
+  bool vocabulary = false;         // --vocab-parallel: the head split over the ranks
   std::string plan;                // --plan FILE: run that plan (MPI)
   std::vector<std::string> given;  // the options given, to refuse those a plan fixes
 };
@@ -81,7 +90,7 @@ int usage(int code) {
                "usage: example_02_train_gpt [--transport inproc|mpi] [--schedule NAME]\n"
                "                            [--ranks P] [--microbatches M] [--slices K]\n"
                "                            [--checkpoint none|mario] [--steps N]\n"
-               "                            [--data-parallel D]\n"
+               "                            [--data-parallel D] [--vocab-parallel]\n"
                "       mpirun -np N example_02_train_gpt --plan FILE [--steps N]\n"
                "\n"
                "Trains a tiny GPT for N steps (default 3) through schedule NAME (default 1f1b;\n"
@@ -89,6 +98,10 @@ int usage(int code) {
                "(default 8) cut into K sequence slices (default 1; slice-level schedules), and\n"
                "checks every step's loss and gradients against the sequential reference.\n"
                "--checkpoint mario adds Mario's checkpointing under half of the plan's peak.\n"
+               "--vocab-parallel splits the LM head and loss by vocabulary over the ranks: the\n"
+               "last stage ends at the final LayerNorm, rank j holds rows j of the head, and\n"
+               "the schedule gets a VOCAB_F and a VOCAB_B per rank and microbatch\n"
+               "(add_vocabulary_passes); one replica (not chimera, not --data-parallel).\n"
                "--transport mpi runs one rank per MPI process: start it with\n"
                "`mpirun -np P example_02_train_gpt --transport mpi ...` (P from mpirun).\n"
                "--data-parallel D (with --transport mpi) runs D replicas of a pipeline of\n"
@@ -120,6 +133,11 @@ bool parse(int argc, char** argv, Options& o, int& code) {
     if (a == "--help" || a == "-h") {
       code = usage(0);
       return false;
+    }
+    if (a == "--vocab-parallel") {
+      o.vocabulary = true;
+      o.given.push_back(a);
+      continue;
     }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "example_02_train_gpt: %s needs a value\n", a.c_str());
@@ -184,6 +202,15 @@ bool parse(int argc, char** argv, Options& o, int& code) {
     code = 2;
     return false;
   }
+  if (o.vocabulary && o.data > 1) {
+    std::fprintf(stderr,
+                 "example_02_train_gpt: --vocab-parallel splits the head over one pipeline's "
+                 "ranks; it cannot go with --data-parallel %d (the shards' gradients would need "
+                 "a reduction of their own)\n",
+                 o.data);
+    code = 2;
+    return false;
+  }
   if (o.checkpoint != "none" && o.checkpoint != "mario") {
     std::fprintf(stderr, "example_02_train_gpt: --checkpoint is none or mario, got '%s'\n",
                  o.checkpoint.c_str());
@@ -194,6 +221,37 @@ bool parse(int argc, char** argv, Options& o, int& code) {
 }
 
 using Stage = toy::GptStage<double>;
+using Shard = toy::GptVocabularyShard<double>;
+
+// `cost` with the shards' figures (vocabulary parallelism): nominal times, the bytes a forward
+// over a whole microbatch keeps.
+ps::ProfiledCost with_shards(ps::ProfiledCost cost, const std::vector<Shard>& shards,
+                             const toy::GptConfig& config) {
+  const auto tokens = static_cast<std::size_t>(config.microbatch_size * config.sequence);
+  for (const Shard& sh : shards)
+    cost.vocabulary.push_back(
+        {.forward = 1, .backward = 1, .bytes = double(sh.predicted_stash_bytes(tokens))});
+  return cost;
+}
+
+// SGD on shard r beside rank r's stages (what use_sgd set), with its snapshot and rollback.
+void add_shard_sgd(ps::ExecutorOptions& options, std::vector<Shard>& shards) {
+  auto saved = std::make_shared<std::vector<std::vector<double>>>(shards.size());
+  options.optimizer = [step = options.optimizer, &shards](int r) {
+    step(r);
+    toy::sgd_update_stage(shards[static_cast<std::size_t>(r)], 0.1);
+  };
+  options.snapshot = [take = options.snapshot, &shards, saved](int r) {
+    take(r);
+    (*saved)[static_cast<std::size_t>(r)] =
+        shards[static_cast<std::size_t>(r)].parameters()[0].data;
+  };
+  options.rollback = [put = options.rollback, &shards, saved](int r) {
+    put(r);
+    shards[static_cast<std::size_t>(r)].parameters()[0].data =
+        (*saved)[static_cast<std::size_t>(r)];
+  };
+}
 
 // How this process takes part in a step of the global batch: its replica, the replica count,
 // and the mean over replicas of a per-replica figure (the identity with one replica).
@@ -316,12 +374,15 @@ template <class Pipe>
 int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
           const toy::GptConfig& config, const Options& o, int process_rank, ReplicaUpdate& update,
           const Replica& replica = {}, ps::TensorShard shard = {},
-          std::vector<double>* seconds = nullptr) {
+          std::vector<double>* seconds = nullptr, std::vector<Shard>* shards = nullptr) {
   const auto global = toy::make_gpt_data<double>(config, o.microbatches * replica.count, 7);
   const auto data = share(global, replica);
-  const auto training = toy::training_data(data, s.problem.slices);  // refers to `data`
-  const ps::SimulationResult predicted =
-      ps::simulate(s, toy::gpt_profiled_cost(stages, s.problem.slices));
+  auto training = toy::training_data(data, s.problem.slices);  // refers to `data`
+  if (shards)
+    training.vocabulary = toy::vocabulary_passes(std::span(*shards), data, s.problem.slices);
+  const ps::SimulationResult predicted = ps::simulate(
+      s, shards ? with_shards(toy::gpt_profiled_cost(stages, s.problem.slices), *shards, config)
+                : toy::gpt_profiled_cost(stages, s.problem.slices));
   std::vector<Stage> ref;  // the model: one replica's stages
   for (int m = 0; m < s.problem.replica_stages(); ++m)
     ref.emplace_back(config, m, s.problem.replica_stages());
@@ -353,10 +414,27 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
   std::vector<double> theirs;
   for (int st : held_stages(s, process_rank)) {
     mine.push_back(stages[st]);
-    const std::vector<double> cut = ref[s.problem.model_stage(st)].flat_shard(shard, false);
+    std::vector<double> cut = ref[s.problem.model_stage(st)].flat_shard(shard, false);
+    // With the head split, the last stage holds the final LayerNorm without the head's W.
+    if (shards && st == s.problem.stages - 1)
+      cut.resize(cut.size() - static_cast<std::size_t>(config.vocabulary * config.hidden));
     theirs.insert(theirs.end(), cut.begin(), cut.end());
   }
-  const double err = toy::max_relative_error(toy::flat_parameters(mine), theirs);
+  std::vector<double> got = toy::flat_parameters(mine);
+  if (shards) {  // this process's shards against their rows of the reference's W
+    const auto head = ref.back().parameters();
+    const std::vector<double>& w = head[head.size() - 1].data;
+    for (int j = 0; j < s.rank_count(); ++j) {
+      if (process_rank >= 0 && j != process_rank) continue;
+      const Shard& sh = (*shards)[static_cast<std::size_t>(j)];
+      const auto rows = sh.rows();
+      const std::vector<double>& p = sh.parameters()[0].data;
+      got.insert(got.end(), p.begin(), p.end());
+      theirs.insert(theirs.end(), w.begin() + rows.first * config.hidden,
+                    w.begin() + (rows.first + rows.size) * config.hidden);
+    }
+  }
+  const double err = toy::max_relative_error(got, theirs);
   if (!(err <= 1e-12)) {
     std::printf("parameters differ from the reference by %.3g (relative)\n", err);
     ++failures;
@@ -376,16 +454,26 @@ int run(const Options& o, int process_rank) {
                               .blocks = s.problem.replica_stages(),
                               .microbatch_size = 2,
                               .seed = 42};
-  std::vector<Stage> stages = make_stages(config, s);
+  toy::GptConfig split = config;
+  split.split_output = o.vocabulary;
+  std::vector<Stage> stages = make_stages(split, s);
   if (o.checkpoint == "mario") {
     const ps::ProfiledCost cost = toy::gpt_profiled_cost(stages, s.problem.slices);
     const double budget = 0.5 * ps::simulate(s, cost).peak_memory_max;
     s = ps::checkpoint_mario(s, cost, ps::MemoryBudget{.all = budget});
   }
-  say("%s on %d ranks (%s), %d microbatches x %d slices, toy GPT with %d blocks%s\n",
+  std::vector<Shard> shards;
+  if (o.vocabulary) {
+    for (int j = 0; j < s.rank_count(); ++j)
+      shards.emplace_back(config, j, s.rank_count());
+    s = ps::add_vocabulary_passes(
+        s, with_shards(toy::gpt_profiled_cost(stages, s.problem.slices), shards, config));
+  }
+  say("%s on %d ranks (%s), %d microbatches x %d slices, toy GPT with %d blocks%s%s\n",
       s.name.c_str(), s.rank_count(), o.transport == "mpi" ? "MPI processes" : "threads",
       o.microbatches, s.problem.slices, config.blocks,
-      o.checkpoint == "mario" ? ", Mario checkpointing" : "");
+      o.checkpoint == "mario" ? ", Mario checkpointing" : "",
+      o.vocabulary ? ", the head split by vocabulary over the ranks" : "");
   if (s.problem.replicas > 1)
     say("%d replicas of the model in the pipeline (Chimera): each block's copies add up their "
         "SGD steps after each step\n",
@@ -396,17 +484,19 @@ int run(const Options& o, int process_rank) {
         o.data, o.data * o.microbatches);
   ps::ExecutorOptions options;
   toy::use_sgd(options, s.placement, stages, 0.1);  // SGD, with its snapshot and rollback
+  if (o.vocabulary) add_shard_sgd(options, shards);
+  std::vector<Shard>* vocabulary = o.vocabulary ? &shards : nullptr;
   if (process_rank < 0) {
     ps::inproc::Pipeline<Stage> pipe(s, stages, options);
     ReplicaUpdate update(s.problem, stages, held_stages(s, -1));
-    return train(pipe, s, stages, config, o, process_rank, update);
+    return train(pipe, s, stages, config, o, process_rank, update, {}, {}, nullptr, vocabulary);
   }
 #if PIPESCHED_WITH_MPI
   const ps::mpi::Groups groups(ps::ProcessGrid{.pipeline = o.ranks, .data = o.data, .tensor = 1});
   ps::mpi::Pipeline<Stage> pipe(s, stages, groups, {.executor = options});
   const int me = groups.coordinates().pipeline;
   ReplicaUpdate update(s.problem, stages, held_stages(s, me), sum_over(groups.pipeline()));
-  return train(pipe, s, stages, config, o, me, update, replica_of(groups));
+  return train(pipe, s, stages, config, o, me, update, replica_of(groups), {}, nullptr, vocabulary);
 #else
   return 2;
 #endif

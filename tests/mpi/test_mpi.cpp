@@ -2,7 +2,8 @@
 // process). The toy GPT trained through 1F1B, interleaved 1F1B, ZB-H1, a Mario plan and a
 // slice-pipe plan gives the sequential reference's loss and gradients and, bit for bit, what
 // the in-process pipeline gives for the same plan (Chimera's two replicas too, their gradients
-// summed across processes); the measured peak of held bytes equals the
+// summed across processes; vocabulary-parallel 1F1B, ZB-V and slice-pipe with the head split
+// over the processes); the measured peak of held bytes equals the
 // simulator's; dynamic filling runs; a layer that throws on one rank (a std::exception or
 // not), or an optimizer hook that throws, makes every process throw the same error naming that
 // rank and its action or optimizer step, after which the next step runs cleanly; a receive
@@ -17,6 +18,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -32,6 +34,7 @@
 #include "pipesched/pass/checkpoint.hpp"
 #include "pipesched/pass/mario.hpp"
 #include "pipesched/pass/offload.hpp"
+#include "pipesched/pass/vocabulary.hpp"
 #include "pipesched/policy/checkpoint_registry.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/schedule/one_f_one_b.hpp"
@@ -191,6 +194,81 @@ TYPED_TEST(MpiNumerics, ActivationsOffloadedUnder1F1BAndZbH1) {
     }
     expect_same_as_inproc<TypeParam>(s);
   }
+}
+
+// Vocabulary parallelism over MPI: the head's W split by rows over the processes (one
+// toy::GptVocabularyShard each), the last stage's output sent to every process, the partials to
+// every other; under 1F1B and ZB-V (whose last stage is on rank 0), whole microbatches and
+// slices. Each process's stages and shard end bit for bit as the in-process pipeline's, the
+// loss is the sequential one, and each rank holds the bytes the simulator predicts.
+template <class T>
+void expect_vocabulary_same_as_inproc(const ps::Schedule& base) {
+  const int P = world_size();
+  const int slices = base.problem.slices;
+  const toy::GptConfig config = config_for(base.problem.stages);
+  toy::GptConfig split = config;
+  split.split_output = true;
+  const auto data = toy::make_gpt_data<T>(config, base.problem.microbatches, 11);
+  auto ref = make_stages<T>(config, base.problem.stages);
+  auto threads = make_stages<T>(split, base.problem.stages);
+  auto procs = make_stages<T>(split, base.problem.stages);
+  auto thread_shards = exec_test::vocabulary_shards<T>(config, P);
+  auto proc_shards = exec_test::vocabulary_shards<T>(config, P);
+  const ps::ProfiledCost cost =
+      exec_test::with_vocabulary(toy::gpt_profiled_cost(threads, slices), thread_shards, config);
+  const ps::Schedule s = ps::add_vocabulary_passes(base, cost);
+  const ps::SimulationResult predicted = ps::simulate(s, cost);
+  auto sgd = [&s](std::vector<toy::GptStage<T>>& stages,
+                  std::vector<toy::GptVocabularyShard<T>>& shards) {
+    return [step = toy::sgd_optimizer(s.placement, stages, learning_rate), &shards](int rank) {
+      step(rank);
+      toy::sgd_update_stage(shards[static_cast<std::size_t>(rank)], learning_rate);
+    };
+  };
+  ps::ExecutorOptions inproc_options, options;
+  inproc_options.optimizer = sgd(threads, thread_shards);
+  options.optimizer = sgd(procs, proc_shards);
+  ps::inproc::Pipeline<toy::GptStage<T>> inproc(s, threads, inproc_options);
+  ps::mpi::Pipeline<toy::GptStage<T>> mpi(s, procs, MPI_COMM_WORLD, options);
+  auto thread_data = toy::training_data(data, slices);
+  thread_data.vocabulary = toy::vocabulary_passes(std::span(thread_shards), data, slices);
+  auto proc_data = toy::training_data(data, slices);
+  proc_data.vocabulary = toy::vocabulary_passes(std::span(proc_shards), data, slices);
+  const auto mine = static_cast<std::size_t>(world_rank());
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step) + ", rank " + std::to_string(world_rank()));
+    const double ref_loss = toy::sequential_step(ref, data);
+    const auto ref_grads = toy::flat_gradients(ref);
+    toy::sgd_update(ref, learning_rate);
+    const ps::StepResult a = inproc.step(thread_data);
+    const ps::StepResult b = mpi.step(proc_data);
+    EXPECT_LE(std::abs(b.loss - ref_loss), tolerance<T>() * std::abs(ref_loss));
+    EXPECT_EQ(b.loss, a.loss);
+    if (std::is_same_v<T, double>) {
+      EXPECT_LE(
+          toy::max_relative_error(exec_test::gradients_with(threads, thread_shards), ref_grads),
+          tolerance<T>());
+    }
+    EXPECT_TRUE(toy::flat_gradients(own(s, procs)) == toy::flat_gradients(own(s, threads)));
+    EXPECT_TRUE(toy::flat_parameters(own(s, procs)) == toy::flat_parameters(own(s, threads)));
+    EXPECT_TRUE(proc_shards[mine].gradients()[0].data == thread_shards[mine].gradients()[0].data);
+    EXPECT_TRUE(proc_shards[mine].parameters()[0].data == thread_shards[mine].parameters()[0].data);
+    for (int r = 0; r < P; ++r) {
+      EXPECT_EQ(b.ranks[r].peak_bytes, predicted.ranks[r].peak_memory) << "rank " << r;
+    }
+    EXPECT_EQ(mpi.transport().pending(), 0u);
+  }
+}
+
+TYPED_TEST(MpiNumerics, VocabularyParallel1F1BAndZbV) {
+  const int P = world_size();
+  for (const char* name : {"1f1b", "zb-v"}) {
+    SCOPED_TRACE(name);
+    expect_vocabulary_same_as_inproc<TypeParam>(generated(name, P, 2 * P));
+  }
+  SCOPED_TRACE("slice-pipe, 2 slices");
+  expect_vocabulary_same_as_inproc<TypeParam>(
+      ps::schedule::slice_pipe({.ranks = P, .microbatches = 4, .slices = 2}));
 }
 
 // The baselines: Zero Bubble over looped chunks, and the V-shapes of controllable memory.

@@ -197,7 +197,12 @@ class CostRef {
         copy_([](const void* m, const CostContext& ctx, const Action& a) {
           return host_copy_seconds_of(*static_cast<const C*>(m), ctx, a);
         }),
-        vocabulary_(has_vocabulary_cost<C>),
+        vocabulary_([&cost] {
+          if constexpr (requires { cost.prices_vocabulary(); })
+            return has_vocabulary_cost<C> && static_cast<bool>(cost.prices_vocabulary());
+          else
+            return has_vocabulary_cost<C>;
+        }()),
         vocab_([](const void* m, const CostContext& ctx, const Action& a, int what) -> double {
           if constexpr (has_vocabulary_cost<C>) {
             const C& c = *static_cast<const C*>(m);

@@ -39,7 +39,19 @@ struct StageProfile {
   double gradient_reduction = 0;
 };
 
-//! Per-stage profile table. Satisfies `cost_model`.
+//! One vocabulary shard's figures (vocabulary parallelism, pass/vocabulary.hpp), for a whole
+//! microbatch; with K slices each slice takes 1/K.
+struct VocabularyProfile {
+  double forward = 0;   //!< seconds of the shard's VOCAB_F
+  double backward = 0;  //!< seconds of its VOCAB_B
+  double bytes = 0;     //!< held from its VOCAB_F until its VOCAB_B
+  //! Seconds from the last stage's forward until its output is at the shard's rank (for the
+  //! VOCAB_F), and from the last shard's VOCAB_F until the partials are merged (VOCAB_B).
+  double transfer = 0;
+};
+
+//! Per-stage profile table. Satisfies `cost_model`; with `vocabulary` figures it also prices
+//! vocabulary passes (`has_vocabulary_cost`).
 struct ProfiledCost {
   //! Memory is in bytes (messages print amounts as 24GB, 3.19GiB).
   static constexpr MemoryUnit memory_unit = MemoryUnit::Bytes;
@@ -53,6 +65,25 @@ struct ProfiledCost {
   //! so slices differ). Used for a stage when it holds one entry per slice of the problem;
   //! otherwise that stage's `stages` entry is divided evenly among the slices.
   std::vector<std::vector<StageProfile>> slices = {};
+  //! Per vocabulary shard (= rank), for a schedule with vocabulary passes; empty: the table
+  //! does not price them (the simulator and add_vocabulary_passes refuse such a schedule).
+  std::vector<VocabularyProfile> vocabulary = {};
+
+  //! True when the table prices vocabulary passes (it has `vocabulary` figures).
+  bool prices_vocabulary() const noexcept { return !vocabulary.empty(); }
+  //! A VOCAB_F's or VOCAB_B's seconds: its shard's figure, over the problem's slices.
+  double vocabulary_seconds(const CostContext& ctx, const Action& a) const {
+    const VocabularyProfile& v = shard(a.stage);
+    return (a.kind == OpKind::VocabF ? v.forward : v.backward) / ctx.problem.slices;
+  }
+  //! Bytes a VOCAB_F holds until its VOCAB_B: its shard's figure, over the problem's slices.
+  double vocabulary_bytes(const CostContext& ctx, const Action& a) const {
+    return shard(a.stage).bytes / ctx.problem.slices;
+  }
+  //! The shard's `transfer`.
+  double vocabulary_transfer_seconds(const CostContext&, const Action& a) const {
+    return shard(a.stage).transfer;
+  }
 
   //! The whole-microbatch figures of `stage`; throws invalid_problem when the table has none.
   const StageProfile& at(const CostContext& ctx, int stage) const {
@@ -137,6 +168,15 @@ struct ProfiledCost {
   }
 
  private:
+  const VocabularyProfile& shard(int j) const {
+    if (j < 0 || j >= static_cast<int>(vocabulary.size()))
+      throw invalid_problem("ProfiledCost has vocabulary figures for " +
+                            std::to_string(vocabulary.size()) +
+                            " shards but was asked about shard " + std::to_string(j) +
+                            "; give one VocabularyProfile per rank.");
+    return vocabulary[static_cast<std::size_t>(j)];
+  }
+
   // The figures of (stage, slice) and the divisor that makes them one slice's.
   const StageProfile& figures(const CostContext& ctx, int stage, int slice, double& k) const {
     if (has_slice_figures(ctx, stage) && slice >= 0 && slice < ctx.problem.slices) {
@@ -163,6 +203,7 @@ struct ProfiledCost {
   }
 };
 
-static_assert(cost_model<ProfiledCost> && has_reduce_seconds<ProfiledCost>);
+static_assert(cost_model<ProfiledCost> && has_reduce_seconds<ProfiledCost> &&
+              has_vocabulary_cost<ProfiledCost>);
 
 }  // namespace pipesched

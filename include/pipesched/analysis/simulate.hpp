@@ -294,8 +294,8 @@ class SimRecorder {
     if (!prices)
       refuse(
           "the cost model does not price them; use one with vocabulary_seconds, "
-          "vocabulary_bytes and vocabulary_transfer_seconds (UniformCost, or TransformerCost "
-          "with Parallelism::vocabulary).");
+          "vocabulary_bytes and vocabulary_transfer_seconds (UniformCost, ProfiledCost with "
+          "vocabulary figures, or TransformerCost with Parallelism::vocabulary).");
     if constexpr (requires { cost_.vocabulary_parallel(); }) {
       if (!cost_.vocabulary_parallel())
         refuse(

@@ -189,13 +189,21 @@ concept tensor_parallel_stage = stage_model<S> && requires(S& s, const S& c, Ten
 };
 
 //! Which way a message goes: a forward activation to the next stage, or an input gradient
-//! to the previous one.
-enum class Direction : std::uint8_t { Forward, Backward };
+//! to the previous one; with vocabulary parallelism (VOCAB_F, VOCAB_B) also the last stage's
+//! output to every shard's rank, and each shard's partial to every rank.
+enum class Direction : std::uint8_t {
+  Forward,            //!< a stage's output to the next stage
+  Backward,           //!< an input gradient to the previous stage
+  VocabularyInput,    //!< the last stage's output to shard `stage`'s rank (a VOCAB_F's input)
+  VocabularyPartial,  //!< shard `stage`'s partial (its VOCAB_F's result) to another rank
+};
 
 //! What identifies a message: the stage that receives it, the microbatch, the slice and
-//! the direction. A transport matches a receive to the send with the same key.
+//! the direction. A transport matches a receive to the send with the same key. A vocabulary
+//! message names a shard (= the rank that holds it) instead: the shard it goes to
+//! (VocabularyInput) or the shard it comes from (VocabularyPartial).
 struct MessageKey {
-  int stage = 0;                             //!< the stage that receives the message
+  int stage = 0;  //!< the stage that receives the message (a vocabulary message: the shard)
   int microbatch = 0;                        //!< the microbatch it belongs to
   int slice = 0;                             //!< its sequence slice
   Direction direction = Direction::Forward;  //!< activation (Forward) or gradient (Backward)
@@ -205,16 +213,19 @@ struct MessageKey {
 namespace detail {
 // A key as one integer, for hashing (in-process mailboxes, the executor's unit tables).
 inline std::uint64_t pack_key(const MessageKey& k) {
-  // 24 bits stage, 24 bits microbatch, 15 bits slice, 1 bit direction.
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.stage) & 0xFFFFFF) << 40) |
-         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.microbatch) & 0xFFFFFF) << 16) |
-         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.slice) & 0x7FFF) << 1) |
-         static_cast<std::uint64_t>(k.direction == Direction::Backward);
+  // 22 bits stage, 24 bits microbatch, 16 bits slice, 2 bits direction.
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.stage) & 0x3FFFFF) << 42) |
+         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.microbatch) & 0xFFFFFF) << 18) |
+         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.slice) & 0xFFFF) << 2) |
+         (static_cast<std::uint64_t>(k.direction) & 3);
 }
 // A key in words, for error messages.
 inline std::string describe_key(const MessageKey& k) {
-  return std::string(k.direction == Direction::Forward ? "forward activation" : "input gradient") +
-         " for stage " + std::to_string(k.stage) + " microbatch " + std::to_string(k.microbatch) +
+  const char* what = k.direction == Direction::Forward           ? "forward activation for stage "
+                     : k.direction == Direction::Backward        ? "input gradient for stage "
+                     : k.direction == Direction::VocabularyInput ? "vocabulary input for shard "
+                                                                 : "vocabulary partial of shard ";
+  return what + std::to_string(k.stage) + " microbatch " + std::to_string(k.microbatch) +
          (k.slice ? " slice " + std::to_string(k.slice) : std::string());
 }
 }  // namespace detail
@@ -242,6 +253,14 @@ concept device = requires(D& d, const typename D::mark_type& m) {
   { d.mark() } -> std::same_as<typename D::mark_type>;
   { d.synchronize() } -> std::same_as<void>;
   { d.seconds_between(m, m) } -> std::convertible_to<double>;
+};
+
+//! A transport that carries the messages of vocabulary parallelism (`Direction::
+//! VocabularyInput`, `VocabularyPartial`) between any two ranks: it says so with `static
+//! constexpr bool carries_vocabulary = true` (the in-process and MPI transports do).
+template <class T>
+concept vocabulary_transport = requires {
+  requires T::carries_vocabulary;
 };
 
 //! Checks `S` against `stage_model`, one requirement at a time, so a type that misses one

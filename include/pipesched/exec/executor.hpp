@@ -66,6 +66,15 @@ namespace pipesched {
 //! the slice adds to its context, `boundary_bytes` = input plus that, `wgrad_bytes` = stash
 //! after backward_input, `context_gradient_bytes` and `wgrad_part_bytes` as documented there)
 //! the measured peak equals the simulated one when waits are not filled.
+//!
+//! Vocabulary passes (VOCAB_F, VOCAB_B: the output layer split over the ranks) run the
+//! training data's `vocabulary` hooks (`VocabularyPasses`, exec/training_data.hpp): the last
+//! stage's forward output goes to every rank (a copy each, sent right after that forward); a
+//! VOCAB_F waits for it, runs the rank's shard and sends the partial to every other rank; the
+//! rank's VOCAB_B and, on the last stage's rank, the last stage's backward wait for every
+//! shard's partial (merged in shard order, once per unit). Those waits are inside the action
+//! that waits (no RECV stands for them). The transport must carry vocabulary messages
+//! (`vocabulary_transport`), and the tensor type must be copyable.
 template <class Stage, class Transport, class Device = HostDevice>
 class Executor {
   static_assert(check_stage_model<Stage>());
@@ -84,6 +93,10 @@ class Executor {
   //! True when the stage model can run its weight gradient in parts.
   static constexpr bool splits_weights = splits_weight_gradient<Stage>;
 
+  //! True when the executor can run vocabulary passes over this transport and tensor type.
+  static constexpr bool can_run_vocabulary =
+      vocabulary_transport<Transport> && std::copy_constructible<tensor_type>;
+
   //! True when the executor can size a checkpointed unit's kept input, so it can run
   //! schedules with recompute (R).
   static constexpr bool can_checkpoint =
@@ -98,7 +111,9 @@ class Executor {
         transport_(&transport),
         device_(std::move(device)),
         options_(std::move(options)),
-        units_(checked(schedule_, rank, options_, stages)) {
+        units_(checked(schedule_, rank, options_, stages)),
+        vocabulary_(schedule_.has_vocabulary()),
+        last_rank_(schedule_.placement.rank_of(schedule_.problem.stages - 1)) {
     const auto& list = schedule_.ranks[rank_];
     for (std::size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
@@ -107,6 +122,15 @@ class Executor {
       if (a.kind == OpKind::RecvF || a.kind == OpKind::RecvB)
         receives_.push_back({a.stage, a.microbatch, a.slice,
                              a.kind == OpKind::RecvF ? Direction::Forward : Direction::Backward});
+      // The vocabulary messages this rank takes: the last stage's output for its VOCAB_F, the
+      // other shards' partials for its VOCAB_B (and the last stage's backward, which comes
+      // after or before it on the last stage's rank and shares the merge).
+      if (a.kind == OpKind::VocabF && rank_ != last_rank_)
+        receives_.push_back({rank_, a.microbatch, a.slice, Direction::VocabularyInput});
+      if (a.kind == OpKind::VocabB)
+        for (int shard = 0; shard < schedule_.rank_count(); ++shard)
+          if (shard != rank_)
+            receives_.push_back({shard, a.microbatch, a.slice, Direction::VocabularyPartial});
     }
   }
 
@@ -123,8 +147,25 @@ class Executor {
   //! calls `apply_update` once every rank's list has run.
   RankRun step(const TrainingData<tensor_type>& data, const mark_type& start) {
     optimizer_ran_ = false;
-    attached(-1, Action{}, "before its list (zero_gradients)", [&] { units_.zero_gradients(); });
+    if (vocabulary_ && !data.vocabulary)
+      attached(-1, Action{}, "before its list", [&] {
+        throw invalid_problem(
+            "schedule '" + schedule_.name +
+            "' has vocabulary passes (VOCAB_F, VOCAB_B), but the training data has no "
+            "vocabulary hooks to run them; set TrainingData::vocabulary (forward, merge, loss "
+            "and backward of the output layer's shards; toy::vocabulary_passes for the toy "
+            "GPT), or run the schedule without vocabulary passes.");
+      });
+    attached(-1, Action{}, "before its list (zero_gradients)", [&] {
+      units_.zero_gradients();
+      if (vocabulary_ && data.vocabulary.zero_gradients) data.vocabulary.zero_gradients(rank_);
+    });
     units_.begin(data);
+    data_ = &data;
+    vocabulary_x_.clear();
+    vocabulary_own_.clear();
+    vocabulary_merged_.clear();
+    vocabulary_bytes_.clear();
     posted_inputs_.clear();
     posted_grads_.clear();
     RankRun run;
@@ -150,6 +191,17 @@ class Executor {
       run_at(i);
     }
     units_.end(posted_inputs_.size() + posted_grads_.size(), list.size());
+    if (!vocabulary_x_.empty() || !vocabulary_own_.empty() || !vocabulary_merged_.empty() ||
+        !vocabulary_bytes_.empty())
+      throw execution_error("rank " + std::to_string(rank_) + " ended the step with " +
+                                std::to_string(vocabulary_x_.size() + vocabulary_own_.size() +
+                                               vocabulary_merged_.size()) +
+                                " vocabulary tensors and " +
+                                std::to_string(vocabulary_bytes_.size()) +
+                                " shard forwards left over; every VOCAB_F needs its VOCAB_B, "
+                                "and the last stage's backward the merged partials.",
+                            rank_, static_cast<int>(list.size()), Action{});
+    data_ = nullptr;
     device_.synchronize();
     resolve_times(start, run);
     run.loss = units_.loss();
@@ -240,12 +292,18 @@ class Executor {
               " to host memory, but the stage model cannot move a stash there from its "
               "device: add `void offload(stash_type&)` and `void reload(stash_type&)` to it "
               "(gpu::GptStage has them), or run a schedule without OFFLOAD.");
-        if (is_vocabulary(a.kind))
+        if (is_vocabulary(a.kind) && !vocabulary_transport<Transport>)
           throw invalid_problem(
               "Executor: schedule '" + schedule.name + "' runs " + to_string(a) +
-              ", a vocabulary pass of the output layer split over the ranks, which the executor "
-              "does not run yet; simulate it, or run the schedule without vocabulary passes "
-              "(the output layer on the last stage).");
+              ", a vocabulary pass of the output layer split over the ranks, whose messages go "
+              "between every two ranks, but this transport carries only messages between "
+              "neighbouring stages; use the in-process or MPI transport, or run the schedule "
+              "without vocabulary passes (the output layer on the last stage).");
+        if (is_vocabulary(a.kind) && !std::copy_constructible<tensor_type>)
+          throw invalid_problem("Executor: schedule '" + schedule.name + "' runs " + to_string(a) +
+                                ", a vocabulary pass, which sends a copy of the last stage's "
+                                "output to every rank, but the tensor type cannot be copied; "
+                                "run the schedule without vocabulary passes.");
       }
     detail::check_receive_timeout("Executor", options.receive_timeout);
     if (!(options.memory_budget_bytes >= 0))
@@ -399,6 +457,14 @@ class Executor {
       case OpKind::W:
       case OpKind::R:
       case OpKind::Overlap:
+        if constexpr (can_run_vocabulary) {
+          if (vocabulary_) {
+            vocabulary_gradient(a);
+            units_.run(a);
+            vocabulary_broadcast(a);
+            return;
+          }
+        }
         units_.run(a);
         return;
       case OpKind::SendF:
@@ -438,10 +504,123 @@ class Executor {
       case OpKind::Reload:
         units_.reload(a);
         return;
-      case OpKind::VocabF:  // refused at construction
+      case OpKind::VocabF:
+        if constexpr (can_run_vocabulary) vocabulary_forward(a);
+        return;
       case OpKind::VocabB:
+        if constexpr (can_run_vocabulary) vocabulary_backward(a);
         return;
     }
+  }
+
+  // ---- vocabulary passes (only instantiated where the transport and tensors allow) ----
+
+  // After a compute action: the last stage's forward output goes to every rank's shard; this
+  // rank's copy stays here.
+  void vocabulary_broadcast(const Action& a) {
+    const Action f = a.kind == OpKind::Overlap ? a.forward_half() : a;
+    if (f.kind != OpKind::F || !schedule_.problem.last_stage(f.stage)) return;
+    const std::uint64_t key = detail::unit_key(f.stage, f.microbatch, f.slice);
+    auto it = units_.vocabulary_out.find(key);
+    if (it == units_.vocabulary_out.end()) return;
+    tensor_type x = std::move(it->second);
+    units_.vocabulary_out.erase(it);
+    for (int r = 0; r < schedule_.rank_count(); ++r)
+      if (r != rank_)
+        transport_->send(rank_, r, {r, f.microbatch, f.slice, Direction::VocabularyInput},
+                         tensor_type(x));
+    vocabulary_x_.insert_or_assign(detail::unit_key(0, f.microbatch, f.slice), std::move(x));
+  }
+
+  // Before a compute action: the last stage's backward takes its output gradient from the
+  // partials merged over every shard.
+  void vocabulary_gradient(const Action& a) {
+    Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
+    if ((b.kind != OpKind::B && b.kind != OpKind::I) || !schedule_.problem.last_stage(b.stage))
+      return;
+    const std::uint64_t key = detail::unit_key(b.stage, b.microbatch, b.slice);
+    if (units_.grads.contains(key)) return;
+    double loss = 0;
+    tensor_type dy =
+        data_->vocabulary.loss(merged(b.microbatch, b.slice), b.microbatch, b.slice, loss);
+    used_merged(b.microbatch, b.slice);
+    units_.add_loss(loss);
+    units_.grads.insert_or_assign(key, std::move(dy));
+  }
+
+  // VOCAB_F: the shard's partial of the last stage's output, kept and sent to every rank.
+  void vocabulary_forward(const Action& a) {
+    const std::uint64_t unit = detail::unit_key(0, a.microbatch, a.slice);
+    tensor_type x;
+    if (rank_ == last_rank_) {
+      auto it = vocabulary_x_.find(unit);
+      if (it == vocabulary_x_.end())
+        throw error("the last stage's output for " + to_string(a) +
+                    " is not here; its forward runs before the vocabulary pass.");
+      x = std::move(it->second);
+      vocabulary_x_.erase(it);
+    } else {
+      x = transport_->receive(rank_, {rank_, a.microbatch, a.slice, Direction::VocabularyInput},
+                              options_.receive_timeout);
+    }
+    tensor_type partial = data_->vocabulary.forward(rank_, x, a.microbatch, a.slice);
+    const double bytes =
+        data_->vocabulary.held_bytes
+            ? static_cast<double>(data_->vocabulary.held_bytes(rank_, a.microbatch, a.slice))
+            : 0.0;
+    vocabulary_bytes_.insert_or_assign(unit, bytes);
+    units_.add_held(bytes);
+    for (int r = 0; r < schedule_.rank_count(); ++r)
+      if (r != rank_)
+        transport_->send(rank_, r, {rank_, a.microbatch, a.slice, Direction::VocabularyPartial},
+                         tensor_type(partial));
+    vocabulary_own_.insert_or_assign(unit, std::move(partial));
+  }
+
+  // VOCAB_B: the shard's weight gradient from the merged partials; frees what its VOCAB_F kept.
+  void vocabulary_backward(const Action& a) {
+    const std::uint64_t unit = detail::unit_key(0, a.microbatch, a.slice);
+    auto held = vocabulary_bytes_.find(unit);
+    if (held == vocabulary_bytes_.end())
+      throw error(to_string(a) + " runs before the VOCAB_F of its shard and unit.");
+    data_->vocabulary.backward(rank_, merged(a.microbatch, a.slice), a.microbatch, a.slice);
+    used_merged(a.microbatch, a.slice);
+    units_.add_held(-held->second);
+    vocabulary_bytes_.erase(held);
+  }
+
+  // The partials of (microbatch, slice) merged over every shard, in shard order: made at the
+  // first action that needs them, kept until the last (the VOCAB_B, and the last stage's
+  // backward on its rank).
+  const tensor_type& merged(int microbatch, int slice) {
+    const std::uint64_t unit = detail::unit_key(0, microbatch, slice);
+    if (auto it = vocabulary_merged_.find(unit); it != vocabulary_merged_.end())
+      return it->second.partial;
+    auto own = vocabulary_own_.find(unit);
+    if (own == vocabulary_own_.end())
+      throw error("the partials of microbatch " + std::to_string(microbatch) +
+                  (slice ? " slice " + std::to_string(slice) : std::string()) +
+                  " are wanted before this rank's VOCAB_F of it ran.");
+    std::optional<tensor_type> sum;
+    for (int shard = 0; shard < schedule_.rank_count(); ++shard) {
+      tensor_type p =
+          shard == rank_
+              ? std::move(own->second)
+              : transport_->receive(rank_, {shard, microbatch, slice, Direction::VocabularyPartial},
+                                    options_.receive_timeout);
+      if (!sum)
+        sum.emplace(std::move(p));
+      else
+        data_->vocabulary.merge(*sum, p);
+    }
+    vocabulary_own_.erase(own);
+    const int uses = rank_ == last_rank_ ? 2 : 1;
+    return vocabulary_merged_.insert_or_assign(unit, Merged{std::move(*sum), uses})
+        .first->second.partial;
+  }
+  void used_merged(int microbatch, int slice) {
+    auto it = vocabulary_merged_.find(detail::unit_key(0, microbatch, slice));
+    if (it != vocabulary_merged_.end() && --it->second.uses == 0) vocabulary_merged_.erase(it);
   }
 
   // A receive posts: the message is taken if it is there (or a fill picked it up), else the
@@ -514,6 +693,20 @@ class Executor {
   std::vector<char> ran_early_;    // per list position, this step
   std::size_t next_fillable_ = 0;  // into fillable_
   std::vector<MemoryPoint> memory_;
+  // Vocabulary passes, by (microbatch, slice): the last stage's output for this rank's shard
+  // (on the last stage's rank), this shard's partial until merged, the merged partials with the
+  // actions still to use them, the bytes each VOCAB_F added.
+  struct Merged {
+    tensor_type partial;
+    int uses = 0;
+  };
+  bool vocabulary_ = false;
+  int last_rank_ = 0;
+  const TrainingData<tensor_type>* data_ = nullptr;
+  std::unordered_map<std::uint64_t, tensor_type> vocabulary_x_;
+  std::unordered_map<std::uint64_t, tensor_type> vocabulary_own_;
+  std::unordered_map<std::uint64_t, Merged> vocabulary_merged_;
+  std::unordered_map<std::uint64_t, double> vocabulary_bytes_;
 };
 
 }  // namespace pipesched

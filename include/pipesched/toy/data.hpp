@@ -6,12 +6,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pipesched/core/error.hpp"
 #include "pipesched/exec/training_data.hpp"
 #include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/gpt_vocabulary.hpp"
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/slicing.hpp"
 #include "pipesched/toy/tensor.hpp"
@@ -46,6 +50,20 @@ struct StepData {
   Tensor<T> input(int mb, int slice, int slices) const {
     const Tensor<T>& x = inputs[checked(mb, "input")];
     return cut(x, slice, slices, "input");
+  }
+
+  //! The targets of slice `slice` of `slices` of microbatch `mb` (a copy; one slice is the whole
+  //! microbatch's).
+  Tensor<T> target(int mb, int slice, int slices) const {
+    return cut(targets[checked(mb, "target")], slice, slices, "target");
+  }
+
+  //! The factor each term of the step loss carries: 1 / (the microbatch's terms × microbatches)
+  //! (what `loss_gradient` scales by: for cross-entropy, a token's; the squared error's gradient
+  //! carries it twice).
+  T loss_scale(int mb) const {
+    const std::size_t total = targets[checked(mb, "loss_scale")].size();
+    return T(1) / (T(total) * T(microbatches));
   }
 
   //! Adds microbatch `mb`'s share of the step loss to `loss` and returns the gradient of the
@@ -238,6 +256,78 @@ TrainingData<Tensor<T>> training_data(const StepData<T>& data, int slices = 1) {
     return data.loss_gradient(out, mb, slice, slices, loss);
   };
   return d;
+}
+
+//! The executor's vocabulary hooks (TrainingData::vocabulary) for the toy GPT with its head
+//! split by vocabulary (`GptConfig::split_output`): `shards[j]` is shard j of `shards.size()`
+//! (one per rank), `data` gives the targets (cut into `slices` as `training_data` cuts them).
+//! A partial travels packed (`VocabularyPartial::packed`); each shard keeps its forwards'
+//! stashes by unit until their VOCAB_B. `shards` and `data` must outlive the result. Throws
+//! invalid_problem for no shards, slices < 1 or data without cross-entropy targets.
+template <class T>
+VocabularyPasses<Tensor<T>> vocabulary_passes(std::span<GptVocabularyShard<T>> shards,
+                                              const StepData<T>& data, int slices = 1) {
+  if (shards.empty())
+    throw invalid_problem("vocabulary_passes: no shards were given; pass one per rank.");
+  if (slices < 1)
+    throw invalid_problem("vocabulary_passes: slices is " + std::to_string(slices) +
+                          "; use 1 for whole microbatches or the schedule's slice count");
+  if (data.loss_kind != LossKind::CrossEntropy)
+    throw invalid_problem(
+        "vocabulary_passes: the data's loss is not cross-entropy over token ids; vocabulary "
+        "shards compute the GPT's next-token loss (make_gpt_data).");
+  using Stash = typename GptVocabularyShard<T>::Stash;
+  // One map of kept stashes per shard: each is touched only by its shard's rank.
+  auto kept =
+      std::make_shared<std::vector<std::unordered_map<std::uint64_t, Stash>>>(shards.size());
+  auto unit = [](int mb, int slice) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(mb)) << 32) |
+           static_cast<std::uint32_t>(slice);
+  };
+  auto shard_of = [shards](int j) -> GptVocabularyShard<T>& {
+    if (j < 0 || static_cast<std::size_t>(j) >= shards.size())
+      throw invalid_problem("vocabulary_passes: shard " + std::to_string(j) +
+                            " was asked for, but " + std::to_string(shards.size()) +
+                            " shards were given (one per rank).");
+    return shards[static_cast<std::size_t>(j)];
+  };
+  const int hidden = shards.front().hidden();
+  VocabularyPasses<Tensor<T>> v;
+  v.forward = [shard_of, kept, unit, &data, slices](int j, const Tensor<T>& x, int mb, int slice) {
+    GptVocabularyShard<T>& s = shard_of(j);
+    Stash& stash = (*kept)[static_cast<std::size_t>(j)][unit(mb, slice)];
+    return s.forward(x, data.target(mb, slice, slices), stash).packed();
+  };
+  v.merge = [hidden](Tensor<T>& into, const Tensor<T>& other) {
+    VocabularyPartial<T> a = VocabularyPartial<T>::unpacked(into, hidden);
+    a.merge(VocabularyPartial<T>::unpacked(other, hidden));
+    into = a.packed();
+  };
+  v.loss = [hidden, &data, slices](const Tensor<T>& merged, int mb, int slice, double& loss) {
+    const Tensor<T> target = data.target(mb, slice, slices);
+    return VocabularyPartial<T>::unpacked(merged, hidden)
+        .input_gradient({target.dim(0), target.dim(1), hidden}, data.loss_scale(mb), loss);
+  };
+  v.backward = [shard_of, kept, unit, hidden, &data](int j, const Tensor<T>& merged, int mb,
+                                                     int slice) {
+    GptVocabularyShard<T>& s = shard_of(j);
+    auto& mine = (*kept)[static_cast<std::size_t>(j)];
+    auto it = mine.find(unit(mb, slice));
+    if (it == mine.end())
+      throw invalid_problem("vocabulary_passes: shard " + std::to_string(j) +
+                            " has no forward of microbatch " + std::to_string(mb) + " slice " +
+                            std::to_string(slice) + " to take the weight gradient of.");
+    s.backward_weight(VocabularyPartial<T>::unpacked(merged, hidden), data.loss_scale(mb),
+                      it->second);
+    mine.erase(it);
+  };
+  v.zero_gradients = [shard_of](int j) { shard_of(j).zero_gradients(); };
+  v.held_bytes = [shard_of, kept, unit](int j, int mb, int slice) -> std::size_t {
+    const auto& mine = (*kept)[static_cast<std::size_t>(j)];
+    auto it = mine.find(unit(mb, slice));
+    return it == mine.end() ? 0 : shard_of(j).stash_bytes(it->second);
+  };
+  return v;
 }
 
 }  // namespace pipesched::toy

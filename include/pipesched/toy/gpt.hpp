@@ -197,8 +197,7 @@ class GptStageModel {
       total = total + blk.predicted_slice_bytes(config_.microbatch_size, at.length,
                                                 at.start + at.length, slice == slices - 1);
     if (has_head()) {
-      const StashBytes e =
-          gpt_head_stash_bytes<T>(b, t, h, static_cast<std::size_t>(config_.vocabulary));
+      const StashBytes e = gpt_head_stash_bytes<T>(b, t, h, head_width());
       total = total + SliceStashBytes{e.activation, e.wgrad, 0, 0};
     }
     return total;
@@ -213,9 +212,7 @@ class GptStageModel {
     const auto t = static_cast<std::size_t>(at.length);
     const auto h = static_cast<std::size_t>(config_.hidden);
     std::vector<std::size_t> pieces;
-    if (has_head())
-      pieces.push_back(
-          gpt_head_stash_bytes<T>(b, t, h, static_cast<std::size_t>(config_.vocabulary)).wgrad);
+    if (has_head()) pieces.push_back(gpt_head_stash_bytes<T>(b, t, h, head_width()).wgrad);
     for (std::size_t i = blocks_.size(); i-- > 0;)
       for (std::size_t bytes : blocks_[i].predicted_piece_bytes(rows))
         pieces.push_back(bytes);
@@ -315,6 +312,10 @@ class GptStageModel {
 
  private:
   std::string name(const char* op) const { return std::string(who_) + "::" + op; }
+  // The width of the head's output: the vocabulary, or hidden when the head's W is split off.
+  std::size_t head_width() const noexcept {
+    return static_cast<std::size_t>(config_.split_output ? config_.hidden : config_.vocabulary);
+  }
 
   template <class Elem, class Self, class Get>
   static TensorRange<Elem> joined(Self& self, Get get) {
@@ -417,9 +418,7 @@ class GptStageModel {
     if (has_embedding()) total = total + gpt_embedding_stash_bytes<T>(b, s, h);
     for (const GptBlock<T>& blk : blocks_)
       total = total + blk.predicted_stash_bytes(config_.microbatch_size, config_.sequence);
-    if (has_head())
-      total =
-          total + gpt_head_stash_bytes<T>(b, s, h, static_cast<std::size_t>(config_.vocabulary));
+    if (has_head()) total = total + gpt_head_stash_bytes<T>(b, s, h, head_width());
     return total;
   }
 

@@ -25,6 +25,10 @@ struct GptConfig {
   //! Blocks of each stage of a model cut into stages (one entry per stage, each at least 1,
   //! summing to `blocks`); empty: as even as possible, earlier stages taking the remainder.
   std::vector<int> stage_blocks = {};
+  //! The LM head's weight split over the ranks by vocabulary (vocabulary parallelism): the last
+  //! stage ends at the final LayerNorm, returning its output [batch, tokens, hidden], and
+  //! `GptVocabularyShard`s hold the head's rows (toy::vocabulary_passes runs them).
+  bool split_output = false;
 };
 
 namespace detail {

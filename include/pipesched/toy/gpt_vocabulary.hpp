@@ -68,6 +68,46 @@ struct VocabularyPartial {
   Tensor<T> share, target_row;
   //! @}
 
+  //! The partial as one tensor [n, 3 + 2·hidden] (per token: max, sum, target logit, share,
+  //! target row), the form a transport moves between ranks.
+  Tensor<T> packed() const {
+    const std::size_t n = max.size();
+    const std::size_t h = n > 0 ? share.size() / n : 0;
+    Tensor<T> t({static_cast<int>(n), static_cast<int>(3 + 2 * h)});
+    for (std::size_t r = 0; r < n; ++r) {
+      T* row = t.begin_data() + r * (3 + 2 * h);
+      row[0] = max[r];
+      row[1] = sum[r];
+      row[2] = target_logit[r];
+      std::copy(share.begin_data() + r * h, share.begin_data() + (r + 1) * h, row + 3);
+      std::copy(target_row.begin_data() + r * h, target_row.begin_data() + (r + 1) * h,
+                row + 3 + h);
+    }
+    return t;
+  }
+
+  //! The partial `packed()` made, of tokens of width `hidden`; throws invalid_problem when the
+  //! tensor is not [n, 3 + 2·hidden].
+  static VocabularyPartial unpacked(const Tensor<T>& t, int hidden) {
+    if (t.rank() != 2 || hidden < 1 || t.dim(1) != 3 + 2 * hidden)
+      throw invalid_problem("VocabularyPartial::unpacked: the tensor is " + shape_string(t.shape) +
+                            "; a packed partial of hidden size " + std::to_string(hidden) +
+                            " is [tokens, " + std::to_string(3 + 2 * hidden) + "].");
+    const int n = t.dim(0);
+    const auto h = static_cast<std::size_t>(hidden);
+    VocabularyPartial p{Tensor<T>({n}), Tensor<T>({n}), Tensor<T>({n}), Tensor<T>({n, hidden}),
+                        Tensor<T>({n, hidden})};
+    for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {
+      const T* row = t.begin_data() + r * (3 + 2 * h);
+      p.max[r] = row[0];
+      p.sum[r] = row[1];
+      p.target_logit[r] = row[2];
+      std::copy(row + 3, row + 3 + h, p.share.begin_data() + r * h);
+      std::copy(row + 3 + h, row + 3 + 2 * h, p.target_row.begin_data() + r * h);
+    }
+    return p;
+  }
+
   //! Merges `other` into this one, as an online softmax merges two blocks of logits.
   void merge(const VocabularyPartial& other) {
     if (other.max.shape != max.shape || other.share.shape != share.shape)
@@ -131,7 +171,8 @@ class GptVocabularyShard {
     std::vector<int> targets;  //!< each token's target, as a row of this shard or -1
     bool forwarded = false;    //!< a forward has filled it
   };
-  using stash_type = Stash;  //!< what a forward keeps for the weight gradient
+  using tensor_type = Tensor<T>;  //!< what it takes and gives
+  using stash_type = Stash;       //!< what a forward keeps for the weight gradient
 
   //! Shard `shard` of `shards` of `config`'s head.
   GptVocabularyShard(const GptConfig& config, int shard, int shards)
@@ -240,6 +281,14 @@ class GptVocabularyShard {
     return (stash.normed.size() + stash.logits.size()) * sizeof(T) +
            stash.targets.size() * sizeof(int);
   }
+  //! Bytes a forward over `tokens` tokens leaves in its stash (X, the logits, the targets).
+  std::size_t predicted_stash_bytes(std::size_t tokens) const noexcept {
+    return tokens * (static_cast<std::size_t>(hidden_) + static_cast<std::size_t>(rows_.size)) *
+               sizeof(T) +
+           tokens * sizeof(int);
+  }
+  //! The hidden size of the tokens it takes.
+  int hidden() const noexcept { return hidden_; }
 
   //! W's rows of the shard [size, hidden].
   std::span<Tensor<T>> parameters() noexcept { return params_; }

@@ -12,8 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/step_result.hpp"
+#include "pipesched/toy/gpt_vocabulary.hpp"
 #include "pipesched/toy/reference.hpp"
 
 namespace exec_test {
@@ -130,5 +132,49 @@ struct Counting : Base {
   // Clears the counts and the targets.
   void disarm() { calls = target = reaches = reach_target = 0; }
 };
+
+// Vocabulary parallelism on the toy GPT: one shard of `config`'s head per rank.
+template <class T>
+std::vector<pipesched::toy::GptVocabularyShard<T>> vocabulary_shards(
+    const pipesched::toy::GptConfig& config, int ranks) {
+  std::vector<pipesched::toy::GptVocabularyShard<T>> shards;
+  for (int j = 0; j < ranks; ++j)
+    shards.emplace_back(config, j, ranks);
+  return shards;
+}
+
+// `cost` with the shards' figures: nominal times, the bytes a forward over a whole microbatch
+// keeps (the simulator divides them evenly among slices, as slice_bounds cuts the toy's).
+template <class T>
+pipesched::ProfiledCost with_vocabulary(
+    pipesched::ProfiledCost cost, const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards,
+    const pipesched::toy::GptConfig& config) {
+  const auto tokens = static_cast<std::size_t>(config.microbatch_size * config.sequence);
+  for (const auto& shard : shards)
+    cost.vocabulary.push_back(
+        {.forward = 1, .backward = 1, .bytes = double(shard.predicted_stash_bytes(tokens))});
+  return cost;
+}
+
+// The gradients (parameters) of `stages`, then of `shards`: in the order of the unsplit model's
+// (its head's W, split by rows, comes last).
+template <class Stages, class T>
+std::vector<T> gradients_with(const Stages& stages,
+                              const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards) {
+  std::vector<T> all = pipesched::toy::flat_gradients(stages);
+  for (const auto& shard : shards)
+    for (const auto& t : shard.gradients())
+      all.insert(all.end(), t.data.begin(), t.data.end());
+  return all;
+}
+template <class Stages, class T>
+std::vector<T> parameters_with(const Stages& stages,
+                               const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards) {
+  std::vector<T> all = pipesched::toy::flat_parameters(stages);
+  for (const auto& shard : shards)
+    for (const auto& t : shard.parameters())
+      all.insert(all.end(), t.data.begin(), t.data.end());
+  return all;
+}
 
 }  // namespace exec_test

@@ -3,7 +3,8 @@
 // replicas), simulated (the broadcast, the reduction and the memory, timed exactly under
 // UniformCost), priced by TransformerCost (the head off the last stage, its weights shared by
 // every rank), and placed by add_vocabulary_passes into every generator's schedule without a
-// deadlock.
+// deadlock; the executor's refusals where it cannot run them (its numerics are in
+// test_toy_numerics.cpp and the MPI tests).
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -359,17 +360,42 @@ TEST(Vocabulary, TransformerCostMovesTheHeadOffTheLastStage) {
   EXPECT_THROW((void)vocab.duration({chimera, cpl, 1}, act(OpKind::F, 0)), ps::invalid_problem);
 }
 
-TEST(Vocabulary, TheExecutorRefusesThePassesWithASentence) {
+// An in-process transport that says it carries no vocabulary messages (as the NCCL transport,
+// whose links join neighbouring ranks only).
+struct NeighboursOnly : ps::inproc::Transport<pipesched::toy::SyntheticStage::tensor_type> {
+  using ps::inproc::Transport<pipesched::toy::SyntheticStage::tensor_type>::Transport;
+  static constexpr bool carries_vocabulary = false;
+};
+static_assert(!ps::vocabulary_transport<NeighboursOnly>);
+static_assert(ps::vocabulary_transport<ps::inproc::Transport<float>>);
+
+// The executor runs the passes where it can and refuses them with a sentence where it cannot: a
+// transport that carries no vocabulary messages, at construction; training data without the
+// vocabulary hooks, at the step (every rank, before its list).
+TEST(Vocabulary, TheExecutorNamesWhatItLacksToRunThePasses) {
+  using Stage = pipesched::toy::SyntheticStage;
   const ps::GeneratorInfo& g = ps::find_generator("1f1b");
   const ps::Schedule s = ps::add_vocabulary_passes(
       g.generate({.ranks = 2, .microbatches = 2}, g.default_wgrad), ps::UniformCost{});
   const pipesched::toy::SyntheticCost cost{};
-  std::vector<pipesched::toy::SyntheticStage> stages(2, pipesched::toy::SyntheticStage(cost));
+  std::vector<Stage> stages(2, Stage(cost));
+  NeighboursOnly transport(2);
   try {
-    ps::inproc::Pipeline<pipesched::toy::SyntheticStage> pipe(s, stages);
-    ADD_FAILURE() << "the executor took vocabulary passes";
+    ps::Executor<Stage, NeighboursOnly> e(s, 0, {&stages[0]}, transport);
+    ADD_FAILURE() << "the executor took vocabulary passes over a neighbours-only transport";
   } catch (const ps::invalid_problem& e) {
-    EXPECT_NE(std::string(e.what()).find("does not run yet"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("carries only messages between neighbouring stages"),
+              std::string::npos)
+        << e.what();
+  }
+  ps::inproc::Pipeline<Stage> pipe(s, stages);
+  try {
+    (void)pipe.step(pipesched::toy::synthetic_training_data());
+    ADD_FAILURE() << "a step ran vocabulary passes without their hooks";
+  } catch (const ps::execution_error& e) {
+    EXPECT_NE(std::string(e.what()).find("set TrainingData::vocabulary"), std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.position(), -1);
   }
 }
 

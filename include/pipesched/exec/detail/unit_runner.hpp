@@ -84,6 +84,7 @@ class UnitRunner {
         rank_(rank),
         stage_of_(std::move(stage_of)) {
     slices_ = static_cast<std::size_t>(std::max(1, schedule.problem.slices));
+    vocabulary_ = schedule.has_vocabulary();
     // Whole microbatches need no context: a model that also runs them without one does.
     use_context_ = slice_aware && !(slices_ == 1 && whole_unit_calls<Stage>);
     UnitFigures unseen;
@@ -126,15 +127,15 @@ class UnitRunner {
   //! but never taken.
   void end(std::size_t posted, std::size_t list_size) {
     if (!stashes_.empty() || !offloaded_.empty() || !inputs.empty() || !grads.empty() ||
-        !outbox.empty() || !contexts_.empty() || posted != 0)
-      throw execution_error(
-          "rank " + std::to_string(rank_) + " ended the step with " +
-              std::to_string(stashes_.size() + offloaded_.size()) + " stashes, " +
-              std::to_string(inputs.size() + grads.size() + outbox.size() + posted) +
-              " tensors and " + std::to_string(contexts_.size()) +
-              " slice contexts left over; the schedule does not consume what "
-              "it produces.",
-          rank_, static_cast<int>(list_size), Action{});
+        !outbox.empty() || !vocabulary_out.empty() || !contexts_.empty() || posted != 0)
+      throw execution_error("rank " + std::to_string(rank_) + " ended the step with " +
+                                std::to_string(stashes_.size() + offloaded_.size()) + " stashes, " +
+                                std::to_string(inputs.size() + grads.size() + outbox.size() +
+                                               vocabulary_out.size() + posted) +
+                                " tensors and " + std::to_string(contexts_.size()) +
+                                " slice contexts left over; the schedule does not consume what "
+                                "it produces.",
+                            rank_, static_cast<int>(list_size), Action{});
     data_ = nullptr;
   }
   //! Drops everything held (a failed step's leftovers).
@@ -145,6 +146,7 @@ class UnitRunner {
     inputs.clear();
     grads.clear();
     outbox.clear();
+    vocabulary_out.clear();
   }
 
   double loss() const noexcept { return loss_; }  //!< loss contributions this step
@@ -190,6 +192,12 @@ class UnitRunner {
     adjust(h.bytes);
     stashes_.insert_or_assign(key, std::move(h));
   }
+  //! Adds `delta` bytes held outside the units (a vocabulary shard's, from its VOCAB_F to its
+  //! VOCAB_B; negative frees).
+  void add_held(double delta) { adjust(delta); }
+  //! Adds a loss contribution computed outside the units (a vocabulary-parallel unit's).
+  void add_loss(double loss) { loss_ += loss; }
+
   //! True once when held bytes changed since the last call.
   bool take_changed() noexcept { return std::exchange(changed_, false); }
 
@@ -277,6 +285,8 @@ class UnitRunner {
   std::unordered_map<std::uint64_t, tensor_type> inputs;  //!< forward inputs by unit
   std::unordered_map<std::uint64_t, tensor_type> grads;   //!< output gradients by unit
   std::unordered_map<std::uint64_t, tensor_type> outbox;  //!< produced, waiting for a send
+  //! With vocabulary passes: the last stage's outputs by unit, for the shards.
+  std::unordered_map<std::uint64_t, tensor_type> vocabulary_out;
 
  private:
   // What a unit holds between its forward and its backward. A checkpointed unit holds only
@@ -500,7 +510,9 @@ class UnitRunner {
     }
     adjust(h.bytes + context_change);
     stashes_.insert_or_assign(key, std::move(h));
-    if (problem.last_stage(s)) {  // the last stage of the microbatch's replica
+    if (problem.last_stage(s) && vocabulary_) {  // the output layer's shards take it
+      vocabulary_out.insert_or_assign(key, std::move(y));
+    } else if (problem.last_stage(s)) {  // the last stage of the microbatch's replica
       grads.insert_or_assign(key, data_->loss(y, m, k, loss_));
     } else if (rank_of(s + 1) == rank_) {
       inputs.insert_or_assign(unit_key(s + 1, m, k), std::move(y));
@@ -606,6 +618,7 @@ class UnitRunner {
   std::unordered_map<std::uint64_t, int> parts_;    // units whose W is cut: their part count
   std::size_t slices_ = 1;                          // the problem's slices per microbatch
   bool use_context_ = false;                        // slice contexts are made and passed
+  bool vocabulary_ = false;  // the schedule has vocabulary passes: the shards compute the loss
   std::vector<UnitFigures> seen_;                   // by (stage, slice)
   const TrainingData<tensor_type>* data_ = nullptr;
   std::unordered_map<std::uint64_t, Held> stashes_;

@@ -27,6 +27,9 @@ namespace pipesched::inproc {
 template <class Tensor>
 class Transport {
  public:
+  //! Carries vocabulary messages: any rank may send to any other.
+  static constexpr bool carries_vocabulary = true;
+
   //! Empty mailboxes for `ranks` ranks; throws invalid_problem when `ranks` < 1.
   explicit Transport(int ranks) {
     if (ranks < 1)

@@ -62,6 +62,9 @@ class Transport : detail::mpi::RankGeometry {
   static_assert(check_wire_tensor<Tensor>());
 
  public:
+  //! Carries vocabulary messages: any process may send to any other.
+  static constexpr bool carries_vocabulary = true;
+
   //! Duplicates `comm` (its size must be the schedule's rank count). MPI must be initialized.
   //! Collective over `comm`: the processes first compare their schedules' fingerprints
   //! (`schedule_fingerprint`) and every one throws schedule_mismatch, naming rank 0 and the
@@ -103,7 +106,7 @@ class Transport : detail::mpi::RankGeometry {
                             std::to_string(schedule.rank_count()) + ").");
     // Tags: 0 carries failure notices; a message's header and payload take 2i+1 and 2i+2.
     const long long messages =
-        static_cast<long long>(stages_) * microbatches_ * slices_ * 2;  // × directions
+        static_cast<long long>(stages_) * microbatches_ * slices_ * directions_;
     int* upper = nullptr;
     int found = 0;
     detail::mpi::check(MPI_Comm_get_attr(comm, MPI_TAG_UB, &upper, &found), "MPI_Comm_get_attr");
@@ -365,8 +368,9 @@ class Transport : detail::mpi::RankGeometry {
   int header_tag(const MessageKey& k) const {
     check_key(k);
     const long long index =
-        ((static_cast<long long>(k.stage) * microbatches_ + k.microbatch) * slices_ + k.slice) * 2 +
-        (k.direction == Direction::Backward ? 1 : 0);
+        ((static_cast<long long>(k.stage) * microbatches_ + k.microbatch) * slices_ + k.slice) *
+            directions_ +
+        static_cast<int>(k.direction);
     return static_cast<int>(2 * index + 1);
   }
 

@@ -19,6 +19,7 @@ class RankGeometry {
         stages_(schedule.problem.stages),
         microbatches_(schedule.problem.microbatches),
         slices_(std::max(1, schedule.problem.slices)),
+        directions_(schedule.has_vocabulary() ? 4 : 2),
         placement_(schedule.placement) {}
 
   void check_self(int r, const char* what) const {
@@ -39,10 +40,21 @@ class RankGeometry {
                   " is outside the schedule's problem (" + std::to_string(stages_) + " stages, " +
                   std::to_string(microbatches_) + " microbatches, " + std::to_string(slices_) +
                   " slices).");
+    if (static_cast<int>(k.direction) >= directions_)
+      throw error(std::string(who_) + ": the " + describe_key(k) +
+                  " is a vocabulary message, but the schedule has no vocabulary passes.");
+    if (directions_ == 4 && static_cast<int>(k.direction) >= 2 && k.stage >= placement_.ranks())
+      throw error(std::string(who_) + ": the " + describe_key(k) + " names shard " +
+                  std::to_string(k.stage) + ", but shards run from 0 to " +
+                  std::to_string(placement_.ranks() - 1) + " (one per rank).");
   }
   // The rank that sends the message `k`: the previous stage's for a forward activation, the
-  // next stage's for an input gradient.
+  // next stage's for an input gradient; the last stage's for a vocabulary input, the shard's
+  // for a vocabulary partial.
   int source_of(const MessageKey& k) const {
+    // The last stage's output comes from its rank; a shard's partial from the shard's rank.
+    if (k.direction == Direction::VocabularyInput) return placement_.rank_of(stages_ - 1);
+    if (k.direction == Direction::VocabularyPartial) return k.stage;
     const int from = k.direction == Direction::Forward ? k.stage - 1 : k.stage + 1;
     if (from < 0 || from >= stages_)
       throw error(std::string(who_) + ": no stage sends the " + describe_key(k) + ".");
@@ -51,6 +63,7 @@ class RankGeometry {
 
   const char* who_;
   int stages_, microbatches_, slices_;
+  int directions_;  // 2, or 4 with vocabulary messages (the tag space is sized for them)
   Placement placement_;
   int rank_ = 0;
   int ranks_ = 0;
