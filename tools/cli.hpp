@@ -290,10 +290,11 @@ struct ActionEstimate {
   std::string breakdown;  //!< "F, I, W, R", the actions of one unit
 };
 //! The bound for `stages` stages, `microbatches`, `slices`, a backward `w`, recomputes when
-//! `checkpointed`, and sends and receives when `comm`.
+//! `checkpointed`, sends and receives when `comm`, copies when `offloaded` and vocabulary
+//! passes when `vocabulary`.
 ActionEstimate estimate_actions(double stages, double microbatches, double slices,
                                 const WGradChoice& w, bool checkpointed, bool comm,
-                                bool offloaded = false);
+                                bool offloaded = false, bool vocabulary = false);
 
 // ---------------------------------------------------------------------------------------
 // The subcommands, one source file each: `argv` is what follows the subcommand's name; the

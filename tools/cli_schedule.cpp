@@ -179,9 +179,9 @@ Schedule generated_schedule(const Args& a, const CheckpointInfo& checkpoint, boo
 
   // A generator that takes no chunk count refuses another one itself, without allocating.
   const int counted_chunks = g.chunks_vary ? chunks : g.default_chunks;
-  const ActionEstimate e =
-      estimate_actions(static_cast<double>(p.ranks) * counted_chunks, p.microbatches, p.slices,
-                       counted, checkpoint.recomputes, comm, a.has("--offload"));
+  const ActionEstimate e = estimate_actions(
+      static_cast<double>(p.ranks) * counted_chunks, p.microbatches, p.slices, counted,
+      checkpoint.recomputes, comm, a.has("--offload"), a.has("--vocab-parallel"));
   std::string sizes =
       "--ranks " + std::to_string(p.ranks) + ", --microbatches " + std::to_string(p.microbatches);
   std::string fewer = "--ranks or --microbatches";
@@ -212,8 +212,8 @@ Schedule generated_schedule(const Args& a, const CheckpointInfo& checkpoint, boo
 }  // namespace
 
 ActionEstimate estimate_actions(double stages, double microbatches, double slices,
-                                const WGradChoice& w, bool checkpointed, bool comm,
-                                bool offloaded) {
+                                const WGradChoice& w, bool checkpointed, bool comm, bool offloaded,
+                                bool vocabulary) {
   ActionEstimate e;
   e.units = stages * microbatches * slices;
   e.per_unit = 1;
@@ -235,6 +235,11 @@ ActionEstimate estimate_actions(double stages, double microbatches, double slice
   if (offloaded) {
     e.per_unit += 2;
     e.breakdown += ", OFFLOAD, RELOAD";
+  }
+  if (vocabulary) {
+    // A VOCAB_F and a VOCAB_B per rank and unit of a microbatch: at most two per stage's unit.
+    e.per_unit += 2;
+    e.breakdown += ", VOCAB_F, VOCAB_B";
   }
   if (comm) {
     // At most one activation and one gradient cross ranks per unit: a send, its wait and a

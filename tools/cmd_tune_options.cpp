@@ -26,7 +26,7 @@ namespace {
 //! most sequences one of them runs).
 void check_grid(const tuning::Request& req, const std::vector<std::pair<int, int>>& pipelines,
                 int threads, int layers) {
-  std::set<std::tuple<int, std::string, int, int, int, bool, bool, bool>> configs;
+  std::set<std::tuple<int, std::string, int, int, int, bool, bool, bool, bool>> configs;
   double largest = 0;
   std::string largest_label;
   const bool checkpointed =
@@ -50,42 +50,48 @@ void check_grid(const tuning::Request& req, const std::vector<std::pair<int, int
           for (int k : g.slices ? req.slices : whole)
             for (bool fine : fines)
               for (bool fitted : {false, true})
-                for (bool offloaded : {false, true}) {
-                  if (fitted && !g.generate_within) continue;
-                  if (offloaded && (!req.offload || k > 1)) continue;
-                  if (!configs.emplace(ranks, std::string(g.name), c, b, k, fine, fitted, offloaded)
-                           .second)
-                    continue;
-                  if (configs.size() > max_tune_configurations)
-                    throw usage_error("the search grid has over " +
-                                      grouped(max_tune_configurations) + " configurations (" +
-                                      (pipelines.size() > 1 ? "pipelines of --gpus x " : "") +
-                                      "--bases x --chunks x --microbatch-sizes x --slices" +
-                                      (req.fine_wgrad ? " x --fine-wgrad" : "") +
-                                      (req.offload ? " x --offload" : "") +
-                                      "); give fewer values in those lists" +
-                                      (req.every_equal_chunks
-                                           ? " (--chunks 2,4 tries fewer chunk counts than "
-                                             "the default)"
-                                           : ""));
-                  WGradChoice w;
-                  w.mode = fine ? WGradMode::Split : g.default_wgrad;
-                  w.fine = fine;
-                  w.parts = req.wgrad_parts > 0
-                                ? req.wgrad_parts
-                                : 4 * ((std::max(layers, 1) + ranks - 1) / ranks) + 1;
-                  const ActionEstimate e =
-                      estimate_actions(static_cast<double>(ranks) * c, batch / b, k, w,
-                                       checkpointed, false, offloaded);
-                  if (e.actions > largest) {
-                    largest = e.actions;
-                    largest_label =
-                        std::string(g.name) +
-                        (c > 1 ? " with " + std::to_string(c) + " chunks per rank" : "") +
-                        " over " + std::to_string(ranks) + " ranks" + ", microbatch size " +
-                        std::to_string(b) + (k > 1 ? ", " + std::to_string(k) + " slices" : "");
+                for (bool offloaded : {false, true})
+                  for (bool vocabulary : {false, true}) {
+                    if (fitted && !g.generate_within) continue;
+                    if (offloaded && (!req.offload || k > 1)) continue;
+                    if (vocabulary && (!req.vocabulary || offloaded || !detail::one_replica(g)))
+                      continue;
+                    if (!configs
+                             .emplace(ranks, std::string(g.name), c, b, k, fine, fitted, offloaded,
+                                      vocabulary)
+                             .second)
+                      continue;
+                    if (configs.size() > max_tune_configurations)
+                      throw usage_error("the search grid has over " +
+                                        grouped(max_tune_configurations) + " configurations (" +
+                                        (pipelines.size() > 1 ? "pipelines of --gpus x " : "") +
+                                        "--bases x --chunks x --microbatch-sizes x --slices" +
+                                        (req.fine_wgrad ? " x --fine-wgrad" : "") +
+                                        (req.offload ? " x --offload" : "") +
+                                        (req.vocabulary ? " x --vocab-parallel" : "") +
+                                        "); give fewer values in those lists" +
+                                        (req.every_equal_chunks
+                                             ? " (--chunks 2,4 tries fewer chunk counts than "
+                                               "the default)"
+                                             : ""));
+                    WGradChoice w;
+                    w.mode = fine ? WGradMode::Split : g.default_wgrad;
+                    w.fine = fine;
+                    w.parts = req.wgrad_parts > 0
+                                  ? req.wgrad_parts
+                                  : 4 * ((std::max(layers, 1) + ranks - 1) / ranks) + 1;
+                    const ActionEstimate e =
+                        estimate_actions(static_cast<double>(ranks) * c, batch / b, k, w,
+                                         checkpointed, false, offloaded, vocabulary);
+                    if (e.actions > largest) {
+                      largest = e.actions;
+                      largest_label =
+                          std::string(g.name) +
+                          (c > 1 ? " with " + std::to_string(c) + " chunks per rank" : "") +
+                          " over " + std::to_string(ranks) + " ranks" + ", microbatch size " +
+                          std::to_string(b) + (k > 1 ? ", " + std::to_string(k) + " slices" : "");
+                    }
                   }
-                }
         }
       }
     }
@@ -143,6 +149,7 @@ void parse_search_options(const Args& a, tuning::Request& req) {
     throw usage_error("--wgrad-parts needs --fine-wgrad");
   req.fine_wgrad = a.has("--fine-wgrad");
   req.offload = a.has("--offload");
+  req.vocabulary = a.has("--vocab-parallel");
   if (a.has("--wgrad-parts"))
     req.wgrad_parts = lower_ascii(a.get("--wgrad-parts")) == "gemm"
                           ? 0
@@ -383,6 +390,9 @@ std::vector<OptionSpec> tune_option_specs() {
       {"--offload", false,
        "also try each configuration of whole microbatches with activations offloaded to host "
        "memory where the budget asks, before checkpointing (not with mario)"},
+      {"--vocab-parallel", false,
+       "also try each configuration of one model replica with the output layer split by "
+       "vocabulary over the ranks (VOCAB_F, VOCAB_B passes added last, within the budget)"},
       {"--wgrad-parts", true,
        "parts per weight gradient with --fine-wgrad (default 4; gemm: one per weight GEMM, as "
        "MEPipe cuts them, with --model)",

@@ -67,11 +67,12 @@ std::string plan_command(const tuning::Plan& p, const CommandContext& c) {
   if (p.checkpoint != CheckpointMode::None)
     cmd += std::string(" --checkpoint ") + to_string(p.checkpoint);
   if (p.offloads > 0) cmd += " --offload";
+  if (p.vocabulary) cmd += " --vocab-parallel";
   if (p.schedule.has_gradient_reduction()) cmd += " --overlap-reduction";
   // The budget tune held the plan to, where the schedule depends on it.
   const std::string budget = c.transformer && c.budget.empty() ? "device" : c.budget;
-  if (!budget.empty() &&
-      (p.fitted || p.fine_wgrad || p.offloads > 0 || p.checkpoint != CheckpointMode::None)) {
+  if (!budget.empty() && (p.fitted || p.fine_wgrad || p.offloads > 0 || p.vocabulary ||
+                          p.checkpoint != CheckpointMode::None)) {
     cmd += " --memory-budget " + quoted(budget);
     if (g.generate_within) cmd += p.fitted ? " --fit" : " --no-fit";
   }

@@ -118,6 +118,7 @@ class PlanReader {
     p.layers_per_stage = layers(p.schedule);
     p.recomputes = static_cast<int>(p.schedule.count(OpKind::R));
     p.offloads = static_cast<int>(p.schedule.count(OpKind::Offload));
+    p.vocabulary = p.schedule.has_vocabulary();
     if (const json::Value* policy = plan_.find("checkpoint_policy")) {
       if (policy->kind() != json::Kind::String || policy->string().empty())
         mistyped("checkpoint_policy", *policy,
@@ -273,7 +274,8 @@ class PlanReader {
       for (auto [key, at] :
            {std::pair{"f", &c.f}, std::pair{"b", &c.b}, std::pair{"w", &c.w}, std::pair{"r", &c.r},
             std::pair{"comm", &c.comm}, std::pair{"boundary", &c.boundary},
-            std::pair{"w_memory", &c.w_memory}})
+            std::pair{"w_memory", &c.w_memory}, std::pair{"copy", &c.copy}, std::pair{"vf", &c.vf},
+            std::pair{"vb", &c.vb}, std::pair{"vmem", &c.vmem}})
         if (const json::Value* x = in.find(key))
           *at = in.number(key, *x, -1e308, false, 1e308, "a UniformCost figure");
       checked(in, v, [&] { c.check(); });
@@ -304,6 +306,8 @@ class PlanReader {
       if (const json::Value* x = pin.find("zero")) q.zero = pin.whole("zero", *x, 0, 2, "ZeRO");
       if (const json::Value* x = pin.find("whole_step"))
         q.whole_step = pin.boolean("whole_step", *x, "whole-step costs");
+      if (const json::Value* x = pin.find("vocabulary"))
+        q.vocabulary = pin.boolean("vocabulary", *x, "the output layer split by vocabulary");
       if (const json::Value* x = pin.find("split")) {
         const std::string& split = pin.text("split", *x, "\"even\" or \"balanced\"");
         if (split != "even" && split != "balanced")
@@ -663,6 +667,10 @@ inline void write_cost_model(json::Writer& w, const std::any& cost) {
         .field("comm", c->comm)
         .field("boundary", c->boundary)
         .field("w_memory", c->w_memory)
+        .field("copy", c->copy)
+        .field("vf", c->vf)
+        .field("vb", c->vb)
+        .field("vmem", c->vmem)
         .end_object();
   } else if (const auto* t = std::any_cast<TransformerCost>(&cost)) {
     w.key("cost_model").begin_object().field("kind", "transformer").key("model");
@@ -679,6 +687,7 @@ inline void write_cost_model(json::Writer& w, const std::any& cost) {
     write_ints(w, "layers", q.layers);
     w.field("split", q.split == LayerSplit::Even ? "even" : "balanced")
         .field("whole_step", q.whole_step)
+        .field("vocabulary", q.vocabulary)
         .end_object();
     write_ints(w, "slice_lengths", t->slice_lengths);
     w.field("wgrad_split", t->wgrad_split == WGradSplit::Even ? "even" : "per-gemm");
@@ -734,6 +743,7 @@ inline void write_plan(json::Writer& w, const tuning::Plan& p, std::string_view 
       .field("bubble_ratio", p.bubble_ratio)
       .field("recomputes", p.recomputes)
       .field("offloads", p.offloads)
+      .field("vocabulary_passes", p.vocabulary)
       .field("fine_wgrad", p.fine_wgrad)
       .field("fitted", p.fitted)
       .key("peak_memory")

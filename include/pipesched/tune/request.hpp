@@ -85,6 +85,12 @@ struct Request {
   //! The cost model times the copies (has_host_copy: TransformerCost from its device's
   //! host_link_bandwidth).
   bool offload = false;
+  //! Also try each configuration of one model replica with its output layer split by
+  //! vocabulary over the ranks (vocabulary parallelism): every candidate built as assemble_plan
+  //! builds it with PlanRecipe::vocabulary (the passes placed last, within the budget), under
+  //! the cost model with its head split (TransformerCost: Parallelism::vocabulary). The cost
+  //! model prices the passes (has_vocabulary_cost).
+  bool vocabulary = false;
   //! Threads searching at once; 0 = one per core (std::thread::hardware_concurrency).
   int threads = 0;
   //! The threads the search runs on: `threads`, or one per core (at least 1) for 0.

@@ -44,6 +44,9 @@ struct Plan {
   std::vector<double> budget_per_rank;  //!< the budget each rank was held to (inf: none)
   int recomputes = 0;                   //!< R actions in the schedule
   int offloads = 0;                     //!< OFFLOAD actions in the schedule
+  //! The output layer split by vocabulary over the ranks: the schedule has vocabulary passes
+  //! (VOCAB_F, VOCAB_B) and the cost model splits its head.
+  bool vocabulary = false;
   int slices = 1;                       //!< slices per microbatch
   bool fine_wgrad = false;              //!< weight gradients cut into parts, placed in waits
   //! The base schedule was fitted to the budget by its order's memory knob
@@ -140,6 +143,7 @@ struct Point {
   int tensor = 1;              //!< tensor-parallel degree
   int recomputes = 0;          //!< R actions in the schedule
   int offloads = 0;            //!< OFFLOAD actions in the schedule
+  bool vocabulary = false;     //!< as tuning::Plan's
   double makespan = 0;         //!< simulated step time (time unit)
   double peak_memory = 0;      //!< as tuning::Plan::peak_memory
   double activation_peak = 0;  //!< largest rank's activation peak
@@ -166,6 +170,7 @@ inline tuning::Point point_of(const tuning::Plan& p, bool fits = true) {
   t.tensor = p.tensor;
   t.recomputes = p.recomputes;
   t.offloads = p.offloads;
+  t.vocabulary = p.vocabulary;
   t.makespan = p.makespan;
   t.peak_memory = p.peak_memory;
   for (double v : p.peak_per_rank)
@@ -196,6 +201,7 @@ inline std::string describe(const tuning::Point& p) {
     s += " (" + std::to_string(p.recomputes) + (p.recomputes == 1 ? " recompute)" : " recomputes)");
   if (p.offloads > 0)
     s += ", " + std::to_string(p.offloads) + (p.offloads == 1 ? " offload" : " offloads");
+  if (p.vocabulary) s += ", vocabulary parallel";
   return s;
 }
 

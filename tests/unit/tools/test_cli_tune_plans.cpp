@@ -102,6 +102,25 @@ TEST(CliTunePlans, SlicedPlansRunUnderEverySlicing) {
     }
 }
 
+TEST(CliTunePlans, VocabularyParallelPlansRunWithTheirPasses) {
+  // GPT-3 1.3B over 2 ranks: the head split over both shortens the step, so the best plans
+  // carry --vocab-parallel; every plan's command gives its step, with and without the passes.
+  std::map<std::string, double> commands;
+  CliRun r = run(std::string("tune --ranks 2 --global-batch 4 --model gpt3-1.3b ") +
+                 "--device a100-40gb --sequence 512 --microbatch-sizes 1 " +
+                 "--bases 1f1b,zb-v,interleaved-1f1b --chunks 2 --vocab-parallel" + every_mode +
+                 " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_GT(expect_plans_reproduce(r.out, commands), 8);
+  const ps::test_json::Json doc = ps::test_json::parse_json(r.out);
+  EXPECT_NE(doc.at("best").at("command").string.find(" --vocab-parallel"), std::string::npos);
+  EXPECT_TRUE(doc.at("best").at("vocabulary_passes").boolean);
+  int split = 0;
+  for (const auto& [command, makespan] : commands)
+    split += command.find(" --vocab-parallel") != std::string::npos;
+  EXPECT_GE(split, 3);
+}
+
 TEST(CliTunePlans, ClusterPlansRunWithTheirDataAndTensorDegrees) {
   std::map<std::string, double> commands;
   for (const char* slicing : {"balanced", "terapipe"}) {

@@ -15,6 +15,8 @@
 #include "pipesched/analysis/presets.hpp"
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/validate.hpp"
+#include "pipesched/io/plan_file.hpp"
+#include "pipesched/io/text.hpp"
 #include "pipesched/pass/apply_checkpoint.hpp"
 #include "pipesched/policy/registry.hpp"
 #include "pipesched/tune/tune.hpp"
@@ -540,6 +542,55 @@ TEST(Tune, OffloadsWhereTheCopiesPayAndRecomputesTheRest) {
   // No plan pairs Mario with offloads.
   for (const ps::tuning::Plan* p : plans_of(with))
     EXPECT_FALSE(p->checkpoint == CheckpointMode::Mario && p->offloads > 0) << ps::describe(*p);
+}
+
+// Vocabulary parallelism searched (Request::vocabulary): GPT-3 1.3B over 4 A100s, whose 50k-row
+// head is about two layers' work on the last stage. The head split over the ranks shortens the
+// step; the tuner finds that plan, which carries its passes and a cost model with the head
+// split, under which its schedule gives its step exactly, as assemble_plan with
+// PlanRecipe::vocabulary builds it; Chimera's two replicas are not tried with it.
+TEST(Tune, SearchesVocabularyParallelismAndPlansItAsAssemblePlanDoes) {
+  const ps::ModelShape model = ps::presets::find_model("gpt3-1.3b");
+  const ps::DeviceSpec device = ps::presets::find_device("a100-40gb");
+  ps::tuning::Request req{.ranks = 4, .global_batch = 8};
+  req.bases = {"1f1b", "zb-v", "chimera"};
+  req.microbatch_sizes = {1};
+  req.checkpoints = {CheckpointMode::None, CheckpointMode::Selective};
+  const ps::tuning::Result without = ps::tune(req, model, device);
+  req.vocabulary = true;
+  ps::tuning::Result with = ps::tune(req, model, device);
+  ASSERT_TRUE(without.best && with.best);
+  EXPECT_FALSE(without.best->vocabulary);
+  EXPECT_TRUE(with.best->vocabulary) << ps::describe(*with.best);
+  EXPECT_LT(with.best->makespan, without.best->makespan);
+  EXPECT_NE(ps::describe(*with.best).find(", vocabulary parallel"), std::string::npos);
+  EXPECT_GT(with.candidates_total, without.candidates_total);
+  const ps::tuning::Plan& p = *with.best;
+  EXPECT_TRUE(p.schedule.has_vocabulary());
+  EXPECT_TRUE(ps::check(p.schedule).ok());
+  const auto* cost = std::any_cast<ps::TransformerCost>(&p.cost);
+  ASSERT_NE(cost, nullptr);
+  EXPECT_TRUE(cost->parallel.vocabulary);
+  EXPECT_EQ(ps::simulate(p.schedule, *cost).makespan, p.makespan);
+  // assemble_plan (what `pipesched simulate --vocab-parallel` calls) builds the same schedule.
+  ps::MemoryBudget budget;
+  budget.per_rank = p.budget_per_rank;
+  const ps::PlanRecipe recipe{.wgrad = p.wgrad,
+                              .fit = p.fitted ? ps::FitOrder::Fitted : ps::FitOrder::Own,
+                              .vocabulary = true};
+  const auto again = ps::assemble_plan(ps::find_generator(p.base), p.schedule.problem, *cost,
+                                       budget, recipe, ps::find_checkpoint(ps::checkpoint_name(p)));
+  EXPECT_EQ(ps::to_text(again.schedule), ps::to_text(p.schedule));
+  for (const ps::tuning::Plan* q : plans_of(with))
+    if (q->base == "chimera") {
+      EXPECT_FALSE(q->vocabulary) << ps::describe(*q);
+    }
+  // The plan file keeps the split: read back, its cost model splits the head.
+  const ps::tuning::Plan read = ps::read_plan(ps::plan_json(p), "plan");
+  EXPECT_TRUE(read.vocabulary);
+  const auto* read_cost = std::any_cast<ps::TransformerCost>(&read.cost);
+  ASSERT_NE(read_cost, nullptr);
+  EXPECT_TRUE(read_cost->parallel.vocabulary);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -83,6 +83,10 @@ class Evaluator {
       board_.settle(space_.modes, Settled::Pruned);
       return;
     }
+    if (cfg.vocabulary) {
+      settle_vocabulary_modes(index);
+      return;
+    }
     std::optional<Built> b;
     SimulationResult sim;
     if (!build_base(index, b, sim)) return;
@@ -129,6 +133,12 @@ class Evaluator {
     try {
       Cost cost = grid_.cost_of(cfg, request_.slicing);
       cost.parallel.layers = layers;
+      if (cfg.vocabulary) {
+        const AssembledPlan<Cost> a = vocabulary_plan(cfg, cost, mode, nullptr);
+        const SimulationResult sim = simulate(a.schedule, a.cost);
+        if (sim.deadlock || !fits_budget(peaks_of(sim), a.budget)) return none;
+        return sim.makespan;
+      }
       const Built b = build(cfg, std::move(cost));
       const Schedule s = mode == CheckpointMode::None ? b.base : checkpointed(b, mode);
       const SimulationResult sim = simulate(s, b.cost);
@@ -159,6 +169,10 @@ class Evaluator {
                     1);
       return;
     }
+    if (cfg.vocabulary) {
+      settle_vocabulary(index, CheckpointMode::None, &policy);
+      return;
+    }
     settle_checkpointed(index, CheckpointMode::None, std::string(policy.name), [&](const Built& b) {
       return policy.apply(b.base, CostRef(b.cost), b.budget);
     });
@@ -177,11 +191,103 @@ class Evaluator {
   //! search's passes checkpoint it.
   //! An offloaded base keeps the offloads of the units the mode does not recompute.
   Schedule checkpointed(const Built& b, CheckpointMode mode) const {
-    if (is_full(mode))
-      return without_offload_of_recomputed(checkpoint_full(b.base, timing_of(mode)));
+    return checkpointed(b.base, b.cost, b.budget, mode);
+  }
+  //! checkpointed(built, mode) of base `s` under `cost` and `budget`; None leaves it as it is.
+  Schedule checkpointed(const Schedule& s, const Cost& cost, const MemoryBudget& budget,
+                        CheckpointMode mode) const {
+    if (mode == CheckpointMode::None) return s;
+    if (is_full(mode)) return without_offload_of_recomputed(checkpoint_full(s, timing_of(mode)));
     if (is_selective(mode))
-      return checkpoint_selective(b.base, b.cost, b.budget, nullptr, timing_of(mode), stop_);
-    return checkpoint_mario(b.base, b.cost, b.budget, request_.mario, stop_);
+      return checkpoint_selective(s, cost, budget, nullptr, timing_of(mode), stop_);
+    return checkpoint_mario(s, cost, budget, request_.mario, stop_);
+  }
+
+  //! The plan of vocabulary-parallel configuration `cfg` under `cost` (its output layer
+  //! split) in checkpoint `mode`, or by the program's `policy` where given: assembled as
+  //! assemble_plan assembles it with PlanRecipe::vocabulary, steps 1-4 as build() and
+  //! checkpointed() do them, the passes last within the budget (the plan built again under a
+  //! smaller budget where they take a rank over, each lag tried): what `pipesched simulate
+  //! --vocab-parallel` with the plan's options builds. Throws same_as_own for a fitted
+  //! configuration without a budget, and what assemble_plan throws.
+  AssembledPlan<Cost> vocabulary_plan(const TuneConfig<Cost>& cfg, const Cost& cost,
+                                      CheckpointMode mode, const CheckpointInfo* policy) const {
+    const Problem problem{.ranks = cfg.ranks,
+                          .stages = cfg.ranks * cfg.chunks,
+                          .microbatches = cfg.microbatches,
+                          .slices = cfg.slices};
+    const PlanRecipe recipe{.wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad,
+                            .fine_wgrad = cfg.fine,
+                            .wgrad_parts = request_.wgrad_parts,
+                            .fit = cfg.fitted ? FitOrder::Fitted : FitOrder::Own,
+                            .vocabulary = true};
+    const Schedule own = generate_own(*cfg.generator, problem, recipe, cost);
+    const TuneScenario<Cost>& sc = scenarios_[cfg.scenario];
+    const MemoryBudget budget =
+        sc.budget ? *sc.budget : default_memory_budget(cost, own.problem, own.placement);
+    if (cfg.fitted && !budget.limited()) throw same_as_own{};
+    if (policy) return assemble_plan(*cfg.generator, problem, cost, budget, recipe, *policy, &own);
+    return assemble_plan(
+        *cfg.generator, problem, cost, budget, recipe, mode != CheckpointMode::None,
+        [&](const Schedule& s, const Cost& c, const MemoryBudget& b) {
+          return checkpointed(s, c, b, mode);
+        },
+        &own);
+  }
+
+  //! Every mode of vocabulary-parallel configuration `index` (phase one does it all: each
+  //! candidate is planned whole, passes included, by vocabulary_plan).
+  void settle_vocabulary_modes(std::size_t index) {
+    // The base without the passes first: a configuration the order or the model refuses is
+    // refused (or pruned) in every mode, with its reason, as any other.
+    std::optional<Built> built;
+    SimulationResult base;
+    if (!build_base(index, built, base)) return;
+    TuneConfig<Cost>& cfg = grid_.configs[index];
+    cfg.base_fits = true;              // nothing left for phase two
+    cfg.lower_bound = cfg.work_bound;  // the passes move the backwards: the work bound holds
+    for (CheckpointMode m : space_.config_modes) {
+      if (stop_.stop_requested()) return;
+      if (m == CheckpointMode::Mario && !mario_applies(index)) continue;
+      settle_vocabulary(index, m, nullptr);
+    }
+  }
+
+  //! One candidate of vocabulary-parallel configuration `index` (`mode`, or the program's
+  //! `policy`): planned by vocabulary_plan, simulated and settled as settle_checkpointed does.
+  void settle_vocabulary(std::size_t index, CheckpointMode mode, const CheckpointInfo* policy) {
+    const TuneConfig<Cost>& cfg = grid_.configs[index];
+    try {
+      const AssembledPlan<Cost> a =
+          vocabulary_plan(cfg, grid_.cost_of(cfg, request_.slicing), mode, policy);
+      if (stop_.stop_requested()) return;
+      const SimulationResult sim = simulate(a.schedule, a.cost);
+      const Built b{a.cost, a.budget, a.schedule};
+      if (sim.deadlock) {
+        board_.settle(1, Settled::OverBudget);
+        return;
+      }
+      if (!fits_budget(peaks_of(sim), a.budget)) {
+        tuning::Point over = point(cfg, index, mode, b, a.schedule, sim);
+        if (policy) over.checkpoint = policy->name;
+        board_.over_budget(std::move(over));
+        return;
+      }
+      tuning::Plan p = make_plan(cfg, index, mode, b, a.schedule, sim);
+      if (policy) p.checkpoint_policy = policy->name;
+      board_.keep(std::move(p), cfg.generator);
+    } catch (const same_as_own&) {
+      board_.settle(1, Settled::Pruned);
+    } catch (const work_stopped&) {
+      // cut short: dropped
+    } catch (const invalid_problem&) {
+      board_.settle(1, Settled::OverBudget);  // nothing within the budget, whatever the lag
+    } catch (const invalid_schedule& e) {
+      board_.refuse(
+          index,
+          cfg.label() + ", " + (policy ? std::string(policy->name) : std::string(to_string(mode))),
+          e.message(), 1);
+    }
   }
 
   //! One checkpointed candidate of the configuration at `index`: its base built again,
@@ -422,6 +528,7 @@ class Evaluator {
       p.budget_per_rank.push_back(b.budget.of(r));
     p.recomputes = static_cast<int>(s.count(OpKind::R));
     p.offloads = static_cast<int>(s.count(OpKind::Offload));
+    p.vocabulary = s.has_vocabulary();
     p.slices = cfg.slices;
     p.fine_wgrad = cfg.fine;
     p.fitted = cfg.fitted;

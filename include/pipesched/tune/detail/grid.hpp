@@ -69,6 +69,7 @@ struct TuneConfig {
   bool fine = false;
   bool fitted = false;           //!< base from the order's memory-bounded generator
   bool offloaded = false;        //!< activations offloaded where the budget asks (apply_offload)
+  bool vocabulary = false;       //!< output layer split by vocabulary (vocabulary passes)
   std::string cluster;           //!< "pp 4 x dp 2 x tp 2, " in a cluster search, else empty
   bool layout_searched = false;  //!< its cost model's layers per stage from a layout search
   double work_bound = 0;         //!< average_work_bound
@@ -86,6 +87,7 @@ struct TuneConfig {
     if (fine) s += ", fine W";
     if (fitted) s += ", fitted to the budget";
     if (offloaded) s += ", offloaded";
+    if (vocabulary) s += ", vocabulary parallel";
     if (layout_searched) s += ", layout searched";
     return s;
   }
@@ -105,12 +107,15 @@ struct TuneGrid {
   //! refused, its message. Written before any thread starts, then read only.
   std::map<std::tuple<std::size_t, int, int>, std::pair<std::vector<int>, Message>> cuts;
 
-  //! The cost model of `cfg`, cut into its slices; throws invalid_problem with the factory's
-  //! message where the factory refused its microbatch size, or the slicing's where it
-  //! refused the cut.
+  //! The cost model of `cfg`, cut into its slices (its output layer split by vocabulary for a
+  //! vocabulary-parallel configuration); throws invalid_problem with the factory's message
+  //! where the factory refused its microbatch size, or the slicing's where it refused the cut.
   Cost cost_of(const TuneConfig<Cost>& cfg, SlicingMode slicing) const {
     if (!costs[cfg.cost]) throw invalid_problem(cost_refusal[cfg.cost]);
     Cost cost = *costs[cfg.cost];
+    if constexpr (requires { cost.parallel.vocabulary = true; }) {
+      if (cfg.vocabulary) cost.parallel.vocabulary = true;
+    }
     if constexpr (sliceable_cost<Cost>) {
       if (cfg.slices > 1) {
         const auto at = cuts.find({cfg.cost, cfg.slices, cfg.ranks});
@@ -168,8 +173,22 @@ void cut_slices(TuneGrid<Cost>& grid, SlicingMode slicing, int threads, Stop&& s
   }
 }
 
+//! Whether order `g` pipelines one model replica (Chimera pipelines two), as a small problem of
+//! it shows; an order that refuses the small problem is taken as one replica (its own
+//! configurations say why).
+inline bool one_replica(const GeneratorInfo& g) {
+  try {
+    return g.generate(Problem{.ranks = 2, .microbatches = 4}, g.default_wgrad).problem.replicas <=
+           1;
+  } catch (const error&) {
+    return true;
+  }
+}
+
 //! Appends the configurations of base `g` in scenario `si` at microbatch size `b` (cost model
-//! `ci`): chunks, then slices, then fine W, then fitted, then offloaded, innermost last.
+//! `ci`): chunks, then slices, then fine W, then fitted, then offloaded, then vocabulary
+//! parallel, innermost last. Vocabulary parallelism is tried without offloading, on orders of
+//! one model replica.
 template <class Cost>
 void add_configs(TuneGrid<Cost>& grid, const tuning::Request& request, const TuneScenario<Cost>& sc,
                  std::size_t si, std::size_t ci, int b, const GeneratorInfo* g,
@@ -187,25 +206,28 @@ void add_configs(TuneGrid<Cost>& grid, const tuning::Request& request, const Tun
     for (int k : ks)
       for (bool fine : fines)
         for (bool fitted : fitting)
-          for (bool offloaded : {false, true}) {
-            if (offloaded && (!request.offload || k > 1)) continue;  // whole microbatches only
-            TuneConfig<Cost> cfg;
-            cfg.scenario = si;
-            cfg.cost = ci;
-            cfg.generator = g;
-            cfg.ranks = sc.ranks;
-            cfg.chunks = c;
-            cfg.microbatch_size = b;
-            cfg.microbatches = sc.global_batch / b;
-            cfg.slices = k;
-            cfg.fine = fine;
-            cfg.fitted = fitted;
-            cfg.offloaded = offloaded;
-            if (sc.cluster)
-              cfg.cluster = "pp " + std::to_string(sc.ranks) + " x dp " + std::to_string(sc.data) +
-                            " x tp " + std::to_string(sc.tensor) + ", ";
-            grid.configs.push_back(std::move(cfg));
-          }
+          for (bool offloaded : {false, true})
+            for (bool vocabulary : {false, true}) {
+              if (offloaded && (!request.offload || k > 1)) continue;  // whole microbatches only
+              if (vocabulary && (!request.vocabulary || offloaded || !one_replica(*g))) continue;
+              TuneConfig<Cost> cfg;
+              cfg.scenario = si;
+              cfg.cost = ci;
+              cfg.generator = g;
+              cfg.ranks = sc.ranks;
+              cfg.chunks = c;
+              cfg.microbatch_size = b;
+              cfg.microbatches = sc.global_batch / b;
+              cfg.slices = k;
+              cfg.fine = fine;
+              cfg.fitted = fitted;
+              cfg.offloaded = offloaded;
+              cfg.vocabulary = vocabulary;
+              if (sc.cluster)
+                cfg.cluster = "pp " + std::to_string(sc.ranks) + " x dp " +
+                              std::to_string(sc.data) + " x tp " + std::to_string(sc.tensor) + ", ";
+              grid.configs.push_back(std::move(cfg));
+            }
   }
 }
 

@@ -74,6 +74,15 @@ void check_capabilities(const tuning::Request& request) {
           "layout_cost: layered, with Parallelism::layers); use 0, or a cost model with that "
           "capability such as TransformerCost.");
   }
+  if constexpr (!has_vocabulary_cost<Cost>) {
+    if (request.vocabulary)
+      throw invalid_problem(
+          field("tuning::Request.vocabulary", true) +
+          " splits the output layer by vocabulary over the ranks, and this cost model does not "
+          "price the vocabulary passes (it is no has_vocabulary_cost: vocabulary_seconds, "
+          "vocabulary_bytes and vocabulary_transfer_seconds); use false, or a cost model that "
+          "prices them such as TransformerCost or UniformCost.");
+  }
   (void)request;
   (void)sliced;
 }
