@@ -212,15 +212,9 @@ class Evaluator {
   //! configuration without a budget, and what assemble_plan throws.
   AssembledPlan<Cost> vocabulary_plan(const TuneConfig<Cost>& cfg, const Cost& cost,
                                       CheckpointMode mode, const CheckpointInfo* policy) const {
-    const Problem problem{.ranks = cfg.ranks,
-                          .stages = cfg.ranks * cfg.chunks,
-                          .microbatches = cfg.microbatches,
-                          .slices = cfg.slices};
-    const PlanRecipe recipe{.wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad,
-                            .fine_wgrad = cfg.fine,
-                            .wgrad_parts = request_.wgrad_parts,
-                            .fit = cfg.fitted ? FitOrder::Fitted : FitOrder::Own,
-                            .vocabulary = true};
+    const Problem problem = problem_of(cfg);
+    PlanRecipe recipe = recipe_of(cfg);
+    recipe.vocabulary = true;
     const Schedule own = generate_own(*cfg.generator, problem, recipe, cost);
     const TuneScenario<Cost>& sc = scenarios_[cfg.scenario];
     const MemoryBudget budget =
@@ -328,6 +322,21 @@ class Evaluator {
     }
   }
 
+  //! The problem of configuration `cfg`.
+  static Problem problem_of(const TuneConfig<Cost>& cfg) {
+    return Problem{.ranks = cfg.ranks,
+                   .stages = cfg.ranks * cfg.chunks,
+                   .microbatches = cfg.microbatches,
+                   .slices = cfg.slices};
+  }
+  //! What assemble_plan is asked for `cfg`: its weight-gradient mode, fine W and fitting.
+  PlanRecipe recipe_of(const TuneConfig<Cost>& cfg) const {
+    return PlanRecipe{.wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad,
+                      .fine_wgrad = cfg.fine,
+                      .wgrad_parts = request_.wgrad_parts,
+                      .fit = cfg.fitted ? FitOrder::Fitted : FitOrder::Own};
+  }
+
   //! Builds the base of `cfg` (steps 1 and 2 of assemble_plan: generated, fitted where `cfg`
   //! is a fitted configuration, its W parts placed where it is a fine one); throws
   //! invalid_problem / invalid_schedule when refused and same_as_own for a fitted
@@ -338,14 +347,8 @@ class Evaluator {
   }
   //! build(cfg) under `cost` in place of the grid's.
   Built build(const TuneConfig<Cost>& cfg, const Cost cost) const {
-    const Problem problem{.ranks = cfg.ranks,
-                          .stages = cfg.ranks * cfg.chunks,
-                          .microbatches = cfg.microbatches,
-                          .slices = cfg.slices};
-    const PlanRecipe recipe{.wgrad = cfg.fine ? WGradMode::Split : cfg.generator->default_wgrad,
-                            .fine_wgrad = cfg.fine,
-                            .wgrad_parts = request_.wgrad_parts,
-                            .fit = cfg.fitted ? FitOrder::Fitted : FitOrder::Own};
+    const Problem problem = problem_of(cfg);
+    const PlanRecipe recipe = recipe_of(cfg);
     // A model too shallow for the stages is refused before the schedule is built (it could
     // be far larger than any the model can run): every rank holds a stage of at least one
     // layer, and a looped order ranks x chunks of them.

@@ -198,6 +198,7 @@ void add_configs(TuneGrid<Cost>& grid, const tuning::Request& request, const Tun
   if (request.fine_wgrad && g->split) fines.push_back(true);
   std::vector<bool> fitting{false};
   if (g->generate_within) fitting.push_back(true);
+  const bool split_head = request.vocabulary && one_replica(*g);  // vocabulary parallel too
   std::vector<int> ks;
   for (int k : g->slices ? request.slices : whole)
     if (std::find(ks.begin(), ks.end(), k) == ks.end()) ks.push_back(k);
@@ -209,7 +210,7 @@ void add_configs(TuneGrid<Cost>& grid, const tuning::Request& request, const Tun
           for (bool offloaded : {false, true})
             for (bool vocabulary : {false, true}) {
               if (offloaded && (!request.offload || k > 1)) continue;  // whole microbatches only
-              if (vocabulary && (!request.vocabulary || offloaded || !one_replica(*g))) continue;
+              if (vocabulary && (!split_head || offloaded)) continue;
               TuneConfig<Cost> cfg;
               cfg.scenario = si;
               cfg.cost = ci;
