@@ -82,9 +82,9 @@ struct SimulationResult {
   double makespan = 0;          //!< when the last rank ends (its step tail included)
   //! The idle share of ranks × makespan: 1 − Σ busy / (ranks · makespan).
   double bubble_ratio = 0;
-  double peak_memory_max = 0;      //!< max over ranks of peak_memory
+  double peak_memory_max = 0;       //!< max over ranks of peak_memory
   double peak_host_memory_max = 0;  //!< max over ranks of peak_host_memory
-  std::vector<RankSummary> ranks;  //!< each rank's figures, by rank
+  std::vector<RankSummary> ranks;   //!< each rank's figures, by rank
   //! timing[r][i] for the action at rank r, position i (idle slots: start = end).
   std::vector<std::vector<ActionTiming>> timing;
 };
@@ -332,16 +332,16 @@ class SimRecorder {
   const Cost& cost_;
   CostContext ctx_;
   SimulationResult res_;
-  std::vector<double> end_;         // each action's end, by flat index
-  std::vector<double> free_at_;     // when each rank's last action ended
-  std::vector<double> held_;        // each rank's held memory
-  std::vector<int> last_pos_;       // each rank's last recorded position, to time idle slots
-  std::vector<double> link_free_;   // when each rank's data-parallel link frees
-  std::vector<double> copy_end_;    // an OFFLOAD's or RELOAD's host copy's end, by flat index
+  std::vector<double> end_;             // each action's end, by flat index
+  std::vector<double> free_at_;         // when each rank's last action ended
+  std::vector<double> held_;            // each rank's held memory
+  std::vector<int> last_pos_;           // each rank's last recorded position, to time idle slots
+  std::vector<double> link_free_;       // when each rank's data-parallel link frees
+  std::vector<double> copy_end_;        // an OFFLOAD's or RELOAD's host copy's end, by flat index
   std::vector<double> to_host_free_;    // when each rank's link to host memory frees
   std::vector<double> from_host_free_;  // when each rank's link from host memory frees
   std::vector<double> host_held_;       // each rank's activations in host memory
-  std::vector<double> reduced_at_;  // when each stage's gradient reduction ends
+  std::vector<double> reduced_at_;      // when each stage's gradient reduction ends
 };
 
 }  // namespace detail

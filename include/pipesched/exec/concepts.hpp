@@ -203,9 +203,9 @@ enum class Direction : std::uint8_t {
 //! message names a shard (= the rank that holds it) instead: the shard it goes to
 //! (VocabularyInput) or the shard it comes from (VocabularyPartial).
 struct MessageKey {
-  int stage = 0;  //!< the stage that receives the message (a vocabulary message: the shard)
-  int microbatch = 0;                        //!< the microbatch it belongs to
-  int slice = 0;                             //!< its sequence slice
+  int stage = 0;       //!< the stage that receives the message (a vocabulary message: the shard)
+  int microbatch = 0;  //!< the microbatch it belongs to
+  int slice = 0;       //!< its sequence slice
   Direction direction = Direction::Forward;  //!< activation (Forward) or gradient (Backward)
   friend bool operator==(const MessageKey&, const MessageKey&) = default;
 };

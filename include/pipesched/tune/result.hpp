@@ -47,8 +47,8 @@ struct Plan {
   //! The output layer split by vocabulary over the ranks: the schedule has vocabulary passes
   //! (VOCAB_F, VOCAB_B) and the cost model splits its head.
   bool vocabulary = false;
-  int slices = 1;                       //!< slices per microbatch
-  bool fine_wgrad = false;              //!< weight gradients cut into parts, placed in waits
+  int slices = 1;           //!< slices per microbatch
+  bool fine_wgrad = false;  //!< weight gradients cut into parts, placed in waits
   //! The base schedule was fitted to the budget by its order's memory knob
   //! (GeneratorInfo::generate_within: Zero Bubble's capped weight-gradient deferral, slice-pipe's
   //! warm-up) before checkpointing; false: the order's own schedule.

@@ -24,7 +24,7 @@ inline std::string stage_count_text(int stages) {
 //! What one unit (stage, microbatch, slice) holds: counts per kind and its W parts.
 struct UnitSeen {
   int f = 0, b = 0, i = 0, r = 0;
-  int r_late = 0;            //!< of the r recomputes, the late ones (`RL`)
+  int r_late = 0;               //!< of the r recomputes, the late ones (`RL`)
   int offload = 0, reload = 0;  //!< OFFLOAD and RELOAD actions of the unit
   //! VOCAB_F and VOCAB_B of shard `stage` (counted under the shard's index; shard j < ranks)
   int vocab_f = 0, vocab_b = 0;

@@ -619,7 +619,7 @@ class UnitRunner {
   std::size_t slices_ = 1;                          // the problem's slices per microbatch
   bool use_context_ = false;                        // slice contexts are made and passed
   bool vocabulary_ = false;  // the schedule has vocabulary passes: the shards compute the loss
-  std::vector<UnitFigures> seen_;                   // by (stage, slice)
+  std::vector<UnitFigures> seen_;  // by (stage, slice)
   const TrainingData<tensor_type>* data_ = nullptr;
   std::unordered_map<std::uint64_t, Held> stashes_;
   std::unordered_map<std::uint64_t, Held> offloaded_;        // the host pool: offloaded stashes
