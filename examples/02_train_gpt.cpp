@@ -223,17 +223,6 @@ bool parse(int argc, char** argv, Options& o, int& code) {
 using Stage = toy::GptStage<double>;
 using Shard = toy::GptVocabularyShard<double>;
 
-// `cost` with the shards' figures (vocabulary parallelism): nominal times, the bytes a forward
-// over a whole microbatch keeps.
-ps::ProfiledCost with_shards(ps::ProfiledCost cost, const std::vector<Shard>& shards,
-                             const toy::GptConfig& config) {
-  const auto tokens = static_cast<std::size_t>(config.microbatch_size * config.sequence);
-  for (const Shard& sh : shards)
-    cost.vocabulary.push_back(
-        {.forward = 1, .backward = 1, .bytes = double(sh.predicted_stash_bytes(tokens))});
-  return cost;
-}
-
 // SGD on shard r beside rank r's stages (what use_sgd set), with its snapshot and rollback.
 void add_shard_sgd(ps::ExecutorOptions& options, std::vector<Shard>& shards) {
   auto saved = std::make_shared<std::vector<std::vector<double>>>(shards.size());
@@ -381,7 +370,8 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
   if (shards)
     training.vocabulary = toy::vocabulary_passes(std::span(*shards), data, s.problem.slices);
   const ps::SimulationResult predicted = ps::simulate(
-      s, shards ? with_shards(toy::gpt_profiled_cost(stages, s.problem.slices), *shards, config)
+      s, shards ? toy::with_vocabulary_shards(toy::gpt_profiled_cost(stages, s.problem.slices),
+                                              *shards, config)
                 : toy::gpt_profiled_cost(stages, s.problem.slices));
   std::vector<Stage> ref;  // the model: one replica's stages
   for (int m = 0; m < s.problem.replica_stages(); ++m)
@@ -467,7 +457,8 @@ int run(const Options& o, int process_rank) {
     for (int j = 0; j < s.rank_count(); ++j)
       shards.emplace_back(config, j, s.rank_count());
     s = ps::add_vocabulary_passes(
-        s, with_shards(toy::gpt_profiled_cost(stages, s.problem.slices), shards, config));
+        s, toy::with_vocabulary_shards(toy::gpt_profiled_cost(stages, s.problem.slices), shards,
+                                       config));
   }
   say("%s on %d ranks (%s), %d microbatches x %d slices, toy GPT with %d blocks%s%s\n",
       s.name.c_str(), s.rank_count(), o.transport == "mpi" ? "MPI processes" : "threads",

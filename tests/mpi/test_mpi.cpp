@@ -215,7 +215,7 @@ void expect_vocabulary_same_as_inproc(const ps::Schedule& base) {
   auto thread_shards = exec_test::vocabulary_shards<T>(config, P);
   auto proc_shards = exec_test::vocabulary_shards<T>(config, P);
   const ps::ProfiledCost cost =
-      exec_test::with_vocabulary(toy::gpt_profiled_cost(threads, slices), thread_shards, config);
+      toy::with_vocabulary_shards(toy::gpt_profiled_cost(threads, slices), thread_shards, config);
   const ps::Schedule s = ps::add_vocabulary_passes(base, cost);
   const ps::SimulationResult predicted = ps::simulate(s, cost);
   auto sgd = [&s](std::vector<toy::GptStage<T>>& stages,

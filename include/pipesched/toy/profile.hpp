@@ -10,6 +10,7 @@
 #include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/core/error.hpp"
 #include "pipesched/toy/gpt.hpp"
+#include "pipesched/toy/gpt_vocabulary.hpp"
 #include "pipesched/toy/mlp.hpp"
 #include "pipesched/toy/slicing.hpp"
 
@@ -79,6 +80,23 @@ ProfiledCost gpt_profiled_cost(const std::vector<GptStage<T>>& stages, int slice
     }
     cost.slices.push_back(std::move(per_slice));
   }
+  return cost;
+}
+
+//! `cost` (gpt_profiled_cost of the stages of a config with `split_output`) with the figures of
+//! the head's vocabulary `shards` (one per rank, GptVocabularyShards of `config`), so that it
+//! prices vocabulary passes: nominal times (1 for a shard's VOCAB_F and VOCAB_B), the bytes a
+//! shard's forward over a whole microbatch keeps (the simulator divides them evenly among
+//! slices, as slice_bounds cuts the toy's sequence when it divides evenly), no transfer time.
+template <class T>
+ProfiledCost with_vocabulary_shards(ProfiledCost cost,
+                                    const std::vector<GptVocabularyShard<T>>& shards,
+                                    const GptConfig& config) {
+  const auto tokens =
+      static_cast<std::size_t>(config.microbatch_size) * static_cast<std::size_t>(config.sequence);
+  for (const GptVocabularyShard<T>& shard : shards)
+    cost.vocabulary.push_back(
+        {.forward = 1, .backward = 1, .bytes = double(shard.predicted_stash_bytes(tokens))});
   return cost;
 }
 

@@ -12,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "pipesched/analysis/profiled_cost.hpp"
 #include "pipesched/core/schedule.hpp"
 #include "pipesched/exec/step_result.hpp"
 #include "pipesched/toy/gpt_vocabulary.hpp"
@@ -141,19 +140,6 @@ std::vector<pipesched::toy::GptVocabularyShard<T>> vocabulary_shards(
   for (int j = 0; j < ranks; ++j)
     shards.emplace_back(config, j, ranks);
   return shards;
-}
-
-// `cost` with the shards' figures: nominal times, the bytes a forward over a whole microbatch
-// keeps (the simulator divides them evenly among slices, as slice_bounds cuts the toy's).
-template <class T>
-pipesched::ProfiledCost with_vocabulary(
-    pipesched::ProfiledCost cost, const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards,
-    const pipesched::toy::GptConfig& config) {
-  const auto tokens = static_cast<std::size_t>(config.microbatch_size * config.sequence);
-  for (const auto& shard : shards)
-    cost.vocabulary.push_back(
-        {.forward = 1, .backward = 1, .bytes = double(shard.predicted_stash_bytes(tokens))});
-  return cost;
 }
 
 // The gradients (parameters) of `stages`, then of `shards`: in the order of the unsplit model's

@@ -331,7 +331,7 @@ TYPED_TEST(ToyNumerics, GptWithVocabularyParallelism) {
     }
     auto shards = vocabulary_shards<T>(config, c.ranks);
     const ps::ProfiledCost cost =
-        with_vocabulary(toy::gpt_profiled_cost(piped, c.slices), shards, config);
+        toy::with_vocabulary_shards(toy::gpt_profiled_cost(piped, c.slices), shards, config);
     const ps::Schedule s = ps::add_vocabulary_passes(base, cost);
     ASSERT_EQ(s.count(ps::OpKind::VocabF), std::size_t(c.ranks * problem.microbatches * c.slices));
     const ps::SimulationResult predicted = ps::simulate(s, cost);
