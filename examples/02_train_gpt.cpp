@@ -15,7 +15,8 @@
 // sequence and vocabulary), grid (pp × dp × tp: the blocks split over each tensor group),
 // schedule, microbatches and microbatch size, and ZeRO when the plan shards. A plan made from a
 // layer profile of this machine (pipesched profile, tune --profile) predicts its step here, and
-// the example prints the prediction beside the measured step.
+// the example prints the prediction beside the measured step. A plan with the head split by
+// vocabulary (tune --vocab-parallel) runs its passes with the shards, as --vocab-parallel does.
 //
 //   example_02_train_gpt --schedule zb-h1 --ranks 4 --microbatches 8
 //   mpirun -np 4 example_02_train_gpt --transport mpi --schedule slice-pipe --slices 4
@@ -120,6 +121,9 @@ int usage(int code) {
                "--profile) predicts the step on this machine: the prediction is printed beside\n"
                "the measured step. With tp > 1 each block's heads and MLP split over the tensor\n"
                "group; sequence parallelism is not in the toy (such plans run without it).\n"
+               "A plan with vocabulary_passes (tune --vocab-parallel) splits the head over the\n"
+               "pipeline ranks as --vocab-parallel does; each shard's gradient is averaged\n"
+               "over the data-parallel group and stepped with SGD after each step.\n"
                "Chimera (--schedule chimera, or such a plan) holds two replicas of the model in\n"
                "one pipeline: each block's two copies take the SGD steps of their own\n"
                "microbatches, then add them up (SGD is linear: the step of the summed\n"
@@ -363,7 +367,8 @@ template <class Pipe>
 int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
           const toy::GptConfig& config, const Options& o, int process_rank, ReplicaUpdate& update,
           const Replica& replica = {}, ps::TensorShard shard = {},
-          std::vector<double>* seconds = nullptr, std::vector<Shard>* shards = nullptr) {
+          std::vector<double>* seconds = nullptr, std::vector<Shard>* shards = nullptr,
+          const std::function<void()>& after_step = {}) {
   const auto global = toy::make_gpt_data<double>(config, o.microbatches * replica.count, 7);
   const auto data = share(global, replica);
   auto training = toy::training_data(data, s.problem.slices);  // refers to `data`
@@ -383,6 +388,7 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
     update.before();
     const ps::StepResult r = pipe.step(training);
     update.after();
+    if (after_step) after_step();
     const double loss = replica.mean(r.loss);
     const bool same = std::abs(loss - want) <= 1e-12 * std::abs(want);
     failures += !same;
@@ -574,7 +580,16 @@ int run_plan(const ps::mpi::PlanRun& run, Options o) {
   const ps::Schedule& s = run.schedule();
   std::vector<std::string> notes;
   const toy::GptConfig config = toy_of(plan, s.problem.replica_stages(), plan.gpus, &notes);
-  std::vector<Stage> stages = make_stages(config, s, run.tensor_shard());
+  toy::GptConfig built = config;  // the stages' config: the head split off with the shards
+  built.split_output = plan.vocabulary;
+  std::vector<Stage> stages = make_stages(built, s, run.tensor_shard());
+  // With the head split by vocabulary each pipeline rank holds its shard of the head (every
+  // tensor rank of it the whole shard); the reducer steps the stages, and after each step the
+  // shard's gradient is averaged over the data-parallel group and stepped with the same SGD.
+  std::vector<Shard> shards;
+  if (plan.vocabulary)
+    for (int j = 0; j < s.rank_count(); ++j)
+      shards.emplace_back(config, j, s.rank_count());
   const auto* planned = std::any_cast<ps::TransformerCost>(&plan.cost);
   say("plan: %s (checkpoint %s) on pp %d x dp %d x tp %d processes, ZeRO-%d; %d microbatches "
       "of %d sequences x %d slices per replica, global batch %lld sequences\n",
@@ -605,6 +620,10 @@ int run_plan(const ps::mpi::PlanRun& run, Options o) {
     say("each block split over %d tensor ranks: %d of %d heads and %d of %d MLP units each\n",
         plan.tensor, config.heads / plan.tensor, config.heads, config.ffn / plan.tensor,
         config.ffn);
+  if (plan.vocabulary)
+    say("the LM head and loss split by vocabulary over the %d pipeline ranks (VOCAB_F, VOCAB_B "
+        "passes)\n",
+        s.rank_count());
   if (plan.sequence_parallel)
     say("the plan has sequence parallelism, which the toy does not implement: it runs without "
         "(the same numerics, more activation memory per tensor rank)\n");
@@ -620,8 +639,21 @@ int run_plan(const ps::mpi::PlanRun& run, Options o) {
   const int me = run.coordinates().pipeline;
   ReplicaUpdate update(s.problem, stages, held_stages(s, me), sum_over(run.groups().pipeline()));
   std::vector<double> seconds;
-  const int failures = train(pipe, s, stages, config, o, me, update, replica_of(run.groups()),
-                             run.tensor_shard(), &seconds);
+  std::function<void()> shard_step;
+  if (plan.vocabulary)
+    shard_step = [&shards, me, comm = run.groups().data(), d = plan.data] {
+      Shard& mine = shards[static_cast<std::size_t>(me)];
+      std::vector<double> g = mine.gradients()[0].data;
+      if (d > 1)
+        MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_DOUBLE, MPI_SUM,
+                      comm);
+      std::vector<double>& w = mine.parameters()[0].data;
+      for (std::size_t i = 0; i < w.size(); ++i)
+        w[i] -= 0.1 * (g[i] / d);
+    };
+  const int failures =
+      train(pipe, s, stages, config, o, me, update, replica_of(run.groups()), run.tensor_shard(),
+            &seconds, plan.vocabulary ? &shards : nullptr, shard_step);
   // The measured step (the median after the first, which warms up) beside the plan's.
   if (seconds.size() > 1) seconds.erase(seconds.begin());
   std::sort(seconds.begin(), seconds.end());

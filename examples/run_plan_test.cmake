@@ -5,10 +5,13 @@
 # 8 with TP 2 as pp 2 × dp 2 × tp 2 — and `mpirun -np GPUS example_02_train_gpt --plan` builds
 # the plan's model and runs the plan; the test passes when the example's every step matched
 # sequential training of the global batch and it printed the plan's predicted step beside the
-# measured one.
+# measured one. With -DVOCAB=1 (ctest example.02_train_gpt.mpi.plan_vocabulary) the tune also
+# tries the head split by vocabulary (--vocab-parallel), and the run takes the first plan of
+# "best" and "baselines" that has vocabulary passes: the example builds the head's shards and
+# runs the passes, each shard averaged over the data-parallel group.
 #
 #   cmake -DCLI=... -DEXAMPLE=... -DMPIEXEC=... -DNP_FLAG=-np -DWORK_DIR=... [-DGPUS=8 -DTP=2]
-#         -P run_plan_test.cmake
+#         [-DVOCAB=1] -P run_plan_test.cmake
 foreach(v CLI EXAMPLE MPIEXEC NP_FLAG WORK_DIR)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run_plan_test.cmake: -D${v}=... is missing")
@@ -19,6 +22,13 @@ if(NOT DEFINED GPUS)
 endif()
 if(NOT DEFINED TP)
   set(TP 1)
+endif()
+if(NOT DEFINED VOCAB)
+  set(VOCAB 0)
+endif()
+set(vocab_flag "")
+if(VOCAB)
+  set(vocab_flag --vocab-parallel)
 endif()
 math(EXPR DP "${GPUS} / (2 * ${TP})")
 file(MAKE_DIRECTORY "${WORK_DIR}")
@@ -38,17 +48,41 @@ if(NOT profile_rc EQUAL 0)
 endif()
 execute_process(
   COMMAND "${CLI}" tune --gpus ${GPUS} --pp 2 --tp ${TP} --zero 1 --profile "${profile}"
-          --device h100 --microbatch-sizes 1,2 --global-batch 16 --threads 1 --json
+          --device h100 --microbatch-sizes 1,2 --global-batch 16 --threads 1 ${vocab_flag} --json
   OUTPUT_FILE "${plan}" ERROR_VARIABLE tune_err RESULT_VARIABLE tune_rc)
 if(NOT tune_rc EQUAL 0)
   message(FATAL_ERROR "pipesched tune exited ${tune_rc}: ${tune_err}")
 endif()
 file(READ "${plan}" json)
+string(JSON chosen GET "${json}" best)
+if(VOCAB)
+  # The first plan with the head split: "best", else the baselines in order.
+  string(JSON baseline_count LENGTH "${json}" baselines)
+  math(EXPR last "${baseline_count} - 1")
+  set(chosen "")
+  foreach(i RANGE -1 ${last})
+    if(i EQUAL -1)
+      string(JSON candidate GET "${json}" best)
+    else()
+      string(JSON candidate GET "${json}" baselines ${i})
+    endif()
+    string(JSON split ERROR_VARIABLE no_split GET "${candidate}" vocabulary_passes)
+    if(NOT no_split AND split)
+      set(chosen "${candidate}")
+      break()
+    endif()
+  endforeach()
+  if(chosen STREQUAL "")
+    message(FATAL_ERROR "tune --vocab-parallel gave no plan with vocabulary passes: ${plan}")
+  endif()
+  set(plan "${WORK_DIR}/vocabulary-plan.json")
+  file(WRITE "${plan}" "${chosen}\n")
+endif()
 foreach(field_value pp=2 dp=${DP} tp=${TP} zero=1)
   string(REPLACE "=" ";" kv "${field_value}")
   list(GET kv 0 key)
   list(GET kv 1 want)
-  string(JSON got GET "${json}" best ${key})
+  string(JSON got GET "${chosen}" ${key})
   if(NOT got EQUAL want)
     message(FATAL_ERROR "the plan's ${key} is ${got}, not ${want}: ${plan}")
   endif()
@@ -65,4 +99,7 @@ if(NOT out MATCHES "the plan's model as the toy GPT: 4 blocks"
    OR NOT out MATCHES "the plan predicts [0-9.]+ ms from this machine's layer profile")
   message(FATAL_ERROR "example_02_train_gpt --plan ${plan} did not build the plan's model or "
                       "print its predicted step")
+endif()
+if(VOCAB AND NOT out MATCHES "split by vocabulary over the 2 pipeline ranks")
+  message(FATAL_ERROR "example_02_train_gpt --plan ${plan} did not split the head")
 endif()

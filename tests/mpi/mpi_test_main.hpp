@@ -6,23 +6,33 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 #include "pipesched/transport/mpi/mpi_session.hpp"
 
 namespace pipesched::testing_support {
 
+// GoogleTest calls OnTestPartResult holding its UnitTest's (non-recursive) mutex, which
+// UnitTest::current_test_info() takes too: asking it from there deadlocks the process at its
+// first failed assertion. The test's name is kept from OnTestStart instead.
 class FailurePrinter : public ::testing::EmptyTestEventListener {
  public:
   explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    test_ = std::string(info.test_suite_name()) + "." + info.name();
+  }
+  void OnTestEnd(const ::testing::TestInfo&) override { test_ = "(between tests)"; }
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
+    if (r.failed()) {
       std::printf("[rank %d] %s:%d: failure in %s\n%s\n", rank_,
-                  r.file_name() ? r.file_name() : "?", r.line_number(),
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name(), r.message());
+                  r.file_name() ? r.file_name() : "?", r.line_number(), test_.c_str(), r.message());
+      std::fflush(stdout);
+    }
   }
 
  private:
   int rank_;
+  std::string test_ = "(between tests)";
 };
 
 inline int run_mpi_tests(int argc, char** argv, int min_processes) {
