@@ -3,9 +3,11 @@
 // the default) or on MPI processes (--transport mpi, started as `mpirun -np P`). Every step
 // is checked against the sequential (unpipelined) reference; rank 0 prints the summary.
 //
-// With --vocab-parallel the LM head and loss are split by vocabulary over the ranks (vocabulary
-// parallelism): the last stage ends at the final LayerNorm, each rank holds a shard of the head
-// (toy::GptVocabularyShard), and the schedule's VOCAB_F / VOCAB_B passes run them.
+// With --vocab-parallel the LM head and loss, and the input embedding's token table, are split
+// by vocabulary over the ranks (vocabulary parallelism): the last stage ends at the final
+// LayerNorm, the first stage's embedding adds positions to the shards' summed lookups, each rank
+// holds a shard of the head (toy::GptVocabularyShard) and of the table (toy::GptInputShard),
+// and the schedule's VOCAB_F / VOCAB_B / EMBED_F / EMBED_B passes run them.
 //
 // With --data-parallel D the MPI job runs D replicas of the pipeline, each on its share of the
 // global batch, their gradients averaged by the schedule's REDUCE_GRAD actions.
@@ -99,10 +101,12 @@ int usage(int code) {
                "(default 8) cut into K sequence slices (default 1; slice-level schedules), and\n"
                "checks every step's loss and gradients against the sequential reference.\n"
                "--checkpoint mario adds Mario's checkpointing under half of the plan's peak.\n"
-               "--vocab-parallel splits the LM head and loss by vocabulary over the ranks: the\n"
-               "last stage ends at the final LayerNorm, rank j holds rows j of the head, and\n"
-               "the schedule gets a VOCAB_F and a VOCAB_B per rank and microbatch\n"
-               "(add_vocabulary_passes); one replica (not chimera, not --data-parallel).\n"
+               "--vocab-parallel splits the LM head and loss and the input embedding's token\n"
+               "table by vocabulary over the ranks: the last stage ends at the final LayerNorm,\n"
+               "the first stage's embedding adds positions to the summed lookups, rank j holds\n"
+               "rows j of the head and of the table, and the schedule gets a VOCAB_F, VOCAB_B,\n"
+               "EMBED_F and EMBED_B per rank and microbatch (add_vocabulary_passes); one\n"
+               "replica (not chimera, not --data-parallel).\n"
                "--transport mpi runs one rank per MPI process: start it with\n"
                "`mpirun -np P example_02_train_gpt --transport mpi ...` (P from mpirun).\n"
                "--data-parallel D (with --transport mpi) runs D replicas of a pipeline of\n"
@@ -226,23 +230,71 @@ bool parse(int argc, char** argv, Options& o, int& code) {
 
 using Stage = toy::GptStage<double>;
 using Shard = toy::GptVocabularyShard<double>;
+using InputShard = toy::GptInputShard<double>;
 
-// SGD on shard r beside rank r's stages (what use_sgd set), with its snapshot and rollback.
-void add_shard_sgd(ps::ExecutorOptions& options, std::vector<Shard>& shards) {
-  auto saved = std::make_shared<std::vector<std::vector<double>>>(shards.size());
-  options.optimizer = [step = options.optimizer, &shards](int r) {
+// The vocabulary layers split over the ranks: shard r of the head (and of the token table,
+// when the input embedding is split too) on rank r.
+struct Vocabulary {
+  std::vector<Shard> heads;
+  std::vector<InputShard> inputs;  // empty: the embedding stays on the first stage
+
+  Vocabulary(const toy::GptConfig& config, int ranks, bool input) {
+    for (int j = 0; j < ranks; ++j) {
+      heads.emplace_back(config, j, ranks);
+      if (input) inputs.emplace_back(config, j, ranks);
+    }
+  }
+  // Rank r's shards' weights, one vector each (the head's, then the table's).
+  std::vector<std::vector<double>*> weights(int r) {
+    std::vector<std::vector<double>*> out{&heads[static_cast<std::size_t>(r)].parameters()[0].data};
+    if (!inputs.empty()) out.push_back(&inputs[static_cast<std::size_t>(r)].parameters()[0].data);
+    return out;
+  }
+  // Rank r's shards' gradients, in the order of `weights`.
+  std::vector<const std::vector<double>*> gradients(int r) const {
+    std::vector<const std::vector<double>*> out{
+        &heads[static_cast<std::size_t>(r)].gradients()[0].data};
+    if (!inputs.empty()) out.push_back(&inputs[static_cast<std::size_t>(r)].gradients()[0].data);
+    return out;
+  }
+  // The executor's hooks and the cost with the shards' figures.
+  ps::VocabularyPasses<toy::Tensor<double>> passes(const toy::StepData<double>& data, int slices) {
+    return inputs.empty()
+               ? toy::vocabulary_passes(std::span(heads), data, slices)
+               : toy::vocabulary_passes(std::span(heads), std::span(inputs), data, slices);
+  }
+  ps::ProfiledCost cost(const std::vector<Stage>& stages, int slices,
+                        const toy::GptConfig& config) const {
+    const ps::ProfiledCost c = toy::gpt_profiled_cost(stages, slices);
+    return inputs.empty() ? toy::with_vocabulary_shards(c, heads, config)
+                          : toy::with_vocabulary_shards(c, heads, inputs, config);
+  }
+};
+
+// SGD on rank r's shards beside its stages (what use_sgd set), with their snapshot and rollback.
+void add_shard_sgd(ps::ExecutorOptions& options, Vocabulary& vocabulary) {
+  auto saved =
+      std::make_shared<std::vector<std::vector<std::vector<double>>>>(vocabulary.heads.size());
+  options.optimizer = [step = options.optimizer, &vocabulary](int r) {
     step(r);
-    toy::sgd_update_stage(shards[static_cast<std::size_t>(r)], 0.1);
+    const auto g = vocabulary.gradients(r);
+    const auto w = vocabulary.weights(r);
+    for (std::size_t t = 0; t < w.size(); ++t)
+      for (std::size_t i = 0; i < w[t]->size(); ++i)
+        (*w[t])[i] -= 0.1 * (*g[t])[i];
   };
-  options.snapshot = [take = options.snapshot, &shards, saved](int r) {
+  options.snapshot = [take = options.snapshot, &vocabulary, saved](int r) {
     take(r);
-    (*saved)[static_cast<std::size_t>(r)] =
-        shards[static_cast<std::size_t>(r)].parameters()[0].data;
+    auto& keep = (*saved)[static_cast<std::size_t>(r)];
+    keep.clear();
+    for (const std::vector<double>* w : vocabulary.weights(r))
+      keep.push_back(*w);
   };
-  options.rollback = [put = options.rollback, &shards, saved](int r) {
+  options.rollback = [put = options.rollback, &vocabulary, saved](int r) {
     put(r);
-    shards[static_cast<std::size_t>(r)].parameters()[0].data =
-        (*saved)[static_cast<std::size_t>(r)];
+    const auto w = vocabulary.weights(r);
+    for (std::size_t t = 0; t < w.size(); ++t)
+      *w[t] = (*saved)[static_cast<std::size_t>(r)][t];
   };
 }
 
@@ -367,17 +419,15 @@ template <class Pipe>
 int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
           const toy::GptConfig& config, const Options& o, int process_rank, ReplicaUpdate& update,
           const Replica& replica = {}, ps::TensorShard shard = {},
-          std::vector<double>* seconds = nullptr, std::vector<Shard>* shards = nullptr,
+          std::vector<double>* seconds = nullptr, Vocabulary* vocabulary = nullptr,
           const std::function<void()>& after_step = {}) {
   const auto global = toy::make_gpt_data<double>(config, o.microbatches * replica.count, 7);
   const auto data = share(global, replica);
   auto training = toy::training_data(data, s.problem.slices);  // refers to `data`
-  if (shards)
-    training.vocabulary = toy::vocabulary_passes(std::span(*shards), data, s.problem.slices);
-  const ps::SimulationResult predicted = ps::simulate(
-      s, shards ? toy::with_vocabulary_shards(toy::gpt_profiled_cost(stages, s.problem.slices),
-                                              *shards, config)
-                : toy::gpt_profiled_cost(stages, s.problem.slices));
+  if (vocabulary) training.vocabulary = vocabulary->passes(data, s.problem.slices);
+  const ps::SimulationResult predicted =
+      ps::simulate(s, vocabulary ? vocabulary->cost(stages, s.problem.slices, config)
+                                 : toy::gpt_profiled_cost(stages, s.problem.slices));
   std::vector<Stage> ref;  // the model: one replica's stages
   for (int m = 0; m < s.problem.replica_stages(); ++m)
     ref.emplace_back(config, m, s.problem.replica_stages());
@@ -411,23 +461,32 @@ int train(Pipe& pipe, const ps::Schedule& s, std::vector<Stage>& stages,
   for (int st : held_stages(s, process_rank)) {
     mine.push_back(stages[st]);
     std::vector<double> cut = ref[s.problem.model_stage(st)].flat_shard(shard, false);
-    // With the head split, the last stage holds the final LayerNorm without the head's W.
-    if (shards && st == s.problem.stages - 1)
-      cut.resize(cut.size() - static_cast<std::size_t>(config.vocabulary * config.hidden));
+    const auto table = static_cast<std::ptrdiff_t>(config.vocabulary) * config.hidden;
+    // With the head split, the last stage holds the final LayerNorm without the head's W; with
+    // the embedding split, the first holds the position table without the token table.
+    if (vocabulary && st == s.problem.stages - 1) cut.resize(cut.size() - std::size_t(table));
+    if (vocabulary && !vocabulary->inputs.empty() && st == 0)
+      cut.erase(cut.begin(), cut.begin() + table);
     theirs.insert(theirs.end(), cut.begin(), cut.end());
   }
   std::vector<double> got = toy::flat_parameters(mine);
-  if (shards) {  // this process's shards against their rows of the reference's W
+  if (vocabulary) {  // this process's shards against their rows of the reference's tables
     const auto head = ref.back().parameters();
     const std::vector<double>& w = head[head.size() - 1].data;
+    const std::vector<double>& e = ref.front().parameters()[0].data;  // the token table
+    auto rows_of = [&](const std::vector<double>& from, toy::VocabularyRows rows,
+                       const std::vector<double>& p) {
+      got.insert(got.end(), p.begin(), p.end());
+      theirs.insert(theirs.end(), from.begin() + rows.first * config.hidden,
+                    from.begin() + (rows.first + rows.size) * config.hidden);
+    };
     for (int j = 0; j < s.rank_count(); ++j) {
       if (process_rank >= 0 && j != process_rank) continue;
-      const Shard& sh = (*shards)[static_cast<std::size_t>(j)];
-      const auto rows = sh.rows();
-      const std::vector<double>& p = sh.parameters()[0].data;
-      got.insert(got.end(), p.begin(), p.end());
-      theirs.insert(theirs.end(), w.begin() + rows.first * config.hidden,
-                    w.begin() + (rows.first + rows.size) * config.hidden);
+      const Shard& sh = vocabulary->heads[static_cast<std::size_t>(j)];
+      rows_of(w, sh.rows(), sh.parameters()[0].data);
+      if (vocabulary->inputs.empty()) continue;
+      const InputShard& in = vocabulary->inputs[static_cast<std::size_t>(j)];
+      rows_of(e, in.rows(), in.parameters()[0].data);
     }
   }
   const double err = toy::max_relative_error(got, theirs);
@@ -451,26 +510,21 @@ int run(const Options& o, int process_rank) {
                               .microbatch_size = 2,
                               .seed = 42};
   toy::GptConfig split = config;
-  split.split_output = o.vocabulary;
+  split.split_output = split.split_input = o.vocabulary;
   std::vector<Stage> stages = make_stages(split, s);
   if (o.checkpoint == "mario") {
     const ps::ProfiledCost cost = toy::gpt_profiled_cost(stages, s.problem.slices);
     const double budget = 0.5 * ps::simulate(s, cost).peak_memory_max;
     s = ps::checkpoint_mario(s, cost, ps::MemoryBudget{.all = budget});
   }
-  std::vector<Shard> shards;
-  if (o.vocabulary) {
-    for (int j = 0; j < s.rank_count(); ++j)
-      shards.emplace_back(config, j, s.rank_count());
-    s = ps::add_vocabulary_passes(
-        s, toy::with_vocabulary_shards(toy::gpt_profiled_cost(stages, s.problem.slices), shards,
-                                       config));
-  }
+  // Both vocabulary layers split, as the paper splits them.
+  Vocabulary shards(config, o.vocabulary ? s.rank_count() : 0, true);
+  if (o.vocabulary) s = ps::add_vocabulary_passes(s, shards.cost(stages, s.problem.slices, config));
   say("%s on %d ranks (%s), %d microbatches x %d slices, toy GPT with %d blocks%s%s\n",
       s.name.c_str(), s.rank_count(), o.transport == "mpi" ? "MPI processes" : "threads",
       o.microbatches, s.problem.slices, config.blocks,
       o.checkpoint == "mario" ? ", Mario checkpointing" : "",
-      o.vocabulary ? ", the head split by vocabulary over the ranks" : "");
+      o.vocabulary ? ", the head and the token table split by vocabulary over the ranks" : "");
   if (s.problem.replicas > 1)
     say("%d replicas of the model in the pipeline (Chimera): each block's copies add up their "
         "SGD steps after each step\n",
@@ -482,7 +536,7 @@ int run(const Options& o, int process_rank) {
   ps::ExecutorOptions options;
   toy::use_sgd(options, s.placement, stages, 0.1);  // SGD, with its snapshot and rollback
   if (o.vocabulary) add_shard_sgd(options, shards);
-  std::vector<Shard>* vocabulary = o.vocabulary ? &shards : nullptr;
+  Vocabulary* vocabulary = o.vocabulary ? &shards : nullptr;
   if (process_rank < 0) {
     ps::inproc::Pipeline<Stage> pipe(s, stages, options);
     ReplicaUpdate update(s.problem, stages, held_stages(s, -1));
@@ -580,16 +634,15 @@ int run_plan(const ps::mpi::PlanRun& run, Options o) {
   const ps::Schedule& s = run.schedule();
   std::vector<std::string> notes;
   const toy::GptConfig config = toy_of(plan, s.problem.replica_stages(), plan.gpus, &notes);
-  toy::GptConfig built = config;  // the stages' config: the head split off with the shards
+  toy::GptConfig built = config;  // the stages' config: the split layers off, in the shards
   built.split_output = plan.vocabulary;
+  built.split_input = s.has_input_vocabulary();
   std::vector<Stage> stages = make_stages(built, s, run.tensor_shard());
-  // With the head split by vocabulary each pipeline rank holds its shard of the head (every
-  // tensor rank of it the whole shard); the reducer steps the stages, and after each step the
-  // shard's gradient is averaged over the data-parallel group and stepped with the same SGD.
-  std::vector<Shard> shards;
-  if (plan.vocabulary)
-    for (int j = 0; j < s.rank_count(); ++j)
-      shards.emplace_back(config, j, s.rank_count());
+  // With the head (and the token table) split by vocabulary each pipeline rank holds its shard
+  // of them (every tensor rank of it the whole shard); the reducer steps the stages, and after
+  // each step the shards' gradients are averaged over the data-parallel group and stepped with
+  // the same SGD.
+  Vocabulary shards(config, plan.vocabulary ? s.rank_count() : 0, built.split_input);
   const auto* planned = std::any_cast<ps::TransformerCost>(&plan.cost);
   say("plan: %s (checkpoint %s) on pp %d x dp %d x tp %d processes, ZeRO-%d; %d microbatches "
       "of %d sequences x %d slices per replica, global batch %lld sequences\n",
@@ -621,9 +674,10 @@ int run_plan(const ps::mpi::PlanRun& run, Options o) {
         plan.tensor, config.heads / plan.tensor, config.heads, config.ffn / plan.tensor,
         config.ffn);
   if (plan.vocabulary)
-    say("the LM head and loss split by vocabulary over the %d pipeline ranks (VOCAB_F, VOCAB_B "
-        "passes)\n",
-        s.rank_count());
+    say("the LM head and loss%s split by vocabulary over the %d pipeline ranks (VOCAB_F, VOCAB_B"
+        "%s passes)\n",
+        built.split_input ? " and the token table" : "", s.rank_count(),
+        built.split_input ? ", EMBED_F, EMBED_B" : "");
   if (plan.sequence_parallel)
     say("the plan has sequence parallelism, which the toy does not implement: it runs without "
         "(the same numerics, more activation memory per tensor rank)\n");
@@ -642,14 +696,17 @@ int run_plan(const ps::mpi::PlanRun& run, Options o) {
   std::function<void()> shard_step;
   if (plan.vocabulary)
     shard_step = [&shards, me, comm = run.groups().data(), d = plan.data] {
-      Shard& mine = shards[static_cast<std::size_t>(me)];
-      std::vector<double> g = mine.gradients()[0].data;
-      if (d > 1)
-        MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_DOUBLE, MPI_SUM,
-                      comm);
-      std::vector<double>& w = mine.parameters()[0].data;
-      for (std::size_t i = 0; i < w.size(); ++i)
-        w[i] -= 0.1 * (g[i] / d);
+      const auto grads = shards.gradients(me);
+      const auto weights = shards.weights(me);
+      for (std::size_t t = 0; t < weights.size(); ++t) {
+        std::vector<double> g = *grads[t];
+        if (d > 1)
+          MPI_Allreduce(MPI_IN_PLACE, g.data(), static_cast<int>(g.size()), MPI_DOUBLE, MPI_SUM,
+                        comm);
+        std::vector<double>& w = *weights[t];
+        for (std::size_t i = 0; i < w.size(); ++i)
+          w[i] -= 0.1 * (g[i] / d);
+      }
     };
   const int failures =
       train(pipe, s, stages, config, o, me, update, replica_of(run.groups()), run.tensor_shard(),

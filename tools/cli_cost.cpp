@@ -37,7 +37,7 @@ namespace pipesched::cli {
 const std::vector<OptionSpec> cost_options = {
     {"--cost", true,
      "UniformCost parameters, e.g. f=1,b=2,w=1,r=1,comm=0,boundary=0.05,w_memory=0,copy=1 (and "
-     "vf, vb, vmem for vocabulary passes); times "
+     "vf, vb, vmem, ef, eb for vocabulary passes); times "
      "from 0 to 1e12",
      "K=V,..."},
     {"--model", true,
@@ -82,7 +82,7 @@ UniformCost parse_uniform_cost(const std::string& text) {
   std::vector<std::string> seen;
   std::stringstream ss(text);
   std::string item;
-  const char* keys = "keys are f, b, w, r, comm, boundary, w_memory, copy, vf, vb, vmem";
+  const char* keys = "keys are f, b, w, r, comm, boundary, w_memory, copy, vf, vb, vmem, ef, eb";
   while (std::getline(ss, item, ',')) {
     const auto eq = item.find('=');
     if (eq == std::string::npos)
@@ -105,6 +105,8 @@ UniformCost parse_uniform_cost(const std::string& text) {
                     : k == "vf"       ? &c.vf
                     : k == "vb"       ? &c.vb
                     : k == "vmem"     ? &c.vmem
+                    : k == "ef"       ? &c.ef
+                    : k == "eb"       ? &c.eb
                                       : nullptr;
     if (!field) throw usage_error("--cost: unknown key '" + k + "'; " + keys);
     *field = parse_number("--cost " + k, v, 0, share ? 1.0 : max_cost_time);

@@ -237,9 +237,10 @@ ActionEstimate estimate_actions(double stages, double microbatches, double slice
     e.breakdown += ", OFFLOAD, RELOAD";
   }
   if (vocabulary) {
-    // A VOCAB_F and a VOCAB_B per rank and unit of a microbatch: at most two per stage's unit.
-    e.per_unit += 2;
-    e.breakdown += ", VOCAB_F, VOCAB_B";
+    // A VOCAB_F, a VOCAB_B, an EMBED_F and an EMBED_B per rank and unit of a microbatch: at
+    // most four per stage's unit.
+    e.per_unit += 4;
+    e.breakdown += ", VOCAB_F, VOCAB_B, EMBED_F, EMBED_B";
   }
   if (comm) {
     // At most one activation and one gradient cross ranks per unit: a send, its wait and a
@@ -619,17 +620,22 @@ const std::vector<OptionSpec> checkpoint_options = {
      "copy on the GPU's host link while the rank computes (not with --checkpoint mario or "
      "--slices)"},
     {"--vocab-parallel", false,
-     "split the output layer (LM head, softmax, loss) by vocabulary over every rank, run as "
-     "vocabulary passes (VOCAB_F, VOCAB_B) in each rank's list (one replica; not in PyTorch's "
-     "format)"},
+     "split the vocabulary layers over every rank: the output layer (LM head, softmax, loss) and "
+     "the input embedding's token table, one shard each, run as vocabulary passes (VOCAB_F, "
+     "VOCAB_B, EMBED_F, EMBED_B) in each rank's list (one replica; not in PyTorch's format)"},
 };
 
 Prepared prepare(const Args& a, const PrepareOptions& options) {
   Prepared out;
   out.cost = get_cost(a);
-  // The cost splits the head too; a schedule FILE with passes keeps them, one without gets them.
-  if (a.has("--vocab-parallel") && is_transformer(out.cost))
-    std::get<TransformerCost>(out.cost).parallel.vocabulary = true;
+  // The cost splits both vocabulary layers too; a schedule FILE with passes keeps them, one
+  // without gets them.
+  if (a.has("--vocab-parallel") && is_transformer(out.cost)) {
+    Parallelism& q = std::get<TransformerCost>(out.cost).parallel;
+    q.vocabulary = q.input_vocabulary = true;
+  }
+  if (a.has("--vocab-parallel") && std::holds_alternative<UniformCost>(out.cost))
+    std::get<UniformCost>(out.cost).input_vocabulary = true;
   out.checkpoint.policy = &checked_checkpoint(a);
   const bool checkpointed = out.checkpoint.policy->recomputes;
 
@@ -658,6 +664,16 @@ Prepared prepare(const Args& a, const PrepareOptions& options) {
                           "smaller schedule");
     }
     require_valid(out.schedule);
+    // A file with vocabulary passes keeps them: its input embedding is split where it has
+    // EMBED_F and EMBED_B (a file written with the head alone split keeps the embedding whole;
+    // UniformCost prices whichever passes the file has).
+    if (out.schedule.has_vocabulary()) {
+      const bool input = out.schedule.has_input_vocabulary();
+      if (!is_transformer(out.cost))
+        std::get<UniformCost>(out.cost).input_vocabulary = input;
+      else if (a.has("--vocab-parallel"))
+        std::get<TransformerCost>(out.cost).parallel.input_vocabulary = input;
+    }
   } else {
     out.schedule = generated_schedule(
         a, *out.checkpoint.policy, options.lower_comm, out.wgrad,

@@ -52,7 +52,8 @@ std::string simulate_json(const Prepared& p, const SimulationResult& r) {
         .field("peak_host_memory_max", r.peak_host_memory_max);
   if (s.has_vocabulary())
     w.field("vocabulary_passes",
-            static_cast<int>(s.count(OpKind::VocabF) + s.count(OpKind::VocabB)));
+            static_cast<int>(s.count(OpKind::VocabF) + s.count(OpKind::VocabB) +
+                             s.count(OpKind::EmbedF) + s.count(OpKind::EmbedB)));
   w.field("time_unit", units.time)
       .field("memory_unit", units.memory)
       .field("deadlock", r.deadlock)
@@ -130,8 +131,10 @@ void print_table(const Prepared& p, const SimulationResult& r) {
                 static_cast<int>(s.count(OpKind::Offload)),
                 s.count(OpKind::Offload) == 1 ? "" : "s", memory(r.peak_host_memory_max).c_str());
   if (s.has_vocabulary())
-    std::printf("vocabulary parallel: the output layer in %d shards, %zu vocabulary passes\n",
-                s.problem.ranks, s.count(OpKind::VocabF) + s.count(OpKind::VocabB));
+    std::printf("vocabulary parallel: the output layer%s in %d shards, %zu vocabulary passes\n",
+                s.has_input_vocabulary() ? " and the input embedding" : "", s.problem.ranks,
+                s.count(OpKind::VocabF) + s.count(OpKind::VocabB) + s.count(OpKind::EmbedF) +
+                    s.count(OpKind::EmbedB));
   const bool per_rank_budget = !choice.budget.per_rank.empty();
   std::printf("%6s %16s %16s %18s", "rank", "busy", "idle", "peak memory");
   if (per_rank_budget) std::printf(" %18s", "memory budget");

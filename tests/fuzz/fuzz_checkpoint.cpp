@@ -141,10 +141,12 @@ int pipesched_fuzz_checkpoint(const std::uint8_t* data, std::size_t size) {
     fuzz::require(n > 0, "full checkpointing recomputes nothing", form);
   // Vocabulary passes last (byte 2's top bit), as assemble_plan adds them: a placement that
   // validates, simulates without deadlock and runs one VOCAB_F and one VOCAB_B of every shard
-  // for every microbatch and slice.
+  // for every microbatch and slice (and, with the input embedding split, byte 2's bit 6, one
+  // EMBED_F and one EMBED_B).
   if ((byte(2) & 128) != 0) {
     cost.vf = (byte(6) >> 5) % 3 / 2.0;
     cost.comm = (byte(9) >> 7) / 4.0;
+    cost.input_vocabulary = (byte(2) & 64) != 0;
     Schedule v;
     if (fuzz::answers([&] { v = add_vocabulary_passes(out, cost); })) {
       const std::string vform = to_text(v);
@@ -156,6 +158,9 @@ int pipesched_fuzz_checkpoint(const std::uint8_t* data, std::size_t size) {
                                 static_cast<std::size_t>(v.problem.slices);
       fuzz::require(v.count(OpKind::VocabF) == units && v.count(OpKind::VocabB) == units,
                     "a shard misses a vocabulary pass", vform);
+      const std::size_t embeds = cost.input_vocabulary ? units : 0;
+      fuzz::require(v.count(OpKind::EmbedF) == embeds && v.count(OpKind::EmbedB) == embeds,
+                    "a shard misses an input embedding pass", vform);
       const SimulationResult vsim = simulate(v, cost);
       fuzz::require(!vsim.deadlock, "a schedule with vocabulary passes deadlocks",
                     vsim.deadlock_report + vform);

@@ -200,40 +200,60 @@ TYPED_TEST(MpiNumerics, ActivationsOffloadedUnder1F1BAndZbH1) {
 // toy::GptVocabularyShard each), the last stage's output sent to every process, the partials to
 // every other; under 1F1B and ZB-V (whose last stage is on rank 0), whole microbatches and
 // slices. Each process's stages and shard end bit for bit as the in-process pipeline's, the
-// loss is the sequential one, and each rank holds the bytes the simulator predicts.
+// loss is the sequential one, and each rank holds the bytes the simulator predicts. With
+// `input`, the token table is split too (one toy::GptInputShard per process): each process's
+// lookups go to the first stage's rank, its input gradient to every process.
 template <class T>
-void expect_vocabulary_same_as_inproc(const ps::Schedule& base) {
+void expect_vocabulary_same_as_inproc(const ps::Schedule& base, bool input = false) {
   const int P = world_size();
   const int slices = base.problem.slices;
   const toy::GptConfig config = config_for(base.problem.stages);
   toy::GptConfig split = config;
   split.split_output = true;
+  split.split_input = input;
   const auto data = toy::make_gpt_data<T>(config, base.problem.microbatches, 11);
   auto ref = make_stages<T>(config, base.problem.stages);
   auto threads = make_stages<T>(split, base.problem.stages);
   auto procs = make_stages<T>(split, base.problem.stages);
   auto thread_shards = exec_test::vocabulary_shards<T>(config, P);
   auto proc_shards = exec_test::vocabulary_shards<T>(config, P);
+  std::vector<toy::GptInputShard<T>> thread_inputs, proc_inputs;
+  for (int j = 0; input && j < P; ++j) {
+    thread_inputs.emplace_back(config, j, P);
+    proc_inputs.emplace_back(config, j, P);
+  }
+  const ps::ProfiledCost head_cost = toy::gpt_profiled_cost(threads, slices);
   const ps::ProfiledCost cost =
-      toy::with_vocabulary_shards(toy::gpt_profiled_cost(threads, slices), thread_shards, config);
+      input ? toy::with_vocabulary_shards(head_cost, thread_shards, thread_inputs, config)
+            : toy::with_vocabulary_shards(head_cost, thread_shards, config);
   const ps::Schedule s = ps::add_vocabulary_passes(base, cost);
+  EXPECT_EQ(s.has_input_vocabulary(), input);
   const ps::SimulationResult predicted = ps::simulate(s, cost);
   auto sgd = [&s](std::vector<toy::GptStage<T>>& stages,
-                  std::vector<toy::GptVocabularyShard<T>>& shards) {
-    return [step = toy::sgd_optimizer(s.placement, stages, learning_rate), &shards](int rank) {
+                  std::vector<toy::GptVocabularyShard<T>>& shards,
+                  std::vector<toy::GptInputShard<T>>& inputs) {
+    return [step = toy::sgd_optimizer(s.placement, stages, learning_rate), &shards,
+            &inputs](int rank) {
       step(rank);
       toy::sgd_update_stage(shards[static_cast<std::size_t>(rank)], learning_rate);
+      if (!inputs.empty())
+        toy::sgd_update_stage(inputs[static_cast<std::size_t>(rank)], learning_rate);
     };
   };
   ps::ExecutorOptions inproc_options, options;
-  inproc_options.optimizer = sgd(threads, thread_shards);
-  options.optimizer = sgd(procs, proc_shards);
+  inproc_options.optimizer = sgd(threads, thread_shards, thread_inputs);
+  options.optimizer = sgd(procs, proc_shards, proc_inputs);
   ps::inproc::Pipeline<toy::GptStage<T>> inproc(s, threads, inproc_options);
   ps::mpi::Pipeline<toy::GptStage<T>> mpi(s, procs, MPI_COMM_WORLD, options);
+  auto passes = [&](std::vector<toy::GptVocabularyShard<T>>& shards,
+                    std::vector<toy::GptInputShard<T>>& inputs) {
+    return input ? toy::vocabulary_passes(std::span(shards), std::span(inputs), data, slices)
+                 : toy::vocabulary_passes(std::span(shards), data, slices);
+  };
   auto thread_data = toy::training_data(data, slices);
-  thread_data.vocabulary = toy::vocabulary_passes(std::span(thread_shards), data, slices);
+  thread_data.vocabulary = passes(thread_shards, thread_inputs);
   auto proc_data = toy::training_data(data, slices);
-  proc_data.vocabulary = toy::vocabulary_passes(std::span(proc_shards), data, slices);
+  proc_data.vocabulary = passes(proc_shards, proc_inputs);
   const auto mine = static_cast<std::size_t>(world_rank());
   for (int step = 0; step < 2; ++step) {
     SCOPED_TRACE("step " + std::to_string(step) + ", rank " + std::to_string(world_rank()));
@@ -245,14 +265,19 @@ void expect_vocabulary_same_as_inproc(const ps::Schedule& base) {
     EXPECT_LE(std::abs(b.loss - ref_loss), tolerance<T>() * std::abs(ref_loss));
     EXPECT_EQ(b.loss, a.loss);
     if (std::is_same_v<T, double>) {
-      EXPECT_LE(
-          toy::max_relative_error(exec_test::gradients_with(threads, thread_shards), ref_grads),
-          tolerance<T>());
+      EXPECT_LE(toy::max_relative_error(
+                    exec_test::gradients_with(threads, thread_shards, thread_inputs), ref_grads),
+                tolerance<T>());
     }
     EXPECT_TRUE(toy::flat_gradients(own(s, procs)) == toy::flat_gradients(own(s, threads)));
     EXPECT_TRUE(toy::flat_parameters(own(s, procs)) == toy::flat_parameters(own(s, threads)));
     EXPECT_TRUE(proc_shards[mine].gradients()[0].data == thread_shards[mine].gradients()[0].data);
     EXPECT_TRUE(proc_shards[mine].parameters()[0].data == thread_shards[mine].parameters()[0].data);
+    if (input) {
+      EXPECT_TRUE(proc_inputs[mine].gradients()[0].data == thread_inputs[mine].gradients()[0].data);
+      EXPECT_TRUE(proc_inputs[mine].parameters()[0].data ==
+                  thread_inputs[mine].parameters()[0].data);
+    }
     for (int r = 0; r < P; ++r) {
       EXPECT_EQ(b.ranks[r].peak_bytes, predicted.ranks[r].peak_memory) << "rank " << r;
     }
@@ -269,6 +294,18 @@ TYPED_TEST(MpiNumerics, VocabularyParallel1F1BAndZbV) {
   SCOPED_TRACE("slice-pipe, 2 slices");
   expect_vocabulary_same_as_inproc<TypeParam>(
       ps::schedule::slice_pipe({.ranks = P, .microbatches = 4, .slices = 2}));
+}
+
+// The same with the input embedding split too (EMBED_F, EMBED_B).
+TYPED_TEST(MpiNumerics, VocabularyParallelWithTheInputEmbeddingSplit) {
+  const int P = world_size();
+  for (const char* name : {"1f1b", "zb-h1", "zb-v"}) {
+    SCOPED_TRACE(name);
+    expect_vocabulary_same_as_inproc<TypeParam>(generated(name, P, 2 * P), true);
+  }
+  SCOPED_TRACE("slice-pipe, 2 slices");
+  expect_vocabulary_same_as_inproc<TypeParam>(
+      ps::schedule::slice_pipe({.ranks = P, .microbatches = 4, .slices = 2}), true);
 }
 
 // The baselines: Zero Bubble over looped chunks, and the V-shapes of controllable memory.

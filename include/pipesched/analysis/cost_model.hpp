@@ -103,6 +103,13 @@ double host_copy_seconds_of(const C& cost, const CostContext& ctx, const Action&
 //!   the same rank); for a VOCAB_B, the time from the end of the last VOCAB_F of its
 //!   microbatch and slice on any rank until their reduction is done, which every VOCAB_B and
 //!   the last stage's backward of that microbatch and slice wait for.
+//! With the input embedding split too (EMBED_F, EMBED_B), the same three answer for those:
+//! `vocabulary_seconds` the shard's lookups (EMBED_F) or the gradient of its rows (EMBED_B);
+//! `vocabulary_bytes` 0 (nothing is held between them); `vocabulary_transfer_seconds` for an
+//! EMBED_F the time from the last EMBED_F of its microbatch and slice until their reduction is
+//! the first stage's input, for an EMBED_B the time from the first stage's backward until its
+//! input gradient is on the shard's rank. A model splits the input embedding when it has a
+//! member `input_vocabulary_parallel()` that says so (splits_input_vocabulary).
 //! Optional: the simulator refuses a schedule with vocabulary passes under a model without it.
 template <class C>
 concept has_vocabulary_cost = requires(const C& c, const CostContext& ctx, const Action& a) {
@@ -110,6 +117,19 @@ concept has_vocabulary_cost = requires(const C& c, const CostContext& ctx, const
   { c.vocabulary_bytes(ctx, a) } -> std::convertible_to<double>;
   { c.vocabulary_transfer_seconds(ctx, a) } -> std::convertible_to<double>;
 };
+
+//! True when `cost` splits the input embedding by vocabulary (its `input_vocabulary_parallel()`;
+//! false for a model without the member): a schedule simulated under it must hold EMBED_F and
+//! EMBED_B, and one with them needs it.
+template <class C>
+bool splits_input_vocabulary(const C& cost) {
+  if constexpr (requires {
+                  { cost.input_vocabulary_parallel() } -> std::convertible_to<bool>;
+                })
+    return static_cast<bool>(cost.input_vocabulary_parallel());
+  else
+    return false;
+}
 
 //! What an action does to its rank's memory: `grow` is held from its start, `shrink` (<= 0)
 //! released at its end. The rule every replay of a schedule counts memory by (the simulator,
@@ -145,7 +165,7 @@ MemoryEffect memory_effect(const Cost& cost, const CostContext& ctx, const Actio
     const Action f = Action::make(OpKind::F, a.stage, a.microbatch, a.slice);
     const double bytes = static_cast<double>(cost.memory_delta(ctx, f, checkpointed(f)));
     (a.kind == OpKind::Offload ? e.shrink : e.grow) += a.kind == OpKind::Offload ? -bytes : bytes;
-  } else if (is_vocabulary(a.kind)) {
+  } else if (a.kind == OpKind::VocabF || a.kind == OpKind::VocabB) {
     if constexpr (has_vocabulary_cost<Cost>) {
       const double bytes = static_cast<double>(cost.vocabulary_bytes(ctx, a));
       (a.kind == OpKind::VocabF ? e.grow : e.shrink) += a.kind == OpKind::VocabF ? bytes : -bytes;
@@ -203,6 +223,7 @@ class CostRef {
           else
             return has_vocabulary_cost<C>;
         }()),
+        input_vocabulary_(splits_input_vocabulary(cost)),
         vocab_([](const void* m, const CostContext& ctx, const Action& a, int what) -> double {
           if constexpr (has_vocabulary_cost<C>) {
             const C& c = *static_cast<const C*>(m);
@@ -246,6 +267,9 @@ class CostRef {
   //! True when the model it refers to prices vocabulary passes (has_vocabulary_cost); the
   //! three calls below give 0 where it does not.
   bool prices_vocabulary() const noexcept { return vocabulary_; }
+  //! True when the model it refers to splits the input embedding by vocabulary
+  //! (splits_input_vocabulary).
+  bool input_vocabulary_parallel() const noexcept { return input_vocabulary_; }
   //! The model's `vocabulary_seconds(ctx, a)`.
   double vocabulary_seconds(const CostContext& ctx, const Action& a) const {
     return vocab_(model_, ctx, a, 0);
@@ -278,6 +302,7 @@ class CostRef {
   double (*transfer_)(const void*, const CostContext&, const Action&);
   double (*copy_)(const void*, const CostContext&, const Action&);
   bool vocabulary_;
+  bool input_vocabulary_;
   double (*vocab_)(const void*, const CostContext&, const Action&, int);
   void (*even_)(const void*, void*, void (*)(void*, const CostRef&));
 };

@@ -56,8 +56,13 @@ struct Parallelism {
   //! Vocabulary parallelism (Yeung et al., MLSys '25): the output layer (LM head, softmax and
   //! loss) split by vocabulary into one shard per pipeline rank, run in vocabulary passes
   //! (VOCAB_F, VOCAB_B; pass/vocabulary.hpp) instead of on the last stage. The input embedding
-  //! stays on the first stage.
+  //! stays on the first stage unless `input_vocabulary` is set too.
   bool vocabulary = false;
+  //! With `vocabulary`: the input embedding's token table split the same way, one shard per
+  //! pipeline rank, run in EMBED_F and EMBED_B passes (each shard's lookups reduced into the
+  //! first stage's input, the first stage's input gradient broadcast to every shard) instead of
+  //! on the first stage, as the paper splits both vocabulary layers.
+  bool input_vocabulary = false;
   //! Model the whole training step: also the optimizer step after the gradient all-reduce
   //! (time) and the largest temporary buffer of an action (memory, see workspace_bytes).
   bool whole_step = false;
@@ -73,6 +78,10 @@ struct Parallelism {
     if (data < 1) bad("data", data, "use 1 (one pipeline) or more");
     if (zero < 0 || zero > 2)
       bad("zero", zero, "use 0 (none), 1 (optimizer state) or 2 (+ gradients)");
+    if (input_vocabulary && !vocabulary)
+      bad("input_vocabulary", 1,
+          "the input embedding is split by vocabulary together with the output layer: set "
+          "Parallelism.vocabulary too, or leave input_vocabulary 0");
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const bool end = layers.size() > 1 && (i == 0 || i + 1 == layers.size());
       if (layers[i] < (end ? 0 : 1))

@@ -48,6 +48,15 @@ struct VocabularyProfile {
   //! Seconds from the last stage's forward until its output is at the shard's rank (for the
   //! VOCAB_F), and from the last shard's VOCAB_F until the partials are merged (VOCAB_B).
   double transfer = 0;
+  //! @{
+  //! With the input embedding split (ProfiledCost::input_vocabulary): seconds of the shard's
+  //! EMBED_F (its lookups) and EMBED_B (its rows' gradient), for a whole microbatch.
+  double input_forward = 0, input_backward = 0;
+  //! @}
+  //! Seconds from the last shard's EMBED_F until the lookups are reduced into the first
+  //! stage's input (EMBED_F), and from the first stage's backward until its input gradient is
+  //! at the shard's rank (EMBED_B).
+  double input_transfer = 0;
 };
 
 //! Per-stage profile table. Satisfies `cost_model`; with `vocabulary` figures it also prices
@@ -68,21 +77,35 @@ struct ProfiledCost {
   //! Per vocabulary shard (= rank), for a schedule with vocabulary passes; empty: the table
   //! does not price them (the simulator and add_vocabulary_passes refuse such a schedule).
   std::vector<VocabularyProfile> vocabulary = {};
+  //! The input embedding split by vocabulary too: the schedule holds EMBED_F and EMBED_B,
+  //! priced by the shards' input figures.
+  bool input_vocabulary = false;
+
+  //! `input_vocabulary` (splits_input_vocabulary).
+  bool input_vocabulary_parallel() const noexcept { return input_vocabulary; }
 
   //! True when the table prices vocabulary passes (it has `vocabulary` figures).
   bool prices_vocabulary() const noexcept { return !vocabulary.empty(); }
-  //! A VOCAB_F's or VOCAB_B's seconds: its shard's figure, over the problem's slices.
+  //! A VOCAB_F's, VOCAB_B's, EMBED_F's or EMBED_B's seconds: its shard's figure, over the
+  //! problem's slices.
   double vocabulary_seconds(const CostContext& ctx, const Action& a) const {
     const VocabularyProfile& v = shard(a.stage);
-    return (a.kind == OpKind::VocabF ? v.forward : v.backward) / ctx.problem.slices;
+    const double whole = a.kind == OpKind::VocabF   ? v.forward
+                         : a.kind == OpKind::VocabB ? v.backward
+                         : a.kind == OpKind::EmbedF ? v.input_forward
+                                                    : v.input_backward;
+    return whole / ctx.problem.slices;
   }
-  //! Bytes a VOCAB_F holds until its VOCAB_B: its shard's figure, over the problem's slices.
+  //! Bytes a VOCAB_F holds until its VOCAB_B: its shard's figure, over the problem's slices
+  //! (none for the input embedding's passes).
   double vocabulary_bytes(const CostContext& ctx, const Action& a) const {
+    if (is_input_vocabulary(a.kind)) return 0.0;
     return shard(a.stage).bytes / ctx.problem.slices;
   }
-  //! The shard's `transfer`.
+  //! The shard's `transfer` (`input_transfer` for the input embedding's passes).
   double vocabulary_transfer_seconds(const CostContext&, const Action& a) const {
-    return shard(a.stage).transfer;
+    const VocabularyProfile& v = shard(a.stage);
+    return is_input_vocabulary(a.kind) ? v.input_transfer : v.transfer;
   }
 
   //! The whole-microbatch figures of `stage`; throws invalid_problem when the table has none.

@@ -28,8 +28,11 @@
 // `vocabulary_transfer_seconds` of the VOCAB_F: the broadcast); the reduction of a
 // microbatch's vocabulary passes ends `vocabulary_transfer_seconds` of a VOCAB_B after the
 // last of its VOCAB_Fs on any rank, and every VOCAB_B and the last stage's backward of that
-// microbatch and slice start no earlier. Only the passes occupy their ranks; the broadcast
-// and the reduction run beside them.
+// microbatch and slice start no earlier. With the input embedding split, the first stage's
+// forward starts `vocabulary_transfer_seconds` of an EMBED_F (the reduction of the shards'
+// lookups) after the last of its unit's EMBED_Fs, and an EMBED_B `vocabulary_transfer_seconds`
+// of it (the broadcast of the first stage's input gradient) after the first stage's backward.
+// Only the passes occupy their ranks; the broadcasts and the reductions run beside them.
 // Makespan is the last end; bubble ratio = 1 − Σ busy / (ranks × makespan). Memory: the running sum
 // of memory deltas along each rank's list (a forward's activations count from its start, a backward
 // frees at its end); the per-rank peak is its maximum.
@@ -165,7 +168,11 @@ class SimRecorder {
       const ActionRef& dref = g_.ref(d);
       double ready = end_[d];
       const Action& da = g_.action(d);
-      if (da.kind == OpKind::VocabF && a.kind != OpKind::VocabF) {
+      if (da.kind == OpKind::EmbedF) {
+        ready += vocabulary_transfer(da);  // the shards' lookups, reduced into the input
+      } else if (a.kind == OpKind::EmbedB) {
+        ready += vocabulary_transfer(a);  // the first stage's input gradient, broadcast
+      } else if (da.kind == OpKind::VocabF && a.kind != OpKind::VocabF) {
         // The reduction of the microbatch's vocabulary passes, after the last VOCAB_F.
         ready +=
             vocabulary_transfer(Action::make(OpKind::VocabB, da.stage, da.microbatch, da.slice));
@@ -303,6 +310,15 @@ class SimRecorder {
             "twice; split it by vocabulary in the cost too (TransformerCost: "
             "Parallelism::vocabulary = true, --vocab-parallel).");
     }
+    if (s_.has_input_vocabulary() != splits_input_vocabulary(cost_))
+      refuse(s_.has_input_vocabulary()
+                 ? "its input embedding passes (EMBED_F, EMBED_B) are not priced: the cost model "
+                   "keeps the embedding on the first stage; split it in the cost too "
+                   "(TransformerCost: Parallelism::input_vocabulary; UniformCost and "
+                   "ProfiledCost: input_vocabulary; --vocab-parallel)."
+                 : "the cost model splits the input embedding by vocabulary, and the schedule "
+                   "has no EMBED_F and EMBED_B to run it; add the passes with the same cost "
+                   "(add_vocabulary_passes).");
   }
 
   // When the copy of OFFLOAD `id`'s activations to host memory ends: from its forward's end, or
@@ -361,9 +377,12 @@ SimulationResult simulate(const Schedule& s, const Cost& cost) {
   return rec.finish(rr);
 }
 
-//! Simulates under UniformCost defaults (f = 1, b = 2, w = 1, r = 1, comm = 0).
+//! Simulates under UniformCost defaults (f = 1, b = 2, w = 1, r = 1, comm = 0), the input
+//! embedding split where the schedule has its passes (EMBED_F, EMBED_B).
 inline SimulationResult simulate(const Schedule& s) {
-  return simulate(s, UniformCost{});
+  UniformCost cost;
+  cost.input_vocabulary = s.has_input_vocabulary();
+  return simulate(s, cost);
 }
 
 }  // namespace pipesched

@@ -168,6 +168,20 @@ namespace pipesched {
 //! token) and of the input-gradient shares (b·t·h·v) over the p ranks takes NCCL's ring
 //! all-reduce time over the ranks' first GPUs, the t · d tensor and data-parallel groups'
 //! rings at once.
+//! With Parallelism::input_vocabulary the first stage holds no token table either: each rank
+//! holds V/p of its rows (1/t of them per GPU; one matrix serves both ends with
+//! tied_embeddings) and runs, per slice,
+//!   EMBED_F  its lookups: the b·t × h partial written (zeros for the tokens it does not
+//!            hold, as Megatron's vocabulary-parallel embedding masks them) and the rows read,
+//!            2·b·t·h·v bytes at memory_bandwidth;
+//!   EMBED_B  its rows' gradient: the broadcast input gradient read (b·t·h·v) and the rows of
+//!            its own tokens, about 1/p of them, read and written (2·b·t·h·v / p);
+//! each with DeviceSpec::action_overhead and holding nothing. The partials are summed into the
+//! first stage's input by the same ring all-reduce of b·t·h·v as the output layer's reduction
+//! (Megatron reduces its vocabulary-parallel embedding's output with one; here only the first
+//! stage's rank uses the sum), which then starts no earlier; the first stage's input gradient
+//! reaches a shard's rank as a message between the two ranks does. The first stage's
+//! tensor-parallel all-reduce of the embedding output is that reduction's.
 //!
 //! Workspace (with whole_step): the largest temporary an action holds beyond what the
 //! schedule stores, counted once per rank on top of its static bytes: the gradients of one
@@ -439,7 +453,7 @@ struct TransformerCost {
     const int S = model_stage_count(ctx);
     const int ms = model_stage(ctx, stage);
     double p = layers_of(ctx, stage) * model.layer_parameters();
-    if (ms == 0) p += model.embedding_parameters();
+    if (ms == 0 && !parallel.input_vocabulary) p += model.embedding_parameters();
     if (ms == S - 1 && !parallel.vocabulary && !(model.tied_embeddings && S == 1))
       p += model.embedding_parameters();
     return p;
@@ -448,6 +462,11 @@ struct TransformerCost {
   //! True when the output layer is split by vocabulary (Parallelism::vocabulary): a schedule
   //! simulated under this model must hold vocabulary passes, and one with them needs it.
   bool vocabulary_parallel() const noexcept { return parallel.vocabulary; }
+  //! True when the input embedding is split by vocabulary too (Parallelism::input_vocabulary):
+  //! a schedule simulated under this model must hold EMBED_F and EMBED_B passes.
+  bool input_vocabulary_parallel() const noexcept {
+    return parallel.vocabulary && parallel.input_vocabulary;
+  }
 
   //! Parameters each GPU of `rank` holds: its stages' weights (and with vocabulary
   //! parallelism its shard of the LM head) over the tensor group.
@@ -455,6 +474,8 @@ struct TransformerCost {
     check(ctx);
     check_rank(ctx, rank);
     double p = parallel.vocabulary ? model.embedding_parameters() / ctx.problem.ranks : 0.0;
+    if (input_vocabulary_parallel() && !model.tied_embeddings)
+      p += model.embedding_parameters() / ctx.problem.ranks;  // the token table's shard
     const int S = stage_count(ctx);
     for (int s = 0; s < S; ++s)
       if (rank_of(ctx, s) == rank) p += stage_parameters(ctx, s);
@@ -605,6 +626,9 @@ struct TransformerCost {
     if (!is_vocabulary(a.kind)) return 0.0;
     const VocabularyShard v = vocabulary_shard(ctx, a);
     const double bw = device.memory_bandwidth;
+    if (a.kind == OpKind::EmbedF) return 2 * v.input / bw + device.action_overhead;
+    if (a.kind == OpKind::EmbedB)
+      return (1 + 2.0 / ctx.problem.ranks) * v.input / bw + device.action_overhead;
     if (a.kind == OpKind::VocabF)
       return device.gemm_time(v.tokens, v.entries, model.hidden) +
              device.gemm_time(v.tokens, model.hidden, v.entries) + v.logits / bw +
@@ -613,10 +637,11 @@ struct TransformerCost {
            device.action_overhead;
   }
 
-  //! Bytes a VOCAB_F holds until its VOCAB_B: the 32-bit logits shard and the broadcast input.
+  //! Bytes a VOCAB_F holds until its VOCAB_B: the 32-bit logits shard and the broadcast input
+  //! (none for the input embedding's passes).
   double vocabulary_bytes(const CostContext& ctx, const Action& a) const {
     const VocabularyShard v = vocabulary_shard(ctx, a);
-    return v.logits + v.input;
+    return is_input_vocabulary(a.kind) ? 0.0 : v.logits + v.input;
   }
 
   //! For a VOCAB_F, the broadcast of the last stage's output to the shard's rank (a message's
@@ -627,16 +652,17 @@ struct TransformerCost {
     const VocabularyShard v = vocabulary_shard(ctx, a);
     const int p = ctx.problem.ranks;
     const int t = parallel.tensor;
-    if (a.kind == OpKind::VocabF) {
-      const int from = rank_of(ctx, stage_count(ctx) - 1);
+    if (a.kind == OpKind::VocabF || a.kind == OpKind::EmbedB) {
+      const int from = rank_of(ctx, a.kind == OpKind::EmbedB ? 0 : stage_count(ctx) - 1);
       if (from == a.stage) return 0.0;
       const int senders = std::min(t * parallel.data, device.ranks_per_node);
       return device.message_seconds(v.input / t, device.path(first_gpu(from), first_gpu(a.stage)),
                                     senders);
     }
     if (p < 2) return 0.0;
-    return device.allreduce_seconds((v.input + 3.0 * 4.0 * v.tokens) / t, p, first_gpu(0),
-                                    first_gpu(p - 1), t * parallel.data);
+    const double stats = a.kind == OpKind::EmbedF ? 0.0 : 3.0 * 4.0 * v.tokens;
+    return device.allreduce_seconds((v.input + stats) / t, p, first_gpu(0), first_gpu(p - 1),
+                                    t * parallel.data);
   }
 
   //! Seconds from the end of producer `a` (F / SendF forward, B / I / SendB backward) until
@@ -699,6 +725,11 @@ struct TransformerCost {
           "TransformerCost: " + to_string(a) +
           " is a vocabulary pass, but this cost model keeps the output layer on the last "
           "stage; set Parallelism::vocabulary (--vocab-parallel) to split it by vocabulary.");
+    if (is_input_vocabulary(a.kind) && !parallel.input_vocabulary)
+      throw invalid_schedule(
+          "TransformerCost: " + to_string(a) +
+          " is a pass of the input embedding, but this cost model keeps the embedding on the "
+          "first stage; set Parallelism::input_vocabulary to split it by vocabulary too.");
     if (a.stage < 0 || a.stage >= ctx.problem.ranks)
       throw invalid_schedule("TransformerCost: vocabulary shard " + std::to_string(a.stage) +
                              " is out of range; shards run 0 to " +
@@ -838,7 +869,7 @@ struct TransformerCost {
     at.span = slice_span(ctx, slice);
     at.last = model_stage(ctx, stage) == S - 1 && !parallel.vocabulary;
     at.layers = layers_of(ctx, stage);
-    at.first = model_stage(ctx, stage) == 0;
+    at.first = model_stage(ctx, stage) == 0 && !input_vocabulary_parallel();
     at.context = slice < ctx.problem.slices - 1;
     Unit u = detail::transformer::unit(model, device, parallel, at);
     if (measured) overlay_measured(u, at);

@@ -31,6 +31,15 @@ struct UniformCost {
   //! activations). The broadcast and the reduction take `comm` each.
   double vf = 0.25, vb = 0.25, vmem = 0.25;
   //! @}
+  //! The input embedding split by vocabulary too (EMBED_F and EMBED_B passes,
+  //! add_vocabulary_passes): an EMBED_F takes `ef`, an EMBED_B `eb` (one shard, one
+  //! microbatch, each slice 1/K); the reduction of a unit's lookups and the broadcast of the
+  //! first stage's input gradient take `comm` each.
+  bool input_vocabulary = false;
+  //! @{
+  //! Times of an EMBED_F (`ef`) and of an EMBED_B (`eb`), with `input_vocabulary`.
+  double ef = 0.05, eb = 0.05;
+  //! @}
 
   //! Throws invalid_problem naming the first parameter out of range.
   void check() const {
@@ -49,7 +58,12 @@ struct UniformCost {
     if (!(vf >= 0)) bad("vf", vf, "need vf >= 0");
     if (!(vb >= 0)) bad("vb", vb, "need vb >= 0");
     if (!(vmem >= 0)) bad("vmem", vmem, "need vmem >= 0");
+    if (!(ef >= 0)) bad("ef", ef, "need ef >= 0");
+    if (!(eb >= 0)) bad("eb", eb, "need eb >= 0");
   }
+
+  //! `input_vocabulary`: the input embedding is split by vocabulary (splits_input_vocabulary).
+  bool input_vocabulary_parallel() const noexcept { return input_vocabulary; }
 
   //! Share of a rank's work one (stage, slice) unit carries: 1 / (chunks · slices), counting
   //! the chunks of one replica (a Chimera stage is a whole 1/p of the model, as 1F1B's).
@@ -103,21 +117,39 @@ struct UniformCost {
   //! `comm`, for every message.
   double transfer_time(const CostContext&, const Action&) const { return comm; }
 
-  //! `vf` or `vb` over the slices for a VOCAB_F or VOCAB_B; 0 for any other action.
+  //! `vf`, `vb`, `ef` or `eb` over the slices for a VOCAB_F, VOCAB_B, EMBED_F or EMBED_B; 0
+  //! for any other action.
   double vocabulary_seconds(const CostContext& ctx, const Action& a) const {
     const double k = ctx.problem.slices > 0 ? ctx.problem.slices : 1;
-    return a.kind == OpKind::VocabF ? vf / k : a.kind == OpKind::VocabB ? vb / k : 0.0;
+    switch (a.kind) {
+      case OpKind::VocabF:
+        return vf / k;
+      case OpKind::VocabB:
+        return vb / k;
+      case OpKind::EmbedF:
+        return ef / k;
+      case OpKind::EmbedB:
+        return eb / k;
+      default:
+        return 0.0;
+    }
   }
-  //! `vmem` over the slices.
-  double vocabulary_bytes(const CostContext& ctx, const Action&) const {
+  //! `vmem` over the slices for the output layer's passes; 0 for the input embedding's.
+  double vocabulary_bytes(const CostContext& ctx, const Action& a) const {
+    if (is_input_vocabulary(a.kind)) return 0.0;
     return vmem / (ctx.problem.slices > 0 ? ctx.problem.slices : 1);
   }
-  //! `comm` for the broadcast to a VOCAB_F on another rank than the last stage's, and for the
-  //! reduction over more than one rank; 0 otherwise.
+  //! `comm` for the broadcast to a VOCAB_F on another rank than the last stage's (to an
+  //! EMBED_B on another rank than the first stage's), and for a reduction over more than one
+  //! rank (VOCAB_B, EMBED_F); 0 otherwise.
   double vocabulary_transfer_seconds(const CostContext& ctx, const Action& a) const {
-    if (a.kind == OpKind::VocabF) {
-      const int last = ctx.placement.stages() > 0 ? ctx.placement.stages() - 1 : -1;
-      return last >= 0 && ctx.placement.rank_of(last) == a.stage ? 0.0 : comm;
+    if (a.kind == OpKind::VocabF || a.kind == OpKind::EmbedB) {
+      const int stage = a.kind == OpKind::EmbedB     ? 0
+                        : ctx.placement.stages() > 0 ? ctx.placement.stages() - 1
+                                                     : -1;
+      return stage >= 0 && ctx.placement.stages() > 0 && ctx.placement.rank_of(stage) == a.stage
+                 ? 0.0
+                 : comm;
     }
     return ctx.problem.ranks > 1 ? comm : 0.0;
   }

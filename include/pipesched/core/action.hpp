@@ -25,8 +25,11 @@ namespace pipesched {
 //! link) and frees them on the device; a RELOAD takes the device memory again and starts the
 //! copy back, which its backward waits for. `VocabF` and `VocabB` (pipesched's own) are the
 //! vocabulary passes of vocabulary parallelism: the output layer (LM head, softmax and loss)
-//! split by vocabulary over every rank, one shard each. Their `stage` field names the shard,
-//! which rank `stage` holds; see core/rules.hpp for what they wait for.
+//! split by vocabulary over every rank, one shard each. `EmbedF` and `EmbedB` are the input
+//! embedding's vocabulary passes: its token table split the same way, each shard looking up
+//! the tokens it holds (EMBED_F, its partial reduced into the first stage's input) and adding
+//! its rows' gradient from the first stage's input gradient (EMBED_B). Their `stage` field
+//! names the shard, which rank `stage` holds; see core/rules.hpp for what they wait for.
 enum class OpKind : std::uint8_t {
   F,               //!< forward
   B,               //!< full backward: input and weight gradients
@@ -48,11 +51,13 @@ enum class OpKind : std::uint8_t {
   Offload,         //!< wait for a forward's activations to reach host memory, free them
   Reload,          //!< take the device memory again and copy them back for the backward
   VocabF,          //!< vocabulary forward: a shard's logits, softmax statistics, gradient share
-  VocabB           //!< vocabulary backward: the shard's weight gradient
+  VocabB,          //!< vocabulary backward: the shard's weight gradient
+  EmbedF,          //!< input embedding forward: a shard's lookups of the tokens it holds
+  EmbedB           //!< input embedding backward: the gradient of the shard's rows
 };
 
-//! The number of OpKind values (`VocabB` is the last, 20).
-inline constexpr int op_kind_count = 21;
+//! The number of OpKind values (`EmbedB` is the last, 22).
+inline constexpr int op_kind_count = 23;
 
 //! Short name of a kind as used in action strings (`F`, `B`, `SEND_F`, `OVERLAP_F_B`, ...).
 constexpr std::string_view to_string(OpKind k) noexcept {
@@ -99,6 +104,10 @@ constexpr std::string_view to_string(OpKind k) noexcept {
       return "VOCAB_F";
     case OpKind::VocabB:
       return "VOCAB_B";
+    case OpKind::EmbedF:
+      return "EMBED_F";
+    case OpKind::EmbedB:
+      return "EMBED_B";
   }
   return "?";
 }
@@ -134,9 +143,14 @@ constexpr OpKind wait_of_send(OpKind k) noexcept {
 constexpr bool is_offload_action(OpKind k) noexcept {
   return k == OpKind::Offload || k == OpKind::Reload;
 }
-//! True for VocabF and VocabB: a pass of the output layer over one vocabulary shard.
+//! True for EmbedF and EmbedB: a pass of the input embedding over one vocabulary shard.
+constexpr bool is_input_vocabulary(OpKind k) noexcept {
+  return k == OpKind::EmbedF || k == OpKind::EmbedB;
+}
+//! True for VocabF, VocabB, EmbedF and EmbedB: a pass of the output layer or of the input
+//! embedding over one vocabulary shard (its `stage` field names the shard).
 constexpr bool is_vocabulary(OpKind k) noexcept {
-  return k == OpKind::VocabF || k == OpKind::VocabB;
+  return k == OpKind::VocabF || k == OpKind::VocabB || is_input_vocabulary(k);
 }
 //! True for the kinds that propagate a gradient to the previous stage (B and I).
 constexpr bool is_input_backward(OpKind k) noexcept {

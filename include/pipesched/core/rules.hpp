@@ -24,6 +24,10 @@
 //                                                   statistics every shard's gradient needs)
 //   B/I(L,m,k)      after VOCAB_F(i,m,k) of every shard i, in a schedule with vocabulary passes
 //                   (its output gradient is that reduction's sum)
+// With the input embedding split too (EMBED_F, EMBED_B; a schedule with VOCAB passes):
+//   EMBED_F(j,m,k)  after nothing                   (a shard's lookups need only the tokens)
+//   F(0,m,k)        after EMBED_F(i,m,k) of every shard i   (their reduction is its input)
+//   EMBED_B(j,m,k)  after B/I(0,m,k)                (the first stage's input gradient, broadcast)
 // These are collectives, not messages between neighbouring stages: they are never lowered to
 // sends and receives, and the graph (analysis/detail/graph.hpp) adds them as direct edges.
 //

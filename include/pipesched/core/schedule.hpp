@@ -62,12 +62,22 @@ struct Schedule {
     return false;
   }
 
-  //! True when some rank's list holds a vocabulary pass (VOCAB_F or VOCAB_B): the output layer
-  //! runs split by vocabulary over the ranks (pass/vocabulary.hpp).
+  //! True when some rank's list holds a vocabulary pass (VOCAB_F, VOCAB_B, EMBED_F or
+  //! EMBED_B): the output layer (and the input embedding) runs split by vocabulary over the
+  //! ranks (pass/vocabulary.hpp).
   bool has_vocabulary() const noexcept {
     for (const auto& list : ranks)
       for (const Action& a : list)
         if (is_vocabulary(a.kind)) return true;
+    return false;
+  }
+
+  //! True when some rank's list holds an input embedding pass (EMBED_F or EMBED_B): the input
+  //! embedding's token table is split by vocabulary over the ranks too.
+  bool has_input_vocabulary() const noexcept {
+    for (const auto& list : ranks)
+      for (const Action& a : list)
+        if (is_input_vocabulary(a.kind)) return true;
     return false;
   }
 

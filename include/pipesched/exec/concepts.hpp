@@ -196,12 +196,15 @@ enum class Direction : std::uint8_t {
   Backward,           //!< an input gradient to the previous stage
   VocabularyInput,    //!< the last stage's output to shard `stage`'s rank (a VOCAB_F's input)
   VocabularyPartial,  //!< shard `stage`'s partial (its VOCAB_F's result) to another rank
+  EmbeddingPartial,   //!< shard `stage`'s lookups (its EMBED_F's result) to the first stage
+  EmbeddingGradient,  //!< the first stage's input gradient to shard `stage`'s rank (EMBED_B)
 };
 
 //! What identifies a message: the stage that receives it, the microbatch, the slice and
 //! the direction. A transport matches a receive to the send with the same key. A vocabulary
 //! message names a shard (= the rank that holds it) instead: the shard it goes to
-//! (VocabularyInput) or the shard it comes from (VocabularyPartial).
+//! (VocabularyInput, EmbeddingGradient) or the shard it comes from (VocabularyPartial,
+//! EmbeddingPartial).
 struct MessageKey {
   int stage = 0;       //!< the stage that receives the message (a vocabulary message: the shard)
   int microbatch = 0;  //!< the microbatch it belongs to
@@ -213,18 +216,20 @@ struct MessageKey {
 namespace detail {
 // A key as one integer, for hashing (in-process mailboxes, the executor's unit tables).
 inline std::uint64_t pack_key(const MessageKey& k) {
-  // 22 bits stage, 24 bits microbatch, 16 bits slice, 2 bits direction.
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.stage) & 0x3FFFFF) << 42) |
-         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.microbatch) & 0xFFFFFF) << 18) |
-         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.slice) & 0xFFFF) << 2) |
-         (static_cast<std::uint64_t>(k.direction) & 3);
+  // 21 bits stage, 24 bits microbatch, 16 bits slice, 3 bits direction.
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.stage) & 0x1FFFFF) << 43) |
+         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.microbatch) & 0xFFFFFF) << 19) |
+         (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.slice) & 0xFFFF) << 3) |
+         (static_cast<std::uint64_t>(k.direction) & 7);
 }
 // A key in words, for error messages.
 inline std::string describe_key(const MessageKey& k) {
-  const char* what = k.direction == Direction::Forward           ? "forward activation for stage "
-                     : k.direction == Direction::Backward        ? "input gradient for stage "
-                     : k.direction == Direction::VocabularyInput ? "vocabulary input for shard "
-                                                                 : "vocabulary partial of shard ";
+  const char* what = k.direction == Direction::Forward             ? "forward activation for stage "
+                     : k.direction == Direction::Backward          ? "input gradient for stage "
+                     : k.direction == Direction::VocabularyInput   ? "vocabulary input for shard "
+                     : k.direction == Direction::EmbeddingPartial  ? "embedding lookups of shard "
+                     : k.direction == Direction::EmbeddingGradient ? "embedding gradient for shard "
+                                                                   : "vocabulary partial of shard ";
   return what + std::to_string(k.stage) + " microbatch " + std::to_string(k.microbatch) +
          (k.slice ? " slice " + std::to_string(k.slice) : std::string());
 }

@@ -73,8 +73,12 @@ namespace pipesched {
 //! VOCAB_F waits for it, runs the rank's shard and sends the partial to every other rank; the
 //! rank's VOCAB_B and, on the last stage's rank, the last stage's backward wait for every
 //! shard's partial (merged in shard order, once per unit). Those waits are inside the action
-//! that waits (no RECV stands for them). The transport must carry vocabulary messages
-//! (`vocabulary_transport`), and the tensor type must be copyable.
+//! that waits (no RECV stands for them). With the input embedding split too (EMBED_F,
+//! EMBED_B), an EMBED_F runs the rank's `input_forward` and sends its lookups to the first
+//! stage's rank, whose forward of the unit waits for every shard's (merged in shard order into
+//! its input); right after the first stage's backward its input gradient goes to every rank,
+//! and the rank's EMBED_B waits for it and runs `input_backward`. The transport must carry
+//! vocabulary messages (`vocabulary_transport`), and the tensor type must be copyable.
 template <class Stage, class Transport, class Device = HostDevice>
 class Executor {
   static_assert(check_stage_model<Stage>());
@@ -113,7 +117,9 @@ class Executor {
         options_(std::move(options)),
         units_(checked(schedule_, rank, options_, stages)),
         vocabulary_(schedule_.has_vocabulary()),
-        last_rank_(schedule_.placement.rank_of(schedule_.problem.stages - 1)) {
+        input_vocabulary_(schedule_.has_input_vocabulary()),
+        last_rank_(schedule_.placement.rank_of(schedule_.problem.stages - 1)),
+        first_rank_(schedule_.placement.rank_of(0)) {
     const auto& list = schedule_.ranks[rank_];
     for (std::size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
@@ -131,6 +137,16 @@ class Executor {
         for (int shard = 0; shard < schedule_.rank_count(); ++shard)
           if (shard != rank_)
             receives_.push_back({shard, a.microbatch, a.slice, Direction::VocabularyPartial});
+      // With the input embedding split: every other shard's lookups for the first stage's
+      // forwards, the first stage's input gradient for this rank's EMBED_Bs.
+      if (!input_vocabulary_) continue;
+      if (a.kind == OpKind::EmbedB && rank_ != first_rank_)
+        receives_.push_back({rank_, a.microbatch, a.slice, Direction::EmbeddingGradient});
+      const Action f = a.kind == OpKind::Overlap ? a.forward_half() : a;
+      if (f.kind == OpKind::F && f.stage == 0)
+        for (int shard = 0; shard < schedule_.rank_count(); ++shard)
+          if (shard != rank_)
+            receives_.push_back({shard, f.microbatch, f.slice, Direction::EmbeddingPartial});
     }
   }
 
@@ -156,6 +172,15 @@ class Executor {
             "and backward of the output layer's shards; toy::vocabulary_passes for the toy "
             "GPT), or run the schedule without vocabulary passes.");
       });
+    if (input_vocabulary_ && !data.vocabulary.splits_input())
+      attached(-1, Action{}, "before its list", [&] {
+        throw invalid_problem(
+            "schedule '" + schedule_.name +
+            "' splits the input embedding over the ranks (EMBED_F, EMBED_B), but the training "
+            "data's vocabulary hooks have no input_forward, input_merge and input_backward to "
+            "run it (toy::vocabulary_passes with input shards for the toy GPT), or run the "
+            "schedule with the embedding on the first stage.");
+      });
     attached(-1, Action{}, "before its list (zero_gradients)", [&] {
       units_.zero_gradients();
       if (vocabulary_ && data.vocabulary.zero_gradients) data.vocabulary.zero_gradients(rank_);
@@ -166,6 +191,8 @@ class Executor {
     vocabulary_own_.clear();
     vocabulary_merged_.clear();
     vocabulary_bytes_.clear();
+    embedding_own_.clear();
+    embedding_dx_.clear();
     posted_inputs_.clear();
     posted_grads_.clear();
     RankRun run;
@@ -192,14 +219,17 @@ class Executor {
     }
     units_.end(posted_inputs_.size() + posted_grads_.size(), list.size());
     if (!vocabulary_x_.empty() || !vocabulary_own_.empty() || !vocabulary_merged_.empty() ||
-        !vocabulary_bytes_.empty())
+        !vocabulary_bytes_.empty() || !embedding_own_.empty() || !embedding_dx_.empty())
       throw execution_error("rank " + std::to_string(rank_) + " ended the step with " +
                                 std::to_string(vocabulary_x_.size() + vocabulary_own_.size() +
-                                               vocabulary_merged_.size()) +
+                                               vocabulary_merged_.size() + embedding_own_.size() +
+                                               embedding_dx_.size()) +
                                 " vocabulary tensors and " +
                                 std::to_string(vocabulary_bytes_.size()) +
                                 " shard forwards left over; every VOCAB_F needs its VOCAB_B, "
-                                "and the last stage's backward the merged partials.",
+                                "the last stage's backward the merged partials, the first "
+                                "stage's forward every shard's lookups (EMBED_F) and every "
+                                "EMBED_B the first stage's input gradient.",
                             rank_, static_cast<int>(list.size()), Action{});
     data_ = nullptr;
     device_.synchronize();
@@ -460,8 +490,10 @@ class Executor {
         if constexpr (can_run_vocabulary) {
           if (vocabulary_) {
             vocabulary_gradient(a);
+            embedding_input(a);
             units_.run(a);
             vocabulary_broadcast(a);
+            embedding_broadcast(a);
             return;
           }
         }
@@ -510,7 +542,77 @@ class Executor {
       case OpKind::VocabB:
         if constexpr (can_run_vocabulary) vocabulary_backward(a);
         return;
+      case OpKind::EmbedF:
+        if constexpr (can_run_vocabulary) embedding_forward(a);
+        return;
+      case OpKind::EmbedB:
+        if constexpr (can_run_vocabulary) embedding_backward(a);
+        return;
     }
+  }
+
+  // EMBED_F: the shard's lookups of the unit's tokens, kept on the first stage's rank or sent
+  // there.
+  void embedding_forward(const Action& a) {
+    tensor_type x = data_->vocabulary.input_forward(rank_, a.microbatch, a.slice);
+    if (rank_ == first_rank_)
+      embedding_own_.insert_or_assign(detail::unit_key(0, a.microbatch, a.slice), std::move(x));
+    else
+      transport_->send(rank_, first_rank_,
+                       {rank_, a.microbatch, a.slice, Direction::EmbeddingPartial}, std::move(x));
+  }
+
+  // Before the first stage's forward (or an overlap's forward half of it): its input, every
+  // shard's lookups merged in shard order.
+  void embedding_input(const Action& a) {
+    if (!input_vocabulary_) return;
+    const Action f = a.kind == OpKind::Overlap ? a.forward_half() : a;
+    if (f.kind != OpKind::F || f.stage != 0) return;
+    const std::uint64_t unit = detail::unit_key(0, f.microbatch, f.slice);
+    auto own = embedding_own_.find(unit);
+    if (own == embedding_own_.end())
+      throw error("the lookups of this rank's shard for " + to_string(f) +
+                  " are not here; its EMBED_F runs before the first stage's forward.");
+    tensor_type sum = merged_shards(std::move(own->second), f.microbatch, f.slice,
+                                    Direction::EmbeddingPartial, data_->vocabulary.input_merge);
+    embedding_own_.erase(own);
+    units_.inputs.insert_or_assign(unit, std::move(sum));
+  }
+
+  // After the first stage's backward (or an overlap's backward half of it): its input gradient
+  // to every rank's EMBED_B; this rank's copy stays here.
+  void embedding_broadcast(const Action& a) {
+    if (!input_vocabulary_) return;
+    const Action b = a.kind == OpKind::Overlap ? a.backward_half() : a;
+    if ((b.kind != OpKind::B && b.kind != OpKind::I) || b.stage != 0) return;
+    const std::uint64_t unit = detail::unit_key(0, b.microbatch, b.slice);
+    auto it = units_.embedding_grad.find(unit);
+    if (it == units_.embedding_grad.end()) return;
+    tensor_type dx = std::move(it->second);
+    units_.embedding_grad.erase(it);
+    for (int r = 0; r < schedule_.rank_count(); ++r)
+      if (r != rank_)
+        transport_->send(rank_, r, {r, b.microbatch, b.slice, Direction::EmbeddingGradient},
+                         tensor_type(dx));
+    embedding_dx_.insert_or_assign(unit, std::move(dx));
+  }
+
+  // EMBED_B: the shard's rows' gradient from the first stage's input gradient.
+  void embedding_backward(const Action& a) {
+    const std::uint64_t unit = detail::unit_key(0, a.microbatch, a.slice);
+    tensor_type dx;
+    if (rank_ == first_rank_) {
+      auto it = embedding_dx_.find(unit);
+      if (it == embedding_dx_.end())
+        throw error("the first stage's input gradient for " + to_string(a) +
+                    " is not here; its backward runs before the EMBED_B.");
+      dx = std::move(it->second);
+      embedding_dx_.erase(it);
+    } else {
+      dx = transport_->receive(rank_, {rank_, a.microbatch, a.slice, Direction::EmbeddingGradient},
+                               options_.receive_timeout);
+    }
+    data_->vocabulary.input_backward(rank_, dx, a.microbatch, a.slice);
   }
 
   // ---- vocabulary passes (only instantiated where the transport and tensors allow) ----
@@ -601,22 +703,31 @@ class Executor {
       throw error("the partials of microbatch " + std::to_string(microbatch) +
                   (slice ? " slice " + std::to_string(slice) : std::string()) +
                   " are wanted before this rank's VOCAB_F of it ran.");
-    std::optional<tensor_type> sum;
-    for (int shard = 0; shard < schedule_.rank_count(); ++shard) {
-      tensor_type p =
-          shard == rank_
-              ? std::move(own->second)
-              : transport_->receive(rank_, {shard, microbatch, slice, Direction::VocabularyPartial},
-                                    options_.receive_timeout);
-      if (!sum)
-        sum.emplace(std::move(p));
-      else
-        data_->vocabulary.merge(*sum, p);
-    }
+    tensor_type sum = merged_shards(std::move(own->second), microbatch, slice,
+                                    Direction::VocabularyPartial, data_->vocabulary.merge);
     vocabulary_own_.erase(own);
     const int uses = rank_ == last_rank_ ? 2 : 1;
-    return vocabulary_merged_.insert_or_assign(unit, Merged{std::move(*sum), uses})
+    return vocabulary_merged_.insert_or_assign(unit, Merged{std::move(sum), uses})
         .first->second.partial;
+  }
+
+  // Every shard's tensor of (microbatch, slice) merged in increasing shard order: this rank's
+  // own `mine`, every other's received under direction `d`, folded with `merge`, so every rank
+  // that merges them holds the same bits.
+  template <class Merge>
+  tensor_type merged_shards(tensor_type mine, int microbatch, int slice, Direction d,
+                            const Merge& merge) {
+    std::optional<tensor_type> sum;
+    for (int shard = 0; shard < schedule_.rank_count(); ++shard) {
+      tensor_type part = shard == rank_ ? std::move(mine)
+                                        : transport_->receive(rank_, {shard, microbatch, slice, d},
+                                                              options_.receive_timeout);
+      if (!sum)
+        sum.emplace(std::move(part));
+      else
+        merge(*sum, part);
+    }
+    return std::move(*sum);
   }
   void used_merged(int microbatch, int slice) {
     auto it = vocabulary_merged_.find(detail::unit_key(0, microbatch, slice));
@@ -701,12 +812,18 @@ class Executor {
     int uses = 0;
   };
   bool vocabulary_ = false;
+  bool input_vocabulary_ = false;  // the schedule splits the input embedding too
   int last_rank_ = 0;
+  int first_rank_ = 0;
   const TrainingData<tensor_type>* data_ = nullptr;
   std::unordered_map<std::uint64_t, tensor_type> vocabulary_x_;
   std::unordered_map<std::uint64_t, tensor_type> vocabulary_own_;
   std::unordered_map<std::uint64_t, Merged> vocabulary_merged_;
   std::unordered_map<std::uint64_t, double> vocabulary_bytes_;
+  // With the input embedding split: this rank's lookups for the first stage's forward (on its
+  // rank), and the first stage's input gradient for this rank's EMBED_B (on its rank).
+  std::unordered_map<std::uint64_t, tensor_type> embedding_own_;
+  std::unordered_map<std::uint64_t, tensor_type> embedding_dx_;
 };
 
 }  // namespace pipesched

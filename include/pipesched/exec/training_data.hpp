@@ -36,8 +36,24 @@ struct VocabularyPasses {
   //! Bytes shard `shard` keeps for the unit after its forward (optional; none: 0).
   std::function<std::size_t(int shard, int microbatch, int slice)> held_bytes{};
 
+  //! @{
+  //! The input embedding split the same way (a schedule's EMBED_F and EMBED_B): EMBED_F runs
+  //! `input_forward` of the rank's shard, its lookups of the unit's tokens it holds (zeros for
+  //! the others), and sends them to the first stage's rank, which merges every shard's with
+  //! `input_merge` (in increasing shard order) into the first stage's input before its forward.
+  //! The first stage's input gradient goes to every rank, whose EMBED_B gives it to
+  //! `input_backward` (the shard's rows' gradient). Called from the shards' ranks' threads.
+  std::function<Tensor(int shard, int microbatch, int slice)> input_forward{};
+  std::function<void(Tensor& into, const Tensor& other)> input_merge{};
+  std::function<void(int shard, const Tensor& dx, int microbatch, int slice)> input_backward{};
+  //! @}
+
   //! True when forward, merge, loss and backward are set.
   explicit operator bool() const noexcept { return forward && merge && loss && backward; }
+  //! True when the input embedding's hooks are set too.
+  bool splits_input() const noexcept {
+    return static_cast<bool>(*this) && input_forward && input_merge && input_backward;
+  }
 };
 
 //! Where a step's data comes from. `input(microbatch, slice)` gives stage 0's input;

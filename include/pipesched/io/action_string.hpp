@@ -158,7 +158,7 @@ class ActionReader {
     static constexpr std::string_view expected =
         "expected one of F, B, BW, I, W, R, RL, SEND_F, RECV_F, SEND_B, RECV_B, WAIT_SEND_F, "
         "WAIT_SEND_B, UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD, OFFLOAD, RELOAD, VOCAB_F, "
-        "VOCAB_B";
+        "VOCAB_B, EMBED_F, EMBED_B";
     if (word.empty()) {
       fail(start, "expected a kind after stage " + std::to_string(stage) + " but found " +
                       found_at(s_, start, end_) + "; " + std::string(expected));
@@ -190,6 +190,8 @@ class ActionReader {
         {"RELOAD", OpKind::Reload},
         {"VOCAB_F", OpKind::VocabF},
         {"VOCAB_B", OpKind::VocabB},
+        {"EMBED_F", OpKind::EmbedF},
+        {"EMBED_B", OpKind::EmbedB},
     };
     for (const Entry& e : table)
       if (e.word == word) return e.kind;

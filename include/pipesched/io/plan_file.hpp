@@ -275,9 +275,13 @@ class PlanReader {
            {std::pair{"f", &c.f}, std::pair{"b", &c.b}, std::pair{"w", &c.w}, std::pair{"r", &c.r},
             std::pair{"comm", &c.comm}, std::pair{"boundary", &c.boundary},
             std::pair{"w_memory", &c.w_memory}, std::pair{"copy", &c.copy}, std::pair{"vf", &c.vf},
-            std::pair{"vb", &c.vb}, std::pair{"vmem", &c.vmem}})
+            std::pair{"vb", &c.vb}, std::pair{"vmem", &c.vmem}, std::pair{"ef", &c.ef},
+            std::pair{"eb", &c.eb}})
         if (const json::Value* x = in.find(key))
           *at = in.number(key, *x, -1e308, false, 1e308, "a UniformCost figure");
+      if (const json::Value* x = in.find("input_vocabulary"))
+        c.input_vocabulary =
+            in.boolean("input_vocabulary", *x, "the input embedding split by vocabulary");
       checked(in, v, [&] { c.check(); });
       return c;
     }
@@ -308,6 +312,9 @@ class PlanReader {
         q.whole_step = pin.boolean("whole_step", *x, "whole-step costs");
       if (const json::Value* x = pin.find("vocabulary"))
         q.vocabulary = pin.boolean("vocabulary", *x, "the output layer split by vocabulary");
+      if (const json::Value* x = pin.find("input_vocabulary"))
+        q.input_vocabulary =
+            pin.boolean("input_vocabulary", *x, "the input embedding split by vocabulary");
       if (const json::Value* x = pin.find("split")) {
         const std::string& split = pin.text("split", *x, "\"even\" or \"balanced\"");
         if (split != "even" && split != "balanced")
@@ -671,6 +678,9 @@ inline void write_cost_model(json::Writer& w, const std::any& cost) {
         .field("vf", c->vf)
         .field("vb", c->vb)
         .field("vmem", c->vmem)
+        .field("input_vocabulary", c->input_vocabulary)
+        .field("ef", c->ef)
+        .field("eb", c->eb)
         .end_object();
   } else if (const auto* t = std::any_cast<TransformerCost>(&cost)) {
     w.key("cost_model").begin_object().field("kind", "transformer").key("model");
@@ -688,6 +698,7 @@ inline void write_cost_model(json::Writer& w, const std::any& cost) {
     w.field("split", q.split == LayerSplit::Even ? "even" : "balanced")
         .field("whole_step", q.whole_step)
         .field("vocabulary", q.vocabulary)
+        .field("input_vocabulary", q.input_vocabulary)
         .end_object();
     write_ints(w, "slice_lengths", t->slice_lengths);
     w.field("wgrad_split", t->wgrad_split == WGradSplit::Even ? "even" : "per-gemm");

@@ -350,6 +350,8 @@ inline std::vector<LegendEntry> legend_entries(const SvgLayout& L, const SvgOpti
   add(OpKind::R, "R recompute");
   add(OpKind::VocabF, "S vocabulary forward");
   add(OpKind::VocabB, "T vocabulary backward");
+  add(OpKind::EmbedF, "E embedding forward");
+  add(OpKind::EmbedB, "G embedding backward");
   if (seen.kinds[static_cast<std::size_t>(OpKind::Overlap)]) {
     entries.push_back(
         {fills.fill(hex(kind_colour(OpKind::F)), hex(kind_colour(OpKind::B))), "F+B overlapped"});

@@ -24,6 +24,15 @@
 // warm-up `lag` forwards longer would, then the passes are placed; it tries lags 0, 1 and 2
 // and keeps the shortest simulated step within the memory budget (the least memory where none
 // fits).
+//
+// Under a cost model that splits the input embedding too (splits_input_vocabulary), every
+// rank also gets an EMBED_F and an EMBED_B of its shard for every microbatch and slice. An
+// EMBED_F needs only the tokens, and the first stage's forward needs every shard's: it is
+// placed one first-stage forward ahead, at the start of the first stage's forward of the unit
+// before (at the head of every list for the first unit), so a rank busy when that forward
+// starts still has a whole forward's time to reach it. An EMBED_B takes the end of the first
+// stage's backward of its unit plus the broadcast, and the place after it in the topological
+// order. Both orders keep every dependency pointing forward, as above.
 #pragma once
 
 #include <algorithm>
@@ -232,6 +241,51 @@ std::optional<Schedule> place_vocabulary_passes(const Schedule& s, const Cost& c
       }
     }
   }
+  if (splits_input_vocabulary(cost)) {
+    // The first stage's forwards in the order they run; each unit's EMBED_Fs at the start of
+    // the one before (the first unit's at the head of every list).
+    std::vector<int> firsts;
+    for (int m = 0; m < p.microbatches; ++m)
+      for (int k = 0; k < p.slices; ++k) {
+        const int f = g.forward_of(0, m, k);
+        const int bi = g.input_backward_of(0, m, k);
+        if (f == detail::DependencyGraph::none || bi == detail::DependencyGraph::none)
+          return std::nullopt;
+        firsts.push_back(f);
+      }
+    auto start_of = [&](int id) {
+      const detail::ActionRef& at = g.ref(id);
+      return sim.timing[static_cast<std::size_t>(at.rank)][static_cast<std::size_t>(at.position)]
+          .start;
+    };
+    std::stable_sort(firsts.begin(), firsts.end(), [&](int x, int y) {
+      const double sx = start_of(x), sy = start_of(y);
+      return sx < sy ||
+             (sx == sy && order[static_cast<std::size_t>(x)] < order[static_cast<std::size_t>(y)]);
+    });
+    for (std::size_t n = 0; n < firsts.size(); ++n) {
+      const Action& f = g.action(firsts[n]);
+      const int m = f.microbatch, k = f.slice;
+      Item at{-2.0, -2.0 + 1e-6 * static_cast<double>(n), Action{}};
+      if (n > 0) {
+        const int before = firsts[n - 1];
+        at.time = start_of(before);
+        at.tie = order[static_cast<std::size_t>(before)] - 0.25;
+      }
+      const int bi = g.input_backward_of(0, m, k);
+      const detail::ActionRef& bref = g.ref(bi);
+      const double back =
+          sim.timing[static_cast<std::size_t>(bref.rank)][static_cast<std::size_t>(bref.position)]
+              .end;
+      for (int j = 0; j < p.ranks; ++j) {
+        auto& list = vocab[static_cast<std::size_t>(j)];
+        list.push_back({at.time, at.tie, Action::make(OpKind::EmbedF, j, m, k)});
+        const Action eb = Action::make(OpKind::EmbedB, j, m, k);
+        list.push_back({back + static_cast<double>(cost.vocabulary_transfer_seconds(ctx, eb)),
+                        order[static_cast<std::size_t>(bi)] + 0.5, eb});
+      }
+    }
+  }
 
   Schedule out = s;
   for (int r = 0; r < p.ranks; ++r) {
@@ -253,7 +307,8 @@ std::optional<Schedule> place_vocabulary_passes(const Schedule& s, const Cost& c
 }  // namespace detail
 
 //! `s` with a VOCAB_F and a VOCAB_B of every rank's vocabulary shard for every microbatch and
-//! slice, placed by the simulated times of `s` under `cost` after its backwards were moved
+//! slice (and, under a cost that splits the input embedding too, an EMBED_F and an EMBED_B),
+//! placed by the simulated times of `s` under `cost` after its backwards were moved
 //! `options.lag` forwards later (see the file comment; by default the fastest of
 //! lags 0, 1 and 2 within `options.budget`). `cost` prices the passes (has_vocabulary_cost; a
 //! CostRef must refer to such a model). `s` must be compute-only (add the passes before

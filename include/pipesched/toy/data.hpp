@@ -330,4 +330,43 @@ VocabularyPasses<Tensor<T>> vocabulary_passes(std::span<GptVocabularyShard<T>> s
   return v;
 }
 
+//! vocabulary_passes with the input embedding split too (`GptConfig::split_input`):
+//! `inputs[j]` is shard j of the token table (one per rank, as many as `shards`); EMBED_F looks
+//! up the unit's tokens (cut into `slices` as `training_data` cuts them), the lookups merge by
+//! summing, and EMBED_B adds the rows' gradient. `inputs` must outlive the result too.
+template <class T>
+VocabularyPasses<Tensor<T>> vocabulary_passes(std::span<GptVocabularyShard<T>> shards,
+                                              std::span<GptInputShard<T>> inputs,
+                                              const StepData<T>& data, int slices = 1) {
+  VocabularyPasses<Tensor<T>> v = vocabulary_passes(shards, data, slices);
+  if (inputs.size() != shards.size())
+    throw invalid_problem("vocabulary_passes: " + std::to_string(inputs.size()) +
+                          " input shards for " + std::to_string(shards.size()) +
+                          " head shards; give one of each per rank.");
+  auto input_of = [inputs](int j) -> GptInputShard<T>& {
+    if (j < 0 || static_cast<std::size_t>(j) >= inputs.size())
+      throw invalid_problem("vocabulary_passes: input shard " + std::to_string(j) +
+                            " was asked for, but " + std::to_string(inputs.size()) +
+                            " were given (one per rank).");
+    return inputs[static_cast<std::size_t>(j)];
+  };
+  v.input_forward = [input_of, &data, slices](int j, int mb, int slice) {
+    return input_of(j).forward(data.input(mb, slice, slices));
+  };
+  v.input_merge = [](Tensor<T>& into, const Tensor<T>& other) {
+    if (into.shape != other.shape)
+      throw invalid_problem("vocabulary_passes: two shards' lookups of one unit differ in shape.");
+    for (std::size_t i = 0; i < into.data.size(); ++i)
+      into.data[i] += other.data[i];
+  };
+  v.input_backward = [input_of, &data, slices](int j, const Tensor<T>& dx, int mb, int slice) {
+    input_of(j).backward(data.input(mb, slice, slices), dx);
+  };
+  v.zero_gradients = [head = v.zero_gradients, input_of](int j) {
+    head(j);
+    input_of(j).zero_gradients();
+  };
+  return v;
+}
+
 }  // namespace pipesched::toy

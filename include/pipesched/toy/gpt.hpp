@@ -190,7 +190,7 @@ class GptStageModel {
     const auto h = static_cast<std::size_t>(config_.hidden);
     SliceStashBytes total;
     if (has_embedding()) {
-      const StashBytes e = gpt_embedding_stash_bytes<T>(b, t, h);
+      const StashBytes e = embedding_stash_bytes(b, t, h);
       total = total + SliceStashBytes{e.activation, e.wgrad, 0, 0};
     }
     for (const GptBlock<T>& blk : blocks_)
@@ -216,7 +216,7 @@ class GptStageModel {
     for (std::size_t i = blocks_.size(); i-- > 0;)
       for (std::size_t bytes : blocks_[i].predicted_piece_bytes(rows))
         pieces.push_back(bytes);
-    if (has_embedding()) pieces.push_back(gpt_embedding_stash_bytes<T>(b, t, h).wgrad);
+    if (has_embedding()) pieces.push_back(embedding_stash_bytes(b, t, h).wgrad);
     return part_bytes(pieces, parts, who_);
   }
 
@@ -312,6 +312,11 @@ class GptStageModel {
 
  private:
   std::string name(const char* op) const { return std::string(who_) + "::" + op; }
+  // The embedding's stash: the whole layer's, or the position table's alone (split_input).
+  StashBytes embedding_stash_bytes(std::size_t b, std::size_t t, std::size_t h) const noexcept {
+    return config_.split_input ? gpt_position_embedding_stash_bytes<T>(b, t, h)
+                               : gpt_embedding_stash_bytes<T>(b, t, h);
+  }
   // The width of the head's output: the vocabulary, or hidden when the head's W is split off.
   std::size_t head_width() const noexcept {
     return static_cast<std::size_t>(config_.split_output ? config_.hidden : config_.vocabulary);
@@ -415,7 +420,7 @@ class GptStageModel {
     const auto s = static_cast<std::size_t>(config_.sequence);
     const auto h = static_cast<std::size_t>(config_.hidden);
     StashBytes total;
-    if (has_embedding()) total = total + gpt_embedding_stash_bytes<T>(b, s, h);
+    if (has_embedding()) total = total + embedding_stash_bytes(b, s, h);
     for (const GptBlock<T>& blk : blocks_)
       total = total + blk.predicted_stash_bytes(config_.microbatch_size, config_.sequence);
     if (has_head()) total = total + gpt_head_stash_bytes<T>(b, s, h, head_width());

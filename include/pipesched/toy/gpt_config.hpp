@@ -29,6 +29,11 @@ struct GptConfig {
   //! stage ends at the final LayerNorm, returning its output [batch, tokens, hidden], and
   //! `GptVocabularyShard`s hold the head's rows (toy::vocabulary_passes runs them).
   bool split_output = false;
+  //! The input embedding's token table split over the ranks by vocabulary too: the first
+  //! stage's embedding holds the position table only and takes the tokens' embeddings
+  //! [batch, tokens, hidden] (the shards' lookups, summed), returning their gradient from its
+  //! backward; `GptInputShard`s hold the table's rows (toy::vocabulary_passes runs them).
+  bool split_input = false;
 };
 
 namespace detail {

@@ -306,4 +306,103 @@ class GptVocabularyShard {
   detail::GradientSums<T> grads_;
 };
 
+//! Rows [first, first + size) of the toy GPT's token table, for the input embedding split by
+//! vocabulary (GptConfig::split_input): the rows of GptEmbedding's table for the same config
+//! (the same draws), so the shards of a split together hold exactly the unsplit table. Its
+//! forward (EMBED_F) looks up the tokens it holds and leaves zeros for the others, so the sum of
+//! every shard's is the unsplit lookup, exactly (one term per token is not zero); its backward
+//! (EMBED_B) adds the rows' gradient from the gradient of the lookups.
+template <class T>
+class GptInputShard {
+ public:
+  using tensor_type = Tensor<T>;  //!< token ids in, embeddings out
+
+  //! Shard `shard` of `shards` of `config`'s token table.
+  GptInputShard(const GptConfig& config, int shard, int shards)
+      : hidden_(config.hidden),
+        vocabulary_(config.vocabulary),
+        rows_(vocabulary_rows(config.vocabulary, shard, shards)) {
+    detail::check_gpt_config(config, "GptInputShard");
+    // The draws of GptEmbedding: the token table first; this shard keeps its rows.
+    Random random(config.seed, detail::gpt_embedding_stream);
+    const Tensor<T> table = uniform_tensor<T>({config.vocabulary, hidden_}, random, 1.0);
+    Tensor<T> mine({rows_.size, hidden_});
+    std::copy(table.begin_data() + static_cast<std::ptrdiff_t>(rows_.first) * hidden_,
+              table.begin_data() + static_cast<std::ptrdiff_t>(rows_.first + rows_.size) * hidden_,
+              mine.begin_data());
+    params_.push_back(std::move(mine));
+    grads_ = detail::GradientSums<T>(params_);
+  }
+
+  //! The rows the shard holds.
+  VocabularyRows rows() const noexcept { return rows_; }
+  //! The width of the embeddings it gives.
+  int hidden() const noexcept { return hidden_; }
+
+  //! EMBED_F: token ids [b, t] → [b, t, hidden], the rows of the tokens this shard holds and
+  //! zeros for the others. Every id must be a whole number in [0, vocabulary).
+  Tensor<T> forward(const Tensor<T>& ids) const {
+    check_ids(ids, "forward");
+    const int b = ids.dim(0), t = ids.dim(1);
+    Tensor<T> y({b, t, hidden_});
+    for (int i = 0; i < b; ++i)
+      for (int k = 0; k < t; ++k) {
+        const int row = static_cast<int>(ids(i, k)) - rows_.first;
+        if (row < 0 || row >= rows_.size) continue;
+        for (int d = 0; d < hidden_; ++d)
+          y(i, k, d) = params_[0](row, d);
+      }
+    return y;
+  }
+
+  //! EMBED_B: adds the gradient of the rows of the tokens this shard holds from `dy`
+  //! [b, t, hidden], the gradient of the lookups of `ids` [b, t].
+  void backward(const Tensor<T>& ids, const Tensor<T>& dy) {
+    check_ids(ids, "backward");
+    const int b = ids.dim(0), t = ids.dim(1);
+    detail::check_gradient_shape(dy.shape, {b, t, hidden_}, "GptInputShard", "backward");
+    using S = typename detail::GradientSums<T>::sum_type;
+    S* g = grads_.sum(0);
+    for (int i = 0; i < b; ++i)
+      for (int k = 0; k < t; ++k) {
+        const int row = static_cast<int>(ids(i, k)) - rows_.first;
+        if (row < 0 || row >= rows_.size) continue;
+        for (int d = 0; d < hidden_; ++d)
+          g[static_cast<std::ptrdiff_t>(row) * hidden_ + d] += static_cast<S>(dy(i, k, d));
+      }
+    grads_.publish({0});
+  }
+
+  //! The table's rows of the shard [size, hidden].
+  std::span<Tensor<T>> parameters() noexcept { return params_; }
+  //! The table's rows of the shard [size, hidden].
+  std::span<const Tensor<T>> parameters() const noexcept { return params_; }
+  //! The accumulated gradient of the rows.
+  std::span<const Tensor<T>> gradients() const noexcept { return grads_.tensors(); }
+  //! Sets the accumulated gradient to zero.
+  void zero_gradients() { grads_.zero(); }
+
+ private:
+  void check_ids(const Tensor<T>& ids, const char* call) const {
+    if (ids.shape.size() != 2)
+      throw invalid_problem(std::string("GptInputShard::") + call +
+                            ": token ids are [batch, tokens], but they have " +
+                            std::to_string(ids.shape.size()) + " dimensions.");
+    for (std::size_t i = 0; i < ids.data.size(); ++i) {
+      const T v = ids.data[i];
+      if (!(v >= T(0) && v < T(vocabulary_)) || v != std::floor(v))
+        throw invalid_problem(std::string("GptInputShard::") + call + ": token " +
+                              std::to_string(i) + " is " + std::to_string(double(v)) +
+                              "; token ids are whole numbers in [0, " +
+                              std::to_string(vocabulary_) + ").");
+    }
+  }
+
+  int hidden_;
+  int vocabulary_;
+  VocabularyRows rows_;
+  std::vector<Tensor<T>> params_;
+  detail::GradientSums<T> grads_;
+};
+
 }  // namespace pipesched::toy

@@ -58,6 +58,16 @@ constexpr StashBytes gpt_embedding_stash_bytes(std::size_t batch, std::size_t se
   return {rows * sizeof(T), rows * (1 + hidden) * sizeof(T)};
 }
 
+//! GPT position embedding alone (the token table split off, GptConfig::split_input) on
+//! [batch, sequence, hidden] token embeddings: forward keeps nothing; backward_input keeps the
+//! output gradient [batch, sequence, hidden].
+template <class T>
+constexpr StashBytes gpt_position_embedding_stash_bytes(std::size_t batch, std::size_t sequence,
+                                                        std::size_t hidden) noexcept {
+  const std::size_t rows = batch * sequence;
+  return {0, rows * hidden * sizeof(T)};
+}
+
 //! GPT transformer block on [batch, sequence, hidden]. Forward keeps per row: both
 //! LayerNorms' normalized inputs (2·hidden) and inverse deviations (2), q, k and v (3·hidden),
 //! the attention output (hidden), the MLP pre-activation and activation (2·ffn); plus the

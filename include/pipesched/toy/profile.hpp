@@ -48,9 +48,9 @@ ProfiledCost gpt_profiled_cost(const std::vector<GptStage<T>>& stages, int slice
   for (const GptStage<T>& stage : stages) {
     const GptConfig& c = stage.config();
     auto input_bytes = [&](int tokens) {
-      const std::size_t values = static_cast<std::size_t>(c.microbatch_size) *
-                                 static_cast<std::size_t>(tokens) *
-                                 (stage.has_embedding() ? 1u : static_cast<std::size_t>(c.hidden));
+      const std::size_t values =
+          static_cast<std::size_t>(c.microbatch_size) * static_cast<std::size_t>(tokens) *
+          (stage.has_embedding() && !c.split_input ? 1u : static_cast<std::size_t>(c.hidden));
       return double(values * sizeof(T));
     };
     StageProfile whole{.forward = 1,
@@ -97,6 +97,25 @@ ProfiledCost with_vocabulary_shards(ProfiledCost cost,
   for (const GptVocabularyShard<T>& shard : shards)
     cost.vocabulary.push_back(
         {.forward = 1, .backward = 1, .bytes = double(shard.predicted_stash_bytes(tokens))});
+  return cost;
+}
+
+//! with_vocabulary_shards with the input embedding split too (`GptConfig::split_input`, one
+//! GptInputShard per rank): nominal times for the shards' EMBED_F and EMBED_B (1 each), which
+//! hold nothing, and no transfer time.
+template <class T>
+ProfiledCost with_vocabulary_shards(ProfiledCost cost,
+                                    const std::vector<GptVocabularyShard<T>>& shards,
+                                    const std::vector<GptInputShard<T>>& inputs,
+                                    const GptConfig& config) {
+  if (inputs.size() != shards.size())
+    throw invalid_problem("with_vocabulary_shards: " + std::to_string(inputs.size()) +
+                          " input shards for " + std::to_string(shards.size()) +
+                          " head shards; give one of each per rank.");
+  cost = with_vocabulary_shards(std::move(cost), shards, config);
+  for (VocabularyProfile& v : cost.vocabulary)
+    v.input_forward = v.input_backward = 1;
+  cost.input_vocabulary = true;
   return cost;
 }
 

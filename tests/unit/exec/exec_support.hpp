@@ -142,24 +142,39 @@ std::vector<pipesched::toy::GptVocabularyShard<T>> vocabulary_shards(
   return shards;
 }
 
+// Appends the values of every tensor `get` gives of each of `shards` to `all`.
+template <class T, class Shards, class Get>
+void append_shards(std::vector<T>& all, const Shards& shards, Get get) {
+  for (const auto& shard : shards)
+    for (const auto& t : get(shard))
+      all.insert(all.end(), t.data.begin(), t.data.end());
+}
+inline constexpr auto gradients_of = [](const auto& x) { return x.gradients(); };
+inline constexpr auto parameters_of = [](const auto& x) { return x.parameters(); };
+
 // The gradients (parameters) of `stages`, then of `shards`: in the order of the unsplit model's
-// (its head's W, split by rows, comes last).
+// (its head's W, split by rows, comes last). With `inputs`, the input embedding's token table
+// split too: its shards first, as the unsplit first stage holds its table before the rest.
 template <class Stages, class T>
 std::vector<T> gradients_with(const Stages& stages,
-                              const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards) {
-  std::vector<T> all = pipesched::toy::flat_gradients(stages);
-  for (const auto& shard : shards)
-    for (const auto& t : shard.gradients())
-      all.insert(all.end(), t.data.begin(), t.data.end());
+                              const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards,
+                              const std::vector<pipesched::toy::GptInputShard<T>>& inputs = {}) {
+  std::vector<T> all;
+  append_shards(all, inputs, gradients_of);
+  const std::vector<T> own = pipesched::toy::flat_gradients(stages);
+  all.insert(all.end(), own.begin(), own.end());
+  append_shards(all, shards, gradients_of);
   return all;
 }
 template <class Stages, class T>
 std::vector<T> parameters_with(const Stages& stages,
-                               const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards) {
-  std::vector<T> all = pipesched::toy::flat_parameters(stages);
-  for (const auto& shard : shards)
-    for (const auto& t : shard.parameters())
-      all.insert(all.end(), t.data.begin(), t.data.end());
+                               const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards,
+                               const std::vector<pipesched::toy::GptInputShard<T>>& inputs = {}) {
+  std::vector<T> all;
+  append_shards(all, inputs, parameters_of);
+  const std::vector<T> own = pipesched::toy::flat_parameters(stages);
+  all.insert(all.end(), own.begin(), own.end());
+  append_shards(all, shards, parameters_of);
   return all;
 }
 

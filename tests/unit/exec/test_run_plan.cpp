@@ -689,6 +689,13 @@ TEST(PlanFile, RefusesACostModelThatDisagreesWithItsPlan) {
                                 "\"transformer\" or \"uniform\""),
             std::string::npos)
       << refusal(other);
+  // The embedding's split is a boolean.
+  const std::string split = "\"input_vocabulary\":false";
+  ASSERT_NE(text.find(split), std::string::npos) << text;
+  std::string word = text;
+  word.replace(word.find(split), split.size(), "\"input_vocabulary\":\"yes\"");
+  EXPECT_NE(refusal(word).find("field \"input_vocabulary\" is \"yes\""), std::string::npos)
+      << refusal(word);
   const std::string w = "\"w\":1,";
   ASSERT_NE(text.find(w), std::string::npos) << text;
   text.replace(text.find(w), w.size(), "\"w\":5,");

@@ -303,23 +303,32 @@ TYPED_TEST(ToyNumerics, GptWithActivationsOffloaded) {
 // sequential model — to 1e-12 in double; in float to the rounding of another formula for the
 // last stage's input gradient (the merged shares against the logits' gradient times W: float
 // itself is 6.5e-5 from double here) — and every rank holds the bytes the simulator predicts
-// with the shards' figures.
+// with the shards' figures. With the input embedding split too (input shards of the token
+// table, the first stage's embedding holding the position table alone, EMBED_F and EMBED_B
+// passes), the same under 1F1B, ZB-H1, ZB-V, interleaved 1F1B, DualPipe-V and slice-level
+// schedules.
 TYPED_TEST(ToyNumerics, GptWithVocabularyParallelism) {
   using T = TypeParam;
   const double allowed = std::is_same_v<T, double> ? 1e-12 : 1e-3;
   const toy::GptConfig config{.blocks = 8};
-  toy::GptConfig split = config;
-  split.split_output = true;
   struct Case {
     const char* name;
     int ranks, slices;
+    bool input = false;
   };
   for (const Case c :
        {Case{"1f1b", 1, 1}, Case{"1f1b", 2, 1}, Case{"1f1b", 4, 1}, Case{"zb-v", 1, 1},
         Case{"zb-v", 2, 1}, Case{"zb-v", 4, 1}, Case{"interleaved-1f1b", 2, 1},
-        Case{"dualpipe-v", 4, 1}, Case{"slice-pipe", 2, 2}, Case{"seq-1f1b", 4, 4}}) {
+        Case{"dualpipe-v", 4, 1}, Case{"slice-pipe", 2, 2}, Case{"seq-1f1b", 4, 4},
+        Case{"1f1b", 1, 1, true}, Case{"1f1b", 2, 1, true}, Case{"1f1b", 4, 1, true},
+        Case{"zb-h1", 4, 1, true}, Case{"zb-v", 2, 1, true}, Case{"zb-v", 4, 1, true},
+        Case{"interleaved-1f1b", 2, 1, true}, Case{"dualpipe-v", 4, 1, true},
+        Case{"slice-pipe", 2, 2, true}}) {
     SCOPED_TRACE(std::string(c.name) + " p=" + std::to_string(c.ranks) +
-                 " slices=" + std::to_string(c.slices));
+                 " slices=" + std::to_string(c.slices) + (c.input ? ", input split" : ""));
+    toy::GptConfig split = config;
+    split.split_output = true;
+    split.split_input = c.input;
     const ps::GeneratorInfo& g = ps::find_generator(c.name);
     const ps::Problem problem{.ranks = c.ranks, .microbatches = 2 * c.ranks, .slices = c.slices};
     const ps::Schedule base = g.generate(problem, g.default_wgrad);
@@ -330,21 +339,33 @@ TYPED_TEST(ToyNumerics, GptWithVocabularyParallelism) {
       piped.emplace_back(split, st, stages);
     }
     auto shards = vocabulary_shards<T>(config, c.ranks);
+    std::vector<toy::GptInputShard<T>> inputs;
+    if (c.input)
+      for (int j = 0; j < c.ranks; ++j)
+        inputs.emplace_back(config, j, c.ranks);
+    const ps::ProfiledCost head_cost = toy::gpt_profiled_cost(piped, c.slices);
     const ps::ProfiledCost cost =
-        toy::with_vocabulary_shards(toy::gpt_profiled_cost(piped, c.slices), shards, config);
+        c.input ? toy::with_vocabulary_shards(head_cost, shards, inputs, config)
+                : toy::with_vocabulary_shards(head_cost, shards, config);
     const ps::Schedule s = ps::add_vocabulary_passes(base, cost);
-    ASSERT_EQ(s.count(ps::OpKind::VocabF), std::size_t(c.ranks * problem.microbatches * c.slices));
+    const std::size_t units = std::size_t(c.ranks * problem.microbatches * c.slices);
+    ASSERT_EQ(s.count(ps::OpKind::VocabF), units);
+    ASSERT_EQ(s.count(ps::OpKind::EmbedF), c.input ? units : 0u);
     const ps::SimulationResult predicted = ps::simulate(s, cost);
     ps::ExecutorOptions options;
     options.optimizer = [stage_step = toy::sgd_optimizer(s.placement, piped, learning_rate),
-                         &shards](int rank) {
+                         &shards, &inputs](int rank) {
       stage_step(rank);
       toy::sgd_update_stage(shards[static_cast<std::size_t>(rank)], learning_rate);
+      if (!inputs.empty())
+        toy::sgd_update_stage(inputs[static_cast<std::size_t>(rank)], learning_rate);
     };
     ps::inproc::Pipeline<toy::GptStage<T>> pipe(s, piped, options);
     const auto data = toy::make_gpt_data<T>(config, problem.microbatches, 7);
     auto training = toy::training_data(data, c.slices);
-    training.vocabulary = toy::vocabulary_passes(std::span(shards), data, c.slices);
+    training.vocabulary =
+        c.input ? toy::vocabulary_passes(std::span(shards), std::span(inputs), data, c.slices)
+                : toy::vocabulary_passes(std::span(shards), data, c.slices);
     for (int step = 0; step < 2; ++step) {
       SCOPED_TRACE("step " + std::to_string(step));
       const double ref_loss = toy::sequential_step(ref, data);
@@ -352,8 +373,9 @@ TYPED_TEST(ToyNumerics, GptWithVocabularyParallelism) {
       toy::sgd_update(ref, learning_rate);
       const ps::StepResult r = pipe.step(training);
       EXPECT_LE(std::abs(r.loss - ref_loss), allowed * std::abs(ref_loss));
-      EXPECT_LE(toy::max_relative_error(gradients_with(piped, shards), ref_grads), allowed);
-      EXPECT_LE(toy::max_relative_error(parameters_with(piped, shards), toy::flat_parameters(ref)),
+      EXPECT_LE(toy::max_relative_error(gradients_with(piped, shards, inputs), ref_grads), allowed);
+      EXPECT_LE(toy::max_relative_error(parameters_with(piped, shards, inputs),
+                                        toy::flat_parameters(ref)),
                 allowed);
       for (int rank = 0; rank < c.ranks; ++rank) {
         EXPECT_EQ(r.ranks[rank].peak_bytes, predicted.ranks[rank].peak_memory) << "rank " << rank;

@@ -3,7 +3,8 @@
 // replicas), simulated (the broadcast, the reduction and the memory, timed exactly under
 // UniformCost), priced by TransformerCost (the head off the last stage, its weights shared by
 // every rank), and placed by add_vocabulary_passes into every generator's schedule without a
-// deadlock; the executor's refusals where it cannot run them (its numerics are in
+// deadlock; the same for the input embedding's EMBED_F and EMBED_B (the token table off the
+// first stage); the executor's refusals where it cannot run them (its numerics are in
 // test_toy_numerics.cpp and the MPI tests).
 #include <gtest/gtest.h>
 
@@ -51,6 +52,30 @@ ps::Schedule two_ranks_by_hand() {
       {act(OpKind::F, 0), act(OpKind::VocabF, 0), act(OpKind::VocabB, 0), act(OpKind::B, 0)},
       {act(OpKind::F, 1), act(OpKind::VocabF, 1), act(OpKind::B, 1), act(OpKind::VocabB, 1)}};
   return s;
+}
+
+// The two-rank schedule above with the input embedding's passes: every shard's lookups first,
+// its rows' gradient last.
+ps::Schedule two_ranks_with_embedding() {
+  ps::Schedule s = two_ranks_by_hand();
+  for (int r = 0; r < 2; ++r) {
+    auto& list = s.ranks[static_cast<std::size_t>(r)];
+    list.insert(list.begin(), act(OpKind::EmbedF, r));
+    list.push_back(act(OpKind::EmbedB, r));
+  }
+  return s;
+}
+
+ps::UniformCost embedding_cost() {
+  ps::UniformCost c;
+  c.comm = 0.5;
+  c.vf = 0.25;
+  c.vb = 0.5;
+  c.vmem = 0.25;
+  c.input_vocabulary = true;
+  c.ef = 0.125;
+  c.eb = 0.25;
+  return c;
 }
 
 bool has_rule(const ps::ValidationReport& rep, const std::string& rule) {
@@ -122,7 +147,7 @@ TEST(Vocabulary, ValidationCountsPlacesAndOrdersThePasses) {
   misplaced.ranks[1][1] = act(OpKind::VocabF, 0);
   rep = ps::check(misplaced);
   EXPECT_TRUE(has_rule(rep, "placement")) << message_of(rep);
-  EXPECT_NE(message_of(rep).find("shard j of the output layer lives on rank j"), std::string::npos);
+  EXPECT_NE(message_of(rep).find("lives on rank j and its passes run there"), std::string::npos);
 
   ps::Schedule outside = ok;
   outside.ranks[1].push_back(act(OpKind::VocabF, 5));
@@ -222,6 +247,15 @@ TEST(Vocabulary, PassesGoIntoEveryOneReplicaGeneratorWithoutDeadlock) {
           EXPECT_GE(ps::simulate(kept, c).makespan + eps, ps::simulate(s, c).makespan) << what;
           // Lowered to sends and receives, the collectives stay direct edges.
           EXPECT_TRUE(ps::check(ps::lower_communication(v)).ok()) << what;
+          // With the input embedding split too: an EMBED_F and an EMBED_B per rank and unit.
+          const ps::Schedule both = ps::add_vocabulary_passes(s, embedding_cost());
+          const auto both_rep = ps::check(both);
+          ASSERT_TRUE(both_rep.ok()) << what << ", embedding split: " << message_of(both_rep);
+          EXPECT_EQ(both.count(OpKind::EmbedF), passes) << what;
+          EXPECT_EQ(both.count(OpKind::EmbedB), passes) << what;
+          EXPECT_EQ(both.action_count(), s.action_count() + 4 * passes) << what;
+          EXPECT_FALSE(ps::simulate(both, embedding_cost()).deadlock) << what;
+          EXPECT_TRUE(ps::check(ps::lower_communication(both)).ok()) << what;
         }
   }
   EXPECT_GT(schedules, 100);
@@ -358,6 +392,125 @@ TEST(Vocabulary, TransformerCostMovesTheHeadOffTheLastStage) {
   const ps::Problem chimera{.ranks = 4, .stages = 8, .microbatches = 4, .replicas = 2};
   const ps::Placement cpl = ps::Placement::interleaved(4, 2);
   EXPECT_THROW((void)vocab.duration({chimera, cpl, 1}, act(OpKind::F, 0)), ps::invalid_problem);
+}
+
+// ---- the input embedding split too: EMBED_F, EMBED_B (helpers above) -------------------------
+
+TEST(InputVocabulary, PassesRoundTripValidateAndTimeTheReductionAndTheBroadcast) {
+  for (const char* text : {"2EMBED_F0", "0EMBED_B7", "1EMBED_F3.2"}) {
+    const Action a = ps::parse_action(text);
+    EXPECT_TRUE(ps::is_vocabulary(a.kind) && ps::is_input_vocabulary(a.kind)) << text;
+    EXPECT_EQ(ps::to_string(a), text);
+  }
+  const ps::Schedule s = two_ranks_with_embedding();
+  EXPECT_TRUE(s.has_input_vocabulary());
+  EXPECT_FALSE(two_ranks_by_hand().has_input_vocabulary());
+  std::istringstream text(ps::to_text(s));
+  EXPECT_EQ(ps::read_text(text), s);
+  std::istringstream csv(ps::to_csv(s));
+  EXPECT_EQ(ps::read_csv(csv, "by-hand").ranks, s.ranks);
+  EXPECT_THROW(ps::check_pytorch_runnable(s), ps::invalid_schedule);
+  EXPECT_TRUE(ps::check(s).ok()) << message_of(ps::check(s));
+
+  // Every shard runs both passes of every unit, on its own rank, before what needs them.
+  ps::Schedule missing = s;
+  missing.ranks[1].pop_back();  // 1EMBED_B0
+  auto rep = ps::check(missing);
+  EXPECT_NE(message_of(rep).find("rank 1 never runs 1EMBED_B0"), std::string::npos)
+      << message_of(rep);
+  ps::Schedule early = s;
+  std::swap(early.ranks[0][0], early.ranks[0][1]);  // 0F0 before its own rank's lookups
+  rep = ps::check(early);
+  EXPECT_TRUE(has_rule(rep, "order")) << message_of(rep);
+  EXPECT_NE(message_of(rep).find("after the EMBED_F of every shard"), std::string::npos)
+      << message_of(rep);
+  ps::Schedule misplaced = s;
+  misplaced.ranks[0][0] = act(OpKind::EmbedF, 1);
+  misplaced.ranks[1][0] = act(OpKind::EmbedF, 0);
+  EXPECT_TRUE(has_rule(ps::check(misplaced), "placement"));
+
+  // f = 1, b = 2, comm = 0.5, ef = 0.125, eb = 0.25 (and the output layer's as above).
+  const ps::UniformCost c = embedding_cost();
+  const ps::SimulationResult r = ps::simulate(s, c);
+  ASSERT_FALSE(r.deadlock) << r.deadlock_report;
+  auto at = [&](int rank, int pos) { return r.timing[rank][pos]; };
+  EXPECT_NEAR(at(0, 0).end, 0.125, eps);    // 0EMBED_F0
+  EXPECT_NEAR(at(0, 1).start, 0.625, eps);  // 0F0: the last lookup + the reduction
+  EXPECT_NEAR(at(1, 2).start, 3.125, eps);  // 1VOCAB_F0 after 1F0 (2.125 to 3.125)
+  EXPECT_NEAR(at(1, 3).start, 4.375, eps);  // 1B0 after the output layer's reduction
+  EXPECT_NEAR(at(0, 4).start, 6.875, eps);  // 0B0 after 1B0's gradient
+  EXPECT_NEAR(at(0, 5).start, 8.875, eps);  // 0EMBED_B0: the first stage's rank, no broadcast
+  EXPECT_NEAR(at(1, 5).start, 9.375, eps);  // 1EMBED_B0: 8.875 + the broadcast
+  EXPECT_NEAR(r.makespan, 9.625, eps);
+  EXPECT_NEAR(r.ranks[0].peak_memory, 1.25, eps);  // the lookups hold nothing
+  EXPECT_NEAR(r.ranks[1].busy, 0.125 + 1 + 0.25 + 2 + 0.5 + 0.25, eps);
+
+  // The cost and the schedule must agree on where the embedding is.
+  ps::UniformCost kept = c;
+  kept.input_vocabulary = false;
+  try {
+    (void)ps::simulate(s, kept);
+    ADD_FAILURE() << "the embedding was computed twice";
+  } catch (const ps::invalid_schedule& e) {
+    EXPECT_NE(std::string(e.what()).find("keeps the embedding on the first stage"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)ps::simulate(two_ranks_by_hand(), c), ps::invalid_schedule);
+  EXPECT_THROW((void)ps::simulate(s, ps::CostRef(kept)), ps::invalid_schedule);
+  EXPECT_NEAR(ps::simulate(s, ps::CostRef(c)).makespan, 9.625, eps);
+}
+
+TEST(InputVocabulary, TransformerCostMovesTheEmbeddingOffTheFirstStage) {
+  ps::TransformerCost head{
+      ps::presets::find_model("llama2-13b"), ps::presets::find_device("rtx-4090"), {}};
+  head.parallel.vocabulary = true;
+  ps::TransformerCost both = head;
+  both.parallel.input_vocabulary = true;
+  EXPECT_TRUE(both.input_vocabulary_parallel());
+  EXPECT_FALSE(head.input_vocabulary_parallel());
+  const int p = 16;
+  const ps::Problem problem{.ranks = p, .stages = p, .microbatches = 4};
+  const ps::Placement pl = ps::Placement::linear(p);
+  const ps::CostContext ctx{problem, pl, 1};
+  // The token table, V·h, in p shards: rank 0 holds 15/16 of it less, the others 1/16 more.
+  const double table = head.model.embedding_parameters();
+  EXPECT_NEAR(both.rank_parameters(ctx, 0), head.rank_parameters(ctx, 0) - table + table / p, 1);
+  EXPECT_NEAR(both.rank_parameters(ctx, 5), head.rank_parameters(ctx, 5) + table / p, 1);
+  // The lookups are memory-bound and hold nothing; the reduction and the broadcast take time.
+  const ps::ModelShape& m = head.model;
+  const double bytes =
+      static_cast<double>(m.microbatch_size) * m.sequence * m.hidden * m.bytes_per_value;
+  const Action ef = act(OpKind::EmbedF, 5), eb = act(OpKind::EmbedB, 5);
+  EXPECT_NEAR(both.vocabulary_seconds(ctx, ef),
+              2 * bytes / both.device.memory_bandwidth + both.device.action_overhead, 1e-12);
+  EXPECT_GT(both.vocabulary_seconds(ctx, eb), 0);
+  EXPECT_DOUBLE_EQ(both.vocabulary_bytes(ctx, ef), 0.0);
+  EXPECT_GT(both.vocabulary_transfer_seconds(ctx, ef), 0);  // the reduction
+  EXPECT_GT(both.vocabulary_transfer_seconds(ctx, eb), 0);  // from rank 0 to rank 5
+  EXPECT_DOUBLE_EQ(both.vocabulary_transfer_seconds(ctx, act(OpKind::EmbedB, 0)), 0.0);
+  EXPECT_THROW((void)head.vocabulary_seconds(ctx, ef), ps::invalid_schedule);
+  ps::Parallelism alone;
+  alone.input_vocabulary = true;
+  EXPECT_THROW(alone.check(), ps::invalid_argument);
+
+  // 1F1B and ZB-V with both layers split: no deadlock, and the schedule with the head alone
+  // split is refused by the cost that splits the embedding too (and the other way round).
+  for (const char* name : {"1f1b", "zb-v"}) {
+    const ps::GeneratorInfo& g = ps::find_generator(name);
+    const ps::Schedule s = g.generate({.ranks = p, .microbatches = 32}, g.default_wgrad);
+    const ps::Schedule v = ps::add_vocabulary_passes(s, both);
+    EXPECT_EQ(v.count(OpKind::EmbedF), static_cast<std::size_t>(p) * 32) << name;
+    const ps::SimulationResult r = ps::simulate(v, both);
+    EXPECT_FALSE(r.deadlock) << name;
+    const ps::Schedule head_only = ps::add_vocabulary_passes(s, head);
+    EXPECT_EQ(head_only.count(OpKind::EmbedF), 0u) << name;
+    EXPECT_THROW((void)ps::simulate(head_only, both), ps::invalid_schedule) << name;
+    EXPECT_THROW((void)ps::simulate(v, head), ps::invalid_schedule) << name;
+    // The step pays the first lookups' reduction and the last broadcast, a few ms of a 15 s
+    // step; rank 0 holds the 1/16 of the table the others hold.
+    EXPECT_LT(r.makespan, 1.01 * ps::simulate(head_only, head).makespan) << name;
+  }
 }
 
 // An in-process transport that says it carries no vocabulary messages (as the NCCL transport,

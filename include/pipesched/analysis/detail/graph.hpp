@@ -82,6 +82,9 @@ class DependencyGraph {
   //! VOCAB_F / VOCAB_B of shard `j` (flat index or none).
   int vocabulary_forward_of(int j, int m, int k) const { return lookup(vf_, j, m, k); }
   int vocabulary_backward_of(int j, int m, int k) const { return lookup(vb_, j, m, k); }
+  //! EMBED_F / EMBED_B of shard `j` (flat index or none).
+  int embedding_forward_of(int j, int m, int k) const { return lookup(ef_, j, m, k); }
+  int embedding_backward_of(int j, int m, int k) const { return lookup(eb_, j, m, k); }
   //! True when the schedule holds vocabulary passes.
   bool vocabulary() const noexcept { return vocabulary_; }
 
@@ -102,8 +105,8 @@ class DependencyGraph {
     const int nranks = s.rank_count();
     // Sized by the actions, not by stages × microbatches × slices (see unit_table.hpp).
     const std::size_t actions = s.action_count();
-    for (UnitTable<int>* t :
-         {&f_, &bi_, &r_, &o_, &rl_, &vf_, &vb_, &send_f_, &recv_f_, &send_b_, &recv_b_})
+    for (UnitTable<int>* t : {&f_, &bi_, &r_, &o_, &rl_, &vf_, &vb_, &ef_, &eb_, &send_f_, &recv_f_,
+                              &send_b_, &recv_b_})
       *t = UnitTable<int>(p, actions, none);
     flat_of_.assign(nranks, {});
     rank_order_.assign(nranks, {});
@@ -148,6 +151,14 @@ class DependencyGraph {
           case OpKind::VocabB:
             record(vb_, a.stage, a.microbatch, a.slice);
             vocabulary_ = true;
+            break;
+          case OpKind::EmbedF:
+            record(ef_, a.stage, a.microbatch, a.slice);
+            vocabulary_ = input_vocabulary_ = true;
+            break;
+          case OpKind::EmbedB:
+            record(eb_, a.stage, a.microbatch, a.slice);
+            vocabulary_ = input_vocabulary_ = true;
             break;
           case OpKind::SendF:
             record(send_f_, a.stage, a.microbatch, a.slice);
@@ -194,6 +205,7 @@ class DependencyGraph {
       if (a.kind == OpKind::Overlap) {
         add_compute_deps(id, a.forward_half(), explicit_comm, deps);
         add_compute_deps(id, a.backward_half(), explicit_comm, deps);
+        add_vocabulary_deps(id, a.forward_half(), deps);
         add_vocabulary_deps(id, a.backward_half(), deps);
       } else if (is_comm(a.kind) || is_wait_send(a.kind)) {
         add_comm_deps(id, a, deps);
@@ -286,6 +298,9 @@ class DependencyGraph {
   }
 
   static std::string rule_text(OpKind k, OpKind wanted = OpKind::Idle) {
+    if (wanted == OpKind::EmbedF || is_input_vocabulary(k))
+      return "the first stage's forward runs after the EMBED_F of every shard of its microbatch, "
+             "and an EMBED_B after the first stage's backward of its microbatch.";
     if (wanted == OpKind::VocabF || is_vocabulary(k))
       return "a VOCAB_F runs after the last stage's forward of its microbatch, and every VOCAB_B "
              "and the last stage's backward after the VOCAB_F of every shard.";
@@ -337,11 +352,22 @@ class DependencyGraph {
   }
 
   // The vocabulary rules (core/rules.hpp): a VOCAB_F waits for the last stage's forward, a
-  // VOCAB_B and the last stage's B or I for every shard's VOCAB_F. Direct edges (collectives).
+  // VOCAB_B and the last stage's B or I for every shard's VOCAB_F; with the input embedding
+  // split, the first stage's forward for every shard's EMBED_F and an EMBED_B for the first
+  // stage's B or I. Direct edges (collectives).
   void add_vocabulary_deps(int id, const Action& a, std::vector<int>& out) {
     if (!vocabulary_edges_) return;
     const Problem& p = schedule_->problem;
     const int m = a.microbatch, k = a.slice;
+    if (a.kind == OpKind::EmbedB) {
+      if (!in_range(a.stage, m, k) || a.stage >= p.ranks) return;
+      need(id, lookup(bi_, 0, m, k), a, Action::make(OpKind::B, 0, m, k), std::nullopt, out);
+      return;
+    }
+    if (a.kind == OpKind::EmbedF) return;  // needs only the tokens
+    if (input_vocabulary_ && a.kind == OpKind::F && a.stage == 0 && in_range(0, m, k))
+      for (int j = 0; j < p.ranks; ++j)
+        need(id, lookup(ef_, j, m, k), a, Action::make(OpKind::EmbedF, j, m, k), std::nullopt, out);
     if (a.kind == OpKind::VocabF) {
       if (!in_range(a.stage, m, k) || a.stage >= p.ranks) return;
       const int last = p.stages - 1;
@@ -422,8 +448,9 @@ class DependencyGraph {
   std::vector<ActionRef> refs_;
   std::vector<std::vector<int>> flat_of_;
   std::vector<std::vector<int>> rank_order_;
-  UnitTable<int> f_, bi_, r_, o_, rl_, vf_, vb_, send_f_, recv_f_, send_b_, recv_b_;
-  bool vocabulary_ = false;        // the schedule holds VOCAB_F or VOCAB_B
+  UnitTable<int> f_, bi_, r_, o_, rl_, vf_, vb_, ef_, eb_, send_f_, recv_f_, send_b_, recv_b_;
+  bool vocabulary_ = false;        // the schedule holds a vocabulary pass
+  bool input_vocabulary_ = false;  // the schedule holds EMBED_F or EMBED_B
   bool vocabulary_edges_ = false;  // and their rules apply (one replica, few enough ranks)
   std::vector<int> dep_begin_, dep_list_, out_begin_, out_list_;
   std::vector<GraphIssue> issues_;

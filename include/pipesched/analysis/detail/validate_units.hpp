@@ -28,23 +28,33 @@ struct UnitSeen {
   int offload = 0, reload = 0;  //!< OFFLOAD and RELOAD actions of the unit
   //! VOCAB_F and VOCAB_B of shard `stage` (counted under the shard's index; shard j < ranks)
   int vocab_f = 0, vocab_b = 0;
+  //! EMBED_F and EMBED_B of shard `stage` (likewise)
+  int embed_f = 0, embed_b = 0;
   std::vector<int> w_parts;  //!< the part index of every W of the unit, in list order
   friend bool operator==(const UnitSeen&, const UnitSeen&) = default;
 };
 
 // The exactly-once rules of the vocabulary passes of shard key.stage (a rank) for microbatch
-// key.microbatch and slice key.slice, in a schedule with vocabulary passes.
+// key.microbatch and slice key.slice, in a schedule with vocabulary passes (`input`: with the
+// input embedding's passes too).
 template <class Emit>
-void vocabulary_rules(UnitKey key, const UnitSeen& u, Emit&& emit) {
+void vocabulary_rules(UnitKey key, const UnitSeen& u, Emit&& emit, bool input) {
   const int j = key.stage, mb = key.microbatch, sl = key.slice;
   auto pass = [&](OpKind k) { return to_string(Action::make(k, j, mb, sl)); };
-  for (const OpKind k : {OpKind::VocabF, OpKind::VocabB}) {
-    const int n = k == OpKind::VocabF ? u.vocab_f : u.vocab_b;
+  for (const OpKind k : {OpKind::VocabF, OpKind::VocabB, OpKind::EmbedF, OpKind::EmbedB}) {
+    if (is_input_vocabulary(k) && !input) continue;
+    const int n = k == OpKind::VocabF   ? u.vocab_f
+                  : k == OpKind::VocabB ? u.vocab_b
+                  : k == OpKind::EmbedF ? u.embed_f
+                                        : u.embed_b;
     if (n == 0)
       emit("missing", [&, k] {
         return "rank " + std::to_string(j) + " never runs " + pass(k) +
-               "; with vocabulary passes every rank runs one VOCAB_F and one VOCAB_B of its "
-               "shard for every microbatch (and slice).";
+               (is_input_vocabulary(k)
+                    ? "; with the input embedding split every rank runs one EMBED_F and one "
+                      "EMBED_B of its shard for every microbatch (and slice)."
+                    : "; with vocabulary passes every rank runs one VOCAB_F and one VOCAB_B of "
+                      "its shard for every microbatch (and slice).");
       });
     if (n > 1)
       emit("duplicate", [&, k, n] {
@@ -59,8 +69,8 @@ void vocabulary_rules(UnitKey key, const UnitSeen& u, Emit&& emit) {
 // holds vocabulary passes, whose shard key.stage (when a rank) is checked too.
 template <class Emit>
 void unit_rules(const Schedule& s, UnitKey key, const UnitSeen& u, Emit&& emit,
-                bool vocabulary = false) {
-  if (vocabulary && key.stage < s.problem.ranks) vocabulary_rules(key, u, emit);
+                bool vocabulary = false, bool input_vocabulary = false) {
+  if (vocabulary && key.stage < s.problem.ranks) vocabulary_rules(key, u, emit, input_vocabulary);
   const Problem& p = s.problem;
   const int st = key.stage, mb = key.microbatch, sl = key.slice;
   const int owner = s.placement.rank_of(st);
@@ -370,7 +380,8 @@ inline bool check_vocabulary_action(const Schedule& s, ValidationReport& rep, in
     add_violation(rep, r, i, a, "placement", [&] {
       return to_string(a) + " at " + where(r, i) + " runs vocabulary shard " +
              std::to_string(a.stage) + ", which rank " + std::to_string(a.stage) +
-             " holds; shard j of the output layer lives on rank j and its passes run there.";
+             " holds; shard j of the output layer (and of the input embedding) lives on rank j "
+             "and its passes run there.";
     });
   return true;
 }
@@ -405,6 +416,12 @@ inline void count_unit_action(UnitSeen& u, const Action& a) {
       break;
     case OpKind::VocabB:
       ++u.vocab_b;
+      break;
+    case OpKind::EmbedF:
+      ++u.embed_f;
+      break;
+    case OpKind::EmbedB:
+      ++u.embed_b;
       break;
     default:
       break;
@@ -459,6 +476,7 @@ inline void check_exactly_once(const Schedule& s, const UnitTable<UnitSeen>& see
   // no action names misses its forward and its backward (two violations), and the units some
   // action names are visited directly.
   const bool vocabulary = s.has_vocabulary() && p.replicas == 1;
+  const bool input_vocabulary = vocabulary && s.has_input_vocabulary();
   auto keep = [&](UnitKey k, const UnitSeen& u) {
     unit_rules(
         s, k, u,
@@ -467,7 +485,7 @@ inline void check_exactly_once(const Schedule& s, const UnitTable<UnitSeen>& see
                         Action::make(OpKind::F, k.stage, k.microbatch, k.slice), rule,
                         make_message);
         },
-        vocabulary);
+        vocabulary, input_vocabulary);
   };
   UnitKey stop{p.stages, 0, 0};  // the first unit not walked
   std::uint64_t walked = 0;
@@ -488,7 +506,7 @@ inline void check_exactly_once(const Schedule& s, const UnitTable<UnitSeen>& see
     if (k < stop) return;
     ++named_after;
     unit_rules(
-        s, k, u, [&](const char*, auto) { rep.add({}); }, vocabulary);
+        s, k, u, [&](const char*, auto) { rep.add({}); }, vocabulary, input_vocabulary);
   });
   const std::uint64_t after = step_unit_count(p) - walked;
   const std::uint64_t absent = after - std::min(after, named_after);

@@ -85,6 +85,7 @@ class UnitRunner {
         stage_of_(std::move(stage_of)) {
     slices_ = static_cast<std::size_t>(std::max(1, schedule.problem.slices));
     vocabulary_ = schedule.has_vocabulary();
+    input_vocabulary_ = schedule.has_input_vocabulary();
     // Whole microbatches need no context: a model that also runs them without one does.
     use_context_ = slice_aware && !(slices_ == 1 && whole_unit_calls<Stage>);
     UnitFigures unseen;
@@ -127,15 +128,17 @@ class UnitRunner {
   //! but never taken.
   void end(std::size_t posted, std::size_t list_size) {
     if (!stashes_.empty() || !offloaded_.empty() || !inputs.empty() || !grads.empty() ||
-        !outbox.empty() || !vocabulary_out.empty() || !contexts_.empty() || posted != 0)
-      throw execution_error("rank " + std::to_string(rank_) + " ended the step with " +
-                                std::to_string(stashes_.size() + offloaded_.size()) + " stashes, " +
-                                std::to_string(inputs.size() + grads.size() + outbox.size() +
-                                               vocabulary_out.size() + posted) +
-                                " tensors and " + std::to_string(contexts_.size()) +
-                                " slice contexts left over; the schedule does not consume what "
-                                "it produces.",
-                            rank_, static_cast<int>(list_size), Action{});
+        !outbox.empty() || !vocabulary_out.empty() || !embedding_grad.empty() ||
+        !contexts_.empty() || posted != 0)
+      throw execution_error(
+          "rank " + std::to_string(rank_) + " ended the step with " +
+              std::to_string(stashes_.size() + offloaded_.size()) + " stashes, " +
+              std::to_string(inputs.size() + grads.size() + outbox.size() + vocabulary_out.size() +
+                             embedding_grad.size() + posted) +
+              " tensors and " + std::to_string(contexts_.size()) +
+              " slice contexts left over; the schedule does not consume what "
+              "it produces.",
+          rank_, static_cast<int>(list_size), Action{});
     data_ = nullptr;
   }
   //! Drops everything held (a failed step's leftovers).
@@ -147,6 +150,7 @@ class UnitRunner {
     grads.clear();
     outbox.clear();
     vocabulary_out.clear();
+    embedding_grad.clear();
   }
 
   double loss() const noexcept { return loss_; }  //!< loss contributions this step
@@ -287,6 +291,8 @@ class UnitRunner {
   std::unordered_map<std::uint64_t, tensor_type> outbox;  //!< produced, waiting for a send
   //! With vocabulary passes: the last stage's outputs by unit, for the shards.
   std::unordered_map<std::uint64_t, tensor_type> vocabulary_out;
+  //! With the input embedding split: the first stage's input gradients by unit, for the shards.
+  std::unordered_map<std::uint64_t, tensor_type> embedding_grad;
 
  private:
   // What a unit holds between its forward and its backward. A checkpointed unit holds only
@@ -490,8 +496,11 @@ class UnitRunner {
     const int s = a.stage, m = a.microbatch, k = a.slice;
     const std::uint64_t key = unit_key(s, m, k);
     const Problem& problem = problem_;
-    tensor_type x =
-        problem.first_stage(s) ? data_->input(m, k) : take(inputs, key, "input activation", a);
+    // With the input embedding split, the first stage's input is the shards' lookups, merged
+    // into `inputs` by the executor.
+    tensor_type x = problem.first_stage(s) && !input_vocabulary_
+                        ? data_->input(m, k)
+                        : take(inputs, key, "input activation", a);
     Held h;
     double context_change = 0;
     tensor_type y = call_forward(a, x, h.stash, true, context_change);
@@ -578,8 +587,12 @@ class UnitRunner {
       adjust(left - h.bytes + context_change);
       h.bytes = left;
     }
-    // The input gradient of a replica's first stage goes nowhere.
-    if (problem_.first_stage(s)) return;
+    // The input gradient of a replica's first stage goes nowhere, or with the input embedding
+    // split to its shards.
+    if (problem_.first_stage(s)) {
+      if (input_vocabulary_) embedding_grad.insert_or_assign(key, std::move(dx));
+      return;
+    }
     if (rank_of(s - 1) == rank_)
       grads.insert_or_assign(unit_key(s - 1, m, k), std::move(dx));
     else
@@ -619,6 +632,7 @@ class UnitRunner {
   std::size_t slices_ = 1;                          // the problem's slices per microbatch
   bool use_context_ = false;                        // slice contexts are made and passed
   bool vocabulary_ = false;  // the schedule has vocabulary passes: the shards compute the loss
+  bool input_vocabulary_ = false;  // and the embedding's: the shards compute the first input
   std::vector<UnitFigures> seen_;  // by (stage, slice)
   const TrainingData<tensor_type>* data_ = nullptr;
   std::unordered_map<std::uint64_t, Held> stashes_;

@@ -108,6 +108,10 @@ constexpr char kind_letter(OpKind k) noexcept {
       return 'S';
     case OpKind::VocabB:
       return 'T';
+    case OpKind::EmbedF:
+      return 'E';
+    case OpKind::EmbedB:
+      return 'G';
     case OpKind::Idle:
       return '.';
   }

@@ -67,6 +67,10 @@ inline Rgb kind_colour(OpKind k) {
       return {196, 58, 122};  // magenta
     case OpKind::VocabB:
       return {226, 140, 180};  // pink
+    case OpKind::EmbedF:
+      return {60, 150, 80};  // green
+    case OpKind::EmbedB:
+      return {150, 205, 150};  // light green
     default:
       return {200, 200, 200};
   }

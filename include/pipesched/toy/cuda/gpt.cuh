@@ -75,11 +75,12 @@ class GptStage {
            TensorShard shard = {})
       : host_(config, stage, stages, shard),
         engine_(std::make_shared<detail::Engine>(std::move(device))) {
-    if (config.split_output)
+    if (config.split_output || config.split_input)
       throw invalid_problem(
-          "gpu::GptStage: the config splits the LM head by vocabulary (split_output), which "
-          "the GPU model does not run; use the host model (toy::GptStage) for vocabulary "
-          "parallelism, or keep the head whole.");
+          std::string("gpu::GptStage: the config splits the ") +
+          (config.split_output ? "LM head (split_output)" : "input embedding (split_input)") +
+          " by vocabulary, which the GPU model does not run; use the host model "
+          "(toy::GptStage) for vocabulary parallelism, or keep the layer whole.");
     if (host_.has_embedding()) embedding_.emplace(engine_, config);
     for (const toy::GptBlock<T>& b : host_.blocks())
       blocks_.emplace_back(engine_, b, config);

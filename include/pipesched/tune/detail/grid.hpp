@@ -107,14 +107,17 @@ struct TuneGrid {
   //! refused, its message. Written before any thread starts, then read only.
   std::map<std::tuple<std::size_t, int, int>, std::pair<std::vector<int>, Message>> cuts;
 
-  //! The cost model of `cfg`, cut into its slices (its output layer split by vocabulary for a
-  //! vocabulary-parallel configuration); throws invalid_problem with the factory's message
-  //! where the factory refused its microbatch size, or the slicing's where it refused the cut.
+  //! The cost model of `cfg`, cut into its slices (its output layer and input embedding split
+  //! by vocabulary for a vocabulary-parallel configuration); throws invalid_problem with the
+  //! factory's message where the factory refused its microbatch size, or the slicing's where it
+  //! refused the cut.
   Cost cost_of(const TuneConfig<Cost>& cfg, SlicingMode slicing) const {
     if (!costs[cfg.cost]) throw invalid_problem(cost_refusal[cfg.cost]);
     Cost cost = *costs[cfg.cost];
     if constexpr (requires { cost.parallel.vocabulary = true; }) {
-      if (cfg.vocabulary) cost.parallel.vocabulary = true;
+      if (cfg.vocabulary) cost.parallel.vocabulary = cost.parallel.input_vocabulary = true;
+    } else if constexpr (requires { cost.input_vocabulary = true; }) {
+      if (cfg.vocabulary) cost.input_vocabulary = true;
     }
     if constexpr (sliceable_cost<Cost>) {
       if (cfg.slices > 1) {

@@ -19,7 +19,9 @@ class RankGeometry {
         stages_(schedule.problem.stages),
         microbatches_(schedule.problem.microbatches),
         slices_(std::max(1, schedule.problem.slices)),
-        directions_(schedule.has_vocabulary() ? 4 : 2),
+        directions_(schedule.has_input_vocabulary() ? 6
+                    : schedule.has_vocabulary()     ? 4
+                                                    : 2),
         placement_(schedule.placement) {}
 
   void check_self(int r, const char* what) const {
@@ -43,7 +45,7 @@ class RankGeometry {
     if (static_cast<int>(k.direction) >= directions_)
       throw error(std::string(who_) + ": the " + describe_key(k) +
                   " is a vocabulary message, but the schedule has no vocabulary passes.");
-    if (directions_ == 4 && static_cast<int>(k.direction) >= 2 && k.stage >= placement_.ranks())
+    if (directions_ >= 4 && static_cast<int>(k.direction) >= 2 && k.stage >= placement_.ranks())
       throw error(std::string(who_) + ": the " + describe_key(k) + " names shard " +
                   std::to_string(k.stage) + ", but shards run from 0 to " +
                   std::to_string(placement_.ranks() - 1) + " (one per rank).");
@@ -55,6 +57,9 @@ class RankGeometry {
     // The last stage's output comes from its rank; a shard's partial from the shard's rank.
     if (k.direction == Direction::VocabularyInput) return placement_.rank_of(stages_ - 1);
     if (k.direction == Direction::VocabularyPartial) return k.stage;
+    // A shard's lookups come from the shard's rank; the first stage's input gradient from its.
+    if (k.direction == Direction::EmbeddingPartial) return k.stage;
+    if (k.direction == Direction::EmbeddingGradient) return placement_.rank_of(0);
     const int from = k.direction == Direction::Forward ? k.stage - 1 : k.stage + 1;
     if (from < 0 || from >= stages_)
       throw error(std::string(who_) + ": no stage sends the " + describe_key(k) + ".");
@@ -63,7 +68,7 @@ class RankGeometry {
 
   const char* who_;
   int stages_, microbatches_, slices_;
-  int directions_;  // 2, or 4 with vocabulary messages (the tag space is sized for them)
+  int directions_;  // 2, 4 with vocabulary messages, 6 with the embedding's (sizes the tags)
   Placement placement_;
   int rank_ = 0;
   int ranks_ = 0;
