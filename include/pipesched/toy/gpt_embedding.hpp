@@ -29,9 +29,9 @@ class GptEmbedding {
   using tensor_type = Tensor<T>;  //!< token ids in, activations out
   //! What one microbatch (or slice) leaves behind between calls.
   struct Stash {
-    Tensor<T> ids;   //!< forward: the token ids
-    Tensor<T> dy;    //!< backward_input: the output gradient
-    int offset = 0;  //!< position of the first token
+    Tensor<T> ids;      //!< forward: the token ids
+    Tensor<T> dy;       //!< backward_input: the output gradient
+    int offset = 0;     //!< position of the first token
     int sequences = 0;  //!< sequences of the microbatch
     int length = 0;     //!< tokens of each (the slice's)
     //! Which calls have run on the stash: none, the forward, backward_input.

@@ -53,6 +53,18 @@ inline VocabularyRows vocabulary_rows(int vocabulary, int shard, int shards) {
   return {shard * base + std::min(shard, extra), base + (shard < extra ? 1 : 0)};
 }
 
+//! Rows `rows` of `table` [vocabulary, hidden]: what a vocabulary shard keeps of a whole
+//! table drawn as the unsplit layer draws it.
+template <class T>
+Tensor<T> rows_of(const Tensor<T>& table, VocabularyRows rows) {
+  const int hidden = table.dim(1);
+  Tensor<T> mine({rows.size, hidden});
+  std::copy(table.begin_data() + static_cast<std::ptrdiff_t>(rows.first) * hidden,
+            table.begin_data() + static_cast<std::ptrdiff_t>(rows.first + rows.size) * hidden,
+            mine.begin_data());
+  return mine;
+}
+
 //! What a shard's forward leaves for the reduction, per token (n = batch × tokens): its
 //! maximum logit, the sum of exponentials against it, the target's logit (0 where the target
 //! is in another shard), the input-gradient share A [n, hidden] and the target's row of W
@@ -184,11 +196,7 @@ class GptVocabularyShard {
     (void)uniform_tensor<T>({hidden_}, random, 0.1);
     const Tensor<T> w =
         uniform_tensor<T>({config.vocabulary, hidden_}, random, 1.0 / std::sqrt(double(hidden_)));
-    Tensor<T> mine({rows_.size, hidden_});
-    std::copy(w.begin_data() + static_cast<std::ptrdiff_t>(rows_.first) * hidden_,
-              w.begin_data() + static_cast<std::ptrdiff_t>(rows_.first + rows_.size) * hidden_,
-              mine.begin_data());
-    params_.push_back(std::move(mine));
+    params_.push_back(rows_of(w, rows_));
     grads_ = detail::GradientSums<T>(params_);
   }
 
@@ -326,11 +334,7 @@ class GptInputShard {
     // The draws of GptEmbedding: the token table first; this shard keeps its rows.
     Random random(config.seed, detail::gpt_embedding_stream);
     const Tensor<T> table = uniform_tensor<T>({config.vocabulary, hidden_}, random, 1.0);
-    Tensor<T> mine({rows_.size, hidden_});
-    std::copy(table.begin_data() + static_cast<std::ptrdiff_t>(rows_.first) * hidden_,
-              table.begin_data() + static_cast<std::ptrdiff_t>(rows_.first + rows_.size) * hidden_,
-              mine.begin_data());
-    params_.push_back(std::move(mine));
+    params_.push_back(rows_of(table, rows_));
     grads_ = detail::GradientSums<T>(params_);
   }
 

@@ -155,27 +155,27 @@ inline constexpr auto parameters_of = [](const auto& x) { return x.parameters();
 // The gradients (parameters) of `stages`, then of `shards`: in the order of the unsplit model's
 // (its head's W, split by rows, comes last). With `inputs`, the input embedding's token table
 // split too: its shards first, as the unsplit first stage holds its table before the rest.
+template <class Stages, class T, class Get>
+std::vector<T> flat_with(const Stages& stages,
+                         const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards,
+                         const std::vector<pipesched::toy::GptInputShard<T>>& inputs, Get get) {
+  std::vector<T> all;
+  append_shards(all, inputs, get);
+  append_shards(all, stages, get);
+  append_shards(all, shards, get);
+  return all;
+}
 template <class Stages, class T>
 std::vector<T> gradients_with(const Stages& stages,
                               const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards,
                               const std::vector<pipesched::toy::GptInputShard<T>>& inputs = {}) {
-  std::vector<T> all;
-  append_shards(all, inputs, gradients_of);
-  const std::vector<T> own = pipesched::toy::flat_gradients(stages);
-  all.insert(all.end(), own.begin(), own.end());
-  append_shards(all, shards, gradients_of);
-  return all;
+  return flat_with(stages, shards, inputs, gradients_of);
 }
 template <class Stages, class T>
 std::vector<T> parameters_with(const Stages& stages,
                                const std::vector<pipesched::toy::GptVocabularyShard<T>>& shards,
                                const std::vector<pipesched::toy::GptInputShard<T>>& inputs = {}) {
-  std::vector<T> all;
-  append_shards(all, inputs, parameters_of);
-  const std::vector<T> own = pipesched::toy::flat_parameters(stages);
-  all.insert(all.end(), own.begin(), own.end());
-  append_shards(all, shards, parameters_of);
-  return all;
+  return flat_with(stages, shards, inputs, parameters_of);
 }
 
 }  // namespace exec_test
