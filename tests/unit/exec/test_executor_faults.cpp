@@ -205,6 +205,46 @@ TEST(TimedExecutorFaults, NonStandardClassExceptionGetsRankAndAction) {
                         "a non-standard exception (not derived from std::exception)");
 }
 
+// Rank 0's list runs on the thread that calls step (the others on threads of their own), and
+// a failure there stops the ranks on the other threads as one on theirs does.
+TEST(TimedExecutorFaults, RankZeroRunsOnTheCallingThreadAndItsFailureStopsTheOthers) {
+  const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
+  const auto data = toy::make_mlp_data<double>(mlp_config, s.problem.microbatches, 7);
+  auto stages = faulty_stages(s.problem.stages);
+  std::vector<std::thread::id> ran_on(stages.size());  // each written by its stage's thread only
+  for (std::size_t i = 0; i < stages.size(); ++i)
+    stages[i].fault = [&ran_on, i] { ran_on[i] = std::this_thread::get_id(); };
+  ps::ExecutorOptions options;
+  options.receive_timeout = std::chrono::seconds(30);
+  ps::inproc::Pipeline<FaultyMlp> pipe(s, stages, options);
+  pipe.step(toy::training_data(data));
+  EXPECT_EQ(ran_on[0], std::this_thread::get_id());
+  for (std::size_t i = 1; i < ran_on.size(); ++i) {
+    EXPECT_NE(ran_on[i], std::thread::id{}) << "stage " << i << " never ran";
+    EXPECT_NE(ran_on[i], std::this_thread::get_id()) << "stage " << i;
+    for (std::size_t j = 0; j < i; ++j)
+      EXPECT_NE(ran_on[i], ran_on[j]) << "stages " << j << " and " << i;
+  }
+
+  int calls = 0;
+  stages[0].fault = [&] {
+    if (++calls == 3) throw std::runtime_error("rank 0 broke");
+  };
+  const auto t0 = Clock::now();
+  try {
+    pipe.step(toy::training_data(data));
+    ADD_FAILURE() << "the step did not fail";
+  } catch (const ps::execution_error& e) {
+    EXPECT_EQ(e.rank(), 0);
+    EXPECT_EQ(e.action().kind, ps::OpKind::F);
+    EXPECT_EQ(e.action().microbatch, 2);
+    EXPECT_NE(std::string(e.what()).find("rank 0 broke"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));  // not after the 30 s timeout
+  stages[0].fault = nullptr;
+  EXPECT_NO_THROW(pipe.step(toy::training_data(data)));
+}
+
 // An optimizer hook that throws on rank `bad`: every rank stops; the error names rank `bad`,
 // its optimizer step, and the position after its list.
 void expect_optimizer_fault_attached(const ps::Schedule& s, int bad,
