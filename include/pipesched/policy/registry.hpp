@@ -49,6 +49,44 @@ struct GeneratorInfo {
 
 namespace detail {
 
+//! `s` named after the generator `name` that built it: kept when it is `name` or `name` then
+//! "+..." (what a pass appends), else renamed to `name`. Every generator in the registry names
+//! its schedules so, as the built-ins do, because the tuner names a plan after its schedule and
+//! a plan file is read back only when the two agree: a user's order that names its schedules
+//! otherwise (a refinement registered under a new name, a rule whose list_schedule call keeps
+//! an older name) would write plans that its own reader refuses.
+inline Schedule named_after(Schedule s, std::string_view name) {
+  const bool derived =
+      s.name.size() > name.size() && s.name.starts_with(name) && s.name[name.size()] == '+';
+  if (s.name != name && !derived) s.name = std::string(name);
+  return s;
+}
+
+//! `info` with each of its generators wrapped to name what it builds after `info.name`.
+inline GeneratorInfo naming_its_schedules(GeneratorInfo info) {
+  const std::string name(info.name);
+  if (info.generate)
+    info.generate = [f = std::move(info.generate), name](Problem p, WGradMode w) {
+      return named_after(f(p, w), name);
+    };
+  if (info.generate_with_warmup)
+    info.generate_with_warmup = [f = std::move(info.generate_with_warmup), name](
+                                    Problem p, WGradMode w, int n) {
+      return named_after(f(p, w, n), name);
+    };
+  if (info.generate_within)
+    info.generate_within = [f = std::move(info.generate_within), name](
+                               Problem p, WGradMode w, CostRef c, const MemoryBudget& b) {
+      return named_after(f(p, w, c, b), name);
+    };
+  if (info.generate_with_cost)
+    info.generate_with_cost = [f = std::move(info.generate_with_cost), name](Problem p, WGradMode w,
+                                                                             CostRef c) {
+      return named_after(f(p, w, c), name);
+    };
+  return info;
+}
+
 template <class Order>
 concept warmup_generating_order = requires(Problem p, WGradMode w, int n) {
   { Order::generate_with_warmup(p, w, n) } -> std::same_as<Schedule>;
@@ -59,6 +97,7 @@ concept warmup_generating_order = requires(Problem p, WGradMode w, int n) {
 //! The GeneratorInfo of an order policy with a generator (a built-in tag, a tag derived from
 //! one, or a user's order on order::Custom), read from the tag's facts. An order with
 //! PlacementRule::Any is listed with its default placement; only a looped order varies chunks.
+//! Its generators name their schedules after `Order::name` (see register_generator).
 template <generating_order Order>
 GeneratorInfo generator_info() {
   using P = typename Order::default_placement;
@@ -88,7 +127,7 @@ GeneratorInfo generator_info() {
     g.generate_with_warmup = [](Problem p, WGradMode w, int n) {
       return Order::generate_with_warmup(p, w, n);
     };
-  return g;
+  return detail::naming_its_schedules(std::move(g));
 }
 
 namespace detail {
@@ -129,7 +168,10 @@ inline std::vector<GeneratorInfo> generators() {
 }
 
 //! Adds `info` to the registry, so find_generator, generators() and the tuner (tuning::Request
-//! bases) know it by `info.name`. The name and summary are copied. Throws invalid_problem when
+//! bases) know it by `info.name`. The name and summary are copied. The registered generators
+//! name every schedule they build after `info.name`, as the built-ins do: a schedule named
+//! otherwise is renamed (one named `info.name` + "+..." is kept), so that the plans the tuner
+//! makes of it read back. Throws invalid_problem when
 //! the name is empty, longer than 64 characters or not lower-case letters, digits, '-', '_'
 //! and '.' (it must be usable as a command-line word), when a generator of that name already
 //! exists, when `generate` is empty, when it accepts neither backward mode, when its default
@@ -154,7 +196,7 @@ inline void register_generator(const GeneratorInfo& info) {
            "; a rank holds at least 1 stage");
   for (const GeneratorInfo& g : builtin_generators())
     if (g.name == info.name) refuse("a built-in generator has that name; choose another");
-  if (!detail::NamedRegistry<GeneratorInfo>::instance().add(info))
+  if (!detail::NamedRegistry<GeneratorInfo>::instance().add(detail::naming_its_schedules(info)))
     refuse("a generator of that name is already registered");
 }
 

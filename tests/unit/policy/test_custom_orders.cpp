@@ -12,9 +12,10 @@
 #include "pipesched/analysis/simulate.hpp"
 #include "pipesched/analysis/uniform_cost.hpp"
 #include "pipesched/analysis/validate.hpp"
+#include "pipesched/io/plan_file.hpp"
 #include "pipesched/policy/policy.hpp"
-#include "pipesched/schedule/list_schedule.hpp"
 #include "pipesched/policy/registry.hpp"
+#include "pipesched/schedule/list_schedule.hpp"
 #include "pipesched/tune/tune.hpp"
 
 namespace pipesched::test_custom_orders {
@@ -170,6 +171,8 @@ TEST(GeneratorRegistry, RegisteredOrderIsFoundGeneratedAndTuned) {
   EXPECT_FALSE(g.mario);
   const Schedule s = g.generate({.ranks = 4, .microbatches = 8}, WGradMode::Split);
   EXPECT_TRUE(check(s).ok()) << check(s).summary();
+  // Named after the generator, as a built-in's are, though RunAhead names it "run-ahead".
+  EXPECT_EQ(s.name, "test-run-ahead-4");
   const auto all = generators();
   EXPECT_EQ(all.size(), builtin_generators().size() + 1 +
                             (std::count_if(all.begin(), all.end(), [](const GeneratorInfo& x) {
@@ -190,6 +193,18 @@ TEST(GeneratorRegistry, RegisteredOrderIsFoundGeneratedAndTuned) {
   // With W split and 1F1B's 4 microbatches held on rank 0, it beats fused 1F1B.
   EXPECT_EQ(r.best->base, "test-run-ahead-4");
   EXPECT_GT(r.candidates_refused, 0);
+  // The tuner's plans of it read back from their files (they were refused: the schedule in
+  // the file was named "run-ahead+...", not after the plan's base).
+  int read = 0;
+  for (const tuning::Baseline& b : r.baselines) {
+    if (!b.plan || b.plan->base != "test-run-ahead-4") continue;
+    SCOPED_TRACE(b.plan->schedule.name);
+    EXPECT_TRUE(b.plan->schedule.name.starts_with("test-run-ahead-4"));
+    const tuning::Plan back = read_plan(plan_json(*b.plan), "plan.json");
+    EXPECT_EQ(back.schedule, b.plan->schedule);
+    ++read;
+  }
+  EXPECT_GE(read, 1);
 }
 
 TEST(GeneratorRegistry, BadRegistrationsAreRefusedWithTheReason) {
