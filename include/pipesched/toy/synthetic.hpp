@@ -49,9 +49,14 @@ inline void use_fine_timer_slack() noexcept {
 // sleeper tens of microseconds late, which on 1 ms actions would be a few per cent.
 inline constexpr std::chrono::microseconds precise_wait{120};
 
+// How long before the deadline the yielding wait stops yielding: a yield that hands the core
+// to another runnable thread returns microseconds later, past a deadline that fell meanwhile.
+inline constexpr std::chrono::microseconds spin_wait{10};
+
 // Waits until `start + seconds` (never short): sleeps until shortly before, then yields the
-// core until the deadline, so actions last their duration to a few microseconds while the
-// core stays free for the other ranks' threads for almost all of it.
+// core until just before the deadline and spins the last few microseconds, so actions last
+// their duration to about a microsecond while the core stays free for the other ranks'
+// threads for almost all of it.
 inline void sleep_from(std::chrono::steady_clock::time_point start, double seconds) {
   use_fine_timer_slack();
   if (seconds <= 0) return;
@@ -59,8 +64,9 @@ inline void sleep_from(std::chrono::steady_clock::time_point start, double secon
                                     std::chrono::duration<double>(seconds));
   if (std::chrono::steady_clock::now() < deadline - precise_wait)
     std::this_thread::sleep_until(deadline - precise_wait);
-  while (std::chrono::steady_clock::now() < deadline)
-    std::this_thread::yield();
+  for (auto now = std::chrono::steady_clock::now(); now < deadline;
+       now = std::chrono::steady_clock::now())
+    if (deadline - now > spin_wait) std::this_thread::yield();
 }
 }  // namespace detail
 
