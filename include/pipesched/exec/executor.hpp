@@ -597,21 +597,28 @@ class Executor {
     embedding_dx_.insert_or_assign(unit, std::move(dx));
   }
 
+  // What rank `source` broadcast to every rank for the unit of vocabulary pass `a`: on
+  // `source` its own copy, taken out of `kept` (an error naming `what` and the `order` that
+  // puts it there when it is missing); on every other rank the message under `direction`.
+  tensor_type broadcast_here(std::unordered_map<std::uint64_t, tensor_type>& kept, int source,
+                             const Action& a, Direction direction, const char* what,
+                             const char* order) {
+    if (rank_ != source)
+      return transport_->receive(rank_, {rank_, a.microbatch, a.slice, direction},
+                                 options_.receive_timeout);
+    auto it = kept.find(detail::unit_key(0, a.microbatch, a.slice));
+    if (it == kept.end())
+      throw error(std::string(what) + " for " + to_string(a) + " is not here; " + order + ".");
+    tensor_type x = std::move(it->second);
+    kept.erase(it);
+    return x;
+  }
+
   // EMBED_B: the shard's rows' gradient from the first stage's input gradient.
   void embedding_backward(const Action& a) {
-    const std::uint64_t unit = detail::unit_key(0, a.microbatch, a.slice);
-    tensor_type dx;
-    if (rank_ == first_rank_) {
-      auto it = embedding_dx_.find(unit);
-      if (it == embedding_dx_.end())
-        throw error("the first stage's input gradient for " + to_string(a) +
-                    " is not here; its backward runs before the EMBED_B.");
-      dx = std::move(it->second);
-      embedding_dx_.erase(it);
-    } else {
-      dx = transport_->receive(rank_, {rank_, a.microbatch, a.slice, Direction::EmbeddingGradient},
-                               options_.receive_timeout);
-    }
+    const tensor_type dx =
+        broadcast_here(embedding_dx_, first_rank_, a, Direction::EmbeddingGradient,
+                       "the first stage's input gradient", "its backward runs before the EMBED_B");
     data_->vocabulary.input_backward(rank_, dx, a.microbatch, a.slice);
   }
 
@@ -653,18 +660,9 @@ class Executor {
   // VOCAB_F: the shard's partial of the last stage's output, kept and sent to every rank.
   void vocabulary_forward(const Action& a) {
     const std::uint64_t unit = detail::unit_key(0, a.microbatch, a.slice);
-    tensor_type x;
-    if (rank_ == last_rank_) {
-      auto it = vocabulary_x_.find(unit);
-      if (it == vocabulary_x_.end())
-        throw error("the last stage's output for " + to_string(a) +
-                    " is not here; its forward runs before the vocabulary pass.");
-      x = std::move(it->second);
-      vocabulary_x_.erase(it);
-    } else {
-      x = transport_->receive(rank_, {rank_, a.microbatch, a.slice, Direction::VocabularyInput},
-                              options_.receive_timeout);
-    }
+    tensor_type x =
+        broadcast_here(vocabulary_x_, last_rank_, a, Direction::VocabularyInput,
+                       "the last stage's output", "its forward runs before the vocabulary pass");
     tensor_type partial = data_->vocabulary.forward(rank_, x, a.microbatch, a.slice);
     const double bytes =
         data_->vocabulary.held_bytes

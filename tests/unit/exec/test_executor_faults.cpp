@@ -160,14 +160,17 @@ TEST(ExecutorTimeout, OneMillisecondIsAccepted) {
   EXPECT_NO_THROW(ps::inproc::Pipeline<FaultyMlp> pipe(s, stages, options));
 }
 
-// Throws `fault` (by `throw_it`) in stage 2's third forward of 1F1B on 4 ranks; the step
-// must end, on every rank, with rank 2's execution_error at 2F2 saying `expected`.
-void expect_fault_attached(const std::function<void()>& throw_it, const std::string& expected) {
+// Throws `fault` (by `throw_it`) in stage `stage`'s third forward of 1F1B on 4 ranks; the step
+// must end, on every rank, with that rank's execution_error at its F of microbatch 2 saying
+// `expected`.
+void expect_fault_attached(const std::function<void()>& throw_it, const std::string& expected,
+                           int stage = 2) {
   const ps::Schedule s = ps::schedule::one_f_one_b({.ranks = 4, .microbatches = 8});
   const auto data = toy::make_mlp_data<double>(mlp_config, s.problem.microbatches, 7);
   auto stages = faulty_stages(s.problem.stages);
+  const auto at = static_cast<std::size_t>(stage);
   int calls = 0;
-  stages[2].fault = [&] {
+  stages[at].fault = [&] {
     if (++calls == 3) throw_it();
   };
   ps::ExecutorOptions options;
@@ -178,19 +181,21 @@ void expect_fault_attached(const std::function<void()>& throw_it, const std::str
     pipe.step(toy::training_data(data));
     ADD_FAILURE() << "the step did not fail";
   } catch (const ps::execution_error& e) {
-    EXPECT_EQ(e.rank(), 2);
+    const std::string r = std::to_string(stage);
+    EXPECT_EQ(e.rank(), stage);
     EXPECT_EQ(e.action().kind, ps::OpKind::F);
-    EXPECT_EQ(e.action().stage, 2);
+    EXPECT_EQ(e.action().stage, stage);
     EXPECT_EQ(e.action().microbatch, 2);
-    EXPECT_NE(std::string(e.what()).find("rank 2 failed at position " +
-                                         std::to_string(e.position()) + " (2F2): " + expected),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("rank " + r + " failed at position " +
+                                   std::to_string(e.position()) + " (" + r + "F2): " + expected),
+        std::string::npos)
         << e.what();
   }
   // Every rank stopped at once, not after the 30 s receive timeout.
   EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));
   // The pipeline runs the next step once the fault is gone.
-  stages[2].fault = nullptr;
+  stages[at].fault = nullptr;
   EXPECT_NO_THROW(pipe.step(toy::training_data(data)));
 }
 
@@ -226,23 +231,7 @@ TEST(TimedExecutorFaults, RankZeroRunsOnTheCallingThreadAndItsFailureStopsTheOth
       EXPECT_NE(ran_on[i], ran_on[j]) << "stages " << j << " and " << i;
   }
 
-  int calls = 0;
-  stages[0].fault = [&] {
-    if (++calls == 3) throw std::runtime_error("rank 0 broke");
-  };
-  const auto t0 = Clock::now();
-  try {
-    pipe.step(toy::training_data(data));
-    ADD_FAILURE() << "the step did not fail";
-  } catch (const ps::execution_error& e) {
-    EXPECT_EQ(e.rank(), 0);
-    EXPECT_EQ(e.action().kind, ps::OpKind::F);
-    EXPECT_EQ(e.action().microbatch, 2);
-    EXPECT_NE(std::string(e.what()).find("rank 0 broke"), std::string::npos) << e.what();
-  }
-  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(5));  // not after the 30 s timeout
-  stages[0].fault = nullptr;
-  EXPECT_NO_THROW(pipe.step(toy::training_data(data)));
+  expect_fault_attached([] { throw std::runtime_error("rank 0 broke"); }, "rank 0 broke", 0);
 }
 
 // An optimizer hook that throws on rank `bad`: every rank stops; the error names rank `bad`,
